@@ -1,0 +1,87 @@
+# kmrun — build, test, run.  `make` builds build/kmrun; `make test` runs every test.
+#
+# Lua 5.4 is linked statically; cJSON is bundled beside the binary (build/lib, found
+# through an $ORIGIN rpath) because Debian ships it only as a shared library and the GPU
+# host has no cJSON package. SQLite, libcurl and NVRTC are taken from the host.
+# The CUDA driver is never linked: runtime/km_cuda.c loads it at run time.
+
+CUDA_HOME ?= /usr/local/cuda
+CC        ?= cc
+BUILD     ?= build
+SANITIZE  ?=
+
+LUA_CFLAGS  := $(shell pkg-config --cflags lua5.4 2>/dev/null)
+LUA_STATIC  := $(shell pkg-config --variable=libdir lua5.4 2>/dev/null)/liblua5.4.a
+CJSON_LIBDIR:= $(shell pkg-config --variable=libdir libcjson 2>/dev/null)
+CJSON_CFLAGS:= $(shell pkg-config --cflags libcjson 2>/dev/null)
+
+CFLAGS  ?= -O2 -g
+CFLAGS  += -std=gnu11 -Wall -Wextra -Wno-unused-parameter -fno-strict-aliasing \
+           -Iruntime -I$(BUILD) -I$(CUDA_HOME)/include $(LUA_CFLAGS) $(CJSON_CFLAGS)
+LDLIBS  := $(LUA_STATIC) -L$(CUDA_HOME)/lib64 -lnvrtc -lcjson -lsqlite3 -lcurl -ldl -lm -lpthread
+LDFLAGS += -Wl,-E -L$(CJSON_LIBDIR) -Wl,-rpath,'$$ORIGIN/lib' -Wl,-rpath,$(CUDA_HOME)/lib64
+
+ifneq ($(SANITIZE),)
+CFLAGS  += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer
+LDFLAGS += -fsanitize=$(SANITIZE)
+endif
+
+# Every runtime/*.c is part of the program; files named *_core.c are pure C (no lua_State)
+# and are also linked into the C unit tests.
+SRCS     := $(wildcard runtime/*.c)
+OBJS     := $(SRCS:runtime/%.c=$(BUILD)/obj/%.o)
+CORE_OBJS:= $(filter %_core.o,$(OBJS))
+CTESTS   := $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(wildcard tests/c/test_*.c))
+
+.PHONY: all deps test test-cpu test-gpu check-gpu clean bench demo valgrind
+all: $(BUILD)/kmrun
+
+# Modules are found by their luaopen_km_* symbol: adding runtime/km_x.c is enough.
+$(BUILD)/km_modules.inc: $(SRCS) | $(BUILD)/obj
+	@grep -ho 'luaopen_km_[a-z][a-z_0-9]*' $(SRCS) | sort -u | sed 's/^luaopen_km_\(.*\)/KM_MODULE(\1)/' > $@.tmp
+	@cmp -s $@.tmp $@ && rm $@.tmp || mv $@.tmp $@
+
+$(BUILD)/obj $(BUILD)/tests $(BUILD)/lib:
+	@mkdir -p $@
+
+$(BUILD)/obj/%.o: runtime/%.c $(wildcard runtime/*.h) $(BUILD)/km_modules.inc | $(BUILD)/obj
+	$(CC) $(CFLAGS) -c -o $@ $<
+
+$(BUILD)/lib/libcjson.so.1: | $(BUILD)/lib
+	cp -L $(CJSON_LIBDIR)/libcjson.so.1 $@
+
+$(BUILD)/kmrun: $(OBJS) $(BUILD)/lib/libcjson.so.1
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(OBJS) $(LDLIBS)
+
+$(BUILD)/tests/%: tests/c/%.c tests/c/test.h $(CORE_OBJS) | $(BUILD)/tests
+	$(CC) $(CFLAGS) -Itests/c $(LDFLAGS) -Wl,-rpath,'$$ORIGIN/../lib' -o $@ $< $(CORE_OBJS) $(LDLIBS)
+
+# Installs the Debian packages the build needs (a no-op when they are present).
+DEB_PKGS := gcc make pkg-config liblua5.4-dev libcjson-dev libsqlite3-dev libcurl4-openssl-dev perl
+deps:
+	@missing=""; for p in $(DEB_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "deps: installing$$missing"; \
+	  SUDO=$$( [ $$(id -u) = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
+	fi
+	@test -f $(CUDA_HOME)/include/nvrtc.h || { echo "deps: no CUDA toolkit at $(CUDA_HOME) (set CUDA_HOME)"; exit 1; }
+
+TESTS := $(CTESTS) $(wildcard tests/lua/test_*.lua) $(wildcard tests/gpu/test_*.lua)
+
+test: deps
+	@$(MAKE) --no-print-directory all $(CTESTS)
+	prove -f --exec tests/exec $(CTESTS) $(wildcard tests/lua/test_*.lua) $(wildcard tests/gpu/test_*.lua)
+
+# GPU tests, failing (not skipping) when there is no usable GPU.
+test-gpu: all
+	KM_REQUIRE_GPU=1 prove -f --exec tests/exec $(wildcard tests/gpu/test_*.lua)
+
+valgrind: all $(CTESTS)
+	@for t in $(CTESTS); do valgrind -q --error-exitcode=1 --leak-check=full $$t >/dev/null || exit 1; done; echo "valgrind: clean"
+
+bench: all
+	$(BUILD)/kmrun bench/core.lua
+
+clean:
+	rm -rf $(BUILD)

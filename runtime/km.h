@@ -1,0 +1,42 @@
+/* km.h — what every kmrun C file shares: the error conventions and small Lua helpers.
+ *
+ * Errors come in three tiers (STYLE.md): misuse raises (luaL_check*, luaL_error);
+ * expected failures return nil, message, CODE (km_fail); pure C returns 0 or a negative
+ * KM_E* status that km_strerror() names. */
+#ifndef KM_H
+#define KM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define KM_VERSION "0.1.0"
+
+/* ---- pure C status codes ---- */
+enum {
+  KM_OK = 0,
+  KM_ENOMEM = -1,    /* out of host memory */
+  KM_EINVAL = -2,    /* bad argument */
+  KM_EIO = -3,       /* file system error (errno has more) */
+  KM_ECORRUPT = -4,  /* data failed its integrity check */
+  KM_ERANGE = -5,    /* value out of range */
+  KM_ENOTFOUND = -6, /* no such entry */
+};
+const char *km_strerror(int status);
+
+#ifdef LUA_VERSION_NUM
+/* Pushes nil, "message", "CODE" and returns 3: the expected-failure triple. */
+int km_fail(lua_State *L, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Registers functions into a new table and sets __index on a metatable. */
+void km_newclass(lua_State *L, const char *mtname, const luaL_Reg *methods,
+                 lua_CFunction release);
+
+/* Reads an optional field from the table at idx; the default when absent or nil. */
+lua_Integer km_optfield_int(lua_State *L, int idx, const char *field, lua_Integer def);
+lua_Number km_optfield_num(lua_State *L, int idx, const char *field, lua_Number def);
+const char *km_optfield_str(lua_State *L, int idx, const char *field, const char *def);
+int km_optfield_bool(lua_State *L, int idx, const char *field, int def);
+#endif
+
+#endif
