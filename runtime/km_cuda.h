@@ -1,0 +1,66 @@
+/* km_cuda.h — the CUDA driver as the other C modules see it.
+ *
+ * The driver (libcuda.so.1) is loaded at run time with dlopen and every entry point is
+ * resolved through cuGetProcAddress at the CUDA_VERSION of the cuda.h we compile against,
+ * so each pointer has exactly the ABI of the prototype we call it with. km_cuda.c owns
+ * the one process-wide context (the primary context of the chosen device). */
+#ifndef KM_CUDA_H
+#define KM_CUDA_H
+#include <cuda.h>
+
+/* Every driver entry point kmrun uses. X(name) expands once per function. */
+#define KM_CUDA_FUNCS(X)                                                              \
+  X(cuInit) X(cuDriverGetVersion) X(cuGetErrorName) X(cuGetErrorString)              \
+  X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName) X(cuDeviceGetAttribute)       \
+  X(cuDeviceTotalMem) X(cuDeviceGetUuid) X(cuDevicePrimaryCtxRetain)                  \
+  X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent) X(cuCtxGetCurrent) X(cuCtxSynchronize) \
+  X(cuCtxGetDevice) X(cuMemGetInfo)                                                   \
+  X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) X(cuFuncGetAttribute)  \
+  X(cuFuncSetAttribute) X(cuFuncGetParamInfo) X(cuFuncGetName)                        \
+  X(cuOccupancyMaxActiveBlocksPerMultiprocessor) X(cuLaunchKernel)                    \
+  X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemcpyDtoD)          \
+  X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuMemcpyDtoDAsync)                      \
+  X(cuMemsetD8) X(cuMemsetD32) X(cuMemsetD8Async) X(cuMemsetD32Async)                 \
+  X(cuMemAllocHost) X(cuMemFreeHost)                                                  \
+  X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuStreamQuery)        \
+  X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuStreamIsCapturing)                \
+  X(cuGraphInstantiate) X(cuGraphLaunch) X(cuGraphExecDestroy) X(cuGraphDestroy)      \
+  X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventSynchronize)           \
+  X(cuEventElapsedTime) X(cuEventQuery)
+
+/* One pointer per entry point, typed from cuda.h's own prototype (which already names
+ * the versioned symbol, e.g. cuMemAlloc -> cuMemAlloc_v2). */
+typedef struct km_cuda_api {
+#define KM_CUDA_FIELD(name) __typeof__(&name) name;
+  KM_CUDA_FUNCS(KM_CUDA_FIELD)
+#undef KM_CUDA_FIELD
+} km_cuda_api;
+
+/* Loads the driver and creates the context on first use. Returns the function table, or
+ * NULL with *why set to a static or thread-local message saying what is missing. */
+const km_cuda_api *km_cuda_get(const char **why);
+
+/* The function table if the driver is already loaded and the context is current. */
+extern const km_cuda_api *km_cu;
+
+/* Compute capability of the current device; 0 when there is no usable device. Never
+ * initialises CUDA by itself when `probe_only` is set and the driver is not loaded yet. */
+int km_cuda_current_arch(int *major, int *minor);
+
+/* "CUDA_ERROR_X" and "CUDA_ERROR_X: message" for a CUresult. */
+const char *km_cuda_errname(CUresult r);
+const char *km_cuda_errstr(CUresult r);
+
+#ifdef LUA_VERSION_NUM
+/* Pushes nil, "CUDA_ERROR_X: what: message", "CUDA_ERROR_X"; returns 3. */
+int km_cuda_fail(lua_State *L, CUresult r, const char *what);
+/* Raises the expected-failure message as an error (for calls that cannot return nil). */
+int km_cuda_raise(lua_State *L, CUresult r, const char *what);
+/* Ensures the driver and context, or raises with the reason. */
+const km_cuda_api *km_cuda_check(lua_State *L);
+/* Buffers as launch arguments: the device pointer of a km.Buffer at idx, or 0. */
+CUdeviceptr km_buffer_ptr(lua_State *L, int idx, size_t *bytes);
+/* The CUstream of a km.Stream at idx; NULL (the default stream) for nil. */
+CUstream km_stream_opt(lua_State *L, int idx);
+#endif
+#endif

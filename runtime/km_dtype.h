@@ -1,0 +1,25 @@
+/* km_dtype.h — element types of buffers and compares, and host conversions. */
+#ifndef KM_DTYPE_H
+#define KM_DTYPE_H
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef enum { KM_F32, KM_F64, KM_F16, KM_BF16, KM_I8, KM_I32, KM_I64, KM_U8, KM_NDTYPES } km_dtype;
+
+/* name ("f32"), element size in bytes, whether it is a floating type, numpy descr */
+const char *km_dtype_name(km_dtype t);
+size_t km_dtype_size(km_dtype t);
+int km_dtype_is_float(km_dtype t);
+const char *km_dtype_npy(km_dtype t);      /* "<f4", "<f8", "<f2", ... ; NULL for bf16 */
+int km_dtype_parse(const char *name);      /* -1 when unknown */
+
+double km_half_to_double(uint16_t h);
+uint16_t km_double_to_half(double d);      /* round to nearest even */
+double km_bf16_to_double(uint16_t b);
+uint16_t km_double_to_bf16(double d);      /* round to nearest even */
+
+/* Element i of a host array as a double, and the reverse (saturating for integers). */
+double km_dtype_get(km_dtype t, const void *base, size_t i);
+void km_dtype_set(km_dtype t, void *base, size_t i, double v);
+#endif
