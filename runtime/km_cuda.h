@@ -24,7 +24,7 @@
   X(cuMemAllocHost) X(cuMemFreeHost)                                                  \
   X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuStreamQuery)        \
   X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuStreamIsCapturing)                \
-  X(cuGraphInstantiate) X(cuGraphLaunch) X(cuGraphExecDestroy) X(cuGraphDestroy)      \
+  X(cuGraphInstantiateWithFlags) X(cuGraphLaunch) X(cuGraphExecDestroy) X(cuGraphDestroy)      \
   X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventSynchronize)           \
   X(cuEventElapsedTime) X(cuEventQuery)
 
