@@ -44,6 +44,15 @@ $(BUILD)/km_modules.inc: $(SRCS) | $(BUILD)/obj
 $(BUILD)/obj $(BUILD)/tests $(BUILD)/lib:
 	@mkdir -p $@
 
+# The utility kernels: built once by nvcc, embedded by km_blob.c (sm_80 and sm_90 code,
+# plus compute_80 PTX the driver JIT-compiles on newer GPUs).
+NVCC ?= $(CUDA_HOME)/bin/nvcc
+$(BUILD)/km_util.fatbin: runtime/kernels/km_util.cu | $(BUILD)/obj
+	$(NVCC) -fatbin -O3 -gencode arch=compute_80,code=[sm_80,compute_80] \
+	  -gencode arch=compute_90,code=sm_90 -o $@ $<
+$(BUILD)/obj/km_blob.o: runtime/km_blob.c $(BUILD)/km_util.fatbin | $(BUILD)/obj
+	$(CC) $(CFLAGS) -DKM_UTIL_FATBIN='"$(BUILD)/km_util.fatbin"' -c -o $@ $<
+
 $(BUILD)/obj/%.o: runtime/%.c $(wildcard runtime/*.h) $(BUILD)/km_modules.inc | $(BUILD)/obj
 	$(CC) $(CFLAGS) -c -o $@ $<
 

@@ -6,6 +6,7 @@
  * the one process-wide context (the primary context of the chosen device). */
 #ifndef KM_CUDA_H
 #define KM_CUDA_H
+#include <stdint.h>
 #include <cuda.h>
 
 /* Every driver entry point kmrun uses. X(name) expands once per function. */
@@ -20,7 +21,7 @@
   X(cuOccupancyMaxActiveBlocksPerMultiprocessor) X(cuLaunchKernel)                    \
   X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemcpyDtoD)          \
   X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuMemcpyDtoDAsync)                      \
-  X(cuMemsetD8) X(cuMemsetD32) X(cuMemsetD8Async) X(cuMemsetD32Async)                 \
+  X(cuMemsetD8) X(cuMemsetD32) X(cuMemsetD8Async) X(cuMemsetD16Async) X(cuMemsetD32Async)                 \
   X(cuMemAllocHost) X(cuMemFreeHost)                                                  \
   X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuStreamQuery)        \
   X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuStreamIsCapturing)                \
@@ -62,5 +63,13 @@ const km_cuda_api *km_cuda_check(lua_State *L);
 CUdeviceptr km_buffer_ptr(lua_State *L, int idx, size_t *bytes);
 /* The CUstream of a km.Stream at idx; NULL (the default stream) for nil. */
 CUstream km_stream_opt(lua_State *L, int idx);
+/* One of kmrun's own kernels by name (loads the embedded fatbin once); raises. */
+CUfunction km_cuda_util(lua_State *L, const char *name);
 #endif
+/* Launches a utility kernel with 256-thread blocks, at most 8 blocks per SM (they use
+ * grid-stride loops). args as for cuLaunchKernel's kernelParams. */
+CUresult km_cuda_util_launch(CUfunction fn, uint64_t n, CUstream s, void **args);
+/* The stream launches go to unless told otherwise (changed during graph capture). */
+CUstream km_cuda_stream(void);
+CUdevice km_cuda_device(void);
 #endif

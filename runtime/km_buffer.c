@@ -1,0 +1,597 @@
+/* km_buffer.c — `require "km.buffer"`: typed device buffers with guard zones.
+ *
+ * Every allocation is [guard | data | pad + guard]; both guards are filled with GUARD_BYTE
+ * when the buffer is made and check_guards() reads them back, so a kernel that writes
+ * before or past its output is caught. The data pointer stays 256-byte aligned.
+ *
+ * Ownership: a km.Buffer owns its device allocation; :free(), __gc and __close release it
+ * once; a freed buffer used again raises. Device work goes to km.cuda's current stream. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <lua.h>
+#include <lauxlib.h>
+
+#include "km.h"
+#include "km_cuda.h"
+#include "km_dtype.h"
+
+#define KM_BUFFER_MT "km.Buffer"
+#define KM_MAXDIM 8
+#define GUARD_BYTE 0xA5
+#define DEFAULT_GUARD 4096
+
+typedef struct {
+  CUdeviceptr base, ptr; /* allocation start (0 once freed) and data start */
+  size_t bytes, guard, alloc;
+  km_dtype dtype;
+  int ndim;
+  int64_t numel;
+  int64_t shape[KM_MAXDIM];
+} km_buffer;
+
+static km_buffer *buffer_check(lua_State *L, int idx) {
+  km_buffer *b = luaL_checkudata(L, idx, KM_BUFFER_MT);
+  if (!b->base) luaL_error(L, "attempt to use a freed km.Buffer");
+  return b;
+}
+
+CUdeviceptr km_buffer_ptr(lua_State *L, int idx, size_t *bytes) {
+  km_buffer *b = luaL_testudata(L, idx, KM_BUFFER_MT);
+  if (!b) return 0;
+  if (!b->base) luaL_error(L, "attempt to use a freed km.Buffer");
+  if (bytes) *bytes = b->bytes;
+  return b->ptr;
+}
+
+static int buffer_release(lua_State *L) {
+  km_buffer *b = luaL_checkudata(L, 1, KM_BUFFER_MT);
+  if (b->base && km_cu) km_cu->cuMemFree(b->base);
+  b->base = b->ptr = 0;
+  return 0;
+}
+
+static void check(lua_State *L, CUresult r, const char *what) {
+  if (r != CUDA_SUCCESS) km_cuda_raise(L, r, what);
+}
+
+/* Reads a shape: an integer n, or a table {d1, d2, ...}. */
+static void read_shape(lua_State *L, int idx, km_buffer *b) {
+  b->numel = 1;
+  if (lua_isinteger(L, idx)) {
+    b->ndim = 1;
+    b->shape[0] = lua_tointeger(L, idx);
+  } else if (lua_istable(L, idx)) {
+    b->ndim = (int)lua_rawlen(L, idx);
+    if (b->ndim > KM_MAXDIM) luaL_argerror(L, idx, "more than 8 dimensions");
+    for (int i = 0; i < b->ndim; i++) {
+      lua_rawgeti(L, idx, i + 1);
+      if (!lua_isinteger(L, -1)) luaL_argerror(L, idx, "shape entries must be integers");
+      b->shape[i] = lua_tointeger(L, -1);
+      lua_pop(L, 1);
+    }
+  } else {
+    luaL_argerror(L, idx, "shape must be an integer or a table of integers");
+  }
+  for (int i = 0; i < b->ndim; i++) {
+    if (b->shape[i] < 0) luaL_argerror(L, idx, "negative dimension");
+    if (b->shape[i] && b->numel > INT64_MAX / b->shape[i]) luaL_argerror(L, idx, "shape too large");
+    b->numel *= b->shape[i];
+  }
+}
+
+static km_dtype check_dtype(lua_State *L, int idx) {
+  const char *name = luaL_checkstring(L, idx);
+  int t = km_dtype_parse(name);
+  if (t < 0) luaL_argerror(L, idx, lua_pushfstring(L, "unknown dtype '%s' (f32 f64 f16 bf16 i8 i32 i64 u8)", name));
+  return (km_dtype)t;
+}
+
+static km_buffer *alloc_buffer(lua_State *L, km_dtype dt, int shape_idx, size_t guard) {
+  const km_cuda_api *cu = km_cuda_check(L);
+  km_buffer tmp;
+  memset(&tmp, 0, sizeof tmp);
+  tmp.dtype = dt;
+  read_shape(L, shape_idx, &tmp);
+  tmp.bytes = (size_t)tmp.numel * km_dtype_size(dt);
+  guard = (guard + 255) & ~(size_t)255;
+  tmp.guard = guard;
+  size_t padded = (tmp.bytes + 255) & ~(size_t)255;
+  tmp.alloc = guard + padded + guard;
+  if (tmp.alloc == 0) tmp.alloc = 256;
+  km_buffer *b = lua_newuserdatauv(L, sizeof *b, 0); /* created "freed": nothing leaks */
+  *b = tmp;
+  b->base = b->ptr = 0;
+  luaL_setmetatable(L, KM_BUFFER_MT);
+  CUdeviceptr base;
+  CUresult r = cu->cuMemAlloc(&base, tmp.alloc);
+  if (r != CUDA_SUCCESS) {
+    luaL_error(L, "%s: allocating %I bytes for a %s buffer: %s", km_cuda_errname(r),
+               (lua_Integer)tmp.alloc, km_dtype_name(dt), km_cuda_errstr(r));
+  }
+  b->base = base;
+  b->ptr = base + guard;
+  if (guard) {
+    check(L, cu->cuMemsetD8(base, GUARD_BYTE, guard), "filling the front guard");
+    check(L, cu->cuMemsetD8(b->ptr + b->bytes, GUARD_BYTE, tmp.alloc - guard - b->bytes), "filling the back guard");
+  }
+  return b;
+}
+
+/* buffer.new(dtype, shape [, {guard = bytes}]) */
+static int l_new(lua_State *L) {
+  km_dtype dt = check_dtype(L, 1);
+  size_t guard = (size_t)km_optfield_int(L, 3, "guard", DEFAULT_GUARD);
+  alloc_buffer(L, dt, 2, guard);
+  return 1;
+}
+
+/* ---- info ---- */
+
+static int b_dtype(lua_State *L) { lua_pushstring(L, km_dtype_name(buffer_check(L, 1)->dtype)); return 1; }
+static int b_numel(lua_State *L) { lua_pushinteger(L, buffer_check(L, 1)->numel); return 1; }
+static int b_nbytes(lua_State *L) { lua_pushinteger(L, (lua_Integer)buffer_check(L, 1)->bytes); return 1; }
+static int b_ptr(lua_State *L) { lua_pushinteger(L, (lua_Integer)buffer_check(L, 1)->ptr); return 1; }
+static int b_elsize(lua_State *L) { lua_pushinteger(L, (lua_Integer)km_dtype_size(buffer_check(L, 1)->dtype)); return 1; }
+
+static int b_shape(lua_State *L) {
+  km_buffer *b = buffer_check(L, 1);
+  lua_createtable(L, b->ndim, 0);
+  for (int i = 0; i < b->ndim; i++) {
+    lua_pushinteger(L, b->shape[i]);
+    lua_rawseti(L, -2, i + 1);
+  }
+  return 1;
+}
+
+static int b_freed(lua_State *L) {
+  km_buffer *b = luaL_checkudata(L, 1, KM_BUFFER_MT);
+  lua_pushboolean(L, b->base == 0);
+  return 1;
+}
+
+static int b_tostring(lua_State *L) {
+  km_buffer *b = luaL_checkudata(L, 1, KM_BUFFER_MT);
+  if (!b->base) { lua_pushliteral(L, "km.Buffer (freed)"); return 1; }
+  luaL_Buffer sb;
+  luaL_buffinit(L, &sb);
+  lua_pushfstring(L, "km.Buffer %s[", km_dtype_name(b->dtype));
+  luaL_addvalue(&sb);
+  for (int i = 0; i < b->ndim; i++) {
+    lua_pushfstring(L, i ? "x%I" : "%I", (lua_Integer)b->shape[i]);
+    luaL_addvalue(&sb);
+  }
+  luaL_addstring(&sb, "]");
+  luaL_pushresult(&sb);
+  return 1;
+}
+
+/* ---- fills ---- */
+
+/* Writes `elsize`-byte `pattern` into every element. */
+static void fill_pattern(lua_State *L, km_buffer *b, uint64_t pattern) {
+  const km_cuda_api *cu = km_cu;
+  CUstream s = km_cuda_stream();
+  size_t es = km_dtype_size(b->dtype), n = (size_t)b->numel;
+  if (!n) return;
+  switch (es) {
+  case 1: check(L, cu->cuMemsetD8Async(b->ptr, (unsigned char)pattern, n, s), "fill"); break;
+  case 2: check(L, cu->cuMemsetD16Async(b->ptr, (unsigned short)pattern, n, s), "fill"); break;
+  case 4: check(L, cu->cuMemsetD32Async(b->ptr, (unsigned int)pattern, n, s), "fill"); break;
+  default: {
+    CUfunction fn = km_cuda_util(L, "km_fill64");
+    uint64_t nn = n;
+    void *args[] = {&b->ptr, &nn, &pattern};
+    check(L, km_cuda_util_launch(fn, n, s, args), "fill");
+  }
+  }
+}
+
+static uint64_t pattern_of(km_dtype dt, double v) {
+  unsigned char tmp[8] = {0};
+  km_dtype_set(dt, tmp, 0, v);
+  uint64_t p = 0;
+  memcpy(&p, tmp, km_dtype_size(dt));
+  return p;
+}
+
+/* b:fill(value) -> b */
+static int b_fill(lua_State *L) {
+  km_buffer *b = buffer_check(L, 1);
+  uint64_t p;
+  if (b->dtype == KM_I64 && lua_isinteger(L, 2)) {
+    int64_t v = lua_tointeger(L, 2);
+    memcpy(&p, &v, 8);
+  } else p = pattern_of(b->dtype, luaL_checknumber(L, 2));
+  fill_pattern(L, b, p);
+  lua_settop(L, 1);
+  return 1;
+}
+
+static int b_zero(lua_State *L) {
+  km_buffer *b = buffer_check(L, 1);
+  fill_pattern(L, b, 0);
+  lua_settop(L, 1);
+  return 1;
+}
+
+/* b:poison() -> b: NaN for floats (a payload no arithmetic produces), a sentinel for ints,
+ * so an output element that a kernel never wrote cannot pass a compare by luck. */
+static uint64_t poison_pattern(km_dtype dt) {
+  switch (dt) {
+  case KM_F32: return 0x7fc0dead;
+  case KM_F64: return 0x7ff8deaddeadbeefull;
+  case KM_F16: return 0x7e5a;
+  case KM_BF16: return 0x7fda;
+  case KM_I8: case KM_U8: return 0x5a;
+  case KM_I32: return 0x5adeadbe;
+  case KM_I64: return 0x5adeadbeefdeadbeull;
+  default: return 0;
+  }
+}
+
+static int b_poison(lua_State *L) {
+  km_buffer *b = buffer_check(L, 1);
+  fill_pattern(L, b, poison_pattern(b->dtype));
+  lua_settop(L, 1);
+  return 1;
+}
+
+/* b:random{ dist = "uniform"|"normal"|"int", lo, hi, mean, std, seed } -> b
+ * Generated on the GPU; element i depends only on (seed, i). */
+static int b_random(lua_State *L) {
+  km_buffer *b = buffer_check(L, 1);
+  const char *dist = km_optfield_str(L, 2, "dist", "uniform");
+  int d;
+  double a, c;
+  if (!strcmp(dist, "uniform")) {
+    d = 0;
+    a = km_optfield_num(L, 2, "lo", km_dtype_is_float(b->dtype) ? -1.0 : 0.0);
+    c = km_optfield_num(L, 2, "hi", km_dtype_is_float(b->dtype) ? 1.0 : 10.0);
+    if (!km_dtype_is_float(b->dtype)) d = 2, c = c - 1; /* integers in [lo, hi) */
+  } else if (!strcmp(dist, "normal")) {
+    d = 1;
+    a = km_optfield_num(L, 2, "mean", 0.0);
+    c = km_optfield_num(L, 2, "std", 1.0);
+  } else if (!strcmp(dist, "int")) {
+    d = 2;
+    a = km_optfield_num(L, 2, "lo", 0.0);
+    c = km_optfield_num(L, 2, "hi", 10.0); /* inclusive */
+    if (c < a) return luaL_error(L, "random: hi (%f) < lo (%f)", c, a);
+  } else {
+    return luaL_error(L, "random: unknown dist '%s' (uniform, normal, int)", dist);
+  }
+  uint64_t seed = (uint64_t)km_optfield_int(L, 2, "seed", 0);
+  if (!b->numel) { lua_settop(L, 1); return 1; }
+  CUfunction fn = km_cuda_util(L, "km_random");
+  int dt = (int)b->dtype;
+  uint64_t n = (uint64_t)b->numel;
+  void *args[] = {&b->ptr, &dt, &n, &seed, &d, &a, &c};
+  check(L, km_cuda_util_launch(fn, n, km_cuda_stream(), args), "random");
+  lua_settop(L, 1);
+  return 1;
+}
+
+/* dst:copy(src) -> dst (same byte size; any dtypes) */
+static int b_copy(lua_State *L) {
+  km_buffer *d = buffer_check(L, 1), *s = buffer_check(L, 2);
+  if (d->bytes != s->bytes)
+    return luaL_error(L, "copy: sizes differ (%I bytes into %I bytes)", (lua_Integer)s->bytes, (lua_Integer)d->bytes);
+  if (d->bytes) check(L, km_cu->cuMemcpyDtoDAsync(d->ptr, s->ptr, d->bytes, km_cuda_stream()), "copy");
+  lua_settop(L, 1);
+  return 1;
+}
+
+/* b:clone() -> a new buffer with the same dtype, shape and contents */
+static int b_clone(lua_State *L) {
+  km_buffer *s = buffer_check(L, 1);
+  lua_createtable(L, s->ndim, 0);
+  for (int i = 0; i < s->ndim; i++) {
+    lua_pushinteger(L, s->shape[i]);
+    lua_rawseti(L, -2, i + 1);
+  }
+  km_buffer *d = alloc_buffer(L, s->dtype, lua_gettop(L), s->guard);
+  if (d->bytes) check(L, km_cu->cuMemcpyDtoDAsync(d->ptr, s->ptr, d->bytes, km_cuda_stream()), "clone");
+  return 1;
+}
+
+/* ---- host transfers ---- */
+
+/* b:to_string() -> the raw little-endian bytes */
+static int b_to_string(lua_State *L) {
+  km_buffer *b = buffer_check(L, 1);
+  luaL_Buffer sb;
+  char *p = luaL_buffinitsize(L, &sb, b->bytes);
+  if (b->bytes) check(L, km_cu->cuMemcpyDtoH(p, b->ptr, b->bytes), "copy to host");
+  luaL_pushresultsize(&sb, b->bytes);
+  return 1;
+}
+
+/* b:from_string(bytes) -> b */
+static int b_from_string(lua_State *L) {
+  km_buffer *b = buffer_check(L, 1);
+  size_t len;
+  const char *s = luaL_checklstring(L, 2, &len);
+  if (len != b->bytes)
+    return luaL_error(L, "from_string: %I bytes given for a buffer of %I bytes", (lua_Integer)len, (lua_Integer)b->bytes);
+  if (len) check(L, km_cu->cuMemcpyHtoD(b->ptr, s, len), "copy from host");
+  lua_settop(L, 1);
+  return 1;
+}
+
+/* b:to_table([max]) -> { numbers } (integers for integer dtypes) */
+static int b_to_table(lua_State *L) {
+  km_buffer *b = buffer_check(L, 1);
+  int64_t n = luaL_optinteger(L, 2, b->numel);
+  if (n > b->numel) n = b->numel;
+  if (n < 0) n = 0;
+  size_t es = km_dtype_size(b->dtype);
+  luaL_Buffer sb;
+  char *p = luaL_buffinitsize(L, &sb, (size_t)n * es);
+  if (n) check(L, km_cu->cuMemcpyDtoH(p, b->ptr, (size_t)n * es), "copy to host");
+  luaL_pushresultsize(&sb, (size_t)n * es); /* [b, max?, bytes] */
+  const char *bytes = lua_tostring(L, -1);
+  lua_createtable(L, (int)n, 0);
+  for (int64_t i = 0; i < n; i++) {
+    if (b->dtype == KM_I64) {
+      int64_t v;
+      memcpy(&v, bytes + i * 8, 8);
+      lua_pushinteger(L, v);
+    } else if (!km_dtype_is_float(b->dtype)) {
+      lua_pushinteger(L, (lua_Integer)km_dtype_get(b->dtype, bytes, (size_t)i));
+    } else {
+      lua_pushnumber(L, km_dtype_get(b->dtype, bytes, (size_t)i));
+    }
+    lua_rawseti(L, -2, i + 1);
+  }
+  return 1;
+}
+
+/* b:from_table(t) -> b; #t must equal numel */
+static int b_from_table(lua_State *L) {
+  km_buffer *b = buffer_check(L, 1);
+  luaL_checktype(L, 2, LUA_TTABLE);
+  lua_Integer n = (lua_Integer)lua_rawlen(L, 2);
+  if (n != b->numel)
+    return luaL_error(L, "from_table: %I values given for a buffer of %I elements", n, (lua_Integer)b->numel);
+  size_t es = km_dtype_size(b->dtype);
+  luaL_Buffer sb;
+  char *p = luaL_buffinitsize(L, &sb, (size_t)n * es);
+  for (lua_Integer i = 0; i < n; i++) {
+    lua_rawgeti(L, 2, i + 1);
+    int isnum;
+    if (b->dtype == KM_I64 && lua_isinteger(L, -1)) {
+      int64_t v = lua_tointeger(L, -1);
+      memcpy(p + i * 8, &v, 8);
+    } else {
+      lua_Number v = lua_tonumberx(L, -1, &isnum);
+      if (!isnum) return luaL_error(L, "from_table: element %I is %s, not a number", i + 1, luaL_typename(L, -1));
+      km_dtype_set(b->dtype, p, (size_t)i, v);
+    }
+    lua_pop(L, 1);
+  }
+  if (n) check(L, km_cu->cuMemcpyHtoD(b->ptr, p, (size_t)n * es), "copy from host");
+  lua_settop(L, 1);
+  return 1;
+}
+
+/* ---- files: raw little-endian, or .npy (version 1.0) ---- */
+
+static int ends_with(const char *s, const char *suf) {
+  size_t a = strlen(s), b = strlen(suf);
+  return a >= b && !strcmp(s + a - b, suf);
+}
+
+/* b:save(path) -> true | nil, msg, code */
+static int b_save(lua_State *L) {
+  km_buffer *b = buffer_check(L, 1);
+  const char *path = luaL_checkstring(L, 2);
+  int npy = ends_with(path, ".npy");
+  luaL_Buffer hb;
+  luaL_buffinit(L, &hb);
+  if (npy) {
+    const char *descr = km_dtype_npy(b->dtype);
+    if (!descr) return luaL_error(L, "save: %s has no .npy type; save it raw (not .npy)", km_dtype_name(b->dtype));
+    lua_pushfstring(L, "{'descr': '%s', 'fortran_order': False, 'shape': (", descr);
+    for (int i = 0; i < b->ndim; i++) {
+      lua_pushfstring(L, "%I,%s", (lua_Integer)b->shape[i], i + 1 < b->ndim ? " " : "");
+      lua_concat(L, 2);
+    }
+    lua_pushliteral(L, "), }");
+    lua_concat(L, 2);
+    size_t hl;
+    lua_tolstring(L, -1, &hl);
+    size_t total = 10 + hl + 1, pad = (64 - total % 64) % 64;
+    char pre[10] = {(char)0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, 0, 0};
+    uint16_t hlen = (uint16_t)(hl + pad + 1);
+    pre[8] = (char)(hlen & 0xff);
+    pre[9] = (char)(hlen >> 8);
+    lua_pushlstring(L, pre, 10);
+    lua_pushvalue(L, -2);
+    for (size_t i = 0; i < pad; i++) lua_pushliteral(L, " "), lua_concat(L, 2);
+    lua_pushliteral(L, "\n");
+    lua_concat(L, 3); /* [.., dict, header] */
+    lua_remove(L, -2);
+  } else {
+    lua_pushliteral(L, "");
+  }
+  int hidx = lua_gettop(L);
+  lua_pushcfunction(L, b_to_string);
+  lua_pushvalue(L, 1);
+  lua_call(L, 1, 1);
+  FILE *f = fopen(path, "wb");
+  if (!f) return km_fail(L, "EIO", "cannot write %s: %s", path, strerror(errno));
+  size_t hl, dl;
+  const char *h = lua_tolstring(L, hidx, &hl), *d = lua_tolstring(L, -1, &dl);
+  int ok = fwrite(h, 1, hl, f) == hl && fwrite(d, 1, dl, f) == dl;
+  ok = (fclose(f) == 0) && ok;
+  if (!ok) return km_fail(L, "EIO", "writing %s: %s", path, strerror(errno));
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+/* Parses a .npy header dict: descr, fortran_order, shape. Returns NULL or an error. */
+static const char *parse_npy(const char *h, size_t n, char *descr, int *fortran, int64_t *shape, int *ndim) {
+  const char *d = strstr(h, "'descr'"), *fo = strstr(h, "'fortran_order'"), *sh = strstr(h, "'shape'");
+  if (!d || !fo || !sh || (size_t)(sh - h) > n) return "malformed .npy header";
+  if (sscanf(d, "'descr': '%15[^']'", descr) != 1) return "malformed descr in .npy header";
+  *fortran = strstr(fo, "True") && strstr(fo, "True") < strstr(fo, ",") ? 1 : 0;
+  const char *p = strchr(sh, '(');
+  if (!p) return "malformed shape in .npy header";
+  p++;
+  *ndim = 0;
+  while (*p && *p != ')') {
+    while (*p == ' ' || *p == ',') p++;
+    if (*p == ')') break;
+    char *end;
+    long long v = strtoll(p, &end, 10);
+    if (end == p) return "malformed shape in .npy header";
+    if (*ndim >= KM_MAXDIM) return "more than 8 dimensions";
+    shape[(*ndim)++] = v;
+    p = end;
+  }
+  return NULL;
+}
+
+/* buffer.load(path [, dtype, shape]) -> buffer | nil, msg, code
+ * .npy files carry dtype and shape; raw files need both. */
+static int l_load(lua_State *L) {
+  const char *path = luaL_checkstring(L, 1);
+  FILE *f = fopen(path, "rb");
+  if (!f) return km_fail(L, "EIO", "cannot open %s: %s", path, strerror(errno));
+  fseek(f, 0, SEEK_END);
+  long size = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  luaL_Buffer sb;
+  char *p = luaL_buffinitsize(L, &sb, (size_t)(size > 0 ? size : 0));
+  size_t got = size > 0 ? fread(p, 1, (size_t)size, f) : 0;
+  fclose(f);
+  if ((long)got != size) return km_fail(L, "EIO", "reading %s: short read", path);
+  luaL_pushresultsize(&sb, got);
+  int data = lua_gettop(L);
+  const char *bytes = lua_tostring(L, data);
+  size_t off = 0;
+  km_dtype dt;
+  if (got >= 10 && (unsigned char)bytes[0] == 0x93 && !memcmp(bytes + 1, "NUMPY", 5)) {
+    int major = bytes[6];
+    size_t hl = major == 1 ? (size_t)((unsigned char)bytes[8] | (unsigned char)bytes[9] << 8)
+                           : (size_t)((unsigned char)bytes[8] | (unsigned char)bytes[9] << 8 |
+                                      (unsigned char)bytes[10] << 16 | (unsigned char)bytes[11] << 24);
+    size_t hstart = major == 1 ? 10 : 12;
+    if (hstart + hl > got) return km_fail(L, "ECORRUPT", "%s: truncated .npy header", path);
+    char descr[16];
+    int fortran, ndim;
+    int64_t shape[KM_MAXDIM];
+    lua_pushlstring(L, bytes + hstart, hl);
+    const char *err = parse_npy(lua_tostring(L, -1), hl, descr, &fortran, shape, &ndim);
+    lua_pop(L, 1);
+    if (err) return km_fail(L, "ECORRUPT", "%s: %s", path, err);
+    if (fortran) return km_fail(L, "EINVAL", "%s: Fortran-order arrays are not supported", path);
+    int found = -1;
+    for (int t = 0; t < KM_NDTYPES; t++)
+      if (km_dtype_npy((km_dtype)t) && !strcmp(km_dtype_npy((km_dtype)t), descr)) found = t;
+    if (found < 0) return km_fail(L, "EINVAL", "%s: unsupported .npy dtype '%s'", path, descr);
+    dt = (km_dtype)found;
+    off = hstart + hl;
+    lua_createtable(L, ndim, 0);
+    for (int i = 0; i < ndim; i++) {
+      lua_pushinteger(L, shape[i]);
+      lua_rawseti(L, -2, i + 1);
+    }
+  } else {
+    if (lua_isnoneornil(L, 2)) return luaL_error(L, "load: %s is not .npy; give a dtype and shape", path);
+    dt = check_dtype(L, 2);
+    if (lua_isnoneornil(L, 3)) {
+      lua_pushinteger(L, (lua_Integer)(got / km_dtype_size(dt)));
+    } else lua_pushvalue(L, 3);
+  }
+  km_buffer *b = alloc_buffer(L, dt, lua_gettop(L), DEFAULT_GUARD);
+  if (got - off != b->bytes)
+    return km_fail(L, "ECORRUPT", "%s: %I data bytes for a shape needing %I", path, (lua_Integer)(got - off), (lua_Integer)b->bytes);
+  if (b->bytes) check(L, km_cu->cuMemcpyHtoD(b->ptr, bytes + off, b->bytes), "copy from host");
+  return 1;
+}
+
+/* ---- integrity ---- */
+
+/* b:checksum() -> 16 hex digits (order-sensitive 64-bit hash of the bytes, on the GPU) */
+static int b_checksum(lua_State *L) {
+  km_buffer *b = buffer_check(L, 1);
+  const km_cuda_api *cu = km_cu;
+  CUfunction fn = km_cuda_util(L, "km_checksum");
+  CUdeviceptr acc;
+  check(L, cu->cuMemAlloc(&acc, 8), "checksum scratch");
+  CUstream s = km_cuda_stream();
+  CUresult r = cu->cuMemsetD8Async(acc, 0, 8, s);
+  uint64_t bytes = b->bytes, out = 0;
+  void *args[] = {&b->ptr, &bytes, &acc};
+  if (r == CUDA_SUCCESS) r = km_cuda_util_launch(fn, bytes / 8 + 1, s, args);
+  if (r == CUDA_SUCCESS) r = cu->cuStreamSynchronize(s);
+  if (r == CUDA_SUCCESS) r = cu->cuMemcpyDtoH(&out, acc, 8);
+  cu->cuMemFree(acc);
+  check(L, r, "checksum");
+  char hex[17];
+  snprintf(hex, sizeof hex, "%016llx", (unsigned long long)out);
+  lua_pushstring(L, hex);
+  return 1;
+}
+
+/* b:check_guards() -> true | false, "message naming the side and the first bad offset" */
+static int b_check_guards(lua_State *L) {
+  km_buffer *b = buffer_check(L, 1);
+  if (!b->guard) { lua_pushboolean(L, 1); return 1; }
+  size_t tail = b->alloc - b->guard - b->bytes;
+  luaL_Buffer sb;
+  unsigned char *p = (unsigned char *)luaL_buffinitsize(L, &sb, b->guard + tail);
+  check(L, km_cu->cuMemcpyDtoH(p, b->base, b->guard), "reading the front guard");
+  check(L, km_cu->cuMemcpyDtoH(p + b->guard, b->ptr + b->bytes, tail), "reading the back guard");
+  for (size_t i = b->guard; i-- > 0;) /* nearest the data first */
+    if (p[i] != GUARD_BYTE) {
+      size_t count = 0;
+      for (size_t j = 0; j < b->guard; j++) count += p[j] != GUARD_BYTE;
+      lua_pushboolean(L, 0);
+      lua_pushfstring(L, "front guard overwritten: %I byte(s), the nearest %I byte(s) before the start of the buffer",
+                      (lua_Integer)count, (lua_Integer)(b->guard - i));
+      return 2;
+    }
+  for (size_t i = 0; i < tail; i++)
+    if (p[b->guard + i] != GUARD_BYTE) {
+      size_t count = 0;
+      for (size_t j = i; j < tail; j++) count += p[b->guard + j] != GUARD_BYTE;
+      lua_pushboolean(L, 0);
+      lua_pushfstring(L, "back guard overwritten: %I byte(s), the first at byte %I past the end of the buffer (element %I)",
+                      (lua_Integer)count, (lua_Integer)i, (lua_Integer)(b->numel + (lua_Integer)(i / km_dtype_size(b->dtype))));
+      return 2;
+    }
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+static int b_len(lua_State *L) { return b_numel(L); }
+
+int luaopen_km_buffer(lua_State *L) {
+  static const luaL_Reg methods[] = {
+      {"dtype", b_dtype}, {"numel", b_numel}, {"nbytes", b_nbytes}, {"ptr", b_ptr},
+      {"elsize", b_elsize}, {"shape", b_shape}, {"freed", b_freed},
+      {"fill", b_fill}, {"zero", b_zero}, {"poison", b_poison}, {"random", b_random},
+      {"copy", b_copy}, {"clone", b_clone},
+      {"to_string", b_to_string}, {"from_string", b_from_string},
+      {"to_table", b_to_table}, {"from_table", b_from_table}, {"save", b_save},
+      {"checksum", b_checksum}, {"check_guards", b_check_guards}, {"free", buffer_release},
+      {NULL, NULL}};
+  km_newclass(L, KM_BUFFER_MT, methods, buffer_release);
+  luaL_getmetatable(L, KM_BUFFER_MT);
+  lua_pushcfunction(L, b_tostring);
+  lua_setfield(L, -2, "__tostring");
+  lua_pushcfunction(L, b_len);
+  lua_setfield(L, -2, "__len");
+  lua_pop(L, 1);
+  static const luaL_Reg fns[] = {{"new", l_new}, {"load", l_load}, {NULL, NULL}};
+  luaL_newlib(L, fns);
+  lua_pushinteger(L, DEFAULT_GUARD);
+  lua_setfield(L, -2, "DEFAULT_GUARD");
+  return 1;
+}

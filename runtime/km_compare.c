@@ -1,0 +1,249 @@
+/* km_compare.c — `require "km.compare"`: allclose for device buffers (on the GPU) and for
+ * host data (Lua tables, or byte strings with a dtype) in pure C. Same rule both ways
+ * (km_compare_core.h).
+ *
+ *   compare.allclose(got, want, { atol=, rtol=, equal_nan=, dtype= })
+ *     -> { ok, n, mismatches, nan, inf, max_abs, max_rel, atol, rtol,
+ *          first = { index, got, want } | nil, examples = { {index, got, want}, ... } }
+ *
+ * Indices are 0-based flat element indices, as a kernel computes them. A mismatch is a
+ * result, not an error; misuse (different dtypes or sizes) raises. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <lua.h>
+#include <lauxlib.h>
+
+#include "km.h"
+#include "km_compare_core.h"
+#include "km_cuda.h"
+#include "km_dtype.h"
+
+/* Must match struct cmp_out in runtime/kernels/km_util.cu. */
+typedef struct {
+  unsigned long long mismatches, nan_got, inf_got, first;
+  unsigned long long max_abs_bits, max_rel_bits;
+  unsigned long long n_examples;
+  unsigned long long examples[32];
+} km_cmp_dev;
+
+static void read_tol(lua_State *L, int idx, km_tol *t) {
+  t->atol = km_optfield_num(L, idx, "atol", 1e-8);
+  t->rtol = km_optfield_num(L, idx, "rtol", 1e-5);
+  t->equal_nan = km_optfield_bool(L, idx, "equal_nan", 0);
+  if (t->atol < 0 || t->rtol < 0 || isnan(t->atol) || isnan(t->rtol))
+    luaL_error(L, "allclose: atol and rtol must be non-negative numbers");
+}
+
+static int cmp_int64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x > y) - (x < y);
+}
+
+static void push_num(lua_State *L, km_dtype dt, double v, int64_t iv) {
+  if (dt == KM_I64) lua_pushinteger(L, iv);
+  else if (!km_dtype_is_float(dt)) lua_pushinteger(L, (lua_Integer)v);
+  else lua_pushnumber(L, v);
+}
+
+/* Element i of got/want: fetch(L, which, i, &dval, &ival). */
+typedef void (*fetch_fn)(void *ctx, int which, int64_t i, double *d, int64_t *iv);
+
+static void push_example(lua_State *L, km_dtype dt, fetch_fn fetch, void *ctx, int64_t i) {
+  double g, w;
+  int64_t gi = 0, wi = 0;
+  fetch(ctx, 0, i, &g, &gi);
+  fetch(ctx, 1, i, &w, &wi);
+  lua_createtable(L, 0, 3);
+  lua_pushinteger(L, i);
+  lua_setfield(L, -2, "index");
+  push_num(L, dt, g, gi);
+  lua_setfield(L, -2, "got");
+  push_num(L, dt, w, wi);
+  lua_setfield(L, -2, "want");
+}
+
+static void push_result(lua_State *L, km_dtype dt, const km_cmp_result *r, const km_tol *t,
+                        fetch_fn fetch, void *ctx) {
+  lua_createtable(L, 0, 12);
+  lua_pushboolean(L, r->ok);
+  lua_setfield(L, -2, "ok");
+  lua_pushinteger(L, (lua_Integer)r->n);
+  lua_setfield(L, -2, "n");
+  lua_pushinteger(L, (lua_Integer)r->mismatches);
+  lua_setfield(L, -2, "mismatches");
+  lua_pushinteger(L, (lua_Integer)r->nan_got);
+  lua_setfield(L, -2, "nan");
+  lua_pushinteger(L, (lua_Integer)r->inf_got);
+  lua_setfield(L, -2, "inf");
+  lua_pushnumber(L, r->max_abs);
+  lua_setfield(L, -2, "max_abs");
+  lua_pushnumber(L, r->max_rel);
+  lua_setfield(L, -2, "max_rel");
+  lua_pushnumber(L, t->atol);
+  lua_setfield(L, -2, "atol");
+  lua_pushnumber(L, t->rtol);
+  lua_setfield(L, -2, "rtol");
+  lua_pushstring(L, km_dtype_name(dt));
+  lua_setfield(L, -2, "dtype");
+  if (r->first >= 0) {
+    push_example(L, dt, fetch, ctx, r->first);
+    lua_setfield(L, -2, "first");
+  }
+  lua_createtable(L, r->n_examples, 0);
+  for (int i = 0; i < r->n_examples; i++) {
+    push_example(L, dt, fetch, ctx, r->examples[i]);
+    lua_rawseti(L, -2, i + 1);
+  }
+  lua_setfield(L, -2, "examples");
+}
+
+/* ---- host data ---- */
+
+typedef struct { km_dtype dt; const void *a, *b; } host_ctx;
+
+static void host_fetch(void *c, int which, int64_t i, double *d, int64_t *iv) {
+  host_ctx *h = c;
+  const void *base = which ? h->b : h->a;
+  *d = km_dtype_get(h->dt, base, (size_t)i);
+  if (h->dt == KM_I64) memcpy(iv, (const char *)base + i * 8, 8);
+}
+
+/* A Lua table of numbers as a host array of dtype dt (a string on the stack). */
+static const void *table_bytes(lua_State *L, int idx, km_dtype dt, uint64_t *n) {
+  *n = lua_rawlen(L, idx);
+  size_t es = km_dtype_size(dt);
+  luaL_Buffer b;
+  char *p = luaL_buffinitsize(L, &b, *n * es + 1);
+  for (uint64_t i = 0; i < *n; i++) {
+    lua_rawgeti(L, idx, (lua_Integer)i + 1);
+    if (dt == KM_I64 && lua_isinteger(L, -1)) {
+      int64_t v = lua_tointeger(L, -1);
+      memcpy(p + i * 8, &v, 8);
+    } else {
+      int ok;
+      double v = lua_tonumberx(L, -1, &ok);
+      if (!ok) luaL_error(L, "allclose: element %I is %s, not a number", (lua_Integer)i + 1, luaL_typename(L, -1));
+      km_dtype_set(dt, p, i, v);
+    }
+    lua_pop(L, 1);
+  }
+  luaL_pushresultsize(&b, *n * es);
+  return lua_tostring(L, -1);
+}
+
+static int allclose_host(lua_State *L, const km_tol *tol) {
+  const char *dname = km_optfield_str(L, 3, "dtype", "f64");
+  int d = km_dtype_parse(dname);
+  if (d < 0) return luaL_error(L, "allclose: unknown dtype '%s'", dname);
+  km_dtype dt = (km_dtype)d;
+  uint64_t na, nb;
+  const void *a, *b;
+  if (lua_type(L, 1) == LUA_TSTRING && lua_type(L, 2) == LUA_TSTRING) {
+    size_t la, lb;
+    a = lua_tolstring(L, 1, &la);
+    b = lua_tolstring(L, 2, &lb);
+    size_t es = km_dtype_size(dt);
+    if (la % es || lb % es) return luaL_error(L, "allclose: byte strings are not a whole number of %s elements", dname);
+    na = la / es;
+    nb = lb / es;
+  } else {
+    luaL_checktype(L, 1, LUA_TTABLE);
+    luaL_checktype(L, 2, LUA_TTABLE);
+    a = table_bytes(L, 1, dt, &na);
+    b = table_bytes(L, 2, dt, &nb);
+  }
+  if (na != nb) return luaL_error(L, "allclose: sizes differ (%I vs %I elements)", (lua_Integer)na, (lua_Integer)nb);
+  km_cmp_result r;
+  km_compare_host(dt, a, b, na, tol, &r);
+  host_ctx ctx = {dt, a, b};
+  push_result(L, dt, &r, tol, host_fetch, &ctx);
+  return 1;
+}
+
+/* ---- device buffers ---- */
+
+typedef struct { km_dtype dt; CUdeviceptr a, b; } dev_ctx;
+
+static void dev_fetch(void *c, int which, int64_t i, double *d, int64_t *iv) {
+  dev_ctx *h = c;
+  size_t es = km_dtype_size(h->dt);
+  unsigned char tmp[8] = {0};
+  if (km_cu->cuMemcpyDtoH(tmp, (which ? h->b : h->a) + (CUdeviceptr)i * es, es) != CUDA_SUCCESS) {
+    *d = NAN;
+    *iv = 0;
+    return;
+  }
+  *d = km_dtype_get(h->dt, tmp, 0);
+  memcpy(iv, tmp, 8);
+}
+
+static int allclose_dev(lua_State *L, const km_tol *tol) {
+  const km_cuda_api *cu = km_cuda_check(L);
+  /* dtype and size via the buffers' own methods keeps km_buffer's struct private */
+  size_t ba, bb;
+  CUdeviceptr pa = km_buffer_ptr(L, 1, &ba), pb = km_buffer_ptr(L, 2, &bb);
+  lua_getfield(L, 1, "dtype");
+  lua_pushvalue(L, 1);
+  lua_call(L, 1, 1);
+  lua_getfield(L, 2, "dtype");
+  lua_pushvalue(L, 2);
+  lua_call(L, 1, 1);
+  if (strcmp(lua_tostring(L, -1), lua_tostring(L, -2)))
+    return luaL_error(L, "allclose: dtypes differ (%s vs %s)", lua_tostring(L, -2), lua_tostring(L, -1));
+  km_dtype dt = (km_dtype)km_dtype_parse(lua_tostring(L, -1));
+  lua_pop(L, 2);
+  if (ba != bb) return luaL_error(L, "allclose: sizes differ (%I vs %I bytes)", (lua_Integer)ba, (lua_Integer)bb);
+  uint64_t n = ba / km_dtype_size(dt);
+  km_cmp_dev out;
+  memset(&out, 0, sizeof out);
+  out.first = ~0ull;
+  CUfunction fn = km_cuda_util(L, "km_compare");
+  CUdeviceptr dres;
+  CUresult r = cu->cuMemAlloc(&dres, sizeof out);
+  if (r != CUDA_SUCCESS) return km_cuda_raise(L, r, "allclose scratch");
+  CUstream s = km_cuda_stream();
+  int dti = (int)dt, eqnan = tol->equal_nan;
+  double atol = tol->atol, rtol = tol->rtol;
+  void *args[] = {&pa, &pb, &dti, &n, &atol, &rtol, &eqnan, &dres};
+  r = cu->cuMemcpyHtoD(dres, &out, sizeof out);
+  if (r == CUDA_SUCCESS && n) r = km_cuda_util_launch(fn, n, s, args);
+  if (r == CUDA_SUCCESS) r = cu->cuStreamSynchronize(s);
+  if (r == CUDA_SUCCESS) r = cu->cuMemcpyDtoH(&out, dres, sizeof out);
+  cu->cuMemFree(dres);
+  if (r != CUDA_SUCCESS) return km_cuda_fail(L, r, "allclose");
+  km_cmp_result res;
+  memset(&res, 0, sizeof res);
+  res.n = n;
+  res.mismatches = out.mismatches;
+  res.nan_got = out.nan_got;
+  res.inf_got = out.inf_got;
+  memcpy(&res.max_abs, &out.max_abs_bits, 8);
+  memcpy(&res.max_rel, &out.max_rel_bits, 8);
+  res.first = out.mismatches ? (int64_t)out.first : -1;
+  res.n_examples = (int)(out.n_examples < 32 ? out.n_examples : 32);
+  for (int i = 0; i < res.n_examples; i++) res.examples[i] = (int64_t)out.examples[i];
+  qsort(res.examples, (size_t)res.n_examples, sizeof(int64_t), cmp_int64);
+  res.ok = res.mismatches == 0;
+  dev_ctx ctx = {dt, pa, pb};
+  push_result(L, dt, &res, tol, dev_fetch, &ctx);
+  return 1;
+}
+
+static int l_allclose(lua_State *L) {
+  km_tol tol;
+  read_tol(L, 3, &tol);
+  if (luaL_testudata(L, 1, "km.Buffer") || luaL_testudata(L, 2, "km.Buffer")) {
+    if (!luaL_testudata(L, 1, "km.Buffer") || !luaL_testudata(L, 2, "km.Buffer"))
+      return luaL_error(L, "allclose: compare a buffer with a buffer (copy host data into one first)");
+    return allclose_dev(L, &tol);
+  }
+  return allclose_host(L, &tol);
+}
+
+int luaopen_km_compare(lua_State *L) {
+  static const luaL_Reg fns[] = {{"allclose", l_allclose}, {NULL, NULL}};
+  luaL_newlib(L, fns);
+  return 1;
+}

@@ -1,0 +1,47 @@
+/* km_compare_core.c — the host side of km.compare (see km_compare_core.h). */
+#include <math.h>
+#include <string.h>
+#include "km.h"
+#include "km_compare_core.h"
+
+int km_compare_pair(double a, double b, const km_tol *tol) {
+  if (a == b) return 1; /* exact, including the same Inf */
+  if (isnan(a) || isnan(b)) return tol->equal_nan && isnan(a) && isnan(b);
+  if (isinf(a) || isinf(b)) return 0;
+  return fabs(a - b) <= tol->atol + tol->rtol * fabs(b);
+}
+
+int km_compare_host(km_dtype dt, const void *got, const void *want, uint64_t n,
+                    const km_tol *tol, km_cmp_result *out) {
+  if ((unsigned)dt >= KM_NDTYPES || !out || !tol || (n && (!got || !want))) return KM_EINVAL;
+  memset(out, 0, sizeof *out);
+  out->n = n;
+  out->first = -1;
+  for (uint64_t i = 0; i < n; i++) {
+    double a = km_dtype_get(dt, got, i), b = km_dtype_get(dt, want, i);
+    int ok;
+    if (dt == KM_I64) { /* exact in 64 bits, not through double */
+      int64_t x, y;
+      memcpy(&x, (const char *)got + i * 8, 8);
+      memcpy(&y, (const char *)want + i * 8, 8);
+      ok = x == y || km_compare_pair(a, b, tol);
+    } else ok = km_compare_pair(a, b, tol);
+    if (isnan(a)) out->nan_got++;
+    else if (isinf(a)) out->inf_got++;
+    if (isfinite(a) && isfinite(b)) {
+      double d = fabs(a - b);
+      if (d > out->max_abs) out->max_abs = d;
+      if (d > 0) {
+        double rel = b != 0 ? d / fabs(b) : INFINITY;
+        if (rel > out->max_rel) out->max_rel = rel;
+      }
+    }
+    if (!ok) {
+      if (out->first < 0) out->first = (int64_t)i;
+      if (out->n_examples < KM_CMP_EXAMPLES) out->examples[out->n_examples++] = (int64_t)i;
+      out->mismatches++;
+    }
+  }
+  out->ok = out->mismatches == 0;
+  return KM_OK;
+}

@@ -1,0 +1,303 @@
+/* km_timing.c — `require "km.timing"`: time GPU work with CUDA events.
+ *
+ *   timing.time(fn_or_graph, { mode = "cold"|"warm"|"graph", warmup = 3, warmup_ms = 5,
+ *                              min_samples = 10, max_samples = 300, target = 0.005,
+ *                              max_ms = 2000, rep = 1, flush_bytes = 2*L2, samples = false })
+ *     -> { median, mean, min, max, p25, p75, n, rel_noise, mode, rep, sm_clock_mhz,
+ *          total_ms, samples? }  (times in ms per call of fn)
+ *        | nil, msg, code when fn (or CUDA) reports a failure
+ *   timing.floor()     -> the empty-kernel launch floor (warm mode), measured once
+ *   timing.sm_clock()  -> SM clock in MHz while a kernel runs (clock64 vs %globaltimer)
+ *
+ * fn enqueues work on km.cuda's current stream and returns nothing (or nil, msg, code on
+ * failure). Cold mode writes a scratch buffer twice the L2 size before every sample so no
+ * sample finds its data in cache; warm mode runs back to back; graph mode captures fn once
+ * into a CUDA graph and times its replays (for tiny kernels, where launch cost dominates).
+ * Sampling stops when the median's relative standard error falls below `target`, or at
+ * max_samples, or after max_ms. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <lua.h>
+#include <lauxlib.h>
+
+#include "km.h"
+#include "km_cuda.h"
+
+#define BATCH 16
+
+static CUdeviceptr flush_buf;
+static size_t flush_bytes_alloc;
+static unsigned flush_counter;
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* Linear-interpolated quantile of a sorted array. */
+static double quantile(const double *s, int n, double q) {
+  if (n <= 0) return NAN;
+  double pos = q * (n - 1);
+  int i = (int)pos;
+  double f = pos - i;
+  return i + 1 < n ? s[i] * (1 - f) + s[i + 1] * f : s[i];
+}
+
+/* Relative standard error of the median: 1.2533 * sigma / sqrt(n) / median, with sigma
+ * estimated robustly from the interquartile range. */
+static double rel_noise(double *sorted, int n) {
+  if (n < 3) return INFINITY;
+  double med = quantile(sorted, n, 0.5);
+  double sigma = (quantile(sorted, n, 0.75) - quantile(sorted, n, 0.25)) / 1.349;
+  return med > 0 ? 1.2533 * sigma / sqrt((double)n) / med : INFINITY;
+}
+
+static CUresult ensure_flush(lua_State *L, size_t bytes) {
+  if (flush_buf && flush_bytes_alloc >= bytes) return CUDA_SUCCESS;
+  if (flush_buf) km_cu->cuMemFree(flush_buf), flush_buf = 0;
+  CUresult r = km_cu->cuMemAlloc(&flush_buf, bytes);
+  if (r == CUDA_SUCCESS) flush_bytes_alloc = bytes;
+  else flush_buf = 0;
+  (void)L;
+  return r;
+}
+
+static CUresult flush_l2(lua_State *L, CUstream s, size_t bytes) {
+  CUfunction fn = km_cuda_util(L, "km_flush");
+  uint64_t n = bytes / 16;
+  unsigned v = ++flush_counter;
+  void *args[] = {&flush_buf, &n, &v};
+  return km_cuda_util_launch(fn, n, s, args);
+}
+
+/* Calls the timed thing once. Returns 0, or 3 with nil, msg, code pushed. */
+static int call_once(lua_State *L, int fidx, int is_graph) {
+  lua_pushvalue(L, fidx);
+  if (is_graph) {
+    lua_getfield(L, -1, "launch");
+    lua_insert(L, -2);
+    lua_call(L, 1, 3);
+  } else {
+    lua_call(L, 0, 3);
+  }
+  /* fn returning nil, msg (a failure) vs nothing / true */
+  if (lua_isnil(L, -3) && !lua_isnil(L, -2)) return 3;
+  lua_pop(L, 3);
+  return 0;
+}
+
+static double sm_clock(lua_State *L) {
+  CUfunction fn = km_cuda_util(L, "km_clock_probe");
+  CUdeviceptr out;
+  if (km_cu->cuMemAlloc(&out, 16) != CUDA_SUCCESS) return NAN;
+  long long cycles = 400000; /* ~0.2 ms at 2 GHz: %globaltimer ticks are coarse */
+  void *args[] = {&cycles, &out};
+  unsigned long long v[2] = {0, 0};
+  CUresult r = km_cu->cuLaunchKernel(fn, 1, 1, 1, 32, 1, 1, 0, km_cuda_stream(), args, NULL);
+  if (r == CUDA_SUCCESS) r = km_cu->cuStreamSynchronize(km_cuda_stream());
+  if (r == CUDA_SUCCESS) r = km_cu->cuMemcpyDtoH(v, out, 16);
+  km_cu->cuMemFree(out);
+  if (r != CUDA_SUCCESS || v[1] == 0) return NAN;
+  return (double)v[0] / (double)v[1] * 1000.0;
+}
+
+static int l_sm_clock(lua_State *L) {
+  km_cuda_check(L);
+  lua_pushnumber(L, sm_clock(L));
+  return 1;
+}
+
+typedef struct {
+  CUevent ev[2 * BATCH];
+  int made;
+} evset;
+
+static void evset_free(evset *e) {
+  for (int i = 0; i < e->made; i++) km_cu->cuEventDestroy(e->ev[i]);
+  e->made = 0;
+}
+
+/* The sample array lives in a userdata so an error inside fn leaks nothing. */
+static int l_time(lua_State *L) {
+  const km_cuda_api *cu = km_cuda_check(L);
+  int is_graph = luaL_testudata(L, 1, "km.Graph") != NULL;
+  if (!is_graph) luaL_checktype(L, 1, LUA_TFUNCTION);
+  if (!lua_isnoneornil(L, 2)) luaL_checktype(L, 2, LUA_TTABLE);
+  const char *mode = km_optfield_str(L, 2, "mode", "cold");
+  int cold = !strcmp(mode, "cold"), graph_mode = !strcmp(mode, "graph");
+  if (!cold && !graph_mode && strcmp(mode, "warm"))
+    return luaL_error(L, "timing: unknown mode '%s' (cold, warm, graph)", mode);
+  int warmup = (int)km_optfield_int(L, 2, "warmup", 3);
+  double warmup_ms = km_optfield_num(L, 2, "warmup_ms", 5);
+  int min_n = (int)km_optfield_int(L, 2, "min_samples", 10);
+  int max_n = (int)km_optfield_int(L, 2, "max_samples", 300);
+  double target = km_optfield_num(L, 2, "target", 0.005);
+  double max_ms = km_optfield_num(L, 2, "max_ms", 2000);
+  int rep = (int)km_optfield_int(L, 2, "rep", 1);
+  int keep = km_optfield_bool(L, 2, "samples", 0);
+  if (min_n < 1 || max_n < min_n || rep < 1 || warmup < 0)
+    return luaL_error(L, "timing: need 1 <= min_samples <= max_samples, rep >= 1, warmup >= 0");
+  int sm = 0, l2 = 0;
+  cu->cuDeviceGetAttribute(&l2, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, km_cuda_device());
+  cu->cuDeviceGetAttribute(&sm, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, km_cuda_device());
+  size_t fbytes = (size_t)km_optfield_int(L, 2, "flush_bytes", (lua_Integer)2 * (l2 > 0 ? l2 : (1 << 24)));
+  fbytes = (fbytes + 15) & ~(size_t)15;
+  lua_settop(L, 2);
+
+  /* graph mode: capture fn (rep calls) once, then time replays */
+  if (graph_mode && !is_graph) {
+    lua_getfield(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
+    lua_getfield(L, -1, "km.cuda");
+    if (lua_isnil(L, -1)) return luaL_error(L, "timing: graph mode needs km.cuda loaded");
+    lua_getfield(L, -1, "capture");
+    lua_pushvalue(L, 1);
+    lua_pushinteger(L, rep);
+    /* capture(function() for i = 1, rep do fn() end end) */
+    luaL_loadstring(L, "local fn, rep = ...; return function() for _ = 1, rep do "
+                       "local ok, msg = fn(); if ok == nil and msg then error(msg, 0) end end end");
+    lua_insert(L, -3);
+    lua_call(L, 2, 1);
+    lua_call(L, 1, 3);
+    if (lua_isnil(L, -3)) return 3;
+    lua_pop(L, 2);
+    lua_replace(L, 1); /* the graph is now the timed thing */
+    lua_settop(L, 2);
+    is_graph = 1;
+  }
+  int per_sample_calls = is_graph && graph_mode ? 1 : rep;
+
+  CUstream s = km_cuda_stream();
+  CUresult r;
+  if (cold && (r = ensure_flush(L, fbytes)) != CUDA_SUCCESS) return km_cuda_fail(L, r, "allocating the L2 flush buffer");
+
+  /* warmup: at least `warmup` calls and `warmup_ms` of wall time */
+  double t0 = now_ms();
+  for (int i = 0; i < warmup || (now_ms() - t0 < warmup_ms && i < 100000); i++) {
+    if (call_once(L, 1, is_graph)) return 3;
+    if ((i & 7) == 7 || i + 1 >= warmup) {
+      if ((r = cu->cuStreamSynchronize(s)) != CUDA_SUCCESS) return km_cuda_fail(L, r, "warmup");
+    }
+  }
+  if ((r = cu->cuStreamSynchronize(s)) != CUDA_SUCCESS) return km_cuda_fail(L, r, "warmup");
+
+  double *samples = lua_newuserdatauv(L, sizeof(double) * (size_t)max_n * 2, 0); /* [.., samples] */
+  double *sorted = samples + max_n;
+  evset ev = {.made = 0};
+  for (int i = 0; i < 2 * BATCH; i++) {
+    if ((r = cu->cuEventCreate(&ev.ev[i], CU_EVENT_DEFAULT)) != CUDA_SUCCESS) {
+      evset_free(&ev);
+      return km_cuda_fail(L, r, "creating events");
+    }
+    ev.made++;
+  }
+  int n = 0;
+  double noise = INFINITY;
+  double start = now_ms();
+  while (n < max_n) {
+    int b = max_n - n < BATCH ? max_n - n : BATCH;
+    for (int i = 0; i < b; i++) {
+      if (cold && (r = flush_l2(L, s, fbytes)) != CUDA_SUCCESS) goto cuda_fail;
+      if ((r = cu->cuEventRecord(ev.ev[2 * i], s)) != CUDA_SUCCESS) goto cuda_fail;
+      for (int k = 0; k < per_sample_calls; k++) {
+        int bad = call_once(L, 1, is_graph);
+        if (bad) {
+          evset_free(&ev);
+          return 3;
+        }
+      }
+      if ((r = cu->cuEventRecord(ev.ev[2 * i + 1], s)) != CUDA_SUCCESS) goto cuda_fail;
+    }
+    if ((r = cu->cuEventSynchronize(ev.ev[2 * b - 1])) != CUDA_SUCCESS) goto cuda_fail;
+    for (int i = 0; i < b; i++) {
+      float ms = 0;
+      if ((r = cu->cuEventElapsedTime(&ms, ev.ev[2 * i], ev.ev[2 * i + 1])) != CUDA_SUCCESS) goto cuda_fail;
+      samples[n++] = (double)ms / per_sample_calls;
+    }
+    memcpy(sorted, samples, sizeof(double) * (size_t)n);
+    qsort(sorted, (size_t)n, sizeof(double), cmp_double);
+    noise = rel_noise(sorted, n);
+    if (n >= min_n && noise <= target) break;
+    if (now_ms() - start > max_ms && n >= (min_n < 3 ? min_n : 3)) break;
+  }
+  evset_free(&ev);
+  double total = now_ms() - start;
+
+  double sum = 0;
+  for (int i = 0; i < n; i++) sum += samples[i];
+  lua_createtable(L, 0, 14);
+  lua_pushnumber(L, quantile(sorted, n, 0.5)); lua_setfield(L, -2, "median");
+  lua_pushnumber(L, sum / n); lua_setfield(L, -2, "mean");
+  lua_pushnumber(L, sorted[0]); lua_setfield(L, -2, "min");
+  lua_pushnumber(L, sorted[n - 1]); lua_setfield(L, -2, "max");
+  lua_pushnumber(L, quantile(sorted, n, 0.25)); lua_setfield(L, -2, "p25");
+  lua_pushnumber(L, quantile(sorted, n, 0.75)); lua_setfield(L, -2, "p75");
+  lua_pushinteger(L, n); lua_setfield(L, -2, "n");
+  lua_pushnumber(L, noise); lua_setfield(L, -2, "rel_noise");
+  lua_pushstring(L, mode); lua_setfield(L, -2, "mode");
+  lua_pushinteger(L, rep); lua_setfield(L, -2, "rep");
+  lua_pushnumber(L, total); lua_setfield(L, -2, "total_ms");
+  lua_pushnumber(L, sm_clock(L)); lua_setfield(L, -2, "sm_clock_mhz");
+  if (cold) { lua_pushinteger(L, (lua_Integer)fbytes); lua_setfield(L, -2, "flush_bytes"); }
+  if (keep) {
+    lua_createtable(L, n, 0);
+    for (int i = 0; i < n; i++) {
+      lua_pushnumber(L, samples[i]);
+      lua_rawseti(L, -2, i + 1);
+    }
+    lua_setfield(L, -2, "samples");
+  }
+  (void)sm;
+  return 1;
+cuda_fail:
+  evset_free(&ev);
+  return km_cuda_fail(L, r, "timing");
+}
+
+static int launch_empty(lua_State *L) {
+  CUfunction fn = (CUfunction)lua_touserdata(L, lua_upvalueindex(1));
+  CUresult r = km_cu->cuLaunchKernel(fn, 1, 1, 1, 32, 1, 1, 0, km_cuda_stream(), NULL, NULL);
+  if (r != CUDA_SUCCESS) return km_cuda_fail(L, r, "empty kernel");
+  return 0;
+}
+
+/* timing.floor() -> the empty kernel timed in warm mode; measured once per process */
+static int timing_floor(lua_State *L) {
+  km_cuda_check(L);
+  if (lua_getfield(L, lua_upvalueindex(1), "floor") == LUA_TTABLE) return 1;
+  lua_settop(L, 0);
+  lua_pushlightuserdata(L, (void *)km_cuda_util(L, "km_empty"));
+  lua_pushcclosure(L, launch_empty, 1);
+  lua_createtable(L, 0, 3);
+  lua_pushliteral(L, "warm");
+  lua_setfield(L, -2, "mode");
+  lua_pushinteger(L, 50);
+  lua_setfield(L, -2, "min_samples");
+  lua_pushinteger(L, 200);
+  lua_setfield(L, -2, "max_samples");
+  lua_pushcfunction(L, l_time);
+  lua_insert(L, 1);
+  lua_call(L, 2, 3);
+  if (lua_isnil(L, -3)) return 3;
+  lua_pop(L, 2);
+  lua_pushvalue(L, -1);
+  lua_setfield(L, lua_upvalueindex(1), "floor");
+  return 1;
+}
+
+int luaopen_km_timing(lua_State *L) {
+  static const luaL_Reg fns[] = {{"time", l_time}, {"sm_clock", l_sm_clock}, {NULL, NULL}};
+  luaL_newlib(L, fns);
+  lua_newtable(L); /* cache */
+  lua_pushcclosure(L, timing_floor, 1);
+  lua_setfield(L, -2, "floor");
+  return 1;
+}
