@@ -24,7 +24,8 @@ int km_compare_host(km_dtype dt, const void *got, const void *want, uint64_t n,
       int64_t x, y;
       memcpy(&x, (const char *)got + i * 8, 8);
       memcpy(&y, (const char *)want + i * 8, 8);
-      ok = x == y || km_compare_pair(a, b, tol);
+      double d = x > y ? (double)((uint64_t)x - (uint64_t)y) : (double)((uint64_t)y - (uint64_t)x);
+      ok = x == y || (d > 0 && d <= tol->atol + tol->rtol * fabs(b));
     } else ok = km_compare_pair(a, b, tol);
     if (isnan(a)) out->nan_got++;
     else if (isinf(a)) out->inf_got++;

@@ -103,15 +103,14 @@ extern "C" __global__ void km_compare(const void *got, const void *want, int dty
     double a = load_as_double(got, dtype, i), b = load_as_double(want, dtype, i);
     bool ok;
     if (dtype == I64) {
-      ok = ((const long long *)got)[i] == ((const long long *)want)[i];
-      if (!ok) {
-        double d = fabs(a - b);
-        ok = d <= atol + rtol * fabs(b);
-      }
+      long long x = ((const long long *)got)[i], y = ((const long long *)want)[i];
+      double d = x > y ? (double)((unsigned long long)x - (unsigned long long)y)
+                       : (double)((unsigned long long)y - (unsigned long long)x);
+      ok = x == y || d <= atol + rtol * fabs(b);
     } else ok = (a == b);
     if (isnan(a)) nans++;
     else if (isinf(a)) infs++;
-    if (!ok) {
+    if (!ok && dtype != I64) {
       if (isnan(a) || isnan(b)) ok = equal_nan && isnan(a) && isnan(b);
       else if (isinf(a) || isinf(b)) ok = false;
       else ok = fabs(a - b) <= atol + rtol * fabs(b);

@@ -1,0 +1,164 @@
+-- GPU: buffers, random fill statistics, files, checksums, guard zones, device compare.
+local t = require "km.tap"
+local cuda = t.require_gpu()
+local nvrtc = require "km.nvrtc"
+local buffer = require "km.buffer"
+local compare = require "km.compare"
+
+local function kernel(src, name)
+  return assert(assert(cuda.load(assert(nvrtc.compile(src)))):get(name))
+end
+
+local function stats(b)
+  local v = b:to_table()
+  local s, s2 = 0, 0
+  for i = 1, #v do s = s + v[i]; s2 = s2 + v[i] * v[i] end
+  local mean = s / #v
+  return mean, math.sqrt(s2 / #v - mean * mean), v
+end
+
+t.test("every dtype allocates, fills and reads back", function()
+  for _, dt in ipairs { "f32", "f64", "f16", "bf16", "i8", "i32", "i64", "u8" } do
+    local b = buffer.new(dt, { 3, 5 })
+    t.eq(b:numel(), 15)
+    t.eq(#b, 15)
+    t.eq(b:dtype(), dt)
+    t.eq(b:shape()[2], 5)
+    b:fill(3)
+    local v = b:to_table()
+    t.eq(v[15], math.type(v[15]) == "integer" and 3 or 3.0, dt)
+    b:from_table({ 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15 })
+    t.eq(b:to_table()[14] + 0.0, 14.0, dt)
+    t.ok(tostring(b):find(dt .. "[3x5]", 1, true), tostring(b))
+  end
+  local big = buffer.new("i64", 2):from_table({ (1 << 62) + 1, -3 })
+  t.eq(big:to_table()[1], (1 << 62) + 1)
+end)
+
+t.test("uniform and normal fills have the right statistics and follow the seed", function()
+  local n = 1 << 20
+  local u = buffer.new("f32", n):random { dist = "uniform", lo = -1, hi = 1, seed = 7 }
+  local mean, sd, v = stats(u)
+  t.near(mean, 0, 0.005, "uniform mean")
+  t.near(sd, 1 / math.sqrt(3), 0.005, "uniform sd")
+  local lo, hi = math.huge, -math.huge
+  for i = 1, #v do lo = math.min(lo, v[i]); hi = math.max(hi, v[i]) end
+  t.ok(lo >= -1 and hi < 1 and lo < -0.999 and hi > 0.999, lo .. " " .. hi)
+  local g = buffer.new("f64", n):random { dist = "normal", mean = 3, std = 2, seed = 7 }
+  mean, sd = stats(g)
+  t.near(mean, 3, 0.01, "normal mean")
+  t.near(sd, 2, 0.01, "normal sd")
+  local again = buffer.new("f32", n):random { dist = "uniform", lo = -1, hi = 1, seed = 7 }
+  t.eq(again:checksum(), u:checksum(), "same seed, same data")
+  again:random { seed = 8 }
+  t.ok(again:checksum() ~= u:checksum(), "another seed, other data")
+  local ints = buffer.new("i32", 100000):random { dist = "int", lo = -3, hi = 3, seed = 1 }
+  local seen = {}
+  for _, x in ipairs(ints:to_table()) do seen[x] = (seen[x] or 0) + 1 end
+  for k = -3, 3 do t.ok((seen[k] or 0) > 13000, "value " .. k .. " seen " .. tostring(seen[k])) end
+  t.eq(seen[4], nil)
+  t.eq(seen[-4], nil)
+end)
+
+t.test("checksums see one changed element; copy and clone keep them", function()
+  local a = buffer.new("f32", 1000003):random { seed = 3 }
+  local c = a:clone()
+  t.eq(c:checksum(), a:checksum())
+  local tbl = c:to_table(1)
+  local bytes = c:to_string()
+  c:from_string(bytes:sub(1, 4 * 500000) .. string.pack("<f", 42) .. bytes:sub(4 * 500001 + 1))
+  t.ok(c:checksum() ~= a:checksum())
+  c:copy(a)
+  t.eq(c:checksum(), a:checksum())
+  t.eq(tbl[1], a:to_table(1)[1])
+end)
+
+t.test(".npy and raw files round-trip", function()
+  local dir = os.tmpname(); os.remove(dir); os.execute("mkdir -p " .. dir)
+  local a = buffer.new("f32", { 4, 6 }):random { seed = 11 }
+  assert(a:save(dir .. "/a.npy"))
+  local b = assert(buffer.load(dir .. "/a.npy"))
+  t.eq(b:dtype(), "f32")
+  t.eq(b:shape()[1], 4)
+  t.eq(b:shape()[2], 6)
+  t.eq(b:checksum(), a:checksum())
+  local f = assert(io.open(dir .. "/a.npy", "rb")); local head = f:read(128); f:close()
+  t.ok(head:find("'descr': '<f4'", 1, true) and head:find("'shape': (4, 6)", 1, true), head)
+  assert(a:save(dir .. "/a.bin"))
+  local r = assert(buffer.load(dir .. "/a.bin", "f32", { 24 }))
+  t.eq(r:checksum(), a:checksum())
+  local bad, msg = buffer.load(dir .. "/a.bin", "f32", { 25 })
+  t.eq(bad, nil)
+  t.ok(msg:find("data bytes", 1, true), msg)
+  os.execute("rm -rf " .. dir)
+end)
+
+t.test("guard zones catch writes past either end", function()
+  local w = kernel([[extern "C" __global__ void w(float *p, long long i) { p[i] = 1.0f; }]], "w")
+  local b = buffer.new("f32", 1000)
+  assert(w:launch({ grid = 1, block = 1 }, b, 999))
+  t.eq(b:check_guards(), true)
+  assert(w:launch({ grid = 1, block = 1 }, b, 1000))
+  local ok, why = b:check_guards()
+  t.eq(ok, false)
+  t.ok(why:find("back guard", 1, true) and why:find("element 1000", 1, true), why)
+  local c = buffer.new("f32", 1000)
+  assert(w:launch({ grid = 1, block = 1 }, c, -1))
+  ok, why = c:check_guards()
+  t.eq(ok, false)
+  t.ok(why:find("front guard", 1, true), why)
+end)
+
+t.test("poison makes unwritten outputs fail a compare", function()
+  local want = buffer.new("f32", 100):fill(1)
+  local got = buffer.new("f32", 100):poison()
+  local r = compare.allclose(got, want, { atol = 1e30, rtol = 1e30 })
+  t.eq(r.ok, false)
+  t.eq(r.mismatches, 100)
+  t.eq(r.nan, 100)
+  local gi = buffer.new("i32", 10):poison()
+  t.eq(compare.allclose(gi, buffer.new("i32", 10):zero(), { atol = 0, rtol = 0 }).ok, false)
+end)
+
+t.test("device compare: torch semantics, first mismatch, 1e8 elements in milliseconds", function()
+  local n = 100000000
+  local a = buffer.new("f32", n):random { seed = 1 }
+  local b = a:clone()
+  local timing = require "km.timing"
+  local r = compare.allclose(a, b, { atol = 0, rtol = 0 })
+  t.eq(r.ok, true)
+  t.eq(r.n, n)
+  local tm = timing.time(function() compare.allclose(a, b, { atol = 0, rtol = 0 }) end, { mode = "warm", min_samples = 5, max_samples = 5 })
+  t.diag(string.format("allclose over 1e8 f32: %.2f ms (median, including result readback)", tm.median))
+  t.ok(tm.median < 50, tm.median)
+  local w = kernel([[extern "C" __global__ void set(float *p, long long i, float v) { p[i] = v; }]], "set")
+  assert(w:launch({ grid = 1, block = 1 }, b, 77777777, 5.0))
+  assert(w:launch({ grid = 1, block = 1 }, b, 12345, 0 / 0))
+  r = compare.allclose(b, a, { atol = 1e-3, rtol = 1e-3 })
+  t.eq(r.ok, false)
+  t.eq(r.mismatches, 2)
+  t.eq(r.nan, 1)
+  t.eq(r.first.index, 12345)
+  t.ok(r.first.got ~= r.first.got, "got is NaN")
+  t.eq(r.examples[2].index, 77777777)
+  t.eq(r.examples[2].got, 5.0)
+  t.ok(r.max_abs > 4, r.max_abs)
+  -- the same rule as the host path, dtype by dtype
+  for _, dt in ipairs { "f16", "bf16", "f64", "i32" } do
+    local x = buffer.new(dt, 5):from_table({ 1, 2, 3, 4, 5 })
+    local y = buffer.new(dt, 5):from_table({ 1, 2, 3.5, 4, 5 })
+    local d = compare.allclose(x, y, { atol = 0.1, rtol = 0 })
+    local h = compare.allclose(x:to_table(), y:to_table(), { atol = 0.1, rtol = 0, dtype = dt })
+    t.eq(d.mismatches, 1, dt)
+    t.eq(h.mismatches, 1, dt)
+    t.eq(d.first.index, 2, dt)
+  end
+  local i1 = buffer.new("f32", 2):from_table({ 1 / 0, 0 / 0 })
+  local i2 = buffer.new("f32", 2):from_table({ 1 / 0, 0 / 0 })
+  t.eq(compare.allclose(i1, i2, { atol = 0, rtol = 0 }).mismatches, 1, "NaN never passes")
+  t.eq(compare.allclose(i1, i2, { atol = 0, rtol = 0, equal_nan = true }).ok, true)
+  t.raises(function() compare.allclose(buffer.new("f32", 2), buffer.new("f32", 3)) end, "sizes differ")
+  t.raises(function() compare.allclose(buffer.new("f32", 2), buffer.new("f64", 2)) end, "dtypes differ")
+end)
+
+t.done()
