@@ -1,0 +1,196 @@
+-- bench/core.lua — the C core's measures, side by side in one run on one GPU:
+--   1. NVRTC compile time for a ~50-line kernel, cold (no cache) and cached;
+--   2. per-launch cost from Lua against a raw C loop of cuLaunchKernel (bench/raw_bench.c);
+--   3. km.timing against an independent C event timer on the same cubin;
+--   4. run-to-run spread of km.timing's median.
+-- Usage: kmrun bench/core.lua [OUT.md]   (needs build/raw_bench: `make bench` builds it)
+local nvrtc, cuda = require "km.nvrtc", require "km.cuda"
+local buffer, timing = require "km.buffer", require "km.timing"
+
+local ok, why = cuda.available()
+if not ok then io.stderr:write("bench: no GPU: ", why, "\n") return 2 end
+
+local out_path = arg[1]
+local RAW = (arg[0]:match("^(.*)/bench/") or ".") .. "/build/raw_bench"
+local dev = cuda.device()
+local lines = {}
+local function say(fmt, ...)
+  local s = string.format(fmt, ...)
+  print(s)
+  lines[#lines + 1] = s
+end
+local function wall()
+  local p = io.popen("date +%s.%N"); local v = tonumber(p:read("l")); p:close(); return v
+end
+local function median(t)
+  local s = {}
+  for i, v in ipairs(t) do s[i] = v end
+  table.sort(s)
+  local n = #s
+  return n % 2 == 1 and s[(n + 1) // 2] or (s[n // 2] + s[n // 2 + 1]) / 2
+end
+local function sh(cmd)
+  local p = io.popen(cmd)
+  local o = p:read("a")
+  local okc = p:close()
+  assert(okc, "failed: " .. cmd .. "\n" .. o)
+  return o
+end
+
+-- A ~50-line kernel: a tiled matrix transpose-and-scale with a grid-stride epilogue.
+local SRC50 = [[
+#define TILE 32
+#define ROWS 8
+extern "C" __global__ void transpose_scale(float *out, const float *in, int rows, int cols,
+                                           float alpha, float beta) {
+  __shared__ float tile[TILE][TILE + 1];
+  int x = blockIdx.x * TILE + threadIdx.x;
+  int y = blockIdx.y * TILE + threadIdx.y;
+  for (int j = 0; j < TILE; j += ROWS) {
+    if (x < cols && y + j < rows) {
+      tile[threadIdx.y + j][threadIdx.x] = in[(size_t)(y + j) * cols + x];
+    }
+  }
+  __syncthreads();
+  x = blockIdx.y * TILE + threadIdx.x;
+  y = blockIdx.x * TILE + threadIdx.y;
+  for (int j = 0; j < TILE; j += ROWS) {
+    if (x < rows && y + j < cols) {
+      float v = tile[threadIdx.x][threadIdx.y + j];
+      out[(size_t)(y + j) * rows + x] = alpha * v + beta;
+    }
+  }
+}
+__device__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+  return v;
+}
+extern "C" __global__ void row_sum(float *out, const float *in, int rows, int cols) {
+  int row = blockIdx.x;
+  if (row >= rows) return;
+  float acc = 0.0f;
+  for (int c = threadIdx.x; c < cols; c += blockDim.x) acc += in[(size_t)row * cols + c];
+  acc = warp_sum(acc);
+  __shared__ float partial[32];
+  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = acc;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float v = threadIdx.x < (blockDim.x + 31) / 32 ? partial[threadIdx.x] : 0.0f;
+    v = warp_sum(v);
+    if (threadIdx.x == 0) out[row] = v;
+  }
+}
+extern "C" __global__ void tiny(float *p, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) p[i] += 1.0f;
+}
+extern "C" __global__ void axpy(float *y, const float *x, float a, long long n) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+       i += (long long)gridDim.x * blockDim.x)
+    y[i] = a * x[i] + y[i];
+}
+]]
+
+say("# kmrun core benchmark")
+say("")
+say("GPU: %s (%s, %d SMs, L2 %d MiB), driver %s, NVRTC %s, date %s",
+  dev.name, dev.arch, dev.sm_count, dev.l2_size >> 20, dev.driver_version, nvrtc.version(), os.date("!%Y-%m-%d %H:%M UTC"))
+say("")
+
+-- 1. compile
+local cold = {}
+for i = 1, 5 do
+  local t0 = wall()
+  local prog = assert(nvrtc.compile(SRC50 .. "\n// " .. i, { cache = false }))
+  cold[i] = wall() - t0
+  assert(not prog.cached)
+end
+local prog = assert(nvrtc.compile(SRC50))
+local hits = {}
+for i = 1, 50 do
+  local t0 = wall()
+  local p = assert(nvrtc.compile(SRC50))
+  hits[i] = wall() - t0
+  assert(p.cached)
+end
+-- `date` costs a process per reading: time 200 hits in one window for the per-hit figure
+local t0 = wall()
+for _ = 1, 200 do assert(nvrtc.compile(SRC50).cached) end
+local hit_ms = (wall() - t0) / 200 * 1e3
+
+say("## 1. NVRTC compile, ~50-line kernel (%d lines)", select(2, SRC50:gsub("\n", "")))
+say("")
+say("| | time |")
+say("| --- | --- |")
+say("| cold compile (cache off), median of 5 | %.1f ms |", median(cold) * 1e3)
+say("| cache hit, mean of 200 | %.3f ms |", hit_ms)
+say("")
+
+-- 2. launch overhead
+local mod = assert(cuda.load(prog))
+local tiny, axpy = assert(mod:get("tiny")), assert(mod:get("axpy"))
+local cubin_path = os.tmpname()
+local f = assert(io.open(cubin_path, "wb")); f:write(prog.cubin); f:close()
+local p = buffer.new("f32", 1024):zero()
+local N = 200000
+local cfg = { grid = 4, block = 256 }
+for _ = 1, 1000 do tiny:launch(cfg, p, 1024) end
+assert(cuda.synchronize())
+local function lua_loop()
+  local s = wall()
+  for _ = 1, N do tiny:launch(cfg, p, 1024) end
+  assert(cuda.synchronize())
+  return (wall() - s) / N * 1e6
+end
+local function lua_call_loop()
+  local s = wall()
+  for _ = 1, N do tiny(cfg)(p, 1024) end
+  assert(cuda.synchronize())
+  return (wall() - s) / N * 1e6
+end
+local raw, lua, luac = {}, {}, {}
+for i = 1, 3 do
+  raw[i] = tonumber(sh(RAW .. " launch " .. cubin_path .. " " .. N))
+  lua[i] = lua_loop()
+  luac[i] = lua_call_loop()
+end
+say("## 2. Launch overhead (%d launches of a 4x256 kernel, 3 rounds, medians)", N)
+say("")
+say("| loop | us per launch | vs raw |")
+say("| --- | --- | --- |")
+say("| raw C cuLaunchKernel | %.3f | 1.00 |", median(raw))
+say("| Lua fn:launch(cfg, ...) | %.3f | %.2f |", median(lua), median(lua) / median(raw))
+say("| Lua fn(cfg)(...) | %.3f | %.2f |", median(luac), median(luac) / median(raw))
+say("")
+
+-- 3. timing agreement and 4. spread
+say("## 3-4. km.timing (cold) vs an independent C event timer, axpy (12 bytes/element)")
+say("")
+say("| n | independent (ms) | km.timing (ms) | ratio | km samples | spread of 5 medians |")
+say("| --- | --- | --- | --- | --- | --- |")
+for _, lg in ipairs { 22, 24, 26, 28 } do
+  local n = 1 << lg
+  local x = buffer.new("f32", n):fill(1)
+  local y = buffer.new("f32", n):zero()
+  local run = function() assert(axpy{ grid = dev.sm_count * 8, block = 256 }(y, x, 1.0, n)) end
+  local meds, last = {}, nil
+  for i = 1, 5 do
+    last = timing.time(run)
+    meds[i] = last.median
+  end
+  local indep = tonumber(sh(string.format("%s time %s %d 200", RAW, cubin_path, n)))
+  local lo, hi = math.min(table.unpack(meds)), math.max(table.unpack(meds))
+  local m = median(meds)
+  say("| 2^%d | %.4f | %.4f | %.3f | %d | %.2f%% |", lg, indep, m, m / indep, last.n, (hi - lo) / m * 100)
+  x:free(); y:free()
+end
+say("")
+local fl = timing.floor()
+say("Empty-kernel floor (warm mode): %.2f us; SM clock while running: %.0f MHz.", fl.median * 1e3, timing.sm_clock())
+os.remove(cubin_path)
+
+if out_path then
+  local o = assert(io.open(out_path, "w"))
+  o:write(table.concat(lines, "\n"), "\n")
+  o:close()
+end
