@@ -1,0 +1,408 @@
+/* km_nvrtc.c — `require "km.nvrtc"`: CUDA C++ to cubin through NVRTC, with an on-disk
+ * cache and the extern "C" kernel signatures the launch code marshals arguments by.
+ *
+ *   local nvrtc = require "km.nvrtc"
+ *   local r, log, code = nvrtc.compile(src, { arch = "sm_90", defines = { BLOCK = 256 } })
+ *   -- r = { cubin, ptx, log, arch, name, key, cached, ms, kernels = { k = { name, params } } }
+ *
+ * The work is in km_nvrtc_core.c; this file only translates Lua values into a
+ * km_nvrtc_req (every string stays anchored in a table on the stack while C uses it) and
+ * the km_nvrtc_out back into a plain table that can be serialised to a worker process. */
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include <lua.h>
+#include <lauxlib.h>
+#include <nvrtc.h>
+
+#include "km.h"
+#include "km_cuda.h"
+#include "km_nvrtc_core.h"
+
+#define KM_NVRTC_OUT_MT "km.nvrtc.Out"
+#define KM_NVRTC_DIR_KEY "km.nvrtc.cache_dir" /* registry: set_cache_dir's override */
+#define KM_NVRTC_DEFAULT_ARCH "sm_90"
+
+/* km_cuda.c provides the real one; this keeps km.nvrtc linkable without it. */
+__attribute__((weak)) int km_cuda_current_arch(int *major, int *minor) {
+  (void)major;
+  (void)minor;
+  return 0;
+}
+
+/* ---- building a request ---- */
+
+/* Everything a request borrows lives in an anchor table at stack index `anchor`, so the
+ * pointers stay valid whatever the opts table's metamethods do. */
+typedef struct reqbuild {
+  km_nvrtc_req req;
+  char arch[32];
+  char cache_dir[4096];
+  int anchor;
+  int nanchored;
+} reqbuild;
+
+static const char *anchor_top(lua_State *L, reqbuild *rb) {
+  const char *s = lua_tostring(L, -1);
+  lua_rawseti(L, rb->anchor, ++rb->nanchored); /* pops it */
+  return s;
+}
+
+/* Pushes opts[field] and returns its type; LUA_TNIL leaves nothing pushed. */
+static int get_opt(lua_State *L, int opts, const char *field) {
+  if (lua_isnoneornil(L, opts)) return LUA_TNIL;
+  int t = lua_getfield(L, opts, field);
+  if (t == LUA_TNIL) lua_pop(L, 1);
+  return t;
+}
+
+static const char *opt_string(lua_State *L, reqbuild *rb, int opts, const char *field) {
+  int t = get_opt(L, opts, field);
+  if (t == LUA_TNIL) return NULL;
+  if (t != LUA_TSTRING)
+    luaL_error(L, "option '%s' must be a string, got %s", field, luaL_typename(L, -1));
+  return anchor_top(L, rb);
+}
+
+static int opt_bool(lua_State *L, int opts, const char *field, int def) {
+  int t = get_opt(L, opts, field);
+  if (t == LUA_TNIL) return def;
+  if (t != LUA_TBOOLEAN)
+    luaL_error(L, "option '%s' must be a boolean, got %s", field, luaL_typename(L, -1));
+  int v = lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  return v;
+}
+
+static const char *const known_opts[] = {"arch", "options", "defines", "headers", "name",
+                                         "ptx",  "cache",   "std",     NULL};
+
+static void check_keys(lua_State *L, int opts) {
+  if (lua_isnoneornil(L, opts)) return;
+  lua_pushnil(L);
+  while (lua_next(L, opts)) {
+    lua_pop(L, 1); /* [key] */
+    int ok = 0;
+    if (lua_type(L, -1) == LUA_TSTRING) {
+      const char *k = lua_tostring(L, -1);
+      for (int i = 0; known_opts[i] && !ok; i++) ok = !strcmp(k, known_opts[i]);
+      if (!ok) luaL_argerror(L, opts, lua_pushfstring(L, "unknown option '%s'", k));
+    } else {
+      luaL_argerror(L, opts, lua_pushfstring(L, "unknown option (a %s key)", luaL_typename(L, -1)));
+    }
+  }
+}
+
+static void default_arch(char *buf, size_t n) {
+  int major = 0, minor = 0;
+  if (km_cuda_current_arch(&major, &minor) && major > 0 && minor >= 0) {
+    snprintf(buf, n, "sm_%d%d", major, minor);
+    if (km_nvrtc_arch_valid(buf)) return;
+  }
+  snprintf(buf, n, "%s", KM_NVRTC_DEFAULT_ARCH);
+}
+
+/* The cache folder: set_cache_dir's override, else the environment's; "" when none. */
+static void resolve_cache_dir(lua_State *L, char *buf, size_t n) {
+  buf[0] = '\0';
+  if (lua_getfield(L, LUA_REGISTRYINDEX, KM_NVRTC_DIR_KEY) == LUA_TSTRING)
+    snprintf(buf, n, "%s", lua_tostring(L, -1));
+  else if (km_nvrtc_default_cache_dir(buf, n))
+    buf[0] = '\0';
+  lua_pop(L, 1);
+}
+
+static void build_options(lua_State *L, reqbuild *rb, int opts) {
+  if (get_opt(L, opts, "options") == LUA_TNIL) return;
+  if (!lua_istable(L, -1))
+    luaL_error(L, "option 'options' must be an array of strings, got %s", luaL_typename(L, -1));
+  int tab = lua_gettop(L);
+  lua_Integer n = (lua_Integer)lua_rawlen(L, tab);
+  const char **v = lua_newuserdatauv(L, (size_t)(n ? n : 1) * sizeof *v, 0);
+  for (lua_Integer i = 1; i <= n; i++) {
+    if (lua_rawgeti(L, tab, i) != LUA_TSTRING)
+      luaL_error(L, "option 'options[%d]' must be a string, got %s", (int)i, luaL_typename(L, -1));
+    v[i - 1] = anchor_top(L, rb);
+  }
+  anchor_top(L, rb); /* the array itself */
+  lua_pop(L, 1);     /* the options table */
+  rb->req.options = v;
+  rb->req.noptions = (size_t)n;
+}
+
+static int is_c_identifier(const char *s) {
+  if (!(*s == '_' || (*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z'))) return 0;
+  for (; *s; s++)
+    if (!(*s == '_' || (*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9')))
+      return 0;
+  return 1;
+}
+
+/* defines = { NAME = value }: a string or number gives -DNAME=value, true gives -DNAME,
+ * false leaves NAME undefined. The core sorts them, so table order does not matter. */
+static void build_defines(lua_State *L, reqbuild *rb, int opts) {
+  if (get_opt(L, opts, "defines") == LUA_TNIL) return;
+  if (!lua_istable(L, -1))
+    luaL_error(L, "option 'defines' must be a table, got %s", luaL_typename(L, -1));
+  int tab = lua_gettop(L);
+  size_t n = 0;
+  for (lua_pushnil(L); lua_next(L, tab); lua_pop(L, 1)) n++;
+  km_nvrtc_define *v = lua_newuserdatauv(L, (n ? n : 1) * sizeof *v, 0);
+  size_t k = 0;
+  for (lua_pushnil(L); lua_next(L, tab); lua_pop(L, 1)) { /* [.., key, value] */
+    if (lua_type(L, -2) != LUA_TSTRING || !is_c_identifier(lua_tostring(L, -2)))
+      luaL_error(L, "option 'defines': bad macro name %s",
+                 lua_type(L, -2) == LUA_TSTRING ? lua_pushfstring(L, "'%s'", lua_tostring(L, -2))
+                                               : luaL_typename(L, -2));
+    int t = lua_type(L, -1);
+    if (t == LUA_TBOOLEAN && !lua_toboolean(L, -1)) continue;
+    if (t != LUA_TBOOLEAN && t != LUA_TSTRING && t != LUA_TNUMBER)
+      luaL_error(L, "option 'defines.%s' must be a string, number or boolean, got %s",
+                 lua_tostring(L, -2), luaL_typename(L, -1));
+    lua_pushvalue(L, -2);
+    v[k].name = anchor_top(L, rb);
+    v[k].value = NULL;
+    if (t != LUA_TBOOLEAN) {
+      lua_pushvalue(L, -1); /* tostring converts its own copy, never the key lua_next needs */
+      lua_tostring(L, -1);
+      v[k].value = anchor_top(L, rb);
+    }
+    k++;
+  }
+  anchor_top(L, rb);
+  lua_pop(L, 1);
+  rb->req.defines = v;
+  rb->req.ndefines = k;
+}
+
+/* headers = { ["name.h"] = source }: what #include "name.h" finds before any folder. */
+static void build_headers(lua_State *L, reqbuild *rb, int opts) {
+  if (get_opt(L, opts, "headers") == LUA_TNIL) return;
+  if (!lua_istable(L, -1))
+    luaL_error(L, "option 'headers' must be a table, got %s", luaL_typename(L, -1));
+  int tab = lua_gettop(L);
+  size_t n = 0;
+  for (lua_pushnil(L); lua_next(L, tab); lua_pop(L, 1)) n++;
+  km_nvrtc_header *v = lua_newuserdatauv(L, (n ? n : 1) * sizeof *v, 0);
+  size_t k = 0;
+  for (lua_pushnil(L); lua_next(L, tab); lua_pop(L, 1)) {
+    if (lua_type(L, -2) != LUA_TSTRING)
+      luaL_error(L, "option 'headers' must map names to sources, got a %s key", luaL_typename(L, -2));
+    if (lua_type(L, -1) != LUA_TSTRING)
+      luaL_error(L, "option 'headers[\"%s\"]' must be a string, got %s", lua_tostring(L, -2),
+                 luaL_typename(L, -1));
+    lua_pushvalue(L, -2);
+    v[k].name = anchor_top(L, rb);
+    lua_pushvalue(L, -1);
+    v[k].source = lua_tolstring(L, -1, &v[k].len);
+    anchor_top(L, rb);
+    k++;
+  }
+  anchor_top(L, rb);
+  lua_pop(L, 1);
+  rb->req.headers = v;
+  rb->req.nheaders = k;
+}
+
+/* Reads compile(source, opts) arguments into rb; raises on misuse. Leaves the anchor
+ * table on the stack. */
+static void build_req(lua_State *L, reqbuild *rb) {
+  memset(rb, 0, sizeof *rb);
+  size_t len;
+  luaL_checktype(L, 1, LUA_TSTRING); /* a number is not CUDA source */
+  const char *src = lua_tolstring(L, 1, &len);
+  if (!lua_isnoneornil(L, 2)) luaL_checktype(L, 2, LUA_TTABLE);
+  lua_settop(L, 2);
+  lua_newtable(L);
+  rb->anchor = lua_gettop(L);
+  check_keys(L, 2);
+
+  rb->req.source = src;
+  rb->req.source_len = len;
+  const char *arch = opt_string(L, rb, 2, "arch");
+  if (arch && !km_nvrtc_arch_valid(arch))
+    luaL_argerror(L, 2, lua_pushfstring(L, "option 'arch': bad architecture '%s' "
+                                           "(want sm_NN, sm_NNa or compute_NN)", arch));
+  if (arch) snprintf(rb->arch, sizeof rb->arch, "%s", arch);
+  else default_arch(rb->arch, sizeof rb->arch);
+  rb->req.arch = rb->arch;
+
+  const char *std = opt_string(L, rb, 2, "std");
+  if (std && (strncmp(std, "c++", 3) || !std[3] || strspn(std + 3, "0123456789abcdefghijklmnopqrstuvwxyz") != strlen(std + 3)))
+    luaL_argerror(L, 2, lua_pushfstring(L, "option 'std': bad language standard '%s' (want c++17, c++20, ...)", std));
+  rb->req.std = std;
+  rb->req.name = opt_string(L, rb, 2, "name");
+  rb->req.want_ptx = opt_bool(L, 2, "ptx", 0);
+  build_options(L, rb, 2);
+  build_defines(L, rb, 2);
+  build_headers(L, rb, 2);
+  if (opt_bool(L, 2, "cache", 1)) {
+    resolve_cache_dir(L, rb->cache_dir, sizeof rb->cache_dir);
+    if (rb->cache_dir[0]) rb->req.cache_dir = rb->cache_dir;
+  }
+}
+
+/* ---- results ---- */
+
+static int out_gc(lua_State *L) {
+  km_nvrtc_out_free(luaL_checkudata(L, 1, KM_NVRTC_OUT_MT));
+  return 0;
+}
+
+/* [.., kernels]: { name = { name = .., params = { { name, type, kind }, .. } } } */
+static void push_kernels(lua_State *L, const km_nvrtc_kernels *ks) {
+  lua_createtable(L, 0, (int)ks->n);
+  for (size_t i = 0; i < ks->n; i++) {
+    const km_nvrtc_kernel *k = &ks->v[i];
+    lua_createtable(L, 0, 2);
+    lua_pushstring(L, k->name);
+    lua_setfield(L, -2, "name");
+    lua_createtable(L, (int)k->nparams, 0);
+    for (size_t j = 0; j < k->nparams; j++) {
+      lua_createtable(L, 0, 3);
+      lua_pushstring(L, k->params[j].name);
+      lua_setfield(L, -2, "name");
+      lua_pushstring(L, k->params[j].type);
+      lua_setfield(L, -2, "type");
+      lua_pushstring(L, k->params[j].kind);
+      lua_setfield(L, -2, "kind");
+      lua_rawseti(L, -2, (lua_Integer)j + 1);
+    }
+    lua_setfield(L, -2, "params");
+    lua_setfield(L, -2, k->name);
+  }
+}
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* ---- module functions ---- */
+
+static int nvrtc_compile(lua_State *L) {
+  reqbuild rb;
+  build_req(L, &rb);
+  /* The result lives in a userdata whose __gc frees it, so a raise while pushing (out of
+   * memory) leaks nothing. */
+  km_nvrtc_out *o = lua_newuserdatauv(L, sizeof *o, 0); /* [src, opts, anchor, out] */
+  memset(o, 0, sizeof *o);
+  luaL_setmetatable(L, KM_NVRTC_OUT_MT);
+  double t0 = now_ms();
+  int rc = km_nvrtc_compile_c(&rb.req, o);
+  double ms = now_ms() - t0;
+  if (rc) {
+    km_nvrtc_out_free(o);
+    return luaL_error(L, "km.nvrtc.compile: %s", km_strerror(rc));
+  }
+  if (o->result) {
+    lua_pushnil(L);
+    if (o->result == NVRTC_ERROR_COMPILATION) /* the log is the message */
+      lua_pushlstring(L, o->log, o->log_len);
+    else
+      lua_pushstring(L, o->message);
+    lua_pushstring(L, o->code);
+    km_nvrtc_out_free(o);
+    return 3;
+  }
+  lua_createtable(L, 0, 10);
+  if (o->cubin) {
+    lua_pushlstring(L, o->cubin, o->cubin_len);
+    lua_setfield(L, -2, "cubin");
+  }
+  if (o->ptx) {
+    lua_pushlstring(L, o->ptx, o->ptx_len);
+    lua_setfield(L, -2, "ptx");
+  }
+  lua_pushlstring(L, o->log ? o->log : "", o->log_len);
+  lua_setfield(L, -2, "log");
+  lua_pushstring(L, rb.arch);
+  lua_setfield(L, -2, "arch");
+  lua_pushstring(L, rb.req.name ? rb.req.name : "kernel.cu");
+  lua_setfield(L, -2, "name");
+  lua_pushstring(L, o->key);
+  lua_setfield(L, -2, "key");
+  lua_pushboolean(L, o->cached);
+  lua_setfield(L, -2, "cached");
+  lua_pushnumber(L, ms);
+  lua_setfield(L, -2, "ms");
+  push_kernels(L, &o->kernels);
+  lua_setfield(L, -2, "kernels");
+  km_nvrtc_out_free(o);
+  return 1;
+}
+
+static int nvrtc_key(lua_State *L) {
+  reqbuild rb;
+  build_req(L, &rb);
+  char key[KM_SHA256_HEX];
+  int rc = km_nvrtc_key(&rb.req, key);
+  if (rc) return luaL_error(L, "km.nvrtc.key: %s", km_strerror(rc));
+  lua_pushstring(L, key);
+  return 1;
+}
+
+static int nvrtc_parse_kernels(lua_State *L) {
+  size_t len;
+  luaL_checktype(L, 1, LUA_TSTRING);
+  const char *src = lua_tolstring(L, 1, &len);
+  km_nvrtc_kernels ks;
+  int rc = km_nvrtc_parse_kernels(src, len, &ks);
+  if (rc) return luaL_error(L, "km.nvrtc.parse_kernels: %s", km_strerror(rc));
+  /* Copy into a boxed out so the list is freed even if pushing raises. */
+  km_nvrtc_out *o = lua_newuserdatauv(L, sizeof *o, 0);
+  memset(o, 0, sizeof *o);
+  o->kernels = ks;
+  luaL_setmetatable(L, KM_NVRTC_OUT_MT);
+  push_kernels(L, &o->kernels);
+  km_nvrtc_out_free(o);
+  return 1;
+}
+
+static int nvrtc_version(lua_State *L) {
+  char v[32];
+  km_nvrtc_version(v);
+  lua_pushstring(L, v);
+  return 1;
+}
+
+static int nvrtc_cache_dir(lua_State *L) {
+  char dir[4096];
+  resolve_cache_dir(L, dir, sizeof dir);
+  if (dir[0]) lua_pushstring(L, dir);
+  else lua_pushnil(L);
+  return 1;
+}
+
+/* set_cache_dir(path) overrides the environment for this Lua state; set_cache_dir(nil)
+ * goes back to it. Returns the previous override (nil when there was none). */
+static int nvrtc_set_cache_dir(lua_State *L) {
+  if (!lua_isnoneornil(L, 1)) {
+    const char *s = luaL_checkstring(L, 1);
+    luaL_argcheck(L, *s != '\0', 1, "empty path");
+  }
+  lua_settop(L, 1);
+  lua_getfield(L, LUA_REGISTRYINDEX, KM_NVRTC_DIR_KEY); /* [path, old] */
+  lua_pushvalue(L, 1);
+  lua_setfield(L, LUA_REGISTRYINDEX, KM_NVRTC_DIR_KEY);
+  return 1;
+}
+
+int luaopen_km_nvrtc(lua_State *L) {
+  static const luaL_Reg fns[] = {{"version", nvrtc_version},
+                                 {"compile", nvrtc_compile},
+                                 {"key", nvrtc_key},
+                                 {"parse_kernels", nvrtc_parse_kernels},
+                                 {"cache_dir", nvrtc_cache_dir},
+                                 {"set_cache_dir", nvrtc_set_cache_dir},
+                                 {NULL, NULL}};
+  if (luaL_newmetatable(L, KM_NVRTC_OUT_MT)) {
+    lua_pushcfunction(L, out_gc);
+    lua_setfield(L, -2, "__gc");
+  }
+  lua_pop(L, 1);
+  luaL_newlib(L, fns);
+  return 1;
+}

@@ -1,0 +1,1040 @@
+/* km_nvrtc_core.c — NVRTC compile, the on-disk cache, and the kernel signature scanner
+ * (see km_nvrtc_core.h). No lua_State, no mutable globals: every function works on what
+ * its caller passes, so compiles can run on several threads at once. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <nvrtc.h>
+
+#include "km.h"
+#include "km_nvrtc_core.h"
+
+/* ======================================================================================
+ * Growable byte buffer: the key material and the cache entry are built in one of these.
+ * An allocation failure is remembered and reported once at the end.
+ * ==================================================================================== */
+
+typedef struct kbuf {
+  char *p;
+  size_t len, cap;
+  int oom;
+} kbuf;
+
+static void kb_put(kbuf *b, const void *data, size_t n) {
+  if (b->oom || n == 0) return;
+  if (b->len + n > b->cap) {
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < b->len + n) cap *= 2;
+    char *p = realloc(b->p, cap);
+    if (!p) { b->oom = 1; return; }
+    b->p = p;
+    b->cap = cap;
+  }
+  memcpy(b->p + b->len, data, n);
+  b->len += n;
+}
+
+/* Fixed little-endian widths so an entry written on one host reads on another. */
+static void kb_u32(kbuf *b, uint32_t v) {
+  uint8_t x[4];
+  for (int i = 0; i < 4; i++) x[i] = (uint8_t)(v >> (8 * i));
+  kb_put(b, x, 4);
+}
+
+static void kb_u64(kbuf *b, uint64_t v) {
+  uint8_t x[8];
+  for (int i = 0; i < 8; i++) x[i] = (uint8_t)(v >> (8 * i));
+  kb_put(b, x, 8);
+}
+
+static void kb_blob(kbuf *b, const void *data, size_t n) {
+  kb_u64(b, n);
+  kb_put(b, data, n);
+}
+
+static void kb_str(kbuf *b, const char *s) { kb_blob(b, s, s ? strlen(s) : 0); }
+
+/* Reading side: a cursor that turns any overrun into a sticky `bad` flag. */
+typedef struct kcur {
+  const uint8_t *p, *end;
+  int bad;
+} kcur;
+
+static uint64_t kc_uint(kcur *c, int width) {
+  if (c->bad || (size_t)(c->end - c->p) < (size_t)width) { c->bad = 1; return 0; }
+  uint64_t v = 0;
+  for (int i = 0; i < width; i++) v |= (uint64_t)c->p[i] << (8 * i);
+  c->p += width;
+  return v;
+}
+
+static const char *kc_blob(kcur *c, size_t *n) {
+  uint64_t len = kc_uint(c, 8);
+  if (c->bad || len > (uint64_t)(c->end - c->p)) { c->bad = 1; *n = 0; return NULL; }
+  const char *s = (const char *)c->p;
+  c->p += len;
+  *n = (size_t)len;
+  return s;
+}
+
+/* A NUL-terminated malloc'd copy of n bytes. */
+static char *dupn(const char *s, size_t n) {
+  char *d = malloc(n + 1);
+  if (!d) return NULL;
+  if (n) memcpy(d, s, n);
+  d[n] = '\0';
+  return d;
+}
+
+/* ======================================================================================
+ * Kernel signatures: a small C++ tokenizer (comments, string/char/raw literals and
+ * preprocessor lines skipped) and a scanner that recognises extern "C" __global__
+ * declarations, with or without a body, alone or inside extern "C" { } blocks.
+ * ==================================================================================== */
+
+enum { T_EOF, T_IDENT, T_NUM, T_STR, T_CHAR, T_PUNCT };
+
+typedef struct tok {
+  int type;
+  const char *p;
+  size_t n;
+} tok;
+
+typedef struct lexer {
+  const char *s, *end;
+  int bol; /* only whitespace since the last newline: a '#' starts a directive */
+} lexer;
+
+static int is_ident_start(int c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+}
+static int is_ident_char(int c) { return is_ident_start(c) || (c >= '0' && c <= '9'); }
+static int is_digit(int c) { return c >= '0' && c <= '9'; }
+
+/* Skips a quoted literal starting at the opening quote; stops at an unescaped newline
+ * too, so one stray quote cannot swallow the rest of the file. */
+static const char *skip_quoted(const char *s, const char *end, char q) {
+  s++;
+  while (s < end && *s != q && *s != '\n') {
+    if (*s == '\\' && s + 1 < end) s++;
+    s++;
+  }
+  return s < end && *s == q ? s + 1 : s;
+}
+
+/* R"delim( ... )delim" with s at the opening quote. */
+static const char *skip_raw(const char *s, const char *end) {
+  const char *d = ++s;
+  while (s < end && *s != '(' && *s != '"' && *s != '\n' && s - d <= 16) s++;
+  if (s >= end || *s != '(') return s; /* malformed: resume scanning after it */
+  size_t dn = (size_t)(s - d);
+  for (s++; s < end; s++) {
+    if (*s == ')' && (size_t)(end - s) > dn + 1 && !memcmp(s + 1, d, dn) && s[1 + dn] == '"')
+      return s + dn + 2;
+  }
+  return end;
+}
+
+static tok lex_next(lexer *L) {
+  const char *s = L->s, *end = L->end;
+  for (;;) {
+    while (s < end && (*s == ' ' || *s == '\t' || *s == '\r' || *s == '\f' || *s == '\v' ||
+                       *s == '\n')) {
+      if (*s == '\n') L->bol = 1;
+      s++;
+    }
+    if (s + 1 < end && s[0] == '/' && s[1] == '/') {
+      while (s < end && *s != '\n') s++;
+      continue;
+    }
+    if (s + 1 < end && s[0] == '/' && s[1] == '*') {
+      s += 2;
+      while (s + 1 < end && !(s[0] == '*' && s[1] == '/')) s++;
+      s = s + 1 < end ? s + 2 : end;
+      continue;
+    }
+    if (s < end && *s == '#' && L->bol) { /* a directive, with its continuation lines */
+      while (s < end && *s != '\n') {
+        if (*s == '\\' && s + 1 < end && s[1] == '\n') s += 2;
+        else if (*s == '\\' && s + 2 < end && s[1] == '\r' && s[2] == '\n') s += 3;
+        else if (s + 1 < end && s[0] == '/' && s[1] == '*') {
+          s += 2;
+          while (s + 1 < end && !(s[0] == '*' && s[1] == '/')) s++;
+          s = s + 1 < end ? s + 2 : end;
+        } else s++;
+      }
+      continue;
+    }
+    break;
+  }
+  tok t = {T_EOF, s, 0};
+  if (s >= end) { L->s = s; return t; }
+  L->bol = 0;
+  const char *b = s;
+  if (is_ident_start((unsigned char)*s)) {
+    while (s < end && is_ident_char((unsigned char)*s)) s++;
+    size_t n = (size_t)(s - b);
+    /* Encoding prefixes glue to a following literal: u8"..", L'x', R"(..)". */
+    if (s < end && (*s == '"' || *s == '\'')) {
+      int raw = b[n - 1] == 'R' && *s == '"';
+      int pre = (n == 1 && (*b == 'u' || *b == 'U' || *b == 'L' || *b == 'R')) ||
+                (n == 2 && (!memcmp(b, "u8", 2) || (b[1] == 'R' && strchr("uUL", *b)))) ||
+                (n == 3 && !memcmp(b, "u8R", 3));
+      if (pre) {
+        char q = *s;
+        s = raw ? skip_raw(s, end) : skip_quoted(s, end, q);
+        t.type = q == '"' ? T_STR : T_CHAR;
+        t.p = b;
+        t.n = (size_t)(s - b);
+        L->s = s;
+        return t;
+      }
+    }
+    t.type = T_IDENT;
+    t.n = n;
+  } else if (is_digit((unsigned char)*s) || (*s == '.' && s + 1 < end && is_digit((unsigned char)s[1]))) {
+    /* pp-number: digits, letters, '.', digit separators, and signs after an exponent */
+    while (s < end) {
+      char c = *s;
+      if ((c == '+' || c == '-') && strchr("eEpP", s[-1])) s++;
+      else if (is_ident_char((unsigned char)c) || c == '.' || c == '\'') s++;
+      else break;
+    }
+    t.type = T_NUM;
+    t.n = (size_t)(s - b);
+  } else if (*s == '"' || *s == '\'') {
+    char q = *s;
+    s = skip_quoted(s, end, q);
+    t.type = q == '"' ? T_STR : T_CHAR;
+    t.n = (size_t)(s - b);
+  } else if (*s == ':' && s + 1 < end && s[1] == ':') {
+    s += 2;
+    t.type = T_PUNCT;
+    t.n = 2;
+  } else {
+    s++;
+    t.type = T_PUNCT;
+    t.n = 1;
+  }
+  L->s = s;
+  return t;
+}
+
+static int tok_is(const tok *t, const char *s) {
+  size_t n = strlen(s);
+  return t->n == n && !memcmp(t->p, s, n);
+}
+
+static int tok_punct(const tok *t, char c) { return t->type == T_PUNCT && t->n == 1 && *t->p == c; }
+
+/* The token stream, fully lexed up front so the scanner can look ahead freely. */
+typedef struct toks {
+  tok *v;
+  size_t n, cap;
+} toks;
+
+static int toks_push(toks *a, tok t) {
+  if (a->n == a->cap) {
+    size_t cap = a->cap ? a->cap * 2 : 256;
+    tok *v = realloc(a->v, cap * sizeof *v);
+    if (!v) return KM_ENOMEM;
+    a->v = v;
+    a->cap = cap;
+  }
+  a->v[a->n++] = t;
+  return 0;
+}
+
+static int lex_all(const char *src, size_t len, toks *out) {
+  lexer L = {src, src + len, 1};
+  for (;;) {
+    tok t = lex_next(&L);
+    if (toks_push(out, t)) return KM_ENOMEM;
+    if (t.type == T_EOF) return 0;
+  }
+}
+
+/* ---- parameter kinds ---- */
+
+static int is_qualifier(const tok *t) {
+  static const char *const q[] = {"const", "volatile", "__restrict__", "__restrict", "restrict",
+                                  "__grid_constant__", "struct", "class", "union", "enum",
+                                  "typename", NULL};
+  if (t->type != T_IDENT) return 0;
+  for (int i = 0; q[i]; i++)
+    if (tok_is(t, q[i])) return 1;
+  return 0;
+}
+
+static int is_builtin_word(const tok *t) {
+  static const char *const w[] = {"void", "char", "short", "int", "long", "float", "double",
+                                  "signed", "unsigned", "bool", NULL};
+  if (t->type != T_IDENT) return 0;
+  for (int i = 0; w[i]; i++)
+    if (tok_is(t, w[i])) return 1;
+  return 0;
+}
+
+/* Kind of a parameter from its type tokens (the name already removed). */
+static const char *kind_of(const tok *v, size_t n) {
+  static const struct { const char *name, *kind; } typedefs[] = {
+      {"__half", "f16"},        {"half", "f16"},          {"__nv_bfloat16", "bf16"},
+      {"nv_bfloat16", "bf16"},  {"int8_t", "i8"},         {"uint8_t", "u8"},
+      {"int16_t", "i16"},       {"uint16_t", "u16"},      {"int32_t", "i32"},
+      {"uint32_t", "u32"},      {"int64_t", "i64"},       {"uint64_t", "u64"},
+      {"ptrdiff_t", "i64"},     {"intptr_t", "i64"},      {"ssize_t", "i64"},
+      {"size_t", "u64"},        {"uintptr_t", "u64"},
+  };
+  int nlong = 0, nunsigned = 0, nsigned = 0, nshort = 0, nchar = 0, nint = 0, nfloat = 0,
+      ndouble = 0, nwords = 0, nother = 0;
+  const tok *other = NULL;
+  for (size_t i = 0; i < n; i++) {
+    const tok *t = &v[i];
+    if (tok_punct(t, '*') || tok_punct(t, '[')) return "ptr";
+    if (t->type == T_PUNCT) {
+      if (tok_is(t, "::")) continue; /* std::size_t and ::size_t are size_t */
+      return "unknown";             /* references, templates, function types */
+    }
+    if (t->type != T_IDENT) return "unknown";
+    if (is_qualifier(t)) continue;
+    if (tok_is(t, "std") && i + 1 < n && tok_is(&v[i + 1], "::")) continue;
+    nwords++;
+    if (tok_is(t, "long")) nlong++;
+    else if (tok_is(t, "unsigned")) nunsigned++;
+    else if (tok_is(t, "signed")) nsigned++;
+    else if (tok_is(t, "short")) nshort++;
+    else if (tok_is(t, "char")) nchar++;
+    else if (tok_is(t, "int")) nint++;
+    else if (tok_is(t, "float")) nfloat++;
+    else if (tok_is(t, "double")) ndouble++;
+    else { nother++; other = t; }
+  }
+  if (nwords == 1 && nother == 1) {
+    for (size_t i = 0; i < sizeof typedefs / sizeof *typedefs; i++)
+      if (tok_is(other, typedefs[i].name)) return typedefs[i].kind;
+    return "unknown";
+  }
+  if (nother || nwords == 0) return "unknown";
+  if (nfloat || ndouble) return nwords == 1 ? (nfloat ? "f32" : "f64") : "unknown";
+  if (nunsigned + nsigned > 1 || nchar + nshort > 1 || nlong > 2 ||
+      (nchar && (nlong || nint)) || (nshort && nlong))
+    return "unknown";
+  int u = nunsigned > 0;
+  if (nchar) return u ? "u8" : "i8";
+  if (nshort) return u ? "u16" : "i16";
+  if (nlong) return u ? "u64" : "i64"; /* long is 64-bit on the LP64 hosts CUDA runs on */
+  return u ? "u32" : "i32";
+}
+
+const char *km_nvrtc_kind(const char *type) {
+  toks a = {0};
+  if (!type || lex_all(type, strlen(type), &a)) { free(a.v); return "unknown"; }
+  const char *k = kind_of(a.v, a.n - 1); /* without the EOF token */
+  free(a.v);
+  return k;
+}
+
+/* Maps a kind read back from a cache entry to its static string. */
+static const char *intern_kind(const char *s, size_t n) {
+  static const char *const kinds[] = {"ptr", "f32", "f64", "f16", "bf16", "i8",  "u8",
+                                      "i16", "u16", "i32", "u32", "i64",  "u64", NULL};
+  for (int i = 0; kinds[i]; i++)
+    if (strlen(kinds[i]) == n && !memcmp(kinds[i], s, n)) return kinds[i];
+  return "unknown";
+}
+
+/* ---- type text ---- */
+
+/* Joins tokens with single spaces, except where C++ is normally written tight:
+ * "const float * __restrict__", "float **", "std::size_t", "Vec<int, 4>", "float[4]". */
+static char *join_tokens(const tok *v, size_t n) {
+  size_t cap = 1;
+  for (size_t i = 0; i < n; i++) cap += v[i].n + 1;
+  char *s = malloc(cap), *w = s;
+  if (!s) return NULL;
+  for (size_t i = 0; i < n; i++) {
+    const tok *t = &v[i], *p = i ? &v[i - 1] : NULL;
+    int space = p != NULL;
+    if (p && (tok_punct(t, ',') || tok_punct(t, '>') || tok_punct(t, '[') || tok_punct(t, ']') ||
+              tok_punct(t, ')') || tok_is(t, "::")))
+      space = 0;
+    if (p && (tok_punct(p, '<') || tok_punct(p, '(') || tok_punct(p, '[') || tok_is(p, "::")))
+      space = 0;
+    if (p && (tok_punct(p, '*') || tok_punct(p, '&')) && (tok_punct(t, '*') || tok_punct(t, '&')))
+      space = 0;
+    if (space) *w++ = ' ';
+    memcpy(w, t->p, t->n);
+    w += t->n;
+  }
+  *w = '\0';
+  return s;
+}
+
+/* ---- the scanner ---- */
+
+static void kernel_clear(km_nvrtc_kernel *k) {
+  for (size_t i = 0; i < k->nparams; i++) {
+    free(k->params[i].name);
+    free(k->params[i].type);
+  }
+  free(k->params);
+  free(k->name);
+  memset(k, 0, sizeof *k);
+}
+
+void km_nvrtc_kernels_free(km_nvrtc_kernels *ks) {
+  if (!ks) return;
+  for (size_t i = 0; i < ks->n; i++) kernel_clear(&ks->v[i]);
+  free(ks->v);
+  ks->v = NULL;
+  ks->n = 0;
+}
+
+/* One parameter from its tokens [b, e): drops a default argument, splits off the name,
+ * keeps an array suffix in the type. */
+static int parse_param(const tok *b, const tok *e, km_nvrtc_param *out) {
+  const tok *eq = b;
+  int depth = 0;
+  for (; eq < e; eq++) { /* a default argument starts at a top-level '=' */
+    if (tok_punct(eq, '(') || tok_punct(eq, '<') || tok_punct(eq, '[')) depth++;
+    else if ((tok_punct(eq, ')') || tok_punct(eq, '>') || tok_punct(eq, ']')) && depth) depth--;
+    else if (depth == 0 && tok_punct(eq, '=')) break;
+  }
+  e = eq;
+  const tok *arr = e; /* trailing [..] groups */
+  while (arr > b && tok_punct(arr - 1, ']')) {
+    const tok *q = arr - 1;
+    while (q > b && !tok_punct(q, '[')) q--;
+    if (!tok_punct(q, '[')) break;
+    arr = q;
+  }
+  const tok *name = NULL;
+  if (arr > b && arr[-1].type == T_IDENT && !is_builtin_word(&arr[-1]) && !is_qualifier(&arr[-1])) {
+    for (const tok *q = b; q < arr - 1; q++)
+      if (!is_qualifier(q)) { name = arr - 1; break; } /* a type word comes before it */
+  }
+  /* The type is everything but the name (and the __grid_constant__ annotation). */
+  size_t n = 0;
+  tok buf[256];
+  for (const tok *q = b; q < e && n < sizeof buf / sizeof *buf; q++)
+    if (q != name && !tok_is(q, "__grid_constant__")) buf[n++] = *q;
+  out->type = join_tokens(buf, n);
+  out->name = name ? dupn(name->p, name->n) : dupn("", 0);
+  out->kind = kind_of(buf, n);
+  if (!out->type || !out->name) return KM_ENOMEM;
+  return 0;
+}
+
+/* The parameter list between the parentheses at v[lp] and v[rp]. */
+static int parse_params(const tok *v, size_t lp, size_t rp, km_nvrtc_kernel *k) {
+  size_t cap = 0;
+  if (rp == lp + 1 || (rp == lp + 2 && tok_is(&v[lp + 1], "void"))) return 0;
+  size_t start = lp + 1;
+  int depth = 0;
+  for (size_t i = lp + 1; i <= rp; i++) {
+    const tok *t = &v[i];
+    if (i < rp && (tok_punct(t, '(') || tok_punct(t, '[') || tok_punct(t, '{') || tok_punct(t, '<'))) {
+      depth++;
+      continue;
+    }
+    if (i < rp && (tok_punct(t, ')') || tok_punct(t, ']') || tok_punct(t, '}') || tok_punct(t, '>'))) {
+      if (depth) depth--;
+      continue;
+    }
+    if (i == rp || (depth == 0 && tok_punct(t, ','))) {
+      if (k->nparams == cap) {
+        cap = cap ? cap * 2 : 8;
+        km_nvrtc_param *p = realloc(k->params, cap * sizeof *p);
+        if (!p) return KM_ENOMEM;
+        k->params = p;
+      }
+      km_nvrtc_param *p = &k->params[k->nparams];
+      memset(p, 0, sizeof *p);
+      k->nparams++;
+      if (parse_param(&v[start], &v[i], p)) return KM_ENOMEM;
+      start = i + 1;
+    }
+  }
+  return 0;
+}
+
+/* Index of the token closing the group opened at v[i], or n when unbalanced. */
+static size_t match_close(const tok *v, size_t n, size_t i, char open, char close) {
+  int depth = 0;
+  for (; i < n; i++) {
+    if (tok_punct(&v[i], open)) depth++;
+    else if (tok_punct(&v[i], close) && --depth == 0) return i;
+  }
+  return n;
+}
+
+static int add_kernel(km_nvrtc_kernels *ks, size_t *cap, km_nvrtc_kernel *k) {
+  for (size_t i = 0; i < ks->n; i++) /* a definition after a declaration replaces it */
+    if (!strcmp(ks->v[i].name, k->name)) {
+      kernel_clear(&ks->v[i]);
+      ks->v[i] = *k;
+      return 0;
+    }
+  if (ks->n == *cap) {
+    size_t c = *cap ? *cap * 2 : 8;
+    km_nvrtc_kernel *v = realloc(ks->v, c * sizeof *v);
+    if (!v) return KM_ENOMEM;
+    ks->v = v;
+    *cap = c;
+  }
+  ks->v[ks->n++] = *k;
+  return 0;
+}
+
+#define KM_MAX_NEST 256
+
+static int scan(const tok *v, size_t n, km_nvrtc_kernels *ks) {
+  /* Linkage per brace level: 1 = C (inside extern "C" { }), 0 = C++. Deeper levels than
+   * the table are function bodies or worse, where no kernel can be declared anyway. */
+  unsigned char clink[KM_MAX_NEST];
+  int depth = 0;
+  clink[0] = 0;
+  int d_externc = 0, d_global = 0, d_template = 0; /* the current declaration so far */
+  size_t cap = 0;
+  for (size_t i = 0; i < n && v[i].type != T_EOF; i++) {
+    const tok *t = &v[i];
+    if (t->type == T_IDENT && tok_is(t, "extern") && v[i + 1].type == T_STR) {
+      const tok *lit = &v[i + 1];
+      int c = tok_is(lit, "\"C\"");
+      if (tok_punct(&v[i + 2], '{')) { /* extern "C" { ... } */
+        depth++;
+        if (depth < KM_MAX_NEST) clink[depth] = (unsigned char)c;
+        d_externc = d_global = d_template = 0;
+        i += 2;
+      } else {
+        d_externc = c;
+        i += 1;
+      }
+      continue;
+    }
+    if (tok_punct(t, '{')) {
+      depth++;
+      if (depth < KM_MAX_NEST) clink[depth] = clink[depth - 1];
+      d_externc = d_global = d_template = 0;
+      continue;
+    }
+    if (tok_punct(t, '}')) {
+      if (depth) depth--;
+      d_externc = d_global = d_template = 0;
+      continue;
+    }
+    if (tok_punct(t, ';')) {
+      d_externc = d_global = d_template = 0;
+      continue;
+    }
+    if (t->type != T_IDENT) continue;
+    if (tok_is(t, "__global__")) { d_global = 1; continue; }
+    if (tok_is(t, "template")) { d_template = 1; continue; }
+    if (!tok_punct(&v[i + 1], '(')) continue;
+    /* NAME( ... ): the kernel when a body or ';' follows; otherwise an attribute such as
+     * __launch_bounds__(256) or a macro, and the declaration goes on after it. */
+    size_t rp = match_close(v, n, i + 1, '(', ')');
+    if (rp >= n) break;
+    int linkage_c = d_externc || (depth < KM_MAX_NEST ? clink[depth] : 0);
+    if (d_global && !d_template && linkage_c &&
+        (tok_punct(&v[rp + 1], '{') || tok_punct(&v[rp + 1], ';'))) {
+      km_nvrtc_kernel k = {0};
+      k.name = dupn(t->p, t->n);
+      if (!k.name || parse_params(v, i + 1, rp, &k) || add_kernel(ks, &cap, &k)) {
+        kernel_clear(&k);
+        return KM_ENOMEM;
+      }
+    }
+    i = rp;
+  }
+  return 0;
+}
+
+int km_nvrtc_parse_kernels(const char *src, size_t len, km_nvrtc_kernels *out) {
+  memset(out, 0, sizeof *out);
+  toks a = {0};
+  int rc = src ? lex_all(src, len, &a) : KM_EINVAL;
+  /* Three EOF tokens of look-ahead so v[i + 2] is always in bounds. */
+  if (!rc) rc = toks_push(&a, a.v[a.n - 1]);
+  if (!rc) rc = toks_push(&a, a.v[a.n - 1]);
+  if (!rc) rc = scan(a.v, a.n, out);
+  free(a.v);
+  if (rc) km_nvrtc_kernels_free(out);
+  return rc;
+}
+
+/* ======================================================================================
+ * Options and the cache key.
+ * ==================================================================================== */
+
+int km_nvrtc_arch_valid(const char *arch) {
+  if (!arch) return 0;
+  const char *p;
+  if (!strncmp(arch, "sm_", 3)) p = arch + 3;
+  else if (!strncmp(arch, "compute_", 8)) p = arch + 8;
+  else return 0;
+  int digits = 0;
+  while (is_digit((unsigned char)p[digits])) digits++;
+  if (digits < 2 || digits > 3) return 0;
+  p += digits;
+  if (*p == 'a' || *p == 'f') p++;
+  return *p == '\0';
+}
+
+static int is_identifier(const char *s) {
+  if (!s || !is_ident_start((unsigned char)*s)) return 0;
+  for (s++; *s; s++)
+    if (!is_ident_char((unsigned char)*s)) return 0;
+  return 1;
+}
+
+static int cmp_define(const void *a, const void *b) {
+  const km_nvrtc_define *x = *(const km_nvrtc_define *const *)a, *y = *(const km_nvrtc_define *const *)b;
+  int c = strcmp(x->name, y->name);
+  return c ? c : (x < y ? -1 : x > y); /* equal names keep the caller's order */
+}
+
+static int cmp_header(const void *a, const void *b) {
+  const km_nvrtc_header *x = *(const km_nvrtc_header *const *)a, *y = *(const km_nvrtc_header *const *)b;
+  int c = strcmp(x->name, y->name);
+  return c ? c : (x < y ? -1 : x > y);
+}
+
+static int req_check(const km_nvrtc_req *r) {
+  if (!r || !r->source || !km_nvrtc_arch_valid(r->arch)) return KM_EINVAL;
+  for (size_t i = 0; i < r->ndefines; i++)
+    if (!is_identifier(r->defines[i].name)) return KM_EINVAL;
+  for (size_t i = 0; i < r->nheaders; i++)
+    if (!r->headers[i].name || !r->headers[i].source) return KM_EINVAL;
+  for (size_t i = 0; i < r->noptions; i++)
+    if (!r->options[i]) return KM_EINVAL;
+  return 0;
+}
+
+int km_nvrtc_options(const km_nvrtc_req *r, char ***argv_out, size_t *argc_out) {
+  *argv_out = NULL;
+  *argc_out = 0;
+  int rc = req_check(r);
+  if (rc) return rc;
+  char incdir[4096];
+  if (r->include_dir) snprintf(incdir, sizeof incdir, "%s", r->include_dir);
+  else {
+    const char *home = getenv("CUDA_HOME");
+    snprintf(incdir, sizeof incdir, "%s/include", home && *home ? home : "/usr/local/cuda");
+  }
+  const km_nvrtc_define **defs = NULL;
+  if (r->ndefines) {
+    if (!(defs = malloc(r->ndefines * sizeof *defs))) return KM_ENOMEM;
+    for (size_t i = 0; i < r->ndefines; i++) defs[i] = &r->defines[i];
+    qsort(defs, r->ndefines, sizeof *defs, cmp_define);
+  }
+  /* One block: the pointer array, then the strings it points at. */
+  size_t argc = 3 + r->ndefines + r->noptions;
+  const char *std = r->std ? r->std : "c++17";
+  size_t bytes = argc * sizeof(char *) + strlen(r->arch) + 7 + strlen(std) + 7 + strlen(incdir) + 3;
+  for (size_t i = 0; i < r->ndefines; i++)
+    bytes += strlen(defs[i]->name) + (defs[i]->value ? strlen(defs[i]->value) + 1 : 0) + 3;
+  for (size_t i = 0; i < r->noptions; i++) bytes += strlen(r->options[i]) + 1;
+  char **argv = malloc(bytes);
+  if (!argv) { free(defs); return KM_ENOMEM; }
+  char *w = (char *)(argv + argc), *lim = (char *)argv + bytes;
+  size_t k = 0;
+#define KM_ADDOPT(...) (argv[k++] = w, w += snprintf(w, (size_t)(lim - w), __VA_ARGS__) + 1)
+  KM_ADDOPT("-arch=%s", r->arch);
+  KM_ADDOPT("--std=%s", std);
+  KM_ADDOPT("-I%s", incdir);
+  for (size_t i = 0; i < r->ndefines; i++) {
+    if (defs[i]->value) KM_ADDOPT("-D%s=%s", defs[i]->name, defs[i]->value);
+    else KM_ADDOPT("-D%s", defs[i]->name);
+  }
+  for (size_t i = 0; i < r->noptions; i++) KM_ADDOPT("%s", r->options[i]);
+#undef KM_ADDOPT
+  free(defs);
+  *argv_out = argv;
+  *argc_out = argc;
+  return 0;
+}
+
+void km_nvrtc_version(char buf[32]) {
+  int major = 0, minor = 0;
+  if (nvrtcVersion(&major, &minor) != NVRTC_SUCCESS) { buf[0] = '\0'; return; }
+  snprintf(buf, 32, "%d.%d", major, minor);
+}
+
+/* The key over fields that are each length-prefixed (kb_blob), with counts before the
+ * variable-length lists, so no two different requests serialise to the same bytes. */
+static int key_with(const km_nvrtc_req *r, char *const *argv, size_t argc, char key[KM_SHA256_HEX]) {
+  const km_nvrtc_header **hs = NULL;
+  if (r->nheaders) {
+    if (!(hs = malloc(r->nheaders * sizeof *hs))) return KM_ENOMEM;
+    for (size_t i = 0; i < r->nheaders; i++) hs[i] = &r->headers[i];
+    qsort(hs, r->nheaders, sizeof *hs, cmp_header);
+  }
+  char ver[32], num[32];
+  km_nvrtc_version(ver);
+  kbuf b = {0};
+  kb_str(&b, "kmrun.nvrtc.key");
+  snprintf(num, sizeof num, "%d", KM_NVRTC_FORMAT);
+  kb_str(&b, num);
+  kb_str(&b, ver);
+  kb_str(&b, r->arch);
+  kb_str(&b, r->name ? r->name : "kernel.cu");
+  kb_str(&b, r->want_ptx ? "ptx" : "");
+  kb_blob(&b, r->source, r->source_len);
+  snprintf(num, sizeof num, "%zu", r->nheaders);
+  kb_str(&b, num);
+  for (size_t i = 0; i < r->nheaders; i++) {
+    kb_str(&b, hs[i]->name);
+    kb_blob(&b, hs[i]->source, hs[i]->len);
+  }
+  snprintf(num, sizeof num, "%zu", argc);
+  kb_str(&b, num);
+  for (size_t i = 0; i < argc; i++) kb_str(&b, argv[i]);
+  free(hs);
+  if (b.oom) { free(b.p); return KM_ENOMEM; }
+  km_sha256_hex(b.p, b.len, key);
+  free(b.p);
+  return 0;
+}
+
+int km_nvrtc_key(const km_nvrtc_req *r, char key[KM_SHA256_HEX]) {
+  char **argv;
+  size_t argc;
+  key[0] = '\0';
+  int rc = km_nvrtc_options(r, &argv, &argc);
+  if (rc) return rc;
+  rc = key_with(r, argv, argc, key);
+  free(argv);
+  return rc;
+}
+
+/* ======================================================================================
+ * The cache: <dir>/<key[0:2]>/<key>, holding
+ *   magic "KMNVRTC\0" | u32 format | key (64 ASCII) | SHA-256 of payload (32) |
+ *   u64 payload length | payload
+ *   payload = u32 flags (1 cubin, 2 ptx) | blob cubin | blob ptx | blob log |
+ *             u32 nkernels { blob name | u32 nparams { blob name | blob type | blob kind } }
+ * Anything that fails to verify is a miss; the caller recompiles and overwrites.
+ * ==================================================================================== */
+
+#define KM_ENTRY_MAGIC "KMNVRTC"
+#define KM_ENTRY_HEAD (8 + 4 + 64 + 32 + 8)
+#define KM_ENTRY_MAX ((size_t)1 << 31) /* a bigger file is not ours */
+
+int km_nvrtc_default_cache_dir(char *buf, size_t n) {
+  const char *d = getenv("KM_CACHE_DIR");
+  int w;
+  if (d && *d) w = snprintf(buf, n, "%s", d);
+  else if ((d = getenv("XDG_CACHE_HOME")) && *d) w = snprintf(buf, n, "%s/kmrun/nvrtc", d);
+  else if ((d = getenv("HOME")) && *d) w = snprintf(buf, n, "%s/.cache/kmrun/nvrtc", d);
+  else { if (n) buf[0] = '\0'; return KM_ENOTFOUND; }
+  return w < 0 || (size_t)w >= n ? KM_ERANGE : 0;
+}
+
+int km_nvrtc_cache_path(const char *dir, const char *key, char *buf, size_t n) {
+  int w = snprintf(buf, n, "%s/%.2s/%s", dir, key, key);
+  return w < 0 || (size_t)w >= n ? KM_ERANGE : 0;
+}
+
+static void put_payload(kbuf *b, const km_nvrtc_out *o) {
+  kb_u32(b, (o->cubin ? 1u : 0u) | (o->ptx ? 2u : 0u));
+  kb_blob(b, o->cubin, o->cubin_len);
+  kb_blob(b, o->ptx, o->ptx_len);
+  kb_blob(b, o->log, o->log_len);
+  kb_u32(b, (uint32_t)o->kernels.n);
+  for (size_t i = 0; i < o->kernels.n; i++) {
+    const km_nvrtc_kernel *k = &o->kernels.v[i];
+    kb_str(b, k->name);
+    kb_u32(b, (uint32_t)k->nparams);
+    for (size_t j = 0; j < k->nparams; j++) {
+      kb_str(b, k->params[j].name);
+      kb_str(b, k->params[j].type);
+      kb_str(b, k->params[j].kind);
+    }
+  }
+}
+
+/* Fills o from a verified payload; KM_ECORRUPT when it does not parse to the end. */
+static int get_payload(const uint8_t *p, size_t n, km_nvrtc_out *o) {
+  kcur c = {p, p + n, 0};
+  size_t len;
+  const char *s;
+  uint32_t flags = (uint32_t)kc_uint(&c, 4);
+  s = kc_blob(&c, &len);
+  if (!c.bad && (flags & 1)) { if (!(o->cubin = dupn(s, len))) return KM_ENOMEM; o->cubin_len = len; }
+  s = kc_blob(&c, &len);
+  if (!c.bad && (flags & 2)) { if (!(o->ptx = dupn(s, len))) return KM_ENOMEM; o->ptx_len = len; }
+  s = kc_blob(&c, &len);
+  if (c.bad) return KM_ECORRUPT;
+  if (!(o->log = dupn(s, len))) return KM_ENOMEM;
+  o->log_len = len;
+  uint32_t nk = (uint32_t)kc_uint(&c, 4);
+  if (c.bad || nk > n) return KM_ECORRUPT; /* each kernel takes bytes: bounds the calloc */
+  if (nk && !(o->kernels.v = calloc(nk, sizeof *o->kernels.v))) return KM_ENOMEM;
+  for (uint32_t i = 0; i < nk; i++) {
+    km_nvrtc_kernel *k = &o->kernels.v[i];
+    o->kernels.n = i + 1;
+    s = kc_blob(&c, &len);
+    uint32_t np = (uint32_t)kc_uint(&c, 4);
+    if (c.bad || np > n) return KM_ECORRUPT;
+    if (!(k->name = dupn(s, len))) return KM_ENOMEM;
+    if (np && !(k->params = calloc(np, sizeof *k->params))) return KM_ENOMEM;
+    for (uint32_t j = 0; j < np; j++) {
+      km_nvrtc_param *pa = &k->params[j];
+      k->nparams = j + 1;
+      size_t nn, tn, kn;
+      const char *ns = kc_blob(&c, &nn), *ts = kc_blob(&c, &tn), *ks = kc_blob(&c, &kn);
+      if (c.bad) return KM_ECORRUPT;
+      pa->name = dupn(ns, nn);
+      pa->type = dupn(ts, tn);
+      pa->kind = intern_kind(ks, kn);
+      if (!pa->name || !pa->type) return KM_ENOMEM;
+    }
+  }
+  return c.p == c.end ? 0 : KM_ECORRUPT;
+}
+
+/* Drops whatever a failed read left in o, keeping the key. */
+static void out_reset(km_nvrtc_out *o) {
+  char key[KM_SHA256_HEX];
+  memcpy(key, o->key, sizeof key);
+  km_nvrtc_out_free(o);
+  memset(o, 0, sizeof *o);
+  memcpy(o->key, key, sizeof key);
+}
+
+static int read_all(int fd, uint8_t *p, size_t n) {
+  while (n) {
+    ssize_t r = read(fd, p, n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return KM_EIO;
+    p += r;
+    n -= (size_t)r;
+  }
+  return 0;
+}
+
+static int write_all(int fd, const char *p, size_t n) {
+  while (n) {
+    ssize_t r = write(fd, p, n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return KM_EIO;
+    p += r;
+    n -= (size_t)r;
+  }
+  return 0;
+}
+
+/* 0 and o filled on a verified hit; otherwise a miss with o untouched but for the key. */
+static int cache_read(const char *path, km_nvrtc_out *o) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return KM_ENOTFOUND;
+  struct stat st;
+  uint8_t *buf = NULL;
+  int rc = KM_ECORRUPT;
+  if (fstat(fd, &st) || !S_ISREG(st.st_mode) || (size_t)st.st_size < KM_ENTRY_HEAD ||
+      (size_t)st.st_size > KM_ENTRY_MAX)
+    goto done;
+  size_t size = (size_t)st.st_size;
+  if (!(buf = malloc(size))) { rc = KM_ENOMEM; goto done; }
+  if (read_all(fd, buf, size)) goto done;
+  kcur c = {buf, buf + size, 0};
+  if (memcmp(buf, KM_ENTRY_MAGIC, 8)) goto done;
+  c.p += 8;
+  if (kc_uint(&c, 4) != KM_NVRTC_FORMAT) goto done;
+  if (memcmp(c.p, o->key, 64)) goto done; /* a file renamed into the wrong slot */
+  c.p += 64;
+  const uint8_t *digest = c.p;
+  c.p += 32;
+  uint64_t plen = kc_uint(&c, 8);
+  if (c.bad || plen != (uint64_t)(c.end - c.p)) goto done;
+  uint8_t got[KM_SHA256_SIZE];
+  km_sha256(c.p, (size_t)plen, got);
+  if (memcmp(got, digest, sizeof got)) goto done;
+  rc = get_payload(c.p, (size_t)plen, o);
+done:
+  close(fd);
+  free(buf);
+  if (rc) out_reset(o);
+  return rc;
+}
+
+/* mkdir -p, tolerating directories that already exist (or appear concurrently). */
+static int mkdirs(const char *path) {
+  char p[4096];
+  size_t n = strlen(path);
+  if (n == 0 || n >= sizeof p) return KM_ERANGE;
+  memcpy(p, path, n + 1);
+  for (char *s = p + 1; ; s++) {
+    if (*s == '/' || *s == '\0') {
+      char c = *s;
+      *s = '\0';
+      if (mkdir(p, 0755) && errno != EEXIST) return KM_EIO;
+      *s = c;
+      if (!c) break;
+    }
+  }
+  struct stat st;
+  return stat(path, &st) == 0 && S_ISDIR(st.st_mode) ? 0 : KM_EIO;
+}
+
+/* Writes the entry beside its final name and renames it into place, so a reader sees the
+ * old entry, no entry, or the whole new one. No fsync: a torn file after a crash fails
+ * its digest and is recompiled, which is cheaper than syncing every compile. */
+static int cache_write(const char *dir, const char *path, const km_nvrtc_out *o) {
+  kbuf pay = {0}, b = {0};
+  put_payload(&pay, o);
+  if (pay.oom) { free(pay.p); return KM_ENOMEM; }
+  uint8_t digest[KM_SHA256_SIZE];
+  km_sha256(pay.p, pay.len, digest);
+  kb_put(&b, KM_ENTRY_MAGIC, 8); /* with its NUL */
+  kb_u32(&b, KM_NVRTC_FORMAT);
+  kb_put(&b, o->key, 64);
+  kb_put(&b, digest, sizeof digest);
+  kb_u64(&b, pay.len);
+  kb_put(&b, pay.p, pay.len);
+  free(pay.p);
+  if (b.oom) { free(b.p); return KM_ENOMEM; }
+
+  char sub[4096], tmp[4200];
+  int rc = KM_ERANGE;
+  if (snprintf(sub, sizeof sub, "%s/%.2s", dir, o->key) >= (int)sizeof sub) goto out;
+  if ((rc = mkdirs(sub))) goto out;
+  snprintf(tmp, sizeof tmp, "%s/.%s.XXXXXX", sub, o->key);
+  int fd = mkstemp(tmp);
+  if (fd < 0) { rc = KM_EIO; goto out; }
+  (void)fchmod(fd, 0644); /* mkstemp makes 0600; a shared cache dir wants readers */
+  rc = write_all(fd, b.p, b.len);
+  if (close(fd) && !rc) rc = KM_EIO;
+  if (!rc && rename(tmp, path)) rc = KM_EIO;
+  if (rc) unlink(tmp);
+out:
+  free(b.p);
+  return rc;
+}
+
+/* ======================================================================================
+ * Compilation.
+ * ==================================================================================== */
+
+void km_nvrtc_out_free(km_nvrtc_out *o) {
+  if (!o) return;
+  free(o->cubin);
+  free(o->ptx);
+  free(o->log);
+  o->cubin = o->ptx = o->log = NULL;
+  o->cubin_len = o->ptx_len = o->log_len = 0;
+  km_nvrtc_kernels_free(&o->kernels);
+}
+
+static const char *describe(nvrtcResult r) {
+  switch (r) {
+  case NVRTC_ERROR_OUT_OF_MEMORY: return "NVRTC ran out of memory";
+  case NVRTC_ERROR_PROGRAM_CREATION_FAILURE: return "cannot create the program";
+  case NVRTC_ERROR_INVALID_INPUT: return "invalid input";
+  case NVRTC_ERROR_INVALID_PROGRAM: return "invalid program";
+  case NVRTC_ERROR_INVALID_OPTION: return "invalid option";
+  case NVRTC_ERROR_COMPILATION: return "compilation failed";
+  case NVRTC_ERROR_BUILTIN_OPERATION_FAILURE: return "builtin operation failed";
+  case NVRTC_ERROR_INTERNAL_ERROR: return "internal error";
+  default: return "NVRTC failed";
+  }
+}
+
+/* Records an NVRTC failure; `log` (may be NULL) adds its first line to the message. */
+static void set_failure(km_nvrtc_out *o, nvrtcResult r, const char *what, const char *log) {
+  const char *name = nvrtcGetErrorString(r);
+  o->result = r ? (int)r : -1;
+  if (!name || strchr(name, ' ')) name = "NVRTC_ERROR_UNKNOWN"; /* "NVRTC_ERROR unknown" */
+  snprintf(o->code, sizeof o->code, "%s", name);
+  int n = snprintf(o->message, sizeof o->message, "%s: %s%s%s", o->code, describe(r),
+                   what ? ": " : "", what ? what : "");
+  if (log && *log && n > 0 && (size_t)n < sizeof o->message) {
+    size_t line = strcspn(log, "\n");
+    snprintf(o->message + n, sizeof o->message - (size_t)n, ": %.*s", (int)line, log);
+  }
+}
+
+/* Copies NVRTC's result into o. prog is destroyed by the caller on every path. */
+static int fetch(nvrtcProgram prog, int is_virtual, int want_ptx, km_nvrtc_out *o) {
+  nvrtcResult r;
+  size_t n = 0;
+  if (!is_virtual) {
+    if ((r = nvrtcGetCUBINSize(prog, &n))) { set_failure(o, r, "nvrtcGetCUBINSize", NULL); return 0; }
+    if (!(o->cubin = malloc(n ? n : 1))) return KM_ENOMEM;
+    if ((r = nvrtcGetCUBIN(prog, o->cubin))) { set_failure(o, r, "nvrtcGetCUBIN", NULL); return 0; }
+    o->cubin_len = n;
+  }
+  if (is_virtual || want_ptx) {
+    if ((r = nvrtcGetPTXSize(prog, &n))) { set_failure(o, r, "nvrtcGetPTXSize", NULL); return 0; }
+    if (!(o->ptx = malloc(n + 1))) return KM_ENOMEM;
+    o->ptx[0] = o->ptx[n] = '\0';
+    if ((r = nvrtcGetPTX(prog, o->ptx))) { set_failure(o, r, "nvrtcGetPTX", NULL); return 0; }
+    o->ptx_len = strlen(o->ptx); /* the size counts the trailing NUL */
+  }
+  return 0;
+}
+
+static int run_nvrtc(const km_nvrtc_req *r, char *const *argv, size_t argc, km_nvrtc_out *o) {
+  const char **hnames = NULL, **hsrcs = NULL;
+  if (r->nheaders) {
+    hnames = malloc(r->nheaders * sizeof *hnames);
+    hsrcs = malloc(r->nheaders * sizeof *hsrcs);
+    if (!hnames || !hsrcs) { free(hnames); free(hsrcs); return KM_ENOMEM; }
+    for (size_t i = 0; i < r->nheaders; i++) {
+      hnames[i] = r->headers[i].name;
+      hsrcs[i] = r->headers[i].source;
+    }
+  }
+  nvrtcProgram prog = NULL;
+  nvrtcResult res = nvrtcCreateProgram(&prog, r->source, r->name ? r->name : "kernel.cu",
+                                       (int)r->nheaders, hsrcs, hnames);
+  free(hnames);
+  free(hsrcs);
+  if (res) { set_failure(o, res, "nvrtcCreateProgram", NULL); return 0; }
+
+  int rc = 0;
+  res = nvrtcCompileProgram(prog, (int)argc, (const char *const *)argv);
+  size_t n = 0;
+  nvrtcResult lr = nvrtcGetProgramLogSize(prog, &n);
+  if (!(o->log = malloc(n + 1))) { rc = KM_ENOMEM; goto done; }
+  o->log[0] = o->log[n] = '\0';
+  if (lr == NVRTC_SUCCESS && n > 0 && nvrtcGetProgramLog(prog, o->log) != NVRTC_SUCCESS) o->log[0] = '\0';
+  o->log_len = strlen(o->log);
+  if (res) { set_failure(o, res, NULL, res == NVRTC_ERROR_COMPILATION ? NULL : o->log); goto done; }
+  rc = fetch(prog, !strncmp(r->arch, "compute_", 8), r->want_ptx, o);
+done:
+  nvrtcDestroyProgram(&prog);
+  return rc;
+}
+
+int km_nvrtc_compile_c(const km_nvrtc_req *r, km_nvrtc_out *o) {
+  memset(o, 0, sizeof *o);
+  char **argv = NULL;
+  size_t argc = 0;
+  int rc = km_nvrtc_options(r, &argv, &argc);
+  if (!rc) rc = key_with(r, argv, argc, o->key);
+  if (rc) goto out;
+
+  char path[4200];
+  int use_cache = r->cache_dir && *r->cache_dir &&
+                  !km_nvrtc_cache_path(r->cache_dir, o->key, path, sizeof path);
+  if (use_cache) {
+    int hit = cache_read(path, o);
+    if (hit == KM_ENOMEM) { rc = hit; goto out; }
+    if (hit == 0) { o->cached = 1; goto out; }
+  }
+
+  if ((rc = run_nvrtc(r, argv, argc, o)) || o->result) goto out;
+  if ((rc = km_nvrtc_parse_kernels(r->source, r->source_len, &o->kernels))) goto out;
+  if (use_cache) o->cache_status = cache_write(r->cache_dir, path, o);
+out:
+  free(argv);
+  return rc;
+}
