@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Runs on the GPU host with a carried build/: environment facts, every test (GPU tests
+# required), then the benchmarks. Logs go to $OUT (or ./gpu-out).
+set -uo pipefail
+OUT=${OUT:-gpu-out}
+mkdir -p "$OUT"
+export KMRUN=build/kmrun
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv 2>&1 | tee "$OUT/env.txt"
+ldd build/kmrun | grep -E "not found|lua|cjson|nvrtc|sqlite|curl" | tee -a "$OUT/env.txt"
+build/kmrun -v | tee -a "$OUT/env.txt"
+tests=(build/tests/test_* tests/lua/test_*.lua tests/gpu/test_*.lua)
+if command -v prove >/dev/null; then
+  KM_REQUIRE_GPU=1 prove -v --exec tests/exec "${tests[@]}" 2>&1 | tee "$OUT/tests.log"
+else
+  for t in "${tests[@]}"; do echo "== $t"; KM_REQUIRE_GPU=1 tests/exec "$t"; echo "exit $?"; done 2>&1 | tee "$OUT/tests.log"
+fi
+for b in "$@"; do
+  echo "== bench $b"
+  build/kmrun "bench/$b.lua" "$OUT/$b.md" 2>&1 | tee "$OUT/$b.log"
+done
