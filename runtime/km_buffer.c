@@ -39,9 +39,14 @@ static km_buffer *buffer_check(lua_State *L, int idx) {
   return b;
 }
 
+static const void *buffer_mt; /* identity of the metatable, for the launch hot path */
+
 CUdeviceptr km_buffer_ptr(lua_State *L, int idx, size_t *bytes) {
-  km_buffer *b = luaL_testudata(L, idx, KM_BUFFER_MT);
-  if (!b) return 0;
+  km_buffer *b = lua_touserdata(L, idx);
+  if (!b || !lua_getmetatable(L, idx)) return 0;
+  int is_buffer = lua_topointer(L, -1) == buffer_mt;
+  lua_pop(L, 1);
+  if (!is_buffer) return 0;
   if (!b->base) luaL_error(L, "attempt to use a freed km.Buffer");
   if (bytes) *bytes = b->bytes;
   return b->ptr;
@@ -396,8 +401,10 @@ static int b_save(lua_State *L) {
     const char *descr = km_dtype_npy(b->dtype);
     if (!descr) return luaL_error(L, "save: %s has no .npy type; save it raw (not .npy)", km_dtype_name(b->dtype));
     lua_pushfstring(L, "{'descr': '%s', 'fortran_order': False, 'shape': (", descr);
+    /* numpy's own spelling: (n,) for one dimension, (a, b) for more */
     for (int i = 0; i < b->ndim; i++) {
-      lua_pushfstring(L, "%I,%s", (lua_Integer)b->shape[i], i + 1 < b->ndim ? " " : "");
+      lua_pushfstring(L, "%I%s", (lua_Integer)b->shape[i],
+                      b->ndim == 1 ? "," : i + 1 < b->ndim ? ", " : "");
       lua_concat(L, 2);
     }
     lua_pushliteral(L, "), }");
@@ -584,6 +591,7 @@ int luaopen_km_buffer(lua_State *L) {
       {NULL, NULL}};
   km_newclass(L, KM_BUFFER_MT, methods, buffer_release);
   luaL_getmetatable(L, KM_BUFFER_MT);
+  buffer_mt = lua_topointer(L, -1);
   lua_pushcfunction(L, b_tostring);
   lua_setfield(L, -2, "__tostring");
   lua_pushcfunction(L, b_len);

@@ -296,10 +296,13 @@ static int l_synchronize(lua_State *L) {
 
 /* ==== modules and functions ==== */
 
-typedef struct { CUmodule mod; } km_module;
+struct km_module_s { CUmodule mod; };
+
+typedef struct km_module_s km_module;
 
 typedef struct {
   CUfunction fn;
+  km_module *owner;      /* pinned through user value 1, so this pointer stays valid */
   int nparams;
   size_t argbytes;       /* size of the packed argument buffer */
   size_t *offset, *size; /* per parameter; point into the trailing storage */
@@ -388,6 +391,7 @@ static int module_get(lua_State *L) {
   memset(f, 0, sizeof *f);
   luaL_setmetatable(L, KM_FUNCTION_MT);
   f->fn = fn;
+  f->owner = m;
   f->nparams = n;
   f->argbytes = argbytes;
   f->offset = (size_t *)(f + 1);
@@ -424,9 +428,7 @@ static int module_get(lua_State *L) {
 
 static km_function *function_check(lua_State *L, int idx) {
   km_function *f = luaL_checkudata(L, idx, KM_FUNCTION_MT);
-  lua_getiuservalue(L, idx, 1);
-  module_check(L, -1);
-  lua_pop(L, 1);
+  if (!f->owner->mod) luaL_error(L, "attempt to use a function of a freed km.Module");
   return f;
 }
 
@@ -671,7 +673,7 @@ static int do_launch(lua_State *L, int fidx, km_function *f, const launch_cfg *c
       size_t bytes;
       CUdeviceptr p = km_buffer_ptr(L, a, &bytes);
       km_scalar *s;
-      if (p || luaL_testudata(L, a, "km.Buffer")) {
+      if (p) {
         if (sz != 8 || (kind != KIND_PTR && kind != KIND_UNKNOWN)) err = "a buffer was passed where the kernel takes a non-pointer";
         else memcpy(dst, &p, 8);
       } else if ((s = luaL_testudata(L, a, KM_SCALAR_MT))) {

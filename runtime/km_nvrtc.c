@@ -176,14 +176,53 @@ static void build_defines(lua_State *L, reqbuild *rb, int opts) {
   rb->req.ndefines = k;
 }
 
+/* NVRTC ships no C library headers, yet kernels (and models) often include <stdint.h>.
+ * When the source names it and the caller gives none, these definitions stand in. */
+static const char builtin_stdint[] =
+    "#pragma once\n"
+    "typedef signed char int8_t; typedef unsigned char uint8_t;\n"
+    "typedef short int16_t; typedef unsigned short uint16_t;\n"
+    "typedef int int32_t; typedef unsigned int uint32_t;\n"
+    "typedef long long int64_t; typedef unsigned long long uint64_t;\n"
+    "typedef long long intptr_t; typedef unsigned long long uintptr_t;\n"
+    "#define INT8_MIN (-128)\n#define INT8_MAX 127\n#define UINT8_MAX 255\n"
+    "#define INT16_MIN (-32768)\n#define INT16_MAX 32767\n#define UINT16_MAX 65535\n"
+    "#define INT32_MIN (-2147483647 - 1)\n#define INT32_MAX 2147483647\n#define UINT32_MAX 4294967295u\n"
+    "#define INT64_MIN (-9223372036854775807LL - 1)\n#define INT64_MAX 9223372036854775807LL\n"
+    "#define UINT64_MAX 18446744073709551615ULL\n";
+
 /* headers = { ["name.h"] = source }: what #include "name.h" finds before any folder. */
 static void build_headers(lua_State *L, reqbuild *rb, int opts) {
-  if (get_opt(L, opts, "headers") == LUA_TNIL) return;
-  if (!lua_istable(L, -1))
-    luaL_error(L, "option 'headers' must be a table, got %s", luaL_typename(L, -1));
+  const char *src = rb->req.source;
+  int want_stdint = src && (strstr(src, "stdint.h") || strstr(src, "<cstdint>"));
+  /* a fresh table: the caller's headers plus the built-ins (never the caller's table) */
+  lua_newtable(L);
   int tab = lua_gettop(L);
+  if (get_opt(L, opts, "headers") != LUA_TNIL) {
+    if (!lua_istable(L, -1))
+      luaL_error(L, "option 'headers' must be a table, got %s", luaL_typename(L, -1));
+    for (lua_pushnil(L); lua_next(L, tab + 1); lua_pop(L, 1)) {
+      if (lua_type(L, -2) != LUA_TSTRING)
+        luaL_error(L, "option 'headers' must map names to sources, got a %s key", luaL_typename(L, -2));
+      lua_pushvalue(L, -2);
+      lua_pushvalue(L, -2);
+      lua_rawset(L, tab);
+    }
+    lua_pop(L, 1);
+  }
+  if (want_stdint) {
+    for (int i = 0; i < 2; i++) {
+      const char *nm = i ? "cstdint" : "stdint.h";
+      if (lua_getfield(L, tab, nm) == LUA_TNIL) {
+        lua_pushstring(L, builtin_stdint);
+        lua_setfield(L, tab, nm);
+      }
+      lua_pop(L, 1);
+    }
+  }
   size_t n = 0;
   for (lua_pushnil(L); lua_next(L, tab); lua_pop(L, 1)) n++;
+  if (n == 0) { lua_pop(L, 1); return; }
   km_nvrtc_header *v = lua_newuserdatauv(L, (n ? n : 1) * sizeof *v, 0);
   size_t k = 0;
   for (lua_pushnil(L); lua_next(L, tab); lua_pop(L, 1)) {

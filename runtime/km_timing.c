@@ -1,7 +1,7 @@
 /* km_timing.c — `require "km.timing"`: time GPU work with CUDA events.
  *
  *   timing.time(fn_or_graph, { mode = "cold"|"warm"|"graph", warmup = 3, warmup_ms = 5,
- *                              min_samples = 10, max_samples = 300, target = 0.005,
+ *                              min_samples = 20, max_samples = 300, target = 0.002,
  *                              max_ms = 2000, rep = 1, flush_bytes = 2*L2, samples = false })
  *     -> { median, mean, min, max, p25, p75, n, rel_noise, mode, rep, sm_clock_mhz,
  *          total_ms, samples? }  (times in ms per call of fn)
@@ -138,9 +138,9 @@ static int l_time(lua_State *L) {
     return luaL_error(L, "timing: unknown mode '%s' (cold, warm, graph)", mode);
   int warmup = (int)km_optfield_int(L, 2, "warmup", 3);
   double warmup_ms = km_optfield_num(L, 2, "warmup_ms", 5);
-  int min_n = (int)km_optfield_int(L, 2, "min_samples", 10);
+  int min_n = (int)km_optfield_int(L, 2, "min_samples", 20);
   int max_n = (int)km_optfield_int(L, 2, "max_samples", 300);
-  double target = km_optfield_num(L, 2, "target", 0.005);
+  double target = km_optfield_num(L, 2, "target", 0.002);
   double max_ms = km_optfield_num(L, 2, "max_ms", 2000);
   int rep = (int)km_optfield_int(L, 2, "rep", 1);
   int keep = km_optfield_bool(L, 2, "samples", 0);

@@ -83,7 +83,7 @@ t.test(".npy and raw files round-trip", function()
   t.eq(b:shape()[2], 6)
   t.eq(b:checksum(), a:checksum())
   local f = assert(io.open(dir .. "/a.npy", "rb")); local head = f:read(128); f:close()
-  t.ok(head:find("'descr': '<f4'", 1, true) and head:find("'shape': (4, 6)", 1, true), head)
+  t.ok(head:find("'descr': '<f4'", 1, true) and head:find("'shape': (4, 6), }", 1, true), head)
   assert(a:save(dir .. "/a.bin"))
   local r = assert(buffer.load(dir .. "/a.bin", "f32", { 24 }))
   t.eq(r:checksum(), a:checksum())
@@ -146,7 +146,7 @@ t.test("device compare: torch semantics, first mismatch, 1e8 elements in millise
   -- the same rule as the host path, dtype by dtype
   for _, dt in ipairs { "f16", "bf16", "f64", "i32" } do
     local x = buffer.new(dt, 5):from_table({ 1, 2, 3, 4, 5 })
-    local y = buffer.new(dt, 5):from_table({ 1, 2, 3.5, 4, 5 })
+    local y = buffer.new(dt, 5):from_table({ 1, 2, 4, 4, 5 })
     local d = compare.allclose(x, y, { atol = 0.1, rtol = 0 })
     local h = compare.allclose(x:to_table(), y:to_table(), { atol = 0.1, rtol = 0, dtype = dt })
     t.eq(d.mismatches, 1, dt)

@@ -106,6 +106,11 @@ t.test("a freed buffer raises when used again", function()
   t.raises(function() b:fill(1) end, "attempt to use a freed km.Buffer")
   local fn = assert(build([[extern "C" __global__ void k(float *x) { x[0] = 1; }]]):get("k"))
   t.raises(function() fn:launch({ grid = 1, block = 1 }, b) end, "freed km.Buffer")
+  -- a freed module makes its functions unusable, not dangling
+  local mod = build([[extern "C" __global__ void k2(float *x) { x[0] = 1; }]])
+  local k2 = assert(mod:get("k2"))
+  mod:free()
+  t.raises(function() k2:launch({ grid = 1, block = 1 }, buffer.new("f32", 1)) end, "freed km.Module")
 end)
 
 t.test("a missing kernel and an impossible launch are nil, message, code", function()
