@@ -1,0 +1,354 @@
+/* km_proc.c — `require "km.proc"`: child processes spoken to through framed pipes.
+ *
+ *   local p = proc.spawn({ "build/kmrun", "lua/km/worker.lua" }, { env = { KM_DEVICE = "1" } })
+ *   p:send(bytes)                      -- one frame: 4-byte little-endian length + bytes
+ *   local msg, why, code = p:recv(ms)  -- a frame, or nil, "timeout"/"closed", TIMEOUT/EOF
+ *   p:kill(); p:wait(ms)               -- SIGKILL, then reap: { exited, code, signal }
+ *   local ch = proc.stdio_channel()    -- in the child: frames over the original stdin and
+ *                                      -- stdout; stdout itself then goes to stderr so a
+ *                                      -- stray print() cannot corrupt the stream
+ *   local ready = proc.select({ p1, p2 }, ms)  -- the first with a frame or EOF waiting
+ *
+ * Why frames and not lines: payloads (verdicts, logs) contain newlines and arbitrary bytes.
+ * Ownership: a km.Proc owns its two pipe ends and its child; close/__gc kills and reaps. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <lua.h>
+#include <lauxlib.h>
+
+#include "km.h"
+
+#define KM_PROC_MT "km.Proc"
+#define MAX_FRAME (256u << 20)
+
+extern char **environ;
+
+typedef struct {
+  pid_t pid;      /* 0 for a channel over our own stdio, -1 once reaped */
+  int in, out;    /* we write to `in`, read from `out`; -1 when closed */
+  int status;     /* wait status once reaped */
+  int reaped;
+} km_proc;
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static km_proc *proc_check(lua_State *L, int idx) {
+  return luaL_checkudata(L, idx, KM_PROC_MT);
+}
+
+static void close_fd(int *fd) {
+  if (*fd >= 0) close(*fd);
+  *fd = -1;
+}
+
+static int reap(km_proc *p, int block) {
+  if (p->pid <= 0 || p->reaped) return 1;
+  int st;
+  pid_t r = waitpid(p->pid, &st, block ? 0 : WNOHANG);
+  if (r == p->pid) {
+    p->status = st;
+    p->reaped = 1;
+    return 1;
+  }
+  return 0;
+}
+
+static int proc_release(lua_State *L) {
+  km_proc *p = proc_check(L, 1);
+  close_fd(&p->in);
+  close_fd(&p->out);
+  if (p->pid > 0 && !p->reaped) {
+    kill(p->pid, SIGKILL);
+    reap(p, 1);
+  }
+  return 0;
+}
+
+/* proc.spawn(argv, { env = { NAME = value }, stderr = "inherit" | "null" }) */
+static int l_spawn(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  if (!lua_isnoneornil(L, 2)) luaL_checktype(L, 2, LUA_TTABLE);
+  lua_settop(L, 2);
+  int argc = (int)lua_rawlen(L, 1);
+  if (argc < 1) return luaL_argerror(L, 1, "argv must hold at least the program");
+  const char *errmode = km_optfield_str(L, 2, "stderr", "inherit");
+  /* argv and envp live in userdata boxes: nothing to free if anything below raises */
+  const char **argv = lua_newuserdatauv(L, sizeof(char *) * (size_t)(argc + 1), 0);
+  for (int i = 0; i < argc; i++) {
+    lua_rawgeti(L, 1, i + 1);
+    argv[i] = luaL_checkstring(L, -1);
+    lua_pop(L, 1); /* still referenced by the argv table */
+  }
+  argv[argc] = NULL;
+  int nenv = 0;
+  while (environ[nenv]) nenv++;
+  int extra = 0;
+  if (!lua_isnoneornil(L, 2) && lua_getfield(L, 2, "env") == LUA_TTABLE) {
+    for (lua_pushnil(L); lua_next(L, -2); lua_pop(L, 1)) extra++;
+  } else if (!lua_isnoneornil(L, 2)) lua_pop(L, 1), lua_pushnil(L);
+  else lua_pushnil(L);
+  int envt = lua_gettop(L);
+  const char **envp = lua_newuserdatauv(L, sizeof(char *) * (size_t)(nenv + extra + 1), 0);
+  lua_newtable(L); /* anchors the "NAME=value" strings until the spawn */
+  int anchor = lua_gettop(L);
+  int k = 0;
+  if (extra) {
+    for (lua_pushnil(L); lua_next(L, envt); lua_pop(L, 1)) {
+      if (lua_type(L, -2) != LUA_TSTRING) luaL_error(L, "spawn: env keys must be strings");
+      const char *name = lua_tostring(L, -2);
+      const char *val = luaL_tolstring(L, -1, NULL);
+      envp[k++] = lua_pushfstring(L, "%s=%s", name, val);
+      lua_rawseti(L, anchor, k);
+      lua_pop(L, 1);
+    }
+  }
+  for (int i = 0; i < nenv; i++) {
+    /* the table's entries override inherited ones */
+    const char *eq = strchr(environ[i], '=');
+    int shadowed = 0;
+    for (int j = 0; j < k && eq; j++)
+      if (!strncmp(envp[j], environ[i], (size_t)(eq - environ[i]) + 1)) shadowed = 1;
+    if (!shadowed) envp[k++] = environ[i];
+  }
+  envp[k] = NULL;
+
+  km_proc *p = lua_newuserdatauv(L, sizeof *p, 0);
+  p->pid = -1;
+  p->in = p->out = -1;
+  p->reaped = 1;
+  p->status = 0;
+  luaL_setmetatable(L, KM_PROC_MT);
+  int to_child[2], from_child[2];
+  if (pipe2(to_child, O_CLOEXEC)) return km_fail(L, "EPIPE", "pipe: %s", strerror(errno));
+  if (pipe2(from_child, O_CLOEXEC)) {
+    close(to_child[0]), close(to_child[1]);
+    return km_fail(L, "EPIPE", "pipe: %s", strerror(errno));
+  }
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, to_child[0], 0);
+  posix_spawn_file_actions_adddup2(&fa, from_child[1], 1);
+  if (!strcmp(errmode, "null")) posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none;
+  sigemptyset(&none);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETPGROUP);
+  posix_spawnattr_setpgroup(&attr, 0); /* its own group: a terminal's ^C reaches the driver only */
+  pid_t pid;
+  int rc = posix_spawnp(&pid, argv[0], &fa, &attr, (char *const *)argv, (char *const *)envp);
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  close(to_child[0]);
+  close(from_child[1]);
+  if (rc) {
+    close(to_child[1]);
+    close(from_child[0]);
+    return km_fail(L, "ESPAWN", "cannot start %s: %s", argv[0], strerror(rc));
+  }
+  p->pid = pid;
+  p->reaped = 0;
+  p->in = to_child[1];
+  p->out = from_child[0];
+  signal(SIGPIPE, SIG_IGN); /* a dead child shows as EPIPE from send, not a signal */
+  return 1;
+}
+
+/* proc.stdio_channel(): frames over this process's original stdin/stdout */
+static int l_stdio_channel(lua_State *L) {
+  km_proc *p = lua_newuserdatauv(L, sizeof *p, 0);
+  p->pid = 0;
+  p->reaped = 1;
+  p->in = p->out = -1;
+  luaL_setmetatable(L, KM_PROC_MT);
+  fflush(stdout);
+  int in = dup(0), out = dup(1);
+  if (in < 0 || out < 0) return km_fail(L, "EIO", "dup: %s", strerror(errno));
+  fcntl(in, F_SETFD, FD_CLOEXEC);
+  fcntl(out, F_SETFD, FD_CLOEXEC);
+  dup2(2, 1); /* print() now lands on stderr */
+  int devnull = open("/dev/null", O_RDONLY);
+  if (devnull >= 0) dup2(devnull, 0), close(devnull);
+  p->in = out;
+  p->out = in;
+  signal(SIGPIPE, SIG_IGN);
+  return 1;
+}
+
+static int write_all(int fd, const void *buf, size_t n) {
+  const char *b = buf;
+  while (n) {
+    ssize_t w = write(fd, b, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return -1;
+    }
+    b += w;
+    n -= (size_t)w;
+  }
+  return 0;
+}
+
+static int proc_send(lua_State *L) {
+  km_proc *p = proc_check(L, 1);
+  size_t n;
+  const char *s = luaL_checklstring(L, 2, &n);
+  if (p->in < 0) return km_fail(L, "EPIPE", "send: the channel is closed");
+  if (n > MAX_FRAME) return luaL_error(L, "send: frame of %I bytes is over the limit", (lua_Integer)n);
+  unsigned char hdr[4] = {(unsigned char)n, (unsigned char)(n >> 8), (unsigned char)(n >> 16), (unsigned char)(n >> 24)};
+  if (write_all(p->in, hdr, 4) || write_all(p->in, s, n))
+    return km_fail(L, errno == EPIPE ? "EPIPE" : "EIO", "send: %s", strerror(errno));
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+/* Reads exactly n bytes before the deadline (ms, <0: none). 0 ok, 1 timeout, 2 EOF, 3 error */
+static int read_full(int fd, char *buf, size_t n, double deadline) {
+  while (n) {
+    int wait = -1;
+    if (deadline >= 0) {
+      double left = deadline - now_ms();
+      if (left <= 0) return 1;
+      wait = (int)left + 1;
+    }
+    struct pollfd pfd = {fd, POLLIN, 0};
+    int r = poll(&pfd, 1, wait);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return 3;
+    }
+    if (r == 0) return 1;
+    ssize_t got = read(fd, buf, n);
+    if (got < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      return 3;
+    }
+    if (got == 0) return 2;
+    buf += got;
+    n -= (size_t)got;
+  }
+  return 0;
+}
+
+/* p:recv([timeout_ms]) -> frame | nil, "timeout", "TIMEOUT" | nil, "closed", "EOF" */
+static int proc_recv(lua_State *L) {
+  km_proc *p = proc_check(L, 1);
+  lua_Number timeout = luaL_optnumber(L, 2, -1);
+  if (p->out < 0) return km_fail(L, "EOF", "closed");
+  double deadline = timeout < 0 ? -1 : now_ms() + timeout;
+  unsigned char hdr[4];
+  int r = read_full(p->out, (char *)hdr, 4, deadline);
+  if (r == 1) return km_fail(L, "TIMEOUT", "timeout");
+  if (r == 2) return km_fail(L, "EOF", "closed");
+  if (r == 3) return km_fail(L, "EIO", "recv: %s", strerror(errno));
+  size_t n = (size_t)hdr[0] | (size_t)hdr[1] << 8 | (size_t)hdr[2] << 16 | (size_t)hdr[3] << 24;
+  if (n > MAX_FRAME) return km_fail(L, "EPROTO", "recv: frame of %I bytes is over the limit", (lua_Integer)n);
+  luaL_Buffer b;
+  char *buf = luaL_buffinitsize(L, &b, n);
+  /* a frame that started arrives whole: give its body a generous deadline of its own */
+  r = read_full(p->out, buf, n, timeout < 0 ? -1 : now_ms() + timeout + 10000);
+  if (r) return km_fail(L, r == 1 ? "TIMEOUT" : "EOF", r == 1 ? "timeout inside a frame" : "closed inside a frame");
+  luaL_pushresultsize(&b, n);
+  return 1;
+}
+
+/* proc.select({ procs }, timeout_ms) -> the first proc with input (or EOF) ready, or nil */
+static int l_select(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  lua_Number timeout = luaL_optnumber(L, 2, -1);
+  int n = (int)lua_rawlen(L, 1);
+  struct pollfd *pfd = lua_newuserdatauv(L, sizeof *pfd * (size_t)(n ? n : 1), 0);
+  for (int i = 0; i < n; i++) {
+    lua_rawgeti(L, 1, i + 1);
+    km_proc *p = proc_check(L, -1);
+    pfd[i].fd = p->out;
+    pfd[i].events = POLLIN;
+    pfd[i].revents = 0;
+    lua_pop(L, 1);
+  }
+  int r;
+  do r = poll(pfd, (nfds_t)n, timeout < 0 ? -1 : (int)timeout);
+  while (r < 0 && errno == EINTR);
+  for (int i = 0; i < n && r > 0; i++)
+    if (pfd[i].revents) {
+      lua_rawgeti(L, 1, i + 1);
+      lua_pushinteger(L, i + 1);
+      return 2;
+    }
+  lua_pushnil(L);
+  return 1;
+}
+
+static int proc_kill(lua_State *L) {
+  km_proc *p = proc_check(L, 1);
+  int sig = (int)luaL_optinteger(L, 2, SIGKILL);
+  if (p->pid > 0 && !p->reaped) kill(p->pid, sig);
+  lua_settop(L, 1);
+  return 1;
+}
+
+static void push_status(lua_State *L, km_proc *p) {
+  lua_createtable(L, 0, 3);
+  lua_pushboolean(L, WIFEXITED(p->status));
+  lua_setfield(L, -2, "exited");
+  if (WIFEXITED(p->status)) {
+    lua_pushinteger(L, WEXITSTATUS(p->status));
+    lua_setfield(L, -2, "code");
+  }
+  if (WIFSIGNALED(p->status)) {
+    lua_pushinteger(L, WTERMSIG(p->status));
+    lua_setfield(L, -2, "signal");
+  }
+}
+
+/* p:wait([timeout_ms]) -> { exited, code, signal } | nil, "timeout", "TIMEOUT" */
+static int proc_wait(lua_State *L) {
+  km_proc *p = proc_check(L, 1);
+  lua_Number timeout = luaL_optnumber(L, 2, -1);
+  if (p->pid == 0) return luaL_error(L, "wait: a stdio channel has no child");
+  double deadline = now_ms() + timeout;
+  while (!reap(p, timeout < 0)) {
+    if (timeout >= 0 && now_ms() >= deadline) return km_fail(L, "TIMEOUT", "timeout");
+    usleep(1000);
+  }
+  push_status(L, p);
+  return 1;
+}
+
+static int proc_alive(lua_State *L) {
+  km_proc *p = proc_check(L, 1);
+  lua_pushboolean(L, p->pid > 0 && !reap(p, 0));
+  return 1;
+}
+
+static int proc_pid(lua_State *L) {
+  lua_pushinteger(L, proc_check(L, 1)->pid);
+  return 1;
+}
+
+int luaopen_km_proc(lua_State *L) {
+  static const luaL_Reg methods[] = {{"send", proc_send}, {"recv", proc_recv}, {"kill", proc_kill},
+                                     {"wait", proc_wait}, {"alive", proc_alive}, {"pid", proc_pid},
+                                     {"close", proc_release}, {NULL, NULL}};
+  km_newclass(L, KM_PROC_MT, methods, proc_release);
+  static const luaL_Reg fns[] = {{"spawn", l_spawn}, {"stdio_channel", l_stdio_channel},
+                                 {"select", l_select}, {NULL, NULL}};
+  luaL_newlib(L, fns);
+  return 1;
+}
