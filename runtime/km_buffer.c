@@ -225,7 +225,7 @@ static int b_zero(lua_State *L) {
 
 /* b:poison() -> b: NaN for floats (a payload no arithmetic produces), a sentinel for ints,
  * so an output element that a kernel never wrote cannot pass a compare by luck. */
-static uint64_t poison_pattern(km_dtype dt) {
+uint64_t km_poison_pattern(km_dtype dt) {
   switch (dt) {
   case KM_F32: return 0x7fc0dead;
   case KM_F64: return 0x7ff8deaddeadbeefull;
@@ -240,7 +240,7 @@ static uint64_t poison_pattern(km_dtype dt) {
 
 static int b_poison(lua_State *L) {
   km_buffer *b = buffer_check(L, 1);
-  fill_pattern(L, b, poison_pattern(b->dtype));
+  fill_pattern(L, b, km_poison_pattern(b->dtype));
   lua_settop(L, 1);
   return 1;
 }

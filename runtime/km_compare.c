@@ -23,6 +23,7 @@
 /* Must match struct cmp_out in runtime/kernels/km_util.cu. */
 typedef struct {
   unsigned long long mismatches, nan_got, inf_got, first;
+  unsigned long long unwritten;
   unsigned long long max_abs_bits, max_rel_bits;
   unsigned long long n_examples;
   unsigned long long examples[32];
@@ -206,7 +207,15 @@ static int allclose_dev(lua_State *L, const km_tol *tol) {
   CUstream s = km_cuda_stream();
   int dti = (int)dt, eqnan = tol->equal_nan;
   double atol = tol->atol, rtol = tol->rtol;
-  void *args[] = {&pa, &pb, &dti, &n, &atol, &rtol, &eqnan, &dres};
+  /* poison = true counts elements still holding km.buffer's poison pattern */
+  int poison_on = 0;
+  unsigned long long poison = 0;
+  if (lua_getfield(L, 3, "poison") == LUA_TBOOLEAN && lua_toboolean(L, -1)) {
+    poison_on = 1;
+    poison = km_poison_pattern(dt);
+  }
+  lua_pop(L, 1);
+  void *args[] = {&pa, &pb, &dti, &n, &atol, &rtol, &eqnan, &dres, &poison_on, &poison};
   r = cu->cuMemcpyHtoD(dres, &out, sizeof out);
   if (r == CUDA_SUCCESS && n) r = km_cuda_util_launch(fn, n, s, args);
   if (r == CUDA_SUCCESS) r = cu->cuStreamSynchronize(s);
@@ -228,11 +237,17 @@ static int allclose_dev(lua_State *L, const km_tol *tol) {
   res.ok = res.mismatches == 0;
   dev_ctx ctx = {dt, pa, pb};
   push_result(L, dt, &res, tol, dev_fetch, &ctx);
+  if (poison_on) {
+    lua_pushinteger(L, (lua_Integer)out.unwritten);
+    lua_setfield(L, -2, "unwritten");
+  }
   return 1;
 }
 
 static int l_allclose(lua_State *L) {
   km_tol tol;
+  lua_settop(L, 3);
+  if (lua_isnil(L, 3)) { lua_newtable(L); lua_replace(L, 3); }
   read_tol(L, 3, &tol);
   if (luaL_testudata(L, 1, "km.Buffer") || luaL_testudata(L, 2, "km.Buffer")) {
     if (!luaL_testudata(L, 1, "km.Buffer") || !luaL_testudata(L, 2, "km.Buffer"))

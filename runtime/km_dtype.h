@@ -22,4 +22,7 @@ uint16_t km_double_to_bf16(double d);      /* round to nearest even */
 /* Element i of a host array as a double, and the reverse (saturating for integers). */
 double km_dtype_get(km_dtype t, const void *base, size_t i);
 void km_dtype_set(km_dtype t, void *base, size_t i, double v);
+/* The bits km.buffer's poison() writes (NaN with a payload for floats, a sentinel for
+ * integers); km.compare counts elements still holding them. Defined in km_buffer.c. */
+uint64_t km_poison_pattern(km_dtype t);
 #endif

@@ -293,11 +293,75 @@ static int timing_floor(lua_State *L) {
   return 1;
 }
 
+/* Best (minimum) event time of `reps` launches of fn over `n` items, in ms. */
+static CUresult best_ms(CUfunction fn, uint64_t n, void **args, int reps, unsigned grid, double *out) {
+  CUevent a, b;
+  CUresult r = km_cu->cuEventCreate(&a, CU_EVENT_DEFAULT);
+  if (r != CUDA_SUCCESS) return r;
+  if ((r = km_cu->cuEventCreate(&b, CU_EVENT_DEFAULT)) != CUDA_SUCCESS) { km_cu->cuEventDestroy(a); return r; }
+  CUstream s = km_cuda_stream();
+  double best = INFINITY;
+  for (int i = 0; i < reps && r == CUDA_SUCCESS; i++) {
+    float ms = 0;
+    r = km_cu->cuEventRecord(a, s);
+    if (r == CUDA_SUCCESS) r = grid ? km_cu->cuLaunchKernel(fn, grid, 1, 1, 256, 1, 1, 0, s, args, NULL)
+                                    : km_cuda_util_launch(fn, n, s, args);
+    if (r == CUDA_SUCCESS) r = km_cu->cuEventRecord(b, s);
+    if (r == CUDA_SUCCESS) r = km_cu->cuEventSynchronize(b);
+    if (r == CUDA_SUCCESS) r = km_cu->cuEventElapsedTime(&ms, a, b);
+    if (r == CUDA_SUCCESS && i > 0 && ms < best) best = ms; /* the first run warms up */
+  }
+  km_cu->cuEventDestroy(a);
+  km_cu->cuEventDestroy(b);
+  *out = best;
+  return r;
+}
+
+/* timing.peaks() -> { bandwidth_gbs, fp32_tflops }: this device's measured ceilings (a
+ * 16-byte copy of 2 x 512 MiB counting bytes read and written; 8 FMA chains per thread on
+ * every SM). Measured once per process; the roofline bound of a task uses them. */
+static int l_peaks(lua_State *L) {
+  const km_cuda_api *cu = km_cuda_check(L);
+  if (lua_getfield(L, lua_upvalueindex(1), "peaks") == LUA_TTABLE) return 1;
+  lua_pop(L, 1);
+  size_t bytes = (size_t)512 << 20;
+  CUdeviceptr src, dst;
+  CUresult r = cu->cuMemAlloc(&src, bytes);
+  if (r != CUDA_SUCCESS) return km_cuda_fail(L, r, "peaks: allocating");
+  if ((r = cu->cuMemAlloc(&dst, bytes)) != CUDA_SUCCESS) { cu->cuMemFree(src); return km_cuda_fail(L, r, "peaks: allocating"); }
+  cu->cuMemsetD32(src, 0x3f800000, bytes / 4);
+  uint64_t n = bytes / 16;
+  void *cargs[] = {&dst, &src, &n};
+  double copy_ms = 0, fma_ms = 0;
+  r = best_ms(km_cuda_util(L, "km_copy"), n, cargs, 6, 0, &copy_ms);
+  int sms = 0;
+  cu->cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, km_cuda_device());
+  int iters = 4096;
+  float a = 0.999f, bb = 0.001f;
+  void *fargs[] = {&dst, &iters, &a, &bb};
+  unsigned grid = (unsigned)sms * 8;
+  if (r == CUDA_SUCCESS) r = best_ms(km_cuda_util(L, "km_fma"), 0, fargs, 6, grid, &fma_ms);
+  cu->cuMemFree(src);
+  cu->cuMemFree(dst);
+  if (r != CUDA_SUCCESS) return km_cuda_fail(L, r, "peaks");
+  lua_createtable(L, 0, 2);
+  lua_pushnumber(L, 2.0 * (double)bytes / (copy_ms * 1e-3) / 1e9);
+  lua_setfield(L, -2, "bandwidth_gbs");
+  lua_pushnumber(L, (double)grid * 256 * iters * 16 / (fma_ms * 1e-3) / 1e12);
+  lua_setfield(L, -2, "fp32_tflops");
+  lua_pushvalue(L, -1);
+  lua_setfield(L, lua_upvalueindex(1), "peaks");
+  return 1;
+}
+
 int luaopen_km_timing(lua_State *L) {
   static const luaL_Reg fns[] = {{"time", l_time}, {"sm_clock", l_sm_clock}, {NULL, NULL}};
   luaL_newlib(L, fns);
-  lua_newtable(L); /* cache */
+  lua_newtable(L); /* cache shared by floor() and peaks() */
+  lua_pushvalue(L, -1);
   lua_pushcclosure(L, timing_floor, 1);
-  lua_setfield(L, -2, "floor");
+  lua_setfield(L, -3, "floor");
+  lua_pushcclosure(L, l_peaks, 1);
+  lua_setfield(L, -2, "peaks");
   return 1;
 }

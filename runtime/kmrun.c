@@ -96,6 +96,11 @@ static void set_paths(lua_State *L, const char *libdir) {
   lua_setfield(L, -2, "cpath");
   lua_pushstring(L, libdir);
   lua_setfield(L, -2, "km_libdir"); /* where km.* Lua modules live, for tools */
+  char exe[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  exe[n > 0 ? n : 0] = '\0';
+  lua_pushstring(L, exe);
+  lua_setfield(L, -2, "km_exe"); /* this program, for starting workers */
   lua_pop(L, 1);
 }
 

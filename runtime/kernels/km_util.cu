@@ -87,6 +87,7 @@ extern "C" __global__ void km_checksum(const uint8_t *p, uint64_t bytes, unsigne
 // Compare result, laid out as in km_compare.c's struct km_cmp_dev.
 struct cmp_out {
   unsigned long long mismatches, nan_got, inf_got, first;  // first: lowest mismatching index
+  unsigned long long unwritten;                            // elements still holding the poison
   unsigned long long max_abs_bits, max_rel_bits;           // non-negative doubles as bits
   unsigned long long n_examples;
   unsigned long long examples[32];
@@ -94,10 +95,21 @@ struct cmp_out {
 
 // torch.allclose semantics: |a - b| <= atol + rtol * |b|; NaN never passes unless both are
 // NaN and equal_nan; an Inf passes only against the same Inf.
+__device__ __forceinline__ unsigned long long raw_bits(const void *p, int dtype, uint64_t i) {
+  switch (dtype) {
+  case F32: case I32: return ((const unsigned int *)p)[i];
+  case F64: case I64: return ((const unsigned long long *)p)[i];
+  case F16: case BF16: return ((const unsigned short *)p)[i];
+  default: return ((const unsigned char *)p)[i];
+  }
+}
+
+// poison_on: also count got elements whose bits equal `poison` (never written by the kernel).
 extern "C" __global__ void km_compare(const void *got, const void *want, int dtype, uint64_t n,
-                                      double atol, double rtol, int equal_nan, cmp_out *out) {
+                                      double atol, double rtol, int equal_nan, cmp_out *out,
+                                      int poison_on, unsigned long long poison) {
   uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
-  unsigned long long bad = 0, nans = 0, infs = 0, first = ~0ull;
+  unsigned long long bad = 0, nans = 0, infs = 0, first = ~0ull, unw = 0;
   double max_abs = 0, max_rel = 0;
   for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
     double a = load_as_double(got, dtype, i), b = load_as_double(want, dtype, i);
@@ -108,7 +120,8 @@ extern "C" __global__ void km_compare(const void *got, const void *want, int dty
                        : (double)((unsigned long long)y - (unsigned long long)x);
       ok = x == y || d <= atol + rtol * fabs(b);
     } else ok = (a == b);
-    if (isnan(a)) nans++;
+    if (poison_on && raw_bits(got, dtype, i) == poison) unw++;
+    else if (isnan(a)) nans++;
     else if (isinf(a)) infs++;
     if (!ok && dtype != I64) {
       if (isnan(a) || isnan(b)) ok = equal_nan && isnan(a) && isnan(b);
@@ -135,6 +148,7 @@ extern "C" __global__ void km_compare(const void *got, const void *want, int dty
     bad += __shfl_down_sync(0xffffffffu, bad, off);
     nans += __shfl_down_sync(0xffffffffu, nans, off);
     infs += __shfl_down_sync(0xffffffffu, infs, off);
+    unw += __shfl_down_sync(0xffffffffu, unw, off);
     first = min(first, __shfl_down_sync(0xffffffffu, first, off));
     max_abs = fmax(max_abs, __shfl_down_sync(0xffffffffu, max_abs, off));
     max_rel = fmax(max_rel, __shfl_down_sync(0xffffffffu, max_rel, off));
@@ -143,6 +157,7 @@ extern "C" __global__ void km_compare(const void *got, const void *want, int dty
     if (bad) atomicAdd(&out->mismatches, bad);
     if (nans) atomicAdd(&out->nan_got, nans);
     if (infs) atomicAdd(&out->inf_got, infs);
+    if (unw) atomicAdd(&out->unwritten, unw);
     if (first != ~0ull) atomicMin(&out->first, first);
     atomicMax(&out->max_abs_bits, (unsigned long long)__double_as_longlong(max_abs));
     atomicMax(&out->max_rel_bits, (unsigned long long)__double_as_longlong(max_rel));
@@ -168,4 +183,21 @@ extern "C" __global__ void km_clock_probe(long long cycles, unsigned long long *
   do { c1 = clock64(); } while (c1 - c0 < cycles);
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
   if (threadIdx.x == 0) { out[0] = (unsigned long long)(c1 - c0); out[1] = t1 - t0; }
+}
+
+// Device-memory bandwidth probe: 16-byte copies, grid-stride.
+extern "C" __global__ void km_copy(uint4 *dst, const uint4 *src, uint64_t n) {
+  uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+  for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) dst[i] = src[i];
+}
+
+// FP32 rate probe: 8 independent FMA chains per thread, `iters` rounds (16 FLOP each).
+extern "C" __global__ void km_fma(float *out, int iters, float a, float b) {
+  float x0 = threadIdx.x, x1 = x0 + 1, x2 = x0 + 2, x3 = x0 + 3, x4 = x0 + 4, x5 = x0 + 5, x6 = x0 + 6, x7 = x0 + 7;
+  for (int i = 0; i < iters; i++) {
+    x0 = fmaf(x0, a, b); x1 = fmaf(x1, a, b); x2 = fmaf(x2, a, b); x3 = fmaf(x3, a, b);
+    x4 = fmaf(x4, a, b); x5 = fmaf(x5, a, b); x6 = fmaf(x6, a, b); x7 = fmaf(x7, a, b);
+  }
+  float s = x0 + x1 + x2 + x3 + x4 + x5 + x6 + x7;
+  if (s == 12345.678f) out[0] = s;  // keeps the loop alive without a store per thread
 }

@@ -1,0 +1,204 @@
+-- km.eval — judge candidates in isolated GPU worker processes.
+--
+--   local eval = require "km.eval"
+--   local pool = assert(eval.pool { gpus = { 0 }, timeout = 60 })
+--   local verdict = pool:eval(task, candidate, { seeds = 3 })
+--   local verdicts = pool:eval_many { { task, cand1 }, { task, cand2 }, ... }
+--   pool:close()
+--
+-- The driver (this process) never touches CUDA. Each worker owns one GPU's context
+-- (KM_DEVICE); a kernel that faults or hangs takes down only its worker: the driver records
+-- `crashed` or `timeout`, starts a fresh worker on the next request, and goes on.
+local proc = require "km.proc"
+local json = require "km.json"
+
+local fmt = string.format
+local M = {}
+local Pool = {}
+Pool.__index = Pool
+
+local function worker_argv()
+  return { package.km_exe, package.km_libdir .. "/km/worker.lua" }
+end
+
+-- Starts the worker of a slot; returns true or nil, why.
+function Pool:_start(slot)
+  local env = { KM_DEVICE = tostring(slot.gpu) }
+  local p, err = proc.spawn(worker_argv(), { env = env, stderr = self.opts.worker_stderr or "inherit" })
+  if not p then return nil, err end
+  local hello, why = p:recv((self.opts.startup_timeout or 120) * 1000)
+  if not hello then
+    p:kill(); p:wait(5000)
+    return nil, "GPU worker " .. slot.gpu .. " did not start: " .. tostring(why)
+  end
+  local h = json.decode(hello)
+  if not h or not h.ok then
+    p:kill(); p:wait(5000)
+    return nil, h and h.why or "GPU worker sent a bad greeting"
+  end
+  slot.proc, slot.device, slot.device_count = p, h.device, h.device_count
+  self.starts = self.starts + 1
+  return true
+end
+
+-- pool{ gpus = {0, 1} | nil (every visible GPU), timeout = seconds per candidate }
+-- -> pool, or nil, why, "NO_GPU"
+function M.pool(opts)
+  opts = opts or {}
+  local self = setmetatable({ opts = opts, slots = {}, starts = 0, next_id = 0 }, Pool)
+  local gpus = opts.gpus
+  local first = { gpu = gpus and gpus[1] or 0 }
+  local ok, why = self:_start(first)
+  if not ok then return nil, why, "NO_GPU" end
+  self.slots[1] = first
+  if not gpus then
+    gpus = { first.gpu }
+    for i = 1, (first.device_count or 1) - 1 do gpus[#gpus + 1] = i end
+  end
+  for i = 2, #gpus do
+    local s = { gpu = gpus[i] }
+    local ok2, why2 = self:_start(s)
+    if not ok2 then self:close() return nil, why2, "NO_GPU" end
+    self.slots[i] = s
+  end
+  self.device = first.device
+  return self
+end
+
+local function task_ref(task)
+  return type(task) == "table" and task.dir or task
+end
+
+local function lost(slot, what, job, timeout_s)
+  local p = slot.proc
+  slot.proc = nil
+  local st
+  if what == "timeout" then
+    p:kill()
+    st = p:wait(10000)
+    return { status = "timeout", task = job.task_name, candidate = job.cand.name,
+      feedback = fmt("The candidate did not finish within %g s (an endless loop, a deadlock at a barrier, or far too slow). The worker was stopped.", timeout_s) }
+  end
+  st = p:wait(10000) or {}
+  local how = st.signal and ("signal " .. st.signal) or ("exit code " .. tostring(st.code))
+  return { status = "crashed", task = job.task_name, candidate = job.cand.name,
+    feedback = "The GPU worker died while judging this candidate (" .. how .. ")." }
+end
+
+local function job_of(task, cand, opts)
+  return { task = task_ref(task), task_name = type(task) == "table" and task.name or task, cand = cand, opts = opts }
+end
+
+function Pool:_send(slot, job)
+  if not slot.proc then
+    local ok, why = self:_start(slot)
+    if not ok then return nil, why end
+  end
+  self.next_id = self.next_id + 1
+  job.id = self.next_id
+  local ok, err = slot.proc:send(json.encode { op = "eval", id = job.id, task = job.task, candidate = job.cand, opts = job.opts or {} })
+  if not ok then return nil, err end
+  slot.job = job
+  slot.sent_at = os.time()
+  return true
+end
+
+-- Reads the slot's answer (waiting up to `ms`); returns a verdict, or nil if not yet.
+function Pool:_collect(slot, ms)
+  local job = slot.job
+  local timeout_s = (job.opts and job.opts.timeout) or self.opts.timeout or 120
+  local msg, _, code = slot.proc:recv(ms)
+  if not msg then
+    if code == "TIMEOUT" then
+      if os.time() - slot.sent_at < timeout_s then return nil end
+      slot.job = nil
+      return lost(slot, "timeout", job, timeout_s)
+    end
+    slot.job = nil
+    return lost(slot, "dead", job, timeout_s)
+  end
+  slot.job = nil
+  local res = json.decode(msg)
+  local v = res and res.verdict or { status = "error", feedback = "bad answer from the worker: " .. tostring(msg):sub(1, 200) }
+  if v.context_lost then
+    slot.proc:wait(10000)
+    slot.proc = nil
+  end
+  return v
+end
+
+-- Judges one candidate; returns the verdict (infrastructure failures are status "error").
+function Pool:eval(task, cand, opts)
+  local slot = self.slots[1]
+  for _, s in ipairs(self.slots) do if not s.job then slot = s break end end
+  local job = job_of(task, cand, opts)
+  local ok, why = self:_send(slot, job)
+  if not ok then return { status = "error", task = job.task_name, candidate = cand.name, feedback = tostring(why) } end
+  local timeout_s = (opts and opts.timeout) or self.opts.timeout or 120
+  while true do
+    local v = self:_collect(slot, timeout_s * 1000)
+    if v then return v end
+  end
+end
+
+-- Judges a list of { task, candidate [, opts] } on every worker at once; verdicts in order.
+-- on_verdict(i, verdict), if given, is called as each one arrives.
+function Pool:eval_many(jobs, on_verdict)
+  local results, queue, busy = {}, {}, 0
+  for i, j in ipairs(jobs) do queue[#queue + 1] = { i = i, job = job_of(j[1], j[2], j[3]) } end
+  local qi = 1
+  while qi <= #queue or busy > 0 do
+    for _, s in ipairs(self.slots) do
+      if not s.job and qi <= #queue then
+        local q = queue[qi]
+        qi = qi + 1
+        q.job.index = q.i
+        local ok, why = self:_send(s, q.job)
+        if ok then busy = busy + 1
+        else
+          results[q.i] = { status = "error", feedback = tostring(why) }
+          if on_verdict then on_verdict(q.i, results[q.i]) end
+        end
+      end
+    end
+    local ready = {}
+    for _, s in ipairs(self.slots) do if s.job then ready[#ready + 1] = s.proc end end
+    if #ready > 0 then proc.select(ready, 1000) end
+    for _, s in ipairs(self.slots) do
+      if s.job then
+        local idx = s.job.index
+        local v = self:_collect(s, 0)
+        if v then
+          busy = busy - 1
+          results[idx] = v
+          if on_verdict then on_verdict(idx, v) end
+        end
+      end
+    end
+  end
+  return results
+end
+
+function Pool:close()
+  for _, s in ipairs(self.slots) do
+    if s.proc then
+      s.proc:send(json.encode { op = "quit" })
+      if not s.proc:wait(5000) then s.proc:kill(); s.proc:wait(5000) end
+      s.proc = nil
+    end
+  end
+end
+
+-- km.eval(task, candidate, opts): through a pool made on first use.
+local default
+function M.eval(task, cand, opts)
+  if not default then
+    local why, code
+    default, why, code = M.pool(opts)
+    if not default then return nil, why, code end
+  end
+  return default:eval(task, cand, opts)
+end
+
+setmetatable(M, { __call = function(_, ...) return M.eval(...) end })
+return M
