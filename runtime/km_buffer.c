@@ -577,6 +577,17 @@ static int b_check_guards(lua_State *L) {
   return 1;
 }
 
+/* b:reset_guards() -> b: refills both guard zones (for reusing a buffer) */
+static int b_reset_guards(lua_State *L) {
+  km_buffer *b = buffer_check(L, 1);
+  if (b->guard) {
+    check(L, km_cu->cuMemsetD8(b->base, GUARD_BYTE, b->guard), "filling the front guard");
+    check(L, km_cu->cuMemsetD8(b->ptr + b->bytes, GUARD_BYTE, b->alloc - b->guard - b->bytes), "filling the back guard");
+  }
+  lua_settop(L, 1);
+  return 1;
+}
+
 static int b_len(lua_State *L) { return b_numel(L); }
 
 int luaopen_km_buffer(lua_State *L) {
@@ -587,7 +598,7 @@ int luaopen_km_buffer(lua_State *L) {
       {"copy", b_copy}, {"clone", b_clone},
       {"to_string", b_to_string}, {"from_string", b_from_string},
       {"to_table", b_to_table}, {"from_table", b_from_table}, {"save", b_save},
-      {"checksum", b_checksum}, {"check_guards", b_check_guards}, {"free", buffer_release},
+      {"checksum", b_checksum}, {"check_guards", b_check_guards}, {"reset_guards", b_reset_guards}, {"free", buffer_release},
       {NULL, NULL}};
   km_newclass(L, KM_BUFFER_MT, methods, buffer_release);
   luaL_getmetatable(L, KM_BUFFER_MT);

@@ -224,8 +224,7 @@ static int read_full(int fd, char *buf, size_t n, double deadline) {
     int wait = -1;
     if (deadline >= 0) {
       double left = deadline - now_ms();
-      if (left <= 0) return 1;
-      wait = (int)left + 1;
+      wait = left > 0 ? (int)left + 1 : 0; /* past the deadline: still take what is there */
     }
     struct pollfd pfd = {fd, POLLIN, 0};
     int r = poll(&pfd, 1, wait);

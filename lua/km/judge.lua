@@ -68,9 +68,11 @@ local function compile_feedback(log, source, name)
   for l in (source .. "\n"):gmatch("([^\n]*)\n") do lines[#lines + 1] = l end
   for n in log:gmatch("%((%d+)%): error") do
     n = tonumber(n)
-    if not shown[n] and lines[n] then
-      shown[n] = true
-      out[#out + 1] = fmt("%s line %d: %s", name, n, lines[n])
+    for m = math.max(1, n - 1), n do -- the line before often holds the real culprit
+      if not shown[m] and lines[m] then
+        shown[m] = true
+        out[#out + 1] = fmt("%s line %d: %s", name, m, lines[m])
+      end
     end
   end
   return concat(out, "\n")
@@ -198,11 +200,6 @@ local function sync_status()
   return false, STICKY[code] and "crashed" or "launch_error", msg
 end
 
-local function free_all(list)
-  for _, b in pairs(list) do
-    if type(b) == "userdata" and not b:freed() then b:free() end
-  end
-end
 
 ----------------------------------------------------------------------------------------
 -- tasks
@@ -225,8 +222,46 @@ function Judge:task_state(t)
   return st
 end
 
+-- Device buffers are reused across trials and candidates (allocation and free of a GiB
+-- cost milliseconds each); a returned buffer gets fresh guard zones. The pool is dropped
+-- whole when it holds more than POOL_LIMIT bytes.
+local POOL_LIMIT = 24 << 30
+local pool, pool_bytes = {}, 0
+
+local function pool_key(dtype, dims) return dtype .. ":" .. concat(dims, "x") end
+
+local function get_buffer(dtype, dims)
+  local list = pool[pool_key(dtype, dims)]
+  local b = list and list[#list]
+  if b then
+    list[#list] = nil
+    pool_bytes = pool_bytes - b:nbytes()
+    return b
+  end
+  return buffer.new(dtype, dims)
+end
+
+local function put_buffer(b)
+  if b:freed() then return end
+  if pool_bytes + b:nbytes() > POOL_LIMIT then
+    for _, list in pairs(pool) do for _, x in ipairs(list) do x:free() end end
+    pool, pool_bytes = {}, 0
+  end
+  b:reset_guards()
+  local key = pool_key(b:dtype(), b:shape())
+  pool[key] = pool[key] or {}
+  insert(pool[key], b)
+  pool_bytes = pool_bytes + b:nbytes()
+end
+
+local function free_all(list)
+  for _, b in pairs(list) do
+    if type(b) == "userdata" then put_buffer(b) end
+  end
+end
+
 local function init_buffer(spec, dims, sym, seed)
-  local b = buffer.new(spec.dtype, dims)
+  local b = get_buffer(spec.dtype, dims)
   local init = spec.init
   local kind = init[1]
   local a, c = task_mod.eval_expr(init[2], sym), task_mod.eval_expr(init[3], sym)
@@ -244,13 +279,13 @@ local function make_io(t, sym, seed)
     dims[spec.name] = d
     local b = init_buffer(spec, d, sym, seed * 7919 + i)
     ref_io[spec.name] = b
-    cand_io[spec.name] = b:clone()
+    cand_io[spec.name] = get_buffer(spec.dtype, d):copy(b)
   end
   for _, spec in ipairs(t.outputs) do
     local d = task_mod.shape_of(spec, sym)
     dims[spec.name] = d
-    ref_io[spec.name] = buffer.new(spec.dtype, d):poison()
-    cand_io[spec.name] = buffer.new(spec.dtype, d):poison()
+    ref_io[spec.name] = get_buffer(spec.dtype, d):poison()
+    cand_io[spec.name] = get_buffer(spec.dtype, d):poison()
   end
   return ref_io, cand_io, dims
 end
@@ -390,7 +425,8 @@ function Judge:eval(t, cand, opts)
           if (r.unwritten or 0) > 0 then
             status2 = "mismatch"
             head = fmt("%d of %d elements of '%s' were never written.", r.unwritten, r.n, spec.name)
-          elseif r.nan + r.inf > 0 then
+          elseif r.nan + r.inf > 0 and r.mismatches <= r.nan + r.inf then
+            -- every wrong element is NaN/Inf; with finite wrong values too, it is a mismatch
             status2 = "nan_inf"
             head = fmt("'%s' has %d NaN and %d Inf values where the reference is finite.", spec.name, r.nan, r.inf)
           else

@@ -48,7 +48,7 @@ extern "C" __global__ void rowsum(const float *x, float *y, int rows, int cols) 
   }
   if (threadIdx.x == 0) y[r] = part[0];
 }]], [[return function(k, io, s) k.rowsum{ grid = s.rows, block = 256 }(io.x, io.y, s.rows, s.cols) end]] },
-  { "an infinite loop", "timeout", relu, relu_src("volatile int spin = 1; while (spin) {} "), RELU_LAUNCH, { timeout = 15 } },
+  { "an infinite loop", "timeout", relu, relu_src("volatile const float *vx = x; while (vx[0] < 2.0f) {} "), RELU_LAUNCH, { timeout = 15 } },
   { "an illegal address", "crashed", relu, relu_src("if (i < n) y[i + (1ll << 40)] = 1.f;"), RELU_LAUNCH },
   { "a misaligned access", "crashed", relu,
     relu_src("if (i < n) *(float4 *)((char *)y + 4 * i + 1) = make_float4(0.f, 0.f, 0.f, 0.f);"), RELU_LAUNCH },
@@ -66,11 +66,21 @@ extern "C" __global__ void rowsum(const float *x, float *y, int rows, int cols) 
   if (i < n) y[i] = c == 0 ? fmaxf(x[i], 0.f) : x[i];
   __syncthreads();
   if (i == 0) atomicAdd(&calls, 1u);]]), RELU_LAUNCH },
-  { "skips the work once it is being timed", "too_fast", relu,
-    '__device__ unsigned int calls;\n' .. relu_src([[
-  if (calls > 12) return;
-  if (i < n) y[i] = fmaxf(x[i], 0.f);
-  if (i == 0) atomicAdd(&calls, 1u);]]), RELU_LAUNCH },
+  { "a kernel that skips the work once it is being timed", "too_fast", relu,
+    '__device__ unsigned int calls;\n' ..
+    'extern "C" __global__ void relu(const float *x, float *y, long long n) {\n' ..
+    '  if (calls > 12) return;\n' ..
+    '  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)\n' ..
+    '    y[i] = fmaxf(x[i], 0.f);\n' ..
+    '  if (blockIdx.x == 0 && threadIdx.x == 0) atomicAdd(&calls, 1u); }',
+    [[return function(k, io, s) k.relu{ grid = math.min(k.cdiv(s.n, 256), 1056), block = 256 }(io.x, io.y, s.n) end]] },
+  { "launch code that stops launching once it is being timed", "too_fast", relu, relu_src("if (i < n) y[i] = fmaxf(x[i], 0.f);"),
+    [[local calls = 0
+    return function(k, io, s)
+      calls = calls + 1
+      if calls > 13 then return end
+      k.relu{ grid = k.cdiv(s.n, 256), block = 256 }(io.x, io.y, s.n)
+    end]] },
   { "produces NaN", "nan_inf", relu, relu_src("if (i < n) y[i] = x[i] > 0.f ? x[i] : __int_as_float(0x7fc00000);"), RELU_LAUNCH },
   { "launches on another stream to dodge the timer", "launch_error", relu, relu_src("if (i < n) y[i] = fmaxf(x[i], 0.f);"),
     [[return function(k, io, s) k.relu{ grid = k.cdiv(s.n, 256), block = 256, stream = 1 }(io.x, io.y, s.n) end]] },
@@ -109,7 +119,7 @@ t.test("feedback names the shape, the seed and coordinates", function()
   t.ok(v.feedback:find("y[0]", 1, true), v.feedback)
   t.ok(v.feedback:find("boundary", 1, true), v.feedback)
   local c = pool:eval(relu, { name = "bad", source = relu_src("if (i < n) y[i] = fmaxf(x[i], 0.f)"), launch = RELU_LAUNCH })
-  t.ok(c.feedback:find("kernel.cu line 3", 1, true), c.feedback)
+  t.ok(c.feedback:find("kernel.cu line 3:", 1, true) and c.feedback:find("kernel.cu line 4:", 1, true), c.feedback)
 end)
 
 t.test("after every adversary the pool still serves correct verdicts, timed", function()
