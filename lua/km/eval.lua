@@ -24,6 +24,7 @@ end
 -- Starts the worker of a slot; returns true or nil, why.
 function Pool:_start(slot)
   local env = { KM_DEVICE = tostring(slot.gpu) }
+  for k, v in pairs(self.opts.env or {}) do env[k] = v end
   local p, err = proc.spawn(worker_argv(), { env = env, stderr = self.opts.worker_stderr or "inherit" })
   if not p then return nil, err end
   local hello, why = p:recv((self.opts.startup_timeout or 120) * 1000)
@@ -41,7 +42,8 @@ function Pool:_start(slot)
   return true
 end
 
--- pool{ gpus = {0, 1} | nil (every visible GPU), timeout = seconds per candidate }
+-- pool{ gpus = {0, 1} | nil (every visible GPU), timeout = seconds per candidate,
+--       env = { NAME = value } for the workers, worker_stderr = "inherit" | "null" }
 -- -> pool, or nil, why, "NO_GPU"
 function M.pool(opts)
   opts = opts or {}
