@@ -180,6 +180,19 @@ static int run_script(lua_State *L, const char *fname, char **argv, int argc, in
   for (int i = script + 1; i < argc; i++) lua_pushstring(L, argv[i]);
   status = docall(L, n, 1);
   if (status != LUA_OK) { report(L, status); return -1; }
+  if (lua_isfunction(L, -1) && fname) {
+    /* a strategy: `return function(ctx) ... end` runs over the tasks named in arg */
+    lua_getglobal(L, "require");
+    lua_pushliteral(L, "km.runner");
+    status = docall(L, 1, 1);
+    if (status != LUA_OK) { report(L, status); return -1; }
+    lua_getfield(L, -1, "main");    /* [fn, runner, main] */
+    lua_pushvalue(L, -3);
+    lua_pushstring(L, fname);
+    lua_getglobal(L, "arg");
+    status = docall(L, 3, 1);
+    if (status != LUA_OK) { report(L, status); return -1; }
+  }
   int code = LUA_OK;
   if (lua_isinteger(L, -1)) code = (int)lua_tointeger(L, -1);
   else if (lua_isboolean(L, -1) && !lua_toboolean(L, -1)) code = 1;

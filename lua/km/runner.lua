@@ -1,0 +1,421 @@
+-- km.runner — runs a strategy over tasks: builds the ctx a strategy sees, records every
+-- step in the store, prints a line per task and a summary.
+--
+--   kmrun strategies/repair.lua tasks/ [--model M] [--rounds N] [--out runs/x.sqlite] ...
+--
+-- A strategy file returns function(ctx) -> candidate, verdict. kmrun hands such a file to
+-- runner.main. Everything the strategy does through ctx lands in the store:
+--   ctx.task       the task (km.task)           ctx.args     parsed command-line options
+--   ctx.llm        the model client; :chat(messages, opts), :chat_many(list, opts)
+--   ctx.propose(messages [, opts]) -> candidate | nil, reply, why  (asks the model; offline:
+--                  the task's starter, and says so)
+--   ctx.eval(candidate [, opts]) -> verdict      (isolated GPU workers; no GPU: compile only)
+--   ctx.compile(candidate) -> verdict-like table  (NVRTC only)
+--   ctx.guidance   the guidance library; :for_task / :for_verdict record what was shown
+--   ctx.log(kind, payload)   ctx.say(fmt, ...)   ctx.budget   ctx.offline   ctx.gpu
+local task_mod = require "km.task"
+local prompt = require "km.prompt"
+local json = require "km.json"
+
+local fmt, concat, insert = string.format, table.concat, table.insert
+local ipairs, pairs, type, tostring, tonumber, pcall = ipairs, pairs, type, tostring, tonumber, pcall
+
+local M = {}
+
+M.USAGE = [[
+usage: kmrun STRATEGY.lua TASKS... [options]
+  TASKS            task folders, or folders of task folders (e.g. tasks/)
+options:
+  --out FILE       the run's store (default runs/<timestamp>.sqlite)
+  --model NAME     model name (else KM_MODEL); provider from OPENAI_BASE_URL / ANTHROPIC_API_KEY
+  --provider P     openai | anthropic | replay | offline
+  --replay FILE    replay the model turns recorded in FILE (.sqlite or .jsonl)
+  --rounds N       repair/optimize rounds (default 5)
+  --samples N      candidates drawn per round by best-of-N strategies (default 4)
+  --forms LIST     spec forms shown to the model: description,math,reference
+  --gpus LIST      GPUs to use (default: all visible)
+  --seeds N        seeds per shape (default 3)
+  --timeout S      seconds per candidate before it is stopped (default 120)
+  --budget-requests N, --budget-tokens N, --budget-dollars X
+  --filter PATTERN only tasks whose name matches the Lua pattern
+  --quiet          no per-task lines
+Exit status: 0 when every task ended correct, 1 otherwise, 2 on usage or no GPU.
+]]
+
+-- Parses argv into { tasks = {...}, opts }.
+function M.parse_args(argv)
+  local a = { tasks = {}, rounds = 5, samples = 4, seeds = 3, timeout = 120 }
+  local num = { rounds = 1, samples = 1, seeds = 1, timeout = 1, ["budget-requests"] = 1, ["budget-tokens"] = 1,
+    ["budget-dollars"] = 1, ["tune-budget"] = 1, repeat_ = 1 }
+  local i = 1
+  while argv[i] do
+    local x = argv[i]
+    if x == "-h" or x == "--help" then a.help = true
+    elseif x == "--quiet" then a.quiet = true
+    elseif x:sub(1, 2) == "--" then
+      local key, val = x:match("^%-%-([%w%-_]+)=(.*)$")
+      if not key then key, val = x:sub(3), argv[i + 1]; i = i + 1 end
+      if val == nil then return nil, "option --" .. key .. " needs a value" end
+      if num[key] then
+        local n = tonumber(val)
+        if not n then return nil, "option --" .. key .. " needs a number, got '" .. val .. "'" end
+        val = n
+      end
+      a[key:gsub("%-", "_")] = val
+    else
+      insert(a.tasks, x)
+    end
+    i = i + 1
+  end
+  if a.forms then
+    local f = {}
+    for w in a.forms:gmatch("[^,]+") do
+      if not prompt.FORMS[w] then return nil, "unknown spec form '" .. w .. "' (description, math, reference)" end
+      f[#f + 1] = w
+    end
+    a.forms = f
+  end
+  if a.gpus then
+    local g = {}
+    for w in tostring(a.gpus):gmatch("[^,]+") do g[#g + 1] = tonumber(w) end
+    a.gpus = g
+  end
+  return a
+end
+
+-- Every task named on the command line, loaded; errors listed.
+function M.collect_tasks(paths, filter)
+  local tasks, errors = {}, {}
+  for _, p in ipairs(paths) do
+    local f = io.open(p .. "/task.lua")
+    if f then
+      f:close()
+      local t, err = task_mod.load(p)
+      if t then insert(tasks, t) else insert(errors, err) end
+    else
+      local ts, es = task_mod.list(p)
+      if #ts == 0 and #es == 0 then insert(errors, p .. ": no tasks found") end
+      for _, t in ipairs(ts) do insert(tasks, t) end
+      for _, e in ipairs(es) do insert(errors, e) end
+    end
+  end
+  if filter then
+    local kept = {}
+    for _, t in ipairs(tasks) do if t.name:match(filter) then insert(kept, t) end end
+    tasks = kept
+  end
+  return tasks, errors
+end
+
+----------------------------------------------------------------------------------------
+-- the model client, recorded
+
+local function now() return os.time() end
+
+-- Loads recorded replies (for --replay) from a store or a JSONL export.
+function M.load_replay(path, task_name)
+  local replies = {}
+  local function take_steps(steps)
+    for _, s in ipairs(steps) do
+      if s.kind == "model_call" and type(s.payload) == "table" and s.payload.reply then insert(replies, s.payload.reply) end
+    end
+  end
+  if path:match("%.sqlite$") or path:match("%.db$") then
+    local store = require "km.store"
+    local db, err = store.open(path, { readonly = true })
+    if not db then return nil, err end
+    for _, e in ipairs(db:episodes(task_name and { task = task_name } or {})) do take_steps(db:episode(e.id).steps) end
+    db:close()
+  else
+    local f, err = io.open(path)
+    if not f then return nil, err end
+    for line in f:lines() do
+      local ep = json.decode(line)
+      if ep and (not task_name or ep.task == task_name) then take_steps(ep.steps or {}) end
+    end
+    f:close()
+  end
+  return replies
+end
+
+local function make_llm(args, task_name)
+  local llm = require "km.llm"
+  local cfg = { model = args.model, provider = args.provider, timeout = args.llm_timeout }
+  if args.base_url then cfg.base_url = args.base_url end
+  if args.replay then
+    local replies, err = M.load_replay(args.replay, task_name)
+    if not replies then return nil, "cannot read " .. args.replay .. ": " .. tostring(err) end
+    cfg.provider, cfg.replies = "replay", replies
+  end
+  if args.budget_requests or args.budget_tokens or args.budget_dollars then
+    cfg.budget = { requests = args.budget_requests, tokens = args.budget_tokens, dollars = args.budget_dollars }
+  end
+  return llm.new(cfg)
+end
+
+----------------------------------------------------------------------------------------
+-- ctx
+
+-- Builds the ctx for one episode. env: { store, episode, pool (or nil), client, guidance, args }
+function M.ctx(t, env)
+  local store, ep = env.store, env.episode
+  local ctx = { task = t, args = env.args, gpu = env.pool ~= nil, stats = { evals = 0, model_calls = 0, compile_ok_first = nil } }
+  local function log(kind, payload, extra)
+    if store then store:append(ep, kind, payload or {}, extra) end
+  end
+  ctx.log = log
+  ctx.say = function(f, ...) if not env.args.quiet then io.stdout:write(fmt(f, ...), "\n") io.stdout:flush() end end
+
+  -- the model, every call recorded with its messages, reply, tokens and latency
+  local function wrap(client)
+    local cfg = client and client:config() or { provider = "offline" }
+    local w = {}
+    function w:chat(messages, opts)
+      local t0 = os.clock()
+      local reply, err, code = client:chat(messages, opts)
+      ctx.stats.model_calls = ctx.stats.model_calls + 1
+      local payload = { messages = messages, opts = opts, provider = cfg.provider, model = cfg.model }
+      if reply then
+        payload.reply = reply
+        payload.reasoning_chars = reply.reasoning and #reply.reasoning or 0
+        payload.usage = reply.usage
+        payload.latency_ms = reply.latency_ms
+      else
+        payload.error, payload.code = err, code
+      end
+      log("model_call", payload, { duration_ms = reply and reply.latency_ms or (os.clock() - t0) * 1e3 })
+      return reply, err, code
+    end
+    function w:chat_many(list, opts)
+      local res = client:chat_many(list, opts)
+      for i, r in ipairs(res) do
+        ctx.stats.model_calls = ctx.stats.model_calls + 1
+        log("model_call", { messages = list[i], opts = opts, reply = r[1], error = r[2], code = r[3],
+          reasoning_chars = r[1] and r[1].reasoning and #r[1].reasoning or 0, usage = r[1] and r[1].usage,
+          latency_ms = r[1] and r[1].latency_ms, provider = cfg.provider, model = cfg.model })
+      end
+      return res
+    end
+    function w:usage() return client and client:usage() or {} end
+    function w:config() return cfg end
+    return w
+  end
+  local client = env.client
+  local cfg = client and client:config() or { provider = "offline" }
+  ctx.offline = cfg.provider == "offline"
+  ctx.llm = wrap(client)
+  ctx.budget = setmetatable({}, { __index = function(_, k) return (client and client:usage() or {})[k] end })
+  -- every model named by --models (comma-separated), each recorded; else just ctx.llm
+  function ctx.models()
+    if not env.args.models then return { ctx.llm } end
+    local list = {}
+    for name in tostring(env.args.models):gmatch("[^,]+") do
+      local c = require("km.llm").new { provider = cfg.provider ~= "offline" and cfg.provider or nil, model = name }
+      list[#list + 1] = wrap(c)
+    end
+    return list
+  end
+
+  -- guidance, recording what was shown
+  local lib = env.guidance
+  local shown = {}
+  ctx.guidance = {
+    for_task = function(_, task, opts)
+      if not lib then return {} end
+      local list = lib:for_task(task, opts)
+      local ids = {}
+      for i, g in ipairs(list) do ids[i] = g.id; shown[g.id] = true end
+      log("guidance", { ids = ids, reason = "task" })
+      return list
+    end,
+    for_verdict = function(_, task, verdict, opts)
+      if not lib then return {} end
+      opts = opts or {}
+      opts.exclude = opts.exclude or shown
+      local list = lib:for_verdict(task, verdict, opts)
+      local ids = {}
+      for i, g in ipairs(list) do ids[i] = g.id; shown[g.id] = true end
+      log("guidance", { ids = ids, reason = verdict.status })
+      return list
+    end,
+    search = function(_, words) return lib and lib:search(words) or {} end,
+    get = function(_, id) return lib and lib:get(id) end,
+    lib = lib,
+  }
+
+  -- candidates and verdicts
+  function ctx.compile(cand)
+    local nvrtc = require "km.nvrtc"
+    local prog, log_text = nvrtc.compile(cand.source or "", { arch = env.arch or "sm_90", defines = cand.params })
+    if not prog then return { status = "compile_error", feedback = "The kernel does not compile. NVRTC says:\n" .. tostring(log_text), compile_log = log_text } end
+    local sandbox = require "km.sandbox"
+    local fn, err = sandbox.load(cand.launch or "", "launch.lua")
+    if not fn then return { status = "compile_error", feedback = "launch.lua does not load: " .. tostring(err) } end
+    return { status = "compiled", feedback = "kernel.cu compiles and launch.lua loads (not run: no GPU).", compile_log = prog.log, kernels = prog.kernels }
+  end
+
+  function ctx.eval(cand, opts)
+    opts = opts or {}
+    if type(cand) ~= "table" then
+      local v = { status = "no_code", feedback = tostring(opts.why or "no candidate") }
+      log("verdict", v)
+      return v
+    end
+    log("candidate", { name = cand.name, source = cand.source, launch = cand.launch, params = cand.params, origin = cand.origin })
+    local v
+    local t0 = os.time()
+    if env.pool then
+      local o = { seeds = opts.seeds or env.args.seeds, timing = opts.timing, timeout = opts.timeout or env.args.timeout, baseline = opts.baseline }
+      v = env.pool:eval(t, cand, o)
+    else
+      v = ctx.compile(cand)
+    end
+    ctx.stats.evals = ctx.stats.evals + 1
+    if ctx.stats.compile_ok_first == nil then ctx.stats.compile_ok_first = v.status ~= "compile_error" end
+    log("verdict", v, { duration_ms = (os.time() - t0) * 1e3 })
+    if v.timing then log("timing", { timing = v.timing, speedup = v.speedup, roofline = v.roofline }) end
+    return v
+  end
+
+  -- Asks the model for a candidate; offline, the task's starter stands in.
+  function ctx.propose(messages, opts)
+    opts = opts or {}
+    if ctx.offline then
+      local cand = task_mod.starter(t)
+      if not cand then return nil, nil, "offline and the task has no starter" end
+      cand.origin = "starter (offline: no model configured)"
+      if not ctx.offline_noted then
+        ctx.offline_noted = true
+        log("note", { text = "offline: no model configured; using the task's starter" })
+      end
+      return cand, { content = prompt.candidate_text(cand), offline = true }
+    end
+    local reply, err, code = ctx.llm:chat(messages, opts)
+    if not reply then
+      ctx.model_error = { message = err, code = code }
+      return nil, nil, err, code
+    end
+    local cand, why = prompt.extract(reply.content, { default_launch = opts.default_launch })
+    if not cand then
+      log("note", { text = "no usable candidate in the reply", why = why })
+      return nil, reply, why
+    end
+    cand.origin = "model"
+    return cand, reply
+  end
+
+  return ctx
+end
+
+----------------------------------------------------------------------------------------
+-- main
+
+local function geomean(xs)
+  if #xs == 0 then return nil end
+  local s = 0
+  for _, x in ipairs(xs) do s = s + math.log(x) end
+  return math.exp(s / #xs)
+end
+
+-- Runs `strategy` (a function(ctx)) over the tasks in argv; returns the exit status.
+function M.main(strategy, script, argv)
+  local args, aerr = M.parse_args(argv)
+  if not args then io.stderr:write("kmrun: ", aerr, "\n", M.USAGE) return 2 end
+  if args.help then io.stdout:write(M.USAGE) return 0 end
+  if #args.tasks == 0 then io.stderr:write("kmrun: name the tasks to run (e.g. tasks/)\n", M.USAGE) return 2 end
+  local tasks, errors = M.collect_tasks(args.tasks, args.filter)
+  for _, e in ipairs(errors) do io.stderr:write("kmrun: skipping invalid task: ", e, "\n") end
+  if #tasks == 0 then io.stderr:write("kmrun: no valid tasks\n") return 2 end
+
+  -- the store
+  local store = require "km.store"
+  local out = args.out
+  if not out then
+    os.execute("mkdir -p runs")
+    out = "runs/" .. os.date("%Y%m%d-%H%M%S") .. ".sqlite"
+  end
+  local db, derr = store.open(out)
+  if not db then io.stderr:write("kmrun: cannot open the store ", out, ": ", tostring(derr), "\n") return 2 end
+  local sname = script:match("([^/]+)%.lua$") or script
+  local run_id = db:begin_run { name = sname, config = { strategy = script, args = argv } }
+
+  -- GPU workers
+  local eval = require "km.eval"
+  local pool, why = eval.pool { gpus = args.gpus, timeout = args.timeout, worker_stderr = args.worker_stderr or "inherit" }
+  local arch = pool and pool.device.arch or "sm_90"
+  if not pool then
+    io.stderr:write("kmrun: no GPU: ", tostring(why), "\n",
+      "kmrun: checking that candidates compile (NVRTC, ", arch, ") without running them\n")
+  end
+  local guidance
+  do
+    local okg, G = pcall(require, "km.guidance")
+    if okg then guidance = G.load() end
+  end
+  local client, cerr
+  do
+    local okl, res, e2 = pcall(make_llm, args)
+    if okl then client, cerr = res, e2 else client, cerr = nil, res end
+  end
+  if not client then io.stderr:write("kmrun: model client: ", tostring(cerr), "\n") db:close() if pool then pool:close() end return 2 end
+  local cfg = client:config()
+  if cfg.provider == "offline" then
+    io.stderr:write("kmrun: offline: no model configured (set OPENAI_BASE_URL or ANTHROPIC_API_KEY, or KM_MODEL); strategies use each task's starter\n")
+  end
+  if not args.quiet then
+    print(fmt("kmrun: %s on %d task(s), %s, model %s (%s); store %s", sname, #tasks,
+      pool and (pool.device.name .. " x" .. #pool.slots) or "no GPU", tostring(cfg.model or "-"), cfg.provider, out))
+  end
+
+  local results, n_correct, speedups, t_start = {}, 0, {}, os.time()
+  local stopped
+  for _, t in ipairs(tasks) do
+    if args.replay and client then client = make_llm(args, t.name) end -- each task replays its own turns
+    local ep = db:begin_episode(run_id, { task = t.name, strategy = sname, model = cfg.model or cfg.provider })
+    local ctx = M.ctx(t, { store = db, episode = ep, pool = pool, client = client, guidance = guidance, args = args, arch = arch })
+    local t0 = os.time()
+    local okc, cand, verdict = pcall(strategy, ctx)
+    local status, line
+    if not okc then
+      status = "error"
+      db:append(ep, "note", { text = "strategy error", error = tostring(cand) })
+      line = "strategy error: " .. tostring(cand):gsub("\n.*", "")
+      cand, verdict = nil, nil
+    else
+      verdict = verdict or {}
+      status = verdict.status == "correct" and "correct" or (verdict.status == "compiled" and "compiled" or "failed")
+    end
+    local summary = { status = verdict and verdict.status, speedup = verdict and verdict.speedup,
+      speedup_baseline = verdict and verdict.speedup_baseline, evals = ctx.stats.evals, model_calls = ctx.stats.model_calls,
+      compile_ok_first = ctx.stats.compile_ok_first, seconds = os.time() - t0, roofline = verdict and verdict.roofline and verdict.roofline.fraction,
+      usage = client:usage(), model_error = ctx.model_error }
+    db:finish_episode(ep, status, { final = cand and { candidate = cand, verdict = verdict } or nil, summary = summary })
+    if status == "correct" then
+      n_correct = n_correct + 1
+      if verdict.speedup then insert(speedups, verdict.speedup) end
+    end
+    insert(results, { task = t.name, status = status })
+    if not args.quiet then
+      print(fmt("%-28s %-10s %-12s evals %-3d model calls %-3d %ds%s", t.name, status,
+        verdict and verdict.speedup and fmt("%.2fx", verdict.speedup) or (verdict and verdict.status or "-"),
+        ctx.stats.evals, ctx.stats.model_calls, os.time() - t0, line and ("  " .. line) or ""))
+    end
+    if ctx.model_error and (ctx.model_error.code == "BUDGET_EXCEEDED" or ctx.model_error.code == "CONNECT" or
+        tostring(ctx.model_error.code):match("^HTTP_40[13]$")) then
+      stopped = ctx.model_error
+      io.stderr:write("kmrun: stopping: ", tostring(stopped.message), "\n")
+      break
+    end
+  end
+  db:finish_run(run_id, stopped and "stopped" or "finished")
+  local gm = geomean(speedups)
+  print(fmt("summary: %d/%d correct%s, %d s, store %s%s", n_correct, #tasks,
+    gm and fmt(", geomean speedup %.2fx over the reference", gm) or "", os.time() - t_start, out,
+    pool and "" or " (no GPU: compile checks only)"))
+  db:close()
+  if pool then pool:close() end
+  if not pool then return 2 end
+  return (n_correct == #tasks and not stopped) and 0 or 1
+end
+
+return M

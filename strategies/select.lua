@@ -1,0 +1,24 @@
+-- select: best-of-N. Draw --samples candidates (in parallel), from every model in
+-- --models if given, judge them all, keep the fastest correct one.
+local prompt = require "km.prompt"
+local steps = require "km.steps"
+
+return function(ctx)
+  local messages = prompt.implement(ctx.task, { forms = ctx.args.forms or { "description", "math" } })
+  local cands = {}
+  if ctx.offline then
+    local cand = ctx.propose(messages)
+    cands[1] = cand
+  else
+    local n = ctx.args.samples or 4
+    local list = {}
+    for i = 1, n do list[i] = messages end
+    for _, model in ipairs(ctx.models()) do
+      for _, r in ipairs(model:chat_many(list, { temperature = 0.8 })) do
+        local cand = r[1] and prompt.extract(r[1].content)
+        if cand then cand.origin = model:config().model; cands[#cands + 1] = cand end
+      end
+    end
+  end
+  return steps.pick(ctx, cands)
+end
