@@ -354,8 +354,14 @@ static int l_peaks(lua_State *L) {
   return 1;
 }
 
+/* timing.wall() -> seconds on the monotonic clock (for host-side durations) */
+static int l_wall(lua_State *L) {
+  lua_pushnumber(L, now_ms() / 1e3);
+  return 1;
+}
+
 int luaopen_km_timing(lua_State *L) {
-  static const luaL_Reg fns[] = {{"time", l_time}, {"sm_clock", l_sm_clock}, {NULL, NULL}};
+  static const luaL_Reg fns[] = {{"time", l_time}, {"sm_clock", l_sm_clock}, {"wall", l_wall}, {NULL, NULL}};
   luaL_newlib(L, fns);
   lua_newtable(L); /* cache shared by floor() and peaks() */
   lua_pushvalue(L, -1);

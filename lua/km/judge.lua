@@ -21,6 +21,8 @@ local pairs, ipairs, type, tostring, pcall, error = pairs, ipairs, type, tostrin
 
 local M = {}
 local Judge = {}
+
+local function wall() return require("km.timing").wall() end
 Judge.__index = Judge
 
 M.STATUSES = { "compile_error", "load_error", "launch_error", "timeout", "crashed", "wrong_shape",
@@ -333,7 +335,7 @@ local FEEDBACK = {
 -- Judges one candidate. Never raises for a candidate's faults; returns the verdict.
 function Judge:eval(t, cand, opts)
   opts = opts or {}
-  local t0 = os.clock()
+  local t0, w0 = os.clock(), wall()
   local st, terr = self:task_state(t)
   if not st then return { status = "error", feedback = terr, task = type(t) == "table" and t.name or t } end
   t = st.task
@@ -343,6 +345,7 @@ function Judge:eval(t, cand, opts)
     v.feedback = feedback
     for kk, x in pairs(extra or {}) do v[kk] = x end
     v.eval_cpu_s = os.clock() - t0
+    v.eval_seconds = wall() - w0
     return v
   end
 

@@ -16,6 +16,7 @@
 local task_mod = require "km.task"
 local prompt = require "km.prompt"
 local json = require "km.json"
+local wall = require("km.timing").wall
 
 local fmt, concat, insert = string.format, table.concat, table.insert
 local ipairs, pairs, type, tostring, tonumber, pcall = ipairs, pairs, type, tostring, tonumber, pcall
@@ -159,7 +160,8 @@ end
 -- Builds the ctx for one episode. env: { store, episode, pool (or nil), client, guidance, args }
 function M.ctx(t, env)
   local store, ep = env.store, env.episode
-  local ctx = { task = t, args = env.args, gpu = env.pool ~= nil, stats = { evals = 0, model_calls = 0, compile_ok_first = nil } }
+  local ctx = { task = t, args = env.args, gpu = env.pool ~= nil,
+    stats = { evals = 0, model_calls = 0, compile_ok_first = nil, rounds_to_correct = nil, gpu_seconds = 0, failure_modes = {} } }
   local function log(kind, payload, extra)
     if store then store:append(ep, kind, payload or {}, extra) end
   end
@@ -263,16 +265,21 @@ function M.ctx(t, env)
     end
     log("candidate", { name = cand.name, source = cand.source, launch = cand.launch, params = cand.params, origin = cand.origin })
     local v
-    local t0 = os.time()
+    local t0 = wall()
     if env.pool then
       local o = { seeds = opts.seeds or env.args.seeds, timing = opts.timing, timeout = opts.timeout or env.args.timeout, baseline = opts.baseline }
       v = env.pool:eval(t, cand, o)
     else
       v = ctx.compile(cand)
     end
-    ctx.stats.evals = ctx.stats.evals + 1
-    if ctx.stats.compile_ok_first == nil then ctx.stats.compile_ok_first = v.status ~= "compile_error" end
-    log("verdict", v, { duration_ms = (os.time() - t0) * 1e3 })
+    local st = ctx.stats
+    st.evals = st.evals + 1
+    if st.compile_ok_first == nil then st.compile_ok_first = v.status ~= "compile_error" end
+    if v.status == "correct" and not st.rounds_to_correct then st.rounds_to_correct = st.evals end
+    st.failure_modes[v.status] = (st.failure_modes[v.status] or 0) + 1
+    local secs = wall() - t0
+    if env.pool then st.gpu_seconds = st.gpu_seconds + (v.eval_seconds or secs) end
+    log("verdict", v, { duration_ms = secs * 1e3 })
     if v.timing then log("timing", { timing = v.timing, speedup = v.speedup, roofline = v.roofline }) end
     return v
   end
@@ -309,6 +316,25 @@ end
 
 ----------------------------------------------------------------------------------------
 -- main
+
+-- The episode summary kept in the store (episodes.summary); docs/store.md lists it and
+-- `kmrun report` reads it.
+function M.summary(t, ctx, verdict, seconds, usage0, usage1)
+  local function diff(k) return ((usage1 or {})[k] or 0) - ((usage0 or {})[k] or 0) end
+  local st = ctx.stats
+  return {
+    status = verdict and verdict.status, speedup = verdict and verdict.speedup,
+    speedup_baseline = verdict and verdict.speedup_baseline,
+    roofline = verdict and verdict.roofline and verdict.roofline.fraction,
+    level = t.level, category = t.category, forms = ctx.args.forms or { "description", "math" },
+    evals = st.evals, model_calls = st.model_calls, compile_ok_first = st.compile_ok_first,
+    rounds_to_correct = st.rounds_to_correct, failure_modes = st.failure_modes,
+    seconds = seconds, gpu_seconds = st.gpu_seconds,
+    tokens = { prompt = diff("prompt_tokens"), completion = diff("completion_tokens") },
+    dollars = diff("dollars"), requests = diff("requests"),
+    model_error = ctx.model_error,
+  }
+end
 
 local function geomean(xs)
   if #xs == 0 then return nil end
@@ -367,13 +393,14 @@ function M.main(strategy, script, argv)
       pool and (pool.device.name .. " x" .. #pool.slots) or "no GPU", tostring(cfg.model or "-"), cfg.provider, out))
   end
 
-  local results, n_correct, speedups, t_start = {}, 0, {}, os.time()
+  local results, n_correct, speedups, t_start = {}, 0, {}, wall()
   local stopped
   for _, t in ipairs(tasks) do
     if args.replay and client then client = make_llm(args, t.name) end -- each task replays its own turns
     local ep = db:begin_episode(run_id, { task = t.name, strategy = sname, model = cfg.model or cfg.provider })
     local ctx = M.ctx(t, { store = db, episode = ep, pool = pool, client = client, guidance = guidance, args = args, arch = arch })
-    local t0 = os.time()
+    local usage0 = client:usage()
+    local t0 = wall()
     local okc, cand, verdict = pcall(strategy, ctx)
     local status, line
     if not okc then
@@ -385,10 +412,7 @@ function M.main(strategy, script, argv)
       verdict = verdict or {}
       status = verdict.status == "correct" and "correct" or (verdict.status == "compiled" and "compiled" or "failed")
     end
-    local summary = { status = verdict and verdict.status, speedup = verdict and verdict.speedup,
-      speedup_baseline = verdict and verdict.speedup_baseline, evals = ctx.stats.evals, model_calls = ctx.stats.model_calls,
-      compile_ok_first = ctx.stats.compile_ok_first, seconds = os.time() - t0, roofline = verdict and verdict.roofline and verdict.roofline.fraction,
-      usage = client:usage(), model_error = ctx.model_error }
+    local summary = M.summary(t, ctx, verdict, wall() - t0, usage0, client:usage())
     db:finish_episode(ep, status, { final = cand and { candidate = cand, verdict = verdict } or nil, summary = summary })
     if status == "correct" then
       n_correct = n_correct + 1
@@ -396,9 +420,9 @@ function M.main(strategy, script, argv)
     end
     insert(results, { task = t.name, status = status })
     if not args.quiet then
-      print(fmt("%-28s %-10s %-12s evals %-3d model calls %-3d %ds%s", t.name, status,
+      print(fmt("%-28s %-10s %-12s evals %-3d model calls %-3d %.1fs%s", t.name, status,
         verdict and verdict.speedup and fmt("%.2fx", verdict.speedup) or (verdict and verdict.status or "-"),
-        ctx.stats.evals, ctx.stats.model_calls, os.time() - t0, line and ("  " .. line) or ""))
+        ctx.stats.evals, ctx.stats.model_calls, wall() - t0, line and ("  " .. line) or ""))
     end
     if ctx.model_error and (ctx.model_error.code == "BUDGET_EXCEEDED" or ctx.model_error.code == "CONNECT" or
         tostring(ctx.model_error.code):match("^HTTP_40[13]$")) then
@@ -409,8 +433,8 @@ function M.main(strategy, script, argv)
   end
   db:finish_run(run_id, stopped and "stopped" or "finished")
   local gm = geomean(speedups)
-  print(fmt("summary: %d/%d correct%s, %d s, store %s%s", n_correct, #tasks,
-    gm and fmt(", geomean speedup %.2fx over the reference", gm) or "", os.time() - t_start, out,
+  print(fmt("summary: %d/%d correct%s, %.0f s, store %s%s", n_correct, #tasks,
+    gm and fmt(", geomean speedup %.2fx over the reference", gm) or "", wall() - t_start, out,
     pool and "" or " (no GPU: compile checks only)"))
   db:close()
   if pool then pool:close() end
