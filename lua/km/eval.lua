@@ -129,53 +129,74 @@ function Pool:_collect(slot, ms)
   return v
 end
 
+-- Asynchronous use: submit jobs, poll for verdicts. Jobs wait in a queue while every
+-- worker is busy; each worker judges one job at a time (GPU work is serialized per device).
+function Pool:submit(task, cand, opts)
+  self.queue = self.queue or {}
+  local job = job_of(task, cand, opts)
+  self.queue[#self.queue + 1] = job
+  return job
+end
+
+-- Sends queued jobs to idle workers, waits up to `ms` for answers; returns the finished
+-- jobs (each with .verdict). A job whose worker cannot start finishes with status "error".
+function Pool:poll(ms)
+  local done = {}
+  self.queue = self.queue or {}
+  for _, s in ipairs(self.slots) do
+    while not s.job and #self.queue > 0 do
+      local job = table.remove(self.queue, 1)
+      local ok, why = self:_send(s, job)
+      if not ok then
+        job.verdict = { status = "error", task = job.task_name, candidate = job.cand.name, feedback = tostring(why) }
+        done[#done + 1] = job
+      end
+    end
+  end
+  local ready = {}
+  for _, s in ipairs(self.slots) do if s.job then ready[#ready + 1] = s.proc end end
+  if #ready > 0 and #done == 0 then proc.select(ready, ms or 0) end
+  for _, s in ipairs(self.slots) do
+    if s.job then
+      local job = s.job
+      local v = self:_collect(s, 0)
+      if v then
+        job.verdict = v
+        done[#done + 1] = job
+      end
+    end
+  end
+  return done
+end
+
+-- Jobs submitted or running.
+function Pool:pending()
+  local n = #(self.queue or {})
+  for _, s in ipairs(self.slots) do if s.job then n = n + 1 end end
+  return n
+end
+
 -- Judges one candidate; returns the verdict (infrastructure failures are status "error").
 function Pool:eval(task, cand, opts)
-  local slot = self.slots[1]
-  for _, s in ipairs(self.slots) do if not s.job then slot = s break end end
-  local job = job_of(task, cand, opts)
-  local ok, why = self:_send(slot, job)
-  if not ok then return { status = "error", task = job.task_name, candidate = cand.name, feedback = tostring(why) } end
-  local timeout_s = (opts and opts.timeout) or self.opts.timeout or 120
-  while true do
-    local v = self:_collect(slot, timeout_s * 1000)
-    if v then return v end
-  end
+  local job = self:submit(task, cand, opts)
+  while not job.verdict do self:poll(1000) end
+  return job.verdict
 end
 
 -- Judges a list of { task, candidate [, opts] } on every worker at once; verdicts in order.
 -- on_verdict(i, verdict), if given, is called as each one arrives.
 function Pool:eval_many(jobs, on_verdict)
-  local results, queue, busy = {}, {}, 0
-  for i, j in ipairs(jobs) do queue[#queue + 1] = { i = i, job = job_of(j[1], j[2], j[3]) } end
-  local qi = 1
-  while qi <= #queue or busy > 0 do
-    for _, s in ipairs(self.slots) do
-      if not s.job and qi <= #queue then
-        local q = queue[qi]
-        qi = qi + 1
-        q.job.index = q.i
-        local ok, why = self:_send(s, q.job)
-        if ok then busy = busy + 1
-        else
-          results[q.i] = { status = "error", feedback = tostring(why) }
-          if on_verdict then on_verdict(q.i, results[q.i]) end
-        end
-      end
-    end
-    local ready = {}
-    for _, s in ipairs(self.slots) do if s.job then ready[#ready + 1] = s.proc end end
-    if #ready > 0 then proc.select(ready, 1000) end
-    for _, s in ipairs(self.slots) do
-      if s.job then
-        local idx = s.job.index
-        local v = self:_collect(s, 0)
-        if v then
-          busy = busy - 1
-          results[idx] = v
-          if on_verdict then on_verdict(idx, v) end
-        end
-      end
+  local results, list = {}, {}
+  for i, j in ipairs(jobs) do
+    list[i] = self:submit(j[1], j[2], j[3])
+    list[i].index = i
+  end
+  local left = #list
+  while left > 0 do
+    for _, job in ipairs(self:poll(1000)) do
+      results[job.index] = job.verdict
+      left = left - 1
+      if on_verdict then on_verdict(job.index, job.verdict) end
     end
   end
   return results

@@ -47,7 +47,7 @@ Exit status: 0 when every task ended correct, 1 otherwise, 2 on usage or no GPU.
 function M.parse_args(argv)
   local a = { tasks = {}, rounds = 5, samples = 4, seeds = 3, timeout = 120 }
   local num = { rounds = 1, samples = 1, seeds = 1, timeout = 1, ["budget-requests"] = 1, ["budget-tokens"] = 1,
-    ["budget-dollars"] = 1, ["tune-budget"] = 1, repeat_ = 1 }
+    ["budget-dollars"] = 1, ["tune-budget"] = 1, ["repeat"] = 1, jobs = 1 }
   local i = 1
   while argv[i] do
     local x = argv[i]

@@ -1,0 +1,222 @@
+-- km.sweep — tasks x strategies x models x repeats, concurrently, resumable.
+--
+-- Each episode runs as a coroutine. When a strategy asks for a verdict, its coroutine
+-- yields and the job goes to the worker pool; when it asks a model and the client can run
+-- requests asynchronously (client:start / client:poll), that yields too. So GPU work is
+-- spread over every worker and model calls overlap, while Lua stays single-threaded.
+--
+-- Resuming: an episode is identified by (strategy, task, model, repeat) — the repeat is
+-- the store's seed column. Finished episodes in the output store are skipped; one left
+-- "running" by a killed sweep is marked "abandoned" and run again. Every step and every
+-- finish is a single SQLite statement in WAL mode, so a SIGKILL at any moment loses no
+-- finished episode and leaves none half-written.
+local runner = require "km.runner"
+local wall = require("km.timing").wall
+
+local fmt, insert, concat = string.format, table.insert, table.concat
+local ipairs, pairs, type, tostring, pcall = ipairs, pairs, type, tostring, pcall
+
+local M = {}
+
+-- The work list: every (strategy, task, model, repeat), in a fixed order.
+function M.plan(strategies, tasks, models, repeats)
+  local list = {}
+  for _, s in ipairs(strategies) do
+    for _, t in ipairs(tasks) do
+      for _, m in ipairs(models) do
+        for r = 1, repeats do
+          insert(list, { strategy = s, task = t, model = m, rep = r,
+            key = fmt("%s|%s|%s|%d", s.name, t.name, m or "-", r) })
+        end
+      end
+    end
+  end
+  table.sort(list, function(a, b) return a.key < b.key end)
+  return list
+end
+
+-- Deterministic split: shard i of n takes every n-th item starting at i (1-based).
+function M.shard(list, i, n)
+  local out = {}
+  for k, item in ipairs(list) do
+    if (k - 1) % n == i - 1 then insert(out, item) end
+  end
+  return out
+end
+
+local function is_tty()
+  return os.getenv("TERM") and os.getenv("TERM") ~= "dumb" and os.execute("test -t 1") == true
+end
+
+-- A pool as ctx.eval sees it inside a coroutine: eval yields until the verdict is back.
+local function yielding_pool(pool)
+  return setmetatable({
+    eval = function(_, t, cand, opts) return coroutine.yield("eval", t, cand, opts) end,
+  }, { __index = pool })
+end
+
+-- A client whose chat yields when it can run asynchronously.
+local function yielding_client(client)
+  if not client.start then return client end
+  return setmetatable({
+    chat = function(_, messages, opts) return coroutine.yield("chat", client, messages, opts) end,
+  }, { __index = function(_, k)
+    local v = client[k]
+    if type(v) == "function" then return function(_, ...) return v(client, ...) end end
+    return v
+  end })
+end
+
+-- Runs the sweep. opts: strategies = { {name, fn, path} }, tasks, models (list of names or
+-- { false } for the default), repeats, jobs, store (open km.Store), pool (or nil), args
+-- (runner options), make_client(model) -> client, guidance, shard = {i, n}, out (path).
+function M.run(opts)
+  local db, pool, args = opts.store, opts.pool, opts.args
+  local plan = M.plan(opts.strategies, opts.tasks, opts.models, opts.repeats or 1)
+  if opts.shard then plan = M.shard(plan, opts.shard[1], opts.shard[2]) end
+
+  -- resume: what is already finished in this store
+  local done, abandoned = {}, 0
+  for _, e in ipairs(db:episodes {}) do
+    local key = fmt("%s|%s|%s|%d", e.strategy or "", e.task or "", e.model or "-", e.seed or 0)
+    if e.status == "running" then
+      db:finish_episode(e.id, "abandoned", { summary = { note = "left running by an interrupted sweep; run again" } })
+      abandoned = abandoned + 1
+    elseif e.status ~= "abandoned" then
+      done[key] = e.status
+    end
+  end
+  local todo = {}
+  for _, item in ipairs(plan) do if not done[item.key] then insert(todo, item) end end
+  local run_id = db:begin_run { name = opts.name or "sweep", config = { args = opts.argv, planned = #plan, todo = #todo,
+    shard = opts.shard and fmt("%d/%d", opts.shard[1], opts.shard[2]) or nil } }
+
+  local tty = is_tty()
+  local total, finished, correct = #todo, 0, 0
+  local t0 = wall()
+  local function progress(item, status, extra)
+    if args.quiet then return end
+    local rate = finished / math.max(wall() - t0, 1e-9) * 60
+    local eta = rate > 0 and (total - finished) / rate or 0
+    if tty then
+      local width = 30
+      local fill = total > 0 and math.floor(width * finished / total) or width
+      io.stdout:write(fmt("\r[%s%s] %d/%d episodes, %d correct, %.1f/min, ETA %dm%02ds ",
+        string.rep("#", fill), string.rep(".", width - fill), finished, total, correct, rate, eta // 60, math.floor(eta % 60)))
+      if finished == total then io.stdout:write("\n") end
+    else
+      io.stdout:write(fmt("%d/%d %-8s %-10s %s%s\n", finished, total, status, item.strategy.name, item.task.name,
+        extra and ("  " .. extra) or ""))
+    end
+    io.stdout:flush()
+  end
+  if not args.quiet then
+    print(fmt("sweep: %d episodes planned, %d already finished, %d to run%s%s", #plan, #plan - #todo, #todo,
+      abandoned > 0 and fmt(" (%d abandoned ones again)", abandoned) or "",
+      opts.shard and fmt(", shard %d/%d", opts.shard[1], opts.shard[2]) or ""))
+  end
+
+  local clients = {}
+  local function client_for(model)
+    local key = model or "-"
+    if not clients[key] then clients[key] = opts.make_client(model) end
+    return clients[key]
+  end
+
+  -- the episode coroutines
+  local running, next_item = {}, 1
+  local jobs = opts.jobs or math.max(2, 2 * (pool and #pool.slots or 1))
+  local function start(item)
+    local t = item.task
+    local client = client_for(item.model)
+    local cfg = client:config()
+    local ep = db:begin_episode(run_id, { task = t.name, strategy = item.strategy.name,
+      model = item.model or cfg.model or cfg.provider, seed = item.rep })
+    local env = { store = db, episode = ep, pool = pool and yielding_pool(pool) or nil, client = yielding_client(client),
+      guidance = opts.guidance, args = args, arch = pool and pool.device.arch or "sm_90" }
+    local ctx = runner.ctx(t, env)
+    local usage0 = client:usage()
+    local co = coroutine.create(function()
+      local t1 = wall()
+      local ok, cand, verdict = pcall(item.strategy.fn, ctx)
+      local status
+      if not ok then
+        db:append(ep, "note", { text = "strategy error", error = tostring(cand) })
+        status, cand, verdict = "error", nil, nil
+      else
+        verdict = verdict or {}
+        status = verdict.status == "correct" and "correct" or (verdict.status == "compiled" and "compiled" or "failed")
+      end
+      local summary = runner.summary(t, ctx, verdict, wall() - t1, usage0, client:usage())
+      summary.sweep_key = item.key
+      db:finish_episode(ep, status, { final = cand and { candidate = cand, verdict = verdict } or nil, summary = summary })
+      return status, verdict
+    end)
+    return { co = co, item = item }
+  end
+
+  local waiting = {} -- job or request -> running entry
+  local function step(entry, ...)
+    local res = table.pack(coroutine.resume(entry.co, ...))
+    if not res[1] then
+      io.stderr:write("sweep: episode ", entry.item.key, " failed: ", tostring(res[2]), "\n")
+      entry.dead = true
+      finished = finished + 1
+      progress(entry.item, "error")
+      return
+    end
+    if coroutine.status(entry.co) == "dead" then
+      entry.dead = true
+      finished = finished + 1
+      if res[2] == "correct" then correct = correct + 1 end
+      local v = res[3]
+      progress(entry.item, res[2], v and v.speedup and fmt("%.2fx", v.speedup) or (v and v.status))
+      return
+    end
+    local what = res[2]
+    if what == "eval" then
+      local job = pool:submit(res[3], res[4], res[5])
+      waiting[job] = entry
+    elseif what == "chat" then
+      local client = res[3]
+      local req = client:start(res[4], res[5])
+      waiting[req] = entry
+      entry.client = client
+    else
+      error("sweep: unexpected yield " .. tostring(what))
+    end
+  end
+
+  while next_item <= #todo or next(running) do
+    while next_item <= #todo and #running < jobs do
+      local entry = start(todo[next_item])
+      next_item = next_item + 1
+      insert(running, entry)
+      step(entry)
+    end
+    -- model requests in flight (wait a little for them when no GPU work is pending)
+    local gpu_busy = pool and pool:pending() > 0
+    for _, client in pairs(clients) do
+      if client.poll then
+        for _, r in ipairs(client:poll(gpu_busy and 0 or 50) or {}) do
+          local entry = waiting[r.request]
+          if entry then waiting[r.request] = nil; step(entry, r.reply, r.error, r.code) end
+        end
+      end
+    end
+    -- verdicts
+    if pool and pool:pending() > 0 then
+      for _, job in ipairs(pool:poll(100)) do
+        local entry = waiting[job]
+        if entry then waiting[job] = nil; step(entry, job.verdict) end
+      end
+    end
+    local alive = {}
+    for _, e in ipairs(running) do if not e.dead then insert(alive, e) end end
+    running = alive
+  end
+  db:finish_run(run_id, "finished")
+  return { planned = #plan, ran = total, correct = correct, seconds = wall() - t0, skipped = #plan - #todo }
+end
+
+return M

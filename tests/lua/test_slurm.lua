@@ -1,0 +1,112 @@
+-- A sweep split into shards by a Slurm job array on a single-node Slurm started here
+-- (Debian's slurm-wlm + munge), then merged: every episode exactly once.
+-- Skips when Slurm or munge is not installed or we are not root.
+local t = require "km.tap"
+
+local KMRUN = io.popen("readlink -f " .. (arg[-1]:match("kmrun$") and arg[-1] or "build/kmrun")):read("l")
+local ROOT = io.popen("readlink -f " .. (arg[0]:match("^(.*)/tests/lua/") or ".")):read("l")
+
+local function sh(cmd)
+  local p = io.popen(cmd .. " 2>&1")
+  local out = p:read("a")
+  local ok = p:close()
+  return ok, out
+end
+
+if not sh("command -v slurmctld && command -v slurmd && command -v sbatch && command -v munged") then
+  t.skip_all("Slurm (slurm-wlm) or munge not installed")
+end
+if not sh("test $(id -u) = 0") then t.skip_all("starting slurmd needs root") end
+
+local dir = os.tmpname(); os.remove(dir)
+sh("mkdir -p " .. dir .. "/state " .. dir .. "/spool " .. dir .. "/tasks")
+local host = io.popen("hostname -s"):read("l")
+local conf = dir .. "/slurm.conf"
+local f = assert(io.open(conf, "w"))
+f:write(([[
+ClusterName=kmtest
+SlurmctldHost=HOST
+AuthType=auth/munge
+CredType=cred/munge
+SlurmUser=root
+SlurmdUser=root
+StateSaveLocation=DIR/state
+SlurmdSpoolDir=DIR/spool
+SlurmctldPidFile=DIR/slurmctld.pid
+SlurmdPidFile=DIR/slurmd.pid
+SlurmctldLogFile=DIR/slurmctld.log
+SlurmdLogFile=DIR/slurmd.log
+SlurmctldPort=16917
+SlurmdPort=16918
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SchedulerType=sched/builtin
+SelectType=select/linear
+ReturnToService=2
+MpiDefault=none
+JobCompType=jobcomp/none
+AccountingStorageType=accounting_storage/none
+NodeName=HOST CPUs=2 State=UNKNOWN
+PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+]]):gsub("HOST", host):gsub("DIR", dir))
+f:close()
+
+local function stop()
+  sh("for p in " .. dir .. "/slurmctld.pid " .. dir .. "/slurmd.pid; do [ -f $p ] && kill $(cat $p); done; sleep 1")
+end
+
+t.test("single-node Slurm starts", function()
+  -- munge: a key and a running daemon (both may already exist)
+  sh("test -f /etc/munge/munge.key || (mkdir -p /etc/munge && dd if=/dev/urandom bs=1 count=1024 of=/etc/munge/munge.key && chown munge:munge /etc/munge/munge.key && chmod 400 /etc/munge/munge.key)")
+  sh("mkdir -p /run/munge && chown munge:munge /run/munge; pgrep -x munged || su -s /bin/sh munge -c munged || munged --force")
+  local okm, m = sh("munge -n | unmunge")
+  t.ok(okm and m:find("Success", 1, true), m)
+  sh("SLURM_CONF=" .. conf .. " slurmctld -f " .. conf .. " && SLURM_CONF=" .. conf .. " slurmd -f " .. conf)
+  local up = false
+  for _ = 1, 30 do
+    local _, out = sh("SLURM_CONF=" .. conf .. " sinfo -h -o %t")
+    if out:match("idle") then up = true break end
+    sh("sleep 1")
+  end
+  t.ok(up, "the node is idle")
+end)
+
+t.test("a job array of sweep shards, merged, holds every episode once", function()
+  -- three small tasks; no GPU needed: the sweep checks compiles where there is none
+  for _, name in ipairs { "l1_relu" } do sh("cp -r " .. ROOT .. "/tasks/" .. name .. " " .. dir .. "/tasks/") end
+  sh("cp -r " .. ROOT .. "/tests/tasks/t_rowsum " .. dir .. "/tasks/")
+  local job = dir .. "/job.sh"
+  local jf = assert(io.open(job, "w"))
+  jf:write(([[#!/bin/bash
+#SBATCH --array=1-3
+#SBATCH --output=DIR/slurm-%a.out
+cd DIR
+KMRUN sweep --strategies ROOT/strategies/implement.lua,ROOT/strategies/repair.lua --tasks DIR/tasks --repeat 2 \
+  --shard $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT --out DIR/shard-$SLURM_ARRAY_TASK_ID.sqlite --provider offline
+exit 0
+]]):gsub("DIR", dir):gsub("ROOT", ROOT):gsub("KMRUN", KMRUN))
+  jf:close()
+  local ok, out = sh("cd " .. dir .. " && SLURM_CONF=" .. conf .. " timeout 120 sbatch --wait " .. job)
+  t.ok(ok, out)
+  local okm, mout = sh(KMRUN .. " merge " .. dir .. "/all.sqlite " .. dir .. "/shard-1.sqlite " .. dir .. "/shard-2.sqlite " .. dir .. "/shard-3.sqlite")
+  t.ok(okm, mout)
+  local store = require "km.store"
+  local db = assert(store.open(dir .. "/all.sqlite"))
+  local eps = db:episodes {}
+  t.eq(#eps, 2 * 2 * 2, "2 strategies x 2 tasks x 2 repeats")
+  local seen = {}
+  for _, e in ipairs(eps) do
+    local key = e.strategy .. e.task .. e.seed
+    t.ok(not seen[key], "duplicate " .. key)
+    seen[key] = true
+    t.eq(e.status, "compiled")
+  end
+  db:close()
+  -- merging again adds nothing
+  local _, again = sh(KMRUN .. " merge " .. dir .. "/all.sqlite " .. dir .. "/shard-2.sqlite")
+  t.ok(again:find("0 episode(s) added in all", 1, true), again)
+end)
+
+stop()
+sh("rm -rf " .. dir)
+t.done()
