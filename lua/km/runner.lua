@@ -40,7 +40,8 @@ options:
   --budget-requests N, --budget-tokens N, --budget-dollars X
   --filter PATTERN only tasks whose name matches the Lua pattern
   --quiet          no per-task lines
-Exit status: 0 when every task ended correct, 1 otherwise, 2 on usage or no GPU.
+Exit status: 0 when every task ended correct, 1 otherwise, 2 on usage errors, 3 when there
+was no GPU (candidates were only compiled).
 ]]
 
 -- Parses argv into { tasks = {...}, opts }.
@@ -438,7 +439,7 @@ function M.main(strategy, script, argv)
     pool and "" or " (no GPU: compile checks only)"))
   db:close()
   if pool then pool:close() end
-  if not pool then return 2 end
+  if not pool then return 3 end
   return (n_correct == #tasks and not stopped) and 0 or 1
 end
 

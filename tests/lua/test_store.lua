@@ -283,14 +283,16 @@ t.test("a writer killed with SIGKILL loses no acknowledged step", function()
   f:write(child)
   f:close()
   -- Kill it at an arbitrary moment once it has acknowledged 200 steps (or after ~10 s).
+  -- create the file first: the loop below must never grep a file the child has not opened yet
   local sh = string.format([[
+    : > %s
     %s %s > %s 2>&1 &
     pid=$!
     i=0
     while [ "$(grep -c '^ack' %s 2>/dev/null)" -lt 200 ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done
     kill -9 $pid
     wait $pid 2>/dev/null
-    exit 0]], KMRUN, script, acks, acks)
+    exit 0]], acks, KMRUN, script, acks, acks)
   t.ok(os.execute(sh))
   local ep, acked = nil, {}
   for line in io.lines(acks) do

@@ -1,13 +1,17 @@
 -- kmrun export RUN.sqlite --format sft|direct|jsonl [--verified] [--min-speedup X]
---                          [--max-reasoning N] [--meta] [--out FILE]
+--                          [--max-reasoning N] [--sample N] [--stratify KEYS] [--seed S]
+--                          [--report] [--meta] [--out FILE]
 -- Writes one JSON object per episode:
 --   sft     the trajectory as an OpenAI chat fine-tuning example: every prompt, model turn,
 --           tool call and tool result up to the final answer
 --   direct  task prompt -> final verified solution (no intermediate turns)
 --   jsonl   the raw episode with every step (km.store's export)
+-- The filters apply first; then --sample draws N episodes round-robin across the strata
+-- that --stratify names (km.dataset, docs/datasets.md).
 local store = require "km.store"
 local json = require "km.json"
 local prompt = require "km.prompt"
+local dataset = require "km.dataset"
 
 local USAGE = [[
 usage: kmrun export RUN.sqlite [--format sft|direct|jsonl] [options]
@@ -17,7 +21,18 @@ usage: kmrun export RUN.sqlite [--format sft|direct|jsonl] [options]
   --verified        only episodes whose final candidate was judged correct
   --min-speedup X   only episodes whose final speedup over the reference is at least X
   --max-reasoning N only episodes whose longest reasoning trace is at most N characters
-  --meta            add a "kmrun" object (task, episode, status, speedup) to each line
+  --sample N        after the filters, draw N episodes round-robin across strata (all when
+                    fewer are left), so no stratum dominates
+  --stratify KEYS   the strata: comma-separated keys among category, forms, failure,
+                    speedup, level, task, model, strategy (default: one stratum, a plain
+                    seeded sample); failure buckets: clean, repaired-compile,
+                    repaired-numeric, repaired-other (failed-* when the final is not correct);
+                    speedup buckets: <1, 1-1.5, 1.5-2, 2-4, >=4, none
+  --seed S          the sample's seed (integer, default 1): the same store, options and seed
+                    give the same lines
+  --report          print the strata, their sizes and how many were drawn from each (stderr)
+  --meta            add a "kmrun" object (task, episode, status, speedup; stratum when
+                    sampling) to each line
   --out FILE        write there (default: standard output)
 ]]
 
@@ -27,7 +42,10 @@ while arg[i] do
   local a = arg[i]
   if a == "--verified" then args.verified = true
   elseif a == "--meta" then args.meta = true
-  elseif a == "--format" or a == "--out" or a == "--min-speedup" or a == "--max-reasoning" then
+  elseif a == "--report" then args.report = true
+  elseif a == "--format" or a == "--out" or a == "--min-speedup" or a == "--max-reasoning" or a == "--sample"
+      or a == "--stratify" or a == "--seed" then
+    if arg[i + 1] == nil then io.stderr:write("kmrun export: ", a, " needs a value\n", USAGE) return 2 end
     args[a:sub(3):gsub("%-", "_")] = arg[i + 1]; i = i + 1
   elseif a == "-h" or a == "--help" then io.stdout:write(USAGE) return 0
   elseif a:sub(1, 2) == "--" then io.stderr:write("kmrun export: unknown option ", a, "\n", USAGE) return 2
@@ -35,6 +53,31 @@ while arg[i] do
   i = i + 1
 end
 if #pos ~= 1 or not ({ sft = 1, direct = 1, jsonl = 1 })[args.format] then io.stderr:write(USAGE) return 2 end
+
+local function bad(msg) io.stderr:write("kmrun export: ", msg, "\n") return 2 end
+local filters = { verified = args.verified }
+for _, k in ipairs { "min_speedup", "max_reasoning" } do
+  if args[k] then
+    filters[k] = tonumber(args[k])
+    if not filters[k] then return bad("--" .. k:gsub("_", "-") .. " needs a number, got '" .. args[k] .. "'") end
+  end
+end
+local sampling = args.sample or args.stratify
+local n_sample, keys, seed
+if args.sample then
+  n_sample = math.tointeger(tonumber(args.sample))
+  if not n_sample or n_sample < 0 then return bad("--sample needs a non-negative integer, got '" .. args.sample .. "'") end
+end
+if args.stratify then
+  local kerr
+  keys, kerr = dataset.parse_keys(args.stratify)
+  if not keys then return bad(kerr) end
+end
+seed = 1
+if args.seed then
+  seed = math.tointeger(tonumber(args.seed))
+  if not seed then return bad("--seed needs an integer, got '" .. args.seed .. "'") end
+end
 
 local db, err = store.open(pos[1], { readonly = true })
 if not db then io.stderr:write("kmrun export: ", tostring(err), "\n") return 2 end
@@ -57,61 +100,80 @@ local function oa_message(m)
   return r
 end
 
-local function final_of(ep)
-  local f = ep.final
-  if type(f) ~= "table" then return nil end
-  return f.candidate, f.verdict
-end
-
-local written, skipped = 0, 0
-for _, row in ipairs(db:episodes {}) do
-  local ep = db:episode(row.id)
-  local cand, verdict = final_of(ep)
-  local correct = verdict and verdict.status == "correct"
-  local speedup = verdict and verdict.speedup
-  local calls, max_reason, tools = {}, 0, nil
-  for _, s in ipairs(ep.steps) do
-    if s.kind == "model_call" and type(s.payload) == "table" and s.payload.reply then
-      calls[#calls + 1] = s.payload
-      max_reason = math.max(max_reason, s.payload.reasoning_chars or 0)
-      if s.payload.opts and s.payload.opts.tools then tools = s.payload.opts.tools end
-    end
-  end
-  local keep = (not args.verified or correct)
-    and (not args.min_speedup or (speedup and speedup >= tonumber(args.min_speedup)))
-    and (not args.max_reasoning or max_reason <= tonumber(args.max_reasoning))
-  local obj
-  if keep and args.format == "jsonl" then
-    obj = json.decode(db:export_episode(row.id))
-  elseif keep and args.format == "sft" and #calls > 0 then
+-- The line for one examined episode, or nil when the format has nothing to write for it.
+local function line_for(rec, row_id, stratum)
+  local calls, obj = rec.calls, nil
+  if args.format == "jsonl" then
+    obj = json.decode(db:export_episode(row_id))
+  elseif args.format == "sft" and #calls > 0 then
     local last = calls[#calls]
     local msgs = json.array {}
     for _, m in ipairs(last.messages) do msgs[#msgs + 1] = oa_message(m) end
     msgs[#msgs + 1] = oa_message { role = "assistant", content = last.reply.content, tool_calls = last.reply.tool_calls }
     obj = { messages = msgs }
-    if tools then
+    if rec.tools then
       obj.tools = json.array {}
-      for k, t in ipairs(tools) do obj.tools[k] = { type = "function", ["function"] = t } end
+      for k, t in ipairs(rec.tools) do obj.tools[k] = { type = "function", ["function"] = t } end
     end
-  elseif keep and args.format == "direct" and cand and #calls > 0 then
+  elseif args.format == "direct" and rec.candidate and #calls > 0 then
     local first = calls[1].messages
     local msgs = json.array {}
     for _, m in ipairs(first) do if m.role == "system" or m.role == "user" then msgs[#msgs + 1] = oa_message(m) end end
-    msgs[#msgs + 1] = { role = "assistant", content = prompt.candidate_text(cand) }
+    msgs[#msgs + 1] = { role = "assistant", content = prompt.candidate_text(rec.candidate) }
     obj = { messages = msgs }
   end
-  if obj then
-    if args.meta then
-      obj.kmrun = { task = ep.task, episode = ep.uuid, strategy = ep.strategy, model = ep.model, status = verdict and verdict.status,
-        speedup = speedup, model_calls = #calls, max_reasoning_chars = max_reason }
+  if obj and args.meta then
+    obj.kmrun = { task = rec.task, episode = rec.uuid, strategy = rec.strategy, model = rec.model, status = rec.status,
+      speedup = rec.speedup, model_calls = #calls, max_reasoning_chars = rec.max_reasoning, stratum = stratum }
+  end
+  return obj
+end
+
+-- Whether the format can write a line for the episode (checked before sampling, so a
+-- drawn episode always gives a line).
+local function writable(rec)
+  if args.format == "jsonl" then return true end
+  if args.format == "sft" then return rec.model_calls > 0 end
+  return rec.candidate ~= nil and rec.model_calls > 0
+end
+
+local written, skipped = 0, 0
+local function emit(obj)
+  out:write(json.encode(obj, { nan = "null" }), "\n")
+  written = written + 1
+end
+
+if not sampling then
+  -- one pass, one episode in memory at a time
+  for _, row in ipairs(db:episodes {}) do
+    local rec = dataset.examine(db:episode(row.id))
+    local obj = dataset.passes(rec, filters) and line_for(rec, row.id)
+    if obj then emit(obj) else skipped = skipped + 1 end
+  end
+else
+  -- pass 1: what sampling needs of every episode that passes (its steps are dropped);
+  -- pass 2: the drawn ones, read again, in draw order
+  local pool = {}
+  for _, row in ipairs(db:episodes {}) do
+    local rec = dataset.examine(db:episode(row.id))
+    if dataset.passes(rec, filters) and writable(rec) then
+      rec.calls, rec.tools, rec.candidate, rec.verdict = nil, nil, nil, nil
+      pool[#pool + 1] = rec
+    else
+      skipped = skipped + 1
     end
-    out:write(json.encode(obj, { nan = "null" }), "\n")
-    written = written + 1
-  else
-    skipped = skipped + 1
+  end
+  local picked, report = dataset.sample(pool, { n = n_sample, keys = keys, seed = seed })
+  skipped = skipped + (#pool - #picked)
+  if args.report then io.stderr:write(dataset.format_report(report)) end
+  for _, light in ipairs(picked) do
+    local rec = dataset.examine(db:episode(light.id))
+    local obj = line_for(rec, light.id, args.meta and dataset.stratum(light, keys) or nil)
+    if obj then emit(obj) else skipped = skipped + 1 end
   end
 end
 if args.out then out:close() end
-io.stderr:write(string.format("kmrun export: %d episode(s) written, %d skipped (filters, or no model turns)\n", written, skipped))
+io.stderr:write(string.format("kmrun export: %d episode(s) written, %d skipped (%s)\n", written, skipped,
+  sampling and "filters, no model turns, or not drawn" or "filters, or no model turns"))
 db:close()
 return 0

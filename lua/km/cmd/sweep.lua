@@ -12,7 +12,8 @@ usage: kmrun sweep --strategies A.lua,B.lua --tasks DIR[,DIR...] --out runs/NAME
   --shard I/N        run only the I-th of N deterministic slices (for N hosts or array jobs)
   and every strategy option (--rounds, --seeds, --timeout, --forms, --budget-*, ...)
 The same command again skips finished episodes; merge shards with `kmrun merge`.
-Exit status: 0 when every episode ran, 1 when some did not end correct, 2 on usage errors.
+Exit status: 0 when every episode ended correct, 1 when some did not, 2 on usage errors,
+3 without a GPU (candidates only compiled).
 ]]
 
 local argv = {}
@@ -81,5 +82,5 @@ print(string.format("sweep: %d run, %d correct, %d skipped as already finished, 
   res.ran, res.correct, res.skipped, res.seconds, args.out, pool and (", " .. #pool.slots .. " GPU worker(s)") or " (no GPU)"))
 db:close()
 if pool then pool:close() end
-if not pool then return 2 end
+if not pool then return 3 end
 return res.correct == res.ran and 0 or 1

@@ -1,16 +1,25 @@
 -- kmrun tasks — look at a task suite.
 --   kmrun tasks list [DIR]            one line per task
 --   kmrun tasks check [DIR|TASK...]   load, compile reference and starter (NVRTC), load launch code
+--   kmrun tasks stats [DIR] [--json]  the suite's mix (docs/datasets.md)
+--   kmrun tasks dedup [DIR] [--threshold 0.8] [--json]   near-duplicate tasks (MinHash)
 local task = require "km.task"
 local sandbox = require "km.sandbox"
 
 local USAGE = [[
 usage: kmrun tasks list [DIR]
        kmrun tasks check [DIR | TASK_DIR ...]
+       kmrun tasks stats [DIR | TASK_DIR ...] [--json]
+       kmrun tasks dedup [DIR | TASK_DIR ...] [--threshold X] [--shingle K] [--json]
   list    one line per task: name, level, category, spec forms, shapes
   check   validates every task without a GPU: task.lua fields, reference and starter
           compile with NVRTC (arch sm_90 unless --arch), launch code loads in the sandbox,
           and the kernels the launch code names exist
+  stats   counts and shares by level, category, spec forms, input dtype, starters and
+          tunable parameters
+  dedup   pairs of tasks whose description + reference are near duplicates (shingles and
+          MinHash, verified by exact Jaccard; default threshold 0.8, shingles of 4 tokens),
+          most similar first, and per category the largest cluster's share
 ]]
 
 local function is_task(dir)
@@ -66,13 +75,29 @@ local function check_one(t, arch)
   return problems
 end
 
+local function pct(x) return string.format("%.0f%%", 100 * x) end
+
 local cmd = arg[1]
 local rest = {}
 local arch = "sm_90"
+local as_json, threshold, shingle = false, 0.8, nil
 local i = 2
 while arg[i] do
-  if arg[i] == "--arch" then arch = arg[i + 1]; i = i + 2
-  else rest[#rest + 1] = arg[i]; i = i + 1 end
+  local a = arg[i]
+  if a == "--arch" then arch = arg[i + 1]; i = i + 2
+  elseif a == "--json" then as_json = true; i = i + 1
+  elseif a == "--threshold" or a == "--shingle" then
+    local v = tonumber(arg[i + 1])
+    if not v or (a == "--threshold" and (v < 0 or v > 1)) or (a == "--shingle" and (math.tointeger(v) or 0) < 1) then
+      io.stderr:write("kmrun tasks: ", a, " needs ", a == "--threshold" and "a number in [0, 1]" or "a positive integer",
+        ", got '", tostring(arg[i + 1]), "'\n")
+      return 2
+    end
+    if a == "--threshold" then threshold = v else shingle = math.tointeger(v) end
+    i = i + 2
+  elseif a == "-h" or a == "--help" then io.stdout:write(USAGE) return 0
+  elseif a:sub(1, 2) == "--" then io.stderr:write("kmrun tasks: unknown option ", a, "\n", USAGE) return 2
+  else rest[#rest + 1] = a; i = i + 1 end
 end
 
 if cmd == "list" then
@@ -97,6 +122,60 @@ elseif cmd == "check" then
   end
   print(string.format("%d task(s), %d failed", #tasks + #errors, bad))
   return bad == 0 and 0 or 1
+elseif cmd == "stats" then
+  local dataset = require "km.dataset"
+  local tasks, errors = collect(rest)
+  for _, e in ipairs(errors) do io.stderr:write("invalid: ", e, "\n") end
+  local s = dataset.task_stats(tasks)
+  if as_json then
+    s.invalid = #errors
+    io.stdout:write(require("km.json").encode(s), "\n")
+  else
+    io.stdout:write(dataset.format_stats(s))
+    if #errors > 0 then io.stdout:write(string.format("%d invalid task(s) left out\n", #errors)) end
+  end
+  return #errors == 0 and 0 or 1
+elseif cmd == "dedup" then
+  local dedup = require "km.dedup"
+  local tasks, errors = collect(rest)
+  for _, e in ipairs(errors) do io.stderr:write("invalid: ", e, "\n") end
+  local docs = {}
+  for k, t in ipairs(tasks) do docs[k] = dedup.document(t, { shingle = shingle }) end
+  local r = dedup.find(docs, { threshold = threshold })
+  r.shingle = shingle or dedup.SHINGLE
+  r.permutations = dedup.PERMUTATIONS
+  if as_json then
+    local json = require "km.json"
+    r.pairs = json.array(r.pairs)
+    r.clusters = json.array(r.clusters)
+    r.categories = json.array(r.categories)
+    for _, c in ipairs(r.categories) do c.members = json.array(c.members) end
+    r.nearest = r.nearest or json.null
+    io.stdout:write(json.encode(r), "\n")
+    return #errors == 0 and 0 or 1
+  end
+  print(string.format("%d task(s), shingles of %d tokens, %d MinHash permutations, %d candidate pair(s) from LSH",
+    r.tasks, r.shingle, r.permutations, r.candidates))
+  if #r.pairs == 0 then
+    print(string.format("no pairs at or above %.2f", threshold))
+    if r.nearest then
+      print(string.format("most similar pair: %s  %s  %.3f", r.nearest.a, r.nearest.b, r.nearest.similarity))
+    end
+  else
+    print(string.format("%d pair(s) at or above %.2f (exact Jaccard; MinHash estimate beside it):", #r.pairs, threshold))
+    for _, p in ipairs(r.pairs) do
+      print(string.format("  %.3f  (est %.3f)  %-28s %s", p.similarity, p.estimate, p.a, p.b))
+    end
+  end
+  for _, c in ipairs(r.clusters) do print("cluster: " .. table.concat(c, " ")) end
+  print("template domination (largest cluster's share of its category):")
+  for _, c in ipairs(r.categories) do
+    local note = ""
+    if c.largest >= 2 and c.share > 0.5 then note = "  <- dominated by one template"
+    elseif c.largest >= 2 then note = "  (" .. table.concat(c.members, ", ") .. ")" end
+    print(string.format("  %-16s %3d task(s)  largest cluster %d (%s)%s", c.category, c.tasks, c.largest, pct(c.share), note))
+  end
+  return #errors == 0 and 0 or 1
 else
   io.stderr:write(USAGE)
   return cmd and 2 or 0
