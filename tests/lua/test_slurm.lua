@@ -48,7 +48,7 @@ JobCompType=jobcomp/none
 AccountingStorageType=accounting_storage/none
 NodeName=HOST CPUs=2 State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
-]]):gsub("HOST", host):gsub("DIR", dir), nil)
+]]):gsub("HOST", host):gsub("DIR", dir), "")
 f:close()
 
 local function stop()
@@ -84,7 +84,7 @@ cd DIR
 KMRUN sweep --strategies ROOT/strategies/implement.lua,ROOT/strategies/repair.lua --tasks DIR/tasks --repeat 2 \
   --shard $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT --out DIR/shard-$SLURM_ARRAY_TASK_ID.sqlite --provider offline
 exit 0
-]]):gsub("DIR", dir):gsub("ROOT", ROOT):gsub("KMRUN", KMRUN), nil)
+]]):gsub("DIR", dir):gsub("ROOT", ROOT):gsub("KMRUN", KMRUN), "")
   jf:close()
   local ok, out = sh("cd " .. dir .. " && SLURM_CONF=" .. conf .. " timeout 120 sbatch --wait " .. job)
   t.ok(ok, out)
