@@ -140,7 +140,7 @@ local function row_of(ep)
     speedup = num(s.speedup or v.speedup), speedup_baseline = num(s.speedup_baseline or v.speedup_baseline),
     roofline = num(roof),
     level = s.level, category = s.category,
-    compile_ok_first = type(s.compile_ok_first) == "boolean" and s.compile_ok_first or nil,
+    compile_ok_first = s.compile_ok_first,              -- nil when nothing was evaluated
     rounds = num(s.rounds_to_correct),
     prompt_tokens = num(tok.prompt) or 0, completion_tokens = num(tok.completion) or 0,
     dollars = num(s.dollars) or 0, gpu_seconds = num(s.gpu_seconds) or 0, seconds = num(s.seconds) or 0,
@@ -168,7 +168,7 @@ function M.metrics(rows)
     m.dollars.total = m.dollars.total + r.dollars
     m.gpu_seconds.total = m.gpu_seconds.total + r.gpu_seconds
     m.seconds_total = m.seconds_total + r.seconds
-    if r.compile_ok_first ~= nil then
+    if type(r.compile_ok_first) == "boolean" then
       first_n = first_n + 1
       if r.compile_ok_first then first_ok = first_ok + 1 end
     end
@@ -531,11 +531,12 @@ end
 
 -- 1. histogram of log2 speedup over correct episodes
 function M.svg_speedup(r)
-  local s = svg_frame("chart-speedup", "Speedup of correct kernels", "speedup over the reference (log2 scale)", "episodes")
   local vals = {}
   for _, row in ipairs(r.rows) do
     if row.correct and row.speedup and row.speedup > 0 then vals[#vals + 1] = log(row.speedup, 2) end
   end
+  local s = svg_frame("chart-speedup", "Speedup of correct kernels", #vals == 0 and "speedup over the reference (log2 scale)"
+    or fmt("speedup over the reference (log2 scale); n = %d, geomean %s", #vals, times(r.all.speedup.geomean)), "episodes")
   if #vals == 0 then return no_data(s, "no correct episode with a timed speedup") end
   local BIN = 0.5
   local lo, hi = log2_range(vals, BIN)
@@ -561,11 +562,10 @@ function M.svg_speedup(r)
         x_label_of_log2(lo + (i - 1) * BIN), x_label_of_log2(lo + i * BIN), c)
     end
   end
-  s[#s + 1] = fmt('<line x1="%s" y1="%d" x2="%s" y2="%d" stroke="#c0392b" stroke-dasharray="4 3"/>', n2(to_x(0)), PT, n2(to_x(0)), PT + PH)
-  s[#s + 1] = fmt('<text x="%s" y="%d" font-size="11" fill="#c0392b">reference</text>', n2(to_x(0) + 4), PT + 12)
+  s[#s + 1] = fmt('<line x1="%s" y1="%d" x2="%s" y2="%d" stroke="#c0392b" stroke-width="1.5" stroke-dasharray="5 3"/>',
+    n2(to_x(0)), PT - 6, n2(to_x(0)), PT + PH)
+  s[#s + 1] = fmt('<text x="%s" y="%d" text-anchor="middle" font-size="11" fill="#c0392b">reference</text>', n2(to_x(0)), PT - 9)
   log2_ticks(s, lo, hi, to_x)
-  local gm = r.all.speedup.geomean
-  s[#s + 1] = fmt('<text x="%d" y="%d" text-anchor="end" font-size="11">n = %d, geomean %s</text>', PL + PW, PT - 4, #vals, times(gm))
   return svg_close(s)
 end
 
@@ -574,8 +574,8 @@ function M.svg_levels(r)
   local s = svg_frame("chart-levels", "Correctness by level", "level", "share of episodes")
   local groups = r.levels or {}
   if #groups == 0 or r.episodes == 0 then return no_data(s, "no episodes") end
-  local ticks = { 0, 0.25, 0.5, 0.75, 1 }
-  y_axis(s, ticks, 1, function(v) return fmt("%d%%", floor(v * 100 + 0.5)) end)
+  local ticks, TOP = { 0, 0.25, 0.5, 0.75, 1 }, 1.12   -- headroom for the labels over full bars
+  y_axis(s, ticks, TOP, function(v) return fmt("%d%%", floor(v * 100 + 0.5)) end)
   local slot = PW / #groups
   local bw = min(48, slot * 0.36)
   for i, g in ipairs(groups) do
@@ -583,21 +583,21 @@ function M.svg_levels(r)
     local cx = PL + slot * (i - 0.5)
     local bars = { { m.correctness or 0, COLORS[1], "correct" }, { fast_of(m, 1) or 0, COLORS[2], "fast_1" } }
     for j, b in ipairs(bars) do
-      local h = PH * b[1]
+      local h = PH * b[1] / TOP
       local x = cx + (j == 1 and -bw - 1 or 1)
       s[#s + 1] = fmt('<rect x="%s" y="%s" width="%s" height="%s" fill="%s"><title>level %s %s: %s</title></rect>',
         n2(x), n2(PT + PH - h), n2(bw), n2(h), b[2], esc(g.key), b[3], pct(b[1]))
     end
     s[#s + 1] = fmt('<text x="%s" y="%s" text-anchor="middle" font-size="11">%d/%d</text>',
-      n2(cx - bw / 2 - 1), n2(PT + PH - PH * (m.correctness or 0) - 4), m.correct, m.n)
+      n2(cx - bw / 2 - 1), n2(PT + PH - PH * (m.correctness or 0) / TOP - 4), m.correct, m.n)
     x_tick(s, cx, g.key == "?" and "?" or ("L" .. g.key))
   end
   -- legend
-  local lx = PL + PW - 150
+  local lx = PL + PW - 196
   s[#s + 1] = fmt('<rect x="%d" y="%d" width="10" height="10" fill="%s"/><text x="%d" y="%d" font-size="11">correct</text>',
     lx, PT - 14, COLORS[1], lx + 14, PT - 5)
   s[#s + 1] = fmt('<rect x="%d" y="%d" width="10" height="10" fill="%s"/><text x="%d" y="%d" font-size="11">fast_1 (faster than ref.)</text>',
-    lx + 64, PT - 14, COLORS[2], lx + 78, PT - 5)
+    lx + 66, PT - 14, COLORS[2], lx + 80, PT - 5)
   return svg_close(s)
 end
 
@@ -654,8 +654,12 @@ function M.svg_cost(r)
   local xmax = 0
   local ys = {}
   for i, p in ipairs(pts) do xmax = max(xmax, p.x); ys[i] = p.y end
-  local xt, xtop = axis_ticks(xmax, 5, not use_dollars)
+  local xt, xtop = axis_ticks(xmax * 1.04, 5, not use_dollars)
   local lo, hi = log2_range(ys, 1)
+  local ylo, yhi = huge, -huge
+  for _, y in ipairs(ys) do ylo = min(ylo, y); yhi = max(yhi, y) end
+  if yhi > hi - 0.15 then hi = hi + 1 end          -- keep points off the frame
+  if ylo < lo + 0.15 then lo = lo - 1 end
   local function to_x(v) return PL + PW * v / xtop end
   local function to_y(v) return PT + PH - PH * (v - lo) / (hi - lo) end
   local step = (hi - lo) > 8 and 2 or 1

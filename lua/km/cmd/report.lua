@@ -3,7 +3,7 @@
 -- per solved task, failure modes and roofline, per group and overall (km.report).
 local report = require "km.report"
 
-local USAGE = [[
+local USAGE = [=[
 usage: kmrun report RUN.sqlite [more.sqlite ...] [--json] [--html OUT.html] [--by G[,G...]]
   Reads the final episode of each (task, strategy, model, seed) in the files and prints a
   table per grouping with an "all" row (docs/report.md defines every column).
@@ -12,7 +12,7 @@ usage: kmrun report RUN.sqlite [more.sqlite ...] [--json] [--html OUT.html] [--b
   --json        print one JSON object with the same numbers instead of the tables
   --html FILE   also write a self-contained HTML page with the tables and four SVG charts
 exit status: 0 done, 1 no finished episodes in the files, 2 usage error or unreadable file
-]]
+]=]
 
 local function fail(code, ...)
   io.stderr:write("kmrun report: ", ...)
@@ -45,7 +45,7 @@ end
 if #files == 0 then io.stderr:write(USAGE) return 2 end
 
 local episodes, info, code = report.load(files)
-if not episodes then return fail(2, "cannot read ", info, code and (" (" .. code .. ")") or "") end
+if not episodes then return fail(2, info, (code and code ~= "NOT_FOUND") and (" (" .. code .. ")") or "") end
 if #episodes == 0 then
   return fail(1, "no finished episodes in ", table.concat(files, ", "),
     info.unfinished > 0 and string.format(" (%d still running or killed)", info.unfinished) or "",

@@ -1,0 +1,378 @@
+-- km.report and `kmrun report`: metrics by hand-computed values, JSON, text, self-contained
+-- HTML with four SVG charts, empty and missing stores, and a headless-Chromium render.
+local t = require "km.tap"
+local store = require "km.store"
+local json = require "km.json"
+local report = require "km.report"
+
+local KMRUN = arg[-1]:match("kmrun$") and arg[-1] or "build/kmrun"
+local ROOT = arg[0]:match("^(.*)/tests/lua/") or "."
+
+local dir = os.tmpname()
+os.remove(dir)
+assert(os.execute("mkdir -p " .. dir))
+
+local function sh(cmd)
+  local p = io.popen(cmd .. " 2>&1; echo \"rc=$?\"")
+  local out = p:read("a")
+  p:close()
+  local body, rc = out:match("^(.*)rc=(%d+)\n$")
+  return body, tonumber(rc)
+end
+
+local function slurp(path)
+  local f = assert(io.open(path, "rb"))
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
+-- One episode as km.runner writes it: episodes.status, final = { candidate, verdict }, summary.
+-- e = { task, level, category, verdict status (nil: strategy error), speedup, rounds,
+--       compile_ok_first, prompt tokens, completion tokens, dollars, gpu seconds, failure modes, roofline }
+local function write_episode(db, run, e, opts)
+  opts = opts or {}
+  local ep = assert(db:begin_episode(run, { task = e[1], strategy = opts.strategy or "repair", model = opts.model or "m1", seed = opts.seed }))
+  assert(db:append(ep, "note", { text = "synthetic" }))
+  if opts.unfinished then return ep end
+  local vs = e[4]
+  local status = vs == "correct" and "correct" or (vs and "failed" or "error")
+  local verdict = vs and { status = vs, speedup = e[5], speedup_baseline = e[5] and e[5] / 2,
+    roofline = e[13] and { fraction = e[13] }, feedback = "..." }
+  local evals = 0
+  for _, c in pairs(e[12]) do evals = evals + c end
+  assert(db:finish_episode(ep, status, {
+    final = vs and { candidate = { name = e[1], source = "extern \"C\" __global__ void k() {}", launch = "return function() end" },
+      verdict = verdict } or nil,
+    summary = { status = vs, speedup = e[5], speedup_baseline = e[5] and e[5] / 2, roofline = e[13],
+      level = e[2], category = e[3], forms = { "description", "math" }, evals = evals, model_calls = evals,
+      compile_ok_first = e[7], rounds_to_correct = e[6], failure_modes = e[12], seconds = 1.5,
+      gpu_seconds = e[11], tokens = { prompt = e[8], completion = e[9] }, dollars = e[10], requests = evals },
+  }))
+  return ep
+end
+
+-- 8 final episodes: 5 correct (speedups 2.5, 0.8, 1.2, 4.0, 1.6), 2 failed, 1 strategy error.
+local EPS = {
+  { "l1_a", 1, "elementwise", "correct", 2.5, 1, true, 1000, 200, 0.01, 2, { correct = 1 }, 0.8 },
+  { "l1_b", 1, "elementwise", "correct", 0.8, 3, false, 3000, 600, 0.03, 6, { compile_error = 1, mismatch = 1, correct = 1 }, 0.4 },
+  { "l1_c", 1, "reduction", "mismatch", nil, nil, true, 5000, 1000, 0.05, 10, { mismatch = 5 }, nil },
+  { "l2_a", 2, "matmul", "correct", 1.2, 2, true, 2000, 400, 0.02, 4, { mismatch = 1, correct = 1 }, 0.5 },
+  { "l2_b", 2, "matmul", "correct", 4.0, 1, true, 1000, 200, 0.01, 2, { correct = 1 }, 0.9 },
+  { "l3_a", 3, "attention", "compile_error", nil, nil, false, 4000, 800, 0.04, 0, { compile_error = 4 }, nil },
+  { "l3_b", 3, "reduction", nil, nil, nil, nil, 0, 0, 0, 0, {}, nil },
+  { "l3_c", 3, "attention", "correct", 1.6, 4, false, 6000, 1200, 0.06, 8, { compile_error = 2, mismatch = 1, correct = 1 }, 0.3 },
+}
+
+-- Two files: the second holds l2_b (another model). The first also holds an earlier, correct
+-- attempt of l1_c that the later failed one supersedes, and an unfinished episode.
+local A, B = dir .. "/a.sqlite", dir .. "/b.sqlite"
+do
+  local db = assert(store.open(A))
+  local run = db:begin_run { name = "sweep" }
+  write_episode(db, run, { "l1_c", 1, "reduction", "correct", 10.0, 1, true, 1, 1, 0, 0, { correct = 1 }, 0.99 })
+  for _, e in ipairs(EPS) do
+    if e[1] ~= "l2_b" then write_episode(db, run, e) end
+  end
+  write_episode(db, run, { "l9_zombie", 1, "elementwise" }, { unfinished = true })
+  db:finish_run(run)
+  db:close()
+  local db2 = assert(store.open(B))
+  local run2 = db2:begin_run { name = "sweep2" }
+  write_episode(db2, run2, EPS[5], { model = "m2" })
+  db2:close()
+end
+
+local function group(list, key)
+  for _, g in ipairs(list) do if g.key == key or g.group == key then return g end end
+end
+
+local function fast(m, p)
+  for _, f in ipairs(m.fast_p) do if f.p == p then return f.value end end
+end
+
+local R
+t.test("load keeps the final episode per (task, strategy, model, seed)", function()
+  local eps, info = assert(report.load { A, B })
+  t.eq(#eps, 8)
+  t.eq(info.superseded, 1)
+  t.eq(info.unfinished, 1)
+  t.eq(info.runs, 2)
+  t.eq(#info.files, 2)
+  for _, ep in ipairs(eps) do
+    if ep.task == "l1_c" then t.eq(ep.status, "failed", "the later attempt counts") end
+  end
+  R = report.build(eps, info)
+end)
+
+t.test("overall metrics match hand-computed values", function()
+  local m = R.all
+  t.eq(m.n, 8)
+  t.eq(m.correct, 5)
+  t.near(m.correctness, 5 / 8, 1e-12)
+  t.eq(m.status.correct, 5)
+  t.eq(m.status.failed, 2)
+  t.eq(m.status.error, 1)
+  -- fast_p over all 8 episodes; speedups of the correct ones: 0.8 1.2 1.6 2.5 4.0
+  t.near(fast(m, 0), 5 / 8, 1e-12, "fast_0")
+  t.near(fast(m, 0.5), 5 / 8, 1e-12, "fast_0.5")
+  t.near(fast(m, 1), 4 / 8, 1e-12, "fast_1")
+  t.near(fast(m, 1.5), 3 / 8, 1e-12, "fast_1.5")
+  t.near(fast(m, 2), 2 / 8, 1e-12, "fast_2")
+  t.eq(m.speedup.n, 5)
+  t.near(m.speedup.geomean, (0.8 * 1.2 * 1.6 * 2.5 * 4.0) ^ (1 / 5), 1e-12, "geomean")
+  t.near(m.speedup.median, 1.6, 1e-12, "median")
+  t.near(m.speedup.p10, 0.8 + 0.4 * (1.2 - 0.8), 1e-12, "p10")   -- rank 1.4
+  t.near(m.speedup.p90, 2.5 + 0.6 * (4.0 - 2.5), 1e-12, "p90")   -- rank 4.6
+  t.near(m.speedup_baseline.geomean, (0.8 * 1.2 * 1.6 * 2.5 * 4.0) ^ (1 / 5) / 2, 1e-12)
+  -- compile_ok_first known for 7 (the errored episode evaluated nothing), true for 4
+  t.eq(m.compile_first.n, 7)
+  t.eq(m.compile_first.ok, 4)
+  t.near(m.compile_first.rate, 4 / 7, 1e-12)
+  t.near(m.rounds.mean, (1 + 3 + 2 + 1 + 4) / 5, 1e-12, "rounds")
+  t.eq(m.tokens.total, 26400)
+  t.near(m.tokens.per_solved, 26400 / 5, 1e-9)
+  t.near(m.dollars.per_solved, 0.22 / 5, 1e-12)
+  t.near(m.gpu_seconds.per_solved, 32 / 5, 1e-12)
+  t.eq(m.failure_modes.mismatch, 8)
+  t.eq(m.failure_modes.compile_error, 7)
+  t.eq(m.failure_modes.correct, 5)
+  t.near(m.roofline.mean, (0.8 + 0.4 + 0.5 + 0.9 + 0.3) / 5, 1e-12)
+  t.near(m.roofline.median, 0.5, 1e-12)
+end)
+
+t.test("per-level and per-category groups", function()
+  t.eq(R.by[1].name, "level")
+  t.eq(R.by[2].name, "category")
+  local keys = {}
+  for i, g in ipairs(R.by[1].groups) do keys[i] = g.key end
+  t.eq(table.concat(keys, ","), "1,2,3")
+  local l1, l2, l3 = group(R.by[1].groups, "1").metrics, group(R.by[1].groups, "2").metrics, group(R.by[1].groups, "3").metrics
+  t.eq(l1.n, 3); t.eq(l1.correct, 2)
+  t.near(fast(l1, 1), 1 / 3, 1e-12)
+  t.near(l1.speedup.geomean, math.sqrt(2.5 * 0.8), 1e-12)
+  t.near(l1.compile_first.rate, 2 / 3, 1e-12)
+  t.eq(l2.correct, 2)
+  t.near(fast(l2, 2), 1 / 2, 1e-12)
+  t.near(l2.speedup.median, (1.2 + 4.0) / 2, 1e-12)
+  t.near(l2.tokens.per_solved, 3600 / 2, 1e-12)
+  t.eq(l3.correct, 1)
+  t.near(l3.correctness, 1 / 3, 1e-12)
+  t.near(l3.rounds.mean, 4, 1e-12)
+  t.near(l3.tokens.per_solved, 12000, 1e-9)
+  local red = group(R.by[2].groups, "reduction").metrics
+  t.eq(red.n, 2); t.eq(red.correct, 0)
+  t.eq(red.speedup.geomean, nil, "no correct episode: no geomean")
+  t.eq(red.tokens.per_solved, nil, "nothing solved: no cost per solved task")
+  t.eq(fast(red, 1), 0)
+  local att = group(R.by[2].groups, "attention").metrics
+  t.eq(att.failure_modes.compile_error, 6)
+  -- grouping by model: the second file's model
+  local r2 = report.build(assert(report.load { A, B }), nil, { by = { "model", "strategy" } })
+  t.eq(#r2.by[1].groups, 2)
+  t.eq(group(r2.by[1].groups, "m2").metrics.n, 1)
+  t.eq(group(r2.by[2].groups, "repair").metrics.n, 8)
+  t.raises(function() report.build({}, nil, { by = { "colour" } }) end, "cannot group by colour")
+end)
+
+t.test("quantiles interpolate between ranks", function()
+  t.eq(report.quantile({}, 0.5), nil)
+  t.eq(report.quantile({ 7 }, 0.9), 7)
+  t.near(report.quantile({ 1, 2, 3, 4 }, 0.5), 2.5, 1e-12)
+  t.near(report.quantile({ 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11 }, 0.1), 2, 1e-12)
+end)
+
+t.test("kmrun report --json parses and matches", function()
+  local out, rc = sh(KMRUN .. " report " .. A .. " " .. B .. " --json 2>/dev/null")
+  t.eq(rc, 0, out)
+  local o = assert(json.decode(out))
+  t.eq(o.episodes, 8)
+  t.eq(o.left_out.superseded, 1)
+  t.eq(o.left_out.unfinished, 1)
+  t.eq(o.all.correct, 5)
+  t.near(o.all.fast_p["1"], 0.5, 1e-12)
+  t.near(o.all.fast_p["1.5"], 0.375, 1e-12)
+  t.near(o.all.speedup.geomean, R.all.speedup.geomean, 1e-12)
+  t.near(o.all.speedup.p90, 3.4, 1e-12)
+  t.near(o.all.rounds.mean, 2.2, 1e-12)
+  t.near(o.all.compile_first.rate, 4 / 7, 1e-12)
+  t.near(o.all.tokens.per_solved, 5280, 1e-9)
+  t.eq(o.all.failure_modes.mismatch, 8)
+  t.eq(#o.by.level, 3)
+  t.eq(o.by.level[3].group, "3")
+  t.near(o.by.level[3].correctness, 1 / 3, 1e-12)
+  local red = group(o.by.category, "reduction")
+  t.eq(red.speedup.geomean, json.null, "undefined is null")
+  t.eq(red.roofline.mean, json.null)
+  t.eq(red.dollars.per_solved, json.null)
+  t.ok(not out:find("nan", 1, true) and not out:find("inf", 1, true), "NaN-free")
+  -- --by picks the grouping
+  local out2 = sh(KMRUN .. " report " .. A .. " --json --by strategy,model 2>/dev/null")
+  local o2 = assert(json.decode(out2))
+  t.ok(o2.by.strategy and o2.by.model and not o2.by.level, out2)
+end)
+
+t.test("the terminal table has a row per group and an all row, aligned", function()
+  local out, rc = sh(KMRUN .. " report " .. A .. " " .. B)
+  t.eq(rc, 0, out)
+  t.ok(out:find("8 episode(s) from 2 file(s)", 1, true), out)
+  t.ok(out:find("left out: 1 earlier attempt", 1, true), out)
+  local lines = {}
+  for l in out:gmatch("[^\n]+") do lines[#lines + 1] = l end
+  local head
+  for i, l in ipairs(lines) do if l:match("^level ") then head = i break end end
+  t.ok(head, out)
+  t.ok(lines[head + 2]:match("^1%s+3%s+2 %(66%.7%%%)"), lines[head + 2])
+  t.ok(lines[head + 3]:match("^2%s+2%s+2 %(100%.0%%%)"), lines[head + 3])
+  t.ok(lines[head + 4]:match("^3%s+3%s+1 %(33%.3%%%)"), lines[head + 4])
+  t.ok(lines[head + 5]:match("^all%s+8%s+5 %(62%.5%%%)%s+62%.5%%%s+50%.0%%%s+37%.5%%%s+25%.0%%%s+1%.73x%s+1%.60x%s+0%.96x%s+3%.40x%s+57%.1%%%s+2%.20%s+5%.3k"),
+    lines[head + 5])
+  for k = head, head + 5 do t.eq(#lines[k], #lines[head], "aligned line " .. k) end
+  t.ok(out:find("\nattention ", 1, true) and out:find("\nreduction ", 1, true), out)
+  t.ok(out:find("mismatch 8, compile_error 7, correct 5", 1, true), out)
+end)
+
+local function check_html(html)
+  local rest = html:gsub('xmlns="http://www%.w3%.org/2000/svg"', "")
+  t.ok(not rest:find("http://", 1, true) and not rest:find("https://", 1, true), "no external references")
+  t.ok(not html:find("<link", 1, true) and not html:find("src=", 1, true) and not html:find("@import", 1, true)
+    and not html:find("url(", 1, true), "no external assets")
+  local n = 0
+  for tag in html:gmatch("<svg[^>]*>") do
+    n = n + 1
+    t.ok(tag:find(' width="%d+"') and tag:find(' height="%d+"'), tag)
+  end
+  t.eq(n, 4, "four charts")
+  t.ok(html:find("data-svg-sizes", 1, true), "the size script")
+end
+
+t.test("--html writes a self-contained page with four SVG charts", function()
+  local page = dir .. "/r.html"
+  local out, rc = sh(KMRUN .. " report " .. A .. " " .. B .. " --html " .. page)
+  t.eq(rc, 0, out)
+  t.ok(out:find("wrote " .. page, 1, true), out)
+  local html = slurp(page)
+  check_html(html)
+  for _, id in ipairs { "chart-speedup", "chart-levels", "chart-rounds", "chart-cost" } do
+    t.ok(html:find('id="' .. id .. '"', 1, true), id)
+  end
+  t.ok(html:find("Speedup of correct kernels", 1, true) and html:find("Correctness by level", 1, true)
+    and html:find("Rounds to a correct kernel", 1, true) and html:find("Cost against speedup", 1, true), "titles")
+  t.ok(html:find("dollars per episode", 1, true), "cost axis in dollars")
+  t.ok(not html:find(">no data<", 1, true), "every chart has data")
+  local _, circles = html:gsub("<circle cx", "")
+  t.eq(circles, 5 + 3, "a point per correct episode plus a legend mark per level")
+  t.ok(html:find("<td>reduction</td>", 1, true), "the category table")
+end)
+
+-- a store whose episodes all failed, offline (no tokens, no dollars)
+local F = dir .. "/failed.sqlite"
+do
+  local db = assert(store.open(F))
+  local run = db:begin_run { name = "offline" }
+  write_episode(db, run, { "l1_x", 1, "elementwise", "compile_error", nil, nil, false, 0, 0, 0, 0, { compile_error = 3 }, nil })
+  write_episode(db, run, { "l2_x", 2, "gemm", "mismatch", nil, nil, true, 0, 0, 0, 1.5, { mismatch = 2 }, nil })
+  db:close()
+end
+
+t.test("no correct episode and no tokens: no division by zero, charts say no data", function()
+  local eps, info = assert(report.load(F))
+  local r = report.build(eps, info)
+  t.eq(r.all.correctness, 0)
+  t.eq(fast(r.all, 1), 0)
+  t.eq(r.all.speedup.geomean, nil)
+  t.eq(r.all.rounds.mean, nil)
+  t.eq(r.all.tokens.per_solved, nil)
+  t.eq(r.all.gpu_seconds.per_solved, nil)
+  local o = assert(json.decode(report.json(r)))
+  t.eq(o.all.speedup.median, json.null)
+  t.eq(o.all.tokens.per_solved, json.null)
+  local text = report.text(r)
+  t.ok(text:find("\nall ", 1, true), text)
+  local html = report.html(r)
+  check_html(html)
+  local _, nd = html:gsub(">no data<", "")
+  t.eq(nd, 3, "speedup, rounds and cost charts are empty; correctness by level is not")
+  t.ok(not html:find("nan", 1, true) and not html:find("inf\"", 1, true), "no NaN in coordinates")
+end)
+
+t.test("an empty store: a clear message and exit status 1", function()
+  local E = dir .. "/empty.sqlite"
+  local db = assert(store.open(E))
+  local run = db:begin_run { name = "nothing yet" }
+  write_episode(db, run, { "l1_a", 1, "elementwise" }, { unfinished = true })
+  db:close()
+  local out, rc = sh(KMRUN .. " report " .. E)
+  t.eq(rc, 1, out)
+  t.ok(out:find("no finished episodes in " .. E, 1, true), out)
+  t.ok(out:find("1 still running or killed", 1, true), out)
+  t.ok(not out:find("traceback", 1, true), out)
+  local eps = assert(report.load(E))
+  t.eq(#eps, 0)
+  local r = report.build(eps, {})
+  check_html(report.html(r))
+  t.ok(report.text(r):find("0 episode", 1, true))
+end)
+
+t.test("a missing file or a bad option: exit status 2 and a clear message", function()
+  local out, rc = sh(KMRUN .. " report " .. dir .. "/nope.sqlite")
+  t.eq(rc, 2, out)
+  t.ok(out:find("nope.sqlite: no such file", 1, true), out)
+  t.ok(not out:find("traceback", 1, true), out)
+  out, rc = sh(KMRUN .. " report " .. A .. " " .. dir .. "/nope.sqlite")
+  t.eq(rc, 2, out)
+  out, rc = sh(KMRUN .. " report")
+  t.eq(rc, 2, out)
+  t.ok(out:find("usage: kmrun report", 1, true), out)
+  out, rc = sh(KMRUN .. " report " .. A .. " --by colour")
+  t.eq(rc, 2, out)
+  t.ok(out:find("cannot group by 'colour'", 1, true), out)
+  out, rc = sh(KMRUN .. " report " .. A .. " --html")
+  t.eq(rc, 2, out)
+  local junk = dir .. "/junk.sqlite"
+  local f = assert(io.open(junk, "w"))
+  f:write(("not a database\n"):rep(100))
+  f:close()
+  out, rc = sh(KMRUN .. " report " .. junk)
+  t.eq(rc, 2, out)
+  t.ok(out:find("junk.sqlite", 1, true), out)
+end)
+
+-- Renders the page in headless Chromium (tests/report_shot.sh) when one is installed.
+local function have_chromium()
+  local want = os.getenv("CHROMIUM")
+  local _, rc = sh(want and ("command -v '" .. want:gsub("'", "") .. "'")
+    or "command -v chromium || command -v chromium-browser || command -v google-chrome")
+  return rc == 0
+end
+
+if have_chromium() then
+  t.test("headless Chromium renders the four charts", function()
+    local page, shot = dir .. "/shot.html", dir .. "/shot.png"
+    local _, rc = sh(KMRUN .. " report " .. A .. " " .. B .. " --html " .. page)
+    t.eq(rc, 0)
+    local out
+    out, rc = sh("sh " .. ROOT .. "/tests/report_shot.sh " .. page .. " " .. shot)
+    t.eq(rc, 0, out)
+    local png = slurp(shot)
+    t.eq(png:sub(1, 8), "\137PNG\r\n\26\n", "a PNG")
+    t.ok(#png > 20000, "a non-trivial screenshot: " .. #png .. " bytes")
+    local w, h = string.unpack(">I4I4", png, 17)
+    t.eq(w, 1200); t.eq(h, 1600)
+    t.eq(tonumber(out:match("png_bytes (%d+)")), #png)
+    local sizes = out:match("svg_sizes ([%dx,]+)")
+    t.ok(sizes, out)
+    local n = 0
+    for sw, sh_ in sizes:gmatch("(%d+)x(%d+)") do
+      n = n + 1
+      t.ok(tonumber(sw) > 100 and tonumber(sh_) > 100, "rendered size " .. sw .. "x" .. sh_)
+    end
+    t.eq(n, 4, "four SVGs rendered: " .. sizes)
+    if os.getenv("KM_KEEP_SHOT") then os.execute("cp " .. shot .. " " .. os.getenv("KM_KEEP_SHOT")) end
+  end)
+else
+  t.skip("headless Chromium renders the four charts", "chromium not installed")
+end
+
+os.execute("rm -rf " .. dir)
+t.done()
