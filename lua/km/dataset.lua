@@ -12,7 +12,8 @@ local M = {}
 
 local type, ipairs, pairs, tostring, tonumber, error = type, ipairs, pairs, tostring, tonumber, error
 local fmt, concat, sort = string.format, table.concat, table.sort
-local max = math.max
+local max, tointeger, mtype = math.max, math.tointeger, math.type
+local unpack = table.unpack
 
 ----------------------------------------------------------------------------------------
 -- the task suite
@@ -243,7 +244,7 @@ end
 -- A seeded generator (splitmix64): the same seed gives the same draws everywhere, and the
 -- global math.random is left alone.
 local function rng(seed)
-  local state = math.tointeger(tonumber(seed or 1))
+  local state = tointeger(tonumber(seed or 1))
   if not state then error("seed must be an integer, got " .. tostring(seed), 2) end
   return function(n) -- an integer in [1, n]
     state = state + 0x9e3779b97f4a7c15
@@ -277,7 +278,7 @@ function M.sample(recs, opts)
   opts = opts or {}
   local keys = opts.keys or {}
   local n = opts.n
-  if n ~= nil and (math.type(n) ~= "integer" or n < 0) then error("n must be a non-negative integer", 2) end
+  if n ~= nil and (mtype(n) ~= "integer" or n < 0) then error("n must be a non-negative integer", 2) end
   local seed = opts.seed or 1
   local groups, names = {}, {}
   for _, r in ipairs(recs) do
@@ -289,7 +290,7 @@ function M.sample(recs, opts)
   sort(names)
   local draw = rng(seed)
   for _, k in ipairs(names) do shuffle(groups[k], draw) end
-  local order = shuffle({ table.unpack(names) }, draw)
+  local order = shuffle({ unpack(names) }, draw)
   local want = n or #recs
   local picked, taken = {}, {}
   for _, k in ipairs(names) do taken[k] = 0 end
@@ -316,9 +317,9 @@ end
 
 -- The report as text (for --report on stderr).
 function M.format_report(rep)
-  local out = { fmt("stratified by %s, seed %s: %d of %d episode(s) drawn%s from %d stratum/strata",
+  local out = { fmt("stratified by %s, seed %s: %d of %d episode(s) drawn%s from %d %s",
     #rep.keys > 0 and concat(rep.keys, ",") or "(nothing: one stratum)", tostring(rep.seed), rep.drawn, rep.available,
-    rep.requested and fmt(" (asked %d)", rep.requested) or "", #rep.strata) }
+    rep.requested and fmt(" (asked %d)", rep.requested) or "", #rep.strata, #rep.strata == 1 and "stratum" or "strata") }
   local w = 7
   for _, s in ipairs(rep.strata) do w = max(w, #s.key) end
   out[#out + 1] = fmt("  %-" .. w .. "s %7s %7s", "stratum", "size", "drawn")
