@@ -127,13 +127,15 @@ end
 -- Parses one guide's source. path names it in messages; stem (optional) is the id it must have.
 local function parse(src, path, stem)
   local lines = {}
-  for l in (src:gsub("\r\n", "\n") .. "\n"):gmatch("([^\n]*)\n") do lines[#lines + 1] = l end
+  src = src:gsub("\r\n", "\n")
+  for l in (src:match("\n$") and src or src .. "\n"):gmatch("([^\n]*)\n") do lines[#lines + 1] = l end
   if src == "" then bad(path, 1, "empty file (a guide starts with a '---' header block)") end
   if lines[1] ~= "---" then bad(path, 1, "a guide must start with a '---' line, got '" .. lines[1] .. "'") end
   local g, seen, close = { path = path }, {}, nil
   for i = 2, #lines do
     local l = lines[i]
     if l == "---" then close = i; break end
+    if l:match("^%s*$") then bad(path, i, "blank line in the header (is the closing '---' missing?)") end
     local key, val = l:match("^([%w_]+):%s*(.-)%s*$")
     if not key then bad(path, i, "expected 'field: value' in the header, got '" .. l .. "'") end
     if not FIELDS[key] then bad(path, i, "unknown field '" .. key .. "' (fields: " .. concat(FIELD_ORDER, ", ") .. ")") end
@@ -148,11 +150,11 @@ local function parse(src, path, stem)
   end
   local body = concat(lines, "\n", close + 1):match("^%s*(.-)%s*$")
   if body == "" then bad(path, close, "the guide has no text after its header") end
-  local fences = 0
+  local open_at
   for i = close + 1, #lines do
-    if lines[i]:match("^%s*```") then fences = fences + 1 end
+    if lines[i]:match("^%s*```") then open_at = not open_at and i or nil end
   end
-  if fences % 2 == 1 then bad(path, #lines, "a ``` code block is not closed") end
+  if open_at then bad(path, open_at, "the ``` code block opened here is not closed") end
   g.text = body
   g.header_lines = close
   return g
@@ -284,8 +286,9 @@ local function ranked(cands, limit)
   return out
 end
 
--- Guides for a task's category, most specific first: those naming the category before
--- those for every category, guides with fewer categories before broader ones.
+-- Guides for a task's category: those naming the category before those for every
+-- category; then by their mark for `correct` (a guide marked correct! holds the
+-- category's main techniques); then guides with fewer categories before broader ones.
 function Lib:for_task(task, opts)
   local cat = category_of(task)
   opts = check_opts(opts)
@@ -294,7 +297,9 @@ function Lib:for_task(task, opts)
   for _, id in ipairs(self.order) do
     local g = self.guides[id]
     local c = category_match(g, cat)
-    if c > 0 and not ex[id] then cands[#cands + 1] = { guide = g, key = { c, -g.ncategories } } end
+    if c > 0 and not ex[id] then
+      cands[#cands + 1] = { guide = g, key = { c, g.statuses.correct or 0, -g.ncategories } }
+    end
   end
   return ranked(cands, opts.limit or DEFAULT_LIMIT)
 end
@@ -317,9 +322,10 @@ local function verdict_statuses(verdict)
   return set
 end
 
--- Guides for a verdict: both the category and the status first, then the status alone,
--- then the category alone; within each, stronger status marks, then the more specific
--- category match, then id.
+-- Guides for a verdict: both the category and the status first, then the status alone
+-- (marks x and x! only), then the category alone; within each, stronger status marks
+-- (summed when a verdict stands for two statuses), then the more specific category
+-- match, then id.
 function Lib:for_verdict(task, verdict, opts)
   local cat = category_of(task)
   local statuses = verdict_statuses(verdict)
@@ -329,12 +335,14 @@ function Lib:for_verdict(task, verdict, opts)
   for _, id in ipairs(self.order) do
     local g = self.guides[id]
     if not ex[id] then
+      local c = category_match(g, cat)
+      -- the marks of the verdict's statuses add up (a slow correct kernel is both correct
+      -- and too_slow); a marginal mark (x?) counts only together with the category
       local s = 0
       for st in pairs(statuses) do
         local w = g.statuses[st]
-        if w and w > s then s = w end
+        if w and (w > M.WEAK or c > 0) then s = s + w end
       end
-      local c = category_match(g, cat)
       local tier = (s > 0 and c > 0) and 3 or s > 0 and 2 or c > 0 and 1 or 0
       if tier > 0 then cands[#cands + 1] = { guide = g, key = { tier, s, c, -g.ncategories } } end
     end
