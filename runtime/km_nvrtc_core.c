@@ -635,9 +635,11 @@ int km_nvrtc_options(const km_nvrtc_req *r, char ***argv_out, size_t *argc_out) 
     qsort(defs, r->ndefines, sizeof *defs, cmp_define);
   }
   /* One block: the pointer array, then the strings it points at. */
-  size_t argc = 3 + r->ndefines + r->noptions;
+  /* include/ and include/cccl (where CUDA 13 keeps <cuda/std/...>, CUB and
+   * cooperative groups' dependencies) */
+  size_t argc = 4 + r->ndefines + r->noptions;
   const char *std = r->std ? r->std : "c++17";
-  size_t bytes = argc * sizeof(char *) + strlen(r->arch) + 7 + strlen(std) + 7 + strlen(incdir) + 3;
+  size_t bytes = argc * sizeof(char *) + strlen(r->arch) + 7 + strlen(std) + 7 + 2 * strlen(incdir) + 3 + 8;
   for (size_t i = 0; i < r->ndefines; i++)
     bytes += strlen(defs[i]->name) + (defs[i]->value ? strlen(defs[i]->value) + 1 : 0) + 3;
   for (size_t i = 0; i < r->noptions; i++) bytes += strlen(r->options[i]) + 1;
@@ -649,6 +651,7 @@ int km_nvrtc_options(const km_nvrtc_req *r, char ***argv_out, size_t *argc_out) 
   KM_ADDOPT("-arch=%s", r->arch);
   KM_ADDOPT("--std=%s", std);
   KM_ADDOPT("-I%s", incdir);
+  KM_ADDOPT("-I%s/cccl", incdir);
   for (size_t i = 0; i < r->ndefines; i++) {
     if (defs[i]->value) KM_ADDOPT("-D%s=%s", defs[i]->name, defs[i]->value);
     else KM_ADDOPT("-D%s", defs[i]->name);

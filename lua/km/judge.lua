@@ -193,7 +193,28 @@ local function call_launch(self, run, io, sym, budget)
     if sc then return false, "crashed", err end
     return false, "launch_error", err
   end
-  return true
+  return true, nil, nil, err -- err: what the launch function returned, if anything
+end
+
+-- A launch may return { output = buffer } to hand back outputs it allocated itself (with
+-- k.scratch). Returns the buffers to judge, or nil and the wrong_shape message.
+local function returned_outputs(t, ret, cand_io, dims)
+  if type(ret) ~= "table" then return cand_io end
+  local outs = setmetatable({}, { __index = cand_io })
+  for _, spec in ipairs(t.outputs) do
+    local b = ret[spec.name]
+    if b ~= nil then
+      local okb, numel = pcall(function() return b:numel() end)
+      if not okb then return nil, fmt("launch.lua returned %s for the output '%s', not a buffer", type(b), spec.name) end
+      local want = task_mod.numel(dims[spec.name])
+      if b:dtype() ~= spec.dtype or numel ~= want then
+        return nil, fmt("launch.lua returned the output '%s' as %s[%s] (%d elements); the task's '%s' is %s[%s] (%d elements).",
+          spec.name, b:dtype(), concat(b:shape(), ", "), numel, spec.name, spec.dtype, concat(dims[spec.name], ", "), want)
+      end
+      outs[spec.name] = b
+    end
+  end
+  return outs
 end
 
 local function sync_status()
@@ -389,7 +410,7 @@ function Judge:eval(t, cand, opts)
       for _, spec in ipairs(t.inputs) do sums[spec.name] = cand_io[spec.name]:checksum() end
       -- candidate
       run.state.poison = true
-      local okc, cs, cmsg = call_launch(self, run, cand_io, copy_sym(sym0), budget)
+      local okc, cs, cmsg, ret = call_launch(self, run, cand_io, copy_sym(sym0), budget)
       if okc then okc, cs, cmsg = sync_status() end
       if not okc then
         cleanup()
@@ -416,9 +437,14 @@ function Judge:eval(t, cand, opts)
             spec.name, where, t.outputs[1].name), { failed_at = { shape = si, seed = seed, sym = sym0 } })
         end
       end
+      local outs, shape_msg = returned_outputs(t, ret, cand_io, dims)
+      if not outs then
+        cleanup()
+        return finish("wrong_shape", shape_msg .. " (at " .. where .. ")", { failed_at = { shape = si, seed = seed, sym = sym0 } })
+      end
       for _, spec in ipairs(t.outputs) do
         local tol = t.tolerance[spec.dtype]
-        local r = compare.allclose(cand_io[spec.name], ref_io[spec.name], { atol = tol.atol, rtol = tol.rtol, poison = true })
+        local r = compare.allclose(outs[spec.name], ref_io[spec.name], { atol = tol.atol, rtol = tol.rtol, poison = true })
         local check = { shape = si, seed = seed, output = spec.name, ok = r.ok, mismatches = r.mismatches, n = r.n,
           max_abs = r.max_abs, max_rel = r.max_rel, unwritten = r.unwritten, nan = r.nan, inf = r.inf }
         insert(v.checks, check)

@@ -112,7 +112,6 @@ end
 ----------------------------------------------------------------------------------------
 -- the model client, recorded
 
-local function now() return os.time() end
 
 -- Loads recorded replies (for --replay) from a store or a JSONL export.
 function M.load_replay(path, task_name)
@@ -344,7 +343,46 @@ local function geomean(xs)
   return math.exp(s / #xs)
 end
 
+-- Shared by `kmrun STRATEGY.lua` and `kmrun sweep`: the store, GPU workers, guidance and a
+-- model-client factory for parsed args. Returns env or nil, message, exit status.
+function M.setup(args, out)
+  local store = require "km.store"
+  local dir = out:match("^(.*)/[^/]+$")
+  if dir then os.execute("mkdir -p '" .. dir:gsub("'", "'\\''") .. "'") end
+  local db, derr = store.open(out)
+  if not db then return nil, "cannot open the store " .. out .. ": " .. tostring(derr), 2 end
+  local eval = require "km.eval"
+  local pool, why = eval.pool { gpus = args.gpus, timeout = args.timeout, worker_stderr = args.worker_stderr or "inherit" }
+  if not pool then
+    io.stderr:write("kmrun: no GPU: ", tostring(why), "\n",
+      "kmrun: checking that candidates compile (NVRTC, sm_90) without running them\n")
+  end
+  local guidance
+  do
+    local okg, G = pcall(require, "km.guidance")
+    if okg then guidance = G.load() end
+  end
+  local function make_client(model, task_name)
+    local a = {}
+    for k, v in pairs(args) do a[k] = v end
+    a.model = model or args.model
+    return make_llm(a, task_name)
+  end
+  local okc, probe, perr = pcall(make_client, nil)
+  if not okc or not probe then
+    db:close()
+    if pool then pool:close() end
+    return nil, "model client: " .. tostring(okc and perr or probe), 2
+  end
+  local cfg = probe:config()
+  if cfg.provider == "offline" then
+    io.stderr:write("kmrun: offline: no model configured (set OPENAI_BASE_URL or ANTHROPIC_API_KEY, or KM_MODEL); strategies use each task's starter\n")
+  end
+  return { db = db, pool = pool, guidance = guidance, make_client = make_client, cfg = cfg }
+end
+
 -- Runs `strategy` (a function(ctx)) over the tasks in argv; returns the exit status.
+-- Tasks run concurrently over every GPU worker (km.sweep's scheduler).
 function M.main(strategy, script, argv)
   local args, aerr = M.parse_args(argv)
   if not args then io.stderr:write("kmrun: ", aerr, "\n", M.USAGE) return 2 end
@@ -353,94 +391,28 @@ function M.main(strategy, script, argv)
   local tasks, errors = M.collect_tasks(args.tasks, args.filter)
   for _, e in ipairs(errors) do io.stderr:write("kmrun: skipping invalid task: ", e, "\n") end
   if #tasks == 0 then io.stderr:write("kmrun: no valid tasks\n") return 2 end
-
-  -- the store
-  local store = require "km.store"
-  local out = args.out
-  if not out then
-    os.execute("mkdir -p runs")
-    out = "runs/" .. os.date("%Y%m%d-%H%M%S") .. ".sqlite"
-  end
-  local db, derr = store.open(out)
-  if not db then io.stderr:write("kmrun: cannot open the store ", out, ": ", tostring(derr), "\n") return 2 end
+  local out = args.out or ("runs/" .. os.date("%Y%m%d-%H%M%S") .. ".sqlite")
+  local env, why, code = M.setup(args, out)
+  if not env then io.stderr:write("kmrun: ", why, "\n") return code end
   local sname = script:match("([^/]+)%.lua$") or script
-  local run_id = db:begin_run { name = sname, config = { strategy = script, args = argv } }
-
-  -- GPU workers
-  local eval = require "km.eval"
-  local pool, why = eval.pool { gpus = args.gpus, timeout = args.timeout, worker_stderr = args.worker_stderr or "inherit" }
-  local arch = pool and pool.device.arch or "sm_90"
-  if not pool then
-    io.stderr:write("kmrun: no GPU: ", tostring(why), "\n",
-      "kmrun: checking that candidates compile (NVRTC, ", arch, ") without running them\n")
-  end
-  local guidance
-  do
-    local okg, G = pcall(require, "km.guidance")
-    if okg then guidance = G.load() end
-  end
-  local client, cerr
-  do
-    local okl, res, e2 = pcall(make_llm, args)
-    if okl then client, cerr = res, e2 else client, cerr = nil, res end
-  end
-  if not client then io.stderr:write("kmrun: model client: ", tostring(cerr), "\n") db:close() if pool then pool:close() end return 2 end
-  local cfg = client:config()
-  if cfg.provider == "offline" then
-    io.stderr:write("kmrun: offline: no model configured (set OPENAI_BASE_URL or ANTHROPIC_API_KEY, or KM_MODEL); strategies use each task's starter\n")
-  end
   if not args.quiet then
     print(fmt("kmrun: %s on %d task(s), %s, model %s (%s); store %s", sname, #tasks,
-      pool and (pool.device.name .. " x" .. #pool.slots) or "no GPU", tostring(cfg.model or "-"), cfg.provider, out))
+      env.pool and (env.pool.device.name .. " x" .. #env.pool.slots) or "no GPU", tostring(env.cfg.model or "-"),
+      env.cfg.provider, out))
   end
-
-  local results, n_correct, speedups, t_start = {}, 0, {}, wall()
-  local stopped
-  for _, t in ipairs(tasks) do
-    if args.replay and client then client = make_llm(args, t.name) end -- each task replays its own turns
-    local ep = db:begin_episode(run_id, { task = t.name, strategy = sname, model = cfg.model or cfg.provider })
-    local ctx = M.ctx(t, { store = db, episode = ep, pool = pool, client = client, guidance = guidance, args = args, arch = arch })
-    local usage0 = client:usage()
-    local t0 = wall()
-    local okc, cand, verdict = pcall(strategy, ctx)
-    local status, line
-    if not okc then
-      status = "error"
-      db:append(ep, "note", { text = "strategy error", error = tostring(cand) })
-      line = "strategy error: " .. tostring(cand):gsub("\n.*", "")
-      cand, verdict = nil, nil
-    else
-      verdict = verdict or {}
-      status = verdict.status == "correct" and "correct" or (verdict.status == "compiled" and "compiled" or "failed")
-    end
-    local summary = M.summary(t, ctx, verdict, wall() - t0, usage0, client:usage())
-    db:finish_episode(ep, status, { final = cand and { candidate = cand, verdict = verdict } or nil, summary = summary })
-    if status == "correct" then
-      n_correct = n_correct + 1
-      if verdict.speedup then insert(speedups, verdict.speedup) end
-    end
-    insert(results, { task = t.name, status = status })
-    if not args.quiet then
-      print(fmt("%-28s %-10s %-12s evals %-3d model calls %-3d %.1fs%s", t.name, status,
-        verdict and verdict.speedup and fmt("%.2fx", verdict.speedup) or (verdict and verdict.status or "-"),
-        ctx.stats.evals, ctx.stats.model_calls, wall() - t0, line and ("  " .. line) or ""))
-    end
-    if ctx.model_error and (ctx.model_error.code == "BUDGET_EXCEEDED" or ctx.model_error.code == "CONNECT" or
-        tostring(ctx.model_error.code):match("^HTTP_40[13]$")) then
-      stopped = ctx.model_error
-      io.stderr:write("kmrun: stopping: ", tostring(stopped.message), "\n")
-      break
-    end
-  end
-  db:finish_run(run_id, stopped and "stopped" or "finished")
-  local gm = geomean(speedups)
-  print(fmt("summary: %d/%d correct%s, %.0f s, store %s%s", n_correct, #tasks,
-    gm and fmt(", geomean speedup %.2fx over the reference", gm) or "", wall() - t_start, out,
-    pool and "" or " (no GPU: compile checks only)"))
-  db:close()
-  if pool then pool:close() end
-  if not pool then return 3 end
-  return (n_correct == #tasks and not stopped) and 0 or 1
+  local sweep = require "km.sweep"
+  local res = sweep.run { strategies = { { name = sname, fn = strategy, path = script } }, tasks = tasks,
+    models = { false }, repeats = 1, jobs = args.jobs, store = env.db, pool = env.pool, args = args,
+    make_client = env.make_client, guidance = env.guidance, argv = argv, name = sname, fresh = true, replay = args.replay }
+  local gm = res.speedups and geomean(res.speedups)
+  print(fmt("summary: %d/%d correct%s, %.0f s, store %s%s%s", res.correct, res.ran,
+    gm and fmt(", geomean speedup %.2fx over the reference", gm) or "", res.seconds, out,
+    env.pool and fmt(", %d GPU worker(s)", #env.pool.slots) or " (no GPU: compile checks only)",
+    res.stopped and (", stopped: " .. tostring(res.stopped)) or ""))
+  env.db:close()
+  if env.pool then env.pool:close() end
+  if not env.pool then return 3 end
+  return (res.correct == res.ran and not res.stopped) and 0 or 1
 end
 
 return M

@@ -77,7 +77,7 @@ function M.run(opts)
 
   -- resume: what is already finished in this store
   local done, abandoned = {}, 0
-  for _, e in ipairs(db:episodes {}) do
+  for _, e in ipairs(opts.fresh and {} or db:episodes {}) do
     local key = fmt("%s|%s|%s|%d", e.strategy or "", e.task or "", e.model or "-", e.seed or 0)
     if e.status == "running" then
       db:finish_episode(e.id, "abandoned", { summary = { note = "left running by an interrupted sweep; run again" } })
@@ -92,7 +92,7 @@ function M.run(opts)
     shard = opts.shard and fmt("%d/%d", opts.shard[1], opts.shard[2]) or nil } }
 
   local tty = is_tty()
-  local total, finished, correct = #todo, 0, 0
+  local total, finished, correct, speedups, stopped = #todo, 0, 0, {}, nil
   local t0 = wall()
   local function progress(item, status, extra)
     if args.quiet then return end
@@ -105,8 +105,7 @@ function M.run(opts)
         string.rep("#", fill), string.rep(".", width - fill), finished, total, correct, rate, eta // 60, math.floor(eta % 60)))
       if finished == total then io.stdout:write("\n") end
     else
-      io.stdout:write(fmt("%d/%d %-8s %-10s %s%s\n", finished, total, status, item.strategy.name, item.task.name,
-        extra and ("  " .. extra) or ""))
+      io.stdout:write(fmt("%-28s %-9s %s\n", item.task.name, status, extra or ""))
     end
     io.stdout:flush()
   end
@@ -117,9 +116,11 @@ function M.run(opts)
   end
 
   local clients = {}
-  local function client_for(model)
-    local key = model or "-"
-    if not clients[key] then clients[key] = opts.make_client(model) end
+  -- one client per model (its budget spans the sweep); replays get one per task, since
+  -- each task plays back its own recorded turns
+  local function client_for(model, task_name)
+    local key = (model or "-") .. "|" .. (task_name or "")
+    if not clients[key] then clients[key] = opts.make_client(model, task_name) end
     return clients[key]
   end
 
@@ -128,7 +129,7 @@ function M.run(opts)
   local jobs = opts.jobs or math.max(2, 2 * (pool and #pool.slots or 1))
   local function start(item)
     local t = item.task
-    local client = client_for(item.model)
+    local client = client_for(item.model, opts.replay and t.name)
     local cfg = client:config()
     local ep = db:begin_episode(run_id, { task = t.name, strategy = item.strategy.name,
       model = item.model or cfg.model or cfg.provider, seed = item.rep })
@@ -150,7 +151,7 @@ function M.run(opts)
       local summary = runner.summary(t, ctx, verdict, wall() - t1, usage0, client:usage())
       summary.sweep_key = item.key
       db:finish_episode(ep, status, { final = cand and { candidate = cand, verdict = verdict } or nil, summary = summary })
-      return status, verdict
+      return status, verdict, ctx, summary
     end)
     return { co = co, item = item }
   end
@@ -168,9 +169,20 @@ function M.run(opts)
     if coroutine.status(entry.co) == "dead" then
       entry.dead = true
       finished = finished + 1
-      if res[2] == "correct" then correct = correct + 1 end
-      local v = res[3]
-      progress(entry.item, res[2], v and v.speedup and fmt("%.2fx", v.speedup) or (v and v.status))
+      local v, ctx, sm = res[3], res[4], res[5]
+      if res[2] == "correct" then
+        correct = correct + 1
+        if v and v.speedup then insert(speedups, v.speedup) end
+      end
+      progress(entry.item, res[2], fmt("%-12s evals %-3d model calls %-3d %.1fs",
+        v and v.speedup and fmt("%.2fx", v.speedup) or (v and v.status or "-"),
+        sm and sm.evals or 0, sm and sm.model_calls or 0, sm and sm.seconds or 0))
+      -- a model that cannot be reached, refuses the key or is out of budget stops the run
+      -- cleanly: no new episodes start; the ones in flight finish
+      local me = ctx and ctx.model_error
+      if me and (me.code == "BUDGET_EXCEEDED" or me.code == "CONNECT" or tostring(me.code):match("^HTTP_40[13]$")) then
+        stopped = stopped or me.message
+      end
       return
     end
     local what = res[2]
@@ -187,8 +199,8 @@ function M.run(opts)
     end
   end
 
-  while next_item <= #todo or next(running) do
-    while next_item <= #todo and #running < jobs do
+  while (next_item <= #todo and not stopped) or next(running) do
+    while next_item <= #todo and #running < jobs and not stopped do
       local entry = start(todo[next_item])
       next_item = next_item + 1
       insert(running, entry)
@@ -215,8 +227,10 @@ function M.run(opts)
     for _, e in ipairs(running) do if not e.dead then insert(alive, e) end end
     running = alive
   end
-  db:finish_run(run_id, "finished")
-  return { planned = #plan, ran = total, correct = correct, seconds = wall() - t0, skipped = #plan - #todo }
+  if stopped then io.stderr:write("kmrun: stopping: ", tostring(stopped), "\n") end
+  db:finish_run(run_id, stopped and "stopped" or "finished")
+  return { planned = #plan, ran = finished, correct = correct, seconds = wall() - t0, skipped = #plan - #todo,
+    speedups = speedups, stopped = stopped }
 end
 
 return M

@@ -95,6 +95,18 @@ extern "C" __global__ void rowsum(const float *x, float *y, int rows, int cols) 
   { "kernel.cu does not compile", "compile_error", relu, relu_src("if (i < n) y[i] = fmaxf(x[i], 0.f)"), RELU_LAUNCH },
   { "launch.lua names a kernel that does not exist", "launch_error", relu, relu_src("if (i < n) y[i] = fmaxf(x[i], 0.f);"),
     [[return function(k, io, s) k.relu_fast{ grid = 1, block = 1 }(io.x, io.y, s.n) end]] },
+  { "returns an output of the wrong shape", "wrong_shape", relu, relu_src("if (i < n) y[i] = fmaxf(x[i], 0.f);"),
+    [[return function(k, io, s)
+      local y = k.scratch("f32", s.n + 1)
+      k.relu{ grid = k.cdiv(s.n, 256), block = 256 }(io.x, y, s.n)
+      return { y = y }
+    end]] },
+  { "returns its own output buffer, correctly", "mismatch", relu, relu_src("if (i < n) y[i] = fmaxf(x[i], 0.f) + 1.f;"),
+    [[return function(k, io, s)
+      local y = k.scratch("f32", s.n)
+      k.relu{ grid = k.cdiv(s.n, 256), block = 256 }(io.x, y, s.n)
+      return { y = y }
+    end]] },
   { "wrong argument count", "launch_error", relu, relu_src("if (i < n) y[i] = fmaxf(x[i], 0.f);"),
     [[return function(k, io, s) k.relu{ grid = 1, block = 1 }(io.x, io.y) end]] },
 }

@@ -53,31 +53,12 @@ if args.shard then
   shard = { i, n }
 end
 
-local dir = args.out:match("^(.*)/[^/]+$")
-if dir then os.execute("mkdir -p '" .. dir:gsub("'", "'\\''") .. "'") end
-local db, derr = store.open(args.out)
-if not db then io.stderr:write("kmrun sweep: cannot open ", args.out, ": ", tostring(derr), "\n") return 2 end
-
-local eval = require "km.eval"
-local pool, why = eval.pool { gpus = args.gpus, timeout = args.timeout, worker_stderr = "inherit" }
-if not pool then io.stderr:write("kmrun sweep: no GPU: ", tostring(why), "; compile checks only\n") end
-local guidance
-do
-  local ok, G = pcall(require, "km.guidance")
-  if ok then guidance = G.load() end
-end
-local llm = require "km.llm"
-local function make_client(model)
-  local cfg = { model = model or args.model, provider = args.provider }
-  if args.budget_requests or args.budget_tokens or args.budget_dollars then
-    cfg.budget = { requests = args.budget_requests, tokens = args.budget_tokens, dollars = args.budget_dollars }
-  end
-  return llm.new(cfg)
-end
-
+local env, why, code = runner.setup(args, args.out)
+if not env then io.stderr:write("kmrun sweep: ", why, "\n") return code end
+local db, pool = env.db, env.pool
 local res = sweep.run { strategies = strategies, tasks = tasks, models = models, repeats = args["repeat"] or 1,
-  jobs = args.jobs and tonumber(args.jobs), store = db, pool = pool, args = args, make_client = make_client,
-  guidance = guidance, shard = shard, argv = argv, name = "sweep" }
+  jobs = args.jobs and tonumber(args.jobs), store = db, pool = pool, args = args, make_client = env.make_client,
+  guidance = env.guidance, shard = shard, argv = argv, name = "sweep" }
 print(string.format("sweep: %d run, %d correct, %d skipped as already finished, %.0f s; store %s%s",
   res.ran, res.correct, res.skipped, res.seconds, args.out, pool and (", " .. #pool.slots .. " GPU worker(s)") or " (no GPU)"))
 db:close()
