@@ -101,7 +101,7 @@ extern "C" __global__ void rowsum(const float *x, float *y, int rows, int cols) 
       k.relu{ grid = k.cdiv(s.n, 256), block = 256 }(io.x, y, s.n)
       return { y = y }
     end]] },
-  { "returns its own output buffer, correctly", "mismatch", relu, relu_src("if (i < n) y[i] = fmaxf(x[i], 0.f) + 1.f;"),
+  { "returns its own (wrong) output buffer, which is what gets judged", "mismatch", relu, relu_src("if (i < n) y[i] = fmaxf(x[i], 0.f) + 1.f;"),
     [[return function(k, io, s)
       local y = k.scratch("f32", s.n)
       k.relu{ grid = k.cdiv(s.n, 256), block = 256 }(io.x, y, s.n)

@@ -7,7 +7,7 @@ local eval = require "km.eval"
 
 local ROOT = (arg[0]:match("^(.*)/tests/gpu/") or ".")
 local tasks, errors = task.list(ROOT .. "/tasks")
-local pool = assert(eval.pool { gpus = { tonumber(os.getenv("KM_TEST_GPU") or "0") }, timeout = 120 })
+local pool = assert(eval.pool { gpus = { tonumber(os.getenv("KM_TEST_GPU") or "0") }, timeout = 60 })
 
 t.test("every task folder loads", function()
   for _, e in ipairs(errors) do t.diag(e) end
