@@ -66,7 +66,7 @@ $(BUILD)/tests/%: tests/c/%.c tests/c/test.h $(CORE_OBJS) | $(BUILD)/tests
 	$(CC) $(CFLAGS) -Itests/c $(LDFLAGS) -Wl,-rpath,'$$ORIGIN/../lib' -o $@ $< $(CORE_OBJS) $(LDLIBS)
 
 # Installs the Debian packages the build needs (a no-op when they are present).
-DEB_PKGS := gcc make pkg-config lua5.4 liblua5.4-dev libcjson-dev libsqlite3-dev libcurl4-openssl-dev perl slurm-wlm munge
+DEB_PKGS := gcc make pkg-config lua5.4 liblua5.4-dev libcjson-dev libsqlite3-dev libcurl4-openssl-dev perl slurm-wlm munge python3
 deps:
 	@missing=""; for p in $(DEB_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \

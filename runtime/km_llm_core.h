@@ -59,13 +59,17 @@ typedef struct {
   const km_llm_tool *tools;
   size_t n_tools;
   const char *tool_choice;          /* NULL, "auto", "none", "required" or a tool's name */
+  const char *extra;                /* JSON object text whose members are set at the top
+                                       level of the body, replacing any built there: vendor
+                                       options (top_p, reasoning_effort, thinking, ...) */
 } km_llm_params;
 
 /* Builds the request body. Anthropic: system messages join into the top-level `system`,
  * assistant tool calls become tool_use blocks (arguments that are not a JSON object become
  * {}), tool results become tool_result blocks in a user message, and consecutive turns of
  * one role merge (the API wants user/assistant alternation).
- * KM_EINVAL with err set for an unknown role or unparsable tool parameters. */
+ * KM_EINVAL with err set for an unknown role, unparsable tool parameters or an extra that
+ * is not a JSON object. */
 int km_llm_build_request(km_llm_api api, const km_llm_message *msgs, size_t n_msgs,
                          const km_llm_params *p, char **json_out, char *err, size_t errn);
 void km_llm_free(void *p);

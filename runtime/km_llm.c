@@ -1,0 +1,1226 @@
+/* km_llm.c — `require "km.llm"`: the model client (docs/llm.md).
+ *
+ *   local c = llm.new { model = "m", budget = { requests = 100 } }  -- env fills the rest
+ *   local reply, msg, code = c:chat(messages, { temperature = 0.7, max_tokens = 2048 })
+ *   local entries = c:chat_many({ msgs1, msgs2, msgs3 }, opts) -- concurrent, in order
+ *   c:usage()   c:config()   c:close()
+ *
+ * Requests are OpenAI chat completions or Anthropic Messages over libcurl's multi interface:
+ * every HTTP attempt of a call (all n of them, all entries of chat_many, their retries) runs
+ * in one event loop, so N candidates cost the time of the slowest, not the sum. The JSON
+ * both ways and the retry policy are pure C in km_llm_core.c; this file translates Lua
+ * tables and moves bytes.
+ *
+ * Ownership: a km.llm.Client owns its curl multi handle, its header list and copies of its
+ * configuration strings (the API key among them; it is wiped when freed and never handed
+ * back to Lua). Everything one call allocates (easy handles, request and response bodies,
+ * parsed replies) is owned by a km.llm.Batch userdata, so a raise anywhere frees it.
+ * No Lua code runs while transfers are in flight: the loop is plain C, and every easy
+ * handle has left the multi handle before the call touches Lua again. */
+#define _GNU_SOURCE /* explicit_bzero, strcasecmp */
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <curl/curl.h>
+#include <lua.h>
+#include <lauxlib.h>
+
+#include "km.h"
+#include "km_json.h"
+#include "km_llm_core.h"
+
+#define KM_LLM_MT "km.llm.Client"
+#define BATCH_MT "km.llm.Batch"
+
+#define BACKOFF_CAP 60.0          /* seconds: the longest wait between two attempts */
+#define MAX_BODY (64u << 20)      /* a reply larger than this is refused, not buffered */
+#define MAX_N 128                 /* choices per call */
+
+enum { P_OPENAI, P_ANTHROPIC, P_REPLAY, P_OFFLINE };
+static const char *const PROVIDERS[] = {"openai", "anthropic", "replay", "offline", NULL};
+
+#define OFFLINE_MSG \
+  "offline: no model configured (set OPENAI_BASE_URL or ANTHROPIC_API_KEY, or KM_MODEL)"
+
+/* uservalues of a client */
+enum { UV_PRICES = 1, UV_REPLIES = 2 };
+
+typedef struct {
+  int open;
+  int provider;
+  char *base_url, *url, *api_key, *model, *anthropic_version; /* malloc'd; NULL if none */
+  double timeout, connect_timeout, backoff_base;
+  int max_retries;
+  km_llm_budget budget;
+  km_llm_spent spent;          /* requests, tokens, dollars: what the budget is held to */
+  long long prompt_tokens, completion_tokens, failures, attempts;
+  lua_Integer replay_next;     /* 1-based index of the next recorded reply */
+  CURLM *multi;                /* keeps connections alive between calls */
+  struct curl_slist *headers;  /* the same for every request of this client */
+  uint64_t rng;
+} client;
+
+static double mono(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* Uniform in [0, 1) for backoff jitter: xorshift64*, seeded per client. Not for secrets. */
+static double rand01(client *c) {
+  uint64_t x = c->rng;
+  x ^= x >> 12;
+  x ^= x << 25;
+  x ^= x >> 27;
+  c->rng = x;
+  return (double)((x * 0x2545F4914F6CDD1DULL) >> 11) / 9007199254740992.0;
+}
+
+static void free_str(char **s, int wipe) {
+  if (*s && wipe) explicit_bzero(*s, strlen(*s));
+  free(*s);
+  *s = NULL;
+}
+
+/* ---- the client's lifetime ---- */
+
+static client *client_check(lua_State *L, int idx) {
+  client *c = luaL_checkudata(L, idx, KM_LLM_MT);
+  if (!c->open) luaL_error(L, "attempt to use a closed km.llm.Client");
+  return c;
+}
+
+/* __gc, __close and :close(): one idempotent release. */
+static int client_release(lua_State *L) {
+  client *c = luaL_checkudata(L, 1, KM_LLM_MT);
+  if (c->multi) curl_multi_cleanup(c->multi);
+  c->multi = NULL;
+  if (c->headers) {
+    /* The header list holds the key; wipe its copies before they go back to malloc. */
+    for (struct curl_slist *h = c->headers; h; h = h->next) explicit_bzero(h->data, strlen(h->data));
+    curl_slist_free_all(c->headers);
+  }
+  c->headers = NULL;
+  free_str(&c->base_url, 0);
+  free_str(&c->url, 0);
+  free_str(&c->api_key, 1);
+  free_str(&c->model, 0);
+  free_str(&c->anthropic_version, 0);
+  c->open = 0;
+  return 0;
+}
+
+/* A string from cfg[field], else the environment variable (empty counts as unset). */
+static const char *cfg_or_env(lua_State *L, int idx, const char *field, const char *env) {
+  const char *v = km_optfield_str(L, idx, field, NULL);
+  if (v) return v;
+  v = env ? getenv(env) : NULL;
+  return v && *v ? v : NULL;
+}
+
+static int env_set(const char *name) {
+  const char *v = getenv(name);
+  return v && *v;
+}
+
+static int pick_provider(lua_State *L, int cfg) {
+  const char *p = km_optfield_str(L, cfg, "provider", NULL);
+  if (p) {
+    for (int i = 0; PROVIDERS[i]; i++)
+      if (!strcmp(p, PROVIDERS[i])) return i;
+    luaL_error(L, "km.llm: unknown provider '%s' (openai, anthropic, replay or offline)", p);
+  }
+  int has_replies = 0;
+  if (!lua_isnoneornil(L, cfg)) {
+    has_replies = lua_getfield(L, cfg, "replies") != LUA_TNIL;
+    lua_pop(L, 1);
+  }
+  if (has_replies) return P_REPLAY;
+  int openai_env = env_set("OPENAI_BASE_URL") || env_set("OPENAI_API_KEY");
+  if (env_set("ANTHROPIC_API_KEY") && !openai_env) return P_ANTHROPIC;
+  if (openai_env || env_set("KM_MODEL")) return P_OPENAI;
+  /* A config table that names a server or a model means one: the OpenAI-compatible API. */
+  if (km_optfield_str(L, cfg, "base_url", NULL) || km_optfield_str(L, cfg, "api_key", NULL) ||
+      km_optfield_str(L, cfg, "model", NULL))
+    return P_OPENAI;
+  return P_OFFLINE;
+}
+
+static char *xstrdup(lua_State *L, const char *s) {
+  if (!s) return NULL;
+  char *p = strdup(s);
+  if (!p) luaL_error(L, "km.llm: out of memory");
+  return p;
+}
+
+/* The endpoint for a base URL: OpenAI appends /chat/completions; Anthropic's base has no
+ * /v1 by convention (its SDKs), but one that has it is accepted too. */
+static char *endpoint(lua_State *L, int provider, const char *base) {
+  size_t n = strlen(base);
+  while (n && base[n - 1] == '/') n--;
+  const char *suffix;
+  if (provider == P_OPENAI)
+    suffix = n >= 17 && !memcmp(base + n - 17, "/chat/completions", 17) ? "" : "/chat/completions";
+  else if (n >= 12 && !memcmp(base + n - 12, "/v1/messages", 12)) suffix = "";
+  else suffix = n >= 3 && !memcmp(base + n - 3, "/v1", 3) ? "/messages" : "/v1/messages";
+  size_t m = n + strlen(suffix) + 1;
+  char *url = malloc(m);
+  if (!url) {
+    luaL_error(L, "km.llm: out of memory");
+    return NULL;
+  }
+  memcpy(url, base, n);
+  memcpy(url + n, suffix, m - n);
+  return url;
+}
+
+/* Appends "name: prefix value". The line may hold the key: it is wiped before it is freed,
+ * and freed before anything can raise. */
+static void add_header(lua_State *L, client *c, const char *name, const char *prefix,
+                       const char *value) {
+  size_t n = strlen(name) + strlen(prefix) + strlen(value) + 3;
+  char *line = malloc(n);
+  if (!line) {
+    luaL_error(L, "km.llm: out of memory");
+    return;
+  }
+  snprintf(line, n, "%s: %s%s", name, prefix, value);
+  struct curl_slist *h = curl_slist_append(c->headers, line);
+  explicit_bzero(line, n);
+  free(line);
+  if (!h) luaL_error(L, "km.llm: out of memory");
+  c->headers = h;
+}
+
+static double positive(lua_State *L, int cfg, const char *field, double def, int allow_zero) {
+  double v = km_optfield_num(L, cfg, field, def);
+  if (!(allow_zero ? v >= 0 : v > 0) || !isfinite(v))
+    luaL_error(L, "km.llm: option '%s' must be a %s number", field,
+               allow_zero ? "non-negative" : "positive");
+  return v;
+}
+
+static int l_new(lua_State *L) {
+  const int cfg = 1;
+  if (!lua_isnoneornil(L, cfg)) luaL_checktype(L, cfg, LUA_TTABLE);
+  lua_settop(L, 1);
+  int provider = pick_provider(L, cfg);
+  const char *key_env = provider == P_ANTHROPIC ? "ANTHROPIC_API_KEY" : "OPENAI_API_KEY";
+  const char *url_env = provider == P_ANTHROPIC ? "ANTHROPIC_BASE_URL" : "OPENAI_BASE_URL";
+  const char *base = cfg_or_env(L, cfg, "base_url", url_env);
+  if (!base) base = provider == P_ANTHROPIC ? "https://api.anthropic.com" : "https://api.openai.com/v1";
+  const char *key = cfg_or_env(L, cfg, "api_key", key_env);
+  if (key && !*key) key = NULL; /* api_key = "": no key, whatever the environment says */
+  const char *model = cfg_or_env(L, cfg, "model", "KM_MODEL");
+  const char *version = km_optfield_str(L, cfg, "anthropic_version", "2023-06-01");
+  double timeout = positive(L, cfg, "timeout", 600, 0);
+  double connect_timeout = positive(L, cfg, "connect_timeout", 10, 0);
+  double backoff = positive(L, cfg, "backoff_base", 1, 1);
+  lua_Integer retries = km_optfield_int(L, cfg, "max_retries", 4);
+  luaL_argcheck(L, retries >= 0 && retries <= 100, cfg, "max_retries must be 0..100");
+
+  km_llm_budget budget = {-1, -1, -1};
+  if (!lua_isnoneornil(L, cfg) && lua_getfield(L, cfg, "budget") != LUA_TNIL) {
+    luaL_argcheck(L, lua_istable(L, -1), cfg, "budget must be a table");
+    budget.requests = km_optfield_int(L, -1, "requests", -1);
+    budget.tokens = km_optfield_int(L, -1, "tokens", -1);
+    budget.dollars = km_optfield_num(L, -1, "dollars", -1);
+  }
+  lua_settop(L, 1);
+
+  /* Prices: checked now, so a typo shows at new() and not as a silent zero cost later. */
+  lua_newtable(L); /* [cfg, prices] */
+  if (!lua_isnoneornil(L, cfg) && lua_getfield(L, cfg, "prices") != LUA_TNIL) {
+    luaL_argcheck(L, lua_istable(L, -1), cfg, "prices must be a table { [model] = { input =, output = } }");
+    lua_pushnil(L); /* [cfg, prices, src, k] */
+    while (lua_next(L, -2)) {
+      if (lua_type(L, -2) != LUA_TSTRING || !lua_istable(L, -1))
+        luaL_error(L, "km.llm: prices must map model names to { input =, output = }");
+      double in = km_optfield_num(L, -1, "input", 0), out = km_optfield_num(L, -1, "output", 0);
+      if (!(in >= 0) || !(out >= 0)) luaL_error(L, "km.llm: prices must be non-negative");
+      lua_pop(L, 1);
+      lua_pushvalue(L, -1); /* [.., k, k] */
+      lua_createtable(L, 0, 2);
+      lua_pushnumber(L, in);
+      lua_setfield(L, -2, "input");
+      lua_pushnumber(L, out);
+      lua_setfield(L, -2, "output");
+      lua_settable(L, 2);
+    }
+  }
+  lua_settop(L, 2);
+  if (!lua_isnoneornil(L, cfg)) lua_getfield(L, cfg, "replies"); /* [cfg, prices, replies] */
+  else lua_pushnil(L);
+  if (lua_isnil(L, 3)) {
+    lua_pop(L, 1);
+    lua_newtable(L);
+  }
+  luaL_argcheck(L, lua_istable(L, 3), cfg, "replies must be a list of reply tables");
+
+  /* Closed userdata first, then the resources: a raise in between leaks nothing. */
+  client *c = lua_newuserdatauv(L, sizeof *c, 2); /* [cfg, prices, replies, c] */
+  memset(c, 0, sizeof *c);
+  luaL_setmetatable(L, KM_LLM_MT);
+  lua_pushvalue(L, 2);
+  lua_setiuservalue(L, -2, UV_PRICES);
+  lua_pushvalue(L, 3);
+  lua_setiuservalue(L, -2, UV_REPLIES);
+  c->open = 1;
+  c->provider = provider;
+  c->timeout = timeout;
+  c->connect_timeout = connect_timeout;
+  c->backoff_base = backoff;
+  c->max_retries = (int)retries;
+  c->budget = budget;
+  c->replay_next = 1;
+  c->rng = ((uint64_t)time(NULL) << 20) ^ (uint64_t)getpid() ^ (uint64_t)(uintptr_t)c;
+  if (!c->rng) c->rng = 88172645463325252ULL;
+  c->model = xstrdup(L, model);
+  if (provider == P_OPENAI || provider == P_ANTHROPIC) {
+    c->base_url = xstrdup(L, base);
+    c->api_key = xstrdup(L, key);
+    c->url = endpoint(L, provider, base);
+    if (provider == P_ANTHROPIC) c->anthropic_version = xstrdup(L, version);
+    add_header(L, c, "Content-Type", "", "application/json");
+    add_header(L, c, "Accept", "", "application/json");
+    /* "Expect:" with no value: otherwise curl waits up to a second for "100 Continue"
+     * before sending a large body, and plain HTTP/1.0 servers never send one. */
+    struct curl_slist *h = curl_slist_append(c->headers, "Expect:");
+    if (!h) luaL_error(L, "km.llm: out of memory");
+    c->headers = h;
+    if (provider == P_ANTHROPIC) {
+      add_header(L, c, "anthropic-version", "", version);
+      if (key) add_header(L, c, "x-api-key", "", key);
+    } else if (key) {
+      add_header(L, c, "Authorization", "Bearer ", key);
+    }
+    c->multi = curl_multi_init();
+    if (!c->multi) luaL_error(L, "km.llm: cannot create a curl multi handle");
+  }
+  return 1;
+}
+
+/* ---- reading calls' arguments ---- */
+
+/* Everything a call reads from Lua is anchored in one table at a fixed stack index, so
+ * the C pointers into it stay valid whatever metamethods the caller's tables have. */
+typedef struct {
+  lua_State *L;
+  int idx;        /* the anchor table */
+  lua_Integer n;  /* entries so far */
+} anchor;
+
+static const char *anchor_top(anchor *a) { /* pops the value at the top, keeps it */
+  const char *s = lua_tostring(a->L, -1);
+  lua_rawseti(a->L, a->idx, ++a->n);
+  return s;
+}
+
+static void *anchored_array(anchor *a, size_t count, size_t size) {
+  void *p = lua_newuserdatauv(a->L, count ? count * size : 1, 0);
+  memset(p, 0, count ? count * size : 1);
+  lua_rawseti(a->L, a->idx, ++a->n);
+  return p;
+}
+
+/* t[field] of the table at idx as an anchored string; NULL when nil. Raises otherwise;
+ * `what` names the table in the message ("message 3", "tool 1", "option"). */
+static const char *field_str(anchor *a, int idx, const char *field, const char *what) {
+  lua_State *L = a->L;
+  int t = lua_getfield(L, idx, field);
+  if (t == LUA_TNIL) {
+    lua_pop(L, 1);
+    return NULL;
+  }
+  if (t != LUA_TSTRING)
+    luaL_error(L, "km.llm: %s: '%s' must be a string, got %s", what, field, luaL_typename(L, -1));
+  return anchor_top(a);
+}
+
+/* Arguments as JSON text: a string as it is, a table encoded, nil -> NULL. */
+static const char *arguments_text(anchor *a, int idx, lua_Integer i) {
+  lua_State *L = a->L;
+  int t = lua_getfield(L, idx, "arguments");
+  if (t == LUA_TNIL) {
+    lua_pop(L, 1);
+    return NULL;
+  }
+  if (t == LUA_TTABLE) {
+    km_json_push_encoded(L, -1, KM_JSON_SORT_KEYS);
+    lua_remove(L, -2);
+  } else if (t != LUA_TSTRING) {
+    luaL_error(L, "message %d: tool call 'arguments' must be a JSON string or a table", (int)i);
+  }
+  return anchor_top(a);
+}
+
+static void read_calls(anchor *a, int m, km_llm_message *msg, lua_Integer i, const char *what) {
+  lua_State *L = a->L;
+  if (lua_getfield(L, m, "tool_calls") == LUA_TNIL) {
+    lua_pop(L, 1);
+    return;
+  }
+  if (!lua_istable(L, -1)) luaL_error(L, "message %d: 'tool_calls' must be a list", (int)i);
+  int list = lua_gettop(L);
+  lua_Integer n = luaL_len(L, list);
+  km_llm_call *calls = anchored_array(a, (size_t)n, sizeof *calls);
+  for (lua_Integer k = 1; k <= n; k++) {
+    if (lua_geti(L, list, k) != LUA_TTABLE)
+      luaL_error(L, "message %d: tool call %d is not a table", (int)i, (int)k);
+    int tc = lua_gettop(L);
+    km_llm_call *c = &calls[k - 1];
+    c->id = field_str(a, tc, "id", what);
+    c->name = field_str(a, tc, "name", what);
+    c->arguments = arguments_text(a, tc, i);
+    /* The API's own shape, { id, type = "function", function = { name, arguments } }. */
+    if (lua_getfield(L, tc, "function") == LUA_TTABLE) {
+      int fn = lua_gettop(L);
+      if (!c->name) c->name = field_str(a, fn, "name", what);
+      if (!c->arguments) c->arguments = arguments_text(a, fn, i);
+    }
+    lua_settop(L, tc - 1);
+    if (!c->name) luaL_error(L, "message %d: tool call %d has no name", (int)i, (int)k);
+  }
+  lua_settop(L, list - 1);
+  msg->calls = calls;
+  msg->n_calls = (size_t)n;
+}
+
+static void read_messages(anchor *a, int list, km_llm_message **out, size_t *n_out, lua_Integer which) {
+  lua_State *L = a->L;
+  if (!lua_istable(L, list)) {
+    if (which) luaL_error(L, "chat_many: entry %d is not a list of messages", (int)which);
+    luaL_typeerror(L, list, "table");
+  }
+  lua_Integer n = luaL_len(L, list);
+  if (n < 1) luaL_error(L, "km.llm: a message list needs at least one message");
+  km_llm_message *msgs = anchored_array(a, (size_t)n, sizeof *msgs);
+  for (lua_Integer i = 1; i <= n; i++) {
+    if (lua_geti(L, list, i) != LUA_TTABLE) luaL_error(L, "message %d is not a table", (int)i);
+    int m = lua_gettop(L);
+    km_llm_message *msg = &msgs[i - 1];
+    char what[32];
+    snprintf(what, sizeof what, "message %d", (int)i);
+    msg->role = field_str(a, m, "role", what);
+    if (!msg->role || (strcmp(msg->role, "system") && strcmp(msg->role, "user") &&
+                       strcmp(msg->role, "assistant") && strcmp(msg->role, "tool")))
+      luaL_error(L, "message %d: role must be \"system\", \"user\", \"assistant\" or \"tool\"", (int)i);
+    msg->content = field_str(a, m, "content", what);
+    msg->tool_call_id = field_str(a, m, "tool_call_id", what);
+    read_calls(a, m, msg, i, what);
+    lua_settop(L, m - 1);
+  }
+  *out = msgs;
+  *n_out = (size_t)n;
+}
+
+static void read_params(anchor *a, int opts, client *c, km_llm_params *p) {
+  lua_State *L = a->L;
+  memset(p, 0, sizeof *p);
+  p->model = c->model;
+  p->n = 1;
+  if (lua_isnoneornil(L, opts)) return;
+  luaL_checktype(L, opts, LUA_TTABLE);
+  const char *model = field_str(a, opts, "model", "option");
+  if (model) p->model = model;
+  if (lua_getfield(L, opts, "temperature") != LUA_TNIL) {
+    p->has_temperature = 1;
+    p->temperature = km_optfield_num(L, opts, "temperature", 0);
+  }
+  lua_pop(L, 1);
+  lua_Integer mt = km_optfield_int(L, opts, "max_tokens", 0);
+  if (mt < 0) luaL_error(L, "km.llm: option 'max_tokens' must be positive");
+  p->max_tokens = (long)mt;
+  lua_Integer n = km_optfield_int(L, opts, "n", 1);
+  if (n < 1 || n > MAX_N) luaL_error(L, "km.llm: option 'n' must be 1..%d", MAX_N);
+  p->n = (int)n;
+  if (lua_getfield(L, opts, "seed") != LUA_TNIL) {
+    p->has_seed = 1;
+    p->seed = (long long)km_optfield_int(L, opts, "seed", 0);
+  }
+  lua_pop(L, 1);
+  int t = lua_getfield(L, opts, "stop");
+  if (t == LUA_TSTRING) {
+    const char **stop = anchored_array(a, 1, sizeof *stop);
+    stop[0] = anchor_top(a);
+    p->stop = stop;
+    p->n_stop = 1;
+  } else if (t == LUA_TTABLE) {
+    int list = lua_gettop(L);
+    lua_Integer k = luaL_len(L, list);
+    const char **stop = anchored_array(a, (size_t)k, sizeof *stop);
+    for (lua_Integer i = 1; i <= k; i++) {
+      if (lua_geti(L, list, i) != LUA_TSTRING) luaL_error(L, "km.llm: option 'stop' must hold strings");
+      stop[i - 1] = anchor_top(a);
+    }
+    lua_pop(L, 1);
+    p->stop = stop;
+    p->n_stop = (size_t)k;
+  } else if (t != LUA_TNIL) {
+    luaL_error(L, "km.llm: option 'stop' must be a string or a list of strings");
+  } else {
+    lua_pop(L, 1);
+  }
+  t = lua_getfield(L, opts, "tools");
+  if (t == LUA_TTABLE) {
+    int list = lua_gettop(L);
+    lua_Integer k = luaL_len(L, list);
+    km_llm_tool *tools = anchored_array(a, (size_t)k, sizeof *tools);
+    for (lua_Integer i = 1; i <= k; i++) {
+      if (lua_geti(L, list, i) != LUA_TTABLE) luaL_error(L, "km.llm: tool %d is not a table", (int)i);
+      int tt = lua_gettop(L);
+      char what[32];
+      snprintf(what, sizeof what, "tool %d", (int)i);
+      tools[i - 1].name = field_str(a, tt, "name", what);
+      if (!tools[i - 1].name) luaL_error(L, "km.llm: tool %d has no name", (int)i);
+      tools[i - 1].description = field_str(a, tt, "description", what);
+      int pt = lua_getfield(L, tt, "parameters");
+      if (pt == LUA_TTABLE) {
+        km_json_push_encoded(L, -1, KM_JSON_SORT_KEYS);
+        lua_remove(L, -2);
+        tools[i - 1].parameters = anchor_top(a);
+      } else if (pt == LUA_TSTRING) {
+        tools[i - 1].parameters = anchor_top(a);
+      } else if (pt != LUA_TNIL) {
+        luaL_error(L, "km.llm: tool %d: 'parameters' must be a JSON-schema table", (int)i);
+      }
+      lua_settop(L, list);
+    }
+    lua_pop(L, 1);
+    p->tools = tools;
+    p->n_tools = (size_t)k;
+  } else if (t != LUA_TNIL) {
+    luaL_error(L, "km.llm: option 'tools' must be a list");
+  } else {
+    lua_pop(L, 1);
+  }
+  p->tool_choice = field_str(a, opts, "tool_choice", "option");
+  t = lua_getfield(L, opts, "extra");
+  if (t == LUA_TTABLE) {
+    km_json_push_encoded(L, -1, KM_JSON_SORT_KEYS);
+    lua_remove(L, -2);
+    p->extra = anchor_top(a);
+  } else if (t != LUA_TNIL) {
+    luaL_error(L, "km.llm: option 'extra' must be a table of request fields");
+  } else {
+    lua_pop(L, 1);
+  }
+}
+
+/* ---- one call's transfers ---- */
+
+enum { J_WAIT, J_RUN, J_DONE };
+
+typedef struct {
+  CURL *easy;
+  char *body;                 /* request JSON (km_llm_free) */
+  char *resp;                 /* response bytes */
+  size_t resp_n, resp_cap;
+  int too_large;
+  char retry_after[64];
+  char errbuf[CURL_ERROR_SIZE];
+  int state, attempts, req;
+  double next_at, started, finished;
+  int ok;
+  char code[32];
+  char msg[640];
+  km_llm_response r;
+} job;
+
+typedef struct {
+  job *jobs;
+  size_t n;
+} batch;
+
+static void job_free_easy(job *j) {
+  if (j->easy) curl_easy_cleanup(j->easy);
+  j->easy = NULL;
+}
+
+static int batch_gc(lua_State *L) {
+  batch *b = luaL_checkudata(L, 1, BATCH_MT);
+  for (size_t i = 0; b->jobs && i < b->n; i++) {
+    job *j = &b->jobs[i];
+    job_free_easy(j);
+    km_llm_free(j->body);
+    free(j->resp);
+    km_llm_response_free(&j->r);
+  }
+  free(b->jobs);
+  b->jobs = NULL;
+  b->n = 0;
+  return 0;
+}
+
+static size_t on_body(char *data, size_t size, size_t nmemb, void *ud) {
+  job *j = ud;
+  size_t n = size * nmemb;
+  if (j->resp_n + n > MAX_BODY) {
+    j->too_large = 1;
+    return 0; /* curl ends the transfer with CURLE_WRITE_ERROR */
+  }
+  if (j->resp_n + n + 1 > j->resp_cap) {
+    size_t cap = j->resp_cap ? j->resp_cap : 4096;
+    while (cap < j->resp_n + n + 1) cap *= 2;
+    char *p = realloc(j->resp, cap);
+    if (!p) return 0;
+    j->resp = p;
+    j->resp_cap = cap;
+  }
+  memcpy(j->resp + j->resp_n, data, n);
+  j->resp_n += n;
+  j->resp[j->resp_n] = '\0';
+  return n;
+}
+
+/* Only Retry-After is kept; a status line starts a new response (after a 100 Continue). */
+static size_t on_header(char *data, size_t size, size_t nmemb, void *ud) {
+  job *j = ud;
+  size_t n = size * nmemb;
+  if (n >= 5 && !memcmp(data, "HTTP/", 5)) j->retry_after[0] = '\0';
+  if (n > 12 && !strncasecmp(data, "Retry-After:", 12)) {
+    size_t k = n - 12 < sizeof j->retry_after - 1 ? n - 12 : sizeof j->retry_after - 1;
+    memcpy(j->retry_after, data + 12, k);
+    j->retry_after[k] = '\0';
+  }
+  return n;
+}
+
+static int setup_easy(client *c, job *j) {
+  CURL *e = j->easy = curl_easy_init();
+  if (!e) return -1;
+  int bad = 0;
+#define SET(opt, val) bad |= curl_easy_setopt(e, opt, val) != CURLE_OK
+  SET(CURLOPT_URL, c->url);
+  SET(CURLOPT_POST, 1L);
+  SET(CURLOPT_POSTFIELDS, j->body);
+  SET(CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)strlen(j->body));
+  SET(CURLOPT_HTTPHEADER, c->headers);
+  SET(CURLOPT_WRITEFUNCTION, on_body);
+  SET(CURLOPT_WRITEDATA, j);
+  SET(CURLOPT_HEADERFUNCTION, on_header);
+  SET(CURLOPT_HEADERDATA, j);
+  SET(CURLOPT_ERRORBUFFER, j->errbuf);
+  SET(CURLOPT_PRIVATE, j);
+  SET(CURLOPT_TIMEOUT_MS, (long)ceil(c->timeout * 1000));
+  SET(CURLOPT_CONNECTTIMEOUT_MS, (long)ceil(c->connect_timeout * 1000));
+  SET(CURLOPT_USERAGENT, "kmrun/" KM_VERSION);
+  SET(CURLOPT_ACCEPT_ENCODING, "");
+  /* Long generations sit silent for minutes; keepalives stop NATs dropping the socket. */
+  SET(CURLOPT_TCP_KEEPALIVE, 1L);
+#if LIBCURL_VERSION_NUM >= 0x075500
+  SET(CURLOPT_PROTOCOLS_STR, "http,https");
+#endif
+#undef SET
+  return bad ? -1 : 0;
+}
+
+static km_llm_net net_of(CURLcode rc, job *j) {
+  switch (rc) {
+  case CURLE_OK: return KM_LLM_NET_OK;
+  case CURLE_OPERATION_TIMEDOUT: {
+    curl_off_t connected = 0;
+    curl_easy_getinfo(j->easy, CURLINFO_CONNECT_TIME_T, &connected);
+    return connected ? KM_LLM_NET_TIMEOUT : KM_LLM_NET_CONNECT_TIMEOUT;
+  }
+  case CURLE_COULDNT_CONNECT:
+  case CURLE_COULDNT_RESOLVE_HOST:
+  case CURLE_COULDNT_RESOLVE_PROXY: return KM_LLM_NET_REFUSED;
+  case CURLE_WRITE_ERROR: return j->too_large ? KM_LLM_NET_TOO_LARGE : KM_LLM_NET_OTHER;
+  case CURLE_SEND_ERROR:
+  case CURLE_RECV_ERROR:
+  case CURLE_GOT_NOTHING:
+  case CURLE_PARTIAL_FILE:
+  case CURLE_HTTP2:
+  case CURLE_HTTP2_STREAM:
+  case CURLE_SSL_CONNECT_ERROR: return KM_LLM_NET_RESET;
+  default: return KM_LLM_NET_OTHER;
+  }
+}
+
+static void fail_job(job *j, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void fail_job(job *j, const char *code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(j->msg, sizeof j->msg, fmt, ap);
+  va_end(ap);
+  if (j->attempts > 1 && n >= 0 && (size_t)n < sizeof j->msg)
+    snprintf(j->msg + n, sizeof j->msg - (size_t)n, " (gave up after %d attempts)", j->attempts);
+  snprintf(j->code, sizeof j->code, "%s", code);
+  j->ok = 0;
+  j->state = J_DONE;
+}
+
+static const char *curl_text(job *j, CURLcode rc) {
+  return j->errbuf[0] ? j->errbuf : curl_easy_strerror(rc);
+}
+
+/* Decides what an attempt that just ended means: done, failed, or retry later. */
+static void attempt_done(client *c, job *j, CURLcode rc, double now) {
+  long status = 0;
+  curl_easy_getinfo(j->easy, CURLINFO_RESPONSE_CODE, &status);
+  km_llm_net net = net_of(rc, j);
+  km_llm_api api = c->provider == P_ANTHROPIC ? KM_LLM_ANTHROPIC : KM_LLM_OPENAI;
+  j->finished = now;
+  if (net == KM_LLM_NET_OK && status >= 200 && status <= 299) {
+    char why[256];
+    int prc = km_llm_parse_response(api, j->resp ? j->resp : "", j->resp_n, &j->r, why, sizeof why);
+    if (prc == KM_OK) {
+      j->ok = 1;
+      j->state = J_DONE;
+    } else {
+      fail_job(j, "BAD_RESPONSE", "bad response from %s: %s", c->url, why);
+    }
+    return;
+  }
+  if (km_llm_retryable(net, status) && j->attempts <= c->max_retries) {
+    double ra = -1;
+    if (net == KM_LLM_NET_OK && j->retry_after[0])
+      ra = km_llm_parse_retry_after(j->retry_after, (double)time(NULL));
+    j->next_at = now + km_llm_retry_delay(j->attempts, c->backoff_base, BACKOFF_CAP, ra, rand01(c));
+    j->state = J_WAIT;
+    return;
+  }
+  switch (net) {
+  case KM_LLM_NET_OK: {
+    char line[sizeof j->msg];
+    km_llm_http_error(api, status, j->resp, j->resp_n, c->api_key != NULL, line, sizeof line);
+    char code[32];
+    snprintf(code, sizeof code, "HTTP_%ld", status);
+    fail_job(j, code, "%s", line);
+    break;
+  }
+  case KM_LLM_NET_TIMEOUT:
+    fail_job(j, "TIMEOUT", "request to %s timed out after %g s", c->url, c->timeout);
+    break;
+  case KM_LLM_NET_CONNECT_TIMEOUT:
+    fail_job(j, "CONNECT", "cannot connect to %s: no connection within %g s", c->url,
+             c->connect_timeout);
+    break;
+  case KM_LLM_NET_REFUSED:
+    fail_job(j, "CONNECT", "cannot connect to %s: %s", c->url, curl_text(j, rc));
+    break;
+  case KM_LLM_NET_RESET:
+    fail_job(j, "CONNECT", "connection to %s broke: %s", c->url, curl_text(j, rc));
+    break;
+  case KM_LLM_NET_TOO_LARGE:
+    fail_job(j, "BAD_RESPONSE", "bad response from %s: larger than %u MiB", c->url, MAX_BODY >> 20);
+    break;
+  case KM_LLM_NET_OTHER:
+    fail_job(j, "CONNECT", "request to %s failed: %s", c->url, curl_text(j, rc));
+    break;
+  }
+}
+
+static void start_attempt(client *c, job *j, double now) {
+  j->resp_n = 0;
+  j->too_large = 0;
+  j->retry_after[0] = '\0';
+  j->errbuf[0] = '\0';
+  j->attempts++;
+  if (!j->started) j->started = now;
+  CURLMcode mc = curl_multi_add_handle(c->multi, j->easy);
+  if (mc != CURLM_OK) {
+    j->finished = now;
+    fail_job(j, "CONNECT", "request to %s failed: %s", c->url, curl_multi_strerror(mc));
+    return;
+  }
+  j->state = J_RUN;
+}
+
+/* Runs every job to its end. Plain C: nothing here calls Lua, and every easy handle is out
+ * of the multi handle when this returns. */
+static void perform(client *c, batch *b) {
+  size_t left = 0;
+  for (size_t i = 0; i < b->n; i++)
+    if (b->jobs[i].state != J_DONE) left++;
+  while (left) {
+    double now = mono(), wake = INFINITY;
+    for (size_t i = 0; i < b->n; i++) {
+      job *j = &b->jobs[i];
+      if (j->state != J_WAIT) continue;
+      if (j->next_at <= now) {
+        start_attempt(c, j, now);
+        if (j->state == J_DONE) left--;
+      } else if (j->next_at < wake) {
+        wake = j->next_at;
+      }
+    }
+    int running = 0;
+    curl_multi_perform(c->multi, &running);
+    CURLMsg *m;
+    int queued;
+    while ((m = curl_multi_info_read(c->multi, &queued))) {
+      if (m->msg != CURLMSG_DONE) continue;
+      CURL *e = m->easy_handle;
+      CURLcode rc = m->data.result; /* m dies with the removal below */
+      job *j = NULL;
+      curl_easy_getinfo(e, CURLINFO_PRIVATE, (char **)&j);
+      curl_multi_remove_handle(c->multi, e);
+      c->attempts++;
+      attempt_done(c, j, rc, mono());
+      if (j->state == J_DONE) left--;
+      else if (j->next_at < wake) wake = j->next_at;
+    }
+    if (!left) break;
+    /* Sleep until a socket is ready or the next retry is due, at most 1 s at a time. */
+    double wait = isfinite(wake) ? wake - mono() : 1.0;
+    int ms = wait <= 0 ? 0 : wait >= 1.0 ? 1000 : (int)ceil(wait * 1000);
+    curl_multi_poll(c->multi, NULL, 0, ms, NULL);
+  }
+}
+
+/* ---- replies to Lua ---- */
+
+static void set_str(lua_State *L, const char *k, const char *v) {
+  if (!v) return;
+  lua_pushstring(L, v);
+  lua_setfield(L, -2, k);
+}
+
+static void set_int(lua_State *L, const char *k, long long v) {
+  lua_pushinteger(L, (lua_Integer)v);
+  lua_setfield(L, -2, k);
+}
+
+static void set_num(lua_State *L, const char *k, double v) {
+  lua_pushnumber(L, v);
+  lua_setfield(L, -2, k);
+}
+
+/* Pushes { id, name, arguments, args } for each call: args is the decoded arguments, or
+ * absent when they are not valid JSON (a model's mistake is data, not an error). */
+static void push_calls(lua_State *L, const km_llm_choice *ch) {
+  lua_createtable(L, (int)ch->n_calls, 0);
+  for (size_t k = 0; k < ch->n_calls; k++) {
+    const km_llm_call_out *o = &ch->calls[k];
+    lua_createtable(L, 0, 5);
+    set_str(L, "id", o->id);
+    set_str(L, "type", "function");
+    set_str(L, "name", o->name);
+    set_str(L, "arguments", o->arguments);
+    if (km_json_push_decoded(L, o->arguments, strlen(o->arguments)) == 1) lua_setfield(L, -2, "args");
+    else lua_pop(L, 3);
+    lua_rawseti(L, -2, (lua_Integer)k + 1);
+  }
+}
+
+static void push_choice(lua_State *L, const km_llm_choice *ch) {
+  lua_createtable(L, 0, 4);
+  set_str(L, "content", ch->content);
+  set_str(L, "reasoning", ch->reasoning);
+  set_str(L, "finish_reason", ch->finish_reason);
+  push_calls(L, ch);
+  lua_setfield(L, -2, "tool_calls");
+}
+
+/* Dollars for usage at the price of `model` (or the client's model); 0 when unpriced. */
+static double price_of(lua_State *L, client *c, const char *model, long long in, long long out) {
+  double d = 0;
+  lua_getiuservalue(L, 1, UV_PRICES); /* [.., prices] */
+  const char *names[2] = {model, c->model};
+  for (int i = 0; i < 2; i++) {
+    if (!names[i]) continue;
+    if (lua_getfield(L, -1, names[i]) == LUA_TTABLE) {
+      lua_getfield(L, -1, "input");
+      lua_getfield(L, -2, "output");
+      d = km_llm_cost(in, out, lua_tonumber(L, -2), lua_tonumber(L, -1));
+      lua_pop(L, 4);
+      return d;
+    }
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+  return d;
+}
+
+/* Pushes the reply made of jobs [first, first + count), or the failure triple; updates
+ * the client's usage either way. Returns 1 or 3 values pushed. */
+static int push_result(lua_State *L, client *c, job *jobs, size_t count) {
+  long long in = 0, out = 0, total = 0, reasoning = 0, attempts = 0;
+  int has_reasoning = 0;
+  job *failed = NULL;
+  double t0 = INFINITY, t1 = 0;
+  for (size_t i = 0; i < count; i++) {
+    job *j = &jobs[i];
+    attempts += j->attempts;
+    if (j->started && j->started < t0) t0 = j->started;
+    if (j->finished > t1) t1 = j->finished;
+    if (!j->ok) {
+      if (!failed) failed = j;
+      continue;
+    }
+    km_llm_response_scrub(&j->r, c->api_key);
+    in += j->r.prompt_tokens;
+    out += j->r.completion_tokens;
+    total += j->r.total_tokens;
+    reasoning += j->r.reasoning_tokens;
+    has_reasoning |= j->r.has_reasoning_tokens;
+  }
+  const char *model = NULL;
+  for (size_t i = 0; i < count && !model; i++)
+    if (jobs[i].ok) model = jobs[i].r.model;
+  double dollars = price_of(L, c, model, in, out);
+  c->prompt_tokens += in;
+  c->completion_tokens += out;
+  c->spent.tokens += in + out;
+  c->spent.dollars += dollars;
+  if (failed) {
+    c->failures++;
+    km_llm_scrub(failed->msg, strlen(failed->msg), c->api_key);
+    return km_fail(L, failed->code, "%s", failed->msg);
+  }
+  lua_createtable(L, 0, 12);
+  const km_llm_choice *first = &jobs[0].r.choices[0];
+  set_str(L, "content", first->content);
+  set_str(L, "reasoning", first->reasoning);
+  set_str(L, "finish_reason", first->finish_reason);
+  push_calls(L, first);
+  lua_setfield(L, -2, "tool_calls");
+  size_t k = 0;
+  lua_newtable(L); /* [reply, choices] */
+  for (size_t i = 0; i < count; i++)
+    for (size_t n = 0; n < jobs[i].r.n_choices; n++) {
+      push_choice(L, &jobs[i].r.choices[n]);
+      lua_rawseti(L, -2, (lua_Integer)++k);
+    }
+  lua_setfield(L, -2, "choices");
+  lua_createtable(L, 0, 4);
+  set_int(L, "prompt_tokens", in);
+  set_int(L, "completion_tokens", out);
+  set_int(L, "total_tokens", total);
+  if (has_reasoning) set_int(L, "reasoning_tokens", reasoning);
+  lua_setfield(L, -2, "usage");
+  set_num(L, "latency_ms", t1 > t0 ? (t1 - t0) * 1e3 : 0);
+  set_str(L, "model", model ? model : c->model);
+  set_str(L, "provider", PROVIDERS[c->provider]);
+  set_int(L, "attempts", attempts);
+  set_num(L, "dollars", dollars);
+  return 1;
+}
+
+/* ---- replay ---- */
+
+static int replay_one(lua_State *L, client *c) {
+  lua_getiuservalue(L, 1, UV_REPLIES); /* [.., replies] */
+  lua_Integer total = luaL_len(L, -1);
+  if (c->replay_next > total) {
+    lua_pop(L, 1);
+    return km_fail(L, "REPLAY_EXHAUSTED", "replay exhausted after %d replies", (int)total);
+  }
+  c->spent.requests++;
+  int t = lua_geti(L, -1, c->replay_next++); /* [.., replies, r] */
+  lua_remove(L, -2);                         /* [.., r] */
+  if (t == LUA_TSTRING) {
+    lua_createtable(L, 0, 1);
+    lua_insert(L, -2);
+    lua_setfield(L, -2, "content");
+  } else if (t != LUA_TTABLE) {
+    luaL_error(L, "km.llm: recorded reply %d is not a table or a string", (int)(c->replay_next - 1));
+  }
+  int r = lua_gettop(L);
+  /* A recorded failure plays back as one. */
+  if (lua_getfield(L, r, "error") != LUA_TNIL) {
+    const char *msg = lua_tostring(L, -1);
+    lua_getfield(L, r, "code");
+    const char *code = lua_tostring(L, -1);
+    c->failures++;
+    return km_fail(L, code ? code : "REPLAY_ERROR", "%s", msg ? msg : "recorded failure");
+  }
+  lua_pop(L, 1);
+  lua_createtable(L, 0, 12); /* [.., r, out]: a shallow copy with the fields filled in */
+  int o = r + 1;
+  lua_pushnil(L);
+  while (lua_next(L, r)) {
+    lua_pushvalue(L, -2);
+    lua_insert(L, -2);
+    lua_rawset(L, o);
+  }
+  if (lua_getfield(L, o, "content") == LUA_TNIL) { /* [.., r, o, nil] */
+    lua_pushliteral(L, "");                          /* the first choice's, else "" */
+    lua_replace(L, o + 1);
+    if (lua_getfield(L, o, "choices") == LUA_TTABLE && lua_geti(L, -1, 1) == LUA_TTABLE &&
+        lua_getfield(L, -1, "content") == LUA_TSTRING)
+      lua_replace(L, o + 1);
+    lua_settop(L, o + 1);
+    lua_setfield(L, o, "content");
+  }
+  lua_settop(L, o);
+  /* tool_calls copied, with args decoded from the arguments text */
+  if (lua_getfield(L, o, "tool_calls") == LUA_TTABLE) {
+    int src = lua_gettop(L);
+    lua_Integer n = luaL_len(L, src);
+    lua_createtable(L, (int)n, 0);
+    for (lua_Integer i = 1; i <= n; i++) {
+      lua_createtable(L, 0, 5); /* [.., src, dst, tc] */
+      if (lua_geti(L, src, i) == LUA_TTABLE) {
+        lua_pushnil(L);
+        while (lua_next(L, -2)) {
+          lua_pushvalue(L, -2);
+          lua_insert(L, -2);
+          lua_rawset(L, -5);
+        }
+      }
+      lua_pop(L, 1);
+      if (lua_getfield(L, -1, "args") == LUA_TNIL && lua_getfield(L, -2, "arguments") == LUA_TSTRING) {
+        size_t len;
+        const char *s = lua_tolstring(L, -1, &len);
+        if (km_json_push_decoded(L, s, len) == 1) lua_setfield(L, -4, "args");
+        else lua_pop(L, 3);
+      }
+      lua_settop(L, src + 2);
+      lua_rawseti(L, -2, i);
+    }
+    lua_setfield(L, o, "tool_calls");
+  } else {
+    lua_newtable(L);
+    lua_setfield(L, o, "tool_calls");
+  }
+  lua_settop(L, o);
+  if (lua_getfield(L, o, "finish_reason") == LUA_TNIL) {
+    lua_getfield(L, o, "tool_calls");
+    lua_pushstring(L, luaL_len(L, -1) > 0 ? "tool_calls" : "stop");
+    lua_setfield(L, o, "finish_reason");
+  }
+  lua_settop(L, o);
+  if (lua_getfield(L, o, "choices") == LUA_TNIL) {
+    lua_createtable(L, 1, 0);
+    lua_createtable(L, 0, 4);
+    static const char *const fields[] = {"content", "reasoning", "tool_calls", "finish_reason"};
+    for (int i = 0; i < 4; i++) {
+      lua_getfield(L, o, fields[i]);
+      lua_setfield(L, -2, fields[i]);
+    }
+    lua_rawseti(L, -2, 1);
+    lua_setfield(L, o, "choices");
+  }
+  lua_settop(L, o);
+  long long in = 0, out = 0;
+  if (lua_getfield(L, o, "usage") == LUA_TTABLE) {
+    in = km_optfield_int(L, -1, "prompt_tokens", 0);
+    out = km_optfield_int(L, -1, "completion_tokens", 0);
+  }
+  lua_createtable(L, 0, 3);
+  set_int(L, "prompt_tokens", in);
+  set_int(L, "completion_tokens", out);
+  set_int(L, "total_tokens", in + out);
+  lua_setfield(L, o, "usage");
+  lua_settop(L, o);
+  if (lua_getfield(L, o, "model") == LUA_TNIL) {
+    lua_pushstring(L, c->model ? c->model : "replay");
+    lua_setfield(L, o, "model");
+  }
+  lua_settop(L, o);
+  lua_getfield(L, o, "model");
+  double dollars = price_of(L, c, lua_tostring(L, -1), in, out);
+  lua_settop(L, o);
+  set_str(L, "provider", "replay");
+  set_int(L, "attempts", 0);
+  if (lua_getfield(L, o, "latency_ms") == LUA_TNIL) {
+    lua_pushnumber(L, 0);
+    lua_setfield(L, o, "latency_ms");
+  }
+  lua_settop(L, o);
+  set_num(L, "dollars", dollars);
+  c->prompt_tokens += in;
+  c->completion_tokens += out;
+  c->spent.tokens += in + out;
+  c->spent.dollars += dollars;
+  lua_remove(L, r);
+  return 1;
+}
+
+/* ---- chat, chat_many ---- */
+
+typedef struct {
+  km_llm_message *msgs;
+  size_t n;
+  const char *refused; /* the budget limit this request broke, or NULL */
+  size_t first_job, n_jobs;
+} request;
+
+/* Leaves the result of one request on the stack: 1 or 3 values. */
+static int push_refused(lua_State *L, const char *which) {
+  return km_fail(L, "BUDGET_EXCEEDED", "budget exceeded: %s", which);
+}
+
+/* Stores the 1 or 3 values at the top as results[i] = { reply } or { nil, msg, code }. */
+static void store_entry(lua_State *L, int results, lua_Integer i, int nret) {
+  lua_createtable(L, 3, 0);
+  if (nret == 1) {
+    lua_insert(L, -2);     /* [.., entry, reply] */
+    lua_rawseti(L, -2, 1);
+  } else {
+    lua_insert(L, -4);     /* [.., entry, nil, msg, code] */
+    lua_rawseti(L, -4, 3);
+    lua_rawseti(L, -3, 2);
+    lua_pop(L, 1);
+  }
+  lua_rawseti(L, results, i);
+}
+
+static int do_chat(lua_State *L, int many) {
+  client *c = client_check(L, 1);
+  luaL_checktype(L, 2, LUA_TTABLE);
+  if (!lua_isnoneornil(L, 3)) luaL_checktype(L, 3, LUA_TTABLE);
+  lua_settop(L, 3);
+  lua_newtable(L); /* [self, list, opts, anchor] */
+  anchor a = {L, 4, 0};
+  km_llm_params p;
+  read_params(&a, 3, c, &p);
+  lua_Integer count = many ? luaL_len(L, 2) : 1;
+  request *reqs = anchored_array(&a, (size_t)count, sizeof *reqs);
+  for (lua_Integer i = 1; i <= count; i++) {
+    if (many) lua_geti(L, 2, i);
+    else lua_pushvalue(L, 2);
+    read_messages(&a, lua_gettop(L), &reqs[i - 1].msgs, &reqs[i - 1].n, many ? i : 0);
+    lua_rawseti(L, 4, ++a.n); /* keeps the list alive with what points into it */
+  }
+  if (many) lua_createtable(L, (int)count, 0); /* [.., results] */
+  int results = lua_gettop(L);
+
+  if (c->provider == P_OFFLINE || c->provider == P_REPLAY) {
+    for (lua_Integer i = 1; i <= count; i++) {
+      const char *which = km_llm_budget_check(&c->budget, &c->spent, 1);
+      int nret = which ? push_refused(L, which)
+                 : c->provider == P_OFFLINE ? km_fail(L, "OFFLINE", OFFLINE_MSG)
+                                            : replay_one(L, c);
+      if (!many) return nret;
+      store_entry(L, results, i, nret);
+    }
+    return 1;
+  }
+
+  /* Budget first, in order, so what is refused is decided before anything is sent. */
+  size_t per = c->provider == P_ANTHROPIC ? (size_t)p.n : 1, total = 0;
+  for (lua_Integer i = 0; i < count; i++) {
+    request *r = &reqs[i];
+    r->refused = km_llm_budget_check(&c->budget, &c->spent, (long long)per);
+    if (r->refused) continue;
+    c->spent.requests += (long long)per;
+    r->first_job = total;
+    r->n_jobs = per;
+    total += per;
+  }
+  if (!many && reqs[0].refused) return push_refused(L, reqs[0].refused);
+
+  batch *b = lua_newuserdatauv(L, sizeof *b, 0); /* [.., batch] */
+  memset(b, 0, sizeof *b);
+  luaL_setmetatable(L, BATCH_MT);
+  lua_rawseti(L, 4, ++a.n);
+  if (total && !(b->jobs = calloc(total, sizeof *b->jobs))) luaL_error(L, "km.llm: out of memory");
+  b->n = total;
+  km_llm_api api = c->provider == P_ANTHROPIC ? KM_LLM_ANTHROPIC : KM_LLM_OPENAI;
+  for (lua_Integer i = 0; i < count; i++) {
+    request *r = &reqs[i];
+    for (size_t k = 0; k < r->n_jobs; k++) {
+      job *j = &b->jobs[r->first_job + k];
+      j->req = (int)i;
+      char err[256];
+      int rc = km_llm_build_request(api, r->msgs, r->n, &p, &j->body, err, sizeof err);
+      if (rc) luaL_error(L, "km.llm: %s", err);
+      if (setup_easy(c, j)) luaL_error(L, "km.llm: cannot set up a curl handle");
+      j->state = J_WAIT;
+    }
+  }
+  perform(c, b);
+  for (size_t i = 0; i < b->n; i++) job_free_easy(&b->jobs[i]);
+
+  for (lua_Integer i = 0; i < count; i++) {
+    request *r = &reqs[i];
+    int nret = r->refused ? push_refused(L, r->refused)
+                          : push_result(L, c, &b->jobs[r->first_job], r->n_jobs);
+    if (!many) return nret;
+    store_entry(L, results, i + 1, nret);
+  }
+  lua_settop(L, results);
+  return 1;
+}
+
+static int l_chat(lua_State *L) { return do_chat(L, 0); }
+static int l_chat_many(lua_State *L) { return do_chat(L, 1); }
+
+/* ---- the rest of the client ---- */
+
+static int l_usage(lua_State *L) {
+  client *c = client_check(L, 1);
+  lua_createtable(L, 0, 7);
+  set_int(L, "requests", c->spent.requests);
+  set_int(L, "prompt_tokens", c->prompt_tokens);
+  set_int(L, "completion_tokens", c->completion_tokens);
+  set_int(L, "total_tokens", c->prompt_tokens + c->completion_tokens);
+  set_num(L, "dollars", c->spent.dollars);
+  set_int(L, "failures", c->failures);
+  set_int(L, "attempts", c->attempts);
+  return 1;
+}
+
+/* What the client talks to — never the key itself. */
+static int l_config(lua_State *L) {
+  client *c = client_check(L, 1);
+  lua_createtable(L, 0, 12);
+  set_str(L, "provider", PROVIDERS[c->provider]);
+  set_str(L, "base_url", c->base_url);
+  set_str(L, "url", c->url);
+  set_str(L, "model", c->model);
+  lua_pushboolean(L, c->api_key != NULL);
+  lua_setfield(L, -2, "has_key");
+  set_num(L, "timeout", c->timeout);
+  set_num(L, "connect_timeout", c->connect_timeout);
+  set_int(L, "max_retries", c->max_retries);
+  set_num(L, "backoff_base", c->backoff_base);
+  set_str(L, "anthropic_version", c->anthropic_version);
+  lua_createtable(L, 0, 3);
+  if (c->budget.requests >= 0) set_int(L, "requests", c->budget.requests);
+  if (c->budget.tokens >= 0) set_int(L, "tokens", c->budget.tokens);
+  if (c->budget.dollars >= 0) set_num(L, "dollars", c->budget.dollars);
+  lua_setfield(L, -2, "budget");
+  return 1;
+}
+
+static int l_tostring(lua_State *L) {
+  client *c = luaL_checkudata(L, 1, KM_LLM_MT);
+  if (!c->open) lua_pushliteral(L, "km.llm.Client (closed)");
+  else
+    lua_pushfstring(L, "km.llm.Client (%s%s%s, model %s)", PROVIDERS[c->provider],
+                    c->base_url ? " " : "", c->base_url ? c->base_url : "",
+                    c->model ? c->model : "unset");
+  return 1;
+}
+
+/* Monotonic seconds: for strategies that time their own steps. */
+static int l_now(lua_State *L) {
+  lua_pushnumber(L, mono());
+  return 1;
+}
+
+int luaopen_km_llm(lua_State *L) {
+  static int curl_ready;
+  if (!curl_ready) {
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) luaL_error(L, "km.llm: curl_global_init failed");
+    curl_ready = 1;
+  }
+  static const luaL_Reg methods[] = {{"chat", l_chat},     {"chat_many", l_chat_many},
+                                     {"usage", l_usage},   {"config", l_config},
+                                     {"close", client_release}, {NULL, NULL}};
+  km_newclass(L, KM_LLM_MT, methods, client_release);
+  luaL_getmetatable(L, KM_LLM_MT);
+  lua_pushcfunction(L, l_tostring);
+  lua_setfield(L, -2, "__tostring");
+  lua_pop(L, 1);
+  luaL_newmetatable(L, BATCH_MT);
+  lua_pushcfunction(L, batch_gc);
+  lua_setfield(L, -2, "__gc");
+  lua_pop(L, 1);
+  static const luaL_Reg fns[] = {{"new", l_new}, {"now", l_now}, {NULL, NULL}};
+  luaL_newlib(L, fns);
+  return 1;
+}
