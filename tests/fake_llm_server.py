@@ -21,6 +21,8 @@ What a request gets is chosen by [[directives]] in the text of the LAST user mes
     [[fault:invalid]]            an HTML page with status 200
     [[fault:empty]]              choices: [] (Anthropic: content: [])
     [[reply:TEXT]]  [[reasoning:TEXT]]  [[tool:NAME:JSON_ARGS]]  [[delay:SECONDS]]
+    [[script:PATH]]              (anywhere in the conversation) the k-th request gets entry k
+                                 of the JSON list in PATH: a reply, or {reply, reasoning, tools}
     [[auth]]                     401 unless the key is "sk-test-key"
     [[echo-key]]                 error bodies and the reply quote the key the client sent
                                  (as careless servers do), to test that the client scrubs it
@@ -222,6 +224,30 @@ class Handler(BaseHTTPRequestHandler):
             return
 
         reply, reasoning, tools, delay = None, None, [], 0.0
+
+        # [[script:PATH]] anywhere in the conversation: the k-th request naming PATH gets the
+        # k-th entry of the JSON list in PATH (the last one repeats). An entry is a reply
+        # string, or {"reply": ..., "reasoning": ..., "tools": [[name, {args}], ...]}. This
+        # drives multi-turn strategies (a buggy first answer, a fixed second one).
+        script = None
+        for m in messages:
+            if isinstance(m, dict) and m.get("role") in ("user", "system"):
+                found = re.search(r"\[\[script:([^\]]+)\]\]", text_of(m.get("content")))
+                if found:
+                    script = found.group(1)
+                    break
+        if script:
+            k = STATE.count("script:" + script)
+            with open(script, encoding="utf-8") as f:
+                entries = json.load(f)
+            entry = entries[min(k, len(entries)) - 1]
+            if isinstance(entry, str):
+                reply = entry
+            else:
+                reply = entry.get("reply")
+                reasoning = entry.get("reasoning")
+                for name, args in entry.get("tools", []):
+                    tools.append((name, json.dumps(args)))
         for d in directives:
             if d.startswith("reply:"):
                 reply = d[len("reply:"):]

@@ -156,6 +156,7 @@ function Search:tell(p, score)
   local key = self:key(p)
   if self.told[key] then return end
   self.told[key] = score
+  self.seen[key] = true -- a point told without being asked is never proposed again
   self.results[#self.results + 1] = { params = p, score = score }
   if self.method == "anneal" then
     if not self.current or score <= self.current_score then
@@ -171,6 +172,7 @@ function Search:tell(p, score)
     local reward = score < huge and best / score or 0 -- 1 for the best seen, smaller for slower
     for _, k in ipairs(self.names) do
       local i = idx_of(self.space[k], p[k])
+      self.arms[k] = self.arms[k] or {} -- a point told before any was asked (a known start)
       local a = self.arms[k][i] or { n = 0, sum = 0 }
       a.n, a.sum = a.n + 1, a.sum + reward
       self.arms[k][i] = a

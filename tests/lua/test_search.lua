@@ -56,6 +56,15 @@ t.test("constraints skip points without spending the budget", function()
   for _, r in ipairs(s.results) do t.ok(r.params.BLOCK * r.params.VEC <= 1024) end
 end)
 
+t.test("a point can be told before any is asked (a known starting point)", function()
+  for _, m in ipairs { "exhaustive", "random", "anneal", "bandit" } do
+    local s = search.new(SPACE, { method = m, seed = 1 })
+    s:tell({ BLOCK = 256, VEC = 1 }, 4)
+    local p = s:ask()
+    t.ok(p, m)
+  end
+end)
+
 t.test("failed points rank last; ranked is ordered", function()
   local s = search.new({ A = { 1, 2, 3 } })
   s:tell({ A = 1 }, 5)

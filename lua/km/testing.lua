@@ -1,0 +1,64 @@
+-- km.testing — pieces for testing strategies on a machine without a GPU or a model:
+-- the loopback fake model server (tests/fake_llm_server.py) and a fake evaluator with the
+-- worker pool's interface. A fake evaluator tests a strategy's logic; users never run one.
+local M = {}
+
+local function read_all(path)
+  local f = io.open(path)
+  if not f then return nil end
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
+-- Starts the fake server; returns { base = "http://127.0.0.1:PORT/v1", stop = fn,
+-- requests = fn -> list of recorded request bodies } or nil, why.
+function M.fake_llm_server(root)
+  if not os.execute("command -v python3 >/dev/null 2>&1") then return nil, "python3 not found" end
+  local dir = os.tmpname()
+  os.remove(dir)
+  os.execute("mkdir -p " .. dir)
+  local port_file, log, pid_file = dir .. "/port", dir .. "/requests.jsonl", dir .. "/pid"
+  os.execute(string.format("python3 %s/tests/fake_llm_server.py %s --log %s --idle 60 >/dev/null 2>&1 & echo $! > %s",
+    root, port_file, log, pid_file))
+  local port
+  for _ = 1, 200 do
+    port = tonumber(read_all(port_file) or "")
+    if port then break end
+    os.execute("sleep 0.05")
+  end
+  local pid = (read_all(pid_file) or ""):match("%d+")
+  if not port then
+    if pid then os.execute("kill " .. pid) end
+    return nil, "the fake server did not start"
+  end
+  local json = require "km.json"
+  return {
+    base = "http://127.0.0.1:" .. port .. "/v1",
+    dir = dir,
+    stop = function() if pid then os.execute("kill " .. pid .. " 2>/dev/null") end os.execute("rm -rf " .. dir) end,
+    requests = function()
+      local out = {}
+      for line in (read_all(log) or ""):gmatch("[^\n]+") do out[#out + 1] = json.decode(line) end
+      return out
+    end,
+  }
+end
+
+-- A pool whose verdicts come from judge(task, candidate, opts) at once: the interface of
+-- km.eval's pool (eval, submit, poll, pending, close, device, slots).
+function M.fake_pool(judge)
+  local pool = { device = { name = "fake GPU", arch = "sm_90" }, slots = { {} }, done = {}, evals = 0 }
+  function pool:eval(t, c, o) self.evals = self.evals + 1 return judge(t, c, o or {}) end
+  function pool:submit(t, c, o)
+    local job = { task = t, cand = c, opts = o, verdict = self:eval(t, c, o) }
+    self.done[#self.done + 1] = job
+    return job
+  end
+  function pool:poll() local d = self.done; self.done = {} return d end
+  function pool:pending() return #self.done end
+  function pool:close() end
+  return pool
+end
+
+return M
