@@ -10,7 +10,9 @@ ldd build/kmrun | grep -E "not found|lua|cjson|nvrtc|sqlite|curl" | tee -a "$OUT
 build/kmrun -v | tee -a "$OUT/env.txt"
 tests=(build/tests/test_* tests/lua/test_*.lua tests/gpu/test_*.lua)
 if command -v prove >/dev/null; then
-  KM_REQUIRE_GPU=1 prove -v --exec tests/exec "${tests[@]}" 2>&1 | tee "$OUT/tests.log"
+  KM_REQUIRE_GPU=1 prove -v --exec tests/exec "${tests[@]}" > "$OUT/tests.log" 2>&1
+  # the reply shows the end of the output: failures, diagnostics and the summary
+  grep -v "^ok " "$OUT/tests.log" | grep -v "^# *stack traceback\|^# *\[C\]\|tap.lua" | tail -150
 else
   for t in "${tests[@]}"; do echo "== $t"; KM_REQUIRE_GPU=1 tests/exec "$t"; echo "exit $?"; done 2>&1 | tee "$OUT/tests.log"
 fi
