@@ -1,0 +1,4 @@
+return function(k, io, s)
+  k.matmul_scale_residual_ref{ grid = { k.cdiv(s.n, 32), k.cdiv(s.m, 8) }, block = { 32, 8 } }(
+    io.x, io.w, io.r, io.y, s.m, s.n, s.k)
+end
