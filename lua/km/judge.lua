@@ -187,7 +187,10 @@ end
 -- Runs a prepared launch once. Returns true, or false, status, message.
 local function call_launch(self, run, io, sym, budget)
   run.state.scratch_i = 0
-  local ok, err = sandbox.call(run.fn, { budget = budget or 1e6 }, run.k, io, sym)
+  -- the launch gets its own copy of the io table: reassigning io.y cannot touch ours
+  local io_copy = {}
+  for k, v in pairs(io) do io_copy[k] = v end
+  local ok, err = sandbox.call(run.fn, { budget = budget or 1e6 }, run.k, io_copy, sym)
   if not ok then
     local sc = sticky_code(err)
     if sc then return false, "crashed", err end
@@ -277,10 +280,21 @@ local function put_buffer(b)
   pool_bytes = pool_bytes + b:nbytes()
 end
 
+-- Returns a trial's buffers to the pool, each once (launch code may have aliased entries
+-- of its io table; it gets a copy, but scratch can also appear twice).
 local function free_all(list)
+  local seen = {}
   for _, b in pairs(list) do
-    if type(b) == "userdata" then put_buffer(b) end
+    if type(b) == "userdata" and not seen[b] then
+      seen[b] = true
+      put_buffer(b)
+    end
   end
+end
+
+-- After a fault the context is gone: nothing can be recycled, and the pool goes too.
+local function drop_all()
+  pool, pool_bytes = {}, 0
 end
 
 local function init_buffer(spec, dims, sym, seed)
@@ -393,7 +407,7 @@ function Judge:eval(t, cand, opts)
       local okr, rs, rmsg = call_launch(self, st.ref, ref_io, copy_sym(sym0), 1e8)
       if okr then okr, rs, rmsg = sync_status() end
       if not okr then
-        cleanup()
+        if rs == "crashed" then drop_all() else cleanup() end
         return finish("error", "the task's reference failed at " .. where .. ": " .. tostring(rmsg), { context_lost = rs == "crashed" })
       end
       if not st.checked then
@@ -413,7 +427,7 @@ function Judge:eval(t, cand, opts)
       local okc, cs, cmsg, ret = call_launch(self, run, cand_io, copy_sym(sym0), budget)
       if okc then okc, cs, cmsg = sync_status() end
       if not okc then
-        cleanup()
+        if cs == "crashed" then drop_all() else cleanup() end
         local fb = fmt(FEEDBACK[cs] or "%s", tostring(cmsg)) .. "\n(at " .. where .. ")"
         return finish(cs, fb, { failed_at = { shape = si, seed = seed, sym = sym0 }, context_lost = cs == "crashed" })
       end

@@ -24,6 +24,17 @@ while true do
   elseif req.op == "eval" then
     local ok, verdict = pcall(judge.eval, judge, req.task, req.candidate, req.opts)
     if not ok then verdict = { status = "error", feedback = "internal error in the worker: " .. tostring(verdict) } end
+    -- whatever happened, a context that no longer answers means a fresh worker: a fault
+    -- can surface late (in a later copy or fill) and poisons every later call
+    local alive, msg, code = cuda.synchronize()
+    if not alive then
+      verdict.context_lost = true
+      if verdict.status == "error" or verdict.status == "correct" then
+        verdict.status = "crashed"
+        verdict.feedback = "The GPU context failed after the candidate ran: " .. tostring(msg)
+      end
+      verdict.context_error = code
+    end
     ch:send(json.encode({ id = req.id, verdict = verdict }, { nan = "null" }))
     if verdict.context_lost then return 4 end
   elseif req.op == "ping" then
