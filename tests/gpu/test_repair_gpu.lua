@@ -1,0 +1,72 @@
+-- GPU: the repair loop with the real evaluator on three tasks, driven by the fake model
+-- server: a first answer with a planted bug, then the task's starter as the fix.
+local t = require "km.tap"
+t.require_gpu()
+local testing = require "km.testing"
+local sweep = require "km.sweep"
+local runner = require "km.runner"
+local store = require "km.store"
+local json = require "km.json"
+local llm = require "km.llm"
+local task = require "km.task"
+local eval = require "km.eval"
+local prompt = require "km.prompt"
+
+local ROOT = io.popen("readlink -f " .. (arg[0]:match("^(.*)/tests/gpu/") or ".")):read("l")
+local server, why = testing.fake_llm_server(ROOT)
+if not server then t.skip_all(why) end
+
+-- Bugs a model could plausibly write, planted in each starter: an off-by-one bound, a
+-- normalisation that misses the last column, a forgotten bias.
+local BUGS = {
+  l1_relu = { "i < n;", "i < n - 1;" },
+  l1_softmax = { "j < cols; j += BLOCK) s +=", "j < cols - 1; j += BLOCK) s +=" },
+  l2_gemm_bias_relu = { "fmaxf(acc[i] + bv, 0.0f)", "fmaxf(acc[i], 0.0f)" },
+}
+
+local tasks, dir = {}, server.dir
+for name, bug in pairs(BUGS) do
+  local d = dir .. "/" .. name
+  os.execute("cp -r " .. ROOT .. "/tasks/" .. name .. " " .. d)
+  local st = assert(task.starter(assert(task.load(d))))
+  local buggy = st.source:gsub(bug[1]:gsub("%p", "%%%0"), bug[2], 1)
+  local entries = { prompt.candidate_text { source = buggy, launch = st.launch }, prompt.candidate_text(st) }
+  local sp = dir .. "/" .. name .. ".json"
+  local f = io.open(sp, "w"); f:write(json.encode(entries)); f:close()
+  -- the fake model finds its script through the description
+  local desc = io.open(d .. "/description.md"):read("a") .. "\n[[script:" .. sp .. "]]\n"
+  f = io.open(d .. "/description.md", "w"); f:write(desc); f:close()
+  tasks[#tasks + 1] = { name = name, task = assert(task.load(d)), planted = buggy ~= st.source }
+end
+table.sort(tasks, function(a, b) return a.name < b.name end)
+
+local pool = assert(eval.pool { gpus = { 0 }, timeout = 60 })
+local path = dir .. "/repair.sqlite"
+local db = assert(store.open(path))
+local list = {}
+for i, x in ipairs(tasks) do list[i] = x.task end
+local res = sweep.run { strategies = { { name = "repair", fn = assert(loadfile(ROOT .. "/strategies/repair.lua"))() } },
+  tasks = list, models = { false }, repeats = 1, store = db, pool = pool, args = assert(runner.parse_args {}), fresh = true,
+  guidance = require("km.guidance").load(ROOT .. "/guidance"),
+  make_client = function() return llm.new { provider = "openai", base_url = server.base, model = "fake-model" } end }
+pool:close()
+
+for _, x in ipairs(tasks) do
+  t.test(x.name .. ": the planted bug is caught, the fix is verified, the trajectory holds both rounds", function()
+    t.ok(x.planted, "the bug was planted")
+    local e
+    for _, row in ipairs(db:episodes { task = x.name }) do e = db:episode(row.id) end
+    local verdicts = {}
+    for _, s in ipairs(e.steps) do if s.kind == "verdict" then verdicts[#verdicts + 1] = s.payload end end
+    t.diag(x.name .. ": " .. verdicts[1].status .. " then " .. tostring(verdicts[2] and verdicts[2].status) ..
+      (verdicts[2] and verdicts[2].speedup and string.format(" (%.2fx)", verdicts[2].speedup) or ""))
+    t.ok(verdicts[1].status == "mismatch" or verdicts[1].status == "nan_inf", verdicts[1].status)
+    t.eq(verdicts[2].status, "correct")
+    t.eq(e.status, "correct")
+    t.eq(e.summary.rounds_to_correct, 2)
+  end)
+end
+t.eq(res.correct, #tasks)
+db:close()
+server.stop()
+t.done()
