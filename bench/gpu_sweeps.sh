@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# On a GPU host with a carried build/: the headline run over every task (offline), the
+# same work as a sweep on one GPU and on all GPUs (timed), then report and reverify.
+# Usage: bash bench/gpu_sweeps.sh [GPUS_FOR_THE_MULTI_RUN]   (default 0,1)
+set -uo pipefail
+OUT=${OUT:-gpu-out}
+mkdir -p "$OUT"
+K=build/kmrun
+MULTI=${1:-0,1}
+echo "== headline: kmrun strategies/repair_then_tune.lua tasks/"
+$K strategies/repair_then_tune.lua tasks/ --out "$OUT/headline.sqlite" --worker-stderr null > "$OUT/headline.log" 2>&1
+echo "exit status $?"
+tail -44 "$OUT/headline.log"
+for g in 0 "$MULTI"; do
+  echo "== sweep on GPUs $g"
+  $K sweep --strategies strategies/repair_then_tune.lua --tasks tasks --gpus "$g" --out "$OUT/sweep-gpus-${g/,/_}.sqlite" \
+    --worker-stderr null --quiet 2>&1 | tail -2
+done
+echo "== report"
+$K report "$OUT/headline.sqlite" --html "$OUT/report.html" 2>&1 | tail -40
+echo "== reverify"
+$K reverify "$OUT/headline.sqlite" --gpus 0 2>&1 | tail -3
