@@ -11,7 +11,9 @@ echo "== headline: kmrun strategies/repair_then_tune.lua tasks/"
 $K strategies/repair_then_tune.lua tasks/ --out "$OUT/headline.sqlite" --worker-stderr null > "$OUT/headline.log" 2>&1
 echo "exit status $?"
 tail -44 "$OUT/headline.log"
-for g in 0 "$MULTI"; do
+gpus_list="0"
+[ "$MULTI" != "0" ] && gpus_list="0 $MULTI"
+for g in $gpus_list; do
   echo "== sweep on GPUs $g"
   $K sweep --strategies strategies/repair_then_tune.lua --tasks tasks --gpus "$g" --out "$OUT/sweep-gpus-${g/,/_}.sqlite" \
     --worker-stderr null --quiet 2>&1 | tail -2
