@@ -7,7 +7,7 @@
 --   local verdict = judge:eval(task_or_dir, { source, launch, params, name }, opts)
 --
 -- opts: seeds (3), timing (true), baseline (true), budget (instructions per launch call,
--- 1e6), scratch_bytes (1 GiB), mode ("cold"), max_ms (timing cap per side, 2000).
+-- 1e6), scratch_bytes (8 GiB), mode ("cold"), max_ms (timing cap per side, 2000).
 local nvrtc = require "km.nvrtc"
 local cuda = require "km.cuda"
 local buffer = require "km.buffer"
@@ -167,8 +167,10 @@ local function prepare(self, source, launch_src, params, label)
   if not fn then
     return nil, "compile_error", "launch.lua does not load: " .. tostring(lerr), { log = prog.log }
   end
-  local state = { scratch = {}, scratch_i = 0, scratch_bytes = 0, scratch_limit = self.opts.scratch_bytes or (1 << 30), poison = true }
-  local p = {}
+  local state = { scratch = {}, scratch_i = 0, scratch_bytes = 0, scratch_limit = self.opts.scratch_bytes or (8 << 30), poison = true }
+  -- k.params: the defaults the source declares (#ifndef X / #define X v), then the values
+  -- the candidate was compiled with
+  local p = task_mod.default_params(source)
   for kk, v in pairs(params or {}) do p[kk] = v end
   local run = { prog = prog, mod = mod, fn = fn, state = state, label = label }
   run.k = make_k(self, mod, p, state)

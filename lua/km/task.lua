@@ -219,6 +219,21 @@ function M.list(dir)
   return tasks, errors
 end
 
+-- The tunables a kernel source declares with defaults: `#ifndef NAME` followed by
+-- `#define NAME value`. Numbers become numbers. Launch code reads them as k.params.
+function M.default_params(source)
+  local p = {}
+  for name, body in (source or ""):gmatch("#%s*ifndef%s+([%a_][%w_]*)%s*\n%s*#%s*define%s+([^\n]*)") do
+    local dname, value = body:match("^([%a_][%w_]*)%s+(.-)%s*$")
+    if dname == name and value ~= "" then
+      value = value:gsub("^%((.*)%)$", "%1")
+      local num = tonumber((value:gsub("^([%d%.eE+-]+)[fFuUlL]+$", "%1")))
+      p[name] = num and (math.tointeger(num) or num) or value
+    end
+  end
+  return p
+end
+
 -- A task's starter as a candidate: { source, launch, params, name }.
 function M.starter(t)
   if not t.starter then return nil, t.name .. " has no starter" end
