@@ -29,13 +29,17 @@ function M.repair(ctx, messages, rounds)
 end
 
 -- The parameters a candidate can be tuned over: the task starter's declared space,
--- limited to the macros the candidate's source actually guards with #ifndef.
+-- limited to those the candidate uses — a macro its source guards with #ifndef, or a
+-- value its launch code reads as k.params.NAME.
 function M.space_of(task, cand)
   local st = task.starter
   if not st or not st.params then return nil end
   local space, n = {}, 0
   for name, vals in pairs(st.params) do
-    if cand.source:find("#%s*ifndef%s+" .. name .. "%f[^%w_]") then space[name] = vals; n = n + 1 end
+    if cand.source:find("#%s*ifndef%s+" .. name .. "%f[^%w_]") or (cand.launch or ""):find("params%." .. name .. "%f[^%w_]") then
+      space[name] = vals
+      n = n + 1
+    end
   end
   return n > 0 and space or nil
 end
@@ -59,7 +63,8 @@ function M.tune(ctx, cand, verdict, opts)
     local key = s:key(p)
     if not seen[key] then
       local c = copy(cand)
-      c.params = p
+      c.params = copy(cand.params) -- parameters outside the space keep their values
+      for k, v in pairs(p) do c.params[k] = v end
       c.name = (cand.name or "candidate") .. " " .. key
       local v = ctx.eval(c, { seeds = 1 })
       seen[key] = { cand = c, verdict = v }
