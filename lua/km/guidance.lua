@@ -44,13 +44,7 @@ local DEFAULT_LIMIT = 3
 ----------------------------------------------------------------------------------------
 -- parsing
 
-local function read_file(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
-end
+local read_file = require("km.task").read_file
 
 -- A parse failure: raised as a table so parse() can tell it from a bug.
 local function bad(path, line, msg)

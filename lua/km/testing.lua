@@ -3,13 +3,7 @@
 -- worker pool's interface. A fake evaluator tests a strategy's logic; users never run one.
 local M = {}
 
-local function read_all(path)
-  local f = io.open(path)
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
-end
+local read_all = require("km.task").read_file
 
 -- Starts the fake server; returns { base = "http://127.0.0.1:PORT/v1", stop = fn,
 -- requests = fn -> list of recorded request bodies } or nil, why.
