@@ -24,9 +24,12 @@ function M.plan(strategies, tasks, models, repeats)
   for _, s in ipairs(strategies) do
     for _, t in ipairs(tasks) do
       for _, m in ipairs(models) do
+        -- m: a model name, or { raw = name or false, label = what the store calls it }
+        local raw, label = m, m
+        if type(m) == "table" then raw, label = m.raw, m.label end
         for r = 1, repeats do
-          insert(list, { strategy = s, task = t, model = m, rep = r,
-            key = fmt("%s|%s|%s|%d", s.name, t.name, m or "-", r) })
+          insert(list, { strategy = s, task = t, model = label, raw_model = raw, rep = r,
+            key = fmt("%s|%s|%s|%d", s.name, t.name, label or "-", r) })
         end
       end
     end
@@ -72,7 +75,14 @@ end
 -- (runner options), make_client(model) -> client, guidance, shard = {i, n}, out (path).
 function M.run(opts)
   local db, pool, args = opts.store, opts.pool, opts.args
-  local plan = M.plan(opts.strategies, opts.tasks, opts.models, opts.repeats or 1)
+  -- the model as the store names it (the default client's model, or its provider), so a
+  -- resumed sweep recognises the episodes it already finished
+  local labels = {}
+  for i, m in ipairs(opts.models) do
+    local cfg = m and { model = m } or opts.make_client(nil):config()
+    labels[i] = { raw = m, label = m or cfg.model or cfg.provider }
+  end
+  local plan = M.plan(opts.strategies, opts.tasks, labels, opts.repeats or 1)
   if opts.shard then plan = M.shard(plan, opts.shard[1], opts.shard[2]) end
 
   -- resume: what is already finished in this store
@@ -129,10 +139,8 @@ function M.run(opts)
   local jobs = opts.jobs or math.max(2, 2 * (pool and #pool.slots or 1))
   local function start(item)
     local t = item.task
-    local client = client_for(item.model, opts.replay and t.name)
-    local cfg = client:config()
-    local ep = db:begin_episode(run_id, { task = t.name, strategy = item.strategy.name,
-      model = item.model or cfg.model or cfg.provider, seed = item.rep })
+    local client = client_for(item.raw_model, opts.replay and t.name)
+    local ep = db:begin_episode(run_id, { task = t.name, strategy = item.strategy.name, model = item.model, seed = item.rep })
     local env = { store = db, episode = ep, pool = pool and yielding_pool(pool) or nil, client = yielding_client(client),
       guidance = opts.guidance, args = args, arch = pool and pool.device.arch or "sm_90" }
     local ctx = runner.ctx(t, env)
