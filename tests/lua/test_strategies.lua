@@ -67,7 +67,7 @@ local function run(strategy_file, tasks, args, client_cfg)
   a.quiet = true
   local G = require "km.guidance"
   local res = sweep.run { strategies = { { name = strategy_file:gsub("%.lua$", ""), fn = fn } }, tasks = tasks,
-    models = { false }, repeats = 1, store = db, pool = testing.fake_pool(judge), args = a, fresh = true,
+    models = { false }, repeats = 1, store = db, pool = testing.fake_pool(judge), args = a, fresh = true, jobs = a.jobs,
     guidance = G.load(ROOT .. "/guidance"),
     make_client = function() return llm.new(client_cfg or { provider = "openai", base_url = server.base, model = "fake-model" }) end }
   db:close()
