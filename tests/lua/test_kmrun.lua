@@ -79,6 +79,17 @@ t.test("KM_PATH adds module folders before the library", function()
   t.eq(out, "42\n")
 end)
 
+t.test("with no arguments on a terminal, an interactive prompt", function()
+  if not os.execute("command -v script >/dev/null 2>&1") then
+    return t.diag("skipped: util-linux's script (for a pseudo-terminal) is not installed")
+  end
+  local out = sh("printf 'print(6*7)\\n1+2\\nerror(\"oops\")\\n' | timeout 10 script -qec " .. KMRUN .. " /dev/null")
+  t.ok(out:find("Ctrl-D to leave", 1, true), out)
+  t.ok(out:find("> 42", 1, true), out)
+  t.ok(out:find("> 3", 1, true), out)   -- an expression prints its value
+  t.ok(out:find("oops", 1, true), out)  -- an error is reported and the prompt goes on
+end)
+
 t.test("built-in modules are preloaded, not globals", function()
   t.eq(rawget(_G, "km"), nil)
   t.ok(package.preload["km.core"], "km.core in package.preload")
