@@ -38,6 +38,8 @@ options:
   --seeds N        seeds per shape (default 3)
   --timeout S      seconds per candidate before it is stopped (default 120)
   --budget-requests N, --budget-tokens N, --budget-dollars X
+                   stop cleanly once spent (dollars need --prices)
+  --prices FILE    JSON { "model": { "input": $ per 1M tokens, "output": $ per 1M tokens } }
   --filter PATTERN only tasks whose name matches the Lua pattern
   --quiet          no per-task lines
 Exit status: 0 when every task ended correct, 1 otherwise, 2 on usage errors, 3 when there
@@ -151,7 +153,22 @@ local function make_llm(args, task_name)
   if args.budget_requests or args.budget_tokens or args.budget_dollars then
     cfg.budget = { requests = args.budget_requests, tokens = args.budget_tokens, dollars = args.budget_dollars }
   end
+  if args.prices then
+    -- a JSON file: { "model-name": { "input": dollars per million tokens, "output": ... } }
+    local text = task_mod.read_file(args.prices)
+    local prices, perr = text and json.decode(text)
+    if type(prices) ~= "table" then return nil, "cannot read the price table " .. args.prices .. ": " .. tostring(perr or "unreadable") end
+    cfg.prices = prices
+  end
   return llm.new(cfg)
+end
+
+-- The model client the command-line options describe (for a task, when replaying).
+function M.setup_client(args, model, task_name)
+  local a = {}
+  for k, v in pairs(args) do a[k] = v end
+  if model then a.model = model end
+  return make_llm(a, task_name)
 end
 
 ----------------------------------------------------------------------------------------
@@ -362,12 +379,7 @@ function M.setup(args, out)
     local okg, G = pcall(require, "km.guidance")
     if okg then guidance = G.load() end
   end
-  local function make_client(model, task_name)
-    local a = {}
-    for k, v in pairs(args) do a[k] = v end
-    a.model = model or args.model
-    return make_llm(a, task_name)
-  end
+  local function make_client(model, task_name) return M.setup_client(args, model, task_name) end
   local okc, probe, perr = pcall(make_client, nil)
   if not okc or not probe then
     db:close()

@@ -124,6 +124,41 @@ t.test("repair: a buggy first answer, feedback, a fixed second one; trajectory a
   t.ok(direct.messages[3].content:find("SPEED=2", 1, true))
 end)
 
+t.test("replay: an episode's model turns play back from its store, with no server", function()
+  local tk = make_task("t_replay", write_script("replay", { answer("first", 1, true), answer("second", 2) }))
+  local path = run("repair.lua", { tk })
+  local n_before = #server.requests()
+  local a = assert(runner.parse_args { "--replay", path })
+  local replayed_path = DIR .. "/replayed.sqlite"
+  local db = assert(store.open(replayed_path))
+  local res = sweep.run { strategies = { { name = "repair", fn = assert(loadfile(ROOT .. "/strategies/repair.lua"))() } },
+    tasks = { tk }, models = { false }, repeats = 1, store = db, pool = testing.fake_pool(judge), args = a, fresh = true,
+    replay = true, make_client = function(model, task_name) return assert(runner.setup_client(a, model, task_name)) end }
+  db:close()
+  t.eq(res.correct, 1)
+  t.eq(#server.requests(), n_before, "the server was not asked")
+  local orig, replayed = episode(path), episode(replayed_path)
+  local function cands(ep)
+    local list = {}
+    for _, s in ipairs(ep.steps) do if s.kind == "candidate" then list[#list + 1] = s.payload.source end end
+    return list
+  end
+  local a1, b1 = cands(orig), cands(replayed)
+  t.eq(#b1, #a1)
+  for i = 1, #a1 do t.eq(b1[i], a1[i], "candidate " .. i) end
+end)
+
+t.test("a price table turns tokens into dollars", function()
+  local f = io.open(DIR .. "/prices.json", "w")
+  f:write('{"fake-model": {"input": 1000000, "output": 2000000}}')
+  f:close()
+  local a = assert(runner.parse_args { "--prices", DIR .. "/prices.json", "--model", "fake-model", "--base-url", server.base, "--provider", "openai" })
+  local c = assert(runner.setup_client(a))
+  local reply = assert(c:chat({ { role = "user", content = "three words here" } }))
+  t.ok(reply.dollars > 0, tostring(reply.dollars))
+  t.eq(reply.dollars, reply.usage.prompt_tokens * 1 + reply.usage.completion_tokens * 2)
+end)
+
 t.test("implement: one call, one verdict", function()
   local tk = make_task("t_impl", write_script("impl", { answer("one shot", 1.2) }))
   local path, res = run("implement.lua", { tk })
