@@ -3,20 +3,23 @@
  *   local c = llm.new { model = "m", budget = { requests = 100 } }  -- env fills the rest
  *   local reply, msg, code = c:chat(messages, { temperature = 0.7, max_tokens = 2048 })
  *   local entries = c:chat_many({ msgs1, msgs2, msgs3 }, opts) -- concurrent, in order
- *   c:usage()   c:config()   c:close()
+ *   local req = c:start(messages, opts)       -- at once; c:poll(ms) hands back finished ones
+ *   c:pending()   c:usage()   c:config()   c:close()
  *
  * Requests are OpenAI chat completions or Anthropic Messages over libcurl's multi interface:
- * every HTTP attempt of a call (all n of them, all entries of chat_many, their retries) runs
- * in one event loop, so N candidates cost the time of the slowest, not the sum. The JSON
- * both ways and the retry policy are pure C in km_llm_core.c; this file translates Lua
- * tables and moves bytes.
+ * every HTTP attempt of a client (all n of a call, all entries of chat_many, every request
+ * started and not yet polled, their retries) runs in one event loop, so N candidates cost
+ * the time of the slowest, not the sum. chat is start plus "turn the loop until it is done".
+ * The JSON both ways and the retry policy are pure C in km_llm_core.c; this file translates
+ * Lua tables and moves bytes.
  *
  * Ownership: a km.llm.Client owns its curl multi handle, its header list and copies of its
  * configuration strings (the API key among them; it is wiped when freed and never handed
- * back to Lua). Everything one call allocates (easy handles, request and response bodies,
- * parsed replies) is owned by a km.llm.Batch userdata, so a raise anywhere frees it.
- * No Lua code runs while transfers are in flight: the loop is plain C, and every easy
- * handle has left the multi handle before the call touches Lua again. */
+ * back to Lua). Everything one request allocates (easy handles, request and response bodies,
+ * parsed replies) is owned by its km.llm.Request userdata, so a raise while it is built
+ * frees it; the client pins its requests until poll or chat hands them back (which frees
+ * that memory at once) and aborts them when it is closed or collected. Transfers stay open
+ * between Lua calls, but curl only runs inside this file's loop, never while Lua does. */
 #define _GNU_SOURCE /* explicit_bzero, strcasecmp */
 #include <math.h>
 #include <stdarg.h>
@@ -37,7 +40,7 @@
 #include "km_llm_core.h"
 
 #define KM_LLM_MT "km.llm.Client"
-#define BATCH_MT "km.llm.Batch"
+#define REQUEST_MT "km.llm.Request"
 
 #define BACKOFF_CAP 60.0          /* seconds: the longest wait between two attempts */
 #define MAX_BODY (64u << 20)      /* a reply larger than this is refused, not buffered */
@@ -50,7 +53,9 @@ static const char *const PROVIDERS[] = {"openai", "anthropic", "replay", "offlin
   "offline: no model configured (set OPENAI_BASE_URL or ANTHROPIC_API_KEY, or KM_MODEL)"
 
 /* uservalues of a client */
-enum { UV_PRICES = 1, UV_REPLIES = 2 };
+enum { UV_PRICES = 1, UV_REPLIES = 2, UV_INFLIGHT = 3 };
+
+typedef struct request request;
 
 typedef struct {
   int open;
@@ -65,7 +70,12 @@ typedef struct {
   CURLM *multi;                /* keeps connections alive between calls */
   struct curl_slist *headers;  /* the same for every request of this client */
   uint64_t rng;
+  request *head, *tail;        /* started requests not yet handed back, in start order */
+  lua_Integer next_id;         /* the last request id given out */
+  size_t n_pending;            /* length of that list */
 } client;
+
+static void request_release(request *r);
 
 static double mono(void) {
   struct timespec ts;
@@ -100,6 +110,12 @@ static client *client_check(lua_State *L, int idx) {
 /* __gc, __close and :close(): one idempotent release. */
 static int client_release(lua_State *L) {
   client *c = luaL_checkudata(L, 1, KM_LLM_MT);
+  /* Requests in flight first: their easy handles must leave the multi handle before it goes. */
+  while (c->head) request_release(c->head);
+  if (c->open) {
+    lua_pushnil(L); /* the handles stay valid for whoever holds them, as finished shells */
+    lua_setiuservalue(L, 1, UV_INFLIGHT);
+  }
   if (c->multi) curl_multi_cleanup(c->multi);
   c->multi = NULL;
   if (c->headers) {
@@ -265,9 +281,11 @@ static int l_new(lua_State *L) {
   luaL_argcheck(L, lua_istable(L, 3), cfg, "replies must be a list of reply tables");
 
   /* Closed userdata first, then the resources: a raise in between leaks nothing. */
-  client *c = lua_newuserdatauv(L, sizeof *c, 2); /* [cfg, prices, replies, c] */
+  client *c = lua_newuserdatauv(L, sizeof *c, 3); /* [cfg, prices, replies, c] */
   memset(c, 0, sizeof *c);
   luaL_setmetatable(L, KM_LLM_MT);
+  lua_newtable(L); /* id -> km.llm.Request: pins every request until it is handed back */
+  lua_setiuservalue(L, -2, UV_INFLIGHT);
   lua_pushvalue(L, 2);
   lua_setiuservalue(L, -2, UV_PRICES);
   lua_pushvalue(L, 3);
@@ -514,19 +532,21 @@ static void read_params(anchor *a, int opts, client *c, km_llm_params *p) {
   }
 }
 
-/* ---- one call's transfers ---- */
+/* ---- requests and their transfers ---- */
 
 enum { J_WAIT, J_RUN, J_DONE };
 
+/* One HTTP exchange and its retries. A request has one, or n for Anthropic with n > 1. */
 typedef struct {
-  CURL *easy;
+  request *owner;
+  CURL *easy;                 /* set up once, reused by every attempt */
   char *body;                 /* request JSON (km_llm_free) */
   char *resp;                 /* response bytes */
   size_t resp_n, resp_cap;
   int too_large;
   char retry_after[64];
   char errbuf[CURL_ERROR_SIZE];
-  int state, attempts, req;
+  int state, attempts;
   double next_at, started, finished;
   int ok;
   char code[32];
@@ -534,29 +554,69 @@ typedef struct {
   km_llm_response r;
 } job;
 
-typedef struct {
-  job *jobs;
-  size_t n;
-} batch;
+/* A started request lives in the memory of a km.llm.Request userdata, so a raise while
+ * start builds it leaves the rest to its __gc. From start until poll or chat hands its
+ * outcome back, it is linked into its client's list (which the transfer loop walks) and
+ * pinned by the client's inflight table. An outcome decided at start (a budget refusal, a
+ * replayed reply, OFFLINE) waits in the userdata's user value as { reply = } or
+ * { error =, code = }. */
+struct request {
+  client *c;                  /* while linked; NULL once handed back, closed or collected */
+  request *prev, *next;
+  lua_Integer id;             /* key in the client's inflight table */
+  job *jobs;                  /* malloc'd; freed by request_release */
+  size_t n_jobs, left;        /* left: jobs not yet J_DONE (0: finished) */
+  int ready;                  /* the outcome is in the user value */
+  /* a finished network request's usage, added to the client's when it is handed back */
+  long long in, out;
+  double dollars;
+  int failed;
+};
 
-static void job_free_easy(job *j) {
-  if (j->easy) curl_easy_cleanup(j->easy);
+static void job_release(client *c, job *j) {
+  if (j->easy) {
+    /* Only an attempt in flight is in the multi handle: close and __gc abort it here. */
+    if (j->state == J_RUN && c && c->multi) curl_multi_remove_handle(c->multi, j->easy);
+    curl_easy_cleanup(j->easy);
+  }
   j->easy = NULL;
+  km_llm_free(j->body);
+  j->body = NULL;
+  free(j->resp);
+  j->resp = NULL;
+  km_llm_response_free(&j->r);
 }
 
-static int batch_gc(lua_State *L) {
-  batch *b = luaL_checkudata(L, 1, BATCH_MT);
-  for (size_t i = 0; b->jobs && i < b->n; i++) {
-    job *j = &b->jobs[i];
-    job_free_easy(j);
-    km_llm_free(j->body);
-    free(j->resp);
-    km_llm_response_free(&j->r);
+/* Unlinks the request from its client and frees what it owns. Idempotent: poll, chat,
+ * the client's release and the request's own __gc all end here. A linked request always
+ * has a live client: the client pins it, and releasing the client releases it first. */
+static void request_release(request *r) {
+  client *c = r->c;
+  for (size_t i = 0; r->jobs && i < r->n_jobs; i++) job_release(c, &r->jobs[i]);
+  free(r->jobs);
+  r->jobs = NULL;
+  r->n_jobs = r->left = 0;
+  if (c) {
+    if (r->prev) r->prev->next = r->next;
+    else c->head = r->next;
+    if (r->next) r->next->prev = r->prev;
+    else c->tail = r->prev;
+    c->n_pending--;
   }
-  free(b->jobs);
-  b->jobs = NULL;
-  b->n = 0;
+  r->c = NULL;
+  r->prev = r->next = NULL;
+}
+
+static int request_gc(lua_State *L) {
+  request_release(luaL_checkudata(L, 1, REQUEST_MT));
   return 0;
+}
+
+static int request_tostring(lua_State *L) {
+  request *r = luaL_checkudata(L, 1, REQUEST_MT);
+  lua_pushfstring(L, "km.llm.Request %I (%s)", (LUAI_UACINT)r->id,
+                  !r->c ? "done" : r->left ? "in flight" : "finished");
+  return 1;
 }
 
 static size_t on_body(char *data, size_t size, size_t nmemb, void *ud) {
@@ -736,43 +796,62 @@ static void start_attempt(client *c, job *j, double now) {
   j->state = J_RUN;
 }
 
-/* Runs every job to its end. Plain C: nothing here calls Lua, and every easy handle is out
- * of the multi handle when this returns. */
-static void perform(client *c, batch *b) {
-  size_t left = 0;
-  for (size_t i = 0; i < b->n; i++)
-    if (b->jobs[i].state != J_DONE) left++;
-  while (left) {
-    double now = mono(), wake = INFINITY;
-    for (size_t i = 0; i < b->n; i++) {
-      job *j = &b->jobs[i];
-      if (j->state != J_WAIT) continue;
-      if (j->next_at <= now) {
-        start_attempt(c, j, now);
-        if (j->state == J_DONE) left--;
-      } else if (j->next_at < wake) {
-        wake = j->next_at;
-      }
+/* ---- the transfer loop ----
+ *
+ * Every request of a client shares its multi handle, so they all move whenever any call
+ * drives the loop: start, poll, chat. Curl's callbacks only write into job buffers, and
+ * curl runs only inside step(), so Lua code can run between steps with transfers open.
+ * A request waiting for its retry time is simply not in the multi handle until then. */
+
+/* One turn, never waiting: starts the attempts that are due, lets curl move bytes, and
+ * settles the attempts that ended. */
+static void step(client *c) {
+  if (!c->multi) return;
+  double now = mono();
+  for (request *r = c->head; r; r = r->next)
+    for (size_t i = 0; i < r->n_jobs; i++) {
+      job *j = &r->jobs[i];
+      if (j->state != J_WAIT || j->next_at > now) continue;
+      start_attempt(c, j, now);
+      if (j->state == J_DONE) r->left--;
     }
-    int running = 0;
-    curl_multi_perform(c->multi, &running);
-    CURLMsg *m;
-    int queued;
-    while ((m = curl_multi_info_read(c->multi, &queued))) {
-      if (m->msg != CURLMSG_DONE) continue;
-      CURL *e = m->easy_handle;
-      CURLcode rc = m->data.result; /* m dies with the removal below */
-      job *j = NULL;
-      curl_easy_getinfo(e, CURLINFO_PRIVATE, (char **)&j);
-      curl_multi_remove_handle(c->multi, e);
-      c->attempts++;
-      attempt_done(c, j, rc, mono());
-      if (j->state == J_DONE) left--;
-      else if (j->next_at < wake) wake = j->next_at;
-    }
-    if (!left) break;
-    /* Sleep until a socket is ready or the next retry is due, at most 1 s at a time. */
-    double wait = isfinite(wake) ? wake - mono() : 1.0;
+  int running = 0;
+  curl_multi_perform(c->multi, &running);
+  CURLMsg *m;
+  int queued;
+  while ((m = curl_multi_info_read(c->multi, &queued))) {
+    if (m->msg != CURLMSG_DONE) continue;
+    CURL *e = m->easy_handle;
+    CURLcode rc = m->data.result; /* m dies with the removal below */
+    job *j = NULL;
+    curl_easy_getinfo(e, CURLINFO_PRIVATE, (char **)&j);
+    curl_multi_remove_handle(c->multi, e);
+    c->attempts++;
+    attempt_done(c, j, rc, mono());
+    if (j->state == J_DONE) j->owner->left--;
+  }
+}
+
+static int any_finished(const client *c) {
+  for (const request *r = c->head; r; r = r->next)
+    if (!r->left) return 1;
+  return 0;
+}
+
+/* Turns the loop until `want` has finished (want NULL: until any request has, or none is
+ * left) or the deadline (mono() seconds) passes, sleeping in curl_multi_poll until a socket
+ * is ready, a retry is due or the deadline comes, at most 1 s at a time. */
+static void drive(client *c, double deadline, const request *want) {
+  for (;;) {
+    step(c);
+    if (want ? !want->left : !c->head || any_finished(c)) return;
+    if (!c->multi) return; /* replay and offline requests finish when they start */
+    double now = mono(), wake = deadline;
+    if (now >= deadline) return;
+    for (const request *r = c->head; r; r = r->next)
+      for (size_t i = 0; i < r->n_jobs; i++)
+        if (r->jobs[i].state == J_WAIT && r->jobs[i].next_at < wake) wake = r->jobs[i].next_at;
+    double wait = wake - now;
     int ms = wait <= 0 ? 0 : wait >= 1.0 ? 1000 : (int)ceil(wait * 1000);
     curl_multi_poll(c->multi, NULL, 0, ms, NULL);
   }
@@ -842,9 +921,12 @@ static double price_of(lua_State *L, client *c, const char *model, long long in,
   return d;
 }
 
-/* Pushes the reply made of jobs [first, first + count), or the failure triple; updates
- * the client's usage either way. Returns 1 or 3 values pushed. */
-static int push_result(lua_State *L, client *c, job *jobs, size_t count) {
+/* Pushes the reply made of a finished network request's jobs, or the failure triple
+ * (1 or 3 values), and notes its usage for settle(). Nothing here changes the client, so a
+ * raise part way leaves its totals as they were. */
+static int push_network(lua_State *L, client *c, request *req) {
+  job *jobs = req->jobs;
+  size_t count = req->n_jobs;
   long long in = 0, out = 0, total = 0, reasoning = 0, attempts = 0;
   int has_reasoning = 0;
   job *failed = NULL;
@@ -869,12 +951,11 @@ static int push_result(lua_State *L, client *c, job *jobs, size_t count) {
   for (size_t i = 0; i < count && !model; i++)
     if (jobs[i].ok) model = jobs[i].r.model;
   double dollars = price_of(L, c, model, in, out);
-  c->prompt_tokens += in;
-  c->completion_tokens += out;
-  c->spent.tokens += in + out;
-  c->spent.dollars += dollars;
+  req->in = in;
+  req->out = out;
+  req->dollars = dollars;
+  req->failed = failed != NULL;
   if (failed) {
-    c->failures++;
     km_llm_scrub(failed->msg, strlen(failed->msg), c->api_key);
     return km_fail(L, failed->code, "%s", failed->msg);
   }
@@ -1038,18 +1119,175 @@ static int replay_one(lua_State *L, client *c) {
   return 1;
 }
 
-/* ---- chat, chat_many ---- */
+/* ---- start, poll, chat, chat_many ---- */
 
-typedef struct {
-  km_llm_message *msgs;
-  size_t n;
-  const char *refused; /* the budget limit this request broke, or NULL */
-  size_t first_job, n_jobs;
-} request;
-
-/* Leaves the result of one request on the stack: 1 or 3 values. */
 static int push_refused(lua_State *L, const char *which) {
   return km_fail(L, "BUDGET_EXCEEDED", "budget exceeded: %s", which);
+}
+
+/* Moves the 1 or 3 values at the top into a new table { reply = } or { error =, code = },
+ * left in their place. */
+static void outcome_table(lua_State *L, int nret) {
+  lua_createtable(L, 0, 4);
+  if (nret == 1) {
+    lua_insert(L, -2);              /* [.., t, reply] */
+    lua_setfield(L, -2, "reply");
+  } else {
+    lua_insert(L, -4);              /* [.., t, nil, msg, code] */
+    lua_setfield(L, -4, "code");
+    lua_setfield(L, -3, "error");
+    lua_pop(L, 1);
+  }
+}
+
+/* Builds a request and pushes its handle, not yet linked to the client (so a raise here
+ * costs nothing but garbage). The budget is checked as if `reserved` more requests had been
+ * counted: chat_many decides every entry before any is sent. The client is at index 1. */
+static request *prepare(lua_State *L, client *c, const km_llm_message *msgs, size_t n_msgs,
+                        const km_llm_params *p, long long reserved) {
+  int network = c->provider == P_OPENAI || c->provider == P_ANTHROPIC;
+  size_t per = c->provider == P_ANTHROPIC ? (size_t)p->n : 1;
+  request *r = lua_newuserdatauv(L, sizeof *r, 1); /* [.., handle] */
+  memset(r, 0, sizeof *r);
+  luaL_setmetatable(L, REQUEST_MT);
+  int h = lua_gettop(L);
+  km_llm_spent spent = c->spent;
+  spent.requests += reserved;
+  const char *refused = km_llm_budget_check(&c->budget, &spent, (long long)per);
+  if (refused || !network) {
+    int nret = refused ? push_refused(L, refused)
+               : c->provider == P_OFFLINE ? km_fail(L, "OFFLINE", OFFLINE_MSG)
+                                          : replay_one(L, c);
+    outcome_table(L, nret);
+    lua_setiuservalue(L, h, 1);
+    lua_settop(L, h); /* replay_one can leave working values below its results */
+    r->ready = 1;
+    return r;
+  }
+  if (!(r->jobs = calloc(per, sizeof *r->jobs))) luaL_error(L, "km.llm: out of memory");
+  r->n_jobs = r->left = per;
+  km_llm_api api = c->provider == P_ANTHROPIC ? KM_LLM_ANTHROPIC : KM_LLM_OPENAI;
+  for (size_t k = 0; k < per; k++) {
+    job *j = &r->jobs[k];
+    j->owner = r;
+    char err[256];
+    if (km_llm_build_request(api, msgs, n_msgs, p, &j->body, err, sizeof err))
+      luaL_error(L, "km.llm: %s", err);
+    if (setup_easy(c, j)) luaL_error(L, "km.llm: cannot set up a curl handle");
+    j->state = J_WAIT;
+  }
+  return r;
+}
+
+/* Makes the prepared request at the top of the stack the client's: pinned in the inflight
+ * table, linked into the list, its requests counted. */
+static void enlist(lua_State *L, client *c, request *r) {
+  lua_Integer id = c->next_id + 1;
+  lua_getiuservalue(L, 1, UV_INFLIGHT); /* [.., handle, inflight] */
+  lua_pushvalue(L, -2);
+  lua_rawseti(L, -2, id);
+  lua_pop(L, 1);
+  /* Nothing below raises. */
+  c->next_id = r->id = id;
+  if (!r->ready) c->spent.requests += (long long)r->n_jobs;
+  r->c = c;
+  r->prev = c->tail;
+  if (c->tail) c->tail->next = r;
+  else c->head = r;
+  c->tail = r;
+  c->n_pending++;
+}
+
+/* Pushes a finished request's outcome: a reply, or nil, message, code. */
+static int push_outcome(lua_State *L, client *c, request *r) {
+  if (!r->ready) return push_network(L, c, r);
+  lua_getiuservalue(L, 1, UV_INFLIGHT); /* [.., inflight] */
+  lua_rawgeti(L, -1, r->id);            /* [.., inflight, handle] */
+  lua_getiuservalue(L, -1, 1);          /* [.., inflight, handle, outcome] */
+  lua_replace(L, -3);
+  lua_pop(L, 1);                        /* [.., outcome] */
+  if (lua_getfield(L, -1, "reply") != LUA_TNIL) {
+    lua_remove(L, -2);
+    return 1;
+  }
+  lua_getfield(L, -2, "error");         /* [.., outcome, nil, msg, code] */
+  lua_getfield(L, -3, "code");
+  lua_remove(L, -4);
+  return 3;
+}
+
+/* After push_outcome: adds the request's usage to the client's, drops it from the inflight
+ * table and frees it. Nothing here raises (the inflight slot exists, so clearing it does
+ * not allocate). */
+static void settle(lua_State *L, client *c, request *r) {
+  if (!r->ready) {
+    c->prompt_tokens += r->in;
+    c->completion_tokens += r->out;
+    c->spent.tokens += r->in + r->out;
+    c->spent.dollars += r->dollars;
+    if (r->failed) c->failures++;
+  }
+  lua_getiuservalue(L, 1, UV_INFLIGHT);
+  lua_pushnil(L);
+  lua_rawseti(L, -2, r->id);
+  lua_pop(L, 1);
+  request_release(r);
+}
+
+/* c:start(messages, opts) -> a km.llm.Request, at once. */
+static int l_start(lua_State *L) {
+  client *c = client_check(L, 1);
+  luaL_checktype(L, 2, LUA_TTABLE);
+  if (!lua_isnoneornil(L, 3)) luaL_checktype(L, 3, LUA_TTABLE);
+  lua_settop(L, 3);
+  lua_newtable(L); /* [self, messages, opts, anchor] */
+  anchor a = {L, 4, 0};
+  km_llm_params p;
+  read_params(&a, 3, c, &p);
+  km_llm_message *msgs;
+  size_t n;
+  read_messages(&a, 2, &msgs, &n, 0);
+  request *r = prepare(L, c, msgs, n, &p, 0); /* [.., handle] */
+  enlist(L, c, r);
+  step(c); /* on the wire now, not at the next poll */
+  return 1;
+}
+
+/* c:poll([timeout_ms]) -> { { request =, reply = | error =, code = }, ... }: every started
+ * request that has finished, in the order they were started, after waiting up to
+ * timeout_ms (none: no limit) for at least one. {} at once when none is pending. */
+static int l_poll(lua_State *L) {
+  client *c = client_check(L, 1);
+  double deadline = INFINITY;
+  if (!lua_isnoneornil(L, 2)) {
+    lua_Number ms = luaL_checknumber(L, 2);
+    luaL_argcheck(L, ms >= 0, 2, "timeout must be a non-negative number of milliseconds");
+    deadline = mono() + ms / 1e3;
+  }
+  lua_settop(L, 1);
+  lua_newtable(L); /* [self, results] */
+  drive(c, deadline, NULL);
+  lua_Integer k = 0;
+  for (request *r = c->head, *next; r; r = next) {
+    next = r->next;
+    if (r->left) continue;
+    int nret = push_outcome(L, c, r);
+    outcome_table(L, nret);                 /* [self, results, entry] */
+    lua_getiuservalue(L, 1, UV_INFLIGHT);
+    lua_rawgeti(L, -1, r->id);
+    lua_setfield(L, -3, "request");
+    lua_pop(L, 1);
+    lua_rawseti(L, 2, ++k);
+    settle(L, c, r);
+  }
+  return 1;
+}
+
+/* c:pending() -> requests started and not yet handed back by poll. */
+static int l_pending(lua_State *L) {
+  client *c = client_check(L, 1);
+  lua_pushinteger(L, (lua_Integer)c->n_pending);
+  return 1;
 }
 
 /* Stores the 1 or 3 values at the top as results[i] = { reply } or { nil, msg, code }. */
@@ -1067,6 +1305,9 @@ static void store_entry(lua_State *L, int results, lua_Integer i, int nret) {
   lua_rawseti(L, results, i);
 }
 
+/* chat is start + drive until it finishes; chat_many starts every entry (each decided by the
+ * budget in order before any is sent), drives until all have finished and hands them back
+ * in order. Requests other callers started move along meanwhile and wait for their poll. */
 static int do_chat(lua_State *L, int many) {
   client *c = client_check(L, 1);
   luaL_checktype(L, 2, LUA_TTABLE);
@@ -1077,11 +1318,15 @@ static int do_chat(lua_State *L, int many) {
   km_llm_params p;
   read_params(&a, 3, c, &p);
   lua_Integer count = many ? luaL_len(L, 2) : 1;
-  request *reqs = anchored_array(&a, (size_t)count, sizeof *reqs);
+  typedef struct {
+    km_llm_message *msgs;
+    size_t n;
+  } entry;
+  entry *es = anchored_array(&a, (size_t)count, sizeof *es);
   for (lua_Integer i = 1; i <= count; i++) {
     if (many) lua_geti(L, 2, i);
     else lua_pushvalue(L, 2);
-    read_messages(&a, lua_gettop(L), &reqs[i - 1].msgs, &reqs[i - 1].n, many ? i : 0);
+    read_messages(&a, lua_gettop(L), &es[i - 1].msgs, &es[i - 1].n, many ? i : 0);
     lua_rawseti(L, 4, ++a.n); /* keeps the list alive with what points into it */
   }
   if (many) lua_createtable(L, (int)count, 0); /* [.., results] */
@@ -1099,47 +1344,30 @@ static int do_chat(lua_State *L, int many) {
     return 1;
   }
 
-  /* Budget first, in order, so what is refused is decided before anything is sent. */
-  size_t per = c->provider == P_ANTHROPIC ? (size_t)p.n : 1, total = 0;
+  /* Every request is built before any joins the client, so a raise leaves none behind. */
+  request **rs = anchored_array(&a, (size_t)count, sizeof *rs);
+  lua_createtable(L, (int)count, 0); /* [.., results?, handles] */
+  int handles = lua_gettop(L);
+  long long reserved = 0;
   for (lua_Integer i = 0; i < count; i++) {
-    request *r = &reqs[i];
-    r->refused = km_llm_budget_check(&c->budget, &c->spent, (long long)per);
-    if (r->refused) continue;
-    c->spent.requests += (long long)per;
-    r->first_job = total;
-    r->n_jobs = per;
-    total += per;
+    rs[i] = prepare(L, c, es[i].msgs, es[i].n, &p, reserved);
+    if (!rs[i]->ready) reserved += (long long)rs[i]->n_jobs;
+    lua_rawseti(L, handles, i + 1);
   }
-  if (!many && reqs[0].refused) return push_refused(L, reqs[0].refused);
-
-  batch *b = lua_newuserdatauv(L, sizeof *b, 0); /* [.., batch] */
-  memset(b, 0, sizeof *b);
-  luaL_setmetatable(L, BATCH_MT);
-  lua_rawseti(L, 4, ++a.n);
-  if (total && !(b->jobs = calloc(total, sizeof *b->jobs))) luaL_error(L, "km.llm: out of memory");
-  b->n = total;
-  km_llm_api api = c->provider == P_ANTHROPIC ? KM_LLM_ANTHROPIC : KM_LLM_OPENAI;
   for (lua_Integer i = 0; i < count; i++) {
-    request *r = &reqs[i];
-    for (size_t k = 0; k < r->n_jobs; k++) {
-      job *j = &b->jobs[r->first_job + k];
-      j->req = (int)i;
-      char err[256];
-      int rc = km_llm_build_request(api, r->msgs, r->n, &p, &j->body, err, sizeof err);
-      if (rc) luaL_error(L, "km.llm: %s", err);
-      if (setup_easy(c, j)) luaL_error(L, "km.llm: cannot set up a curl handle");
-      j->state = J_WAIT;
+    lua_rawgeti(L, handles, i + 1);
+    enlist(L, c, rs[i]);
+    lua_pop(L, 1);
+  }
+  for (lua_Integer i = 0; i < count; i++) drive(c, INFINITY, rs[i]);
+  for (lua_Integer i = 0; i < count; i++) {
+    int nret = push_outcome(L, c, rs[i]);
+    if (!many) {
+      settle(L, c, rs[i]);
+      return nret;
     }
-  }
-  perform(c, b);
-  for (size_t i = 0; i < b->n; i++) job_free_easy(&b->jobs[i]);
-
-  for (lua_Integer i = 0; i < count; i++) {
-    request *r = &reqs[i];
-    int nret = r->refused ? push_refused(L, r->refused)
-                          : push_result(L, c, &b->jobs[r->first_job], r->n_jobs);
-    if (!many) return nret;
     store_entry(L, results, i + 1, nret);
+    settle(L, c, rs[i]);
   }
   lua_settop(L, results);
   return 1;
@@ -1208,17 +1436,20 @@ int luaopen_km_llm(lua_State *L) {
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) luaL_error(L, "km.llm: curl_global_init failed");
     curl_ready = 1;
   }
-  static const luaL_Reg methods[] = {{"chat", l_chat},     {"chat_many", l_chat_many},
-                                     {"usage", l_usage},   {"config", l_config},
-                                     {"close", client_release}, {NULL, NULL}};
+  static const luaL_Reg methods[] = {
+      {"chat", l_chat},       {"chat_many", l_chat_many}, {"start", l_start},
+      {"poll", l_poll},       {"pending", l_pending},     {"usage", l_usage},
+      {"config", l_config},   {"close", client_release},  {NULL, NULL}};
   km_newclass(L, KM_LLM_MT, methods, client_release);
   luaL_getmetatable(L, KM_LLM_MT);
   lua_pushcfunction(L, l_tostring);
   lua_setfield(L, -2, "__tostring");
   lua_pop(L, 1);
-  luaL_newmetatable(L, BATCH_MT);
-  lua_pushcfunction(L, batch_gc);
+  luaL_newmetatable(L, REQUEST_MT);
+  lua_pushcfunction(L, request_gc);
   lua_setfield(L, -2, "__gc");
+  lua_pushcfunction(L, request_tostring);
+  lua_setfield(L, -2, "__tostring");
   lua_pop(L, 1);
   static const luaL_Reg fns[] = {{"new", l_new}, {"now", l_now}, {NULL, NULL}};
   luaL_newlib(L, fns);

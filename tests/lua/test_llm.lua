@@ -1,6 +1,6 @@
 -- km.llm against a real HTTP server on loopback (tests/fake_llm_server.py): both APIs,
 -- translation, tools, reasoning, n, retries, timeouts, bad bodies, keys, budgets,
--- concurrency, offline, replay and the environment.
+-- concurrency (chat_many; start/poll), offline, replay and the environment.
 local t = require "km.tap"
 local llm = require "km.llm"
 local json = require "km.json"
@@ -516,6 +516,271 @@ t.test("chat_many: 4 requests of 0.5 s run concurrently, results in order", func
   t.eq(out[4][2], "budget exceeded: requests")
   t.eq(out[4][3], "BUDGET_EXCEEDED")
   t.eq(#c:chat_many({}), 0)
+end)
+
+-- Polls until nothing is pending (or `limit` seconds pass); returns the entries in the order
+-- poll handed them back and a map request -> entry.
+local function drain(c, limit, ms)
+  local order, by = {}, {}
+  local t0 = llm.now()
+  while c:pending() > 0 and llm.now() - t0 < (limit or 10) do
+    for _, e in ipairs(c:poll(ms or 100)) do
+      order[#order + 1] = e
+      by[e.request] = e
+    end
+  end
+  return order, by
+end
+
+t.test("start/poll: 4 requests of 0.5 s overlap; poll(0) returns {} at once meanwhile", function()
+  local c = openai()
+  local t0 = llm.now()
+  local reqs, want = {}, {}
+  for i = 1, 4 do
+    reqs[i] = c:start(user("[[delay:0.5]] [[reply:async " .. i .. "]]"), { temperature = 1 })
+    want[reqs[i]] = "async " .. i
+  end
+  t.ok(llm.now() - t0 < 0.2, "start returns at once: " .. (llm.now() - t0) .. " s")
+  t.eq(c:pending(), 4)
+  t.ok(tostring(reqs[1]):find("^km%.llm%.Request %d+ %(in flight%)$"), tostring(reqs[1]))
+  local p0 = llm.now()
+  local none = c:poll(0)
+  t.eq(type(none), "table")
+  t.eq(#none, 0)
+  t.ok(llm.now() - p0 < 0.05, "poll(0) took " .. (llm.now() - p0) .. " s")
+  local order, by = drain(c, 5, 100)
+  local elapsed = llm.now() - t0
+  t.ok(elapsed >= 0.5 and elapsed < 1.0, "elapsed " .. elapsed .. " s")
+  t.eq(#order, 4)
+  for i = 1, 4 do
+    local e = by[reqs[i]]
+    t.ok(e and e.reply, "request " .. i .. ": " .. tostring(e and e.error))
+    t.eq(e.reply.content, want[reqs[i]])
+    t.eq(e.reply.attempts, 1)
+    t.eq(e.reply.provider, "openai")
+    t.eq(e.error, nil)
+    t.eq(e.code, nil)
+    t.ok(e.reply.latency_ms >= 490, "latency " .. e.reply.latency_ms)
+  end
+  t.ok(tostring(reqs[1]):find("(done)", 1, true), tostring(reqs[1]))
+  t.eq(c:pending(), 0)
+  local u = c:usage()
+  t.eq(u.requests, 4)
+  t.eq(u.attempts, 4)
+  t.eq(u.completion_tokens, 4 * 2)
+  -- nothing pending: poll does not wait, whatever its timeout
+  p0 = llm.now()
+  t.eq(#c:poll(1000), 0)
+  t.eq(#c:poll(), 0)
+  t.ok(llm.now() - p0 < 0.05, "empty poll took " .. (llm.now() - p0) .. " s")
+  -- no timeout: waits for the first to finish
+  local one = c:start(user("[[delay:0.2]] [[reply:waited]]"))
+  local out = c:poll()
+  t.eq(#out, 1)
+  t.eq(out[1].request, one)
+  t.eq(out[1].reply.content, "waited")
+end)
+
+t.test("start/poll: a retried request finishes with attempts == 3 after another one", function()
+  local c = openai()
+  local m = mark()
+  local slow = c:start(user("[[fault:500x2:t=async]] [[reply:third time]]"))
+  local quick = c:start(user("[[reply:quick]]"))
+  local order, by = drain(c, 5, 1000)
+  t.eq(#order, 2)
+  t.eq(order[1].request, quick, "the quick one first")
+  t.eq(order[2].request, slow)
+  t.eq(by[quick].reply.attempts, 1)
+  t.eq(by[slow].reply.attempts, 3)
+  t.eq(by[slow].reply.content, "third time")
+  t.eq(#since(m), 4)
+  t.eq(c:usage().requests, 2)
+  t.eq(c:usage().attempts, 4)
+  -- A retry waiting out Retry-After is not in flight: poll(0) returns at once, and a request
+  -- started during the wait finishes before it.
+  local t0 = llm.now()
+  local waiting = c:start(user("[[fault:503:retry-after=0.4:" .. tag() .. "]] [[reply:later]]"))
+  t.eq(#c:poll(100), 0, "the 503 came back and the retry waits")
+  local p0 = llm.now()
+  t.eq(#c:poll(0), 0)
+  t.ok(llm.now() - p0 < 0.05, "poll(0) during the wait took " .. (llm.now() - p0) .. " s")
+  local other = c:start(user("[[reply:meanwhile]]"))
+  local first = c:poll(1000)
+  t.eq(#first, 1)
+  t.eq(first[1].request, other)
+  t.ok(llm.now() - t0 < 0.4, "before the retry was due")
+  local second = c:poll(2000)
+  t.eq(#second, 1)
+  t.eq(second[1].request, waiting)
+  t.eq(second[1].reply.content, "later")
+  t.eq(second[1].reply.attempts, 2)
+  t.ok(llm.now() - t0 >= 0.4, "after Retry-After: " .. (llm.now() - t0) .. " s")
+  -- giving up comes back as the entry's error, code and all
+  local g = openai { max_retries = 1 }
+  local r = g:start(user("[[fault:502x5:" .. tag() .. "]]"))
+  local e = g:poll(5000)[1]
+  t.eq(e.request, r)
+  t.eq(e.reply, nil)
+  t.eq(e.code, "HTTP_502")
+  t.ok(e.error:find("after 2 attempts", 1, true), e.error)
+  t.eq(g:usage().failures, 1)
+end)
+
+t.test("start/poll: errors, keys scrubbed, Anthropic n, chat alongside", function()
+  local secret = "sk-secret-async-4242"
+  local c = openai { api_key = secret }
+  local bad = c:start(user("[[fault:400:" .. tag() .. "]] [[echo-key]]"))
+  local echo = c:start(user("[[reply:hi]] [[echo-key]]"))
+  local _, by = drain(c)
+  t.eq(by[bad].code, "HTTP_400")
+  t.ok(not by[bad].error:find(secret, 1, true), by[bad].error)
+  t.ok(by[bad].error:find(("*"):rep(#secret), 1, true), by[bad].error)
+  t.ok(by[echo].reply.content:find("hi", 1, true))
+  t.ok(not by[echo].reply.content:find(secret, 1, true), by[echo].reply.content)
+  local u = openai { base_url = "http://127.0.0.1:1/v1" }
+  u:start(user("hello"))
+  local e = u:poll(2000)[1]
+  t.eq(e.code, "CONNECT")
+  t.eq(u:usage().failures, 1)
+  -- Anthropic n = 3: three requests behind one handle, replies as choices
+  local a = anthropic()
+  local r = a:start(user("[[reply:one two]] [[delay:0.2]]"), { n = 3 })
+  t.eq(a:usage().requests, 3)
+  t.eq(a:pending(), 1)
+  e = a:poll(3000)[1]
+  t.eq(e.request, r)
+  t.eq(#e.reply.choices, 3)
+  t.eq(e.reply.attempts, 3)
+  t.eq(e.reply.usage.completion_tokens, 6)
+  -- chat while requests are in flight: it returns its own reply and leaves theirs to poll
+  local c2 = openai()
+  local bg = c2:start(user("[[delay:0.4]] [[reply:background]]"))
+  local t0 = llm.now()
+  local fg = assert(c2:chat(user("[[reply:foreground]]")))
+  t.eq(fg.content, "foreground")
+  t.ok(llm.now() - t0 < 0.3, "chat did not wait for the other request")
+  t.eq(c2:pending(), 1)
+  local many = c2:chat_many({ user("[[reply:m1]]"), user("[[reply:m2]]") })
+  t.eq(many[2][1].content, "m2")
+  t.eq(c2:pending(), 1)
+  e = c2:poll(2000)[1]
+  t.eq(e.request, bg)
+  t.eq(e.reply.content, "background")
+  t.eq(c2:usage().requests, 4)
+end)
+
+t.test("start/poll: the budget refuses at start, and the next poll says so", function()
+  local c = openai { budget = { requests = 1 } }
+  local m = mark()
+  local a = c:start(user("[[delay:0.2]] [[reply:allowed]]"))
+  local b = c:start(user("refused"))
+  t.eq(c:pending(), 2)
+  t.eq(c:usage().requests, 1)
+  local first = c:poll(0)
+  t.eq(#first, 1, "the refusal comes back at once")
+  t.eq(first[1].request, b)
+  t.eq(first[1].reply, nil)
+  t.eq(first[1].error, "budget exceeded: requests")
+  t.eq(first[1].code, "BUDGET_EXCEEDED")
+  local second = c:poll(2000)
+  t.eq(second[1].request, a)
+  t.eq(second[1].reply.content, "allowed")
+  t.eq(#since(m), 1, "only the allowed one reached the server")
+  t.eq(c:usage().requests, 1)
+  t.eq(c:usage().failures, 0)
+  -- tokens: refused once what was spent (counted when poll hands a reply back) reaches it
+  local tk = openai { budget = { tokens = 5 } }
+  tk:start(user("[[reply:a b c d e]]"))
+  t.ok(tk:poll(2000)[1].reply)
+  tk:start(user("x"))
+  t.eq(tk:poll(0)[1].error, "budget exceeded: tokens")
+end)
+
+t.test("start/poll: closing or collecting a client with requests in flight", function()
+  local c = openai()
+  local reqs = {}
+  for i = 1, 3 do reqs[i] = c:start(user("[[delay:0.5]] [[reply:never seen " .. i .. "]]")) end
+  t.eq(#c:poll(50), 0)
+  c:close()
+  c:close()
+  t.raises(function() c:poll(0) end, "closed km.llm.Client")
+  t.raises(function() c:start(user("x")) end, "closed km.llm.Client")
+  t.raises(function() c:pending() end, "closed km.llm.Client")
+  t.ok(tostring(reqs[1]):find("(done)", 1, true), tostring(reqs[1]))
+  -- collected without close, handles dropped too
+  do
+    local c2 = openai()
+    for _ = 1, 3 do c2:start(user("[[delay:0.5]]")) end
+    c2:poll(20)
+  end
+  collectgarbage()
+  collectgarbage()
+  -- a handle that outlives its client
+  local h
+  do
+    local c3 = anthropic()
+    h = c3:start(user("[[delay:0.5]]"), { n = 2 })
+  end
+  collectgarbage()
+  collectgarbage()
+  t.ok(tostring(h):find("(done)", 1, true), tostring(h))
+  -- a to-be-closed client, one request waiting for its retry, one finished and not polled
+  do
+    local c4 <close> = openai { backoff_base = 5 }
+    c4:start(user("[[fault:500:" .. tag() .. "]]"))
+    c4:start(user("[[reply:unpolled]]"))
+    c4:poll(100)
+    c4:start(user("[[reply:unpolled too]]"))
+  end
+  -- the server is still fine
+  t.ok(openai():chat(user("[[reply:still here]]")))
+end)
+
+t.test("start/poll: replay and offline", function()
+  local c = llm.new { provider = "replay", model = "recorded",
+    replies = { "first", { error = "boom", code = "HTTP_500" }, { content = "third", usage = { prompt_tokens = 2, completion_tokens = 3 } } } }
+  local reqs = {}
+  for i = 1, 4 do reqs[i] = c:start(user("q" .. i)) end
+  t.eq(c:pending(), 4)
+  local out = c:poll(0)
+  t.eq(#out, 4)
+  for i = 1, 4 do t.eq(out[i].request, reqs[i], "in start order") end
+  t.eq(out[1].reply.content, "first")
+  t.eq(out[1].reply.provider, "replay")
+  t.eq(out[1].reply.model, "recorded")
+  t.eq(out[2].reply, nil)
+  t.eq(out[2].error, "boom")
+  t.eq(out[2].code, "HTTP_500")
+  t.eq(out[3].reply.usage.total_tokens, 5)
+  t.eq(out[4].code, "REPLAY_EXHAUSTED")
+  t.eq(c:pending(), 0)
+  t.eq(c:usage().completion_tokens, 3)
+  t.eq(#c:poll(0), 0)
+  local b = llm.new { provider = "replay", replies = { "a", "b" }, budget = { requests = 1 } }
+  b:start(user("x"))
+  b:start(user("y"))
+  out = b:poll()
+  t.eq(out[1].reply.content, "a")
+  t.eq(out[2].code, "BUDGET_EXCEEDED")
+  local off = llm.new { provider = "offline" }
+  local r = off:start(user("hi"))
+  out = off:poll()
+  t.eq(#out, 1)
+  t.eq(out[1].request, r)
+  t.eq(out[1].code, "OFFLINE")
+  t.ok(out[1].error:find("no model configured", 1, true))
+end)
+
+t.test("start/poll misuse raises and leaves nothing pending", function()
+  local c = openai()
+  t.raises(function() c:start("hi") end, "table expected")
+  t.raises(function() c:start({ { role = "robot", content = "x" } }) end, "role must be")
+  t.raises(function() c:start(user("x"), { tools = { { name = "t", parameters = "{not json" } } }) end, "not valid JSON")
+  t.raises(function() c:start(user("x"), 5) end, "table expected")
+  t.raises(function() c:poll(-1) end, "non-negative")
+  t.raises(function() c:poll("soon") end, "number expected")
+  t.eq(c:pending(), 0)
+  t.eq(c:usage().requests, 0)
 end)
 
 t.test("offline provider", function()
