@@ -62,7 +62,12 @@ end
 local function yielding_client(client)
   if not client.start then return client end
   return setmetatable({
-    chat = function(_, messages, opts) return coroutine.yield("chat", client, messages, opts) end,
+    chat = function(_, messages, opts)
+      local reply, err, code = coroutine.yield("chat", client, messages, opts)
+      -- start() raised (misuse): raise it here, inside the episode that caused it
+      if reply == nil and code == "START_FAILED" then error(err, 2) end
+      return reply, err, code
+    end,
   }, { __index = function(_, k)
     local v = client[k]
     if type(v) == "function" then return function(_, ...) return v(client, ...) end end
@@ -199,7 +204,8 @@ function M.run(opts)
       waiting[job] = entry
     elseif what == "chat" then
       local client = res[3]
-      local req = client:start(res[4], res[5])
+      local okr, req = pcall(client.start, client, res[4], res[5])
+      if not okr then return step(entry, nil, req, "START_FAILED") end
       waiting[req] = entry
       entry.client = client
     else
@@ -224,9 +230,11 @@ function M.run(opts)
         end
       end
     end
-    -- verdicts
+    -- verdicts (a short wait while model transfers are in flight, so they keep moving)
     if pool and pool:pending() > 0 then
-      for _, job in ipairs(pool:poll(100)) do
+      local chats = 0
+      for _, client in pairs(clients) do if client.pending then chats = chats + client:pending() end end
+      for _, job in ipairs(pool:poll(chats > 0 and 5 or 100)) do
         local entry = waiting[job]
         if entry then waiting[job] = nil; step(entry, job.verdict) end
       end
