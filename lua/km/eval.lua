@@ -9,10 +9,19 @@
 -- The driver (this process) never touches CUDA. Each worker owns one GPU's context
 -- (KM_DEVICE); a kernel that faults or hangs takes down only its worker: the driver records
 -- `crashed` or `timeout`, starts a fresh worker on the next request, and goes on.
+--
+-- Jobs that wait for a busy worker are compiled in the driver first (M.warm: NVRTC on every
+-- CPU at once, no CUDA), with the judge's own options into the workers' cache folder, so
+-- the worker's compile is a cache hit and the GPU waits for no compiler.
 local proc = require "km.proc"
 local json = require "km.json"
+local nvrtc = require "km.nvrtc"
+local judge = require "km.judge" -- compile_opts only; loading it touches no CUDA
+local timing = require "km.timing" -- wall() only
 
 local fmt = string.format
+local pcall, ipairs, pairs, type = pcall, ipairs, pairs, type
+local WARM_BATCH = 32 -- jobs compiled per poll, at most
 local M = {}
 local Pool = {}
 Pool.__index = Pool
@@ -23,7 +32,8 @@ end
 
 -- Starts the worker of a slot; returns true or nil, why.
 function Pool:_start(slot)
-  local env = { KM_DEVICE = tostring(slot.gpu) }
+  -- the workers' cache is the driver's (a set_cache_dir here included), unless opts.env says
+  local env = { KM_DEVICE = tostring(slot.gpu), KM_CACHE_DIR = self.cache_dir }
   for k, v in pairs(self.opts.env or {}) do env[k] = v end
   local p, err = proc.spawn(worker_argv(), { env = env, stderr = self.opts.worker_stderr or "inherit" })
   if not p then return nil, err end
@@ -43,11 +53,18 @@ function Pool:_start(slot)
 end
 
 -- pool{ gpus = {0, 1} | nil (every visible GPU), timeout = seconds per candidate,
---       env = { NAME = value } for the workers, worker_stderr = "inherit" | "null" }
+--       env = { NAME = value } for the workers, worker_stderr = "inherit" | "null",
+--       warm = jobs compiled ahead per poll (32) | false }
 -- -> pool, or nil, why, "NO_GPU"
 function M.pool(opts)
   opts = opts or {}
-  local self = setmetatable({ opts = opts, slots = {}, starts = 0, next_id = 0 }, Pool)
+  local self = setmetatable({ opts = opts, slots = {}, starts = 0, next_id = 0,
+    warm_stats = { jobs = 0, failed = 0, ms = 0 } }, Pool)
+  -- One cache folder for the driver's warm-up and every worker: opts.env's KM_CACHE_DIR,
+  -- else this process's (set_cache_dir or the environment), which _start passes on.
+  local env_dir = opts.env and opts.env.KM_CACHE_DIR
+  if env_dir == nil then self.cache_dir = nvrtc.cache_dir()
+  elseif env_dir ~= "" then self.cache_dir = env_dir end -- "": the workers' own default
   local gpus = opts.gpus
   local first = { gpu = gpus and gpus[1] or 0 }
   local ok, why = self:_start(first)
@@ -129,6 +146,58 @@ function Pool:_collect(slot, ms)
   return v
 end
 
+-- M.warm(cands, arch, { cache_dir =, threads = }): compiles candidates ({ source, params })
+-- here, on `threads` CPUs (all by default), exactly as the judge will for a GPU of `arch`
+-- (judge.compile_opts), into cache_dir (default: this process's cache). A candidate that
+-- fails to compile, or whose params NVRTC options cannot express, is skipped: its worker
+-- gives the verdict. Returns how many compiled (or were already cached) and how many failed.
+function M.warm(cands, arch, opts)
+  opts = opts or {}
+  if type(arch) ~= "string" then return 0, 0 end -- no default arch: that would load CUDA
+  local list = {}
+  for _, c in ipairs(cands) do
+    if type(c) == "table" and type(c.source) == "string" and c.source ~= "" then
+      local o = judge.compile_opts(arch, c.params or {})
+      if pcall(nvrtc.key, c.source, o) then list[#list + 1] = { c.source, o } end
+    end
+  end
+  if #list == 0 then return 0, 0 end
+  local swap = opts.cache_dir ~= nil and opts.cache_dir ~= nvrtc.cache_dir()
+  local old
+  if swap then old = nvrtc.set_cache_dir(opts.cache_dir) end
+  local ok, rs = pcall(nvrtc.compile_many, list, { threads = opts.threads })
+  if swap then nvrtc.set_cache_dir(old) end
+  if not ok then return 0, #list end
+  local good = 0
+  for _, r in ipairs(rs) do if not r.error then good = good + 1 end end
+  return good, #list - good
+end
+
+-- Warms the queued jobs not warmed yet (WARM_BATCH at most); returns the milliseconds it
+-- took. Called once every idle worker has its job, so these jobs all wait for a busy one:
+-- a job that goes straight to an idle worker gains nothing from being compiled twice.
+function Pool:_warm()
+  local batch = self.opts.warm
+  if batch == nil then batch = WARM_BATCH end
+  if not batch or not self.cache_dir or not self.device then return 0 end
+  local cands, jobs = {}, {}
+  for _, job in ipairs(self.queue) do
+    if #jobs >= batch then break end
+    if not job.warmed then
+      job.warmed = true
+      jobs[#jobs + 1] = job
+      cands[#cands + 1] = job.cand
+    end
+  end
+  if #jobs == 0 then return 0 end
+  local w0 = timing.wall()
+  local good, bad = M.warm(cands, self.device.arch, { cache_dir = self.cache_dir })
+  local ms = (timing.wall() - w0) * 1e3
+  local st = self.warm_stats
+  st.jobs, st.failed, st.ms = st.jobs + good, st.failed + bad, st.ms + ms
+  return ms
+end
+
 -- Asynchronous use: submit jobs, poll for verdicts. Jobs wait in a queue while every
 -- worker is busy; each worker judges one job at a time (GPU work is serialized per device).
 function Pool:submit(task, cand, opts)
@@ -138,8 +207,9 @@ function Pool:submit(task, cand, opts)
   return job
 end
 
--- Sends queued jobs to idle workers, waits up to `ms` for answers; returns the finished
--- jobs (each with .verdict). A job whose worker cannot start finishes with status "error".
+-- Sends queued jobs to idle workers, compiles ahead the ones still waiting (Pool:_warm),
+-- waits up to `ms` for answers (less the warm-up's time); returns the finished jobs (each
+-- with .verdict). A job whose worker cannot start finishes with status "error".
 function Pool:poll(ms)
   local done = {}
   self.queue = self.queue or {}
@@ -153,9 +223,10 @@ function Pool:poll(ms)
       end
     end
   end
+  local warm_ms = #self.queue > 0 and self:_warm() or 0
   local ready = {}
   for _, s in ipairs(self.slots) do if s.job then ready[#ready + 1] = s.proc end end
-  if #ready > 0 and #done == 0 then proc.select(ready, ms or 0) end
+  if #ready > 0 and #done == 0 then proc.select(ready, math.max(0, (ms or 0) - warm_ms)) end
   for _, s in ipairs(self.slots) do
     if s.job then
       local job = s.job

@@ -155,9 +155,16 @@ local function make_k(self, mod, params, state)
   end })
 end
 
+-- The NVRTC options a source is judged with. km.eval compiles queued candidates in the
+-- driver with these same options to warm the shared cache, so this is the one place
+-- that says them: the two cannot drift apart (a drift would only cost cache misses).
+function M.compile_opts(arch, params, label)
+  return { arch = arch, defines = params, name = (label or "kernel") .. ".cu" }
+end
+
 -- A compiled launch: kernels module + launch function + its scratch state.
 local function prepare(self, source, launch_src, params, label)
-  local prog, log, code = nvrtc.compile(source, { arch = self.device.arch, defines = params, name = label .. ".cu" })
+  local prog, log, code = nvrtc.compile(source, M.compile_opts(self.device.arch, params, label))
   if not prog then
     return nil, "compile_error", compile_feedback(log or "", source, label .. ".cu"), { log = log, code = code }
   end

@@ -1,5 +1,6 @@
 -- km.nvrtc: compile to cubin/PTX, the on-disk cache (hits, keys, corruption, unwritable
--- folders), kernel signature parsing, and misuse. Needs the CUDA toolkit, not a GPU.
+-- folders), compile_many on threads, km.eval's cache warming (eval.warm, and a pool of
+-- fake workers), kernel signature parsing, and misuse. Needs the CUDA toolkit, not a GPU.
 local t = require "km.tap"
 local nvrtc = require "km.nvrtc"
 
@@ -376,6 +377,297 @@ t.test("cache_dir: set_cache_dir, then KM_CACHE_DIR, XDG_CACHE_HOME, HOME", func
   t.eq(out, "/x/kmrun/nvrtc\n")
   out = sh("env -u KM_CACHE_DIR -u XDG_CACHE_HOME HOME=/h " .. probe)
   t.eq(out, "/h/.cache/kmrun/nvrtc\n")
+end)
+
+-- ---- compile_many --------------------------------------------------------------------
+
+-- A distinct kernel per index: every test below starts from cold cache entries.
+local function variant(tag, i)
+  return SIMPLE:gsub("add", "add_" .. tag .. "_" .. i) .. "// " .. tag .. " " .. i .. "\n"
+end
+
+-- compile's table without the per-call fields
+local function program(r)
+  local c = {}
+  for k, v in pairs(r) do if k ~= "ms" and k ~= "cached" then c[k] = v end end
+  return c
+end
+
+t.test("compile_many returns compile's results, in order, cached afterwards", function()
+  local list = {
+    { variant("order", 1) },
+    { variant("order", 2), { arch = "sm_90", ptx = true } },
+    { variant("order", 3), { arch = "compute_90" } },
+    { variant("order", 4), { arch = "sm_80", defines = { WIDTH = 4, ON = true }, name = "four.cu" } },
+    { variant("order", 5), { options = { "-lineinfo" }, headers = { ["x.h"] = "#define X 1\n" } } },
+    { variant("order", 6), { cache = false } },
+  }
+  local rs = nvrtc.compile_many(list, { threads = 3 })
+  t.eq(#rs, #list)
+  for i, r in ipairs(rs) do
+    t.eq(r.error, nil, "entry " .. i)
+    t.eq(r.cached, false, "entry " .. i .. " was compiled")
+    t.eq(type(r.ms), "number")
+    t.ok(r.kernels["add_order_" .. i], "entry " .. i .. " is in its own slot")
+    local one = assert(nvrtc.compile(list[i][1], list[i][2]))
+    t.eq(one.cached, i ~= 6, "entry " .. i .. ": compile after compile_many hits the cache")
+    same(program(r), program(one), "entry " .. i)
+  end
+  t.eq(rs[1].cubin:sub(1, 4), "\127ELF")
+  t.ok(rs[2].ptx:find(".entry add_order_2", 1, true))
+  t.eq(rs[3].cubin, nil)
+  t.eq(rs[4].arch, "sm_80")
+  t.eq(rs[4].name, "four.cu")
+  t.eq(read(entry_path(rs[6].key)), nil, "cache = false is per entry")
+  -- and a second compile_many is all hits, with the same bytes
+  local again = nvrtc.compile_many(list)
+  for i, r in ipairs(again) do
+    t.eq(r.cached, i ~= 6, "entry " .. i)
+    t.eq(r.cubin, rs[i].cubin)
+    t.eq(r.key, rs[i].key)
+  end
+end)
+
+t.test("compile_many: a failure stays in its slot with NVRTC's log", function()
+  local broken = "extern \"C\" __global__ void k(float *y) {\n  y[0] = 1.0f;\n  y[1] = ;\n}\n"
+  local list = {
+    { variant("fail", 1) },
+    { broken, { name = "broken.cu" } },
+    { variant("fail", 3), { options = { "--no-such-option" } } },
+    { variant("fail", 4) },
+  }
+  local rs = nvrtc.compile_many(list, { threads = 2 })
+  t.eq(#rs, 4)
+  t.ok(rs[1].cubin and rs[4].cubin)
+  t.eq(rs[2].code, "NVRTC_ERROR_COMPILATION")
+  t.ok(rs[2].error:find("broken.cu(3)", 1, true), rs[2].error)
+  local _, log, code = nvrtc.compile(broken, { name = "broken.cu" })
+  t.eq(rs[2].error, log, "the same log compile returns")
+  t.eq(rs[2].code, code)
+  t.eq(rs[2].key, nvrtc.key(broken, { name = "broken.cu" }))
+  t.eq(rs[2].cubin, nil)
+  t.eq(rs[3].code, "NVRTC_ERROR_INVALID_OPTION")
+  t.ok(rs[3].error:find("^NVRTC_ERROR_INVALID_OPTION: "), rs[3].error)
+end)
+
+t.test("compile_many: threads = 1, more threads than entries, an empty list", function()
+  local list = {}
+  for i = 1, 3 do list[i] = { variant("threads", i) } end
+  local one = nvrtc.compile_many(list, { threads = 1 })
+  local many = nvrtc.compile_many(list, { threads = 64 })
+  for i = 1, 3 do
+    t.ok(one[i].kernels["add_threads_" .. i])
+    t.eq(many[i].cubin, one[i].cubin)
+    t.eq(many[i].cached, true)
+  end
+  same(nvrtc.compile_many({}), {})
+  same(nvrtc.compile_many({}, { threads = 4 }), {})
+end)
+
+t.test("compile_many: misuse raises and names the entry", function()
+  local ok1 = { SIMPLE }
+  t.raises(function() nvrtc.compile_many() end, "table expected")
+  t.raises(function() nvrtc.compile_many(SIMPLE) end, "table expected")
+  t.raises(function() nvrtc.compile_many({}, 4) end, "table expected")
+  t.raises(function() nvrtc.compile_many({}, { thread = 4 }) end, "unknown option 'thread'")
+  t.raises(function() nvrtc.compile_many({}, { threads = 0 }) end, "'threads'")
+  t.raises(function() nvrtc.compile_many({}, { threads = 1.5 }) end, "'threads'")
+  t.raises(function() nvrtc.compile_many({}, { threads = "2" }) end, "'threads'")
+  t.raises(function() nvrtc.compile_many({ ok1, ok1, { SIMPLE, { arch = "sm90" } } }) end,
+    "compile_many: entry 3: option 'arch': bad architecture 'sm90'")
+  t.raises(function() nvrtc.compile_many({ ok1, SIMPLE }) end,
+    "compile_many: entry 2: expected a { source, opts } table, got string")
+  t.raises(function() nvrtc.compile_many({ { 42 } }) end, "compile_many: entry 1: source must be a string")
+  t.raises(function() nvrtc.compile_many({ { SIMPLE, "sm_90" } }) end, "compile_many: entry 1: opts must be a table")
+  t.raises(function() nvrtc.compile_many({ ok1, { SIMPLE, { archh = 1 } } }) end,
+    "compile_many: entry 2: unknown option 'archh'")
+  t.raises(function() nvrtc.compile_many({ { SIMPLE, { defines = { X = {} } } } }) end,
+    "compile_many: entry 1: option 'defines.X'")
+  t.raises(function() nvrtc.compile_many({ { SIMPLE, { options = { 1 } } } }) end,
+    "compile_many: entry 1: option 'options[1]'")
+  t.raises(function() nvrtc.compile_many({ { SIMPLE, { std = "gnu++17" } } }) end,
+    "compile_many: entry 1: option 'std'")
+  -- compile says it as before
+  t.raises(function() nvrtc.compile(SIMPLE, { arch = "sm90" }) end, "bad argument #2 to")
+end)
+
+t.test("compile_many: a metamethod in opts cannot pull strings from under the threads", function()
+  -- entry 2's opts, while being read, drop entry 1's source (built already) and collect it
+  local list = { { variant("meta", 1) } }
+  list[2] = { variant("meta", 2), setmetatable({}, { __index = function(_, k)
+    if k == "arch" then
+      list[1][1] = "junk"
+      collectgarbage("collect")
+      return "sm_90"
+    end
+  end }) }
+  local rs = nvrtc.compile_many(list)
+  t.eq(list[1][1], "junk")
+  t.ok(rs[1].kernels.add_meta_1, "entry 1 compiled the source it was given")
+  t.ok(rs[2].kernels.add_meta_2)
+  -- and one that empties the list midway raises for the entry it took away
+  list = { { variant("meta", 3) } }
+  list[2] = { variant("meta", 4), setmetatable({}, { __index = function(_, k)
+    if k == "arch" then list[3] = nil; collectgarbage("collect") end
+  end }) }
+  list[3] = { variant("meta", 5) }
+  t.raises(function() nvrtc.compile_many(list) end, "compile_many: entry 3: expected a { source, opts } table, got nil")
+end)
+
+t.test("compile_many beside a serial loop: 16 kernels of about fifty lines", function()
+  local list = {}
+  for i = 1, 16 do
+    list[i] = { BIG:gsub("fused", "fused_" .. i):gsub("0%.5f %*", i .. ".5f *"), { arch = "sm_90", cache = false } }
+  end
+  local wall = require("km.timing").wall
+  local c0, t0 = os.clock(), wall()
+  for i = 1, #list do assert(nvrtc.compile(list[i][1], list[i][2])) end
+  local serial, serial_cpu = wall() - t0, os.clock() - c0
+  c0, t0 = os.clock(), wall()
+  local rs = nvrtc.compile_many(list)
+  local par, par_cpu = wall() - t0, os.clock() - c0
+  for i = 1, #rs do t.ok(rs[i].cubin, rs[i].error) end
+  local np = io.popen("nproc")
+  local ncpu = tonumber(np:read("l")) or 1
+  np:close()
+  t.diag(string.format("16 kernels: serial %.2f s (CPU %.2f s); compile_many on %d threads %.2f s (CPU %.2f s): %.2fx",
+    serial, serial_cpu, math.min(16, ncpu), par, par_cpu, serial / par))
+end)
+
+-- ---- warming km.eval's cache ---------------------------------------------------------
+
+local eval = require "km.eval"
+local judge = require "km.judge"
+
+local function cands(tag, n)
+  local cs = {}
+  for i = 1, n do
+    cs[i] = { name = tag .. i, source = variant(tag, i) .. "#ifndef BLOCK\n#error no BLOCK\n#endif\n",
+              params = { BLOCK = 64 * i, FAST = i % 2 == 0 } }
+  end
+  return cs
+end
+
+t.test("judge.compile_opts is what the judge compiles a candidate with", function()
+  same(judge.compile_opts("sm_90", { B = 1 }), { arch = "sm_90", defines = { B = 1 }, name = "kernel.cu" })
+  same(judge.compile_opts("sm_80", {}, "reference"), { arch = "sm_80", defines = {}, name = "reference.cu" })
+end)
+
+t.test("eval.warm: afterwards the judge's compile of each candidate is a cache hit", function()
+  local other = tmpdir()
+  local cs = cands("warm", 5)
+  cs[6] = { name = "broken", source = "extern \"C\" __global__ void k(float *y) { y[0] = ; }", params = {} }
+  cs[7] = { name = "bad params", source = SIMPLE, params = { ["not a macro"] = 1 } }
+  cs[8] = { name = "no source" }
+  local good, bad = eval.warm(cs, "sm_90", { cache_dir = other, threads = 2 })
+  t.eq(good, 5)
+  t.eq(bad, 1, "the broken one; bad params are skipped, not compiled")
+  t.eq(nvrtc.cache_dir(), CACHE, "the driver's own cache folder is back")
+  nvrtc.set_cache_dir(other)
+  local ok, err = pcall(function()
+    for i = 1, 5 do
+      local r = assert(nvrtc.compile(cs[i].source, judge.compile_opts("sm_90", cs[i].params)))
+      t.eq(r.cached, true, cs[i].name)
+      -- spelled out, as judge.lua's prepare() calls it for a candidate
+      r = assert(nvrtc.compile(cs[i].source, { arch = "sm_90", defines = cs[i].params, name = "kernel.cu" }))
+      t.eq(r.cached, true, cs[i].name)
+      t.eq(assert(nvrtc.compile(cs[i].source, judge.compile_opts("sm_80", cs[i].params))).cached, false,
+        "another arch is another entry")
+    end
+  end)
+  nvrtc.set_cache_dir(CACHE)
+  os.execute("rm -rf '" .. other .. "'")
+  t.ok(ok, err)
+  -- into this process's cache when no folder is named; nothing at all without an arch
+  local cs2 = cands("warm_here", 2)
+  t.eq(eval.warm(cs2, "sm_90"), 2)
+  t.eq(assert(nvrtc.compile(cs2[1].source, judge.compile_opts("sm_90", cs2[1].params))).cached, true)
+  t.eq(eval.warm(cands("warm_noarch", 1), nil), 0)
+  t.eq(eval.warm({}, "sm_90"), 0)
+end)
+
+-- A pool whose workers are fakes in this process (proc.spawn and proc.select replaced):
+-- each compiles its job when it is sent, as the real judge would, with the judge's options
+-- and the cache folder from its environment, and answers whether that was a cache hit.
+local function fake_pool(opts, run)
+  local proc = require "km.proc"
+  local json = require "km.json"
+  local spawn, select = proc.spawn, proc.select
+  local envs = {}
+  proc.spawn = function(_, o)
+    local env = o.env
+    envs[#envs + 1] = env
+    local inbox = { json.encode { ok = true, device = { arch = "sm_90" }, device_count = 1 } }
+    local p = {}
+    function p.recv() 
+      local m = table.remove(inbox, 1)
+      if m then return m end
+      return nil, "timed out", "TIMEOUT"
+    end
+    function p.send(_, msg)
+      local req = json.decode(msg)
+      if req.op == "eval" then
+        local old = nvrtc.set_cache_dir(env.KM_CACHE_DIR)
+        local r = nvrtc.compile(req.candidate.source, judge.compile_opts("sm_90", req.candidate.params or {}))
+        nvrtc.set_cache_dir(old)
+        inbox[#inbox + 1] = json.encode { id = req.id, verdict = { status = r and "correct" or "compile_error",
+          candidate = req.candidate.name, cached_compile = r and r.cached or false } }
+      end
+      return true
+    end
+    function p.wait() return { code = 0 } end
+    function p.kill() end
+    return p
+  end
+  proc.select = function(ps) return ps[1], 1 end
+  local ok, a, b = pcall(function()
+    local pool = assert(eval.pool(opts))
+    local r = run(pool)
+    pool:close()
+    return r, pool
+  end)
+  proc.spawn, proc.select = spawn, select
+  if not ok then error(a, 0) end
+  return a, b, envs
+end
+
+t.test("a pool warms the jobs that wait, into its workers' cache folder", function()
+  local cs = cands("pool", 4)
+  local jobs = {}
+  for i, c in ipairs(cs) do jobs[i] = { "task", c } end
+  local vs, pool, envs = fake_pool({ gpus = { 0 } }, function(p) return p:eval_many(jobs) end)
+  t.eq(envs[1].KM_CACHE_DIR, CACHE, "the driver's set_cache_dir reaches the workers")
+  t.eq(vs[1].cached_compile, false, "the first job went straight to the idle worker")
+  for i = 2, 4 do
+    t.eq(vs[i].status, "correct")
+    t.eq(vs[i].cached_compile, true, "job " .. i .. " was warmed while it waited")
+  end
+  t.eq(pool.warm_stats.jobs, 3)
+  t.eq(pool.warm_stats.failed, 0)
+
+  -- a folder named in opts.env is the one warmed, whatever this process uses
+  local other = tmpdir()
+  cs = cands("pool_env", 3)
+  for i, c in ipairs(cs) do jobs[i] = { "task", c } end
+  jobs[4] = nil
+  vs, pool, envs = fake_pool({ gpus = { 0 }, env = { KM_CACHE_DIR = other } },
+    function(p) return p:eval_many(jobs) end)
+  os.execute("rm -rf '" .. other .. "'")
+  t.eq(envs[1].KM_CACHE_DIR, other)
+  t.eq(nvrtc.cache_dir(), CACHE)
+  t.eq(vs[2].cached_compile, true)
+  t.eq(vs[3].cached_compile, true)
+
+  -- warm = false turns it off; a single job on an idle worker is never compiled twice
+  cs = cands("pool_off", 2)
+  vs, pool = fake_pool({ gpus = { 0 }, warm = false },
+    function(p) return p:eval_many { { "task", cs[1] }, { "task", cs[2] } } end)
+  t.eq(vs[2].cached_compile, false)
+  t.eq(pool.warm_stats.jobs, 0)
+  local v
+  v, pool = fake_pool({ gpus = { 0 } }, function(p) return p:eval("task", cands("pool_one", 1)[1]) end)
+  t.eq(v.cached_compile, false)
+  t.eq(pool.warm_stats.jobs, 0)
 end)
 
 -- ---- kernel signatures ---------------------------------------------------------------
