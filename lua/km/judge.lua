@@ -550,7 +550,10 @@ function Judge:eval(t, cand, opts)
     return r and { median = r.median, p25 = r.p25, p75 = r.p75, min = r.min, n = r.n, rel_noise = r.rel_noise,
       mode = r.mode, sm_clock_mhz = r.sm_clock_mhz } or nil
   end
-  v.timing = { candidate = summary(cand_t), reference = summary(ref_t), baseline = summary(base_t or nil), shape = sym }
+  -- the empty-kernel floor, measured once per worker: times near it are launch overhead
+  self._floor = self._floor or timing.floor()
+  v.timing = { candidate = summary(cand_t), reference = summary(ref_t), baseline = summary(base_t or nil), shape = sym,
+    floor_ms = self._floor and self._floor.median }
   v.speedup = ref_t.median / cand_t.median
   if base_t then v.speedup_baseline = base_t.median / cand_t.median end
   local pk = self:peaks()
