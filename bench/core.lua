@@ -118,12 +118,25 @@ local t0 = wall()
 for _ = 1, 200 do assert(nvrtc.compile(SRC50).cached) end
 local hit_ms = (wall() - t0) / 200 * 1e3
 
+-- 16 distinct kernels, one after another and on CPU threads (nvrtc.compile_many)
+local list = {}
+for i = 1, 16 do list[i] = { SRC50 .. "\n// variant " .. i .. " " .. os.time(), { cache = false } } end
+local s0 = wall()
+for _, e in ipairs(list) do assert(nvrtc.compile(e[1], e[2])) end
+local serial = wall() - s0
+local ncpu = tonumber(io.popen("nproc"):read("l")) or 1
+s0 = wall()
+for _, r in ipairs(nvrtc.compile_many(list, { threads = ncpu })) do assert(not r.error, r.error) end
+local parallel = wall() - s0
+
 say("## 1. NVRTC compile, ~50-line kernel (%d lines)", select(2, SRC50:gsub("\n", "")))
 say("")
 say("| | time |")
 say("| --- | --- |")
 say("| cold compile (cache off), median of 5 | %.1f ms |", median(cold) * 1e3)
 say("| cache hit, mean of 200 | %.3f ms |", hit_ms)
+say("| 16 distinct kernels, one after another | %.0f ms |", serial * 1e3)
+say("| the same 16 with compile_many on %d CPU threads | %.0f ms (%.1fx) |", ncpu, parallel * 1e3, serial / parallel)
 say("")
 
 -- 2. launch overhead
