@@ -173,29 +173,93 @@ function M.warm(cands, arch, opts)
   return good, #list - good
 end
 
--- Warms the queued jobs not warmed yet (WARM_BATCH at most); returns the milliseconds it
--- took. Called once every idle worker has its job, so these jobs all wait for a busy one:
--- a job that goes straight to an idle worker gains nothing from being compiled twice.
+-- Compile processes (km.compiler): requests go out without waiting; each compiles into
+-- the shared disk cache. M.compilers(n, cache_dir) -> { submit(source, opts), drain(ms),
+-- outstanding(), close() }.
+function M.compilers(n, cache_dir)
+  local procs, out, sent = {}, {}, 0
+  local c = { done = 0, failed = 0 }
+  local function start(i)
+    local p = proc.spawn({ package.km_exe, package.km_libdir .. "/km/compiler.lua" },
+      { env = cache_dir and { KM_CACHE_DIR = cache_dir } or nil, stderr = "null" })
+    procs[i], out[i] = p, 0
+    return p
+  end
+  function c.submit(source, opts)
+    local best = 1
+    for i = 1, n do
+      if not procs[i] then start(i) end
+      if out[i] < out[best] then best = i end
+    end
+    sent = sent + 1
+    if procs[best] and procs[best]:send(json.encode { id = sent, source = source, opts = opts }) then
+      out[best] = out[best] + 1
+    end
+  end
+  -- Collects answers for up to `ms`; returns how many requests are still out.
+  function c.drain(ms)
+    local deadline = timing.wall() + (ms or 0) / 1e3
+    repeat
+      local busy = {}
+      for i = 1, n do if procs[i] and out[i] > 0 then busy[#busy + 1] = procs[i] end end
+      if #busy == 0 then return 0 end
+      local p = proc.select(busy, math.max(0, (deadline - timing.wall()) * 1e3))
+      if not p then break end
+      for i = 1, n do
+        if procs[i] == p then
+          local msg = p:recv(0)
+          if msg then
+            out[i] = out[i] - 1
+            local r = json.decode(msg) or {}
+            if r.ok then c.done = c.done + 1 else c.failed = c.failed + 1 end
+          else
+            procs[i], out[i] = nil, 0 -- it died: the next submit starts another
+            p:close()
+          end
+        end
+      end
+    until timing.wall() >= deadline
+    return c.outstanding()
+  end
+  function c.outstanding()
+    local k = 0
+    for i = 1, n do k = k + (out[i] or 0) end
+    return k
+  end
+  function c.close()
+    for i = 1, n do if procs[i] then procs[i]:close() end procs[i] = nil end
+  end
+  return c
+end
+
+-- Sends the queued jobs not warmed yet to the compile processes (without waiting) and
+-- collects what they finished. Called once every idle worker has its job, so these jobs all
+-- wait for a busy one: a job that goes straight to an idle worker gains nothing from it.
 function Pool:_warm()
   local batch = self.opts.warm
   if batch == nil then batch = WARM_BATCH end
   if not batch or not self.cache_dir or not self.device then return 0 end
-  local cands, jobs = {}, {}
+  if not self.compilers then
+    local ncpu = tonumber(io.popen("nproc 2>/dev/null"):read("l") or "") or 2
+    self.compilers = M.compilers(self.opts.compilers or math.max(1, math.min(8, ncpu - #self.slots)), self.cache_dir)
+  end
+  local sent = 0
   for _, job in ipairs(self.queue) do
-    if #jobs >= batch then break end
+    if sent >= batch then break end
     if not job.warmed then
       job.warmed = true
-      jobs[#jobs + 1] = job
-      cands[#cands + 1] = job.cand
+      local c = job.cand
+      if type(c) == "table" and type(c.source) == "string" and c.source ~= "" then
+        self.compilers.submit(c.source, judge.compile_opts(self.device.arch, c.params or {}))
+        sent = sent + 1
+      end
     end
   end
-  if #jobs == 0 then return 0 end
-  local w0 = timing.wall()
-  local good, bad = M.warm(cands, self.device.arch, { cache_dir = self.cache_dir })
-  local ms = (timing.wall() - w0) * 1e3
   local st = self.warm_stats
-  st.jobs, st.failed, st.ms = st.jobs + good, st.failed + bad, st.ms + ms
-  return ms
+  local done0, failed0 = self.compilers.done, self.compilers.failed
+  self.compilers.drain(0)
+  st.jobs, st.failed = st.jobs + (self.compilers.done - done0), st.failed + (self.compilers.failed - failed0)
+  return 0
 end
 
 -- Asynchronous use: submit jobs, poll for verdicts. Jobs wait in a queue while every
@@ -274,6 +338,7 @@ function Pool:eval_many(jobs, on_verdict)
 end
 
 function Pool:close()
+  if self.compilers then self.compilers.close(); self.compilers = nil end
   for _, s in ipairs(self.slots) do
     if s.proc then
       s.proc:send(json.encode { op = "quit" })
