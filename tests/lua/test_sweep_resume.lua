@@ -65,5 +65,22 @@ t.test("the same command again runs only what is missing", function()
   t.ok(text:find("80 already finished, 0 to run", 1, true), text:sub(1, 400))
 end)
 
+t.test("on a terminal, a progress bar; elsewhere, a line per episode", function()
+  if not os.execute("command -v script >/dev/null 2>&1") then
+    return t.diag("skipped: util-linux's script (for a pseudo-terminal) is not installed")
+  end
+  local c2 = string.format("%s sweep --strategies %s/strategies/implement.lua --tasks %s/tests/tasks --provider offline " ..
+    "--seeds 1 --out %s/bar.sqlite --worker-stderr null", KMRUN, ROOT, ROOT, dir)
+  local p = io.popen("TERM=xterm timeout 60 script -qec '" .. c2 .. "' /dev/null 2>&1")
+  local tty = p:read("a")
+  p:close()
+  t.ok(tty:find("\r[", 1, true) and tty:find("episodes,", 1, true) and tty:find("ETA", 1, true), tty:sub(-300))
+  p = io.popen(c2:gsub("bar%.sqlite", "plain.sqlite") .. " 2>&1")
+  local plain = p:read("a")
+  p:close()
+  t.ok(not plain:find("\r[", 1, true), "no bar without a terminal")
+  t.ok(plain:find("t_rowsum", 1, true), plain)
+end)
+
 os.execute("rm -rf " .. dir)
 t.done()
