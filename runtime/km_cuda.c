@@ -20,6 +20,7 @@
 
 #include "km.h"
 #include "km_cuda.h"
+#include "km_dtype.h"
 
 #define KM_MODULE_MT "km.Module"
 #define KM_FUNCTION_MT "km.Function"
@@ -533,42 +534,14 @@ SCALAR_CTOR(i8, I8) SCALAR_CTOR(u8, U8) SCALAR_CTOR(i16, I16) SCALAR_CTOR(u16, U
 SCALAR_CTOR(i32, I32) SCALAR_CTOR(u32, U32) SCALAR_CTOR(i64, I64) SCALAR_CTOR(u64, U64)
 #undef SCALAR_CTOR
 
-static uint16_t to_half(double d) {
-  float f = (float)d;
-  uint32_t x;
-  memcpy(&x, &f, 4);
-  uint32_t sign = (x >> 16) & 0x8000, a = x & 0x7fffffff;
-  if (a > 0x7f800000) return (uint16_t)(sign | 0x7e00);
-  if (a >= 0x477ff000) return (uint16_t)(sign | 0x7c00);
-  if (a < 0x38800000) {
-    if (a < 0x33000000) return (uint16_t)sign;
-    int sh = 126 - (int)(a >> 23);
-    uint32_t m = (a & 0x7fffff) | 0x800000, r = m >> sh, rem = m & ((1u << sh) - 1), h = 1u << (sh - 1);
-    if (rem > h || (rem == h && (r & 1))) r++;
-    return (uint16_t)(sign | r);
-  }
-  uint32_t r = (a - 0x38000000) >> 13, rem = a & 0x1fff;
-  if (rem > 0x1000 || (rem == 0x1000 && (r & 1))) r++;
-  return (uint16_t)(sign | r);
-}
-
-static uint16_t to_bf16(double d) {
-  float f = (float)d;
-  uint32_t x;
-  memcpy(&x, &f, 4);
-  if ((x & 0x7fffffff) > 0x7f800000) return (uint16_t)((x >> 16) | 0x40);
-  x += 0x7fff + ((x >> 16) & 1);
-  return (uint16_t)(x >> 16);
-}
-
 /* Writes a value of `kind` into dst (size bytes). Returns NULL or an error description. */
 static const char *put_number(void *dst, size_t size, int kind, int is_int, long long iv, double fv) {
   if (kind_size[kind] != size) return "declared type and parameter size disagree";
   switch (kind) {
   case KIND_F32: { float x = (float)(is_int ? (double)iv : fv); memcpy(dst, &x, 4); return NULL; }
   case KIND_F64: { double x = is_int ? (double)iv : fv; memcpy(dst, &x, 8); return NULL; }
-  case KIND_F16: { uint16_t x = to_half(is_int ? (double)iv : fv); memcpy(dst, &x, 2); return NULL; }
-  case KIND_BF16: { uint16_t x = to_bf16(is_int ? (double)iv : fv); memcpy(dst, &x, 2); return NULL; }
+  case KIND_F16: { uint16_t x = km_double_to_half(is_int ? (double)iv : fv); memcpy(dst, &x, 2); return NULL; }
+  case KIND_BF16: { uint16_t x = km_double_to_bf16(is_int ? (double)iv : fv); memcpy(dst, &x, 2); return NULL; }
   default: break;
   }
   if (!is_int) {
