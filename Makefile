@@ -76,10 +76,14 @@ deps:
 	fi
 	@test -f $(CUDA_HOME)/include/nvrtc.h || { echo "deps: no CUDA toolkit at $(CUDA_HOME) (set CUDA_HOME)"; exit 1; }
 
+# A stand-in libcuda.so.1 for the loader's failure paths (tests/lua/test_cuda_loader.lua).
+$(BUILD)/tests/fake_libcuda.so: tests/c/fake_libcuda.c | $(BUILD)/tests
+	$(CC) -O1 -shared -fPIC -Wall -Wextra -o $@ $<
+
 TESTS := $(CTESTS) $(wildcard tests/lua/test_*.lua) $(wildcard tests/gpu/test_*.lua)
 
 test: deps
-	@$(MAKE) --no-print-directory all $(CTESTS)
+	@$(MAKE) --no-print-directory all $(CTESTS) $(BUILD)/tests/fake_libcuda.so
 	KMRUN=$(BUILD)/kmrun prove -f --exec tests/exec $(CTESTS) $(wildcard tests/lua/test_*.lua) $(wildcard tests/gpu/test_*.lua)
 
 # GPU tests, failing (not skipping) when there is no usable GPU.
