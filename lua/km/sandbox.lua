@@ -78,5 +78,16 @@ function M.call(fn, opts, ...)
   return true, table.unpack(res, 2, res.n)
 end
 
+-- Strings share one metatable whose __index is the string library, so ("").dump would
+-- reach string.dump from inside the sandbox. In a process that runs launch code (a GPU
+-- worker), point that __index at a view of the library without dump.
+function M.harden_strings()
+  local mt = getmetatable("")
+  if mt.km_hardened then return end
+  local lib = string
+  mt.__index = setmetatable({}, { __index = function(_, k) if k ~= "dump" then return lib[k] end end })
+  mt.km_hardened = true
+end
+
 M.BUDGET_MSG = BUDGET_MSG
 return M

@@ -7,6 +7,7 @@ local json = require "km.json"
 local judge_mod = require "km.judge"
 
 local ch = proc.stdio_channel()
+require("km.sandbox").harden_strings() -- launch code runs here
 local judge, why = judge_mod.new()
 if not judge then
   ch:send(json.encode { ok = false, why = why })
