@@ -193,13 +193,29 @@ local function prepare(self, source, launch_src, params, label)
   return run
 end
 
+-- The buffer methods launch code may call: a buffer's facts and GPU-side operations, but
+-- nothing that touches files (save); built once from the real method table.
+local sandbox_methods
+local function sandbox_buffer_methods(methods)
+  if not sandbox_methods then
+    sandbox_methods = {}
+    for k, v in pairs(methods) do if k ~= "save" then sandbox_methods[k] = v end end
+  end
+  return sandbox_methods
+end
+
 -- Runs a prepared launch once. Returns true, or false, status, message.
 local function call_launch(self, run, io, sym, budget)
   run.state.scratch_i = 0
   -- the launch gets its own copy of the io table: reassigning io.y cannot touch ours
   local io_copy = {}
   for k, v in pairs(io) do io_copy[k] = v end
+  -- while launch code runs, buffers lose the methods that reach the file system
+  local bmt = debug.getregistry()["km.Buffer"]
+  local methods = bmt.__index
+  bmt.__index = sandbox_buffer_methods(methods)
   local ok, err = sandbox.call(run.fn, { budget = budget or 1e6 }, run.k, io_copy, sym)
+  bmt.__index = methods
   if not ok then
     local sc = sticky_code(err)
     if sc then return false, "crashed", err end

@@ -88,6 +88,8 @@ extern "C" __global__ void rowsum(const float *x, float *y, int rows, int cols) 
     [[return function(k, io_, s) io.open("/etc/passwd") end]] },
   { "launch.lua calls os.execute", "launch_error", relu, relu_src("if (i < n) y[i] = fmaxf(x[i], 0.f);"),
     [[return function(k, io, s) os.execute("touch /tmp/kmrun-escaped") end]] },
+  { "launch.lua writes a file through a buffer method", "launch_error", relu, relu_src("if (i < n) y[i] = fmaxf(x[i], 0.f);"),
+    [[return function(k, io, s) io.x:save("/tmp/kmrun-escaped.npy") end]] },
   { "launch.lua loops forever", "launch_error", relu, relu_src("if (i < n) y[i] = fmaxf(x[i], 0.f);"),
     [[return function(k, io, s) while true do end end]] },
   { "launch.lua has a syntax error", "compile_error", relu, relu_src("if (i < n) y[i] = fmaxf(x[i], 0.f);"),
