@@ -150,6 +150,12 @@ local function make_k(self, mod, params, state)
       return function(...)
         local okl, msg = fn:launch(cfg, ...)
         if not okl then error(msg, 2) end
+        -- the first launch of each kernel: its configuration, for occupancy in the verdict
+        if not state.launches[name] then
+          local b = cfg.block
+          local threads = type(b) == "table" and (b[1] or 1) * (b[2] or 1) * (b[3] or 1) or b
+          state.launches[name] = { block = threads, shared = cfg.shared or 0, grid = cfg.grid }
+        end
       end
     end
   end })
@@ -174,7 +180,8 @@ local function prepare(self, source, launch_src, params, label)
   if not fn then
     return nil, "compile_error", "launch.lua does not load: " .. tostring(lerr), { log = prog.log }
   end
-  local state = { scratch = {}, scratch_i = 0, scratch_bytes = 0, scratch_limit = self.opts.scratch_bytes or (8 << 30), poison = true }
+  local state = { scratch = {}, scratch_i = 0, scratch_bytes = 0, scratch_limit = self.opts.scratch_bytes or (8 << 30), poison = true,
+    launches = {} }
   -- k.params: the defaults the source declares (#ifndef X / #define X v), then the values
   -- the candidate was compiled with
   local p = task_mod.default_params(source)
@@ -566,6 +573,17 @@ function Judge:eval(t, cand, opts)
     return r and { median = r.median, p25 = r.p25, p75 = r.p75, min = r.min, n = r.n, rel_noise = r.rel_noise,
       mode = r.mode, sm_clock_mhz = r.sm_clock_mhz } or nil
   end
+  -- how each kernel was launched, and the occupancy that gives (blocks per SM, share of the
+  -- SM's threads); scratch memory the launch used
+  for name, l in pairs(run.state.launches) do
+    local a = v.kernels[name]
+    local f = a and run.mod:get(name)
+    if f and type(l.block) == "number" then
+      local blocks, frac = f:occupancy(l.block, l.shared)
+      a.block, a.shared_dynamic, a.blocks_per_sm, a.occupancy = l.block, l.shared, blocks, frac
+    end
+  end
+  v.scratch_bytes = run.state.scratch_bytes
   -- the empty-kernel floor, measured once per worker: times near it are launch overhead
   self._floor = self._floor or timing.floor()
   v.timing = { candidate = summary(cand_t), reference = summary(ref_t), baseline = summary(base_t or nil), shape = sym,

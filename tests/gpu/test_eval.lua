@@ -144,6 +144,11 @@ t.test("after every adversary the pool still serves correct verdicts, timed", fu
   t.ok(v.speedup > 0.5 and v.speedup < 3, v.speedup)
   t.ok(v.timing.candidate.n >= 20)
   t.ok(v.roofline.fraction > 0.3 and v.roofline.fraction <= 1.3, v.roofline.fraction)
+  -- how the kernel ran: registers, its launch and the occupancy that gives
+  local kr = v.kernels.relu
+  t.ok(kr.registers > 0 and kr.block == 256, tostring(kr.block))
+  t.ok(kr.blocks_per_sm >= 1 and kr.occupancy > 0 and kr.occupancy <= 1, tostring(kr.occupancy))
+  t.ok(v.timing.floor_ms > 0 and v.timing.floor_ms < 0.05, tostring(v.timing.floor_ms))
   local r = pool:eval(rowsum, task.starter(rowsum))
   t.eq(r.status, "correct", r.feedback)
 end)
