@@ -767,6 +767,28 @@ function M.html(r, opts)
     end
   end
   o[#o + 1] = fmt("<tr class=\"all\"><td>all</td><td style=\"text-align:left\">%s</td></tr></table>", esc(modes_line(r.all.failure_modes)))
+  -- every episode, so a reader can find one task's result
+  local rows = {}
+  for i, row in ipairs(r.rows) do rows[i] = row end
+  table.sort(rows, function(a, b)
+    if tostring(a.task) ~= tostring(b.task) then return tostring(a.task) < tostring(b.task) end
+    if tostring(a.strategy) ~= tostring(b.strategy) then return tostring(a.strategy) < tostring(b.strategy) end
+    if tostring(a.model) ~= tostring(b.model) then return tostring(a.model) < tostring(b.model) end
+    return (a.seed or 0) < (b.seed or 0)
+  end)
+  o[#o + 1] = "<h2>Episodes</h2>"
+  o[#o + 1] = "<table class=\"episodes\"><tr><th>task</th><th>level</th><th>category</th><th>strategy</th><th>model</th>" ..
+    "<th>repeat</th><th>status</th><th>speedup</th><th>roofline</th><th>rounds</th><th>tokens</th><th>gpu_s</th></tr>"
+  for _, row in ipairs(rows) do
+    o[#o + 1] = fmt("<tr><td style=\"text-align:left\">%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td>" ..
+      "<td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>",
+      esc(tostring(row.task)), esc(tostring(row.level or "-")), esc(tostring(row.category or "-")),
+      esc(tostring(row.strategy or "-")), esc(tostring(row.model or "-")), esc(tostring(row.seed or "-")),
+      esc(tostring(row.status or row.episode_status or "-")), times(row.speedup),
+      row.roofline and fmt("%.0f%%", 100 * row.roofline) or "-", row.rounds and fmt("%d", row.rounds) or "-",
+      human(row.prompt_tokens + row.completion_tokens), fmt("%.2f", row.gpu_seconds))
+  end
+  o[#o + 1] = "</table>"
   o[#o + 1] = '<p class="note">fast_p: share of all episodes that are correct and faster than p times the reference ' ..
     '(KernelBench; fast_0 = correctness). Speedup statistics are over correct episodes (p10/p90 by linear interpolation). ' ..
     'compile@1: the first candidate compiled. rounds: evaluations until the first correct one. tokens/ok, $/ok, gpu_s/ok: ' ..

@@ -263,6 +263,12 @@ t.test("--html writes a self-contained page with four SVG charts", function()
   local _, circles = html:gsub("<circle cx", "")
   t.eq(circles, 5 + 3, "a point per correct episode plus a legend mark per level")
   t.ok(html:find("<td>reduction</td>", 1, true), "the category table")
+  -- a row per reported episode in the episodes table
+  local episodes = html:match('<table class="episodes">(.-)</table>')
+  t.ok(episodes, "the episodes table")
+  local _, n = episodes:gsub("<tr><td", "")
+  local r = report.build(report.load { A, B })
+  t.eq(n, r.episodes)
 end)
 
 -- a store whose episodes all failed, offline (no tokens, no dollars)
