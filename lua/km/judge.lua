@@ -22,7 +22,7 @@ local pairs, ipairs, type, tostring, pcall, error = pairs, ipairs, type, tostrin
 local M = {}
 local Judge = {}
 
-local function wall() return require("km.timing").wall() end
+local wall = timing.wall
 Judge.__index = Judge
 
 M.STATUSES = { "compile_error", "load_error", "launch_error", "timeout", "crashed", "wrong_shape",

@@ -207,7 +207,6 @@ function M.run(opts)
       local okr, req = pcall(client.start, client, res[4], res[5])
       if not okr then return step(entry, nil, req, "START_FAILED") end
       waiting[req] = entry
-      entry.client = client
     else
       error("sweep: unexpected yield " .. tostring(what))
     end
