@@ -248,7 +248,10 @@ static int l_episode(lua_State *L) {
     set_str(L, "kind", st.kind);
     char where[64];
     snprintf(where, sizeof where, "episode %lld step %lld", (long long)id, (long long)st.seq);
-    if (set_json(L, "payload", st.payload_json, st.payload_len, where)) return 3;
+    if (set_json(L, "payload", st.payload_json, st.payload_len, where)) {
+      km_store_steps_query(s, id); /* resets the cursor: no read lock left behind */
+      return 3;
+    }
     set_num(L, "started_at", st.started_at);
     if (st.has_duration) set_num(L, "duration_ms", st.duration_ms);
     lua_rawseti(L, -2, ++n);
@@ -258,9 +261,27 @@ static int l_episode(lua_State *L) {
   return 1;
 }
 
+/* Whether the optional table at idx asks readers to leave out rows whose stored JSON does
+ * not parse (a hand-edited or damaged store) instead of failing the whole listing. */
+static int opt_skip_corrupt(lua_State *L, int idx) {
+  return lua_istable(L, idx) && km_optfield_bool(L, idx, "skip_corrupt", 0);
+}
+
+/* After push_*() failed with [.., nil, message, code] above `top`: keeps the message in the
+ * list of left-out rows (table at `skipped`) and restores the stack to `top`. */
+static void note_skipped(lua_State *L, int top, int skipped, lua_Integer id) {
+  lua_createtable(L, 0, 2);                                 /* [.., nil, msg, code, t] */
+  set_int(L, "id", id);
+  lua_pushvalue(L, -3);
+  lua_setfield(L, -2, "message");
+  lua_rawseti(L, skipped, (lua_Integer)lua_rawlen(L, skipped) + 1);
+  lua_settop(L, top);
+}
+
 static int l_episodes(lua_State *L) {
   km_store *s = store_check(L, 1);
   km_store_filter f = {0};
+  int skip = opt_skip_corrupt(L, 2);
   if (!lua_isnoneornil(L, 2)) {
     luaL_checktype(L, 2, LUA_TTABLE);
     if (lua_getfield(L, 2, "run_id") != LUA_TNIL) {
@@ -272,24 +293,39 @@ static int l_episodes(lua_State *L) {
     f.status = km_optfield_str(L, 2, "status", NULL);
   }
   if (km_store_episodes_query(s, &f)) return store_fail(L, s);
-  lua_newtable(L);
+  lua_newtable(L);                                         /* [.., list] */
+  lua_newtable(L);                                         /* [.., list, skipped] */
+  int skipped = lua_gettop(L);
   km_store_episode e;
   int rc, n = 0;
   while ((rc = km_store_episodes_next(s, &e)) == 1) {
-    if (push_episode(L, &e) == 3) return 3;
-    lua_rawseti(L, -2, ++n);
+    int top = lua_gettop(L);
+    if (push_episode(L, &e) == 3) {
+      if (!skip) {
+        km_store_episodes_query(s, &f); /* resets the cursor: no read lock left behind */
+        return 3;
+      }
+      note_skipped(L, top, skipped, e.id);
+      continue;
+    }
+    lua_rawseti(L, skipped - 1, ++n);
   }
   if (rc < 0) return store_fail(L, s);
-  return 1;
+  return skip ? 2 : (lua_pop(L, 1), 1);
 }
 
 static int l_runs(lua_State *L) {
   km_store *s = store_check(L, 1);
+  if (!lua_isnoneornil(L, 2)) luaL_checktype(L, 2, LUA_TTABLE);
+  int skip = opt_skip_corrupt(L, 2);
   if (km_store_runs_query(s)) return store_fail(L, s);
-  lua_newtable(L);
+  lua_newtable(L);                                         /* [.., list] */
+  lua_newtable(L);                                         /* [.., list, skipped] */
+  int skipped = lua_gettop(L);
   km_store_run r;
   int rc, n = 0;
   while ((rc = km_store_runs_next(s, &r)) == 1) {
+    int top = lua_gettop(L);
     lua_createtable(L, 0, 9);
     set_int(L, "id", r.id);
     set_str(L, "uuid", r.uuid);
@@ -299,13 +335,32 @@ static int l_runs(lua_State *L) {
     set_str(L, "status", r.status);
     char where[32];
     snprintf(where, sizeof where, "run %lld", (long long)r.id);
-    if (set_json(L, "config", r.config_json, r.config_json ? strlen(r.config_json) : 0, where))
-      return 3;
+    if (set_json(L, "config", r.config_json, r.config_json ? strlen(r.config_json) : 0, where)) {
+      if (!skip) {
+        km_store_runs_query(s);
+        return 3;
+      }
+      note_skipped(L, top, skipped, r.id);
+      continue;
+    }
     set_str(L, "host", r.host);
     set_str(L, "kmrun_version", r.kmrun_version);
-    lua_rawseti(L, -2, ++n);
+    lua_rawseti(L, skipped - 1, ++n);
   }
   if (rc < 0) return store_fail(L, s);
+  return skip ? 2 : (lua_pop(L, 1), 1);
+}
+
+/* db:check() -> true | nil, message, "CORRUPT": SQLite's quick_check reads every page and
+ * checks the b-trees, so a damaged file is refused before a command prints half its output
+ * (reading fails midway otherwise, or never, when the damage is in rows not read). */
+static int l_check(lua_State *L) {
+  km_store *s = store_check(L, 1);
+  char first[512];
+  int has_row;
+  if (km_store_exec(s, "PRAGMA quick_check", first, sizeof first, &has_row)) return store_fail(L, s);
+  if (has_row && strcmp(first, "ok") != 0) return km_fail(L, "CORRUPT", "damaged (%s)", first);
+  lua_pushboolean(L, 1);
   return 1;
 }
 
@@ -525,6 +580,7 @@ int luaopen_km_store(lua_State *L) {
       {"export_jsonl", l_export_jsonl},
       {"export_episode", l_export_episode},
       {"exec", l_exec},
+      {"check", l_check},
       {"close", store_release},
       {NULL, NULL}};
   km_newclass(L, KM_STORE_MT, methods, store_release);

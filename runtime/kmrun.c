@@ -128,11 +128,25 @@ static void laction(int i) {
   lua_sethook(globalL, lstop, LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT, 1);
 }
 
+/* Set while a command (lua/km/cmd/NAME.lua) runs: an error it did not expect is reported as
+ * one line, "kmrun NAME: internal error: ..."; KM_DEBUG=1 keeps lua.c's traceback. Scripts
+ * and -e always get the traceback. */
+static const char *command = NULL;
+
+static int one_line_errors(void) {
+  const char *d = getenv("KM_DEBUG");
+  return command && !(d && *d && strcmp(d, "0") != 0);
+}
+
 static int msghandler(lua_State *L) {
   const char *msg = lua_tostring(L, 1);
   if (msg == NULL) {
     if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING) return 1;
     msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
+  }
+  if (one_line_errors()) {
+    lua_pushstring(L, msg);
+    return 1;
   }
   luaL_traceback(L, L, msg, 1);
   return 1;
@@ -151,7 +165,14 @@ static int docall(lua_State *L, int narg, int nres) {
 }
 
 static int report(lua_State *L, int status) {
-  if (status != LUA_OK) {
+  if (status != LUA_OK && one_line_errors()) {
+    const char *msg = lua_tostring(L, -1);
+    fprintf(stderr, "%s %s: internal error: ", progname, command);
+    for (const char *p = msg ? msg : "(no message)"; *p; p++) fputc(*p == '\n' ? ' ' : *p, stderr);
+    fputs(" (KM_DEBUG=1 shows the traceback)\n", stderr);
+    fflush(stderr);
+    lua_pop(L, 1);
+  } else if (status != LUA_OK) {
     const char *msg = lua_tostring(L, -1);
     fprintf(stderr, "%s: %s\n", progname, msg ? msg : "(no message)");
     fflush(stderr);
@@ -304,7 +325,10 @@ int main(int argc, char **argv) {
     char cmdpath[PATH_MAX];
     if (!is_file(script) && !strchr(script, '/') && *libdir) {
       snprintf(cmdpath, sizeof cmdpath, "%s/km/cmd/%s.lua", libdir, script);
-      if (is_file(cmdpath)) script = cmdpath;
+      if (is_file(cmdpath)) {
+        script = cmdpath;
+        command = argv[1];
+      }
     }
     if (!is_file(script) && strcmp(script, "-") != 0) {
       fprintf(stderr, "%s: cannot open %s: no such script or command\n", progname, argv[1]);

@@ -126,7 +126,8 @@ function M.examine(ep)
   local calls, max_reason, tools = {}, 0, nil
   for _, s in ipairs(ep.steps or {}) do
     local p = s.payload
-    if s.kind == "model_call" and type(p) == "table" and p.reply then
+    -- a payload of another shape (hand-edited) is not a model turn an export can write
+    if s.kind == "model_call" and type(p) == "table" and type(p.reply) == "table" and type(p.messages) == "table" then
       calls[#calls + 1] = p
       max_reason = max(max_reason, tonumber(p.reasoning_chars) or 0)
       if type(p.opts) == "table" and p.opts.tools then tools = p.opts.tools end

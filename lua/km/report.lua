@@ -13,13 +13,12 @@
 local M = {}
 
 local json = require "km.json"
-local store = require "km.store"
+local cli = require "km.cli"
 
 local fmt, concat, sort, insert = string.format, table.concat, table.sort, table.insert
 local floor, ceil, log, exp, huge = math.floor, math.ceil, math.log, math.exp, math.huge
 local max, min, abs = math.max, math.min, math.abs
 local ipairs, pairs, type, tostring, tonumber = ipairs, pairs, type, tostring, tonumber
-local io_open = io.open
 
 M.FAST_P = { 0, 0.5, 1, 1.5, 2 }
 M.GROUPINGS = { level = true, category = true, strategy = true, model = true }
@@ -81,22 +80,27 @@ end
 
 -- Reads the episodes of every file; keeps the final episode per (task, strategy, model, seed).
 -- Returns the list (ordered by task, strategy, model, seed) and
--- info = { files, runs, read, superseded, unfinished }, or nil, message, CODE (NOT_FOUND or the
--- store's code) naming the file.
+-- info = { files, runs, read, superseded, unfinished, notes }, or nil, message, CODE (NOT_FOUND,
+-- NOT_A_STORE or the store's code) naming the file. Each file is checked first (km.cli:
+-- damaged pages, not a kmrun store); rows whose stored JSON does not parse are left out,
+-- and info.notes says so, one line per file.
 function M.load(paths)
   if type(paths) == "string" then paths = { paths } end
   if type(paths) ~= "table" then error("report.load: expected a list of paths", 2) end
-  local info = { files = {}, runs = 0, read = 0, superseded = 0, unfinished = 0 }
+  local info = { files = {}, runs = 0, read = 0, superseded = 0, unfinished = 0, notes = {} }
   local latest, order = {}, 0
   for _, path in ipairs(paths) do
-    local f = io_open(path, "rb")
-    if not f then return nil, path .. ": no such file (or not readable)", "NOT_FOUND" end
-    f:close()
-    local db, err, code = store.open(path, { readonly = true })
-    if not db then return nil, path .. ": " .. tostring(err), code end
+    local db, err, code = cli.open_store(path)
+    if not db then return nil, err, code end
     info.files[#info.files + 1] = path
-    info.runs = info.runs + #db:runs()
-    for _, ep in ipairs(db:episodes {}) do
+    local runs, rskipped, rcode = cli.read_list(db, path, "runs")
+    if not runs then db:close() return nil, rskipped, rcode end
+    local episodes, skipped, ecode = cli.read_list(db, path, "episodes")
+    if not episodes then db:close() return nil, skipped, ecode end
+    if #rskipped > 0 then info.notes[#info.notes + 1] = cli.skipped_note(path, rskipped, "run(s)") end
+    if #skipped > 0 then info.notes[#info.notes + 1] = cli.skipped_note(path, skipped, "episode(s)") end
+    info.runs = info.runs + #runs
+    for _, ep in ipairs(episodes) do
       info.read = info.read + 1
       order = order + 1
       if ep.status == "running" then

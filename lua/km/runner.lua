@@ -79,6 +79,10 @@ function M.parse_args(argv)
     end
     a.forms = f
   end
+  if a.filter then
+    local ok, why = require("km.cli").pattern_option("--filter", a.filter)
+    if not ok then return nil, why end
+  end
   if a.gpus then
     local g = {}
     for w in tostring(a.gpus):gmatch("[^,]+") do g[#g + 1] = tonumber(w) end
@@ -124,10 +128,17 @@ function M.load_replay(path, task_name)
     end
   end
   if path:match("%.sqlite$") or path:match("%.db$") then
-    local store = require "km.store"
-    local db, err = store.open(path, { readonly = true })
-    if not db then return nil, err end
-    for _, e in ipairs(db:episodes(task_name and { task = task_name } or {})) do take_steps(db:episode(e.id).steps) end
+    -- checked like every store a command reads (km.cli); rows whose JSON does not parse are
+    -- left out; the pages are checked by reading them (this runs once per task)
+    local cli = require "km.cli"
+    local db, err = cli.open_store(path, { check = false })
+    if not db then return nil, err:sub(#path + 3) end
+    local eps, eerr = cli.read_list(db, path, "episodes", task_name and { task = task_name } or nil)
+    if not eps then db:close() return nil, eerr:sub(#path + 3) end
+    for _, e in ipairs(eps) do
+      local ep = db:episode(e.id)
+      if ep then take_steps(ep.steps) end
+    end
     db:close()
   else
     local f, err = io.open(path)
@@ -366,6 +377,15 @@ function M.setup(args, out)
   local store = require "km.store"
   local dir = out:match("^(.*)/[^/]+$")
   if dir then os.execute("mkdir -p '" .. dir:gsub("'", "'\\''") .. "'") end
+  -- an existing store is resumed (its episodes read): it must be a good one (km.cli)
+  local cli = require "km.cli"
+  if not cli.is_new_store(out) then
+    local probe, perr = cli.open_store(out)
+    if not probe then return nil, perr, 2 end
+    local ok, eerr, ecode = probe:episodes {}
+    probe:close()
+    if not ok then return nil, out .. ": " .. cli.reword(out, eerr, ecode), 2 end
+  end
   local db, derr = store.open(out)
   if not db then return nil, "cannot open the store " .. out .. ": " .. tostring(derr), 2 end
   local eval = require "km.eval"
@@ -397,7 +417,7 @@ end
 -- Tasks run concurrently over every GPU worker (km.sweep's scheduler).
 function M.main(strategy, script, argv)
   local args, aerr = M.parse_args(argv)
-  if not args then io.stderr:write("kmrun: ", aerr, "\n", M.USAGE) return 2 end
+  if not args then io.stderr:write("kmrun: ", aerr, " (--help lists the options)\n") return 2 end
   if args.help then io.stdout:write(M.USAGE) return 0 end
   if #args.tasks == 0 then io.stderr:write("kmrun: name the tasks to run (e.g. tasks/)\n", M.USAGE) return 2 end
   local tasks, errors = M.collect_tasks(args.tasks, args.filter)

@@ -8,7 +8,7 @@
 --   jsonl   the raw episode with every step (km.store's export)
 -- The filters apply first; then --sample draws N episodes round-robin across the strata
 -- that --stratify names (km.dataset, docs/datasets.md).
-local store = require "km.store"
+local cli = require "km.cli"
 local json = require "km.json"
 local prompt = require "km.prompt"
 local dataset = require "km.dataset"
@@ -79,12 +79,18 @@ if args.seed then
   if not seed then return bad("--seed needs an integer, got '" .. args.seed .. "'") end
 end
 
-local db, err = store.open(pos[1], { readonly = true })
-if not db then io.stderr:write("kmrun export: ", tostring(err), "\n") return 2 end
+-- A store that is missing, not a kmrun store, or damaged: one line, status 2, nothing written.
+local path = pos[1]
+local db, err = cli.open_store(path)
+if not db then return bad(err) end
+local rows, unreadable = cli.read_list(db, path, "episodes")
+if not rows then db:close() return bad(unreadable) end
+local failed -- set when a read fails midway (the file damaged after the check): one line, status 2
 local out = io.stdout
 if args.out then
-  out = io.open(args.out, "w")
-  if not out then io.stderr:write("kmrun export: cannot write ", args.out, "\n") return 2 end
+  local oerr
+  out, oerr = io.open(args.out, "w")
+  if not out then db:close() return bad("cannot write " .. tostring(oerr)) end
 end
 
 -- OpenAI chat format for one message as kmrun records it.
@@ -104,7 +110,9 @@ end
 local function line_for(rec, row_id, stratum)
   local calls, obj = rec.calls, nil
   if args.format == "jsonl" then
-    obj = json.decode(db:export_episode(row_id))
+    local line, lerr, code = db:export_episode(row_id)
+    if not line then failed = failed or path .. ": " .. cli.reword(path, lerr, code) return nil end
+    obj = json.decode(line)
   elseif args.format == "sft" and #calls > 0 then
     local last = calls[#calls]
     local msgs = json.array {}
@@ -143,23 +151,38 @@ local function emit(obj)
   written = written + 1
 end
 
-if not sampling then
-  -- one pass, one episode in memory at a time
-  for _, row in ipairs(db:episodes {}) do
-    local rec = dataset.examine(db:episode(row.id))
-    local obj = dataset.passes(rec, filters) and line_for(rec, row.id)
-    if obj then emit(obj) else skipped = skipped + 1 end
+-- Episodes whose stored JSON does not parse (a hand-edited or damaged store) are left out and
+-- counted; any other failure to read (the file damaged after the check) stops the export.
+local function read_episode(id)
+  local ep, rerr, code = db:episode(id)
+  if ep then return ep end
+  if code == "CORRUPT" then unreadable[#unreadable + 1] = { id = id, message = rerr }
+  else failed = failed or path .. ": " .. cli.reword(path, rerr, code) end
+end
+
+local function run()
+  if not sampling then
+    -- one pass, one episode in memory at a time
+    for _, row in ipairs(rows) do
+      local ep = read_episode(row.id)
+      local rec = ep and dataset.examine(ep)
+      local obj = rec and dataset.passes(rec, filters) and line_for(rec, row.id)
+      if failed then return end
+      if obj then emit(obj) elseif rec then skipped = skipped + 1 end
+    end
+    return
   end
-else
   -- pass 1: what sampling needs of every episode that passes (its steps are dropped);
   -- pass 2: the drawn ones, read again, in draw order
   local pool = {}
-  for _, row in ipairs(db:episodes {}) do
-    local rec = dataset.examine(db:episode(row.id))
-    if dataset.passes(rec, filters) and writable(rec) then
+  for _, row in ipairs(rows) do
+    local ep = read_episode(row.id)
+    if failed then return end
+    local rec = ep and dataset.examine(ep)
+    if rec and dataset.passes(rec, filters) and writable(rec) then
       rec.calls, rec.tools, rec.candidate, rec.verdict = nil, nil, nil, nil
       pool[#pool + 1] = rec
-    else
+    elseif rec then
       skipped = skipped + 1
     end
   end
@@ -167,13 +190,18 @@ else
   skipped = skipped + (#pool - #picked)
   if args.report then io.stderr:write(dataset.format_report(report)) end
   for _, light in ipairs(picked) do
-    local rec = dataset.examine(db:episode(light.id))
-    local obj = line_for(rec, light.id, args.meta and dataset.stratum(light, keys) or nil)
-    if obj then emit(obj) else skipped = skipped + 1 end
+    local ep = read_episode(light.id)
+    local obj = ep and line_for(dataset.examine(ep), light.id, args.meta and dataset.stratum(light, keys) or nil)
+    if failed then return end
+    if obj then emit(obj) elseif ep then skipped = skipped + 1 end
   end
 end
+
+run()
 if args.out then out:close() end
+db:close()
+if failed then return bad(failed) end
+if #unreadable > 0 then io.stderr:write("kmrun export: ", cli.skipped_note(path, unreadable, "episode(s)"), "\n") end
 io.stderr:write(string.format("kmrun export: %d episode(s) written, %d skipped (%s)\n", written, skipped,
   sampling and "filters, no model turns, or not drawn" or "filters, or no model turns"))
-db:close()
 return 0

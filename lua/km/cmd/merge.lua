@@ -3,27 +3,46 @@
 -- same uuid, or the same finished (strategy, task, model, repeat)) is not copied again,
 -- so merging twice, or merging overlapping shards, adds no duplicates.
 local store = require "km.store"
+local cli = require "km.cli"
 
 local USAGE = "usage: kmrun merge OUT.sqlite IN.sqlite [IN.sqlite ...]\n"
 if #arg < 2 then io.stderr:write(USAGE) return 2 end
+local function fail(...) return cli.fail("merge", 2, ...) end
 local out = arg[1]
-local db, err = store.open(out)
-if not db then io.stderr:write("kmrun merge: ", tostring(err), "\n") return 2 end
+
+-- Every input is checked before OUT is touched: a missing file, one that is not a kmrun
+-- store, or a damaged one is one line and status 2, and nothing is merged. So is an OUT
+-- that exists and is not a good store (an absent or empty OUT is created).
+for i = 2, #arg do
+  local probe, perr = cli.open_store(arg[i])
+  if not probe then return fail(perr) end
+  probe:close()
+end
+if not cli.is_new_store(out) then
+  local probe, perr = cli.open_store(out)
+  if not probe then return fail(perr) end
+  probe:close()
+end
+local db, err, code = store.open(out)
+if not db then return fail(out, ": ", cli.reword(out, err, code)) end
 
 local function q(s) return "'" .. s:gsub("'", "''") .. "'" end
 local function count(sql) return tonumber(db:exec(sql)) or 0 end
 
+-- Episodes whose stored JSON does not parse (a hand-edited or damaged input) are left out,
+-- with a note, where SQLite has json_valid (3.38+, or built with JSON1).
+local has_json = db:exec("SELECT json_valid('{}')") == "1"
+local function bad_json(e)
+  if not has_json then return "0" end
+  return string.format([[(NOT json_valid(coalesce(%s.final, 'null')) OR NOT json_valid(coalesce(%s.summary, 'null'))
+    OR EXISTS (SELECT 1 FROM src.steps bs WHERE bs.episode_id = %s.id AND NOT json_valid(bs.payload)))]], e, e, e)
+end
+
 local total_eps = 0
 for i = 2, #arg do
   local src = arg[i]
-  local f = io.open(src, "rb")
-  if not f then io.stderr:write("kmrun merge: cannot read ", src, "\n") db:close() return 2 end
-  f:close()
-  -- check the input is a kmrun store before touching OUT
-  local probe, perr = store.open(src, { readonly = true })
-  if not probe then io.stderr:write("kmrun merge: ", src, ": ", tostring(perr), "\n") db:close() return 2 end
-  probe:close()
   local before = count("SELECT count(*) FROM episodes")
+  local unparsable = 0
   local ok, e = pcall(function()
     assert(db:exec("ATTACH DATABASE " .. q(src) .. " AS src"))
     assert(db:exec("BEGIN IMMEDIATE"))
@@ -33,24 +52,28 @@ for i = 2, #arg do
     assert(db:exec([[INSERT INTO episodes(run_id, uuid, task, strategy, model, seed, started_at, finished_at, status, final, summary)
       SELECT r.id, e.uuid, e.task, e.strategy, e.model, e.seed, e.started_at, e.finished_at, e.status, e.final, e.summary
       FROM src.episodes e JOIN src.runs sr ON sr.id = e.run_id JOIN main.runs r ON r.uuid = sr.uuid
-      WHERE e.uuid NOT IN (SELECT uuid FROM main.episodes)
+      WHERE e.uuid NOT IN (SELECT uuid FROM main.episodes) AND NOT ]] .. bad_json("e") .. [[
         AND NOT (e.status NOT IN ('running', 'abandoned') AND EXISTS (
           SELECT 1 FROM main.episodes m WHERE m.task IS e.task AND m.strategy IS e.strategy AND m.model IS e.model
             AND m.seed IS e.seed AND m.status NOT IN ('running', 'abandoned')))]]))
     assert(db:exec([[INSERT INTO steps(episode_id, seq, kind, payload, started_at, duration_ms)
       SELECT me.id, s.seq, s.kind, s.payload, s.started_at, s.duration_ms
       FROM src.steps s JOIN src.episodes se ON se.id = s.episode_id JOIN main.episodes me ON me.uuid = se.uuid
-      WHERE NOT EXISTS (SELECT 1 FROM main.steps ms WHERE ms.episode_id = me.id AND ms.seq = s.seq)]]))
+      WHERE NOT EXISTS (SELECT 1 FROM main.steps ms WHERE ms.episode_id = me.id AND ms.seq = s.seq)
+        AND NOT ]] .. bad_json("se")))
     assert(db:exec("COMMIT"))
+    unparsable = count("SELECT count(*) FROM src.episodes e WHERE " .. bad_json("e"))
   end)
   if not ok then
     pcall(db.exec, db, "ROLLBACK")
     pcall(db.exec, db, "DETACH DATABASE src")
-    io.stderr:write("kmrun merge: ", src, ": ", tostring(e), "\n")
     db:close()
-    return 2
+    return fail(src, ": ", cli.reword(src, e))
   end
   db:exec("DETACH DATABASE src")
+  if unparsable > 0 then
+    cli.fail("merge", 0, src, ": left out ", unparsable, " episode(s) whose stored JSON does not parse")
+  end
   local added = count("SELECT count(*) FROM episodes") - before
   total_eps = total_eps + added
   print(string.format("merged %s: %d episode(s) added", src, added))

@@ -11,7 +11,8 @@ usage: kmrun report RUN.sqlite [more.sqlite ...] [--json] [--html OUT.html] [--b
                 (default: level and category)
   --json        print one JSON object with the same numbers instead of the tables
   --html FILE   also write a self-contained HTML page with the tables and four SVG charts
-exit status: 0 done, 1 no finished episodes in the files, 2 usage error or unreadable file
+exit status: 0 done, 1 no finished episodes in the files, 2 usage error, or a file that is
+missing, not a kmrun store or damaged (one line on stderr names it)
 ]=]
 
 local function fail(code, ...)
@@ -44,8 +45,11 @@ while arg[i] do
 end
 if #files == 0 then io.stderr:write(USAGE) return 2 end
 
-local episodes, info, code = report.load(files)
-if not episodes then return fail(2, info, (code and code ~= "NOT_FOUND") and (" (" .. code .. ")") or "") end
+-- A file that is missing, not a kmrun store, or damaged stops the report (one line, status 2);
+-- rows whose stored JSON does not parse are left out with a note.
+local episodes, info = report.load(files)
+if not episodes then return fail(2, info) end
+for _, note in ipairs(info.notes) do fail(0, note) end
 if #episodes == 0 then
   return fail(1, "no finished episodes in ", table.concat(files, ", "),
     info.unfinished > 0 and string.format(" (%d still running or killed)", info.unfinished) or "",

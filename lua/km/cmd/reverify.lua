@@ -1,6 +1,6 @@
 -- kmrun reverify RUN.sqlite [--gpus 0,1] [--json] — re-evaluate every final solution of a
 -- run on this machine's GPU(s): which still pass, and how their speedups moved.
-local store = require "km.store"
+local cli = require "km.cli"
 local task_mod = require "km.task"
 local json = require "km.json"
 
@@ -8,37 +8,60 @@ local USAGE = [[
 usage: kmrun reverify RUN.sqlite [--tasks DIR] [--gpus 0,1] [--json] [--seeds N]
   Re-judges every episode's final candidate (correct or not) on this GPU and compares the
   status and speedup with the recorded ones. Tasks are looked up under --tasks (default:
-  tasks/). Exit status: 0 when every recorded-correct solution still passes, 1 otherwise.
+  tasks/). Exit status: 0 when every recorded-correct solution still passes, 1 otherwise,
+  2 on usage errors, no GPU, or a store that is missing, not a kmrun store or damaged.
 ]]
+local function fail(code, ...) return cli.fail("reverify", code, ...) end
 local path, as_json, task_dir, gpus, seeds = nil, false, "tasks", nil, 3
 local i = 1
 while arg[i] do
   local a = arg[i]
+  local v = arg[i + 1]
   if a == "--json" then as_json = true
-  elseif a == "--tasks" then task_dir = arg[i + 1]; i = i + 1
-  elseif a == "--seeds" then seeds = tonumber(arg[i + 1]); i = i + 1
-  elseif a == "--gpus" then gpus = {}; for g in arg[i + 1]:gmatch("[^,]+") do gpus[#gpus + 1] = tonumber(g) end; i = i + 1
+  elseif a == "--tasks" or a == "--seeds" or a == "--gpus" then
+    if v == nil or v == "" then return fail(2, a, " needs a value") end
+    if a == "--tasks" then task_dir = v
+    elseif a == "--seeds" then
+      seeds = math.tointeger(tonumber(v))
+      if not seeds or seeds < 1 then return fail(2, "--seeds needs a positive integer, got '", v, "'") end
+    else
+      gpus = {}
+      for g in v:gmatch("[^,]+") do
+        local n = math.tointeger(tonumber(g))
+        if not n or n < 0 then return fail(2, "--gpus needs GPU numbers like 0,1, got '", v, "'") end
+        gpus[#gpus + 1] = n
+      end
+    end
+    i = i + 1
   elseif a == "-h" or a == "--help" then io.stdout:write(USAGE) return 0
   elseif a:sub(1, 2) == "--" then io.stderr:write("kmrun reverify: unknown option ", a, "\n", USAGE) return 2
+  elseif path then return fail(2, "one store at a time (got ", path, " and ", a, ")")
   else path = a end
   i = i + 1
 end
 if not path then io.stderr:write(USAGE) return 2 end
-local db, err = store.open(path, { readonly = true })
-if not db then io.stderr:write("kmrun reverify: ", tostring(err), "\n") return 2 end
+-- A store that is missing, not a kmrun store, or damaged: one line, status 2.
+local db, err = cli.open_store(path)
+if not db then return fail(2, err) end
+local episodes, skipped = cli.read_list(db, path, "episodes")
+if not episodes then db:close() return fail(2, skipped) end
+if #skipped > 0 then fail(0, cli.skipped_note(path, skipped, "episode(s)")) end
 
 local jobs, rows = {}, {}
 local tasks = {}
-for _, e in ipairs(db:episodes {}) do
+for _, e in ipairs(episodes) do
   local f = e.final
-  if type(f) == "table" and type(f.candidate) == "table" and f.candidate.source then
+  -- a task name is a folder name under --tasks, never a path (the store may be hand-edited)
+  local named = type(e.task) == "string" and e.task:match("^[%w_][%w_%-%.]*$") ~= nil
+  if type(f) == "table" and type(f.candidate) == "table" and type(f.candidate.source) == "string" and named then
     local t = tasks[e.task]
     if t == nil then t = task_mod.load(task_dir .. "/" .. e.task) or false; tasks[e.task] = t end
     if t then
+      local v = type(f.verdict) == "table" and f.verdict or {}
       jobs[#jobs + 1] = { t, f.candidate, { seeds = seeds } }
       rows[#rows + 1] = { episode = e.uuid, task = e.task, strategy = e.strategy, model = e.model,
-        was = f.verdict and f.verdict.status, was_speedup = f.verdict and f.verdict.speedup,
-        was_device = f.verdict and f.verdict.device and f.verdict.device.name }
+        was = v.status, was_speedup = tonumber(v.speedup),
+        was_device = type(v.device) == "table" and v.device.name or nil }
     else
       io.stderr:write("kmrun reverify: task ", tostring(e.task), " not found under ", task_dir, "; skipped\n")
     end

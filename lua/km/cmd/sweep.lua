@@ -19,7 +19,7 @@ Exit status: 0 when every episode ended correct, 1 when some did not, 2 on usage
 local argv = {}
 for i = 1, #arg do argv[i] = arg[i] end
 local args, err = runner.parse_args(argv)
-if not args then io.stderr:write("kmrun sweep: ", err, "\n", USAGE) return 2 end
+if not args then io.stderr:write("kmrun sweep: ", err, " (--help lists the options)\n") return 2 end
 if args.help then io.stdout:write(USAGE) return 0 end
 if not args.strategies or not args.out then io.stderr:write(USAGE) return 2 end
 local task_dirs = {}

@@ -84,7 +84,10 @@ local as_json, threshold, shingle = false, 0.8, nil
 local i = 2
 while arg[i] do
   local a = arg[i]
-  if a == "--arch" then arch = arg[i + 1]; i = i + 2
+  if a == "--arch" then
+    arch = arg[i + 1]
+    if not arch or arch == "" then io.stderr:write("kmrun tasks: --arch needs a value (e.g. sm_90)\n") return 2 end
+    i = i + 2
   elseif a == "--json" then as_json = true; i = i + 1
   elseif a == "--threshold" or a == "--shingle" then
     local v = tonumber(arg[i + 1])
