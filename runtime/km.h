@@ -20,6 +20,7 @@ enum {
   KM_ECORRUPT = -4,  /* data failed its integrity check */
   KM_ERANGE = -5,    /* value out of range */
   KM_ENOTFOUND = -6, /* no such entry */
+  KM_EREFUSED = -7,  /* refused by policy (km.nvrtc's closed world) */
 };
 const char *km_strerror(int status);
 

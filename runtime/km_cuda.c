@@ -140,8 +140,11 @@ const km_cuda_api *km_cuda_get(const char **why) {
   return NULL;
 }
 
+/* The compute capability of the context this process already holds; 0 when it holds none.
+ * Never loads the driver or creates a context: km.nvrtc asks this for its default arch,
+ * and the driver process (which compiles too) must never open CUDA. */
 int km_cuda_current_arch(int *major, int *minor) {
-  if (!km_cuda_get(NULL)) return 0;
+  if (load_state != 1 || !km_cuda_get(NULL)) return 0;
   api.cuDeviceGetAttribute(major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, cu_device);
   api.cuDeviceGetAttribute(minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, cu_device);
   return 1;

@@ -44,8 +44,8 @@ const km_cuda_api *km_cuda_get(const char **why);
 /* The function table if the driver is already loaded and the context is current. */
 extern const km_cuda_api *km_cu;
 
-/* Compute capability of the current device; 0 when there is no usable device. Never
- * initialises CUDA by itself when `probe_only` is set and the driver is not loaded yet. */
+/* Compute capability of the device whose context this process already holds; 0 when it
+ * holds none. Never loads the driver or creates a context (km.nvrtc's default arch). */
 int km_cuda_current_arch(int *major, int *minor);
 
 /* "CUDA_ERROR_X" and "CUDA_ERROR_X: message" for a CUresult. */

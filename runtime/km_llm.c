@@ -38,6 +38,7 @@
 #include "km.h"
 #include "km_json.h"
 #include "km_llm_core.h"
+#include "km_scrub_core.h"
 
 #define KM_LLM_MT "km.llm.Client"
 #define REQUEST_MT "km.llm.Request"
@@ -234,6 +235,9 @@ static int l_new(lua_State *L) {
   if (!base) base = provider == P_ANTHROPIC ? "https://api.anthropic.com" : "https://api.openai.com/v1";
   const char *key = cfg_or_env(L, cfg, "api_key", key_env);
   if (key && !*key) key = NULL; /* api_key = "": no key, whatever the environment says */
+  /* The key joins the process's secrets: scrubbed from logs, the store, request bodies and
+   * exports from now on (km_scrub_core.h), not only from this client's replies. */
+  if (key && km_scrub_add(key, strlen(key))) return luaL_error(L, "km.llm: out of memory");
   const char *model = cfg_or_env(L, cfg, "model", "KM_MODEL");
   const char *version = km_optfield_str(L, cfg, "anthropic_version", "2023-06-01");
   double timeout = positive(L, cfg, "timeout", 600, 0);
@@ -859,9 +863,18 @@ static void drive(client *c, double deadline, const request *want) {
 
 /* ---- replies to Lua ---- */
 
+/* Pushes v with every secret of the process replaced (km_scrub_core.h): replies and
+ * errors reach prompts, the store and exports, whatever key the server echoed. */
+static void push_scrubbed(lua_State *L, const char *v) {
+  size_t n = strlen(v);
+  luaL_Buffer b;
+  char *dst = luaL_buffinitsize(L, &b, km_scrub_bound(n));
+  luaL_pushresultsize(&b, km_scrub_to(v, n, dst, NULL));
+}
+
 static void set_str(lua_State *L, const char *k, const char *v) {
   if (!v) return;
-  lua_pushstring(L, v);
+  push_scrubbed(L, v);
   lua_setfield(L, -2, k);
 }
 
@@ -957,7 +970,10 @@ static int push_network(lua_State *L, client *c, request *req) {
   req->failed = failed != NULL;
   if (failed) {
     km_llm_scrub(failed->msg, strlen(failed->msg), c->api_key);
-    return km_fail(L, failed->code, "%s", failed->msg);
+    lua_pushnil(L);
+    push_scrubbed(L, failed->msg);
+    lua_pushstring(L, failed->code);
+    return 3;
   }
   lua_createtable(L, 0, 12);
   const km_llm_choice *first = &jobs[0].r.choices[0];

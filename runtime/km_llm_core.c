@@ -15,6 +15,7 @@
 #include <cJSON.h>
 
 #include "km_llm_core.h"
+#include "km_scrub_core.h"
 
 static void set_err(char *err, size_t errn, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -371,6 +372,26 @@ int km_llm_build_request(km_llm_api api, const km_llm_message *msgs, size_t n_ms
   if (!text) {
     set_err(err, errn, "out of memory building the request");
     return KM_ENOMEM;
+  }
+  /* A body goes to a server outside: no secret of this process leaves in it (a prompt
+   * that quotes a compile log, a tool result, a key pasted into a task). */
+  char *clean;
+  size_t n;
+  if (km_scrub(text, strlen(text), &clean, &n, NULL)) {
+    cJSON_free(text);
+    set_err(err, errn, "out of memory building the request");
+    return KM_ENOMEM;
+  }
+  if (clean) {
+    char *copy = cJSON_malloc(n + 1); /* the caller frees with km_llm_free */
+    if (copy) memcpy(copy, clean, n + 1);
+    free(clean);
+    cJSON_free(text);
+    if (!copy) {
+      set_err(err, errn, "out of memory building the request");
+      return KM_ENOMEM;
+    }
+    text = copy;
   }
   *json_out = text;
   return KM_OK;

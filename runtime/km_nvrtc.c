@@ -6,6 +6,9 @@
  *   -- r = { cubin, ptx, log, arch, name, key, cached, ms, kernels = { k = { name, params } } }
  *   local rs = nvrtc.compile_many({ { src1, opts1 }, { src2, opts2 } }, { threads = 8 })
  *   -- rs[i] = compile's table, or { error = log, code = CODE, key, ms } when it failed
+ *   -- a source that includes anything but toolkit headers, kmrun's built-ins or `headers`
+ *   -- fails with code "INCLUDE_REFUSED" before NVRTC runs (docs/nvrtc.md "Closed world");
+ *   -- without `arch`: the arch of a CUDA context this process already holds, else sm_90
  *
  * The work is in km_nvrtc_core.c; this file only translates Lua values into a
  * km_nvrtc_req (every string stays anchored in a table on the stack while C uses it) and
@@ -32,6 +35,7 @@
 #define KM_NVRTC_MANY_MT "km.nvrtc.Many" /* compile_many's boxed results */
 #define KM_NVRTC_DIR_KEY "km.nvrtc.cache_dir" /* registry: set_cache_dir's override */
 #define KM_NVRTC_DEFAULT_ARCH "sm_90"
+#define KM_NVRTC_DEFAULT_SM 90
 
 /* km_cuda.c provides the real one; this keeps km.nvrtc linkable without it. */
 __attribute__((weak)) int km_cuda_current_arch(int *major, int *minor) {
@@ -118,6 +122,10 @@ static void check_keys(lua_State *L, reqbuild *rb) {
   }
 }
 
+/* Without an `arch` option: the device's when this process already holds a CUDA context
+ * (a GPU worker, a script that used km.cuda), else sm_90 — or NVRTC's newest when it no
+ * longer supports sm_90. Never opens a context: the driver process compiles too and must
+ * not touch CUDA, and a fixed default keeps its cache keys the same on every host. */
 static void default_arch(char *buf, size_t n) {
   int major = 0, minor = 0;
   if (km_cuda_current_arch(&major, &minor) && major > 0 && minor >= 0) {
@@ -125,6 +133,16 @@ static void default_arch(char *buf, size_t n) {
     if (km_nvrtc_arch_valid(buf)) return;
   }
   snprintf(buf, n, "%s", KM_NVRTC_DEFAULT_ARCH);
+  int count = 0;
+  if (nvrtcGetNumSupportedArchs(&count) != NVRTC_SUCCESS || count <= 0 || count > 256) return;
+  int archs[256];
+  if (nvrtcGetSupportedArchs(archs) != NVRTC_SUCCESS) return;
+  int newest = 0;
+  for (int i = 0; i < count; i++) {
+    if (archs[i] == KM_NVRTC_DEFAULT_SM) return;
+    if (archs[i] > newest) newest = archs[i];
+  }
+  if (newest > 0) snprintf(buf, n, "sm_%d", newest);
 }
 
 /* The cache folder: set_cache_dir's override, else the environment's; "" when none. */

@@ -14,6 +14,7 @@
 
 #include "km.h"
 #include "km_nvrtc_core.h"
+#include "km_scrub_core.h"
 
 /* ======================================================================================
  * Growable byte buffer: the key material and the cache entry are built in one of these.
@@ -617,17 +618,23 @@ static int req_check(const km_nvrtc_req *r) {
   return 0;
 }
 
+int km_nvrtc_include_dir(const km_nvrtc_req *r, char *buf, size_t n) {
+  int w;
+  if (r->include_dir) w = snprintf(buf, n, "%s", r->include_dir);
+  else {
+    const char *home = getenv("CUDA_HOME");
+    w = snprintf(buf, n, "%s/include", home && *home ? home : "/usr/local/cuda");
+  }
+  return w < 0 || (size_t)w >= n ? KM_ERANGE : 0;
+}
+
 int km_nvrtc_options(const km_nvrtc_req *r, char ***argv_out, size_t *argc_out) {
   *argv_out = NULL;
   *argc_out = 0;
   int rc = req_check(r);
   if (rc) return rc;
   char incdir[4096];
-  if (r->include_dir) snprintf(incdir, sizeof incdir, "%s", r->include_dir);
-  else {
-    const char *home = getenv("CUDA_HOME");
-    snprintf(incdir, sizeof incdir, "%s/include", home && *home ? home : "/usr/local/cuda");
-  }
+  if ((rc = km_nvrtc_include_dir(r, incdir, sizeof incdir))) return rc;
   const km_nvrtc_define **defs = NULL;
   if (r->ndefines) {
     if (!(defs = malloc(r->ndefines * sizeof *defs))) return KM_ENOMEM;
@@ -1017,6 +1024,44 @@ done:
   return rc;
 }
 
+/* Replaces the process's secrets in o's log (km_scrub_core.h): NVRTC quotes the lines it
+ * complains about, and whatever it read ends up in verdicts, stores and prompts. */
+static int scrub_log(km_nvrtc_out *o) {
+  char *clean;
+  size_t n;
+  int rc = km_scrub(o->message, strlen(o->message), &clean, &n, NULL); /* may quote the log */
+  if (rc) return rc;
+  if (clean) snprintf(o->message, sizeof o->message, "%s", clean);
+  free(clean);
+  if (!o->log) return 0;
+  if ((rc = km_scrub(o->log, o->log_len, &clean, &n, NULL)) || !clean) return rc;
+  free(o->log);
+  o->log = clean;
+  o->log_len = n;
+  return 0;
+}
+
+/* Checks the source and every header against the closed world; a refusal fills o. */
+static int closed_world(const km_nvrtc_req *r, km_nvrtc_out *o) {
+  char inc[4096], cccl[4200];
+  int rc = km_nvrtc_include_dir(r, inc, sizeof inc);
+  if (rc) return rc;
+  snprintf(cccl, sizeof cccl, "%s/cccl", inc);
+  const char *dirs[] = {inc, cccl};
+  km_nvrtc_world w = {dirs, 2, r->headers, r->nheaders};
+  rc = km_nvrtc_check_includes(r->source, r->source_len, r->name ? r->name : "kernel.cu", &w,
+                               o->message, sizeof o->message);
+  for (size_t i = 0; i < r->nheaders && !rc; i++)
+    rc = km_nvrtc_check_includes(r->headers[i].source, r->headers[i].len, r->headers[i].name, &w,
+                                 o->message, sizeof o->message);
+  if (rc != KM_EREFUSED) return rc;
+  o->result = KM_NVRTC_REFUSED;
+  snprintf(o->code, sizeof o->code, "%s", KM_NVRTC_REFUSED_CODE);
+  if (!(o->log = dupn(o->message, strlen(o->message)))) return KM_ENOMEM;
+  o->log_len = strlen(o->log);
+  return 0;
+}
+
 int km_nvrtc_compile_c(const km_nvrtc_req *r, km_nvrtc_out *o) {
   memset(o, 0, sizeof *o);
   char **argv = NULL;
@@ -1025,16 +1070,20 @@ int km_nvrtc_compile_c(const km_nvrtc_req *r, km_nvrtc_out *o) {
   if (!rc) rc = key_with(r, argv, argc, o->key);
   if (rc) goto out;
 
+  if ((rc = closed_world(r, o)) || o->result) goto out;
+
   char path[4200];
   int use_cache = r->cache_dir && *r->cache_dir &&
                   !km_nvrtc_cache_path(r->cache_dir, o->key, path, sizeof path);
   if (use_cache) {
     int hit = cache_read(path, o);
     if (hit == KM_ENOMEM) { rc = hit; goto out; }
-    if (hit == 0) { o->cached = 1; goto out; }
+    if (hit == 0) { o->cached = 1; rc = scrub_log(o); goto out; } /* written before a key was known */
   }
 
-  if ((rc = run_nvrtc(r, argv, argc, o)) || o->result) goto out;
+  rc = run_nvrtc(r, argv, argc, o);
+  if (!rc) rc = scrub_log(o);
+  if (rc || o->result) goto out;
   if ((rc = km_nvrtc_parse_kernels(r->source, r->source_len, &o->kernels))) goto out;
   if (use_cache) o->cache_status = cache_write(r->cache_dir, path, o);
 out:

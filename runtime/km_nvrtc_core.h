@@ -89,7 +89,12 @@ typedef struct km_nvrtc_out {
 
 /* Compiles req (or reads it from the cache). Returns 0 when it ran: out->result then says
  * whether NVRTC succeeded. Returns KM_EINVAL for a malformed req, KM_ENOMEM when out of
- * memory. Call km_nvrtc_out_free(out) afterwards in every case. */
+ * memory. Call km_nvrtc_out_free(out) afterwards in every case.
+ * The source and every header are checked against the closed world first (below): one
+ * that includes anything else never reaches NVRTC or the cache, and out then has
+ * result KM_NVRTC_REFUSED, code KM_NVRTC_REFUSED_CODE, and the reason as message and log.
+ * Every log (NVRTC's, or read from the cache) has the process's secrets scrubbed
+ * (km_scrub_core.h) before it is cached or returned. */
 int km_nvrtc_compile_c(const km_nvrtc_req *req, km_nvrtc_out *out);
 void km_nvrtc_out_free(km_nvrtc_out *out);
 
@@ -106,6 +111,38 @@ void km_nvrtc_version(char buf[32]);
 
 /* 1 when arch is sm_NN[N][a|f] or compute_NN[N][a|f]. */
 int km_nvrtc_arch_valid(const char *arch);
+
+/* The toolkit's include folder req compiles against: req->include_dir, else
+ * $CUDA_HOME/include, else /usr/local/cuda/include. 0 or KM_ERANGE. */
+int km_nvrtc_include_dir(const km_nvrtc_req *req, char *buf, size_t n);
+
+/* ---- the closed world (km_nvrtc_world_core.c; docs/nvrtc.md "Closed world") ---- */
+
+#define KM_NVRTC_REFUSED (-1000)               /* out->result of a refused source */
+#define KM_NVRTC_REFUSED_CODE "INCLUDE_REFUSED" /* its out->code */
+
+/* What a source may include: a header given by name (the task's, kmrun's built-ins), or a
+ * file that exists under one of dirs (the toolkit's include/ and include/cccl). */
+typedef struct km_nvrtc_world {
+  const char *const *dirs;
+  size_t ndirs;
+  const km_nvrtc_header *headers;
+  size_t nheaders;
+} km_nvrtc_world;
+
+/* Checks every #include of src (len bytes; `file` is its name, for the message and for the
+ * folder NVRTC reads quoted includes from). Refused, with msg saying where, what and what
+ * is allowed: a name that is absolute, has a '.' or '..' component, characters other than
+ * [A-Za-z0-9_.+-/], or is not in the world; a quoted name that a file in the working
+ * directory would shadow; an operand that is not a literal <name> or "name" (a macro);
+ * #include_next, #import, #embed and any directive spelled with escapes; and sources the
+ * check cannot read one way only (an unterminated comment or raw string). Directives are
+ * found in every reading a compiler might take (trigraphs on/off, splices with trailing
+ * blanks or not, CR as a line end or not, raw strings with splices reverted or not, digit
+ * separators or not), anywhere a '#' or '%:' token is, line start or not.
+ * Returns 0, KM_EREFUSED (msg filled), or KM_ENOMEM. */
+int km_nvrtc_check_includes(const char *src, size_t len, const char *file, const km_nvrtc_world *w,
+                            char *msg, size_t msgn);
 
 /* $KM_CACHE_DIR, else $XDG_CACHE_HOME/kmrun/nvrtc, else $HOME/.cache/kmrun/nvrtc.
  * Returns 0, or KM_ENOTFOUND when none is set, or KM_ERANGE when buf is too small. */

@@ -28,6 +28,7 @@
 #include <lauxlib.h>
 
 #include "km.h"
+#include "km_scrub_core.h"
 
 #define KM_PROC_MT "km.Proc"
 #define MAX_FRAME (256u << 20)
@@ -79,7 +80,11 @@ static int proc_release(lua_State *L) {
   return 0;
 }
 
-/* proc.spawn(argv, { env = { NAME = value }, stderr = "inherit" | "null" }) */
+/* proc.spawn(argv, { env = { NAME = value }, stderr = "inherit" | "null", clean_env = bool })
+ * The child inherits this process's environment with env's entries over it; with
+ * clean_env, only PATH, HOME, TMPDIR, LANG, LC_*, LD_LIBRARY_PATH, CUDA_*, NVIDIA_* and KM_*
+ * are inherited, and none whose name looks like a key (km_scrub_core.h) — env's entries
+ * are still passed as given. GPU workers and compile processes start this way. */
 static int l_spawn(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   if (!lua_isnoneornil(L, 2)) luaL_checktype(L, 2, LUA_TTABLE);
@@ -87,6 +92,7 @@ static int l_spawn(lua_State *L) {
   int argc = (int)lua_rawlen(L, 1);
   if (argc < 1) return luaL_argerror(L, 1, "argv must hold at least the program");
   const char *errmode = km_optfield_str(L, 2, "stderr", "inherit");
+  int clean = km_optfield_bool(L, 2, "clean_env", 0);
   /* argv and envp live in userdata boxes: nothing to free if anything below raises */
   const char **argv = lua_newuserdatauv(L, sizeof(char *) * (size_t)(argc + 1), 0);
   for (int i = 0; i < argc; i++) {
@@ -118,6 +124,8 @@ static int l_spawn(lua_State *L) {
     }
   }
   for (int i = 0; i < nenv; i++) {
+    /* clean_env: only the allow-list passes, never a key (km_scrub_env_allowed) */
+    if (clean && !km_scrub_env_allowed(environ[i])) continue;
     /* the table's entries override inherited ones */
     const char *eq = strchr(environ[i], '=');
     int shadowed = 0;

@@ -10,6 +10,7 @@ const char *km_strerror(int status) {
   case KM_ECORRUPT: return "data failed its integrity check";
   case KM_ERANGE: return "value out of range";
   case KM_ENOTFOUND: return "not found";
+  case KM_EREFUSED: return "refused";
   }
   return "unknown error";
 }

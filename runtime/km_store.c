@@ -24,6 +24,7 @@
 #include "km.h"
 #include "km_json.h"
 #include "km_store_core.h"
+#include "km_scrub_core.h"
 
 #define KM_STORE_MT "km.Store"
 
@@ -441,7 +442,9 @@ static int add_episode_json(luaL_Buffer *b, km_store *s, const km_store_episode 
   return 0;
 }
 
-/* Pushes the episode's JSON line (no newline); returns 0 or the core's status. */
+/* Pushes the episode's JSON line (no newline); returns 0 or the core's status. Exports
+ * leave the machine: the line has this process's secrets replaced (km_scrub_core.h), which
+ * also covers a store written by a process that did not know them. */
 static int push_episode_json(lua_State *L, km_store *s, const km_store_episode *e) {
   luaL_Buffer b;
   luaL_buffinit(L, &b);
@@ -449,8 +452,16 @@ static int push_episode_json(lua_State *L, km_store *s, const km_store_episode *
   int rc = add_episode_json(&b, s, e);
   luaL_addchar(&b, '}');
   luaL_pushresult(&b);
-  if (rc) lua_pop(L, 1);
-  return rc;
+  if (rc) {
+    lua_pop(L, 1);
+    return rc;
+  }
+  size_t n;
+  const char *line = lua_tolstring(L, -1, &n); /* [line] */
+  char *dst = luaL_buffinitsize(L, &b, km_scrub_bound(n));
+  luaL_pushresultsize(&b, km_scrub_to(line, n, dst, NULL)); /* [line, clean] */
+  lua_remove(L, -2);
+  return 0;
 }
 
 static int l_export_episode(lua_State *L) {

@@ -21,6 +21,7 @@
 
 #include "km.h"
 #include "km_store_core.h"
+#include "km_scrub_core.h"
 
 /* ---- the schema (docs/store.md documents every column) ---- */
 
@@ -199,8 +200,17 @@ static void make_uuid(char out[37]) {
            b[14], b[15]);
 }
 
+/* Every text a writer stores goes through here, with the process's secrets replaced
+ * (km_scrub_core.h): a compile log or a model reply that quotes a key must not put it on
+ * disk. Out of memory while scrubbing stores the mark alone rather than the text. */
 static int bind_text(sqlite3_stmt *st, int i, const char *v) {
-  return v ? sqlite3_bind_text(st, i, v, -1, SQLITE_TRANSIENT) : sqlite3_bind_null(st, i);
+  if (!v) return sqlite3_bind_null(st, i);
+  char *clean;
+  size_t n;
+  if (km_scrub(v, strlen(v), &clean, &n, NULL))
+    return sqlite3_bind_text(st, i, KM_SCRUB_MARK, -1, SQLITE_STATIC);
+  if (clean) return sqlite3_bind_text64(st, i, clean, n, free, SQLITE_UTF8);
+  return sqlite3_bind_text(st, i, v, -1, SQLITE_TRANSIENT);
 }
 
 static const char *col_text(sqlite3_stmt *st, int i) {
@@ -392,7 +402,7 @@ int km_store_begin_run(km_store *s, const char *name, const char *config_json, c
   if (gethostname(host, sizeof host) != 0) host[0] = '\0';
   host[sizeof host - 1] = '\0';
   sqlite3_stmt *st = s->st[ST_INS_RUN];
-  sqlite3_bind_text(st, 1, uuid, -1, SQLITE_TRANSIENT);
+  bind_text(st, 1, uuid);
   bind_text(st, 2, name);
   sqlite3_bind_double(st, 3, km_store_now());
   bind_text(st, 4, config_json);
@@ -434,7 +444,7 @@ int km_store_begin_episode(km_store *s, int64_t run_id, const km_store_episode_i
   }
   sqlite3_stmt *st = s->st[ST_INS_EP];
   sqlite3_bind_int64(st, 1, run_id);
-  sqlite3_bind_text(st, 2, uuid, -1, SQLITE_TRANSIENT);
+  bind_text(st, 2, uuid);
   bind_text(st, 3, info->task);
   bind_text(st, 4, info->strategy);
   bind_text(st, 5, info->model);
@@ -460,8 +470,8 @@ int km_store_append(km_store *s, int64_t episode_id, const char *kind, const cha
   if (!kind || !payload_json) return fail(s, KM_EINVAL, "INVALID", "append: kind and payload are required");
   sqlite3_stmt *st = s->st[ST_APPEND];
   sqlite3_bind_int64(st, 1, episode_id);
-  sqlite3_bind_text(st, 2, kind, -1, SQLITE_TRANSIENT);
-  sqlite3_bind_text(st, 3, payload_json, -1, SQLITE_TRANSIENT);
+  bind_text(st, 2, kind);
+  bind_text(st, 3, payload_json);
   sqlite3_bind_double(st, 4, started_at < 0 ? km_store_now() : started_at);
   if (duration_ms >= 0) sqlite3_bind_double(st, 5, duration_ms);
   else sqlite3_bind_null(st, 5);

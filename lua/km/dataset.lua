@@ -8,9 +8,12 @@
 --   local keys = assert(dataset.parse_keys("category,forms,failure,speedup"))
 --   local picked, report = dataset.sample(recs, { n = 100, keys = keys, seed = 1 })
 --   io.stderr:write(dataset.format_report(report))
+local scrub = require "km.scrub"
+
 local M = {}
 
 local type, ipairs, pairs, tostring, tonumber, error = type, ipairs, pairs, tostring, tonumber, error
+local getmetatable, setmetatable = getmetatable, setmetatable
 local fmt, concat, sort = string.format, table.concat, table.sort
 local max, tointeger, mtype = math.max, math.tointeger, math.type
 local unpack = table.unpack
@@ -116,10 +119,24 @@ end
 ----------------------------------------------------------------------------------------
 -- episodes
 
+-- A copy of v with every string scrubbed of this process's secrets (km.scrub); tables keep
+-- their metatables (json.array marks).
+local function scrubbed(v)
+  if type(v) == "string" then return (scrub.text(v)) end
+  if type(v) ~= "table" then return v end
+  local t = {}
+  for k, x in pairs(v) do t[scrubbed(k)] = scrubbed(x) end
+  return setmetatable(t, getmetatable(v))
+end
+M.scrubbed = scrubbed
+
 -- What export and sampling need of one episode (a db:episode table, steps included):
 -- { id, task, strategy, model, status, correct, speedup, summary, verdict, candidate,
---   calls (model_call payloads that have a reply), tools, max_reasoning }.
+--   calls (model_call payloads that have a reply), tools, max_reasoning }. Everything in
+-- it has the process's secrets replaced: what an export writes comes from here (the store
+-- was scrubbed when written, but perhaps by a process that knew other keys).
 function M.examine(ep)
+  ep = scrubbed(ep)
   local f = type(ep.final) == "table" and ep.final or {}
   local verdict = type(f.verdict) == "table" and f.verdict or nil
   local summary = type(ep.summary) == "table" and ep.summary or {}

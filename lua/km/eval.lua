@@ -35,7 +35,9 @@ function Pool:_start(slot)
   -- the workers' cache is the driver's (a set_cache_dir here included), unless opts.env says
   local env = { KM_DEVICE = tostring(slot.gpu), KM_CACHE_DIR = self.cache_dir }
   for k, v in pairs(self.opts.env or {}) do env[k] = v end
-  local p, err = proc.spawn(worker_argv(), { env = env, stderr = self.opts.worker_stderr or "inherit" })
+  -- clean_env: the worker inherits no key, only PATH, HOME, LANG, CUDA_*, KM_*, ... (km.proc)
+  local p, err = proc.spawn(worker_argv(), { env = env, clean_env = true,
+    stderr = self.opts.worker_stderr or "inherit" })
   if not p then return nil, err end
   local hello, why = p:recv((self.opts.startup_timeout or 120) * 1000)
   if not hello then
@@ -181,7 +183,7 @@ function M.compilers(n, cache_dir)
   local c = { done = 0, failed = 0 }
   local function start(i)
     local p = proc.spawn({ package.km_exe, package.km_libdir .. "/km/compiler.lua" },
-      { env = cache_dir and { KM_CACHE_DIR = cache_dir } or nil, stderr = "null" })
+      { env = cache_dir and { KM_CACHE_DIR = cache_dir } or nil, clean_env = true, stderr = "null" })
     procs[i], out[i] = p, 0
     return p
   end
