@@ -5,6 +5,36 @@
 local proc = require "km.proc"
 local json = require "km.json"
 local judge_mod = require "km.judge"
+local capture = require "km.capture"
+
+local fmt = string.format
+local PRINTF_TEXT = 4096 -- bytes of a candidate's printed output kept in its verdict
+
+-- Text a candidate printed leaves the worker only through this: km.scrub replaces every
+-- secret the process knows (the environment's key-like values included) by "[redacted]".
+-- (pcall: a build without km.scrub passes the text as it is.)
+local has_scrub, scrub = pcall(require, "km.scrub")
+local function scrub_printed(text)
+  if has_scrub and type(scrub) == "table" and scrub.text then return (scrub.text(text)) end
+  return text
+end
+
+-- Printed bytes as text a verdict can carry: valid UTF-8 kept, else control bytes and
+-- bytes past ASCII become '?' (a cut can split a character; %c can print anything).
+local function printable(text)
+  if utf8.len(text) then return (text:gsub("[\0-\8\11-\31\127]", "?")) end
+  return (text:gsub("[^\n\t\32-\126]", "?"))
+end
+
+-- Adds what the candidate printed (device printf, print) to the verdict: exact counts, the
+-- first PRINTF_TEXT bytes, and a sentence for the model when anything was printed.
+local function note_printed(verdict, text, lines, bytes)
+  verdict.printf = { lines = lines, bytes = bytes, text = scrub_printed(printable(text)), truncated = bytes > #text }
+  if lines > 0 then
+    verdict.feedback = (verdict.feedback or "") .. fmt("\nThe kernel printed %d line%s (%d bytes; the first %s in the verdict's printf.text). Remove printf from kernels you submit: it slows them and floods the log.",
+      lines, lines == 1 and "" or "s", bytes, bytes > #text and fmt("%d bytes are", #text) or "are")
+  end
+end
 
 local ch = proc.stdio_channel()
 require("km.sandbox").harden_strings() -- launch code runs here
@@ -23,6 +53,7 @@ while true do
   if not req then
     ch:send(json.encode { error = "bad request: " .. tostring(err) })
   elseif req.op == "eval" then
+    local cap = capture.start() -- device printf goes to stdout: caught here, not on the terminal
     local ok, verdict = pcall(judge.eval, judge, req.task, req.candidate, req.opts)
     if not ok then verdict = { status = "error", feedback = "internal error in the worker: " .. tostring(verdict) } end
     -- whatever happened, a context that no longer answers means a fresh worker: a fault
@@ -36,6 +67,7 @@ while true do
       end
       verdict.context_error = code
     end
+    if cap then note_printed(verdict, cap:stop(PRINTF_TEXT)) end -- after the sync: printf is flushed
     ch:send(json.encode({ id = req.id, verdict = verdict }, { nan = "null" }))
     if verdict.context_lost then return 4 end
   elseif req.op == "ping" then
