@@ -79,11 +79,14 @@ deps:
 # A stand-in libcuda.so.1 for the loader's failure paths (tests/lua/test_cuda_loader.lua).
 $(BUILD)/tests/fake_libcuda.so: tests/c/fake_libcuda.c | $(BUILD)/tests
 	$(CC) -O1 -shared -fPIC -Wall -Wextra -o $@ $<
+# A stand-in libnvidia-ml.so.1 for km.nvml's loader and energy windows (tests/lua/test_nvml.lua).
+$(BUILD)/tests/fake_libnvml.so: tests/c/fake_libnvml.c | $(BUILD)/tests
+	$(CC) -O1 -shared -fPIC -Wall -Wextra -o $@ $<
 
 TESTS := $(CTESTS) $(wildcard tests/lua/test_*.lua) $(wildcard tests/gpu/test_*.lua)
 
 test: deps
-	@$(MAKE) --no-print-directory all $(CTESTS) $(BUILD)/tests/fake_libcuda.so
+	@$(MAKE) --no-print-directory all $(CTESTS) $(BUILD)/tests/fake_libcuda.so $(BUILD)/tests/fake_libnvml.so
 	KMRUN=$(BUILD)/kmrun prove -f --exec tests/exec $(CTESTS) $(wildcard tests/lua/test_*.lua) $(wildcard tests/gpu/test_*.lua)
 
 # GPU tests, failing (not skipping) when there is no usable GPU.

@@ -1,0 +1,295 @@
+/* km_nvml.c — `require "km.nvml"`: NVML loaded at run time (see km_nvml.h).
+ *
+ *   nvml.available()          -> true | nil, why
+ *   nvml.energy_mj(dev)       -> millijoules since the driver loaded | nil, why, code
+ *   nvml.memory(dev)          -> used, total (bytes) | nil, why, code
+ *   nvml.sm_clock(dev)        -> MHz | nil, why, code
+ *   local w = nvml.window(dev)
+ *   while working do ...; w:poll(calls_done) end  -- true when the counter moved
+ *   w:stop() -> joules per call, span ms, calls (between the counter's first and last step
+ *               seen) | nil, why, code
+ * dev: an NVML index (default 0) or a UUID string as km.cuda.device().uuid gives it.
+ * Codes: NO_NVML (library or entry point missing), NVML_ERROR (NVML said no: message
+ * attached), TOO_SHORT (fewer than two counter steps seen, or under KM_ENERGY_MIN_MS apart).
+ *
+ * The prototypes are NVML's (nvml.h is not in every toolkit, so they are written out here);
+ * the versioned names are the ones nvml.h maps the plain names to. KM_NVML_LIB names another
+ * library file (tests/c/fake_libnvml.c). The library stays loaded for the process. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <lua.h>
+#include <lauxlib.h>
+
+#include "km.h"
+#include "km_nvml.h"
+
+typedef int nvmlReturn_t; /* NVML_SUCCESS = 0 */
+typedef struct { unsigned long long total, free, used; } nvmlMemory_t;
+enum { NVML_CLOCK_SM = 1 };
+
+static struct {
+  nvmlReturn_t (*init)(void);
+  const char *(*error_string)(nvmlReturn_t);
+  nvmlReturn_t (*by_index)(unsigned, km_nvml_dev *);
+  nvmlReturn_t (*by_uuid)(const char *, km_nvml_dev *);
+  nvmlReturn_t (*energy)(km_nvml_dev, unsigned long long *);   /* optional */
+  nvmlReturn_t (*memory)(km_nvml_dev, nvmlMemory_t *);         /* optional */
+  nvmlReturn_t (*clock)(km_nvml_dev, int, unsigned *);         /* optional */
+} nv;
+
+static const char *load_why = "NVML not loaded";
+static char load_buf[512];
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+static void load(void) {
+  const char *lib = getenv("KM_NVML_LIB");
+  if (!lib || !*lib) lib = "libnvidia-ml.so.1";
+  void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    const char *e = dlerror();
+    snprintf(load_buf, sizeof load_buf, "no NVML: cannot load %s (%s)", lib, e ? e : "?");
+    load_why = load_buf;
+    return;
+  }
+  static const struct { const char *name; void **slot; int required; } syms[] = {
+    {"nvmlInit_v2", (void **)&nv.init, 1},
+    {"nvmlErrorString", (void **)&nv.error_string, 1},
+    {"nvmlDeviceGetHandleByIndex_v2", (void **)&nv.by_index, 1},
+    {"nvmlDeviceGetHandleByUUID", (void **)&nv.by_uuid, 1},
+    {"nvmlDeviceGetTotalEnergyConsumption", (void **)&nv.energy, 0},
+    {"nvmlDeviceGetMemoryInfo", (void **)&nv.memory, 0},
+    {"nvmlDeviceGetClockInfo", (void **)&nv.clock, 0},
+  };
+  for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
+    *syms[i].slot = dlsym(h, syms[i].name);
+    if (!*syms[i].slot && syms[i].required) {
+      snprintf(load_buf, sizeof load_buf, "no NVML: %s lacks %s", lib, syms[i].name);
+      load_why = load_buf;
+      memset(&nv, 0, sizeof nv);
+      dlclose(h);
+      return;
+    }
+  }
+  nvmlReturn_t r = nv.init();
+  if (r != 0) {
+    snprintf(load_buf, sizeof load_buf, "no NVML: nvmlInit failed: %s (%d)", nv.error_string(r), r);
+    load_why = load_buf;
+    memset(&nv, 0, sizeof nv);
+    return; /* the library stays mapped: NVML may have started threads */
+  }
+  load_why = NULL;
+}
+
+const char *km_nvml_load(void) {
+  pthread_once(&once, load);
+  return load_why;
+}
+
+static int nv_fail(nvmlReturn_t r, const char **why) {
+  if (why) *why = nv.error_string(r);
+  return KM_EIO;
+}
+
+int km_nvml_device(const char *uuid, unsigned index, km_nvml_dev *out, const char **why) {
+  const char *w = km_nvml_load();
+  if (w) { if (why) *why = w; return KM_ENOTFOUND; }
+  nvmlReturn_t r = uuid ? nv.by_uuid(uuid, out) : nv.by_index(index, out);
+  return r ? nv_fail(r, why) : 0;
+}
+
+#define NEED(fn, name)                                                   \
+  do {                                                                   \
+    const char *w_ = km_nvml_load();                                     \
+    if (!w_ && !nv.fn) w_ = "no NVML: the library lacks " name;          \
+    if (w_) { if (why) *why = w_; return KM_ENOTFOUND; }                  \
+  } while (0)
+
+int km_nvml_energy_mj(km_nvml_dev d, uint64_t *mj, const char **why) {
+  NEED(energy, "nvmlDeviceGetTotalEnergyConsumption");
+  unsigned long long v = 0;
+  nvmlReturn_t r = nv.energy(d, &v);
+  if (r) return nv_fail(r, why);
+  *mj = v;
+  return 0;
+}
+
+int km_nvml_memory(km_nvml_dev d, uint64_t *used, uint64_t *total, const char **why) {
+  NEED(memory, "nvmlDeviceGetMemoryInfo");
+  nvmlMemory_t m = {0, 0, 0};
+  nvmlReturn_t r = nv.memory(d, &m);
+  if (r) return nv_fail(r, why);
+  *used = m.used, *total = m.total;
+  return 0;
+}
+
+int km_nvml_sm_clock(km_nvml_dev d, unsigned *mhz, const char **why) {
+  NEED(clock, "nvmlDeviceGetClockInfo");
+  nvmlReturn_t r = nv.clock(d, NVML_CLOCK_SM, mhz);
+  return r ? nv_fail(r, why) : 0;
+}
+
+/* ---- energy windows ---- */
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+void km_energy_begin(km_energy_window *w, km_nvml_dev d) {
+  memset(w, 0, sizeof *w);
+  w->dev = d;
+  w->status = km_nvml_energy_mj(d, &w->last_mj, &w->why);
+}
+
+int km_energy_poll(km_energy_window *w, double calls) {
+  uint64_t mj = 0;
+  if (w->status || km_nvml_energy_mj(w->dev, &mj, NULL) != 0 || mj == w->last_mj) return 0;
+  w->last_mj = mj;
+  double t = now_ms();
+  if (w->edges++ == 0) w->first_mj = mj, w->first_ms = t, w->first_calls = calls;
+  w->edge_mj = mj, w->edge_ms = t, w->edge_calls = calls;
+  return 1;
+}
+
+int km_energy_enough(const km_energy_window *w) {
+  return !w->status && w->edges >= 2 && w->edge_ms - w->first_ms >= KM_ENERGY_MIN_MS && w->edge_calls > w->first_calls;
+}
+
+int km_energy_end(const km_energy_window *w, double *j_per_call, double *span_ms, double *calls, const char **why) {
+  static char buf[200];
+  *span_ms = w->edge_ms - w->first_ms;
+  *calls = w->edge_calls - w->first_calls;
+  if (w->status) { *why = w->why; return w->status; }
+  if (w->edges < 2) {
+    snprintf(buf, sizeof buf, "the energy counter moved %d time%s during the work: too short to measure "
+             "(it moves in steps; at least %.0f ms between two of them is needed)", w->edges, w->edges == 1 ? "" : "s", KM_ENERGY_MIN_MS);
+    *why = buf;
+    return KM_ERANGE;
+  }
+  if (*span_ms < KM_ENERGY_MIN_MS) {
+    snprintf(buf, sizeof buf, "the energy counter's steps seen during the work span %.1f ms, under %.0f ms: too coarse to measure",
+             *span_ms, KM_ENERGY_MIN_MS);
+    *why = buf;
+    return KM_ERANGE;
+  }
+  if (*calls <= 0) { *why = "no call completed between the energy counter's steps"; return KM_EINVAL; }
+  *j_per_call = (double)(w->edge_mj - w->first_mj) / 1e3 / *calls;
+  return 0;
+}
+
+/* ---- Lua binding ---- */
+
+#define KM_EWIN_MT "km.EnergyWindow"
+
+static const char *code_of(int rc) {
+  switch (rc) {
+  case KM_ENOTFOUND: return "NO_NVML";
+  case KM_ERANGE: return "TOO_SHORT";
+  default: return "NVML_ERROR";
+  }
+}
+
+/* The device argument at idx: a UUID string or an NVML index (default 0). Returns 0 or
+ * pushes the failure triple and returns 3. */
+static int get_dev(lua_State *L, int idx, km_nvml_dev *d) {
+  const char *why = NULL;
+  int rc;
+  if (lua_type(L, idx) == LUA_TSTRING) rc = km_nvml_device(lua_tostring(L, idx), 0, d, &why);
+  else {
+    lua_Integer i = luaL_optinteger(L, idx, 0);
+    luaL_argcheck(L, i >= 0, idx, "device index must be >= 0");
+    rc = km_nvml_device(NULL, (unsigned)i, d, &why);
+  }
+  return rc ? km_fail(L, code_of(rc), "%s", why) : 0;
+}
+
+static int l_available(lua_State *L) {
+  const char *why = km_nvml_load();
+  if (why) { lua_pushnil(L); lua_pushstring(L, why); return 2; }
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+static int l_energy_mj(lua_State *L) {
+  km_nvml_dev d;
+  if (get_dev(L, 1, &d)) return 3;
+  uint64_t mj = 0;
+  const char *why = NULL;
+  int rc = km_nvml_energy_mj(d, &mj, &why);
+  if (rc) return km_fail(L, code_of(rc), "energy: %s", why);
+  lua_pushinteger(L, (lua_Integer)mj);
+  return 1;
+}
+
+static int l_memory(lua_State *L) {
+  km_nvml_dev d;
+  if (get_dev(L, 1, &d)) return 3;
+  uint64_t used = 0, total = 0;
+  const char *why = NULL;
+  int rc = km_nvml_memory(d, &used, &total, &why);
+  if (rc) return km_fail(L, code_of(rc), "memory: %s", why);
+  lua_pushinteger(L, (lua_Integer)used);
+  lua_pushinteger(L, (lua_Integer)total);
+  return 2;
+}
+
+static int l_sm_clock(lua_State *L) {
+  km_nvml_dev d;
+  if (get_dev(L, 1, &d)) return 3;
+  unsigned mhz = 0;
+  const char *why = NULL;
+  int rc = km_nvml_sm_clock(d, &mhz, &why);
+  if (rc) return km_fail(L, code_of(rc), "SM clock: %s", why);
+  lua_pushinteger(L, mhz);
+  return 1;
+}
+
+/* nvml.window(dev) -> a window started now (it holds no resource) */
+static int l_window(lua_State *L) {
+  km_nvml_dev d = NULL;
+  km_energy_window *w = lua_newuserdatauv(L, sizeof *w, 0);
+  memset(w, 0, sizeof *w);
+  luaL_setmetatable(L, KM_EWIN_MT);
+  const char *why = NULL;
+  int rc = lua_type(L, 1) == LUA_TSTRING ? km_nvml_device(lua_tostring(L, 1), 0, &d, &why)
+                                         : km_nvml_device(NULL, (unsigned)luaL_optinteger(L, 1, 0), &d, &why);
+  if (rc) { w->status = rc; w->why = why; return 1; } /* stop() reports it */
+  km_energy_begin(w, d);
+  return 1;
+}
+
+/* w:poll(calls_done) -> true when the counter moved */
+static int l_window_poll(lua_State *L) {
+  km_energy_window *w = luaL_checkudata(L, 1, KM_EWIN_MT);
+  lua_pushboolean(L, km_energy_poll(w, luaL_checknumber(L, 2)));
+  return 1;
+}
+
+/* w:stop() -> joules per call, span ms, calls | nil, why, code */
+static int l_window_stop(lua_State *L) {
+  km_energy_window *w = luaL_checkudata(L, 1, KM_EWIN_MT);
+  double j = 0, ms = 0, calls = 0;
+  const char *why = NULL;
+  int rc = km_energy_end(w, &j, &ms, &calls, &why);
+  if (rc) return km_fail(L, code_of(rc), "energy: %s", why);
+  lua_pushnumber(L, j);
+  lua_pushnumber(L, ms);
+  lua_pushnumber(L, calls);
+  return 3;
+}
+
+int luaopen_km_nvml(lua_State *L) {
+  static const luaL_Reg wm[] = {{"poll", l_window_poll}, {"stop", l_window_stop}, {NULL, NULL}};
+  km_newclass(L, KM_EWIN_MT, wm, NULL);
+  static const luaL_Reg fns[] = {{"available", l_available}, {"energy_mj", l_energy_mj}, {"memory", l_memory},
+                                 {"sm_clock", l_sm_clock}, {"window", l_window}, {NULL, NULL}};
+  luaL_newlib(L, fns);
+  return 1;
+}

@@ -1,0 +1,103 @@
+-- km.nvml's loader without a GPU: no library and a broken one are reasons, never crashes;
+-- against a stand-in libnvidia-ml (tests/c/fake_libnvml.c) every entry point is found and an
+-- energy window gives joules per call between the counter's steps, or says why not.
+local t = require "km.tap"
+
+local KMRUN = io.popen("readlink -f " .. (arg[-1]:match("kmrun$") and arg[-1] or "build/kmrun")):read("l")
+local FAKE = KMRUN:gsub("/kmrun$", "/tests/fake_libnvml.so")
+local UUID = "GPU-00000000-0000-0000-0000-000000000001"
+
+-- runs `code` in a fresh kmrun with `env`; returns what it printed
+local function run(env, code)
+  local p = io.popen(env .. " " .. KMRUN .. " -e '" .. code .. "' 2>&1; echo rc=$?")
+  local out = p:read("a")
+  p:close()
+  return out
+end
+
+t.test("no library: nil and the reason, every call too", function()
+  local out = run("KM_NVML_LIB=/nonexistent/libnvidia-ml.so.1",
+    [[local n = require "km.nvml"; print(n.available()); print(n.energy_mj(0)); print(n.window(0):stop(1))]])
+  t.ok(out:find("^nil\tno NVML: cannot load /nonexistent/libnvidia%-ml%.so%.1"), out)
+  t.ok(out:find("\nnil\tenergy: no NVML: cannot load", 1, true), out)
+  t.ok(out:find("NO_NVML", 1, true), out)
+  t.ok(out:find("rc=0", 1, true), out)
+end)
+
+t.test("on this machine: true, or nil and why", function()
+  local out = run("", [[print(require("km.nvml").available())]])
+  t.ok(out:find("^true") or out:find("^nil\tno NVML: .*libnvidia%-ml%.so%.1"), out)
+end)
+
+t.test("a library without nvmlInit_v2, and nvmlInit failing, say so", function()
+  local out = run("KM_NVML_LIB=" .. KMRUN:gsub("/kmrun$", "/lib/libcjson.so.1"), [[print(require("km.nvml").available())]])
+  t.ok(out:find("lacks nvmlInit_v2", 1, true), out)
+  if not io.open(FAKE) then return t.diag("no " .. FAKE .. " (make test builds it)") end
+  out = run("KM_NVML_LIB=" .. FAKE .. " FAKE_NVML_MODE=noinit", [[print(require("km.nvml").available())]])
+  t.ok(out:find("nvmlInit failed: Driver Not Loaded", 1, true), out)
+end)
+
+if not io.open(FAKE) then t.skip_all("no " .. FAKE .. " (make test builds it)") end
+local ENV = "KM_NVML_LIB=" .. FAKE
+
+t.test("devices by index and UUID; memory, SM clock and the energy counter", function()
+  local out = run(ENV, [[local n = require "km.nvml"
+    print(n.available())
+    print(n.memory(0))
+    print(n.memory("]] .. UUID .. [["))
+    print(n.sm_clock(0))
+    print(n.memory("GPU-ffffffff-0000-0000-0000-000000000000"))
+    print(n.memory(5))
+    local a = n.energy_mj(0); os.execute("sleep 0.1"); local b = n.energy_mj(0)
+    print("delta", b - a, math.type(a))]])
+  t.ok(out:find("^true\n"), out)
+  t.ok(out:find("\n3221225472\t85899345920\n3221225472\t85899345920\n1755\n", 1, true), out)
+  t.ok(out:find("nil\tNot Found\tNVML_ERROR", 1, true), out)
+  t.ok(out:find("nil\tUnknown Error\tNVML_ERROR", 1, true), out) -- index 5: the fake's INVALID_ARGUMENT
+  local delta = tonumber(out:match("delta\t(%d+)\tinteger"))
+  t.ok(delta and delta >= 300 * 80 and delta <= 300 * 200, out) -- 300 W over ~100 ms, in 20 ms steps
+end)
+
+-- polls a window while "calls" of `ms` milliseconds each run for `total` seconds
+local function poll_loop(ms, total)
+  return ([[local wall = require("km.timing").wall
+    local t0, calls = wall(), 0
+    while wall() - t0 < %g do
+      local t1 = wall(); while wall() - t1 < %g do end
+      calls = calls + 1; w:poll(calls)
+    end]]):format(total, ms / 1e3)
+end
+
+t.test("an energy window: joules per call between the counter's steps", function()
+  local out = run(ENV .. " FAKE_NVML_WATTS=400", [[local n = require "km.nvml"
+    local w = n.window("]] .. UUID .. [[")
+    ]] .. poll_loop(2, 0.35) .. [[
+    print("long", w:stop())]])
+  local j, span, calls = out:match("long\t(%S+)\t(%S+)\t(%S+)")
+  j, span, calls = tonumber(j), tonumber(span), tonumber(calls)
+  t.ok(span and span >= 300 and span <= 350, out)
+  -- the fake draws 400 W: the energy between its steps over the calls between them
+  t.ok(j and math.abs(j * calls / (span / 1e3) / 400 - 1) < 0.03, out)
+  t.ok(calls and math.abs(calls / (span / 2) - 1) < 0.15, out)
+end)
+
+t.test("too few steps, steps too close, a frozen or unsupported counter: a reason", function()
+  local out = run(ENV, [[local n = require "km.nvml"
+    local w = n.window(0)
+    print("none", w:stop())
+    ]] .. poll_loop(2, 0.06) .. [[
+    print("close", w:stop())]])
+  t.ok(out:find("none\tnil\tenergy: the energy counter moved 0 times during the work: too short to measure", 1, true), out)
+  t.ok(out:find("close\tnil\tenergy: the energy counter's steps seen during the work span [%d.]+ ms, under 100 ms: too coarse to measure\tTOO_SHORT"), out)
+  out = run(ENV .. " FAKE_NVML_MODE=frozen", [[local n = require "km.nvml"
+    local w = n.window(0)
+    ]] .. poll_loop(2, 0.15) .. [[
+    print(w:stop())]])
+  t.ok(out:find("nil\tenergy: the energy counter moved 0 times", 1, true), out)
+  out = run(ENV .. " FAKE_NVML_MODE=noenergy", [[local n = require "km.nvml"
+    print(n.energy_mj(0)); local w = n.window(0); w:poll(1); print(w:stop()); print(n.memory(0))]])
+  t.ok(out:find("nil\tenergy: Not Supported\tNVML_ERROR\nnil\tenergy: Not Supported\tNVML_ERROR", 1, true), out)
+  t.ok(out:find("\n3221225472\t85899345920\n", 1, true), out)
+end)
+
+t.done()
