@@ -26,8 +26,13 @@ local M = {}
 local Pool = {}
 Pool.__index = Pool
 
-local function worker_argv()
-  return { package.km_exe, package.km_libdir .. "/km/worker.lua" }
+-- wrap: an argv prefix the worker runs under (compute-sanitizer and its options), or nil.
+local function worker_argv(wrap)
+  local argv = {}
+  for _, a in ipairs(wrap or {}) do argv[#argv + 1] = a end
+  argv[#argv + 1] = package.km_exe
+  argv[#argv + 1] = package.km_libdir .. "/km/worker.lua"
+  return argv
 end
 
 -- Starts the worker of a slot; returns true or nil, why.
@@ -36,7 +41,7 @@ function Pool:_start(slot)
   local env = { KM_DEVICE = tostring(slot.gpu), KM_CACHE_DIR = self.cache_dir }
   for k, v in pairs(self.opts.env or {}) do env[k] = v end
   -- clean_env: the worker inherits no key, only PATH, HOME, LANG, CUDA_*, KM_*, ... (km.proc)
-  local p, err = proc.spawn(worker_argv(), { env = env, clean_env = true,
+  local p, err = proc.spawn(worker_argv(self.opts.wrap), { env = env, clean_env = true,
     stderr = self.opts.worker_stderr or "inherit" })
   if not p then return nil, err end
   local hello, why = p:recv((self.opts.startup_timeout or 120) * 1000)
@@ -56,7 +61,8 @@ end
 
 -- pool{ gpus = {0, 1} | nil (every visible GPU), timeout = seconds per candidate,
 --       env = { NAME = value } for the workers, worker_stderr = "inherit" | "null",
---       warm = jobs compiled ahead per poll (32) | false }
+--       warm = jobs compiled ahead per poll (32) | false,
+--       wrap = { argv prefix } each worker runs under, e.g. compute-sanitizer (M.sanitize) }
 -- -> pool, or nil, why, "NO_GPU"
 function M.pool(opts)
   opts = opts or {}
@@ -359,6 +365,13 @@ function M.eval(task, cand, opts)
     if not default then return nil, why, code end
   end
   return default:eval(task, cand, opts)
+end
+
+-- km.eval.sanitize(task, candidate, { gpu, timeout, tools, sanitizer }): the candidate under
+-- compute-sanitizer memcheck, then racecheck, each in its own worker (km.sanitize).
+-- -> verdict (status out_of_bounds | race | the usual one; .sanitizer), or nil, why, code
+function M.sanitize(task, cand, opts)
+  return require("km.sanitize").run(M, task, cand, opts)
 end
 
 setmetatable(M, { __call = function(_, ...) return M.eval(...) end })

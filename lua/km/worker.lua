@@ -36,6 +36,24 @@ local function note_printed(verdict, text, lines, bytes)
   end
 end
 
+-- Under compute-sanitizer (km.sanitize sets KM_SANITIZE to the tool): buffers get no guard
+-- zones, since memcheck knows only allocation bounds and a guard zone would hide a read past
+-- the end inside the allocation; kernels carry line info, so findings name kernel.cu lines.
+if os.getenv("KM_SANITIZE") then
+  local buffer, nvrtc = require "km.buffer", require "km.nvrtc"
+  local new, compile = buffer.new, nvrtc.compile
+  buffer.new = function(dtype, shape, o) return new(dtype, shape, o or { guard = 0 }) end
+  nvrtc.compile = function(src, o)
+    local o2 = {}
+    for k, x in pairs(o or {}) do o2[k] = x end
+    local options = {}
+    for i, x in ipairs(o2.options or {}) do options[i] = x end
+    options[#options + 1] = "-lineinfo"
+    o2.options = options
+    return compile(src, o2)
+  end
+end
+
 local ch = proc.stdio_channel()
 require("km.sandbox").harden_strings() -- launch code runs here
 local judge, why = judge_mod.new()
