@@ -1,6 +1,48 @@
--- km.sandbox: launch code sees an allow-list and a budget it cannot escape.
+-- km.sandbox: launch code sees an allow-list, fresh bounded library copies, and budgets
+-- for work, memory and time it cannot escape. Every attack asserts the exact error, a
+-- wall-clock bound on the whole call, and that the host's libraries are untouched.
 local t = require "km.tap"
 local sandbox = require "km.sandbox"
+local limits = require "km.limits"
+local wall = require("km.timing").wall
+
+-- the host's libraries as they were: every attack must leave them exactly so
+local HOST = {}
+for _, name in ipairs { "math", "string", "table", "utf8" } do
+  HOST[name] = {}
+  for k, v in pairs(_G[name]) do HOST[name][k] = v end
+end
+local STRING_INDEX = getmetatable("").__index
+
+local function host_untouched()
+  for name, saved in pairs(HOST) do
+    for k, v in pairs(saved) do t.eq(_G[name][k], v, name .. "." .. k) end
+    for k in pairs(_G[name]) do t.ok(saved[k] ~= nil, name .. "." .. k .. " was added") end
+  end
+  t.eq(getmetatable("").__index, STRING_INDEX, "the string metatable's __index")
+  t.eq(("abc"):upper(), "ABC")
+  local _, cap = limits.memory()
+  t.eq(cap, nil, "no memory cap outside a call")
+end
+
+-- Runs launch code `body` (the inside of function(k, io, s)) once; returns ok, msg, code
+-- and the wall-clock seconds the load and the call took together.
+local function attack(body, opts, ...)
+  local t0 = wall()
+  local fn, err, code = sandbox.load("return function(k, io, s)\n" .. body .. "\nend", "launch.lua")
+  if not fn then return false, err, code, wall() - t0 end
+  local ok, msg, c = sandbox.call(fn, opts or { budget = 1e6 }, ...)
+  return ok, msg, c, wall() - t0
+end
+
+local function refused(body, code, text, seconds, opts)
+  local ok, msg, c, dt = attack(body, opts)
+  t.eq(ok, false, body)
+  t.eq(c, code, body .. ": " .. tostring(msg))
+  t.ok(type(msg) == "string" and msg:find(text, 1, true), body .. ": " .. tostring(msg))
+  t.ok(dt < seconds, string.format("%s: took %.3f s (bound %.3f s)", body, dt, seconds))
+  return msg
+end
 
 t.test("launch code returns a function and runs with its arguments", function()
   local fn = assert(sandbox.load("return function(k, io, s) return k + s.n, math.max(1, 2) end", "x.lua"))
@@ -10,60 +52,331 @@ t.test("launch code returns a function and runs with its arguments", function()
   t.eq(b, 2)
 end)
 
-t.test("no io, os, require, load, debug, package, string.dump", function()
-  for _, name in ipairs { "io", "os", "require", "load", "loadstring", "dofile", "debug", "package", "collectgarbage" } do
+t.test("no io, os, require, load, debug, package, string.dump, coroutine, metatables, random state", function()
+  for _, name in ipairs { "io", "os", "require", "load", "loadstring", "dofile", "debug", "package", "collectgarbage",
+                          "coroutine", "setmetatable", "getmetatable", "rawset", "print", "string.dump", "string.pack",
+                          "string.unpack", "string.packsize", "math.random", "math.randomseed" } do
     local fn = assert(sandbox.load("return function() return " .. name .. " end"))
     local ok, v = sandbox.call(fn)
     t.eq(ok, true)
     t.eq(v, nil, name)
   end
-  local fn = assert(sandbox.load("return function() return string.dump end"))
-  t.eq(select(2, sandbox.call(fn)), nil)
-  fn = assert(sandbox.load("return function() io.open('/etc/passwd') end"))
+  local fn = assert(sandbox.load("return function() io.open('/etc/passwd') end"))
   local ok, err = sandbox.call(fn)
   t.eq(ok, false)
   t.ok(err:find("io", 1, true), err)
-  -- the host's string table is not reachable through the copy
-  fn = assert(sandbox.load("return function() string.rep = nil; return ('x'):rep(3) end"))
-  ok = sandbox.call(fn)
-  t.eq(string.rep("a", 2), "aa")
+  -- the host's tables are not reachable through the copies
+  fn = assert(sandbox.load("return function() string.rep = nil; math.max = nil; table.insert = nil; _G.x = 1; return ('x'):rep(3) end"))
+  local ok2, v = sandbox.call(fn)
+  t.eq(ok2, true)
+  t.eq(v, "xxx", "string methods are the bounded library, not the environment's table")
+  host_untouched()
 end)
 
-t.test("string.dump is not reachable through a string's methods once hardened", function()
-  local fn = assert(sandbox.load("return function() return ('').dump end"))
-  sandbox.harden_strings()
-  local ok, v = sandbox.call(fn)
+t.test("string.dump is not reachable through a string's methods", function()
+  local fn = assert(sandbox.load("return function() return ('').dump, ('').pack end"))
+  local ok, v, w = sandbox.call(fn)
   t.eq(ok, true)
-  t.eq(v, nil)
+  t.eq(v, nil, "during a call")
+  t.eq(w, nil)
+  sandbox.harden_strings()
+  STRING_INDEX = getmetatable("").__index
+  ok, v = sandbox.call(fn)
+  t.eq(v, nil, "hardened")
   t.eq(("abc"):upper(), "ABC", "other methods still work")
   t.eq(("%d"):format(7), "7")
 end)
 
 t.test("an endless loop hits the budget, and pcall cannot swallow it", function()
-  local fn = assert(sandbox.load("return function() while true do end end"))
-  local ok, err = sandbox.call(fn, { budget = 100000 })
-  t.eq(ok, false)
-  t.ok(err:find("instruction budget", 1, true), err)
-  fn = assert(sandbox.load([[return function()
-    for i = 1, 100 do pcall(function() while true do end end) end
-    return "escaped" end]]))
-  ok, err = sandbox.call(fn, { budget = 100000 })
-  t.eq(ok, false)
-  t.ok(err:find("instruction budget", 1, true), err)
-  fn = assert(sandbox.load([[return function() local r = { xpcall(function() while true do end end, function(e) return e end) } return "escaped" end]]))
-  ok, err = sandbox.call(fn, { budget = 100000 })
-  t.eq(ok, false)
+  refused("while true do end", "BUDGET", "instruction budget exceeded", 1)
+  refused("for i = 1, 100 do pcall(function() while true do end end) end return 'escaped'", "BUDGET", "instruction budget", 1)
+  refused("local r = { xpcall(function() while true do end end, function(e) return e end) } return 'escaped'",
+    "BUDGET", "instruction budget", 1)
+  refused("while true do pcall(error, 'x') end", "BUDGET", "instruction budget", 1)
 end)
 
-t.test("syntax errors, binary chunks and non-functions are refused", function()
-  local fn, err = sandbox.load("return function( end", "bad.lua")
+t.test("xpcall: a looping message handler is stopped (it hung the driver)", function()
+  -- while the chunk loads, as prompt.extract does in the driver
+  local t0 = wall()
+  local fn, err, code = sandbox.load([[xpcall(function() while true do end end, function(e) while true do end end)
+    return function() end]], "launch.lua")
   t.eq(fn, nil)
+  t.eq(code, "BUDGET")
+  t.ok(err:find("instruction budget exceeded", 1, true), err)
+  t.ok(wall() - t0 < 1, "bounded")
+  -- a handler that errors, or loops on an ordinary error
+  refused("xpcall(error, function(e) while true do end end, 'boom')", "BUDGET", "instruction budget", 1)
+  refused("xpcall(error, function(e) error(e) end, 'boom') while true do end", "BUDGET", "instruction budget", 1)
+  refused("xpcall(function() local s = ('x'):rep(1 << 21) local t = {} for i = 1, 1e9 do t[i] = s .. i end end, function(e) while true do end end)",
+    "MEMORY", "memory budget exceeded", 3, { budget = 1e9, memory = 32 << 20 })
+  host_untouched()
+end)
+
+t.test("pcall and xpcall still work for ordinary errors", function()
+  local fn = assert(sandbox.load([[return function()
+    local a, b = pcall(error, 'boom', 0)
+    local c, d = xpcall(function(x) error({ code = x }) end, function(e) return 'handled ' .. e.code end, 7)
+    local e, f, g = xpcall(function(x, y) return x + y, 'two' end, tostring, 1, 2)
+    local h, i = pcall(pcall)
+    return a, b, c, d, e, f, g, h, i
+  end]]))
+  local ok, a, b, c, d, e, f, g, h, i = sandbox.call(fn)
+  t.eq(ok, true)
+  t.eq(a, false)
+  t.eq(b, "boom")
+  t.eq(c, false)
+  t.eq(d, "handled 7")
+  t.eq(e, true)
+  t.eq(f, 3)
+  t.eq(g, "two")
+  t.eq(h, false)
+  t.ok(tostring(i):find("bad argument", 1, true), tostring(i))
+end)
+
+t.test("every bounded library call stops at the budget, in milliseconds", function()
+  local cases = {
+    "table.move({}, 1, 1 << 40, 2)",
+    "table.move({}, 1, math.maxinteger, 2, {})",
+    -- polynomial backtracking: 20 stars over 3000 characters
+    "string.find(('a'):rep(3000), ('a*'):rep(20) .. 'b')",
+    "string.match(('a'):rep(3000), ('a-'):rep(20) .. 'b')",
+    "for w in string.gmatch(('a'):rep(3000), ('a*'):rep(20) .. 'b') do end",
+    "string.gsub(('a'):rep(3000), ('a*'):rep(20) .. 'b', '')",
+    "string.find(('a'):rep(100000), '[' .. ('a'):rep(100000) .. ']*b')",
+    "string.find(('('):rep(100000), '%b()')",
+    "string.find(('a'):rep(30), ('a?'):rep(30) .. ('a'):rep(30))", -- 2^30 steps
+    "string.rep('', 1 << 62)",
+    "string.rep('x', 1 << 30)",
+    "string.rep('', 1 << 40, '')",
+    "table.concat({}, 'x', 1, 1 << 40)",
+    "local t = { ('x'):rep(1000) } table.concat(t, ('y'):rep(100000), 1, 1)  table.concat({'a','b','c'}, ('y'):rep(1 << 20), 1, 3)",
+    "string.format(('%s'):rep(40), table.unpack((function() local t = {} for i = 1, 40 do t[i] = ('x'):rep(100000) end return t end)()))",
+    "string.byte(('x'):rep(999999), 1, -1)",
+    "string.upper(('x'):rep(1 << 21)) string.lower(('x'):rep(1 << 21)) string.reverse(('x'):rep(1 << 21))",
+    "utf8.len(('x'):rep(1 << 21)) utf8.len(('x'):rep(1 << 21))",
+    "local f = utf8.codes('a' .. ('\\x80'):rep(1 << 21)) for i = 1, 10 do pcall(f, 'a' .. ('\\x80'):rep(1 << 21), 1) end",
+    "tonumber(('1'):rep(1 << 21)) tonumber(('1'):rep(1 << 21))",
+    -- a table whose border (#) is 2^62 with 63 elements
+    "local t = {} for i = 62, 0, -1 do t[1 << i] = i end table.insert(t, 1, 'x')",
+    "local t = {} for i = 62, 0, -1 do t[1 << i] = i end table.remove(t, 1)",
+    "local t = {} for i = 30, 0, -1 do t[1 << i] = i end table.sort(t, function() return false end)",
+    "local t = {} for i = 62, 0, -1 do t[1 << i] = i end table.unpack(t, 1, 999999)",
+    "string.char(table.unpack({}, 1, 999999))",
+  }
+  for _, body in ipairs(cases) do
+    local ok, msg, code, dt = attack(body)
+    t.eq(ok, false, body)
+    t.ok(code == "BUDGET" or code == "MEMORY", body .. ": " .. tostring(code) .. " " .. tostring(msg))
+    t.ok(msg:find("budget exceeded", 1, true), body .. ": " .. msg)
+    t.ok(dt < 0.5, string.format("%s: %.3f s", body, dt))
+  end
+  host_untouched()
+end)
+
+t.test("string methods are bounded too: ('x'):rep, s:find, s:gsub", function()
+  refused("('x'):rep(1 << 30)", "BUDGET", "instruction budget exceeded", 0.5)
+  refused("('x'):rep(1 << 40)", "ERROR", "resulting string too large", 0.5) -- Lua's own check, before any work
+  refused("(''):rep(1 << 62)", "BUDGET", "instruction budget exceeded", 0.5)
+  refused("(('a'):rep(3000)):find(('a*'):rep(20) .. 'b')", "BUDGET", "instruction budget exceeded", 0.5)
+  refused("local s = ('a'):rep(3000) s:gsub(('a*'):rep(20) .. 'b', '%0')", "BUDGET", "instruction budget exceeded", 0.5)
+  host_untouched()
+end)
+
+t.test("an instruction on long operands cannot run long: the deadline and the object cap", function()
+  -- equal strings compared forever: each == is a memcmp the instruction count does not see
+  local body = "local a, b = ('x'):rep(1 << 21), ('x'):rep(1 << 21) local n = 0 while a == b do n = n + 1 end return n"
+  refused(body, "TIME", "time budget exceeded", 1.5, { budget = 1e12, time = 0.3 })
+  refused("local a = ('1'):rep(1 << 21) local n = 0 while true do n = n + (a + 0) end", "TIME", "time budget exceeded", 1.5,
+    { budget = 1e12, time = 0.3 })
+  -- no single object above the block cap (default 4 MiB): a 64 MiB string is refused at once
+  refused("local a = ('x'):rep(1 << 26)", "MEMORY", "a single object of", 0.5, { budget = 1e12 })
+  -- a wall-clock deadline stops a plain loop too
+  refused("while true do end", "TIME", "time budget exceeded", 1.5, { budget = 1e15, time = 0.2 })
+  host_untouched()
+end)
+
+t.test("memory: string and table bombs in launch code, and pcall cannot swallow them", function()
+  local bombs = {
+    "local t = {} local s = ('x'):rep(1 << 20) for i = 1, 1e9 do t[i] = s .. i end",
+    "local t = {} for i = 1, 1e9 do t[i] = { i, i, i, i } end",
+    "local s = 'x' for i = 1, 40 do s = s .. s end",
+    "local t = {} for i = 1, 1e9 do t[#t + 1] = ('y'):rep(4000) .. i end",
+    "pcall(function() local t = {} for i = 1, 1e9 do t[i] = { i } end end) while true do end",
+  }
+  for _, body in ipairs(bombs) do
+    local msg = refused(body, "MEMORY", "memory budget exceeded", 10, { budget = 1e12, memory = 32 << 20, time = 20 })
+    t.diag(msg)
+  end
+  -- after a refusal the host allocates as before
+  local big = string.rep("z", 1 << 27)
+  t.eq(#big, 1 << 27)
+  big = nil
+  collectgarbage()
+  -- the allocator never refuses a free: with no room at all (memory = 0), an allocation
+  -- is refused, Lua's emergency collection frees the host's garbage, and the retry fits
+  local fn = assert(sandbox.load("return function() local t = {} for i = 1, 100 do t[i] = { i } end return #t end"))
+  collectgarbage()
+  collectgarbage("stop")
+  local junk = {}
+  for i = 1, 100000 do junk[i] = { i } end
+  junk = nil
+  local ok, n = limits.run(fn, 1e6, 0)
+  collectgarbage("restart")
+  t.eq(ok, true, tostring(n))
+  t.eq(n, 100)
+  host_untouched()
+end)
+
+t.test("memory a launch function keeps between calls counts against it", function()
+  local fn = assert(sandbox.load([[local keep = {}
+    return function(k, io, s) keep[#keep + 1] = ('x'):rep(2 << 20) .. #keep return #keep end]]))
+  local calls, last_msg, code = 0, nil, nil
+  local t0 = wall()
+  for _ = 1, 40 do
+    local ok, v, c = sandbox.call(fn, { budget = 1e7, memory = 16 << 20 })
+    if not ok then last_msg, code = v, c break end
+    calls = v
+  end
+  t.eq(code, "MEMORY", tostring(last_msg))
+  t.ok(calls >= 4 and calls <= 8, calls .. " calls before the budget was spent")
+  t.ok(wall() - t0 < 3)
+  -- an honest function that makes garbage on every call runs on and on
+  local honest = assert(sandbox.load("return function(k, io, s) local t = {} for i = 1, 1000 do t[i] = { i } end return #t end"))
+  for _ = 1, 2000 do
+    local ok, v = sandbox.call(honest, { budget = 1e6, memory = 4 << 20 })
+    if not ok then t.ok(false, v) break end
+  end
+end)
+
+t.test("nested calls: an inner budget does not kill the outer call; the outer pays for it", function()
+  local inner = assert(sandbox.load("return function() while true do end end"))
+  local outer = assert(sandbox.load([[return function(k)
+    local a, b = k.run()      -- a host function that runs sandboxed code itself
+    local x = 0
+    for i = 1, 1000 do x = x + i end
+    return a, b, x
+  end]]))
+  local k = { run = function() return sandbox.call(inner, { budget = 1e5 }) end }
+  local ok, a, b, x = sandbox.call(outer, { budget = 1e7 }, k)
+  t.eq(ok, true, tostring(a))
+  t.eq(a, false)
+  t.ok(b:find("instruction budget", 1, true), b)
+  t.eq(x, 500500)
+  ok, a = sandbox.call(outer, { budget = 5e4 }, k)
+  t.eq(ok, false, "the inner run's work is charged to the outer budget")
+  t.ok(a:find("instruction budget", 1, true), a)
+  host_untouched()
+end)
+
+t.test("an honest launch function: strings, patterns, tables, utf8 and math as Lua's", function()
+  local fn = assert(sandbox.load([[return function(k, io, s)
+    local r = {}
+    r[#r + 1] = string.format("%s=%d %5.2f %q", "n", s.n, 3.14159, "a\nb")
+    r[#r + 1] = ("key = value"):gsub("(%w+) = (%w+)", "%2 = %1")
+    r[#r + 1] = select(2, ("hello world from lua"):gsub("%w+", function(w) return w:upper() end))
+    local words = {}
+    for w in ("one two  three"):gmatch("%a+") do words[#words + 1] = w end
+    r[#r + 1] = table.concat(words, ",")
+    r[#r + 1] = table.concat({ ("THE (quick) fox"):find("%((%a+)%)") }, ":")
+    r[#r + 1] = tostring(("  trim  "):match("^%s*(.-)%s*$"))
+    local t = { 5, 3, 9, 1 }
+    table.sort(t, function(a, b) return a > b end)
+    table.insert(t, 1, 0); table.remove(t); t = table.move(t, 1, #t, 2, { -1 })
+    r[#r + 1] = table.concat(t, " ")
+    r[#r + 1] = utf8.char(72, 228, 8364) .. utf8.len("häll€")
+    for p, c in utf8.codes("aé") do r[#r + 1] = p .. ":" .. c end
+    r[#r + 1] = ("x"):rep(3, "-") .. ("abc"):sub(2) .. ("abc"):byte(3) .. string.char(65, 66)
+    r[#r + 1] = tostring(math.floor(k.cdiv(s.n, 256))) .. tostring(tonumber("ff", 16)) .. tostring(tonumber(" 10 "))
+    r[#r + 1] = tostring(select("#", table.unpack({ 1, 2, 3 }))) .. tostring(unpack({ 4 }))
+    r[#r + 1] = ("%bxy"):len() .. tostring(("f(a(b)c)"):match("%b()")) .. tostring(("THE END"):find("%f[%a]%a+$"))
+    return table.concat(r, "|")
+  end]]))
+  local ok, v = sandbox.call(fn, { budget = 1e6 }, { cdiv = function(a, b) return (a + b - 1) // b end }, {}, { n = 1000 })
+  t.eq(ok, true, tostring(v))
+  t.eq(v, 'n=1000  3.14 "a\\\nb"|value = key|4|one,two,three|5:11:quick|trim|-1 0 9 5 3|Hä€5|1:97|2:233|'
+    .. "x-x-xbc99AB|425510|34|4(a(b)c)5")
+  host_untouched()
+end)
+
+t.test("the bounded pattern functions answer as Lua's own", function()
+  local cases = {
+    { "hello world", "o" }, { "hello world", "l+" }, { "hello world", "(h)(e)" }, { "hello", "()ll()" },
+    { "  x  ", "^%s*(.-)%s*$" }, { "key=val; k2=v2", "(%w+)=(%w+)" }, { "abc", "" }, { "abc", "^" },
+    { "abc", "$" }, { "a.b", "%." }, { "a+b", "a+b", 1, true }, { "THE (quick) fox", "%((%a+)%)" },
+    { "f(a(b)c)d", "%b()" }, { "hello", "%f[%l]%l+" }, { "aaa", "a-b" }, { "aaab", "a-b" }, { "abab", "(ab)%1" },
+    { "x = 10, y = 20", "(%a)%s*=%s*(%d+)" }, { "hello", "l", -2 }, { "hello", "l", 10 }, { "", "x*" },
+    { "[test]", "[%[%]]" }, { "a1b2c3", "[^%d]" }, { "0x1F", "^0[xX](%x+)$" }, { "äöü", "[\128-\255]+" },
+  }
+  local src = [[return function(cases)
+    local out = {}
+    for i, c in ipairs(cases) do
+      local r = { string.find(c[1], c[2], c[3], c[4]) }
+      r[#r + 1] = "|"
+      for _, v in ipairs { string.match(c[1], c[2], c[3]) } do r[#r + 1] = v end
+      r[#r + 1] = "|"
+      if not c[4] then
+        for a, b in string.gmatch(c[1], c[2]) do r[#r + 1] = tostring(a) .. "/" .. tostring(b) end
+        r[#r + 1] = "|"
+        local g, n = string.gsub(c[1], c[2], "<%0>")
+        r[#r + 1] = g; r[#r + 1] = n
+        g, n = string.gsub(c[1], c[2], function(x) return x and #tostring(x) end, 2)
+        r[#r + 1] = g; r[#r + 1] = n
+      end
+      for j = 1, #r do r[j] = tostring(r[j]) end
+      out[i] = table.concat(r, ",")
+    end
+    return out
+  end]]
+  local fn = assert(sandbox.load(src))
+  local ok, inside = sandbox.call(fn, { budget = 1e7 }, cases)
+  t.eq(ok, true, tostring(inside))
+  local host = load(src, "=host", "t", _G)()(cases)
+  for i = 1, #cases do t.eq(inside[i], host[i], cases[i][1] .. " ~ " .. cases[i][2]) end
+  -- the same errors
+  local bad = assert(sandbox.load("return function(p) return pcall(string.find, 'x', p) end"))
+  for _, p in ipairs { "[a", "%", "(()", "%b", "%g(", "(%1)", "%f" } do
+    local _, _, err_in = sandbox.call(bad, nil, p)
+    local _, err_host = pcall(string.find, "x", p)
+    t.eq(err_in, err_host, p)
+  end
+end)
+
+t.test("source text is bounded; syntax errors, binary chunks and non-functions are refused", function()
+  local fn, err, code = sandbox.load("return function( end", "bad.lua")
+  t.eq(fn, nil)
+  t.eq(code, "LOAD")
   t.ok(err:find("bad.lua", 1, true), err)
   fn, err = sandbox.load(string.dump(function() end))
   t.eq(fn, nil)
+  t.ok(err:find("binary", 1, true), err)
   fn, err = sandbox.load("return 42")
   t.eq(fn, nil)
   t.ok(err:find("must return a function", 1, true), err)
+  fn, err = sandbox.load("return function() end --" .. ("x"):rep(2 << 20), "big.lua")
+  t.eq(fn, nil)
+  t.ok(err:find("big.lua: the source is", 1, true), err)
+end)
+
+t.test("exec and data: a file's value under the budget, copied as plain data", function()
+  local ok, v = sandbox.exec("return { a = { 1, 2, { b = 'x' } }, [3] = true }", "f.lua")
+  t.eq(ok, true)
+  local c = assert(sandbox.data(v))
+  t.eq(c.a[3].b, "x")
+  t.ok(c ~= v and c.a ~= v.a, "a copy")
+  ok, v = sandbox.exec("return { a = { 1, print or function() end } }", "f.lua")
+  local none, why = sandbox.data(v)
+  t.eq(none, nil)
+  t.eq(why, "a[2]: a function is not data")
+  ok, v = sandbox.exec("local t = {} t.self = t return t", "f.lua")
+  none, why = sandbox.data(v)
+  t.ok(why:find("nested deeper than", 1, true), why)
+  ok, v = sandbox.exec("local t = {} for i = 1, 200000 do t[i] = i end return t", "f.lua")
+  none, why = sandbox.data(v)
+  t.ok(why:find("more than 100000 values", 1, true), why)
+  local code
+  ok, v, code = sandbox.exec("while true do end", "f.lua", { budget = 1e5 })
+  t.eq(ok, false)
+  t.eq(code, "BUDGET")
 end)
 
 t.done()
