@@ -5,10 +5,25 @@
 --   local list = task.list("tasks")             -- every task folder, sorted, loaded
 --   task.eval_expr("m*k", { m = 2, k = 3 })     -- 6
 --   task.shape_of(t.inputs[1], t.shapes[1])     -- { 268435456 }
+--
+-- Task files are hostile input (DESIGN.md): task.lua and params.lua run in km.sandbox with
+-- a budget and their own copies of the libraries, and what they return is copied as plain
+-- data; expressions run in the sandbox too; every file a task names must be a relative
+-- name that resolves (symlinks followed) to a regular file inside the task's folder, of
+-- at most MAX_FILE bytes.
+local sandbox = require "km.sandbox"
+local limits = require "km.limits"
+
 local M = {}
 
 local type, pairs, ipairs, tostring, tonumber, load = type, pairs, ipairs, tostring, tonumber, load
 local fmt, concat, sort = string.format, table.concat, table.sort
+
+local MAX_FILE = 16 << 20                                   -- bytes of one file a task names
+local MAX_SHAPES, MAX_IO, MAX_EXPR = 64, 64, 4096           -- shape sets, inputs/outputs, expression bytes
+local FILE_OPTS = { budget = 1e7, memory = 64 << 20, time = 2 } -- task.lua, params.lua
+local EXPR_OPTS = { budget = 1e5, memory = 16 << 20, time = false } -- no loops: bounded by the budget
+M.MAX_FILE = MAX_FILE
 
 local LEVELS = { [1] = true, [2] = true, [3] = true }
 local DTYPES = { f32 = true, f64 = true, f16 = true, bf16 = true, i8 = true, i32 = true, i64 = true, u8 = true }
@@ -23,29 +38,53 @@ local function read_file(path)
 end
 M.read_file = read_file
 
-local function exists(path)
-  local f = io.open(path, "rb")
-  if f then f:close() return true end
-  return false
+-- Reads `name` inside the folder `dir`: a relative name with no '..' that resolves
+-- (symlinks followed) inside dir, to a regular file of at most MAX_FILE bytes.
+-- Returns the text, or nil, why, CODE.
+function M.read_inside(dir, name)
+  if type(name) ~= "string" then return nil, "must be a file name, got " .. type(name), "BAD_NAME" end
+  local path, kind, size = limits.resolve_inside(dir, name)
+  if not path then return nil, kind, size end
+  if kind ~= "file" then return nil, fmt("'%s' is not a regular file (%s)", name, kind), "NOT_FILE" end
+  if size > MAX_FILE then return nil, fmt("'%s' is %d bytes; the limit is %d", name, size, MAX_FILE), "TOO_LARGE" end
+  local f, err = io.open(path, "rb")
+  if not f then return nil, err, "NOT_FOUND" end
+  local text = f:read(MAX_FILE + 1) or ""
+  f:close()
+  if #text > MAX_FILE then return nil, fmt("'%s' is over %d bytes", name, MAX_FILE), "TOO_LARGE" end
+  return text
+end
+local read_inside = M.read_inside
+
+-- Runs a task file's text (task.lua, params.lua) in the sandbox; returns its value copied
+-- as plain data, or nil, "field: why".
+local function run_file(text, file)
+  local ok, v, code = sandbox.exec(text, file, FILE_OPTS)
+  if not ok then return nil, (code == "LOAD" and "syntax: " or "evaluation: ") .. v end
+  if type(v) ~= "table" then return nil, "return value: must return a table, got " .. type(v) end
+  return sandbox.data(v)
 end
 
--- Evaluates an expression over shape symbols: a number stays a number; a string is Lua.
-local expr_cache = {}
+-- Evaluates an expression over shape symbols: a number stays a number; a string is Lua,
+-- run in the sandbox with its own copy of math.
+local expr_cache, expr_count = {}, 0
 function M.eval_expr(e, sym)
   if type(e) == "number" then return e end
   if type(e) ~= "string" then error("expression must be a number or a string, got " .. type(e), 2) end
   local chunk = expr_cache[e]
   if not chunk then
+    if #e > MAX_EXPR then error(fmt("expression of %d bytes: the limit is %d", #e, MAX_EXPR), 2) end
     local err
     local body = e:gsub("()([%a_][%w_]*)", function(pos, w)
       if w == "math" or w == "and" or w == "or" or w == "not" or e:sub(pos - 1, pos - 1) == "." then return w end
       return "s." .. w
     end)
-    chunk, err = load("local s = ...; return " .. body, "=(expr " .. e .. ")", "t", { math = math })
+    chunk, err = load("local s = ...; return " .. body, "=(expr " .. e .. ")", "t", { math = sandbox.env().math })
     if not chunk then error("bad expression '" .. e .. "': " .. err, 2) end
-    expr_cache[e] = chunk
+    if expr_count >= 4096 then expr_cache, expr_count = {}, 0 end
+    expr_cache[e], expr_count = chunk, expr_count + 1
   end
-  local ok, v = pcall(chunk, sym)
+  local ok, v = sandbox.call(chunk, EXPR_OPTS, sym)
   if not ok or type(v) ~= "number" then
     error(fmt("expression '%s' does not evaluate to a number with %s: %s", e, M.fmt_shape(sym), tostring(v)), 2)
   end
@@ -87,6 +126,7 @@ end
 
 local function check_io(file, list, what, need_init)
   if type(list) ~= "table" or #list == 0 then fail(file, what, "must be a non-empty list") end
+  if #list > MAX_IO then fail(file, what, fmt("has %d entries; the limit is %d", #list, MAX_IO)) end
   local seen = {}
   for i, io in ipairs(list) do
     local f = fmt("%s[%d]", what, i)
@@ -112,51 +152,47 @@ function M.load(dir)
   dir = dir:gsub("/+$", "")
   local file = dir .. "/task.lua"
   local ok, res = pcall(function()
-    local src = read_file(file)
-    if not src then fail(file, "file", "cannot read (is " .. dir .. " a task folder?)") end
-    local chunk, err = load(src, "@" .. file, "t", { math = math })
-    if not chunk then fail(file, "syntax", err) end
-    local okc, t = pcall(chunk)
-    if not okc then fail(file, "evaluation", tostring(t)) end
-    if type(t) ~= "table" then fail(file, "return value", "task.lua must return a table") end
+    local src, rwhy, rcode = read_inside(dir, "task.lua")
+    if not src then
+      fail(file, "file", rcode == "NOT_FOUND" and "cannot read (is " .. dir .. " a task folder?)" or rwhy)
+    end
+    local t, why = run_file(src, file)
+    if not t then error({ task_error = file .. ": " .. why }, 0) end
     local base = dir:match("([^/]+)$")
     if type(t.name) ~= "string" then fail(file, "name", "missing") end
     if t.name ~= base then fail(file, "name", fmt("'%s' does not match the folder '%s'", t.name, base)) end
     if not LEVELS[t.level] then fail(file, "level", "must be 1, 2 or 3") end
     if type(t.category) ~= "string" or t.category == "" then fail(file, "category", "missing") end
-    -- spec forms
-    if t.description ~= nil then
-      if type(t.description) ~= "string" then fail(file, "description", "must be a file name or text") end
-      if t.description:match("%.md$") then
-        local text = read_file(dir .. "/" .. t.description)
-        if not text then fail(file, "description", "cannot read " .. dir .. "/" .. t.description) end
-        t.description_text = text
-      else
-        t.description_text = t.description
-      end
+    -- spec forms: text, or a file in the folder
+    local function text_or_file(field, pattern)
+      local v = t[field]
+      if type(v) ~= "string" then fail(file, field, "must be a file name or text") end
+      if not v:match(pattern) then return v end
+      local text, fwhy = read_inside(dir, v)
+      if not text then fail(file, field, fwhy) end
+      return text
     end
+    if t.description ~= nil then t.description_text = text_or_file("description", "%.md$") end
     if t.math ~= nil then
       if type(t.math) ~= "string" then fail(file, "math", "must be a string") end
-      if t.math:match("%.md$") or t.math:match("%.txt$") then
-        local text = read_file(dir .. "/" .. t.math)
-        if not text then fail(file, "math", "cannot read " .. dir .. "/" .. t.math) end
-        t.math_text = text
-      else
-        t.math_text = t.math
-      end
+      t.math_text = t.math:match("%.txt$") and text_or_file("math", "%.txt$") or text_or_file("math", "%.md$")
     end
     local ref = t.reference
     if type(ref) ~= "table" or type(ref.source) ~= "string" or type(ref.launch) ~= "string" then
       fail(file, "reference", "must be { source = 'reference.cu', launch = 'reference.lua' }")
     end
-    ref.source_text = read_file(dir .. "/" .. ref.source) or fail(file, "reference.source", "cannot read " .. dir .. "/" .. ref.source)
-    ref.launch_text = read_file(dir .. "/" .. ref.launch) or fail(file, "reference.launch", "cannot read " .. dir .. "/" .. ref.launch)
+    for _, k in ipairs { "source", "launch" } do
+      local text, why = read_inside(dir, ref[k])
+      if not text then fail(file, "reference." .. k, why) end
+      ref[k .. "_text"] = text
+    end
     local ins = check_io(file, t.inputs, "inputs", true)
     local outs = check_io(file, t.outputs, "outputs", false)
     for name in pairs(outs) do
       if ins[name] then fail(file, "outputs", "'" .. name .. "' is also an input") end
     end
     if type(t.shapes) ~= "table" or #t.shapes == 0 then fail(file, "shapes", "must be a non-empty list of symbol bindings") end
+    if #t.shapes > MAX_SHAPES then fail(file, "shapes", fmt("has %d shape sets; the limit is %d", #t.shapes, MAX_SHAPES)) end
     for i, sym in ipairs(t.shapes) do
       if type(sym) ~= "table" then fail(file, fmt("shapes[%d]", i), "must be a table") end
       for _, list in ipairs { t.inputs, t.outputs } do
@@ -181,9 +217,14 @@ function M.load(dir)
     if t.starter ~= nil then
       local st = t.starter
       if type(st) ~= "table" or type(st.dir) ~= "string" then fail(file, "starter", "must be { dir = 'starter', ... }") end
-      local sdir = dir .. "/" .. st.dir
-      if not exists(sdir .. "/kernel.cu") then fail(file, "starter.dir", "no kernel.cu in " .. sdir) end
-      if not exists(sdir .. "/launch.lua") then fail(file, "starter.dir", "no launch.lua in " .. sdir) end
+      local sdir, kind = limits.resolve_inside(dir, st.dir)
+      if not sdir then fail(file, "starter.dir", kind) end
+      if kind ~= "directory" then fail(file, "starter.dir", "'" .. st.dir .. "' is not a folder") end
+      for _, f in ipairs { "kernel.cu", "launch.lua" } do
+        local p, fkind = limits.resolve_inside(dir, st.dir .. "/" .. f)
+        if not p then fail(file, "starter.dir", fkind) end
+        if fkind ~= "file" then fail(file, "starter.dir", st.dir .. "/" .. f .. " is not a regular file") end
+      end
       st.params = st.params or {}
       st.default = st.default or {}
       for k, v in pairs(st.default) do
@@ -211,7 +252,7 @@ function M.list(dir)
   local tasks, errors = {}, {}
   for _, name in ipairs(names) do
     local d = dir:gsub("/+$", "") .. "/" .. name
-    if exists(d .. "/task.lua") then
+    if limits.realpath(d .. "/task.lua") then -- exists; never opened here (a FIFO would block)
       local t, err = M.load(d)
       if t then tasks[#tasks + 1] = t else errors[#errors + 1] = err end
     end
@@ -237,27 +278,32 @@ end
 -- A task's starter as a candidate: { source, launch, params, name }.
 function M.starter(t)
   if not t.starter then return nil, t.name .. " has no starter" end
-  local d = t.dir .. "/" .. t.starter.dir
+  local d = t.starter.dir
+  local source, e1 = read_inside(t.dir, d .. "/kernel.cu")
+  if not source then return nil, t.name .. ": starter: " .. e1 end
+  local launch, e2 = read_inside(t.dir, d .. "/launch.lua")
+  if not launch then return nil, t.name .. ": starter: " .. e2 end
   local params = {}
   for k, v in pairs(t.starter.default or {}) do params[k] = v end
-  return { name = t.name .. "/starter", source = read_file(d .. "/kernel.cu"), launch = read_file(d .. "/launch.lua"), params = params }
+  return { name = t.name .. "/starter", source = source, launch = launch, params = params }
 end
 
 -- A candidate folder: kernel.cu + launch.lua (+ params.lua).
 function M.candidate(dir)
   dir = dir:gsub("/+$", "")
-  local source = read_file(dir .. "/kernel.cu")
-  if not source then return nil, "cannot read " .. dir .. "/kernel.cu", "CANDIDATE_INVALID" end
-  local launch = read_file(dir .. "/launch.lua")
-  if not launch then return nil, "cannot read " .. dir .. "/launch.lua", "CANDIDATE_INVALID" end
+  local source, e1 = read_inside(dir, "kernel.cu")
+  if not source then return nil, dir .. "/kernel.cu: " .. e1, "CANDIDATE_INVALID" end
+  local launch, e2 = read_inside(dir, "launch.lua")
+  if not launch then return nil, dir .. "/launch.lua: " .. e2, "CANDIDATE_INVALID" end
   local params = {}
-  local ptext = read_file(dir .. "/params.lua")
+  local ptext, e3, code = read_inside(dir, "params.lua")
   if ptext then
-    local chunk, err = load(ptext, "@" .. dir .. "/params.lua", "t", {})
-    if not chunk then return nil, err, "CANDIDATE_INVALID" end
-    local ok, p = pcall(chunk)
-    if not ok or type(p) ~= "table" then return nil, dir .. "/params.lua must return a table", "CANDIDATE_INVALID" end
+    local file = dir .. "/params.lua"
+    local p, why = run_file(ptext, file)
+    if not p then return nil, file .. ": " .. why, "CANDIDATE_INVALID" end
     params = p
+  elseif code ~= "NOT_FOUND" then
+    return nil, dir .. "/params.lua: " .. e3, "CANDIDATE_INVALID"
   end
   return { name = dir, source = source, launch = launch, params = params }
 end
