@@ -41,12 +41,42 @@ static km_buffer *buffer_check(lua_State *L, int idx) {
 
 static const void *buffer_mt; /* identity of the metatable, for the launch hot path */
 
+/* ---- views: what launch code sees ----
+ * A km.BufferView is the second, C-side method table of a buffer: its facts (dtype,
+ * shape, sizes) and its use as a launch argument, nothing else — no pointer, no host
+ * copies, no fills, no guards, no free. A view is valid only until the next
+ * buffer.revoke_views(): the judge revokes every view after each launch call, so a handle
+ * kept by launch code from an earlier call is refused, not silently used. The view pins
+ * its buffer with a user value. */
+#define KM_VIEW_MT "km.BufferView"
+typedef struct {
+  km_buffer *b;
+  uint64_t epoch;
+} km_view;
+static uint64_t view_epoch = 1;
+static const void *view_mt;
+
+/* The buffer behind the view at idx, or NULL when idx is not a view; raises on a stale
+ * view or a freed buffer. */
+static km_buffer *view_buffer(lua_State *L, int idx) {
+  km_view *v = lua_touserdata(L, idx);
+  if (!v || !lua_getmetatable(L, idx)) return NULL;
+  int is_view = lua_topointer(L, -1) == view_mt;
+  lua_pop(L, 1);
+  if (!is_view) return NULL;
+  if (v->epoch != view_epoch)
+    luaL_error(L, "a buffer kept from an earlier launch call: buffers are valid only during the call that received them");
+  if (!v->b->base) luaL_error(L, "attempt to use a freed km.Buffer");
+  return v->b;
+}
+
 CUdeviceptr km_buffer_ptr(lua_State *L, int idx, size_t *bytes) {
   km_buffer *b = lua_touserdata(L, idx);
   if (!b || !lua_getmetatable(L, idx)) return 0;
-  int is_buffer = lua_topointer(L, -1) == buffer_mt;
+  const void *mt = lua_topointer(L, -1);
   lua_pop(L, 1);
-  if (!is_buffer) return 0;
+  if (mt == view_mt) b = view_buffer(L, idx);
+  else if (mt != buffer_mt) return 0;
   if (!b->base) luaL_error(L, "attempt to use a freed km.Buffer");
   if (bytes) *bytes = b->bytes;
   return b->ptr;
@@ -590,6 +620,67 @@ static int b_reset_guards(lua_State *L) {
 
 static int b_len(lua_State *L) { return b_numel(L); }
 
+/* ---- view methods and functions ---- */
+
+static km_buffer *view_check(lua_State *L, int idx) {
+  km_buffer *b = view_buffer(L, idx);
+  if (!b) luaL_typeerror(L, idx, KM_VIEW_MT);
+  return b;
+}
+
+static int v_dtype(lua_State *L) { lua_pushstring(L, km_dtype_name(view_check(L, 1)->dtype)); return 1; }
+static int v_numel(lua_State *L) { lua_pushinteger(L, view_check(L, 1)->numel); return 1; }
+static int v_nbytes(lua_State *L) { lua_pushinteger(L, (lua_Integer)view_check(L, 1)->bytes); return 1; }
+static int v_elsize(lua_State *L) { lua_pushinteger(L, (lua_Integer)km_dtype_size(view_check(L, 1)->dtype)); return 1; }
+static int v_shape(lua_State *L) {
+  km_buffer *b = view_check(L, 1);
+  lua_createtable(L, b->ndim, 0);
+  for (int i = 0; i < b->ndim; i++) {
+    lua_pushinteger(L, b->shape[i]);
+    lua_rawseti(L, -2, i + 1);
+  }
+  return 1;
+}
+static int v_tostring(lua_State *L) {
+  km_view *v = luaL_checkudata(L, 1, KM_VIEW_MT);
+  if (v->epoch != view_epoch || !v->b->base) { lua_pushliteral(L, "km.BufferView (expired)"); return 1; }
+  lua_pushfstring(L, "km.BufferView %s[%I elements]", km_dtype_name(v->b->dtype), (lua_Integer)v->b->numel);
+  return 1;
+}
+
+/* buffer.view(b) -> a view of b, valid until the next buffer.revoke_views() */
+static int l_view(lua_State *L) {
+  buffer_check(L, 1);
+  km_view *v = lua_newuserdatauv(L, sizeof *v, 1); /* [b, view] */
+  v->b = lua_touserdata(L, 1);
+  v->epoch = view_epoch;
+  lua_pushvalue(L, 1);
+  lua_setiuservalue(L, -2, 1); /* the view pins its buffer */
+  luaL_setmetatable(L, KM_VIEW_MT);
+  return 1;
+}
+
+/* buffer.unwrap(x) -> the buffer behind x when x is a live view, else nil (never raises:
+ * x may be anything launch code returned) */
+static int l_unwrap(lua_State *L) {
+  km_view *v = lua_touserdata(L, 1);
+  int ok = v && lua_type(L, 1) == LUA_TUSERDATA && lua_getmetatable(L, 1);
+  if (ok) {
+    ok = lua_topointer(L, -1) == view_mt && v->epoch == view_epoch && v->b->base;
+    lua_pop(L, 1);
+  }
+  if (!ok) { lua_pushnil(L); return 1; }
+  lua_getiuservalue(L, 1, 1);
+  return 1;
+}
+
+/* buffer.revoke_views(): every view made so far stops working */
+static int l_revoke_views(lua_State *L) {
+  view_epoch++;
+  (void)L;
+  return 0;
+}
+
 int luaopen_km_buffer(lua_State *L) {
   static const luaL_Reg methods[] = {
       {"dtype", b_dtype}, {"numel", b_numel}, {"nbytes", b_nbytes}, {"ptr", b_ptr},
@@ -608,7 +699,21 @@ int luaopen_km_buffer(lua_State *L) {
   lua_pushcfunction(L, b_len);
   lua_setfield(L, -2, "__len");
   lua_pop(L, 1);
-  static const luaL_Reg fns[] = {{"new", l_new}, {"load", l_load}, {NULL, NULL}};
+  static const luaL_Reg view_methods[] = {
+      {"dtype", v_dtype}, {"numel", v_numel}, {"nbytes", v_nbytes}, {"elsize", v_elsize},
+      {"shape", v_shape}, {NULL, NULL}};
+  km_newclass(L, KM_VIEW_MT, view_methods, NULL);
+  luaL_getmetatable(L, KM_VIEW_MT);
+  view_mt = lua_topointer(L, -1);
+  lua_pushcfunction(L, v_tostring);
+  lua_setfield(L, -2, "__tostring");
+  lua_pushcfunction(L, v_numel);
+  lua_setfield(L, -2, "__len");
+  lua_pushboolean(L, 0);
+  lua_setfield(L, -2, "__metatable"); /* getmetatable(view) reveals nothing */
+  lua_pop(L, 1);
+  static const luaL_Reg fns[] = {{"new", l_new}, {"load", l_load}, {"view", l_view}, {"unwrap", l_unwrap},
+                                 {"revoke_views", l_revoke_views}, {NULL, NULL}};
   luaL_newlib(L, fns);
   lua_pushinteger(L, DEFAULT_GUARD);
   lua_setfield(L, -2, "DEFAULT_GUARD");

@@ -18,6 +18,7 @@ local json = require "km.json"
 local nvrtc = require "km.nvrtc"
 local judge = require "km.judge" -- compile_opts only; loading it touches no CUDA
 local timing = require "km.timing" -- wall() only
+local verdict = require "km.verdict"
 
 local fmt = string.format
 local pcall, ipairs, pairs, type = pcall, ipairs, pairs, type
@@ -99,17 +100,8 @@ end
 local function lost(slot, what, job, timeout_s)
   local p = slot.proc
   slot.proc = nil
-  local st
-  if what == "timeout" then
-    p:kill()
-    st = p:wait(10000)
-    return { status = "timeout", task = job.task_name, candidate = job.cand.name,
-      feedback = fmt("The candidate did not finish within %g s (an endless loop, a deadlock at a barrier, or far too slow). The worker was stopped.", timeout_s) }
-  end
-  st = p:wait(10000) or {}
-  local how = st.signal and ("signal " .. st.signal) or ("exit code " .. tostring(st.code))
-  return { status = "crashed", task = job.task_name, candidate = job.cand.name,
-    feedback = "The GPU worker died while judging this candidate (" .. how .. ")." }
+  if what == "timeout" then p:kill() end
+  return verdict.lost(job, what, timeout_s, p:wait(10000))
 end
 
 local function job_of(task, cand, opts)

@@ -22,10 +22,11 @@ local type, pairs, ipairs, tostring, error, setmetatable = type, pairs, ipairs, 
 local fmt, concat, sort = string.format, table.concat, table.sort
 local huge = math.huge
 
--- The judge's statuses (km.judge STATUSES), plus two a strategy may use: too_slow (a correct
+-- The judge's statuses (km.verdict), plus two a strategy may use: too_slow (a correct
 -- kernel well short of the reference or the roofline) and no_code (the reply held no code).
-M.STATUSES = { "compile_error", "load_error", "launch_error", "timeout", "crashed", "wrong_shape",
-  "mismatch", "nan_inf", "inputs_modified", "out_of_bounds", "too_fast", "correct", "too_slow", "no_code" }
+M.STATUSES = { table.unpack(require("km.verdict").STATUSES) }
+M.STATUSES[#M.STATUSES + 1] = "too_slow"
+M.STATUSES[#M.STATUSES + 1] = "no_code"
 local KNOWN_STATUS = {}
 for _, s in ipairs(M.STATUSES) do KNOWN_STATUS[s] = true end
 

@@ -7,7 +7,16 @@
 --   local verdict = judge:eval(task_or_dir, { source, launch, params, name }, opts)
 --
 -- opts: seeds (3), timing (true), baseline (true), budget (instructions per launch call,
--- 1e6), scratch_bytes (8 GiB), mode ("cold"), max_ms (timing cap per side, 2000).
+-- 1e6), lua_memory (bytes of Lua memory per launch call, the sandbox's default),
+-- scratch_bytes (8 GiB), mode ("cold"), max_ms (timing cap per side, 2000),
+-- check_every (a timed call is re-verified with probability 1/check_every, 4).
+--
+-- Three stages, one screen each: prepare (compile, load, sandbox the launch code), verify
+-- (every shape x seeds, candidate before reference), measure (timing, with every timed
+-- call on fresh inputs and poisoned outputs, random timed calls and the last re-verified).
+-- The candidate is hostile (DESIGN.md): launch code sees buffers only as views that die
+-- after each call, gets fresh copies of the shape table, never sees a reference result;
+-- what it returns is checked in C, and nothing it wrote is called outside the sandbox.
 local nvrtc = require "km.nvrtc"
 local cuda = require "km.cuda"
 local buffer = require "km.buffer"
@@ -15,33 +24,96 @@ local compare = require "km.compare"
 local timing = require "km.timing"
 local task_mod = require "km.task"
 local sandbox = require "km.sandbox"
+local verdict = require "km.verdict"
+local feedback = require "km.feedback"
 
-local fmt, concat, insert = string.format, table.concat, table.insert
-local pairs, ipairs, type, tostring, pcall, error = pairs, ipairs, type, tostring, pcall, error
+local fmt, concat = string.format, table.concat
+local pairs, ipairs, type, tostring, pcall, error, rawget = pairs, ipairs, type, tostring, pcall, error, rawget
 
 local M = {}
 local Judge = {}
-
-local wall = timing.wall
 Judge.__index = Judge
+local wall = timing.wall
 
-M.STATUSES = { "compile_error", "load_error", "launch_error", "timeout", "crashed", "wrong_shape",
-  "mismatch", "nan_inf", "inputs_modified", "out_of_bounds", "too_fast", "correct" }
+M.STATUSES = verdict.STATUSES
 
--- CUDA errors after which the context is unusable: the worker must be replaced.
-local STICKY = {
-  CUDA_ERROR_ILLEGAL_ADDRESS = true, CUDA_ERROR_MISALIGNED_ADDRESS = true,
-  CUDA_ERROR_LAUNCH_FAILED = true, CUDA_ERROR_ILLEGAL_INSTRUCTION = true,
-  CUDA_ERROR_HARDWARE_STACK_ERROR = true, CUDA_ERROR_INVALID_PC = true,
-  CUDA_ERROR_INVALID_ADDRESS_SPACE = true, CUDA_ERROR_ASSERT = true,
-  CUDA_ERROR_LAUNCH_TIMEOUT = true, CUDA_ERROR_ECC_UNCORRECTABLE = true,
-  CUDA_ERROR_UNKNOWN = true, CUDA_ERROR_CONTEXT_IS_DESTROYED = true,
-}
+----------------------------------------------------------------------------------------
+-- the judge's private random numbers (which timed calls are re-verified): launch code
+-- shares this process's math.random, so the judge must not
 
-local function sticky_code(msg)
-  local code = tostring(msg):match("(CUDA_ERROR_[A-Z_]+)")
-  return code and STICKY[code] and code or nil
+local rng_state
+local function rng_seed()
+  local f = io.open("/dev/urandom", "rb")
+  local s = f and f:read(8)
+  if f then f:close() end
+  local x = 0
+  for i = 1, #(s or "") do x = (x << 8) | s:byte(i) end
+  if x == 0 then x = math.floor(wall() * 1e6) | 1 end
+  rng_state = x
 end
+-- xorshift64*: an integer in [1, n]
+local function rng(n)
+  if not rng_state then rng_seed() end
+  local x = rng_state
+  x = x ~ (x >> 12); x = x ~ (x << 25); x = x ~ (x >> 27)
+  rng_state = x
+  return ((x * 0x2545F4914F6CDD1D) >> 33) % n + 1
+end
+
+----------------------------------------------------------------------------------------
+-- the buffer pool: owned by the judge, buffers come back poisoned with fresh guards, so no
+-- result (the reference's least of all) outlives the trial that made it
+
+local POOL_LIMIT = 24 << 30
+local Pool = {}
+Pool.__index = Pool
+
+local function pool_key(dtype, dims) return dtype .. ":" .. concat(dims, "x") end
+
+function Pool.new() return setmetatable({ lists = {}, bytes = 0 }, Pool) end
+
+function Pool:get(dtype, dims)
+  local list = self.lists[pool_key(dtype, dims)]
+  local b = list and list[#list]
+  if b then
+    list[#list] = nil
+    self.bytes = self.bytes - b:nbytes()
+    return b
+  end
+  return buffer.new(dtype, dims)
+end
+
+function Pool:put(b)
+  if b:freed() then return end
+  b:poison()
+  b:reset_guards()
+  if self.bytes + b:nbytes() > POOL_LIMIT then self:drop(true) end
+  local key = pool_key(b:dtype(), b:shape())
+  local list = self.lists[key] or {}
+  self.lists[key] = list
+  list[#list + 1] = b
+  self.bytes = self.bytes + b:nbytes()
+end
+
+-- Returns every buffer of a table (each once) to the pool.
+function Pool:put_all(t)
+  local seen = {}
+  for _, b in pairs(t) do
+    if type(b) == "userdata" and not seen[b] then
+      seen[b] = true
+      self:put(b)
+    end
+  end
+end
+
+-- free = true: release the memory (over the limit); false: forget it (the context is gone)
+function Pool:drop(free)
+  if free then for _, list in pairs(self.lists) do for _, b in ipairs(list) do b:free() end end end
+  self.lists, self.bytes = {}, 0
+end
+
+----------------------------------------------------------------------------------------
+-- construction
 
 function M.new(opts)
   opts = opts or {}
@@ -50,8 +122,9 @@ function M.new(opts)
   local self = setmetatable({}, Judge)
   self.device = cuda.device()
   self.device.nvrtc = nvrtc.version()
-  self.tasks = {}      -- dir -> { task, ref = compiled, times = {}, checked = bool }
+  self.tasks = {}      -- dir -> { task, ref = prepared, times = {}, base_times = {}, checked = bool }
   self.opts = opts
+  self.pool = Pool.new()
   return self
 end
 
@@ -61,41 +134,18 @@ function Judge:peaks()
   return self._peaks
 end
 
-----------------------------------------------------------------------------------------
--- compile and feedback helpers
-
--- "kernel.cu(12): error: ..." -> the log plus the offending source lines, numbered.
-local function compile_feedback(log, source, name)
-  local lines, shown, out = {}, {}, { "The kernel does not compile. NVRTC says:", log }
-  for l in (source .. "\n"):gmatch("([^\n]*)\n") do lines[#lines + 1] = l end
-  for n in log:gmatch("%((%d+)%): error") do
-    n = tonumber(n)
-    for m = math.max(1, n - 1), n do -- the line before often holds the real culprit
-      if not shown[m] and lines[m] then
-        shown[m] = true
-        out[#out + 1] = fmt("%s line %d: %s", name, m, lines[m])
-      end
-    end
-  end
-  return concat(out, "\n")
-end
-
-local function coords(index, dims)
+local function copy(t)
   local c = {}
-  for i = #dims, 1, -1 do
-    c[i] = index % dims[i]
-    index = index // dims[i]
-  end
-  return "[" .. concat(c, ", ") .. "]"
+  for k, v in pairs(t) do c[k] = v end
+  return c
 end
 
-local function fmt_shape(sym) return task_mod.fmt_shape(sym) end
-
 ----------------------------------------------------------------------------------------
--- launch environment
+-- stage 1: prepare — compile, load, and the launch environment
 
--- Builds the `k` table a launch function sees. scratch: a pool reused across runs of the
--- same launch (so timing excludes allocation), poisoned on verification runs.
+-- The `k` table a launch function sees. Scratch buffers are the launch's own (kept across
+-- its calls so timing excludes allocation), poisoned on verification runs unless asked
+-- for zeroed, and handed out as views like everything else.
 local function make_k(self, mod, params, state)
   local dev = self.device
   local k = {
@@ -106,25 +156,30 @@ local function make_k(self, mod, params, state)
       regs_per_sm = dev.regs_per_sm, max_shared_per_sm = dev.max_shared_per_sm },
   }
   k.cdiv = function(a, b) return (a + b - 1) // b end
-  k.scratch = function(dtype, shape)
+  -- k.scratch(dtype, shape [, { zero = true }]) -> a buffer for this call
+  k.scratch = function(dtype, shape, o)
     state.scratch_i = state.scratch_i + 1
     local i = state.scratch_i
     local b = state.scratch[i]
-    local n = type(shape) == "number" and shape or task_mod.numel(shape)
+    local okn, n = pcall(function() return type(shape) == "number" and shape or task_mod.numel(shape) end)
+    if not okn or math.type(n) ~= "integer" then error("k.scratch: shape must be an integer or a list of integers", 2) end
     if not b or b:dtype() ~= dtype or b:numel() ~= n then
       if b then state.scratch_bytes = state.scratch_bytes - b:nbytes(); b:free() end
       local okb, nb = pcall(buffer.new, dtype, shape)
       if not okb then error("k.scratch(" .. tostring(dtype) .. "): " .. tostring(nb), 2) end
       state.scratch_bytes = state.scratch_bytes + nb:nbytes()
       if state.scratch_bytes > state.scratch_limit then
+        state.scratch_bytes = state.scratch_bytes - nb:nbytes()
         nb:free()
         error(fmt("k.scratch: over the scratch budget of %d bytes", state.scratch_limit), 2)
       end
       state.scratch[i] = nb
       b = nb
+      if state.scratch_bytes > state.scratch_peak then state.scratch_peak = state.scratch_bytes end
     end
-    if state.poison then b:poison() end
-    return b
+    if type(o) == "table" and rawget(o, "zero") then b:zero()
+    elseif state.poison then b:poison() end
+    return buffer.view(b)
   end
   local fns = {}
   k.set_shared = function(name, bytes)
@@ -143,18 +198,21 @@ local function make_k(self, mod, params, state)
       fns[name] = f
     end
     return function(cfg)
-      if type(cfg) ~= "table" then error("k." .. name .. "{ grid = ..., block = ... }: expected a table", 2) end
-      if cfg.stream ~= nil then
+      if type(cfg) ~= "table" then error("k." .. tostring(name) .. "{ grid = ..., block = ... }: expected a table", 2) end
+      if rawget(cfg, "stream") ~= nil then
         error("k." .. name .. ": launch code may not choose a stream; all work runs on the stream the evaluator times", 2)
       end
       return function(...)
-        local okl, msg = fn:launch(cfg, ...)
-        if not okl then error(msg, 2) end
+        local okl, msg, code = fn:launch(cfg, ...)
+        if not okl then
+          state.error_code = code -- the judge classifies by code, never by message text
+          error(msg, 2)
+        end
         -- the first launch of each kernel: its configuration, for occupancy in the verdict
         if not state.launches[name] then
-          local b = cfg.block
-          local threads = type(b) == "table" and (b[1] or 1) * (b[2] or 1) * (b[3] or 1) or b
-          state.launches[name] = { block = threads, shared = cfg.shared or 0, grid = cfg.grid }
+          local b = rawget(cfg, "block")
+          local threads = type(b) == "table" and (rawget(b, 1) or 1) * (rawget(b, 2) or 1) * (rawget(b, 3) or 1) or b
+          state.launches[name] = { block = threads, shared = rawget(cfg, "shared") or 0 }
         end
       end
     end
@@ -168,83 +226,54 @@ function M.compile_opts(arch, params, label)
   return { arch = arch, defines = params, name = (label or "kernel") .. ".cu" }
 end
 
--- A compiled launch: kernels module + launch function + its scratch state.
+-- A compiled launch: kernels module + launch function + its scratch state; or nil,
+-- status, feedback, { log =, code = }.
 local function prepare(self, source, launch_src, params, label)
   local prog, log, code = nvrtc.compile(source, M.compile_opts(self.device.arch, params, label))
   if not prog then
-    return nil, "compile_error", compile_feedback(log or "", source, label .. ".cu"), { log = log, code = code }
+    return nil, "compile_error", feedback.compile(log or "", source, label .. ".cu"), { log = log, code = code }
   end
   local mod, err = cuda.load(prog)
   if not mod then return nil, "load_error", "The compiled kernel could not be loaded: " .. tostring(err), { log = prog.log } end
   local fn, lerr = sandbox.load(launch_src, label .. " launch.lua")
-  if not fn then
-    return nil, "compile_error", "launch.lua does not load: " .. tostring(lerr), { log = prog.log }
-  end
-  local state = { scratch = {}, scratch_i = 0, scratch_bytes = 0, scratch_limit = self.opts.scratch_bytes or (8 << 30), poison = true,
-    launches = {} }
+  if not fn then return nil, "compile_error", "launch.lua does not load: " .. tostring(lerr), { log = prog.log } end
+  local state = { scratch = {}, scratch_i = 0, scratch_bytes = 0, scratch_peak = 0, poison = true, launches = {},
+    scratch_limit = self.opts.scratch_bytes or (8 << 30) }
   -- k.params: the defaults the source declares (#ifndef X / #define X v), then the values
   -- the candidate was compiled with
   local p = task_mod.default_params(source)
   for kk, v in pairs(params or {}) do p[kk] = v end
-  local run = { prog = prog, mod = mod, fn = fn, state = state, label = label }
+  local run = { prog = prog, mod = mod, fn = fn, state = state, label = label, attrs = {} }
   run.k = make_k(self, mod, p, state)
-  local attrs = {}
   for name in pairs(prog.kernels or {}) do
     local f = mod:get(name)
     if f then
       local a = f:attributes()
-      attrs[name] = { registers = a.registers, shared_static = a.shared_static, local_bytes = a.local_bytes, max_threads = a.max_threads }
+      run.attrs[name] = { registers = a.registers, shared_static = a.shared_static, local_bytes = a.local_bytes, max_threads = a.max_threads }
     end
   end
-  run.attrs = attrs
   return run
 end
 
--- The buffer methods launch code may call: a buffer's facts and GPU-side operations, but
--- nothing that touches files (save); built once from the real method table.
-local sandbox_methods
-local function sandbox_buffer_methods(methods)
-  if not sandbox_methods then
-    sandbox_methods = {}
-    for k, v in pairs(methods) do if k ~= "save" then sandbox_methods[k] = v end end
-  end
-  return sandbox_methods
+-- Views of a trial's buffers, for one launch call.
+local function views(io)
+  local v = {}
+  for name, b in pairs(io) do v[name] = buffer.view(b) end
+  return v
 end
 
--- Runs a prepared launch once. Returns true, or false, status, message.
-local function call_launch(self, run, io, sym, budget)
-  run.state.scratch_i = 0
-  -- the launch gets its own copy of the io table: reassigning io.y cannot touch ours
-  local io_copy = {}
-  for k, v in pairs(io) do io_copy[k] = v end
-  -- while launch code runs, buffers lose the methods that reach the file system
-  local bmt = debug.getregistry()["km.Buffer"]
-  local methods = bmt.__index
-  bmt.__index = sandbox_buffer_methods(methods)
-  local ok, err = sandbox.call(run.fn, { budget = budget or 1e6 }, run.k, io_copy, sym)
-  bmt.__index = methods
-  if not ok then
-    local sc = sticky_code(err)
-    if sc then return false, "crashed", err end
-    return false, "launch_error", err
-  end
-  return true, nil, nil, err -- err: what the launch function returned, if anything
-end
-
--- A launch may return { output = buffer } to hand back outputs it allocated itself (with
--- k.scratch). Returns the buffers to judge, or nil and the wrong_shape message.
-local function returned_outputs(t, ret, cand_io, dims)
-  if type(ret) ~= "table" then return cand_io end
-  local outs = setmetatable({}, { __index = cand_io })
-  for _, spec in ipairs(t.outputs) do
-    local b = ret[spec.name]
-    if b ~= nil then
-      local okb, numel = pcall(function() return b:numel() end)
-      if not okb then return nil, fmt("launch.lua returned %s for the output '%s', not a buffer", type(b), spec.name) end
-      local want = task_mod.numel(dims[spec.name])
-      if b:dtype() ~= spec.dtype or numel ~= want then
-        return nil, fmt("launch.lua returned the output '%s' as %s[%s] (%d elements); the task's '%s' is %s[%s] (%d elements).",
-          spec.name, b:dtype(), concat(b:shape(), ", "), numel, spec.name, spec.dtype, concat(dims[spec.name], ", "), want)
+-- What launch code handed back as outputs ({ name = view }), resolved in C to the buffers
+-- behind live views, before they are revoked. Only rawget and buffer.unwrap touch `ret`:
+-- nothing the candidate wrote is called. -> { name = buffer } or nil, message.
+local function returned(outputs, ret)
+  if type(ret) ~= "table" then return {} end
+  local outs = {}
+  for _, spec in ipairs(outputs) do
+    local x = rawget(ret, spec.name)
+    if x ~= nil then
+      local b = buffer.unwrap(x)
+      if not b then
+        return nil, fmt("launch.lua returned %s for the output '%s', not a buffer it was given in this call", type(x), spec.name)
       end
       outs[spec.name] = b
     end
@@ -252,15 +281,30 @@ local function returned_outputs(t, ret, cand_io, dims)
   return outs
 end
 
+-- Runs a prepared launch once on `io` (real buffers) with its own copy of `sym`.
+-- Returns true, outs ({ name = buffer } the launch returned) or false, status, message.
+-- Launch code sees fresh views (revoked when it returns) and a fresh shape table.
+local function call_launch(self, run, io, sym, budget)
+  run.state.scratch_i = 0
+  run.state.error_code = nil
+  local ok, err = sandbox.call(run.fn, { budget = budget or 1e6, memory = self.opts.lua_memory },
+    run.k, views(io), copy(sym))
+  local outs, why
+  if ok then outs, why = returned(run.task_outputs, err) end
+  buffer.revoke_views()
+  if not ok then return false, verdict.launch_status(run.state.error_code), err end
+  if not outs then return false, "wrong_shape", why end
+  return true, outs
+end
+
 local function sync_status()
   local ok, msg, code = cuda.synchronize()
   if ok then return true end
-  return false, STICKY[code] and "crashed" or "launch_error", msg
+  return false, verdict.launch_status(code), msg
 end
 
-
 ----------------------------------------------------------------------------------------
--- tasks
+-- tasks and trial buffers
 
 function Judge:task_state(t)
   if type(t) == "string" then
@@ -275,94 +319,52 @@ function Judge:task_state(t)
   st = { task = t, times = {}, base_times = {} }
   local ref, status, msg = prepare(self, t.reference.source_text, t.reference.launch_text, {}, "reference")
   if not ref then return nil, "the task's reference does not build (" .. status .. "): " .. msg end
+  ref.task_outputs = t.outputs
   st.ref = ref
   self.tasks[t.dir] = st
   return st
 end
 
--- Device buffers are reused across trials and candidates (allocation and free of a GiB
--- cost milliseconds each); a returned buffer gets fresh guard zones. The pool is dropped
--- whole when it holds more than POOL_LIMIT bytes.
-local POOL_LIMIT = 24 << 30
-local pool, pool_bytes = {}, 0
-
-local function pool_key(dtype, dims) return dtype .. ":" .. concat(dims, "x") end
-
-local function get_buffer(dtype, dims)
-  local list = pool[pool_key(dtype, dims)]
-  local b = list and list[#list]
-  if b then
-    list[#list] = nil
-    pool_bytes = pool_bytes - b:nbytes()
-    return b
-  end
-  return buffer.new(dtype, dims)
-end
-
-local function put_buffer(b)
-  if b:freed() then return end
-  if pool_bytes + b:nbytes() > POOL_LIMIT then
-    for _, list in pairs(pool) do for _, x in ipairs(list) do x:free() end end
-    pool, pool_bytes = {}, 0
-  end
-  b:reset_guards()
-  local key = pool_key(b:dtype(), b:shape())
-  pool[key] = pool[key] or {}
-  insert(pool[key], b)
-  pool_bytes = pool_bytes + b:nbytes()
-end
-
--- Returns a trial's buffers to the pool, each once (launch code may have aliased entries
--- of its io table; it gets a copy, but scratch can also appear twice).
-local function free_all(list)
-  local seen = {}
-  for _, b in pairs(list) do
-    if type(b) == "userdata" and not seen[b] then
-      seen[b] = true
-      put_buffer(b)
-    end
-  end
-end
-
--- After a fault the context is gone: nothing can be recycled, and the pool goes too.
-local function drop_all()
-  pool, pool_bytes = {}, 0
-end
-
-local function init_buffer(spec, dims, sym, seed)
-  local b = get_buffer(spec.dtype, dims)
+local function fill_input(b, spec, sym, seed)
   local init = spec.init
-  local kind = init[1]
   local a, c = task_mod.eval_expr(init[2], sym), task_mod.eval_expr(init[3], sym)
-  if kind == "uniform" then b:random { dist = "uniform", lo = a, hi = c, seed = seed }
-  elseif kind == "normal" then b:random { dist = "normal", mean = a, std = c, seed = seed }
+  if init[1] == "uniform" then b:random { dist = "uniform", lo = a, hi = c, seed = seed }
+  elseif init[1] == "normal" then b:random { dist = "normal", mean = a, std = c, seed = seed }
   else b:random { dist = "int", lo = a, hi = c, seed = seed } end
   return b
 end
 
--- Fresh inputs for one trial: a copy for the reference and one for the candidate.
-local function make_io(t, sym, seed)
-  local ref_io, cand_io, dims = {}, {}, {}
+-- A trial's buffers: the candidate's inputs (fresh values) and outputs (poisoned), and the
+-- reference's copies of the inputs; the reference's outputs are taken only when it runs.
+function Judge:trial_io(t, sym, seed)
+  local cand, ref_in, dims = {}, {}, {}
   for i, spec in ipairs(t.inputs) do
     local d = task_mod.shape_of(spec, sym)
     dims[spec.name] = d
-    local b = init_buffer(spec, d, sym, seed * 7919 + i)
-    ref_io[spec.name] = b
-    cand_io[spec.name] = get_buffer(spec.dtype, d):copy(b)
+    cand[spec.name] = fill_input(self.pool:get(spec.dtype, d), spec, sym, seed * 7919 + i)
+    ref_in[spec.name] = self.pool:get(spec.dtype, d):copy(cand[spec.name])
   end
   for _, spec in ipairs(t.outputs) do
     local d = task_mod.shape_of(spec, sym)
     dims[spec.name] = d
-    ref_io[spec.name] = get_buffer(spec.dtype, d):poison()
-    cand_io[spec.name] = get_buffer(spec.dtype, d):poison()
+    cand[spec.name] = self.pool:get(spec.dtype, d):poison()
   end
-  return ref_io, cand_io, dims
+  return cand, ref_in, dims
 end
 
-local function copy_sym(sym)
-  local s = {}
-  for k, v in pairs(sym) do s[k] = v end
-  return s
+-- Runs the reference on ref_in's buffers plus fresh poisoned outputs (which the caller
+-- returns to the pool). -> ref_io (ref_in's names and the outputs) or nil, status, message
+function Judge:run_reference(st, ref_in, dims, sym)
+  local t = st.task
+  local io = copy(ref_in)
+  for _, spec in ipairs(t.outputs) do io[spec.name] = self.pool:get(spec.dtype, dims[spec.name]):poison() end
+  local ok, s, msg = call_launch(self, st.ref, io, sym, 1e8)
+  if ok then ok, s, msg = sync_status() end -- the reference's returned outputs are not used
+  if not ok then
+    if s ~= "crashed" then for _, spec in ipairs(t.outputs) do self.pool:put(io[spec.name]) end end
+    return nil, s, msg
+  end
+  return io
 end
 
 -- Rejects a reference whose output cannot tell right from wrong.
@@ -370,9 +372,8 @@ local function degenerate(ref_out, spec)
   local n = ref_out:numel()
   if n == 0 then return nil end
   local zero = buffer.new(spec.dtype, n):zero()
-  local near_zero = compare.allclose(ref_out, zero, { atol = 1e-6, rtol = 0 }).ok
   local why
-  if near_zero then why = "every element is within 1e-6 of zero" end
+  if compare.allclose(ref_out, zero, { atol = 1e-6, rtol = 0 }).ok then why = "every element is within 1e-6 of zero" end
   if not why and n > 1 then
     local first = ref_out:to_table(1)[1]
     zero:fill(first)
@@ -382,214 +383,256 @@ local function degenerate(ref_out, spec)
   return why
 end
 
-----------------------------------------------------------------------------------------
--- the evaluation
-
-local function verdict_base(self, t, cand)
-  return {
-    task = t.name, candidate = cand.name, params = cand.params,
-    device = { name = self.device.name, arch = self.device.arch, uuid = self.device.uuid,
-      driver = self.device.driver_version, nvrtc = self.device.nvrtc },
-    checks = {},
-  }
+-- The evidence after a candidate call: guard zones, inputs unchanged. -> nil or status, text
+local function evidence(t, cand, ref_in, scratch, where)
+  for name, b in pairs(cand) do
+    local okg, why = b:check_guards()
+    if not okg then return "out_of_bounds", feedback.out_of_bounds(fmt("buffer '%s': %s", name, why), where) end
+  end
+  for i, b in pairs(scratch) do
+    local okg, why = b:check_guards()
+    if not okg then return "out_of_bounds", feedback.out_of_bounds(fmt("scratch buffer %d: %s", i, why), where) end
+  end
+  for _, spec in ipairs(t.inputs) do
+    if cand[spec.name]:checksum() ~= ref_in[spec.name]:checksum() then
+      return "inputs_modified", feedback.inputs_modified(spec.name, where, t.outputs[1].name)
+    end
+  end
 end
 
-local FEEDBACK = {
-  launch_error = "The launch failed: %s\nCheck the grid and block sizes against the device limits (at most 1024 threads per block), the shared memory you ask for (raise a kernel's limit with k.set_shared(name, bytes) above 48 KiB), and that the arguments match the kernel's parameters in number and type.",
-  crashed = "The kernel crashed the GPU context: %s\nLook for out-of-range indices (check every index against its bound, including the last partial block), misaligned vector loads (float4 needs a 16-byte-aligned address), and uninitialised pointers.",
-}
-
--- Judges one candidate. Never raises for a candidate's faults; returns the verdict.
-function Judge:eval(t, cand, opts)
-  opts = opts or {}
-  local t0, w0 = os.clock(), wall()
-  local st, terr = self:task_state(t)
-  if not st then return { status = "error", feedback = terr, task = type(t) == "table" and t.name or t } end
-  t = st.task
-  local v = verdict_base(self, t, cand)
-  local function finish(status, feedback, extra)
-    v.status = status
-    v.feedback = feedback
-    for kk, x in pairs(extra or {}) do v[kk] = x end
-    v.eval_cpu_s = os.clock() - t0
-    v.eval_seconds = wall() - w0
-    return v
+-- Compares the outputs; -> nil, or status, text, failed output name, the check rows.
+local function compare_outputs(t, outs, ref_io, dims, where, later, checks, si, seed)
+  for _, spec in ipairs(t.outputs) do
+    local tol = t.tolerance[spec.dtype]
+    local r = compare.allclose(outs[spec.name], ref_io[spec.name], { atol = tol.atol, rtol = tol.rtol, poison = true })
+    local check = { shape = si, seed = seed, output = spec.name, ok = r.ok, mismatches = r.mismatches, n = r.n,
+      max_abs = r.max_abs, max_rel = r.max_rel, unwritten = r.unwritten, nan = r.nan, inf = r.inf }
+    if checks then checks[#checks + 1] = check end
+    if not r.ok then
+      check.first = r.first
+      local status, text = feedback.mismatch(spec.name, r, tol, dims[spec.name], where, later)
+      return status, text, spec.name
+    end
   end
+end
 
-  -- 1. compile and load
-  local params = cand.params or {}
-  local run, status, msg, info = prepare(self, cand.source or "", cand.launch or "", params, "kernel")
-  if not run then return finish(status, msg, { compile_log = info and info.log }) end
-  v.compile_log = run.prog.log
-  v.compile_ms = run.prog.ms
-  v.cached_compile = run.prog.cached
-  v.kernels = run.attrs
+----------------------------------------------------------------------------------------
+-- stage 2: verify — every shape x seeds; the candidate runs before the reference, so no
+-- reference result exists while candidate code runs
 
-  -- 2. verification: every shape x seeds, fresh inputs each time
+function Judge:verify(st, run, v, opts)
+  local t = st.task
   local nseeds = opts.seeds or 3
   local budget = opts.budget or 1e6
-  for si, sym0 in ipairs(t.shapes) do
+  for si, sym in ipairs(t.shapes) do
     for seed = 1, nseeds do
-      local sym = copy_sym(sym0)
-      local trial_seed = (opts.seed_base or 1000) + si * 101 + seed
-      local ref_io, cand_io, dims = make_io(t, sym, trial_seed)
-      local function cleanup() free_all(ref_io); free_all(cand_io) end
-      local where = fmt("shape %d %s, seed %d", si, fmt_shape(sym0), seed)
-      -- reference (trusted) on its own copy of the inputs
-      local okr, rs, rmsg = call_launch(self, st.ref, ref_io, copy_sym(sym0), 1e8)
-      if okr then okr, rs, rmsg = sync_status() end
-      if not okr then
-        if rs == "crashed" then drop_all() else cleanup() end
-        return finish("error", "the task's reference failed at " .. where .. ": " .. tostring(rmsg), { context_lost = rs == "crashed" })
+      local where = fmt("shape %d %s, seed %d", si, task_mod.fmt_shape(sym), seed)
+      local failed_at = { shape = si, seed = seed, sym = sym }
+      local cand, ref_in, dims = self:trial_io(t, sym, (opts.seed_base or 1000) + si * 101 + seed)
+      local ref_io
+      local function done(status, text, extra)
+        self.pool:put_all(cand); self.pool:put_all(ref_in)
+        if ref_io then for _, spec in ipairs(t.outputs) do self.pool:put(ref_io[spec.name]) end end
+        extra = extra or {}
+        extra.failed_at = extra.failed_at or failed_at
+        return status, text, extra
+      end
+      run.state.poison = true
+      local okc, cs, cmsg = call_launch(self, run, cand, sym, budget)
+      local outs = okc and cs
+      if okc then okc, cs, cmsg = sync_status() end
+      if not okc then
+        if cs == "crashed" then self.pool:drop(false) return cs, feedback.launch(cs, cmsg, where), { failed_at = failed_at, context_lost = true } end
+        if cs == "wrong_shape" then return done(cs, cmsg .. " (at " .. where .. ")") end
+        return done(cs, feedback.launch(cs, cmsg, where))
+      end
+      local es, etext = evidence(t, cand, ref_in, run.state.scratch, where)
+      if es then return done(es, etext) end
+      local rs, rmsg
+      ref_io, rs, rmsg = self:run_reference(st, ref_in, dims, sym)
+      if not ref_io then
+        if rs == "crashed" then self.pool:drop(false) return verdict.ERROR, "the task's reference failed at " .. where .. ": " .. tostring(rmsg), { context_lost = true } end
+        return done(verdict.ERROR, "the task's reference failed at " .. where .. ": " .. tostring(rmsg))
       end
       if not st.checked then
         for _, spec in ipairs(t.outputs) do
           local why = degenerate(ref_io[spec.name], spec)
-          if why then
-            cleanup()
-            return finish("error", fmt("task rejected: the reference output '%s' is degenerate at %s (%s)", spec.name, where, why))
-          end
+          if why then return done(verdict.ERROR, fmt("task rejected: the reference output '%s' is degenerate at %s (%s)", spec.name, where, why)) end
         end
         st.checked = true
       end
-      local sums = {}
-      for _, spec in ipairs(t.inputs) do sums[spec.name] = cand_io[spec.name]:checksum() end
-      -- candidate
-      run.state.poison = true
-      local okc, cs, cmsg, ret = call_launch(self, run, cand_io, copy_sym(sym0), budget)
-      if okc then okc, cs, cmsg = sync_status() end
-      if not okc then
-        if cs == "crashed" then drop_all() else cleanup() end
-        local fb = fmt(FEEDBACK[cs] or "%s", tostring(cmsg)) .. "\n(at " .. where .. ")"
-        return finish(cs, fb, { failed_at = { shape = si, seed = seed, sym = sym0 }, context_lost = cs == "crashed" })
+      local judged = setmetatable(outs, { __index = cand })
+      local later = si > 1 and "shape" or seed > 1 and "seed" or nil
+      local ms, mtext, mname = compare_outputs(t, judged, ref_io, dims, where, later, v.checks, si, seed)
+      if ms then
+        failed_at.output = mname
+        return done(ms, mtext)
       end
-      -- guard zones of everything the candidate could write
-      local function guards(list, what)
-        for name, b in pairs(list) do
-          local okg, why = b:check_guards()
-          if not okg then return fmt("%s '%s': %s", what, name, why) end
-        end
-      end
-      local oob = guards(cand_io, "buffer") or guards(run.state.scratch, "scratch buffer")
-      if oob then
-        cleanup()
-        return finish("out_of_bounds", "The kernel wrote outside a buffer: " .. oob .. " (at " .. where ..
-          "). Guard every store with its bound; the last block is usually partial.", { failed_at = { shape = si, seed = seed, sym = sym0 } })
-      end
-      for _, spec in ipairs(t.inputs) do
-        if cand_io[spec.name]:checksum() ~= sums[spec.name] then
-          cleanup()
-          return finish("inputs_modified", fmt("The kernel modified the input '%s' (at %s). Inputs are read-only: write results only to the outputs (%s), or to k.scratch buffers.",
-            spec.name, where, t.outputs[1].name), { failed_at = { shape = si, seed = seed, sym = sym0 } })
-        end
-      end
-      local outs, shape_msg = returned_outputs(t, ret, cand_io, dims)
-      if not outs then
-        cleanup()
-        return finish("wrong_shape", shape_msg .. " (at " .. where .. ")", { failed_at = { shape = si, seed = seed, sym = sym0 } })
-      end
-      for _, spec in ipairs(t.outputs) do
-        local tol = t.tolerance[spec.dtype]
-        local r = compare.allclose(outs[spec.name], ref_io[spec.name], { atol = tol.atol, rtol = tol.rtol, poison = true })
-        local check = { shape = si, seed = seed, output = spec.name, ok = r.ok, mismatches = r.mismatches, n = r.n,
-          max_abs = r.max_abs, max_rel = r.max_rel, unwritten = r.unwritten, nan = r.nan, inf = r.inf }
-        insert(v.checks, check)
-        if not r.ok then
-          local d = dims[spec.name]
-          local status2, head
-          if (r.unwritten or 0) > 0 then
-            status2 = "mismatch"
-            head = fmt("%d of %d elements of '%s' were never written.", r.unwritten, r.n, spec.name)
-          elseif r.nan + r.inf > 0 and r.mismatches <= r.nan + r.inf then
-            -- every wrong element is NaN/Inf; with finite wrong values too, it is a mismatch
-            status2 = "nan_inf"
-            head = fmt("'%s' has %d NaN and %d Inf values where the reference is finite.", spec.name, r.nan, r.inf)
-          else
-            status2 = "mismatch"
-            head = fmt("'%s' differs from the reference in %d of %d elements (max abs error %.3g, max rel error %.3g; tolerance atol %g, rtol %g).",
-              spec.name, r.mismatches, r.n, r.max_abs, r.max_rel, tol.atol, tol.rtol)
-          end
-          local lines = { head .. " At " .. where .. ":" }
-          local ex = r.examples or {}
-          for i = 1, math.min(#ex, 5) do
-            local e = ex[i]
-            lines[#lines + 1] = fmt("  %s%s (flat %d): got %s, want %s", spec.name, coords(e.index, d), e.index, tostring(e.got), tostring(e.want))
-          end
-          if si > 1 or seed > 1 then
-            lines[#lines + 1] = si > 1 and "Earlier shapes passed: check boundary handling for this size (partial blocks, sizes not a multiple of the tile)."
-              or "Earlier seeds passed on this shape: suspect a race (a missing __syncthreads), state kept between launches, or reads of memory nothing wrote."
-          end
-          check.first = r.first
-          cleanup()
-          return finish(status2, concat(lines, "\n"), { failed_at = { shape = si, seed = seed, sym = sym0, output = spec.name } })
-        end
-      end
-      cleanup()
+      done()
     end
   end
+end
 
-  -- 3. timing: candidate and reference the same way on the timed shape
-  if opts.timing == false then return finish("correct", "Correct on every shape and seed (not timed).") end
-  local sym = copy_sym(t.shapes[1])
-  local tmode = { mode = opts.mode or "cold", max_ms = opts.max_ms or 2000 }
-  local function time_run(r)
-    local _, io = make_io(t, sym, 1)
-    r.state.poison = false
-    local okc, cs, cmsg = call_launch(self, r, io, copy_sym(sym), budget) -- allocates scratch once
-    if okc then okc, cs, cmsg = sync_status() end
-    local res, err
-    if okc then
-      res, err = timing.time(function()
-        local okl, s2, m2 = call_launch(self, r, io, sym, budget)
-        if not okl then return nil, m2, s2 end
-      end, tmode)
-    else
-      err = cmsg
-    end
-    free_all(io)
-    return res, err, cs
+----------------------------------------------------------------------------------------
+-- stage 3: measure — what is timed is verified
+
+local SUMMARY_FIELDS = { "median", "p25", "p75", "min", "n", "rel_noise", "mode", "sm_clock_mhz", "clock_moved",
+  "sm_clock_start_mhz", "sm_clock_min_mhz", "sm_clock_max_mhz", "energy_j", "energy_unavailable", "checked_calls" }
+local DTYPE_BYTES = { f32 = 4, f64 = 8, f16 = 2, bf16 = 2, i8 = 1, i32 = 4, i64 = 8, u8 = 1 }
+local function summary(r)
+  if not r then return nil end
+  local s = {}
+  for _, k in ipairs(SUMMARY_FIELDS) do s[k] = r[k] end
+  return s
+end
+
+-- Times `run` on the timed shape. Every call — warm-up and timed — gets fresh input values
+-- (same buffers, new seed) and poisoned outputs, both outside the timed window; with
+-- check = true, a random selection of timed calls and the last one are re-verified against
+-- the reference run afterwards on a pristine copy of that call's inputs, with guard zones,
+-- inputs and outputs checked. A launch that caches results, keeps a call counter, or
+-- skips work when its buffers come back is caught on whichever call it cheats.
+-- -> timing result, nil | nil, status, text
+function Judge:time_run(st, run, sym, opts, check)
+  local t = st.task
+  local budget = opts.budget or 1e6
+  local every = opts.check_every or 4
+  local seed = (opts.seed_base or 1000) + 7777
+  local cand, ref_in, dims = self:trial_io(t, sym, seed)
+  local function release() self.pool:put_all(cand); self.pool:put_all(ref_in) end
+  run.state.poison = false
+  local failure -- { status, text } of a failed timed check
+  local checking, calls, checked, cur_seed = false, 0, 0, seed
+  local function refresh()
+    cur_seed = cur_seed + 1
+    for i, spec in ipairs(t.inputs) do fill_input(cand[spec.name], spec, sym, cur_seed * 7919 + i) end
+    for _, spec in ipairs(t.outputs) do cand[spec.name]:poison() end
   end
-  local tk = fmt_shape(sym)
+  local function keep_pristine()
+    for _, spec in ipairs(t.inputs) do ref_in[spec.name]:copy(cand[spec.name]) end
+  end
+  local last_outs = {}
+  local function check_now(where)
+    checked = checked + 1
+    local okc, cs, cmsg = sync_status()
+    if not okc then failure = { cs, feedback.launch(cs, cmsg, where) } return false end
+    local es, etext = evidence(t, cand, ref_in, run.state.scratch, where)
+    if es then failure = { es, etext } return false end
+    local ref_io, rs, rmsg = self:run_reference(st, ref_in, dims, sym)
+    if not ref_io then
+      failure = { verdict.ERROR, "the task's reference failed while re-verifying a timed call: " .. tostring(rmsg) }
+      return false
+    end
+    local judged = setmetatable(copy(last_outs), { __index = cand })
+    local ms, mtext = compare_outputs(t, judged, ref_io, dims, where, "timed")
+    for _, spec in ipairs(t.outputs) do self.pool:put(ref_io[spec.name]) end
+    if ms then failure = { ms, mtext } return false end
+    return true
+  end
+  -- first call: scratch is allocated here, outside any timing
+  refresh()
+  local ok0, s0, m0 = call_launch(self, run, cand, sym, budget)
+  if ok0 then ok0, s0, m0 = sync_status() end
+  if not ok0 then
+    if s0 == "crashed" then self.pool:drop(false) else release() end
+    return nil, s0, "The kernel failed while being timed: " .. tostring(m0)
+  end
+  local hooks = {
+    before = function(phase)
+      refresh()
+      calls = calls + 1
+      checking = check and phase == "sample" and rng(every) == 1
+      if check then keep_pristine() end -- the last call is checked too, and nobody knows which is last
+    end,
+    after = function(phase)
+      if checking and not check_now(fmt("timed call %d", calls)) then return nil, "a timed call failed its check", "CHECK" end
+    end,
+  }
+  local res, err, code = timing.time(function()
+    local okl, s2, m2 = call_launch(self, run, cand, sym, budget)
+    if not okl then failure = { s2, "The kernel failed while being timed: " .. tostring(m2) } return nil, tostring(m2), s2 end
+    last_outs = s2
+  end, { mode = opts.mode or "cold", max_ms = opts.max_ms or 2000, before = hooks.before, after = hooks.after })
+  -- the last timed call is always re-verified
+  if res and check and not check_now(fmt("the last timed call (%d)", calls)) then res = nil end
+  if not res then
+    if failure and failure[1] == "crashed" then self.pool:drop(false) else release() end
+    if failure then return nil, failure[1], failure[2] end
+    return nil, verdict.launch_status(code), "The kernel failed while being timed: " .. tostring(err)
+  end
+  res.checked_calls = check and checked or nil
+  release()
+  return res
+end
+
+-- Energy per call (NVML): a separate warm pass of back-to-back calls on one input set, long
+-- enough for NVML's coarse energy counter, so the number holds the kernel's energy and not
+-- the judge's input refreshes and re-verification between timed calls. Not a speed claim.
+function Judge:energy(st, run, sym, opts)
+  local okn, nvml = pcall(require, "km.nvml")
+  if not okn or not nvml.available() then return nil, "NVML is not available" end
+  local t = st.task
+  local cand, ref_in = self:trial_io(t, sym, (opts.seed_base or 1000) + 9999)
+  local res, err = timing.time(function()
+    local okl, s2, m2 = call_launch(self, run, cand, sym, opts.budget or 1e6)
+    if not okl then return nil, tostring(m2), s2 end
+  end, { mode = "warm", energy = true, max_ms = opts.energy_ms or 600 })
+  self.pool:put_all(cand); self.pool:put_all(ref_in)
+  if not res then return nil, err end
+  return res.energy_j, res.energy_unavailable
+end
+
+function Judge:measure(st, run, v, opts)
+  local t = st.task
+  local sym = copy(t.shapes[1])
+  local tk = task_mod.fmt_shape(sym)
   local ref_t = st.times[tk]
   if not ref_t then
-    local e
-    ref_t, e = time_run(st.ref)
-    if not ref_t then return finish("error", "timing the reference failed: " .. tostring(e)) end
+    local s, e
+    ref_t, s, e = self:time_run(st, st.ref, sym, opts, false)
+    if not ref_t then return verdict.ERROR, "timing the reference failed (" .. tostring(s) .. "): " .. tostring(e) end
     st.times[tk] = ref_t
   end
-  local cand_t, terr2, tstatus = time_run(run)
-  if not cand_t then
-    return finish(STICKY[tostring(terr2):match("CUDA_ERROR_[A-Z_]+") or ""] and "crashed" or (tstatus or "launch_error"),
-      "The kernel failed while being timed: " .. tostring(terr2), { context_lost = sticky_code(terr2) ~= nil })
-  end
+  local cand_t, cs, cmsg = self:time_run(st, run, sym, opts, true)
+  if not cand_t then return cs, cmsg, { context_lost = cs == "crashed" or nil } end
   local base_t = st.base_times[tk]
-  if not base_t and opts.baseline ~= false and t.starter then
+  if base_t == nil and opts.baseline ~= false and t.starter then
     local scand = task_mod.starter(t)
     local srun = prepare(self, scand.source, scand.launch, scand.params, "starter")
-    if srun then base_t = time_run(srun) end
+    if srun then
+      srun.task_outputs = t.outputs
+      base_t = self:time_run(st, srun, sym, opts, false)
+    end
     st.base_times[tk] = base_t or false
   end
-  local function summary(r)
-    return r and { median = r.median, p25 = r.p25, p75 = r.p75, min = r.min, n = r.n, rel_noise = r.rel_noise,
-      mode = r.mode, sm_clock_mhz = r.sm_clock_mhz } or nil
-  end
-  -- how each kernel was launched, and the occupancy that gives (blocks per SM, share of the
-  -- SM's threads); scratch memory the launch used
+  -- how each kernel was launched and the occupancy that gives
   for name, l in pairs(run.state.launches) do
     local a = v.kernels[name]
     local f = a and run.mod:get(name)
-    if f and type(l.block) == "number" then
-      local blocks, frac = f:occupancy(l.block, l.shared)
-      a.block, a.shared_dynamic, a.blocks_per_sm, a.occupancy = l.block, l.shared, blocks, frac
+    if f and math.type(l.block) == "integer" then
+      local okb, blocks, frac = pcall(f.occupancy, f, l.block, l.shared)
+      if okb then a.block, a.shared_dynamic, a.blocks_per_sm, a.occupancy = l.block, l.shared, blocks, frac end
+    end
+  end
+  -- device memory the candidate used on the timed shape: its buffers plus its scratch
+  local io_bytes = 0
+  for _, list in ipairs { t.inputs, t.outputs } do
+    for _, spec in ipairs(list) do
+      io_bytes = io_bytes + task_mod.numel(task_mod.shape_of(spec, sym)) * DTYPE_BYTES[spec.dtype]
     end
   end
   v.scratch_bytes = run.state.scratch_bytes
-  -- the empty-kernel floor, measured once per worker: times near it are launch overhead
+  v.memory = { io_bytes = io_bytes, scratch_bytes = run.state.scratch_peak, peak_bytes = io_bytes + run.state.scratch_peak }
   self._floor = self._floor or timing.floor()
   v.timing = { candidate = summary(cand_t), reference = summary(ref_t), baseline = summary(base_t or nil), shape = sym,
     floor_ms = self._floor and self._floor.median }
+  if opts.energy ~= false then
+    local j, why = self:energy(st, run, sym, opts)
+    v.timing.candidate.energy_j, v.timing.candidate.energy_unavailable = j, not j and why or nil
+  end
   v.speedup = ref_t.median / cand_t.median
   if base_t then v.speedup_baseline = base_t.median / cand_t.median end
+  -- the roofline from the judge's own shape table, never one launch code could touch
   local pk = self:peaks()
   local bytes, flops = task_mod.eval_expr(t.bytes, sym), task_mod.eval_expr(t.flops, sym)
   local mem_ms = bytes / (pk.bandwidth_gbs * 1e9) * 1e3
@@ -599,13 +642,42 @@ function Judge:eval(t, cand, opts)
   local bound_ms = math.max(mem_ms, cmp_ms / 16)
   v.roofline = { bound_ms = math.max(mem_ms, cmp_ms), memory_ms = mem_ms, compute_ms = cmp_ms,
     fraction = math.max(mem_ms, cmp_ms) / cand_t.median, bandwidth_gbs = pk.bandwidth_gbs, fp32_tflops = pk.fp32_tflops }
-  if cand_t.median < 0.7 * bound_ms then
-    return finish("too_fast", fmt("The kernel ran in %.4f ms, faster than this GPU can move the task's %d bytes (%.4f ms at %.0f GB/s). It cannot be doing the work: results may be cached, or work may run outside the timed stream.",
-      cand_t.median, bytes, mem_ms, pk.bandwidth_gbs))
+  if cand_t.median < 0.7 * bound_ms then return "too_fast", feedback.too_fast(cand_t.median, bytes, mem_ms, pk.bandwidth_gbs) end
+end
+
+----------------------------------------------------------------------------------------
+-- the evaluation
+
+-- Judges one candidate. Never raises for a candidate's faults; returns the verdict.
+function Judge:eval(t, cand, opts)
+  opts = opts or {}
+  local t0, w0 = os.clock(), wall()
+  local st, terr = self:task_state(t)
+  if not st then
+    return verdict.finish(verdict.new { task = type(t) == "table" and t.name or t }, verdict.ERROR, terr)
   end
-  return finish("correct", fmt("Correct on %d shapes x %d seeds. %.4f ms vs reference %.4f ms (speedup %.2fx%s); %.0f%% of the roofline bound.",
-    #t.shapes, nseeds, cand_t.median, ref_t.median, v.speedup,
-    v.speedup_baseline and fmt(", %.2fx vs the starter", v.speedup_baseline) or "", 100 * v.roofline.fraction))
+  t = st.task
+  local dev = self.device
+  local v = verdict.new { task = t.name, candidate = cand.name, params = cand.params,
+    device = { name = dev.name, arch = dev.arch, uuid = dev.uuid, driver = dev.driver_version, nvrtc = dev.nvrtc } }
+  local function finish(status, text, extra)
+    verdict.finish(v, status, text, extra)
+    v.eval_cpu_s = os.clock() - t0
+    v.eval_seconds = wall() - w0
+    return v
+  end
+  local run, status, msg, info = prepare(self, cand.source or "", cand.launch or "", cand.params or {}, "kernel")
+  if not run then return finish(status, msg, { compile_log = info and info.log }) end
+  run.task_outputs = t.outputs
+  v.compile_log, v.compile_ms, v.cached_compile, v.kernels = run.prog.log, run.prog.ms, run.prog.cached, run.attrs
+  local s, text, extra = self:verify(st, run, v, opts)
+  if s then return finish(s, text, extra) end
+  if opts.timing == false then
+    return finish("correct", fmt("Correct on %d shapes x %d seeds (not timed).", #t.shapes, opts.seeds or 3))
+  end
+  s, text, extra = self:measure(st, run, v, opts)
+  if s then return finish(s, text, extra) end
+  return finish("correct", feedback.correct(#t.shapes, opts.seeds or 3, v))
 end
 
 return M

@@ -5,6 +5,7 @@
 local proc = require "km.proc"
 local json = require "km.json"
 local judge_mod = require "km.judge"
+local verdict_mod = require "km.verdict"
 local capture = require "km.capture"
 
 local fmt = string.format
@@ -76,15 +77,7 @@ while true do
     if not ok then verdict = { status = "error", feedback = "internal error in the worker: " .. tostring(verdict) } end
     -- whatever happened, a context that no longer answers means a fresh worker: a fault
     -- can surface late (in a later copy or fill) and poisons every later call
-    local alive, msg, code = cuda.synchronize()
-    if not alive then
-      verdict.context_lost = true
-      if verdict.status == "error" or verdict.status == "correct" then
-        verdict.status = "crashed"
-        verdict.feedback = "The GPU context failed after the candidate ran: " .. tostring(msg)
-      end
-      verdict.context_error = code
-    end
+    verdict_mod.after_context_check(verdict, cuda.synchronize())
     if cap then note_printed(verdict, cap:stop(PRINTF_TEXT)) end -- after the sync: printf is flushed
     ch:send(json.encode({ id = req.id, verdict = verdict }, { nan = "null" }))
     if verdict.context_lost then return 4 end

@@ -173,4 +173,25 @@ t.test("device compare: torch semantics, first mismatch, 1e8 elements in millise
   t.raises(function() compare.allclose(buffer.new("f32", 2), buffer.new("f64", 2)) end, "dtypes differ")
 end)
 
+t.test("views: facts and launch arguments only, dead after revoke_views", function()
+  local b = buffer.new("f32", { 4, 8 }):zero()
+  local v = buffer.view(b)
+  t.eq(v:dtype(), "f32"); t.eq(v:numel(), 32); t.eq(#v, 32); t.eq(v:nbytes(), 128); t.eq(v:shape()[2], 8)
+  for _, m in ipairs { "ptr", "save", "free", "reset_guards", "to_table", "from_table", "fill", "clone", "copy", "poison" } do
+    t.eq(v[m], nil, m)
+  end
+  t.eq(getmetatable(v), false, "the metatable is hidden")
+  t.ok(rawequal(buffer.unwrap(v), b), "unwrap gives the buffer behind a live view")
+  t.eq(buffer.unwrap({ numel = function() return 32 end }), nil)
+  t.eq(buffer.unwrap(b), nil, "a buffer is not a view")
+  local fill = kernel('extern "C" __global__ void fill(float *y, int n) { int i = threadIdx.x; if (i < n) y[i] = 7.f; }', "fill")
+  assert(fill { grid = 1, block = 32 }(v, 32))
+  t.eq(b:to_table(1)[1], 7.0)
+  buffer.revoke_views()
+  t.eq(buffer.unwrap(v), nil, "a revoked view unwraps to nothing")
+  t.raises(function() v:numel() end, "earlier launch call")
+  t.raises(function() fill { grid = 1, block = 32 }(v, 32) end, "earlier launch call")
+  t.ok(tostring(v):find("expired", 1, true))
+end)
+
 t.done()

@@ -66,21 +66,22 @@ extern "C" __global__ void rowsum(const float *x, float *y, int rows, int cols) 
   if (i < n) y[i] = c == 0 ? fmaxf(x[i], 0.f) : x[i];
   __syncthreads();
   if (i == 0) atomicAdd(&calls, 1u);]]), RELU_LAUNCH },
-  { "a kernel that skips the work once it is being timed", "too_fast", relu,
+  -- caught by the re-verified timed calls (poisoned outputs, fresh inputs) before any roofline
+  { "a kernel that skips the work once it is being timed", "mismatch", relu,
     '__device__ unsigned int calls;\n' ..
     'extern "C" __global__ void relu(const float *x, float *y, long long n) {\n' ..
     '  if (calls > 12) return;\n' ..
     '  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)\n' ..
     '    y[i] = fmaxf(x[i], 0.f);\n' ..
     '  if (blockIdx.x == 0 && threadIdx.x == 0) atomicAdd(&calls, 1u); }',
-    [[return function(k, io, s) k.relu{ grid = math.min(k.cdiv(s.n, 256), 1056), block = 256 }(io.x, io.y, s.n) end]] },
-  { "launch code that stops launching once it is being timed", "too_fast", relu, relu_src("if (i < n) y[i] = fmaxf(x[i], 0.f);"),
+    [[return function(k, io, s) k.relu{ grid = math.min(k.cdiv(s.n, 256), 1056), block = 256 }(io.x, io.y, s.n) end]], { timing = true } },
+  { "launch code that stops launching once it is being timed", "mismatch", relu, relu_src("if (i < n) y[i] = fmaxf(x[i], 0.f);"),
     [[local calls = 0
     return function(k, io, s)
       calls = calls + 1
       if calls > 13 then return end
       k.relu{ grid = k.cdiv(s.n, 256), block = 256 }(io.x, io.y, s.n)
-    end]] },
+    end]], { timing = true } },
   { "produces NaN", "nan_inf", relu, relu_src("if (i < n) y[i] = x[i] > 0.f ? x[i] : __int_as_float(0x7fc00000);"), RELU_LAUNCH },
   { "launches on another stream to dodge the timer", "launch_error", relu, relu_src("if (i < n) y[i] = fmaxf(x[i], 0.f);"),
     [[return function(k, io, s) k.relu{ grid = k.cdiv(s.n, 256), block = 256, stream = 1 }(io.x, io.y, s.n) end]] },
@@ -118,7 +119,7 @@ for _, c in ipairs(CASES) do
   t.test(c[1] .. " -> " .. c[2], function()
     local opts = c[6] or {}
     opts.seeds = opts.seeds or 3
-    opts.timing = c[2] == "too_fast"
+    if opts.timing == nil then opts.timing = false end
     local v = pool:eval(c[3], { name = c[1], source = c[4], launch = c[5], params = {} }, opts)
     if v.status ~= c[2] then t.diag(v.feedback or "") end
     t.eq(v.status, c[2])

@@ -1,0 +1,98 @@
+-- km.feedback — the text a verdict shows the model: what went wrong and what to look at.
+--
+-- Pure string building, no CUDA: the judge decides, this module words it. Kept apart so the
+-- wording can be tuned (and tested) without touching the judge's logic.
+local M = {}
+
+local fmt, concat = string.format, table.concat
+local tostring, tonumber, math = tostring, tonumber, math
+
+-- "kernel.cu(12): error: ..." -> the log plus the offending source lines, numbered.
+function M.compile(log, source, name)
+  local lines, shown, out = {}, {}, { "The kernel does not compile. NVRTC says:", log }
+  for l in (source .. "\n"):gmatch("([^\n]*)\n") do lines[#lines + 1] = l end
+  for n in log:gmatch("%((%d+)%): error") do
+    n = tonumber(n)
+    for m = math.max(1, n - 1), n do -- the line before often holds the real culprit
+      if not shown[m] and lines[m] then
+        shown[m] = true
+        out[#out + 1] = fmt("%s line %d: %s", name, m, lines[m])
+      end
+    end
+  end
+  return concat(out, "\n")
+end
+
+local LAUNCH = {
+  launch_error = "The launch failed: %s\nCheck the grid and block sizes against the device limits (at most 1024 threads per block), the shared memory you ask for (raise a kernel's limit with k.set_shared(name, bytes) above 48 KiB), and that the arguments match the kernel's parameters in number and type.",
+  crashed = "The kernel crashed the GPU context: %s\nLook for out-of-range indices (check every index against its bound, including the last partial block), misaligned vector loads (float4 needs a 16-byte-aligned address), and uninitialised pointers.",
+}
+
+function M.launch(status, msg, where)
+  return fmt(LAUNCH[status] or "%s", tostring(msg)) .. "\n(at " .. where .. ")"
+end
+
+function M.out_of_bounds(what, where)
+  return "The kernel wrote outside a buffer: " .. what .. " (at " .. where ..
+    "). Guard every store with its bound; the last block is usually partial."
+end
+
+function M.inputs_modified(name, where, out_name)
+  return fmt("The kernel modified the input '%s' (at %s). Inputs are read-only: write results only to the outputs (%s), or to k.scratch buffers.",
+    name, where, out_name)
+end
+
+local function coords(index, dims)
+  local c = {}
+  for i = #dims, 1, -1 do
+    c[i] = index % dims[i]
+    index = index // dims[i]
+  end
+  return "[" .. concat(c, ", ") .. "]"
+end
+
+-- A failed comparison r (km.compare's report) of output `name` -> status, text.
+-- later: what earlier trials passed ("shape", "seed", or nil), for the hint.
+function M.mismatch(name, r, tol, dims, where, later)
+  local status, head
+  if (r.unwritten or 0) > 0 then
+    status = "mismatch"
+    head = fmt("%d of %d elements of '%s' were never written.", r.unwritten, r.n, name)
+  elseif r.nan + r.inf > 0 and r.mismatches <= r.nan + r.inf then
+    -- every wrong element is NaN/Inf; with finite wrong values too, it is a mismatch
+    status = "nan_inf"
+    head = fmt("'%s' has %d NaN and %d Inf values where the reference is finite.", name, r.nan, r.inf)
+  else
+    status = "mismatch"
+    head = fmt("'%s' differs from the reference in %d of %d elements (max abs error %.3g, max rel error %.3g; tolerance atol %g, rtol %g).",
+      name, r.mismatches, r.n, r.max_abs, r.max_rel, tol.atol, tol.rtol)
+  end
+  local lines = { head .. " At " .. where .. ":" }
+  local ex = r.examples or {}
+  for i = 1, math.min(#ex, 5) do
+    local e = ex[i]
+    lines[#lines + 1] = fmt("  %s%s (flat %d): got %s, want %s", name, coords(e.index, dims), e.index, tostring(e.got), tostring(e.want))
+  end
+  if later == "shape" then
+    lines[#lines + 1] = "Earlier shapes passed: check boundary handling for this size (partial blocks, sizes not a multiple of the tile)."
+  elseif later == "seed" then
+    lines[#lines + 1] = "Earlier seeds passed on this shape: suspect a race (a missing __syncthreads), state kept between launches, or reads of memory nothing wrote."
+  elseif later == "timed" then
+    lines[#lines + 1] = "Every verification run passed, but a timed run did not: the kernel must do the whole computation on every call (no state kept between launches, no work skipped when the same buffers come back)."
+  end
+  return status, concat(lines, "\n")
+end
+
+function M.too_fast(ms, bytes, mem_ms, gbs)
+  return fmt("The kernel ran in %.4f ms, faster than this GPU can move the task's %d bytes (%.4f ms at %.0f GB/s). It cannot be doing the work: results may be cached, or work may run outside the timed stream.",
+    ms, bytes, mem_ms, gbs)
+end
+
+function M.correct(nshapes, nseeds, v)
+  local t = v.timing
+  return fmt("Correct on %d shapes x %d seeds. %.4f ms vs reference %.4f ms (speedup %.2fx%s); %.0f%% of the roofline bound.",
+    nshapes, nseeds, t.candidate.median, t.reference.median, v.speedup,
+    v.speedup_baseline and fmt(", %.2fx vs the starter", v.speedup_baseline) or "", 100 * v.roofline.fraction)
+end
+
+return M

@@ -1,0 +1,88 @@
+-- km.verdict — the fixed set of verdict statuses and the one place verdicts are built.
+--
+--   local verdict = require "km.verdict"
+--   local v = verdict.new { task = "l1_relu", candidate = "c1" }
+--   verdict.finish(v, "mismatch", "feedback for the model", { failed_at = ... })
+--   verdict.is_fatal("CUDA_ERROR_ILLEGAL_ADDRESS")      -- true: the context is gone
+--   verdict.lost(job, "timeout", 60)                    -- the verdict for a worker lost
+--   verdict.after_context_check(v, alive, msg, code)    -- the worker's "is the GPU still ours" rule
+--
+-- Everything that asks "which statuses exist" or "does this CUDA error end the context"
+-- asks this module: the judge, the worker, the pool, guidance and reports.
+local M = {}
+
+local fmt = string.format
+local ipairs, pairs, type, tostring = ipairs, pairs, type, tostring
+
+-- What the judge can say about a candidate, in the order a candidate meets them.
+M.STATUSES = { "compile_error", "load_error", "launch_error", "timeout", "crashed", "wrong_shape",
+  "mismatch", "nan_inf", "inputs_modified", "out_of_bounds", "race", "too_fast", "correct" }
+-- Not about the candidate: the task or kmrun failed (a reference that does not build, an
+-- internal error). Never counted against a candidate, never counted as solved.
+M.ERROR = "error"
+
+local KNOWN = {}
+for _, s in ipairs(M.STATUSES) do KNOWN[s] = true end
+KNOWN[M.ERROR] = true
+
+function M.known(status) return KNOWN[status] == true end
+
+-- CUDA errors after which the context is unusable: the worker must be replaced.
+local FATAL = {
+  CUDA_ERROR_ILLEGAL_ADDRESS = true, CUDA_ERROR_MISALIGNED_ADDRESS = true,
+  CUDA_ERROR_LAUNCH_FAILED = true, CUDA_ERROR_ILLEGAL_INSTRUCTION = true,
+  CUDA_ERROR_HARDWARE_STACK_ERROR = true, CUDA_ERROR_INVALID_PC = true,
+  CUDA_ERROR_INVALID_ADDRESS_SPACE = true, CUDA_ERROR_ASSERT = true,
+  CUDA_ERROR_LAUNCH_TIMEOUT = true, CUDA_ERROR_ECC_UNCORRECTABLE = true,
+  CUDA_ERROR_UNKNOWN = true, CUDA_ERROR_CONTEXT_IS_DESTROYED = true,
+}
+
+-- code: a CUDA error name as the C core returns it (never parsed from message text).
+function M.is_fatal(code) return code ~= nil and FATAL[code] == true end
+
+-- The status a failed launch or synchronisation gets, from its error code.
+function M.launch_status(code) return M.is_fatal(code) and "crashed" or "launch_error" end
+
+function M.new(fields)
+  local v = { checks = {} }
+  for k, x in pairs(fields or {}) do v[k] = x end
+  return v
+end
+
+-- Sets the status (one of the fixed set, else raises: a programming error) and feedback.
+function M.finish(v, status, feedback, extra)
+  if not KNOWN[status] then error("km.verdict: unknown status '" .. tostring(status) .. "'", 2) end
+  v.status = status
+  v.feedback = feedback
+  for k, x in pairs(extra or {}) do v[k] = x end
+  return v
+end
+
+-- The verdict for a job whose worker was lost: how = "timeout" (stopped by the pool after
+-- timeout_s) or "dead" (exit status or signal in `st`).
+function M.lost(job, how, timeout_s, st)
+  if how == "timeout" then
+    return M.finish(M.new { task = job.task_name, candidate = job.cand and job.cand.name }, "timeout",
+      fmt("The candidate did not finish within %g s (an endless loop, a deadlock at a barrier, or far too slow). The worker was stopped.", timeout_s))
+  end
+  st = st or {}
+  local why = st.signal and ("signal " .. st.signal) or ("exit code " .. tostring(st.code))
+  return M.finish(M.new { task = job.task_name, candidate = job.cand and job.cand.name }, "crashed",
+    "The GPU worker died while judging this candidate (" .. why .. ").")
+end
+
+-- After every candidate the worker asks the context whether it still answers: a fault can
+-- surface late (in a later copy or fill) and poisons every later call. A verdict that
+-- claimed success (or an internal error) on a dead context becomes `crashed`.
+function M.after_context_check(v, alive, msg, code)
+  if alive then return v end
+  v.context_lost = true
+  v.context_error = code
+  if v.status == M.ERROR or v.status == "correct" or v.status == "too_fast" then
+    v.status = "crashed"
+    v.feedback = "The GPU context failed after the candidate ran: " .. tostring(msg)
+  end
+  return v
+end
+
+return M
