@@ -1,0 +1,606 @@
+/* km_python.c — `require "km.python"`: CPython loaded into this process at run time.
+ *
+ *   python.available()              -> true | nil, why, "NO_PYTHON"
+ *   python.info()                   -> { version, library, executable, home } | nil, why, code
+ *   python.exec(code [, chunkname]) -> true | nil, traceback, "PYTHON_ERROR"
+ *   python.eval(expr)               -> nil (None) | boolean | integer | number | string
+ *                                      | nil, traceback, "PYTHON_ERROR" | nil, why, "PYTHON_TYPE"
+ *   python.import(path [, name])    -> true | nil, traceback, code   (a .py file as module `name`,
+ *                                      default its base name; loaded once per name)
+ *   python.call(module, fn [, json_args]) -> JSON text of fn(*args) (args a JSON array, or
+ *                                      an object for keyword arguments) | nil, traceback, code
+ *   python.stream_handle([stream])  -> the CUstream of a km.Stream (nil: the current stream)
+ *                                      as an integer, for torch.cuda.ExternalStream
+ *
+ * Which Python: KM_PYTHON names a python executable (a path or a name on PATH) or a
+ * libpython3.X.so file; without it, `python3` on PATH. An executable is asked once for its
+ * sysconfig (LIBDIR, MULTIARCH, LDLIBRARY, INSTSONAME, base prefix, sys.path), its shared
+ * libpython is dlopen'ed RTLD_GLOBAL (extension modules such as torch resolve the C API from
+ * it), and the embedded interpreter gets that executable's sys.path and sys.executable, so a
+ * venv or pyenv Python and its site-packages work as they do from the shell. libpython is
+ * never linked: kmrun builds and runs where there is no Python, and says why here.
+ *
+ * No Python.h: the dozen C API functions used are declared below from the stable ABI, with
+ * PyObject opaque, and resolved with dlsym (python3-dev is not a build dependency, and one
+ * kmrun binary serves whichever Python 3.8+ the host has). Everything that needs an object's
+ * layout (type checks, formatting tracebacks, JSON) happens in Python, in the dispatcher
+ * BOOT below, which answers every request with a (tag, value) tuple and never raises.
+ *
+ * GIL: Py_InitializeEx(0) (no signal handlers: kmrun owns SIGINT), then the GIL is released
+ * and every call takes it with PyGILState_Ensure/Release. No Lua call that can raise runs
+ * while the GIL or a Python reference is held: results are copied into a boxed C buffer
+ * first. The interpreter lives until the process exits (never finalized: torch and other
+ * extension modules do not survive Py_Finalize). */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <lua.h>
+#include <lauxlib.h>
+
+#include "km.h"
+#include "km_cuda.h"
+
+extern char **environ;
+
+#define KM_PYBOX_MT "km.PyBox"
+#define PROBE_TIMEOUT_MS 30000
+#define PROBE_MAX (1 << 20)
+
+/* ---- the C API, declared from the stable ABI (PyObject is opaque here) ---- */
+
+typedef struct km_pyobject PyObject;
+enum { PY_FILE_INPUT = 257 }; /* Py_file_input: a module's worth of statements */
+
+static struct {
+  void (*InitializeEx)(int);
+  int (*IsInitialized)(void);
+  const char *(*GetVersion)(void);
+  void *(*EvalSaveThread)(void);
+  int (*GILEnsure)(void); /* PyGILState_STATE is an enum */
+  void (*GILRelease)(int);
+  PyObject *(*RunString)(const char *, int, PyObject *, PyObject *, void *);
+  PyObject *(*DictNew)(void);
+  PyObject *(*DictGetItemString)(PyObject *, const char *); /* borrowed */
+  PyObject *(*CallObjArgs)(PyObject *, ...);
+  PyObject *(*BytesFrom)(const char *, ssize_t);
+  int (*BytesAs)(PyObject *, char **, ssize_t *);
+  PyObject *(*TupleGetItem)(PyObject *, ssize_t); /* borrowed */
+  long long (*LongAsLongLong)(PyObject *);
+  double (*FloatAsDouble)(PyObject *);
+  void (*DecRef)(PyObject *);
+  void (*ErrPrint)(void);
+} py;
+
+static const struct { const char *name; size_t off; } SYMS[] = {
+#define S(f, n) {n, offsetof(__typeof__(py), f)}
+  S(InitializeEx, "Py_InitializeEx"),       S(IsInitialized, "Py_IsInitialized"),
+  S(GetVersion, "Py_GetVersion"),           S(EvalSaveThread, "PyEval_SaveThread"),
+  S(GILEnsure, "PyGILState_Ensure"),        S(GILRelease, "PyGILState_Release"),
+  S(RunString, "PyRun_StringFlags"),        S(DictNew, "PyDict_New"),
+  S(DictGetItemString, "PyDict_GetItemString"), S(CallObjArgs, "PyObject_CallFunctionObjArgs"),
+  S(BytesFrom, "PyBytes_FromStringAndSize"), S(BytesAs, "PyBytes_AsStringAndSize"),
+  S(TupleGetItem, "PyTuple_GetItem"),       S(LongAsLongLong, "PyLong_AsLongLong"),
+  S(FloatAsDouble, "PyFloat_AsDouble"),     S(DecRef, "Py_DecRef"),
+  S(ErrPrint, "PyErr_Print"),
+#undef S
+};
+
+/* ---- the dispatcher: run(op, a, b, c) -> (tag, value); every argument is bytes ----
+ * Tags: ok, none, true, false, int, float, str (bytes), err (a traceback), type (no Lua
+ * value). Tracebacks leave out the dispatcher's own frame. */
+static const char BOOT[] =
+  "import sys, os, json, traceback, importlib, importlib.util\n"
+  "_main = sys.modules['__main__'].__dict__\n"
+  "def _b(s): return s.encode('utf-8', 'surrogateescape')\n"
+  "def _s(b): return b.decode('utf-8', 'surrogateescape')\n"
+  "def _val(v):\n"
+  "    if v is None: return (b'none', None)\n"
+  "    if v is True: return (b'true', None)\n"
+  "    if v is False: return (b'false', None)\n"
+  "    if isinstance(v, int):\n"
+  "        return (b'int', v) if -2**63 <= v < 2**63 else (b'float', float(v))\n"
+  "    if isinstance(v, float): return (b'float', v)\n"
+  "    if isinstance(v, str): return (b'str', _b(v))\n"
+  "    if isinstance(v, bytes): return (b'str', v)\n"
+  "    return (b'type', _b('a Python %s has no Lua value (None, bool, int, float, str and bytes do;'\n"
+  "                       ' python.call returns JSON)' % type(v).__name__))\n"
+  "def _setup(probe, home_set):\n"
+  "    f = _s(probe).split('\\0') if probe else []\n"
+  "    if len(f) >= 11:\n"
+  "        sys.executable = f[9]\n"
+  "        sys.path[:] = [p for p in f[11:] if p]\n"
+  "    sys.argv = ['kmrun']\n"
+  "    if home_set == b'1': os.environ.pop('PYTHONHOME', None)\n"
+  "def run(op, a, b, c):\n"
+  "    try:\n"
+  "        if op == b'exec':\n"
+  "            exec(compile(_s(a), _s(b), 'exec'), _main)\n"
+  "            return (b'ok', None)\n"
+  "        if op == b'eval':\n"
+  "            return _val(eval(compile(_s(a), '<eval>', 'eval'), _main))\n"
+  "        if op == b'import':\n"
+  "            path, name = _s(a), _s(b)\n"
+  "            old = sys.modules.get(name)\n"
+  "            if old is not None and getattr(old, '__file__', None) == path: return (b'ok', None)\n"
+  "            spec = importlib.util.spec_from_file_location(name, path)\n"
+  "            if spec is None: raise ImportError('cannot import %s: not a Python source file' % path)\n"
+  "            m = importlib.util.module_from_spec(spec)\n"
+  "            sys.modules[name] = m\n"
+  "            try: spec.loader.exec_module(m)\n"
+  "            except BaseException:\n"
+  "                sys.modules.pop(name, None)\n"
+  "                raise\n"
+  "            return (b'ok', None)\n"
+  "        if op == b'call':\n"
+  "            m = sys.modules.get(_s(a)) or importlib.import_module(_s(a))\n"
+  "            f = getattr(m, _s(b))\n"
+  "            args = json.loads(c) if c else []\n"
+  "            r = f(**args) if isinstance(args, dict) else f(*args)\n"
+  "            return (b'str', _b(json.dumps(r, allow_nan=False, separators=(',', ':'))))\n"
+  "        if op == b'setup':\n"
+  "            _setup(a, b)\n"
+  "            return (b'ok', None)\n"
+  "        raise ValueError('unknown op %r' % op)\n"
+  "    except BaseException as e:\n"
+  "        text = ''.join(traceback.format_exception(type(e), e, e.__traceback__.tb_next))\n"
+  "        return (b'err', _b(text.rstrip()))\n";
+
+/* ---- loading: state kept for the process ---- */
+
+static int load_state;           /* 0 not tried, 1 ready, -1 failed (not retried) */
+static char load_why[2048];
+static char lib_path[PATH_MAX];
+static char exe_path[PATH_MAX];
+static char home[2 * PATH_MAX + 2];
+static PyObject *dispatcher;     /* run(); its globals dict is kept alive through it */
+
+static void why(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void why(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int n = snprintf(load_why, sizeof load_why, "no Python: ");
+  vsnprintf(load_why + n, sizeof load_why - n, fmt, ap);
+  va_end(ap);
+}
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* The probe prints, NUL-separated: a marker, X.Y, LIBDIR, MULTIARCH, LDLIBRARY, INSTSONAME,
+ * LIBPL, base_prefix, base_exec_prefix, stdlib, executable, prefix, then sys.path. The
+ * fields from X.Y on are what BOOT's _setup() reads as f[0..] (executable f[9], sys.path
+ * from f[11]; '' — the probe's current directory — is dropped). */
+static const char PROBE[] =
+  "import sys, sysconfig\n"
+  "v = lambda k: str(sysconfig.get_config_var(k) or '')\n"
+  "f = ['%d.%d' % sys.version_info[:2], v('LIBDIR'), v('MULTIARCH'), v('LDLIBRARY'),\n"
+  "     v('INSTSONAME'), v('LIBPL'), sys.base_prefix, sys.base_exec_prefix,\n"
+  "     sysconfig.get_path('stdlib') or '', sys.executable, sys.prefix] + sys.path\n"
+  "sys.stdout.write('KMPY1\\0' + '\\0'.join(f))\n";
+
+enum { F_VER, F_LIBDIR, F_MULTIARCH, F_LDLIBRARY, F_SONAME, F_LIBPL, F_BASE, F_BASE_EXEC,
+       F_STDLIB, F_EXE, F_PREFIX, F_NFIXED };
+
+/* Runs `exe -c PROBE` (no shell; not -I or -E: the user's PYTHONPATH and site-packages
+ * belong in the embedded sys.path), its output in *out (malloc'd, NUL-terminated, n bytes). */
+static int run_probe(const char *exe, char **out, size_t *n) {
+  int fd[2];
+  if (pipe2(fd, O_CLOEXEC) != 0) { why("pipe: %s", strerror(errno)); return -1; }
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, fd[1], 1);
+  posix_spawn_file_actions_adddup2(&fa, fd[1], 2);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  char *argv[] = {(char *)exe, "-c", (char *)PROBE, NULL};
+  pid_t pid;
+  int rc = posix_spawnp(&pid, exe, &fa, NULL, argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  close(fd[1]);
+  if (rc != 0) {
+    close(fd[0]);
+    why("cannot run %s (%s)%s", exe, strerror(rc),
+        getenv("KM_PYTHON") ? "" : "; set KM_PYTHON to a python executable or a libpython3.X.so");
+    return -1;
+  }
+  size_t cap = 4096, len = 0;
+  char *buf = malloc(cap);
+  double deadline = now_ms() + PROBE_TIMEOUT_MS;
+  int timed_out = 0;
+  while (buf) {
+    int left = (int)(deadline - now_ms());
+    if (left <= 0) { timed_out = 1; break; }
+    struct pollfd p = {fd[0], POLLIN, 0};
+    int r = poll(&p, 1, left);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) { timed_out = r == 0; break; }
+    if (len + 1 >= cap) {
+      if (cap >= PROBE_MAX) break;
+      char *nb = realloc(buf, cap * 2);
+      if (!nb) { free(buf); buf = NULL; break; }
+      buf = nb, cap *= 2;
+    }
+    ssize_t got = read(fd[0], buf + len, cap - len - 1);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) break;
+    len += (size_t)got;
+  }
+  close(fd[0]);
+  if (timed_out) kill(pid, SIGKILL);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+  if (!buf) { why("out of memory reading %s's answer", exe); return -1; }
+  buf[len] = '\0';
+  if (timed_out) { why("%s did not answer within %d s", exe, PROBE_TIMEOUT_MS / 1000); free(buf); return -1; }
+  if (len < 6 || memcmp(buf, "KMPY1", 6) != 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    for (size_t i = 0; i < len; i++) if (buf[i] == '\0') buf[i] = ' ';
+    why("%s failed to describe itself (%s %d): %.300s", exe,
+        WIFEXITED(status) ? "exit status" : "signal",
+        WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), buf);
+    free(buf);
+    return -1;
+  }
+  *out = buf, *n = len;
+  return 0;
+}
+
+static int is_file(const char *p) {
+  struct stat st;
+  return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+static int is_dir(const char *p) {
+  struct stat st;
+  return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+static int looks_like_lib(const char *s) { return strstr(s, ".so") != NULL; }
+
+/* dlopens the first candidate that loads; *tried collects what was looked for. */
+static void *open_lib(const char *const *f, char *tried, size_t tn) {
+  const char *dirs[5] = {f[F_LIBDIR], NULL, f[F_LIBPL], NULL, NULL};
+  char d1[PATH_MAX], d3[PATH_MAX], d4[PATH_MAX];
+  if (*f[F_MULTIARCH]) snprintf(d1, sizeof d1, "%s/%s", f[F_LIBDIR], f[F_MULTIARCH]), dirs[1] = d1;
+  snprintf(d3, sizeof d3, "%s/lib", f[F_BASE]), dirs[3] = d3;
+  if (*f[F_MULTIARCH]) snprintf(d4, sizeof d4, "%s/lib/%s", f[F_BASE], f[F_MULTIARCH]), dirs[4] = d4;
+  char n2[64], n3[64];
+  snprintf(n2, sizeof n2, "libpython%s.so.1.0", f[F_VER]);
+  snprintf(n3, sizeof n3, "libpython%s.so", f[F_VER]);
+  const char *names[4] = {f[F_SONAME], looks_like_lib(f[F_LDLIBRARY]) ? f[F_LDLIBRARY] : "", n2, n3};
+  size_t used = 0;
+  tried[0] = '\0';
+  for (int i = 0; i < 5; i++) {
+    if (!dirs[i] || !*dirs[i]) continue;
+    for (int j = 0; j < 4; j++) {
+      if (!*names[j]) continue;
+      char p[PATH_MAX];
+      snprintf(p, sizeof p, "%s/%s", dirs[i], names[j]);
+      if (!is_file(p)) continue;
+      void *h = dlopen(p, RTLD_NOW | RTLD_GLOBAL);
+      if (h) { snprintf(lib_path, sizeof lib_path, "%s", p); return h; }
+      const char *e = dlerror();
+      used += snprintf(tried + used, used < tn ? tn - used : 0, "%s (%s); ", p, e ? e : "?");
+    }
+    if (used < tn) used += snprintf(tried + used, tn - used, "%s; ", dirs[i]);
+  }
+  /* Last, the dynamic linker's own search (ld.so.cache): Debian's libpython3.X package. */
+  void *h = dlopen(n2, RTLD_NOW | RTLD_GLOBAL);
+  if (h) snprintf(lib_path, sizeof lib_path, "%s", n2);
+  else if (used < tn) snprintf(tried + used, tn - used, "%s in the linker's path", n2);
+  return h;
+}
+
+/* For KM_PYTHON=libpython3.X.so: the prefix is the folder above lib/ (or lib/<multiarch>/). */
+static void home_from_lib(const char *lib, const char *ver, char *out, size_t n) {
+  char d[PATH_MAX];
+  out[0] = '\0';
+  if (!realpath(lib, d)) snprintf(d, sizeof d, "%s", lib);
+  for (int up = 0; up < 3; up++) {
+    char *slash = strrchr(d, '/');
+    if (!slash) return;
+    *slash = '\0';
+    char p[PATH_MAX + 64];
+    snprintf(p, sizeof p, "%s/lib/python%s/encodings", d, ver);
+    if (is_dir(p)) { snprintf(out, n, "%s", d); return; }
+  }
+}
+
+static int resolve(void *h) {
+  for (size_t i = 0; i < sizeof SYMS / sizeof *SYMS; i++) {
+    void *p = dlsym(h, SYMS[i].name);
+    if (!p) { why("%s lacks %s", lib_path, SYMS[i].name); return -1; }
+    memcpy((char *)&py + SYMS[i].off, &p, sizeof p);
+  }
+  return 0;
+}
+
+static void load(void) {
+  const char *env = getenv("KM_PYTHON");
+  const char *target = env && *env ? env : "python3";
+  char *probe = NULL;
+  size_t probe_n = 0;
+  const char *f[F_NFIXED] = {0};
+  void *h = NULL;
+  char ver[16] = "";
+
+  if (looks_like_lib(target) && strchr(target, '/')) {
+    h = dlopen(target, RTLD_NOW | RTLD_GLOBAL);
+    if (!h) { const char *e = dlerror(); why("cannot load KM_PYTHON=%s (%s)", target, e ? e : "?"); return; }
+    snprintf(lib_path, sizeof lib_path, "%s", target);
+  } else {
+    if (run_probe(target, &probe, &probe_n) != 0) return;
+    size_t pos = 6; /* past "KMPY1\0" */
+    for (int i = 0; i < F_NFIXED; i++) {
+      f[i] = pos <= probe_n ? probe + pos : "";
+      pos += strlen(f[i]) + 1;
+    }
+    snprintf(exe_path, sizeof exe_path, "%s", f[F_EXE]);
+    snprintf(ver, sizeof ver, "%s", f[F_VER]);
+    char tried[1024];
+    h = open_lib(f, tried, sizeof tried);
+    if (!h) {
+      why("%s (Python %s) has no shared libpython%s: looked in %s. Install it (Debian/Ubuntu: "
+          "apt install libpython%s, or libpython%st64), use a Python built with --enable-shared, "
+          "or set KM_PYTHON to a python executable or libpython%s.so that has one",
+          exe_path, ver, ver, tried, ver, ver, ver);
+      free(probe);
+      return;
+    }
+  }
+  if (resolve(h) != 0) { free(probe); return; }
+
+  /* The library's version must be the probed one: its stdlib is the one sys.path names. */
+  int lmaj = 0, lmin = 0, pmaj = -1, pmin = -1;
+  sscanf(py.GetVersion(), "%d.%d", &lmaj, &lmin);
+  if (!*ver) snprintf(ver, sizeof ver, "%d.%d", lmaj, lmin);
+  else if (sscanf(ver, "%d.%d", &pmaj, &pmin) != 2 || pmaj != lmaj || pmin != lmin) {
+    why("%s is Python %d.%d but %s is Python %s", lib_path, lmaj, lmin, exe_path, ver);
+    free(probe);
+    return;
+  }
+
+  /* Where the standard library is: Py_InitializeEx aborts the process when it cannot find
+   * it, so it is checked first, and named through PYTHONHOME for the initialization only
+   * (a relocated Python's compiled-in prefix is wrong; a venv's base is the right home). */
+  if (f[F_BASE] && *f[F_BASE]) {
+    char enc[PATH_MAX + 16];
+    snprintf(enc, sizeof enc, "%s/encodings", f[F_STDLIB]);
+    if (!is_dir(enc)) { why("%s's standard library %s has no encodings package", exe_path, f[F_STDLIB]); free(probe); return; }
+    if (strcmp(f[F_BASE], f[F_BASE_EXEC]) == 0) snprintf(home, sizeof home, "%s", f[F_BASE]);
+    else snprintf(home, sizeof home, "%s:%s", f[F_BASE], f[F_BASE_EXEC]);
+  } else {
+    home_from_lib(lib_path, ver, home, sizeof home);
+    if (!*home && !getenv("PYTHONHOME")) {
+      why("cannot find the standard library (lib/python%s/encodings) above %s; set KM_PYTHON "
+          "to the python executable instead", ver, lib_path);
+      return;
+    }
+  }
+
+  int home_set = 0;
+  if (!py.IsInitialized()) {
+    if (*home && !getenv("PYTHONHOME")) home_set = setenv("PYTHONHOME", home, 1) == 0;
+    py.InitializeEx(0);
+    if (home_set) unsetenv("PYTHONHOME");
+    py.EvalSaveThread(); /* from here on, every entry takes the GIL */
+  }
+
+  int g = py.GILEnsure();
+  PyObject *globals = py.DictNew();
+  PyObject *r = globals ? py.RunString(BOOT, PY_FILE_INPUT, globals, globals, NULL) : NULL;
+  if (!r) {
+    py.ErrPrint();
+    why("the embedded interpreter could not run kmrun's dispatcher (traceback on stderr)");
+    py.GILRelease(g);
+    free(probe);
+    return;
+  }
+  py.DecRef(r);
+  dispatcher = py.DictGetItemString(globals, "run"); /* borrowed; globals is never released */
+  PyObject *op = py.BytesFrom("setup", 5);
+  PyObject *a = py.BytesFrom(probe ? probe + 6 : "", probe ? (ssize_t)(probe_n - 6) : 0);
+  PyObject *b = py.BytesFrom(home_set ? "1" : "0", 1);
+  PyObject *res = (op && a && b) ? py.CallObjArgs(dispatcher, op, a, b, b, NULL) : NULL;
+  if (op) py.DecRef(op);
+  if (a) py.DecRef(a);
+  if (b) py.DecRef(b);
+  char *tag = NULL;
+  ssize_t tn = 0;
+  int ok = res && py.BytesAs(py.TupleGetItem(res, 0), &tag, &tn) == 0 && tn == 2 && !memcmp(tag, "ok", 2);
+  if (res) py.DecRef(res);
+  py.GILRelease(g);
+  free(probe);
+  if (!ok) { why("setting up sys.path failed"); return; }
+  load_state = 1;
+}
+
+static const char *ensure(void) {
+  if (load_state == 0) {
+    load_state = -1;
+    load();
+  }
+  return load_state == 1 ? NULL : load_why;
+}
+
+/* ---- results cross over through a box (a C buffer freed by __gc if Lua raises) ---- */
+
+typedef struct { char *p; size_t n; } pybox;
+
+static int box_gc(lua_State *L) {
+  pybox *b = luaL_checkudata(L, 1, KM_PYBOX_MT);
+  free(b->p);
+  b->p = NULL;
+  return 0;
+}
+
+/* One request to the dispatcher. Pushes the Lua results and returns their count. */
+static int dispatch(lua_State *L, const char *op, const char *a, size_t an, const char *b,
+                    size_t bn, const char *c, size_t cn) {
+  const char *w = ensure();
+  if (w) return km_fail(L, "NO_PYTHON", "%s", w);
+  pybox *box = lua_newuserdatauv(L, sizeof *box, 0); /* [.., box] */
+  box->p = NULL, box->n = 0;
+  luaL_setmetatable(L, KM_PYBOX_MT);
+
+  char tag[8] = "";
+  long long iv = 0;
+  double dv = 0;
+  int g = py.GILEnsure();
+  PyObject *args[4] = {py.BytesFrom(op, (ssize_t)strlen(op)), py.BytesFrom(a, (ssize_t)an),
+                       py.BytesFrom(b, (ssize_t)bn), py.BytesFrom(c, (ssize_t)cn)};
+  PyObject *res = NULL;
+  if (args[0] && args[1] && args[2] && args[3])
+    res = py.CallObjArgs(dispatcher, args[0], args[1], args[2], args[3], NULL);
+  for (int i = 0; i < 4; i++) if (args[i]) py.DecRef(args[i]);
+  if (!res) {
+    py.ErrPrint(); /* only a failure of the dispatcher itself (out of memory) gets here */
+    snprintf(tag, sizeof tag, "fail");
+  } else {
+    char *s = NULL;
+    ssize_t n = 0;
+    if (py.BytesAs(py.TupleGetItem(res, 0), &s, &n) == 0 && n > 0 && n < (ssize_t)sizeof tag) {
+      memcpy(tag, s, (size_t)n);
+      tag[n] = '\0';
+    }
+    PyObject *v = py.TupleGetItem(res, 1);
+    if (!strcmp(tag, "int")) iv = py.LongAsLongLong(v);
+    else if (!strcmp(tag, "float")) dv = py.FloatAsDouble(v);
+    else if (!strcmp(tag, "str") || !strcmp(tag, "err") || !strcmp(tag, "type")) {
+      if (py.BytesAs(v, &s, &n) == 0 && (box->p = malloc((size_t)n + 1))) {
+        memcpy(box->p, s, (size_t)n);
+        box->n = (size_t)n;
+      } else {
+        snprintf(tag, sizeof tag, "nomem");
+      }
+    }
+    py.DecRef(res);
+  }
+  py.GILRelease(g);
+
+  /* No Python state is held from here: Lua may raise. */
+  int nret;
+  if (!strcmp(tag, "ok") || !strcmp(tag, "true")) lua_pushboolean(L, 1), nret = 1;
+  else if (!strcmp(tag, "false")) lua_pushboolean(L, 0), nret = 1;
+  else if (!strcmp(tag, "none")) lua_pushnil(L), nret = 1;
+  else if (!strcmp(tag, "int")) lua_pushinteger(L, (lua_Integer)iv), nret = 1;
+  else if (!strcmp(tag, "float")) lua_pushnumber(L, (lua_Number)dv), nret = 1;
+  else if (!strcmp(tag, "str")) lua_pushlstring(L, box->p, box->n), nret = 1;
+  else if (!strcmp(tag, "err")) {
+    lua_pushnil(L);
+    lua_pushlstring(L, box->p, box->n);
+    lua_pushliteral(L, "PYTHON_ERROR");
+    nret = 3;
+  } else if (!strcmp(tag, "type")) {
+    lua_pushnil(L);
+    lua_pushlstring(L, box->p, box->n);
+    lua_pushliteral(L, "PYTHON_TYPE");
+    nret = 3;
+  } else {
+    nret = km_fail(L, "PYTHON_ERROR", "the Python dispatcher failed (%s; details on stderr)",
+                   !strcmp(tag, "nomem") ? "out of memory" : "no result");
+  }
+  free(box->p);
+  box->p = NULL;
+  lua_remove(L, -nret - 1); /* the box */
+  return nret;
+}
+
+/* ---- Lua API ---- */
+
+static int l_available(lua_State *L) {
+  const char *w = ensure();
+  if (w) return km_fail(L, "NO_PYTHON", "%s", w);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+static int l_info(lua_State *L) {
+  const char *w = ensure();
+  if (w) return km_fail(L, "NO_PYTHON", "%s", w);
+  lua_createtable(L, 0, 4);
+  const char *v = py.GetVersion();
+  lua_pushlstring(L, v, strcspn(v, " "));
+  lua_setfield(L, -2, "version");
+  lua_pushstring(L, lib_path);
+  lua_setfield(L, -2, "library");
+  if (*exe_path) { lua_pushstring(L, exe_path); lua_setfield(L, -2, "executable"); }
+  if (*home) { lua_pushstring(L, home); lua_setfield(L, -2, "home"); }
+  return 1;
+}
+
+static int l_exec(lua_State *L) {
+  size_t n, cn;
+  const char *code = luaL_checklstring(L, 1, &n);
+  const char *chunk = luaL_optlstring(L, 2, "<km.python>", &cn);
+  return dispatch(L, "exec", code, n, chunk, cn, "", 0);
+}
+
+static int l_eval(lua_State *L) {
+  size_t n;
+  const char *expr = luaL_checklstring(L, 1, &n);
+  return dispatch(L, "eval", expr, n, "", 0, "", 0);
+}
+
+static int l_import(lua_State *L) {
+  size_t pn, nn;
+  const char *path = luaL_checklstring(L, 1, &pn);
+  const char *name = luaL_optlstring(L, 2, NULL, &nn);
+  if (!name) { /* the file's base name without .py */
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    size_t bl = strlen(base);
+    if (bl > 3 && !strcmp(base + bl - 3, ".py")) bl -= 3;
+    lua_pushlstring(L, base, bl);
+    name = lua_tolstring(L, -1, &nn);
+  }
+  luaL_argcheck(L, nn > 0, 2, "empty module name");
+  char real[PATH_MAX];
+  if (!realpath(path, real)) return km_fail(L, "ENOENT", "python.import: %s: %s", path, strerror(errno));
+  return dispatch(L, "import", real, strlen(real), name, nn, "", 0);
+}
+
+static int l_call(lua_State *L) {
+  size_t mn, fn, an = 0;
+  const char *mod = luaL_checklstring(L, 1, &mn);
+  const char *func = luaL_checklstring(L, 2, &fn);
+  const char *args = luaL_optlstring(L, 3, "", &an);
+  return dispatch(L, "call", mod, mn, func, fn, args, an);
+}
+
+static int l_stream_handle(lua_State *L) {
+  if (lua_type(L, 1) == LUA_TNUMBER) { lua_pushinteger(L, luaL_checkinteger(L, 1)); return 1; }
+  if (lua_islightuserdata(L, 1)) { lua_pushinteger(L, (lua_Integer)(intptr_t)lua_touserdata(L, 1)); return 1; }
+  lua_pushinteger(L, (lua_Integer)(intptr_t)km_stream_opt(L, 1));
+  return 1;
+}
+
+int luaopen_km_python(lua_State *L) {
+  if (luaL_newmetatable(L, KM_PYBOX_MT)) {
+    lua_pushcfunction(L, box_gc);
+    lua_setfield(L, -2, "__gc");
+  }
+  lua_pop(L, 1);
+  static const luaL_Reg fns[] = {
+      {"available", l_available}, {"info", l_info}, {"exec", l_exec}, {"eval", l_eval},
+      {"import", l_import}, {"call", l_call}, {"stream_handle", l_stream_handle}, {NULL, NULL}};
+  luaL_newlib(L, fns);
+  return 1;
+}
