@@ -1,0 +1,663 @@
+"""kmrun's PyTorch side of KernelBench problem files (see lua/km/kernelbench.lua, docs/pytorch.md).
+
+Imported into kmrun's embedded interpreter by km.python (python.import) and called through
+python.call: every function takes JSON-able arguments and returns a JSON-able value. An
+expected failure (a bad problem file, a buffer of the wrong shape) is returned as
+{"error": message, "code": CODE}; only a bug here raises.
+
+Tensors cross between kmrun and torch as DLPack views of raw pointers, never as copies:
+kmrun's device buffers on the GPU, host memory (host_alloc) on the CPU. A view does not own
+its memory; kmrun frees its buffers itself, after torch has let go of them.
+
+Problems run as KernelBench runs them: Model(*get_init_inputs()) under torch.manual_seed,
+model and floating-point tensors cast to the precision, forward under torch.no_grad() in
+nn.Module's default (training) mode. Two differences, both on purpose: inputs are made on
+the problem's device (torch's default device is set while get_inputs() runs), so the same
+seed gives other values than KernelBench's CPU generation; and integer and bool tensors keep
+their dtype (KernelBench's eval.py casts every tensor, which turns class indices into floats).
+"""
+import ctypes
+import inspect
+import os
+import sys
+import traceback
+import types
+import warnings
+
+MAX_SOURCE = 16 << 20  # bytes of a problem file read at most
+
+torch = None
+_problems = {}
+_hosts = {}
+_next_id = [0]
+
+
+class ProblemError(Exception):
+    """An expected failure: returned to Lua as {"error": str(e), "code": e.code}."""
+
+    def __init__(self, message, code="PROBLEM_ERROR"):
+        super().__init__(message)
+        self.code = code
+
+
+def _api(fn):
+    """Marks a function called from Lua: ProblemError becomes {"error", "code"}."""
+
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except ProblemError as e:
+            msg = str(e)
+            p = _problems.get(args[0]) if args and isinstance(args[0], int) else None
+            if p is not None and not msg.startswith(p.path):
+                msg = "%s: %s" % (p.path, msg)  # every message about a problem names it
+            return {"error": msg, "code": e.code}
+
+    wrapper.__name__ = fn.__name__
+    wrapper.__doc__ = fn.__doc__
+    return wrapper
+
+
+def _new_id():
+    _next_id[0] += 1
+    return _next_id[0]
+
+
+# ---- torch, imported on first use ----
+
+def _torch():
+    global torch
+    if torch is None:
+        try:
+            with warnings.catch_warnings():
+                # torch warns at import when numpy is absent; nothing here needs numpy.
+                warnings.filterwarnings("ignore", message=".*NumPy.*")
+                import torch as t
+        except BaseException as e:
+            raise ProblemError("PyTorch is not importable by %s: %s: %s"
+                               % (sys.executable, type(e).__name__, e), "NO_TORCH")
+        torch = t
+    return torch
+
+
+@_api
+def torch_info():
+    t = _torch()
+    cuda = bool(t.cuda.is_available())
+    return {"version": t.__version__, "cuda": cuda,
+            "cuda_version": t.version.cuda, "devices": t.cuda.device_count() if cuda else 0,
+            "python": sys.version.split()[0], "executable": sys.executable}
+
+
+# ---- dtypes: kmrun's names <-> torch's ----
+
+# kmrun dtype -> (DLPack type code, bits, torch dtype name)
+_DL = {"f32": (2, 32, "float32"), "f64": (2, 64, "float64"), "f16": (2, 16, "float16"),
+       "bf16": (4, 16, "bfloat16"), "i8": (0, 8, "int8"), "i32": (0, 32, "int32"),
+       "i64": (0, 64, "int64"), "u8": (1, 8, "uint8")}
+# torch dtype name -> kmrun dtype; bool travels as u8 (one byte, 0 or 1) and is viewed back.
+_KM = {"float32": "f32", "float64": "f64", "float16": "f16", "bfloat16": "bf16",
+       "int8": "i8", "int32": "i32", "int64": "i64", "uint8": "u8", "bool": "u8"}
+_PRECISIONS = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+_TOLERANCE = {"fp32": 1e-4, "fp16": 1e-2, "bf16": 1e-2}  # KernelBench's eval.py, atol = rtol
+
+
+def _tname(dtype):
+    return str(dtype).replace("torch.", "")
+
+
+def _kmdtype(dtype, what):
+    name = _tname(dtype)
+    if name not in _KM:
+        raise ProblemError("%s has dtype %s, which kmrun buffers cannot hold (they hold %s)"
+                           % (what, name, ", ".join(sorted(_KM))), "UNSUPPORTED_DTYPE")
+    return _KM[name]
+
+
+# ---- DLPack views of raw pointers ----
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
+                ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+_DELETER = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+
+class _DLManagedTensor(ctypes.Structure):
+    _fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", _DELETER)]
+
+
+_live = {}  # address of a DLManagedTensor -> what must outlive it (torch calls the deleter)
+
+
+def _release_view(addr):
+    _live.pop(addr, None)
+
+
+_deleter = _DELETER(_release_view)
+_capsule_new = ctypes.pythonapi.PyCapsule_New
+_capsule_new.restype = ctypes.py_object
+_capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+_CAPSULE_NAME = b"dltensor"
+_KDL_CPU, _KDL_CUDA = 1, 2
+
+
+def wrap(ptr, shape, dtype, device):
+    """A torch tensor over memory kmrun owns: ptr (an integer address), shape (a list),
+    dtype (kmrun's name), device (a torch.device). No copy; the tensor does not own the
+    memory, so it must not outlive the buffer."""
+    t = _torch()
+    code, bits, _ = _DL[dtype]
+    n = len(shape)
+    shp = (ctypes.c_int64 * max(n, 1))(*shape)
+    strides = (ctypes.c_int64 * max(n, 1))()
+    step = 1
+    for i in range(n - 1, -1, -1):
+        strides[i] = step
+        step *= max(int(shape[i]), 1)
+    mt = _DLManagedTensor()
+    mt.dl_tensor.data = ptr or None
+    if device.type == "cuda":
+        mt.dl_tensor.device = _DLDevice(_KDL_CUDA, device.index or 0)
+    else:
+        mt.dl_tensor.device = _DLDevice(_KDL_CPU, 0)
+    mt.dl_tensor.ndim = n
+    mt.dl_tensor.dtype = _DLDataType(code, bits, 1)
+    mt.dl_tensor.shape = ctypes.cast(shp, ctypes.POINTER(ctypes.c_int64))
+    mt.dl_tensor.strides = ctypes.cast(strides, ctypes.POINTER(ctypes.c_int64))
+    mt.dl_tensor.byte_offset = 0
+    mt.manager_ctx = None
+    mt.deleter = _deleter
+    addr = ctypes.addressof(mt)
+    _live[addr] = (mt, shp, strides)
+    try:
+        return t.utils.dlpack.from_dlpack(_capsule_new(addr, _CAPSULE_NAME, None))
+    except BaseException:
+        _live.pop(addr, None)
+        raise
+
+
+_views = {}  # (ptr, shape, dtype, device) -> the view, so repeated calls skip DLPack
+
+
+def _view(desc, device, what):
+    """The view of a kmrun buffer described as {ptr, dtype, shape} from Lua."""
+    key = (desc["ptr"], tuple(desc["shape"]), desc["dtype"], str(device))
+    v = _views.get(key)
+    if v is None:
+        if desc["dtype"] not in _DL:
+            raise ProblemError("%s: kmrun dtype %s is unknown" % (what, desc["dtype"]))
+        if len(_views) >= 256:
+            _views.clear()
+        v = _views[key] = wrap(desc["ptr"], desc["shape"], desc["dtype"], device)
+    return v
+
+
+def _numel(shape):
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
+
+
+def _buffer_for(bufs, name, want, device, what):
+    """The view of bufs[name] as a tensor of want's shape and dtype, after checking that the
+    buffer holds exactly that many elements of that dtype."""
+    desc = bufs.get(name)
+    if desc is None:
+        raise ProblemError("no buffer for %s %s" % (what, name), "MISSING_BUFFER")
+    kd = _kmdtype(want.dtype, "%s %s" % (what, name))
+    if desc["dtype"] != kd:
+        raise ProblemError("%s %s: the buffer is %s, the problem's tensor is %s (%s)"
+                           % (what, name, desc["dtype"], kd, _tname(want.dtype)), "WRONG_BUFFER")
+    if _numel(desc["shape"]) != want.numel():
+        raise ProblemError("%s %s: the buffer has shape %s, the problem's tensor has shape %s"
+                           % (what, name, list(desc["shape"]), list(want.shape)), "WRONG_BUFFER")
+    v = _view(desc, device, "%s %s" % (what, name))
+    if tuple(v.shape) != tuple(want.shape):
+        v = v.view(tuple(want.shape))
+    if want.dtype == torch.bool:
+        v = v.view(torch.bool)
+    return v
+
+
+# ---- host memory, for running problems on the CPU (and for tests) ----
+
+@_api
+def host_alloc(dtype, shape):
+    t = _torch()
+    if dtype not in _DL:
+        raise ProblemError("unknown kmrun dtype %s" % dtype)
+    x = t.zeros(tuple(shape), dtype=getattr(t, _DL[dtype][2]), device="cpu")
+    i = _new_id()
+    _hosts[i] = x
+    return {"id": i, "ptr": x.data_ptr(), "nbytes": x.numel() * x.element_size()}
+
+
+@_api
+def host_free(i):
+    _hosts.pop(i, None)
+    return True
+
+
+@_api
+def host_read(i, max_n=None):
+    x = _hosts[i].reshape(-1)
+    if max_n is not None:
+        x = x[:max_n]
+    if x.is_floating_point():
+        return [float(v) for v in x.double().tolist()]
+    return x.tolist()
+
+
+@_api
+def host_write(i, values):
+    x = _hosts[i].reshape(-1)
+    if len(values) != x.numel():
+        raise ProblemError("host_write: %d values for %d elements" % (len(values), x.numel()))
+    x.copy_(_torch().tensor(values, dtype=x.dtype))
+    return True
+
+
+# ---- problems ----
+
+def _is_lua_name(s):
+    return (s.isidentifier() and s.isascii() and s not in _LUA_KEYWORDS)
+
+
+_LUA_KEYWORDS = {"and", "break", "do", "else", "elseif", "end", "false", "for", "function",
+                 "goto", "if", "in", "local", "nil", "not", "or", "repeat", "return", "then",
+                 "true", "until", "while"}
+
+
+def _describe(x):
+    """An init argument or a non-tensor input as JSON."""
+    if x is None or isinstance(x, (bool, int, str)):
+        return x
+    if isinstance(x, float):
+        return x if x == x and abs(x) != float("inf") else repr(x)
+    if isinstance(x, (list, tuple)):
+        return [_describe(v) for v in x]
+    if torch is not None and isinstance(x, torch.Size):
+        return list(x)
+    if torch is not None and isinstance(x, torch.Tensor):
+        return {"tensor": True, "dtype": _tname(x.dtype), "shape": list(x.shape)}
+    return repr(x)
+
+
+class Problem:
+    def __init__(self, path, precision, device, seed, tf32):
+        self.path = path
+        self.name = os.path.splitext(os.path.basename(path))[0]
+        self.precision = precision
+        self.dtype = getattr(torch, _PRECISIONS[precision])
+        self.device = torch.device(device)
+        self.seed = seed
+        self.names = None        # input, output and parameter names, fixed by the first spec
+        self.input_meta = None   # the inputs' shapes and dtypes (meta tensors), from spec
+        self.scalars = {}        # non-tensor inputs from the last get_inputs(), by position
+        _set_tf32(tf32)
+        self._load()
+
+    # -- errors that name the file and the problem's own frames --
+    def _fail(self, stage, e, code="PROBLEM_ERROR"):
+        frames = [f for f in traceback.extract_tb(e.__traceback__) if f.filename == self.path]
+        where = "".join("\n  line %d, in %s: %s" % (f.lineno, f.name, (f.line or "").strip())
+                        for f in frames[-5:])
+        msg = str(e).strip()
+        return ProblemError("%s: %s raised %s%s%s" % (self.path, stage, type(e).__name__,
+                                                      ": " + msg if msg else "", where), code)
+
+    def _device_ctx(self):
+        # torch >= 2.0: factory calls without a device= land on the problem's device.
+        if hasattr(torch, "set_default_device"):
+            return self.device
+        return _nullctx()
+
+    def _cast(self, x):
+        if isinstance(x, torch.Tensor):
+            if x.is_floating_point():
+                x = x.to(dtype=self.dtype)
+            return x.to(device=self.device)
+        return x
+
+    def _load(self):
+        try:
+            with open(self.path, "rb") as f:
+                src = f.read(MAX_SOURCE + 1)
+        except OSError as e:
+            raise ProblemError("%s: cannot read: %s" % (self.path, e.strerror or e), "ENOENT")
+        if len(src) > MAX_SOURCE:
+            raise ProblemError("%s: larger than %d bytes" % (self.path, MAX_SOURCE))
+        try:
+            code = compile(src, self.path, "exec")
+        except SyntaxError as e:
+            raise ProblemError("%s: syntax error at line %s: %s" % (self.path, e.lineno, e.msg),
+                               "SYNTAX_ERROR")
+        modname = "kmrun_kb_%d_%s" % (_next_id[0] + 1, "".join(c if c.isalnum() else "_" for c in self.name))
+        mod = types.ModuleType(modname)
+        mod.__file__ = self.path
+        sys.modules[modname] = mod  # dataclasses, pickling and typing look modules up here
+        self.module = mod
+        try:
+            self._build(code, mod)
+        except BaseException:
+            sys.modules.pop(modname, None)
+            raise
+
+    def _build(self, code, mod):
+        try:
+            exec(code, mod.__dict__)
+        except BaseException as e:
+            raise self._fail("importing it", e, "IMPORT_ERROR")
+        missing = [n for n in ("Model", "get_inputs", "get_init_inputs") if n not in mod.__dict__]
+        if missing:
+            raise ProblemError("%s: not a KernelBench problem: no %s (a problem file defines "
+                               "class Model(nn.Module), get_inputs() and get_init_inputs())"
+                               % (self.path, ", ".join(missing)), "NOT_A_PROBLEM")
+        Model = mod.Model
+        if not (isinstance(Model, type) and issubclass(Model, torch.nn.Module)):
+            raise ProblemError("%s: Model is not a subclass of torch.nn.Module" % self.path,
+                               "NOT_A_PROBLEM")
+        for fn in ("get_inputs", "get_init_inputs"):
+            if not callable(mod.__dict__[fn]):
+                raise ProblemError("%s: %s is not a function" % (self.path, fn), "NOT_A_PROBLEM")
+        with torch.no_grad(), self._device_ctx():
+            torch.manual_seed(self.seed)
+            try:
+                init = mod.get_init_inputs()
+            except BaseException as e:
+                raise self._fail("get_init_inputs()", e)
+            if not isinstance(init, (list, tuple)):
+                raise ProblemError("%s: get_init_inputs() returned a %s, not a list"
+                                   % (self.path, type(init).__name__), "BAD_INPUTS")
+            init = [self._cast(x) for x in init]
+            self.init_args = [_describe(x) for x in init]
+            torch.manual_seed(self.seed)
+            try:
+                model = Model(*init)
+            except BaseException as e:
+                raise self._fail("Model(*get_init_inputs())", e)
+            try:
+                self.model = model.to(device=self.device, dtype=self.dtype)
+            except BaseException as e:
+                raise self._fail("moving the model to %s %s" % (self.device, self.precision), e)
+
+    # -- inputs --
+    def _inputs(self, seed):
+        """get_inputs() under the seed, made on the problem's device and cast."""
+        with torch.no_grad(), self._device_ctx():
+            torch.manual_seed(seed)
+            try:
+                xs = self.module.get_inputs()
+            except BaseException as e:
+                raise self._fail("get_inputs()", e, "BAD_INPUTS")
+            if not isinstance(xs, (list, tuple)):
+                raise ProblemError("%s: get_inputs() returned a %s, not a list"
+                                   % (self.path, type(xs).__name__), "BAD_INPUTS")
+            out = []
+            for i, x in enumerate(xs):
+                if not isinstance(x, (torch.Tensor, bool, int, float)) and x is not None:
+                    raise ProblemError("%s: get_inputs() item %d is a %s; inputs are tensors "
+                                       "or numbers" % (self.path, i, type(x).__name__), "BAD_INPUTS")
+                out.append(self._cast(x))
+        self.scalars = {k: x for k, x in enumerate(out) if not isinstance(x, torch.Tensor)}
+        return out
+
+    # -- forward --
+    def _forward(self, inputs):
+        with torch.no_grad():
+            try:
+                y = self.model(*inputs)
+            except BaseException as e:
+                raise self._fail("forward", e, "FORWARD_ERROR")
+        outs = list(y) if isinstance(y, (tuple, list)) else [y]
+        for i, o in enumerate(outs):
+            if not isinstance(o, torch.Tensor):
+                which = "forward returned" if not isinstance(y, (tuple, list)) else \
+                    "forward's output %d is" % i
+                raise ProblemError("%s: %s a %s; outputs must be tensors (or a tuple of tensors)"
+                                   % (self.path, which, type(o).__name__), "BAD_OUTPUTS")
+        if not outs:
+            raise ProblemError("%s: forward returned an empty %s" % (self.path, type(y).__name__),
+                               "BAD_OUTPUTS")
+        return outs, isinstance(y, (tuple, list))
+
+    # -- names (docs/tasks.md, "KernelBench problem files") --
+    def _fix_names(self, inputs, n_out, multi):
+        outputs = ["out%d" % i for i in range(n_out)] if multi else ["out"]
+        taken = set(outputs)
+        try:
+            sig = inspect.signature(self.model.forward)
+            params = []
+            for p in sig.parameters.values():
+                if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+                    break
+                params.append(p.name)
+        except (TypeError, ValueError):
+            params = []
+        names = []
+        for i in range(len(inputs)):
+            n = params[i] if i < len(params) else None
+            if n is None or not _is_lua_name(n) or n in taken:
+                n = "in%d" % i
+            taken.add(n)
+            names.append(n)
+        pnames = {}
+        for key in self._state():
+            n = key.replace(".", "_")
+            if not _is_lua_name(n) or n in taken:
+                n = "p_" + n
+            while n in taken:
+                n = n + "_"
+            taken.add(n)
+            pnames[key] = n
+        self.names = {"inputs": names, "outputs": outputs, "params": pnames}
+
+    def _state(self):
+        """The model's parameters and buffers by state_dict key, non-persistent buffers too."""
+        st = dict(self.model.state_dict())
+        for k, b in self.model.named_buffers():
+            st.setdefault(k, b)
+        return {k: v for k, v in st.items() if isinstance(v, torch.Tensor)}
+
+    def _tensor_desc(self, name, x, what):
+        return {"name": name, "dtype": _kmdtype(x.dtype, "%s %s" % (what, name)),
+                "torch_dtype": _tname(x.dtype), "shape": list(x.shape)}
+
+    def spec(self, seed):
+        inputs = self._inputs(seed)
+        outs, multi = self._forward(inputs)
+        if self.names is None:
+            self._fix_names(inputs, len(outs), multi)
+        elif len(outs) != len(self.names["outputs"]) or len(inputs) != len(self.names["inputs"]):
+            raise ProblemError("%s: the number of inputs or outputs changed with the seed"
+                               % self.path, "BAD_OUTPUTS")
+        # what forward() checks input buffers against: shapes and dtypes, no memory
+        self.input_meta = [torch.empty(tuple(x.shape), dtype=x.dtype, device="meta")
+                           if isinstance(x, torch.Tensor) else None for x in inputs]
+        ins = []
+        for name, x in zip(self.names["inputs"], inputs):
+            if isinstance(x, torch.Tensor):
+                ins.append(self._tensor_desc(name, x, "input"))
+            else:
+                ins.append({"name": name, "scalar": _describe(x)})
+        params = []
+        state = self._state()
+        try:
+            pkeys = {k for k, _ in self.model.named_parameters(remove_duplicate=False)}
+        except TypeError:  # torch < 2.0
+            pkeys = {k for k, _ in self.model.named_parameters()}
+        for key, name in self.names["params"].items():
+            d = self._tensor_desc(name, state[key], "parameter")
+            d["key"] = key
+            d["kind"] = "parameter" if key in pkeys else "buffer"
+            params.append(d)
+        outputs = [self._tensor_desc(n, o, "output") for n, o in zip(self.names["outputs"], outs)]
+        return {"name": self.name, "path": self.path, "seed": seed, "precision": self.precision,
+                "device": str(self.device), "init_args": self.init_args, "inputs": ins,
+                "params": params, "outputs": outputs,
+                "tolerance": {"atol": _TOLERANCE[self.precision], "rtol": _TOLERANCE[self.precision]}}
+
+    def ensure_names(self):
+        if self.names is None:
+            self.spec(self.seed)
+
+
+class _nullctx:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *a):
+        return False
+
+
+def _set_tf32(allow):
+    """fp32 references are computed in full fp32 unless asked: cuDNN convolutions default to
+    TF32 in torch, which misses fp32's 1e-4 tolerance. The setting is the process's."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:  # torch >= 2.9
+            torch.backends.cuda.matmul.fp32_precision = "tf32" if allow else "ieee"
+            torch.backends.cudnn.conv.fp32_precision = "tf32" if allow else "ieee"
+        except (AttributeError, RuntimeError, ValueError):
+            torch.backends.cuda.matmul.allow_tf32 = bool(allow)
+            torch.backends.cudnn.allow_tf32 = bool(allow)
+
+
+_streams = {}
+
+
+def _stream_ctx(p, stream):
+    """Work on kmrun's stream (an integer CUstream; 0 is the legacy default stream)."""
+    if p.device.type != "cuda":
+        return _nullctx()
+    s = _streams.get((stream, p.device.index))
+    if s is None:
+        if stream:
+            s = torch.cuda.ExternalStream(stream, device=p.device)
+        else:
+            s = torch.cuda.default_stream(p.device)
+        _streams[(stream, p.device.index)] = s
+    return torch.cuda.stream(s)
+
+
+def _problem(i):
+    p = _problems.get(i)
+    if p is None:
+        raise ProblemError("no loaded problem %r (released?)" % (i,))
+    return p
+
+
+# ---- what kernelbench.lua calls ----
+
+@_api
+def load(path, precision="fp32", device="cpu", seed=42, tf32=False):
+    t = _torch()
+    if precision not in _PRECISIONS:
+        raise ProblemError("precision %r: expected fp32, fp16 or bf16" % (precision,))
+    try:
+        dev = t.device(device)
+    except (RuntimeError, TypeError, ValueError) as e:
+        raise ProblemError("device %r: %s" % (device, e))
+    if dev.type == "cuda" and not t.cuda.is_available():
+        raise ProblemError("%s: device %s asked but torch %s sees no CUDA device"
+                           % (path, device, t.__version__), "NO_CUDA")
+    p = Problem(os.path.abspath(path), precision, device, seed, tf32)
+    i = _new_id()
+    _problems[i] = p
+    return {"id": i, "name": p.name, "path": p.path, "init_args": p.init_args,
+            "device": str(p.device), "precision": precision,
+            "tolerance": {"atol": _TOLERANCE[precision], "rtol": _TOLERANCE[precision]}}
+
+
+@_api
+def spec(i, seed):
+    return _problem(i).spec(seed)
+
+
+@_api
+def make_inputs(i, seed, bufs, stream=0, release=True):
+    """get_inputs() under the seed, each tensor written into bufs[name] (bufs: name ->
+    {ptr, dtype, shape}). Returns the non-tensor inputs by name."""
+    p = _problem(i)
+    p.ensure_names()
+    with _stream_ctx(p, stream):
+        xs = p._inputs(seed)
+        if len(xs) != len(p.names["inputs"]):
+            raise ProblemError("%s: get_inputs() gave %d inputs, earlier %d"
+                               % (p.path, len(xs), len(p.names["inputs"])), "BAD_INPUTS")
+        scalars = {}
+        for k, name in enumerate(p.names["inputs"]):
+            x, xs[k] = xs[k], None  # each generated tensor is freed once it is in kmrun's buffer
+            if isinstance(x, torch.Tensor):
+                _buffer_for(bufs, name, x, p.device, "input").copy_(x)
+            else:
+                scalars[name] = _describe(x)
+            x = None
+    if release and p.device.type == "cuda":
+        torch.cuda.empty_cache()  # get_inputs()'s tensors: kmrun's allocations need the room
+    return {"scalars": scalars}
+
+
+@_api
+def forward(i, bufs, stream=0):
+    """The model on the inputs in bufs; each output written into bufs[out name]. Inputs
+    that are numbers are the last get_inputs()'s."""
+    p = _problem(i)
+    p.ensure_names()
+    with _stream_ctx(p, stream):
+        args = []
+        for k, name in enumerate(p.names["inputs"]):
+            if k in p.scalars:
+                args.append(p.scalars[k])
+            else:
+                args.append(_buffer_for(bufs, name, p.input_meta[k], p.device, "input"))
+        outs, _ = p._forward(args)
+        if len(outs) != len(p.names["outputs"]):
+            raise ProblemError("%s: forward gave %d outputs, earlier %d"
+                               % (p.path, len(outs), len(p.names["outputs"])), "BAD_OUTPUTS")
+        for name, o in zip(p.names["outputs"], outs):
+            _buffer_for(bufs, name, o, p.device, "output").copy_(o)
+    return True
+
+
+@_api
+def write_params(i, bufs, stream=0):
+    """Copies the model's parameters and buffers into bufs[name] (device to device)."""
+    p = _problem(i)
+    p.ensure_names()
+    state = p._state()
+    with _stream_ctx(p, stream), torch.no_grad():
+        for key, name in p.names["params"].items():
+            _buffer_for(bufs, name, state[key], p.device, "parameter").copy_(state[key])
+    return True
+
+
+@_api
+def release(i, empty_cache=False):
+    p = _problems.pop(i, None)
+    if p is not None:
+        sys.modules.pop(p.module.__name__, None)
+        if empty_cache and p.device.type == "cuda":
+            torch.cuda.empty_cache()
+    _views.clear()
+    return True
+
+
+@_api
+def synchronize(i):
+    p = _problem(i)
+    if p.device.type == "cuda":
+        torch.cuda.synchronize(p.device)
+    return True

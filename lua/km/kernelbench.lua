@@ -1,0 +1,238 @@
+-- km.kernelbench — KernelBench problem files (class Model, get_inputs, get_init_inputs) as
+-- kmrun sees them, run by PyTorch inside this process (km.python + km/kb_bridge.py).
+--
+--   local kb = require "km.kernelbench"
+--   local ok, why = kb.available()                 -- Python and torch importable?
+--   local prob, err, code = kb.load("19_ReLU.py", { precision = "fp32", device = "cuda" })
+--   local s = prob:spec(seed)                       -- inputs, params, outputs: name, dtype, shape
+--   prob:make_inputs(seed, io, { stream = s })      -- get_inputs() under the seed, into io.<in>
+--   prob:write_params(io)                           -- the model's state_dict, into io.<param>
+--   prob:forward(io, { stream = s })                -- the model; outputs into io.<out>
+--   prob:release()                                  -- also on __gc / __close
+--
+-- `io` maps names to buffers: km.Buffer on the GPU, kb.host_buffer on the CPU, or anything
+-- with :ptr() :dtype() :shape(). Tensors are exchanged as DLPack views of those pointers:
+-- nothing is copied between kmrun and torch. A stream is a km.Stream, an integer CUstream
+-- or nil (km.cuda's current stream). Naming rules: docs/tasks.md; design: docs/pytorch.md.
+--
+-- Expected failures return nil, message, CODE: NO_PYTHON, NO_TORCH, NO_CUDA, ENOENT,
+-- SYNTAX_ERROR, IMPORT_ERROR, NOT_A_PROBLEM, BAD_INPUTS, FORWARD_ERROR, BAD_OUTPUTS,
+-- UNSUPPORTED_DTYPE, MISSING_BUFFER, WRONG_BUFFER, PROBLEM_ERROR; PYTHON_ERROR is a bug in
+-- the bridge (its traceback is the message). Messages about a problem start with its path.
+local python = require "km.python"
+local json = require "km.json"
+
+local type, pairs, ipairs, setmetatable, tostring = type, pairs, ipairs, setmetatable, tostring
+local fmt = string.format
+
+local M = {}
+
+local BRIDGE = "km_kb_bridge"             -- the module name kb_bridge.py is imported under
+local PRECISIONS = { fp32 = true, fp16 = true, bf16 = true }
+
+local state -- nil: not tried; { ok = true, info = ... } or { why, code }
+
+-- km/kb_bridge.py beside this file, found through package.path as Lua modules are.
+local function bridge_path()
+  local pypath = package.path:gsub("%.lua", ".py")
+  return package.searchpath("km.kb_bridge", pypath)
+end
+
+-- One bridge function: Lua values in (as a JSON array), a Lua value out. The bridge's
+-- {error, code} answer becomes nil, error, code.
+local function call(fn, ...)
+  local args = json.array({ ... })
+  local out, err, code = python.call(BRIDGE, fn, json.encode(args, { sort_keys = false }))
+  if not out then return nil, err, code end
+  local v, jerr = json.decode(out)
+  if v == nil then return nil, "kb_bridge." .. fn .. ": " .. tostring(jerr), "PYTHON_ERROR" end
+  if type(v) == "table" and v.error then return nil, v.error, v.code or "PROBLEM_ERROR" end
+  return v
+end
+
+-- true, info ({ version, cuda, devices, python, executable }) | nil, why, code
+function M.available()
+  if not state then
+    local ok, why, code = python.available()
+    if ok then
+      local path = bridge_path()
+      if not path then
+        ok, why, code = nil, "km/kb_bridge.py not found beside km/kernelbench.lua (package.path)", "ENOENT"
+      else
+        ok, why, code = python.import(path, BRIDGE)
+        if ok then ok, why, code = call("torch_info") end
+      end
+    end
+    state = ok and { ok = true, info = ok } or { why = why, code = code }
+  end
+  if state.ok then return true, state.info end
+  return nil, state.why, state.code
+end
+
+-- The buffers a call needs, as the bridge reads them: name -> { ptr, dtype, shape }.
+local function describe(io, level)
+  if type(io) ~= "table" then error("buffers: a table of name -> buffer expected", level + 1) end
+  local out = {}
+  for name, b in pairs(io) do
+    if type(name) == "string" then
+      local okb = (type(b) == "table" or type(b) == "userdata") and b.ptr and b.dtype and b.shape
+      if not okb then error(fmt("buffers.%s: a buffer (with :ptr(), :dtype(), :shape()) expected, got %s", name, type(b)), level + 1) end
+      out[name] = { ptr = b:ptr(), dtype = b:dtype(), shape = json.array(b:shape()) }
+    end
+  end
+  return json.object(out)
+end
+
+local function stream_of(opts)
+  return python.stream_handle(opts and opts.stream)
+end
+
+-- ---- problems ----
+
+local Problem = {}
+Problem.__index = Problem
+
+local function check(self)
+  if not self.id then error("attempt to use a released km.kernelbench problem", 3) end
+  return self.id
+end
+
+-- The problem's description for a seed: { name, path, seed, precision, device, init_args,
+-- tolerance = { atol, rtol }, inputs, params, outputs }; each input/param/output is
+-- { name, dtype (kmrun's), torch_dtype, shape } (params add key, kind); an input that is a
+-- number is { name, scalar = value }. Names are fixed by the first call.
+function Problem:spec(seed)
+  local id = check(self)
+  seed = seed or self.seed
+  local s, err, code = call("spec", id, seed)
+  if not s then return nil, err, code end
+  return s
+end
+
+-- get_inputs() under torch.manual_seed(seed), made on the problem's device and cast to its
+-- precision, each tensor written into io[name]. Returns { scalars = { name = value } }.
+function Problem:make_inputs(seed, io, opts)
+  local id = check(self)
+  if math.type(seed) ~= "integer" then error("make_inputs: an integer seed expected", 2) end
+  return call("make_inputs", id, seed, describe(io, 2), stream_of(opts), not (opts and opts.keep_cache))
+end
+
+-- The model on io's inputs; its outputs written into io's output buffers. Work is queued on
+-- the stream (GPU): synchronize before reading the outputs from another stream.
+function Problem:forward(io, opts)
+  local id = check(self)
+  return call("forward", id, describe(io, 2), stream_of(opts))
+end
+
+-- The model's parameters and buffers (state_dict, non-persistent buffers too) into io.
+function Problem:write_params(io, opts)
+  local id = check(self)
+  return call("write_params", id, describe(io, 2), stream_of(opts))
+end
+
+-- Waits for the problem's device (torch.cuda.synchronize); nothing to do on the CPU.
+function Problem:synchronize()
+  return call("synchronize", check(self))
+end
+
+-- Drops the model and its module; idempotent. opts.empty_cache returns torch's cached
+-- device memory to the driver.
+function Problem:release(opts)
+  local id = self.id
+  if not id then return true end
+  self.id = nil
+  return call("release", id, opts and opts.empty_cache or false)
+end
+
+Problem.__gc = function(self) if self.id then pcall(Problem.release, self) end end
+Problem.__close = Problem.__gc
+Problem.__tostring = function(self)
+  return fmt("km.kernelbench problem %s (%s, %s)%s", self.name or "?", self.precision, self.device,
+    self.id and "" or " released")
+end
+
+local function default_device()
+  local okc, cuda = pcall(require, "km.cuda")
+  if okc and cuda.available() then
+    local d = cuda.device()
+    return "cuda:" .. tostring(d and d.index or 0)
+  end
+  return "cpu"
+end
+
+-- kb.load(path, opts) -> problem | nil, message, CODE
+-- opts: precision = "fp32" | "fp16" | "bf16" (default fp32); device = "cpu", "cuda", "cuda:N"
+-- or an index (default: km.cuda's device when there is one, else the CPU); seed (default 42,
+-- KernelBench's: seeds the model's weights); tf32 (default false: fp32 references in full fp32).
+function M.load(path, opts)
+  if type(path) ~= "string" then error("kb.load: a path expected", 2) end
+  opts = opts or {}
+  local precision = opts.precision or "fp32"
+  if not PRECISIONS[precision] then error("kb.load: precision must be fp32, fp16 or bf16, got " .. tostring(precision), 2) end
+  local okp, why, code = M.available()
+  if not okp then return nil, path .. ": " .. why, code end
+  local device = opts.device
+  if math.type(device) == "integer" then device = "cuda:" .. device end
+  if device == "cuda" then
+    local d = default_device()
+    device = d ~= "cpu" and d or "cuda:0"
+  end
+  device = device or default_device()
+  local seed = opts.seed or 42
+  local r, err, ecode = call("load", path, precision, device, seed, opts.tf32 or false)
+  if not r then return nil, err, ecode end
+  return setmetatable({ id = r.id, name = r.name, path = r.path, precision = precision,
+    device = r.device, seed = seed, init_args = r.init_args, tolerance = r.tolerance }, Problem)
+end
+
+-- ---- host memory (CPU runs and tests): a buffer torch owns, shaped like km.Buffer ----
+
+local Host = {}
+Host.__index = Host
+
+local function hcheck(self)
+  if not self.id then error("attempt to use a freed km.kernelbench host buffer", 3) end
+  return self.id
+end
+
+function Host:ptr() hcheck(self) return self.addr end
+function Host:dtype() return self._dtype end
+function Host:shape() local s = {} for i, d in ipairs(self._shape) do s[i] = d end return s end
+function Host:numel() local n = 1 for _, d in ipairs(self._shape) do n = n * d end return n end
+function Host:nbytes() return self._nbytes end
+-- Values as Lua numbers, in order (at most max).
+function Host:to_table(max) return call("host_read", hcheck(self), max or json.null) end
+function Host:from_table(t) local ok, err = call("host_write", hcheck(self), json.array(t)) assert(ok, err) return self end
+function Host:free()
+  if self.id then call("host_free", self.id) end
+  self.id = nil
+end
+Host.__gc = Host.free
+Host.__close = Host.free
+
+-- kb.host_buffer(dtype, shape) -> zeroed host memory | nil, why, code
+function M.host_buffer(dtype, shape)
+  if type(shape) == "number" then shape = { shape } end
+  local okp, why, code = M.available()
+  if not okp then return nil, why, code end
+  local r, err, ecode = call("host_alloc", dtype, json.array(shape))
+  if not r then return nil, err, ecode end
+  local copy = {}
+  for i, d in ipairs(shape) do copy[i] = d end
+  return setmetatable({ id = r.id, addr = r.ptr, _dtype = dtype, _shape = copy, _nbytes = r.nbytes }, Host)
+end
+
+-- Buffers for every input, param and output of a spec, made by new(dtype, shape) —
+-- buffer.new on the GPU, kb.host_buffer on the CPU. Number inputs get none; a 0-d tensor
+-- (a loss) gets shape { 1 }.
+function M.buffers_for(spec, new)
+  local io = {}
+  for _, group in ipairs { spec.inputs, spec.params, spec.outputs } do
+    for _, d in ipairs(group) do
+      if d.dtype then io[d.name] = assert(new(d.dtype, #d.shape > 0 and d.shape or { 1 })) end
+    end
+  end
+  return io
+end
+
+return M

@@ -1,0 +1,499 @@
+-- km.kernelbench on the CPU: KernelBench problem files (written here, in KernelBench's
+-- format) loaded into the embedded interpreter; names, dtypes, shapes, seeds, precision
+-- casts, parameters, tuple outputs; tensors exchanged as DLPack views of host memory; and
+-- each kind of bad problem file a clear message naming the file. Skips without torch.
+local t = require "km.tap"
+local kb = require "km.kernelbench"
+local compare = require "km.compare"
+local python = require "km.python"
+
+local okk, why = kb.available()
+if not okk then t.skip_all("PyTorch not available (set KM_PYTHON to a python with torch): " .. tostring(why)) end
+
+local DIR = os.tmpname()
+os.remove(DIR)
+assert(os.execute("mkdir -p " .. DIR))
+
+local function problem(name, text)
+  local path = DIR .. "/" .. name .. ".py"
+  local f = assert(io.open(path, "w"))
+  f:write(text)
+  f:close()
+  return path
+end
+
+local HEAD = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n"
+
+local RELU = problem("19_ReLU", HEAD .. [[
+class Model(nn.Module):
+    """
+    Simple model that performs a ReLU activation.
+    """
+    def __init__(self):
+        super(Model, self).__init__()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x)
+
+batch_size = 16
+dim = 33
+
+def get_inputs():
+    x = torch.randn(batch_size, dim)
+    return [x]
+
+def get_init_inputs():
+    return []  # No special initialization inputs needed
+]])
+
+local LINEAR = problem("linear_relu", HEAD .. [[
+class Model(nn.Module):
+    def __init__(self, in_features, out_features, scale):
+        super(Model, self).__init__()
+        self.fc = nn.Linear(in_features, out_features)
+        self.block = nn.Sequential(nn.Identity())
+        self.register_buffer("shift", torch.full((out_features,), 0.25))
+        self.register_buffer("steps", torch.zeros((), dtype=torch.int64), persistent=False)
+        self.scale = scale
+
+    def forward(self, x):
+        return torch.relu(self.fc(x) * self.scale + self.shift)
+
+batch_size = 8
+in_features = 12
+out_features = 5
+scale = 2.0
+
+def get_inputs():
+    return [torch.randn(batch_size, in_features)]
+
+def get_init_inputs():
+    return [in_features, out_features, scale]
+]])
+
+local TUPLE = problem("tuple_out", HEAD .. [[
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, A, B, k: int):
+        return A + B * k, A.sum(dim=1), (A * B).mean()
+
+def get_inputs():
+    return [torch.rand(4, 6), torch.rand(4, 6), 3]
+
+def get_init_inputs():
+    return []
+]])
+
+local MIXED = problem("mixed_dtypes", HEAD .. [[
+class Model(nn.Module):
+    def __init__(self, num_classes):
+        super().__init__()
+        self.proj = nn.Linear(num_classes, num_classes, bias=False)
+
+    def forward(self, predictions, targets, mask):
+        logits = self.proj(predictions)
+        picked = logits.gather(1, targets.unsqueeze(1)).squeeze(1)
+        return picked * mask
+
+def get_inputs():
+    return [torch.randn(10, 7), torch.randint(0, 7, (10,)), torch.rand(10) > 0.5]
+
+def get_init_inputs():
+    return [7]
+]])
+
+local NAMES = problem("names", HEAD .. [[
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(3, 3), nn.Linear(3, 3)])
+        self.out = nn.Parameter(torch.ones(3))
+
+    def forward(self, out, *rest):
+        y = self.layers[1](self.layers[0](out)) * self.out
+        for r in rest:
+            y = y + r
+        return y
+
+def get_inputs():
+    return [torch.rand(2, 3), torch.rand(2, 3), torch.rand(2, 3)]
+
+def get_init_inputs():
+    return []
+]])
+
+local function names_of(list)
+  local out = {}
+  for i, d in ipairs(list) do out[i] = d.name end
+  return table.concat(out, ",")
+end
+
+local function shape_of(d) return table.concat(d.shape, "x") end
+
+-- buffers (host memory torch owns, addressed by pointer) for every tensor of a spec
+local function buffers(spec)
+  return kb.buffers_for(spec, kb.host_buffer)
+end
+
+t.test("a ReLU problem: spec, seeded inputs, forward into the given memory", function()
+  local p = assert(kb.load(RELU))
+  t.eq(p.name, "19_ReLU")
+  t.eq(p.device, "cpu")
+  t.eq(p.tolerance.atol, 1e-4)
+  local s = assert(p:spec(1))
+  t.eq(names_of(s.inputs), "x")
+  t.eq(names_of(s.outputs), "out")
+  t.eq(#s.params, 0)
+  t.eq(s.inputs[1].dtype, "f32")
+  t.eq(shape_of(s.inputs[1]), "16x33")
+  t.eq(shape_of(s.outputs[1]), "16x33")
+  local io = buffers(s)
+  assert(p:make_inputs(7, io))
+  local x = io.x:to_table()
+  local negatives = 0
+  for _, v in ipairs(x) do if v < 0 then negatives = negatives + 1 end end
+  t.ok(negatives > 100 and negatives < 430, "randn: about half negative, got " .. negatives)
+  io.out:from_table(x) -- stale values forward must overwrite
+  t.eq(p:forward(io), true)
+  local want = {}
+  for i, v in ipairs(x) do want[i] = math.max(v, 0) end
+  local r = compare.allclose(io.out:to_table(), want, { atol = 0, rtol = 0 })
+  t.ok(r.ok, "out = relu(x)")
+  -- the same seed, the same inputs; another seed, others
+  local again = buffers(s)
+  assert(p:make_inputs(7, again))
+  t.ok(compare.allclose(again.x:to_table(), x, { atol = 0, rtol = 0 }).ok, "seed 7 twice")
+  assert(p:make_inputs(8, again))
+  t.ok(not compare.allclose(again.x:to_table(), x, { atol = 0, rtol = 0 }).ok, "seed 8 differs")
+  p:release()
+  t.raises(function() p:spec(1) end, "released")
+end)
+
+t.test("DLPack views wrap the very pointer, without a copy", function()
+  local h = assert(kb.host_buffer("f32", { 2, 3 }))
+  local ptr = h:ptr()
+  local expr = ("__import__('sys').modules['km_kb_bridge'].wrap(%d, [2, 3], 'f32', __import__('torch').device('cpu'))"):format(ptr)
+  t.eq(python.eval(expr .. ".data_ptr()"), ptr)
+  t.eq(python.exec("_v = " .. expr .. "\n_v.fill_(2.5)\n_v[1, 2] = -1\ndel _v"), true)
+  local v = h:to_table()
+  t.eq(v[1], 2.5)
+  t.eq(v[6], -1.0)
+  for _, dt in ipairs { "f64", "f16", "bf16", "i8", "i32", "i64", "u8" } do
+    local b = assert(kb.host_buffer(dt, 4))
+    local e = ("__import__('sys').modules['km_kb_bridge'].wrap(%d, [4], '%s', __import__('torch').device('cpu'))"):format(b:ptr(), dt)
+    t.eq(python.exec("_v = " .. e .. "\n_v.fill_(3)\ndel _v"), true)
+    t.eq(b:to_table()[4] + 0.0, 3.0, dt)
+    b:free()
+  end
+  h:free()
+  t.raises(function() h:ptr() end, "freed")
+end)
+
+t.test("parameters and buffers by state_dict name; init arguments; Linear+ReLU values", function()
+  local p = assert(kb.load(LINEAR, { seed = 3 }))
+  t.eq(#p.init_args, 3)
+  t.eq(p.init_args[1], 12)
+  t.eq(p.init_args[3], 2.0)
+  local s = assert(p:spec(1))
+  t.eq(names_of(s.params), "shift,fc_weight,fc_bias,steps", "state_dict order: own tensors, then children's")
+  local by = {}
+  for _, d in ipairs(s.params) do by[d.name] = d end
+  t.eq(by.fc_weight.key, "fc.weight")
+  t.eq(by.fc_weight.kind, "parameter")
+  t.eq(shape_of(by.fc_weight), "5x12")
+  t.eq(by.shift.kind, "buffer")
+  t.eq(by.steps.dtype, "i64", "integer buffers keep their dtype")
+  t.eq(#by.steps.shape, 0)
+  local io = buffers(s)
+  assert(p:make_inputs(5, io))
+  assert(p:write_params(io))
+  assert(p:forward(io))
+  local x, w, b, shift = io.x:to_table(), io.fc_weight:to_table(), io.fc_bias:to_table(), io.shift:to_table()
+  t.eq(shift[1], 0.25)
+  local want = {}
+  for i = 0, 7 do
+    for j = 0, 4 do
+      local acc = b[j + 1]
+      for k = 0, 11 do acc = acc + x[i * 12 + k + 1] * w[j * 12 + k + 1] end
+      want[i * 5 + j + 1] = math.max(acc * 2.0 + 0.25, 0)
+    end
+  end
+  local r = compare.allclose(io.out:to_table(), want, { atol = 1e-5, rtol = 1e-5 })
+  t.ok(r.ok, "relu(x W^T + b) * 2 + 0.25, max abs error " .. tostring(r.max_abs))
+  -- the weights follow the load seed
+  local q = assert(kb.load(LINEAR, { seed = 3 }))
+  local io2 = buffers(s)
+  assert(q:write_params(io2))
+  t.ok(compare.allclose(io2.fc_weight:to_table(), w, { atol = 0, rtol = 0 }).ok, "seed 3 twice")
+  local other = assert(kb.load(LINEAR, { seed = 4 }))
+  assert(other:write_params(io2))
+  t.ok(not compare.allclose(io2.fc_weight:to_table(), w, { atol = 0, rtol = 0 }).ok, "seed 4 differs")
+end)
+
+t.test("a tuple-returning model: out0, out1, out2 (a 0-d tensor); number inputs", function()
+  local p = assert(kb.load(TUPLE))
+  local s = assert(p:spec(1))
+  t.eq(names_of(s.inputs), "A,B,k")
+  t.eq(s.inputs[3].scalar, 3)
+  t.eq(s.inputs[3].dtype, nil)
+  t.eq(names_of(s.outputs), "out0,out1,out2")
+  t.eq(shape_of(s.outputs[1]), "4x6")
+  t.eq(shape_of(s.outputs[2]), "4")
+  t.eq(#s.outputs[3].shape, 0)
+  local io = buffers(s)
+  t.eq(io.k, nil)
+  t.eq(io.out2:numel(), 1)
+  local r = assert(p:make_inputs(2, io))
+  t.eq(r.scalars.k, 3)
+  assert(p:forward(io))
+  local a, b = io.A:to_table(), io.B:to_table()
+  local o0, o1, o2 = io.out0:to_table(), io.out1:to_table(), io.out2:to_table()
+  t.near(o0[7], a[7] + b[7] * 3, 1e-6)
+  local row, prod = 0, 0
+  for k = 1, 6 do row = row + a[k] end
+  for k = 1, 24 do prod = prod + a[k] * b[k] end
+  t.near(o1[1], row, 1e-5)
+  t.near(o2[1], prod / 24, 1e-5)
+end)
+
+t.test("fp16 and bf16: floating inputs, parameters and outputs cast; integers and bools kept", function()
+  for _, prec in ipairs { "fp16", "bf16" } do
+    local p = assert(kb.load(MIXED, { precision = prec }))
+    t.eq(p.tolerance.atol, 1e-2)
+    local s = assert(p:spec(1))
+    local want = prec == "fp16" and "f16" or "bf16"
+    t.eq(names_of(s.inputs), "predictions,targets,mask")
+    t.eq(s.inputs[1].dtype, want, prec)
+    t.eq(s.inputs[2].dtype, "i64", "class indices stay integers")
+    t.eq(s.inputs[3].dtype, "u8", "bool travels as u8")
+    t.eq(s.inputs[3].torch_dtype, "bool")
+    t.eq(s.params[1].name, "proj_weight")
+    t.eq(s.params[1].dtype, want)
+    t.eq(s.outputs[1].dtype, want)
+    t.eq(s.tolerance.rtol, 1e-2)
+    local io = buffers(s)
+    assert(p:make_inputs(3, io))
+    assert(p:write_params(io))
+    assert(p:forward(io))
+    local pr, tg, mk, w = io.predictions:to_table(), io.targets:to_table(), io.mask:to_table(), io.proj_weight:to_table()
+    local out = io.out:to_table()
+    for i = 0, 9 do
+      t.ok(mk[i + 1] == 0 or mk[i + 1] == 1, "mask bytes are 0 or 1")
+      t.ok(math.type(tg[i + 1]) == "integer" and tg[i + 1] >= 0 and tg[i + 1] < 7)
+      local c, acc = tg[i + 1], 0
+      for k = 0, 6 do acc = acc + pr[i * 7 + k + 1] * w[c * 7 + k + 1] end
+      t.near(out[i + 1], acc * mk[i + 1], 0.05 + 0.02 * math.abs(acc), prec .. " row " .. i)
+    end
+  end
+end)
+
+t.test("naming: forward's names unless they clash; state_dict dots become underscores", function()
+  local p = assert(kb.load(NAMES))
+  local s = assert(p:spec(1))
+  t.eq(names_of(s.outputs), "out")
+  t.eq(names_of(s.inputs), "in0,in1,in2", "'out' is the output's; *rest has no names")
+  t.eq(names_of(s.params), "p_out,layers_0_weight,layers_0_bias,layers_1_weight,layers_1_bias")
+  t.eq(s.params[1].key, "out")
+  local io = buffers(s)
+  assert(p:make_inputs(1, io))
+  assert(p:write_params(io))
+  assert(p:forward(io))
+end)
+
+t.test("wrong, missing and mismatched buffers: clear errors, nothing written", function()
+  local p = assert(kb.load(RELU))
+  local s = assert(p:spec(1))
+  local io = buffers(s)
+  local ok, err, code = p:forward({ x = io.x })
+  t.eq(ok, nil)
+  t.eq(code, "MISSING_BUFFER")
+  t.ok(err:find("no buffer for output out", 1, true), err)
+  ok, err, code = p:make_inputs(1, { out = io.out })
+  t.eq(code, "MISSING_BUFFER")
+  t.ok(err:find("no buffer for input x", 1, true), err)
+  local small = assert(kb.host_buffer("f32", { 16, 32 }))
+  ok, err, code = p:forward({ x = io.x, out = small })
+  t.eq(code, "WRONG_BUFFER")
+  t.ok(err:find("output out: the buffer has shape [16, 32], the problem's tensor has shape [16, 33]", 1, true), err)
+  local f64 = assert(kb.host_buffer("f64", { 16, 33 }))
+  ok, err, code = p:make_inputs(1, { x = f64 })
+  t.eq(code, "WRONG_BUFFER")
+  t.ok(err:find("input x: the buffer is f64, the problem's tensor is f32 (float32)", 1, true), err)
+  -- a buffer of the same count in another shape is viewed in the problem's shape
+  local flat = assert(kb.host_buffer("f32", 16 * 33))
+  assert(p:make_inputs(1, { x = flat }))
+  t.raises(function() p:forward({ x = 1 }) end, "buffers.x: a buffer")
+  t.raises(function() p:make_inputs(1.5, io) end, "integer seed")
+  t.raises(function() kb.load(RELU, { precision = "fp8" }) end, "fp32, fp16 or bf16")
+end)
+
+-- each bad problem file: nil, a message that names the file and the cause, a code
+local BAD = {
+  { "syntax", HEAD .. "class Model(nn.Module):\n    def forward(self, x)\n        return x\n",
+    "SYNTAX_ERROR", "syntax error at line 6: expected ':'" },
+  { "no_model", HEAD .. "def get_inputs():\n    return []\n\ndef get_init_inputs():\n    return []\n",
+    "NOT_A_PROBLEM", "not a KernelBench problem: no Model" },
+  { "not_module", HEAD .. "class Model:\n    pass\n\ndef get_inputs():\n    return []\n\ndef get_init_inputs():\n    return []\n",
+    "NOT_A_PROBLEM", "Model is not a subclass of torch.nn.Module" },
+  { "import_raises", HEAD .. "import no_such_package_here\n",
+    "IMPORT_ERROR", "importing it raised ModuleNotFoundError: No module named 'no_such_package_here'\n  line 5, in <module>: import no_such_package_here" },
+  { "inputs_raise", HEAD .. [[
+class Model(nn.Module):
+    def forward(self, x):
+        return x
+
+def get_inputs():
+    return [torch.randn(4, 4) @ torch.randn(5, 5)]
+
+def get_init_inputs():
+    return []
+]], "BAD_INPUTS", "get_inputs() raised RuntimeError: " },
+  { "init_raises", HEAD .. [[
+class Model(nn.Module):
+    def forward(self, x):
+        return x
+
+def get_inputs():
+    return [torch.randn(4)]
+
+def get_init_inputs():
+    raise ValueError("no init for you")
+]], "PROBLEM_ERROR", "get_init_inputs() raised ValueError: no init for you\n  line 13, in get_init_inputs: raise ValueError(\"no init for you\")" },
+  { "ctor_raises", HEAD .. [[
+class Model(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.fc = nn.Linear(n, -n)
+
+    def forward(self, x):
+        return x
+
+def get_inputs():
+    return [torch.randn(4)]
+
+def get_init_inputs():
+    return [3]
+]], "PROBLEM_ERROR", "Model(*get_init_inputs()) raised RuntimeError" },
+  { "forward_raises", HEAD .. [[
+class Model(nn.Module):
+    def forward(self, x):
+        return x.view(3, 7)
+
+def get_inputs():
+    return [torch.randn(4)]
+
+def get_init_inputs():
+    return []
+]], "FORWARD_ERROR", "forward raised RuntimeError: shape '[3, 7]' is invalid for input of size 4\n  line 7, in forward" },
+  { "float_output", HEAD .. [[
+class Model(nn.Module):
+    def forward(self, x):
+        return float(x.sum())
+
+def get_inputs():
+    return [torch.randn(4)]
+
+def get_init_inputs():
+    return []
+]], "BAD_OUTPUTS", "forward returned a float; outputs must be tensors" },
+  { "tuple_with_int", HEAD .. [[
+class Model(nn.Module):
+    def forward(self, x):
+        return x, 3
+
+def get_inputs():
+    return [torch.randn(4)]
+
+def get_init_inputs():
+    return []
+]], "BAD_OUTPUTS", "forward's output 1 is a int; outputs must be tensors" },
+  { "inputs_not_list", HEAD .. [[
+class Model(nn.Module):
+    def forward(self, x):
+        return x
+
+def get_inputs():
+    return torch.randn(4)
+
+def get_init_inputs():
+    return []
+]], "BAD_INPUTS", "get_inputs() returned a Tensor, not a list" },
+  { "input_is_string", HEAD .. [[
+class Model(nn.Module):
+    def forward(self, x):
+        return x
+
+def get_inputs():
+    return ["hello"]
+
+def get_init_inputs():
+    return []
+]], "BAD_INPUTS", "get_inputs() item 0 is a str; inputs are tensors or numbers" },
+  { "complex_input", HEAD .. [[
+class Model(nn.Module):
+    def forward(self, x):
+        return x.abs()
+
+def get_inputs():
+    return [torch.randn(4, dtype=torch.complex64)]
+
+def get_init_inputs():
+    return []
+]], "UNSUPPORTED_DTYPE", "input x has dtype complex64, which kmrun buffers cannot hold" },
+  { "exits", HEAD .. "import sys\nsys.exit(2)\n",
+    "IMPORT_ERROR", "importing it raised SystemExit: 2" },
+}
+
+t.test("bad problem files: each a clear message naming the file, never a crash", function()
+  for _, case in ipairs(BAD) do
+    local name, text, want_code, want = case[1], case[2], case[3], case[4]
+    local path = problem("bad_" .. name, text)
+    local p, err, code = kb.load(path)
+    if p then p, err, code = p:spec(1) end
+    t.eq(p, nil, name)
+    t.eq(code, want_code, name .. ": " .. tostring(err))
+    t.ok(type(err) == "string" and err:find(path, 1, true) == 1, name .. ": starts with the path: " .. tostring(err))
+    t.ok(err:find(want, 1, true), name .. ": " .. err)
+    if name == "inputs_raise" then -- the problem's own frame, with its line
+      t.ok(err:find("\n  line 10, in get_inputs: return [torch.randn(4, 4) @ torch.randn(5, 5)]", 1, true), err)
+    end
+  end
+  local p, err, code = kb.load(DIR .. "/missing.py")
+  t.eq(p, nil)
+  t.eq(code, "ENOENT")
+  t.ok(err:find(DIR .. "/missing.py: cannot read: No such file or directory", 1, true), err)
+  -- the interpreter is fine after all that
+  t.ok(assert(kb.load(RELU)):spec(1))
+end)
+
+t.test("without torch: a clear reason, and load says it with the path", function()
+  local KMRUN = io.popen("readlink -f " .. (arg[-1]:match("kmrun$") and arg[-1] or "build/kmrun")):read("l")
+  local script = DIR .. "/no_torch.lua"
+  local f = assert(io.open(script, "w"))
+  f:write([[local kb = require "km.kernelbench"
+print(kb.available())
+print(kb.load("]] .. RELU .. [["))]])
+  f:close()
+  -- a python whose torch cannot be imported: PYTHONPATH puts a broken torch first
+  local fake = DIR .. "/fake_site/torch"
+  os.execute("mkdir -p " .. fake)
+  local g = assert(io.open(fake .. "/__init__.py", "w"))
+  g:write("raise ImportError('this torch is broken on purpose')\n")
+  g:close()
+  local p = io.popen("PYTHONPATH=" .. DIR .. "/fake_site " .. KMRUN .. " " .. script .. " 2>&1; echo rc=$?")
+  local out = p:read("a")
+  p:close()
+  t.ok(out:find("^nil\tPyTorch is not importable by [^\n]*: ImportError: this torch is broken on purpose\tNO_TORCH\n"), out)
+  t.ok(out:find("\nnil\t" .. RELU .. ": PyTorch is not importable", 1, true), out)
+  t.ok(out:find("rc=0", 1, true), out)
+  p = io.popen("KM_PYTHON=/nonexistent/python " .. KMRUN .. " " .. script .. " 2>&1; echo rc=$?")
+  out = p:read("a")
+  p:close()
+  t.ok(out:find("^nil\tno Python: cannot run /nonexistent/python"), out)
+  t.ok(out:find("NO_PYTHON", 1, true), out)
+end)
+
+os.execute("rm -rf " .. DIR)
+t.done()
