@@ -9,7 +9,8 @@
 -- opts: seeds (3), timing (true), baseline (true), budget (instructions per launch call,
 -- 1e6), lua_memory (bytes of Lua memory per launch call, the sandbox's default),
 -- scratch_bytes (8 GiB), mode ("cold"), max_ms (timing cap per side, 2000),
--- check_every (a timed call is re-verified with probability 1/check_every, 4).
+-- check_every (a timed call is re-verified with probability 1/check_every, 4),
+-- energy (false: a separate pass for joules per call where NVML is available).
 --
 -- Three stages, one screen each: prepare (compile, load, sandbox the launch code), verify
 -- (every shape x seeds, candidate before reference), measure (timing, with every timed
@@ -265,7 +266,7 @@ end
 -- What launch code handed back as outputs ({ name = view }), resolved in C to the buffers
 -- behind live views, before they are revoked. Only rawget and buffer.unwrap touch `ret`:
 -- nothing the candidate wrote is called. -> { name = buffer } or nil, message.
-local function returned(outputs, ret)
+local function returned(outputs, ret, io)
   if type(ret) ~= "table" then return {} end
   local outs = {}
   for _, spec in ipairs(outputs) do
@@ -274,6 +275,11 @@ local function returned(outputs, ret)
       local b = buffer.unwrap(x)
       if not b then
         return nil, fmt("launch.lua returned %s for the output '%s', not a buffer it was given in this call", type(x), spec.name)
+      end
+      local want = io[spec.name]
+      if b:dtype() ~= spec.dtype or b:numel() ~= want:numel() then
+        return nil, fmt("launch.lua returned the output '%s' as %s[%s] (%d elements); the task's '%s' is %s[%s] (%d elements).",
+          spec.name, b:dtype(), concat(b:shape(), ", "), b:numel(), spec.name, spec.dtype, concat(want:shape(), ", "), want:numel())
       end
       outs[spec.name] = b
     end
@@ -290,7 +296,7 @@ local function call_launch(self, run, io, sym, budget)
   local ok, err = sandbox.call(run.fn, { budget = budget or 1e6, memory = self.opts.lua_memory },
     run.k, views(io), copy(sym))
   local outs, why
-  if ok then outs, why = returned(run.task_outputs, err) end
+  if ok then outs, why = returned(run.task_outputs, err, io) end
   buffer.revoke_views()
   if not ok then return false, verdict.launch_status(run.state.error_code), err end
   if not outs then return false, "wrong_shape", why end
@@ -626,9 +632,14 @@ function Judge:measure(st, run, v, opts)
   self._floor = self._floor or timing.floor()
   v.timing = { candidate = summary(cand_t), reference = summary(ref_t), baseline = summary(base_t or nil), shape = sym,
     floor_ms = self._floor and self._floor.median }
-  if opts.energy ~= false then
+  -- energy costs a pass of a few hundred ms (NVML's counter steps every ~100 ms): asked for
+  -- by `kmrun eval` (default) and `--energy` in runs and sweeps
+  if opts.energy then
     local j, why = self:energy(st, run, sym, opts)
     v.timing.candidate.energy_j, v.timing.candidate.energy_unavailable = j, not j and why or nil
+  else
+    v.timing.candidate.energy_j = nil
+    v.timing.candidate.energy_unavailable = "not measured (opts.energy; --energy)"
   end
   v.speedup = ref_t.median / cand_t.median
   if base_t then v.speedup_baseline = base_t.median / cand_t.median end

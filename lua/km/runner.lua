@@ -42,6 +42,7 @@ options:
   --prices FILE    JSON { "model": { "input": $ per 1M tokens, "output": $ per 1M tokens } }
   --filter PATTERN only tasks whose name matches the Lua pattern
   --quiet          no per-task lines
+  --energy         measure joules per call of every timed candidate (NVML; ~0.3 s each)
 Exit status: 0 when every task ended correct, 1 otherwise, 2 on usage errors, 3 when there
 was no GPU (candidates were only compiled).
 ]]
@@ -56,6 +57,7 @@ function M.parse_args(argv)
     local x = argv[i]
     if x == "-h" or x == "--help" then a.help = true
     elseif x == "--quiet" then a.quiet = true
+    elseif x == "--energy" then a.energy = true
     elseif x:sub(1, 2) == "--" then
       local key, val = x:match("^%-%-([%w%-_]+)=(.*)$")
       if not key then key, val = x:sub(3), argv[i + 1]; i = i + 1 end
@@ -295,7 +297,8 @@ function M.ctx(t, env)
     local v
     local t0 = wall()
     if env.pool then
-      local o = { seeds = opts.seeds or env.args.seeds, timing = opts.timing, timeout = opts.timeout or env.args.timeout, baseline = opts.baseline }
+      local o = { seeds = opts.seeds or env.args.seeds, timing = opts.timing, timeout = opts.timeout or env.args.timeout, baseline = opts.baseline,
+        energy = opts.energy or env.args.energy }
       v = env.pool:eval(t, cand, o)
     else
       v = ctx.compile(cand)

@@ -14,18 +14,20 @@ options:
   --no-timing     check correctness only
   --timeout S     seconds before a hung candidate is stopped (default 120)
   --gpu I         the GPU to use (default 0)
+  --no-energy     skip the energy pass (joules per call from NVML, a few hundred ms)
   --sanitize      run it under compute-sanitizer memcheck, then racecheck (one seed,
                   no timing): status out_of_bounds or race when they find something
 exit status: 0 correct, 1 not correct, 2 usage or infrastructure error
 ]]
 
-local pos, opts = {}, { seeds = 3 }
+local pos, opts = {}, { seeds = 3, energy = true }
 local as_json, gpu, timeout, sanitize, timeout_given = false, 0, 120, false, false
 local i = 1
 while arg[i] do
   local a = arg[i]
   if a == "--json" then as_json = true
   elseif a == "--no-timing" then opts.timing = false
+  elseif a == "--no-energy" then opts.energy = false
   elseif a == "--seeds" then opts.seeds = tonumber(arg[i + 1]); i = i + 1
   elseif a == "--timeout" then timeout, timeout_given = tonumber(arg[i + 1]), true; i = i + 1
   elseif a == "--gpu" then gpu = tonumber(arg[i + 1]); i = i + 1
