@@ -340,15 +340,17 @@ local function fill_input(b, spec, sym, seed)
   return b
 end
 
--- A trial's buffers: the candidate's inputs (fresh values) and outputs (poisoned), and the
--- reference's copies of the inputs; the reference's outputs are taken only when it runs.
+-- A trial's buffers: the candidate's inputs (values drawn from `seed`) and outputs
+-- (poisoned), and buffers for the reference's inputs, which stay poisoned until
+-- Judge:pristine draws them again from the same seed — after the candidate ran, so no
+-- candidate kernel can find and alter the copy it will be checked against.
 function Judge:trial_io(t, sym, seed)
   local cand, ref_in, dims = {}, {}, {}
   for i, spec in ipairs(t.inputs) do
     local d = task_mod.shape_of(spec, sym)
     dims[spec.name] = d
     cand[spec.name] = fill_input(self.pool:get(spec.dtype, d), spec, sym, seed * 7919 + i)
-    ref_in[spec.name] = self.pool:get(spec.dtype, d):copy(cand[spec.name])
+    ref_in[spec.name] = self.pool:get(spec.dtype, d)
   end
   for _, spec in ipairs(t.outputs) do
     local d = task_mod.shape_of(spec, sym)
@@ -356,6 +358,12 @@ function Judge:trial_io(t, sym, seed)
     cand[spec.name] = self.pool:get(spec.dtype, d):poison()
   end
   return cand, ref_in, dims
+end
+
+-- The inputs of `seed` again, into ref_in: what the candidate's inputs were before it ran.
+function Judge:pristine(t, sym, ref_in, seed)
+  for i, spec in ipairs(t.inputs) do fill_input(ref_in[spec.name], spec, sym, seed * 7919 + i) end
+  return ref_in
 end
 
 -- Runs the reference on ref_in's buffers plus fresh poisoned outputs (which the caller
@@ -434,7 +442,8 @@ function Judge:verify(st, run, v, opts)
     for seed = 1, nseeds do
       local where = fmt("shape %d %s, seed %d", si, task_mod.fmt_shape(sym), seed)
       local failed_at = { shape = si, seed = seed, sym = sym }
-      local cand, ref_in, dims = self:trial_io(t, sym, (opts.seed_base or 1000) + si * 101 + seed)
+      local trial_seed = (opts.seed_base or 1000) + si * 101 + seed
+      local cand, ref_in, dims = self:trial_io(t, sym, trial_seed)
       local ref_io
       local function done(status, text, extra)
         self.pool:put_all(cand); self.pool:put_all(ref_in)
@@ -452,6 +461,7 @@ function Judge:verify(st, run, v, opts)
         if cs == "wrong_shape" then return done(cs, cmsg .. " (at " .. where .. ")") end
         return done(cs, feedback.launch(cs, cmsg, where))
       end
+      self:pristine(t, sym, ref_in, trial_seed)
       local es, etext = evidence(t, cand, ref_in, run.state.scratch, where)
       if es then return done(es, etext) end
       local rs, rmsg
@@ -493,10 +503,10 @@ local function summary(r)
 end
 
 -- Times `run` on the timed shape. Every call — warm-up and timed — gets fresh input values
--- (same buffers, new seed) and poisoned outputs, both outside the timed window; with
--- check = true, a random selection of timed calls and the last one are re-verified against
--- the reference run afterwards on a pristine copy of that call's inputs, with guard zones,
--- inputs and outputs checked. A launch that caches results, keeps a call counter, or
+-- (same buffers, a new unpredictable seed) and poisoned outputs, both outside the timed
+-- window; with check = true, a random selection of timed calls and the last one are
+-- re-verified afterwards against the reference run on that call's inputs drawn again from
+-- its seed, with guard zones, inputs and outputs checked. A launch that caches results, keeps a call counter, or
 -- skips work when its buffers come back is caught on whichever call it cheats.
 -- -> timing result, nil | nil, status, text
 function Judge:time_run(st, run, sym, opts, check)
@@ -509,19 +519,19 @@ function Judge:time_run(st, run, sym, opts, check)
   run.state.poison = false
   local failure -- { status, text } of a failed timed check
   local checking, calls, checked, cur_seed = false, 0, 0, seed
+  -- seeds from the judge's private generator: the inputs of later calls cannot be
+  -- predicted (and precomputed) by an untimed first call
   local function refresh()
-    cur_seed = cur_seed + 1
+    cur_seed = rng(1 << 40)
     for i, spec in ipairs(t.inputs) do fill_input(cand[spec.name], spec, sym, cur_seed * 7919 + i) end
     for _, spec in ipairs(t.outputs) do cand[spec.name]:poison() end
-  end
-  local function keep_pristine()
-    for _, spec in ipairs(t.inputs) do ref_in[spec.name]:copy(cand[spec.name]) end
   end
   local last_outs = {}
   local function check_now(where)
     checked = checked + 1
     local okc, cs, cmsg = sync_status()
     if not okc then failure = { cs, feedback.launch(cs, cmsg, where) } return false end
+    self:pristine(t, sym, ref_in, cur_seed)
     local es, etext = evidence(t, cand, ref_in, run.state.scratch, where)
     if es then failure = { es, etext } return false end
     local ref_io, rs, rmsg = self:run_reference(st, ref_in, dims, sym)
@@ -548,7 +558,6 @@ function Judge:time_run(st, run, sym, opts, check)
       refresh()
       calls = calls + 1
       checking = check and phase == "sample" and rng(every) == 1
-      if check then keep_pristine() end -- the last call is checked too, and nobody knows which is last
     end,
     after = function(phase)
       if checking and not check_now(fmt("timed call %d", calls)) then return nil, "a timed call failed its check", "CHECK" end
