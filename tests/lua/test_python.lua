@@ -129,9 +129,12 @@ def add(a, b=10):
 def boom():
     raise KeyError("missing")
 ]])
+  local flag = py.eval("__import__('sys').dont_write_bytecode")
   t.eq(py.import(mod), true)
   t.eq(py.import(mod), true)
   t.eq(py.eval("__import__('sys').modules['km_test_mod'].loads"), 1, "imported once")
+  t.ok(not os.execute("test -d " .. DIR .. "/__pycache__"), "no bytecode written beside it")
+  t.eq(py.eval("__import__('sys').dont_write_bytecode"), flag, "and the flag is back")
   t.eq(py.call("km_test_mod", "add", "[1, 2]"), '{"sum":3,"args":[1,2]}')
   t.eq(py.call("km_test_mod", "add", '{"a": 5}'), '{"sum":15,"args":[5,10]}')
   local r, msg, code = py.call("km_test_mod", "boom", "[]")
