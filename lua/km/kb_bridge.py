@@ -305,6 +305,7 @@ class Problem:
         self.seed = seed
         self.names = None        # input, output and parameter names, fixed by the first spec
         self.input_meta = None   # the inputs' shapes and dtypes (meta tensors), from spec
+        self.bound = None        # (input views, output views, stream) from bind()
         self.scalars = {}        # non-tensor inputs from the last get_inputs(), by position
         _set_tf32(tf32)
         self._load()
@@ -611,9 +612,10 @@ def make_inputs(i, seed, bufs, stream=0, release=True):
 
 
 @_api
-def forward(i, bufs, stream=0):
+def forward(i, bufs, stream=0, empty_cache=False):
     """The model on the inputs in bufs; each output written into bufs[out name]. Inputs
-    that are numbers are the last get_inputs()'s."""
+    that are numbers are the last get_inputs()'s. empty_cache: hand torch's cached blocks
+    (which still hold the outputs' values) back to the driver afterwards."""
     p = _problem(i)
     p.ensure_names()
     with _stream_ctx(p, stream):
@@ -629,6 +631,49 @@ def forward(i, bufs, stream=0):
                                % (p.path, len(outs), len(p.names["outputs"])), "BAD_OUTPUTS")
         for name, o in zip(p.names["outputs"], outs):
             _buffer_for(bufs, name, o, p.device, "output").copy_(o)
+        outs = o = None
+    if empty_cache and p.device.type == "cuda":
+        torch.cuda.empty_cache()
+    return True
+
+
+@_api
+def bind(i, bufs, stream=0):
+    """Checks and wraps io once for run_bound(): the inputs' and outputs' views and the
+    stream are kept, so each later call is the model and nothing else (for timing)."""
+    p = _problem(i)
+    p.ensure_names()
+    args = []
+    for k, name in enumerate(p.names["inputs"]):
+        if k in p.scalars:
+            args.append(p.scalars[k])
+        else:
+            args.append(_buffer_for(bufs, name, p.input_meta[k], p.device, "input"))
+    with _stream_ctx(p, stream):
+        outs, _ = p._forward(args)
+    views = [_buffer_for(bufs, name, o, p.device, "output")
+             for name, o in zip(p.names["outputs"], outs)]
+    p.bound = (args, views, stream)
+    return True
+
+
+@_api
+def run_bound(i, copy=True):
+    """The model on the bound inputs; copy: its outputs into the bound output buffers."""
+    p = _problem(i)
+    if getattr(p, "bound", None) is None:
+        raise ProblemError("run_bound before bind", "PROBLEM_ERROR")
+    args, views, stream = p.bound
+    with _stream_ctx(p, stream), torch.no_grad():
+        try:
+            y = p.model(*args)
+        except BaseException as e:
+            raise p._fail("forward", e, "FORWARD_ERROR")
+        if copy:
+            if not isinstance(y, (tuple, list)):
+                y = (y,)
+            for v, o in zip(views, y):
+                v.copy_(o)
     return True
 
 
@@ -648,6 +693,7 @@ def write_params(i, bufs, stream=0):
 def release(i, empty_cache=False):
     p = _problems.pop(i, None)
     if p is not None:
+        p.bound = None
         sys.modules.pop(p.module.__name__, None)
         if empty_cache and p.device.type == "cuda":
             torch.cuda.empty_cache()

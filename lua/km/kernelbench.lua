@@ -8,6 +8,7 @@
 --   prob:make_inputs(seed, io, { stream = s })      -- get_inputs() under the seed, into io.<in>
 --   prob:write_params(io)                           -- the model's state_dict, into io.<param>
 --   prob:forward(io, { stream = s })                -- the model; outputs into io.<out>
+--   local run = prob:bind(io, { stream = s }); run() -- the same, checked once (for timing)
 --   prob:release()                                  -- also on __gc / __close
 --
 -- `io` maps names to buffers: km.Buffer on the GPU, kb.host_buffer on the CPU, or anything
@@ -119,9 +120,31 @@ end
 
 -- The model on io's inputs; its outputs written into io's output buffers. Work is queued on
 -- the stream (GPU): synchronize before reading the outputs from another stream.
+-- opts.empty_cache: afterwards, torch's cached blocks (the outputs' values are still in
+-- them) go back to the driver, out of reach of kernels that run next.
 function Problem:forward(io, opts)
   local id = check(self)
-  return call("forward", id, describe(io, 2), stream_of(opts))
+  return call("forward", id, describe(io, 2), stream_of(opts), opts and opts.empty_cache or false)
+end
+
+-- A function that runs the model on io with no per-call checks or wrapping: io is checked
+-- and wrapped once here (the model runs once to check the outputs). run(false) leaves the
+-- outputs where torch put them (timing eager: the model's own work and nothing else);
+-- run() copies them into io's output buffers. Valid until the next bind or release.
+function Problem:bind(io, opts)
+  local id = check(self)
+  local ok, err, code = call("bind", id, describe(io, 2), stream_of(opts))
+  if not ok then return nil, err, code end
+  local args = { [true] = json.encode(json.array { id, true }), [false] = json.encode(json.array { id, false }) }
+  return function(copy)
+    if not self.id then error("attempt to use a released km.kernelbench problem", 2) end
+    local with_copy = copy ~= false -- (not inline: Lua 5.4.4 miscompiles t[x ~= false])
+    local out, e, c = python.call(BRIDGE, "run_bound", args[with_copy])
+    if out == "true" then return true end
+    if not out then return nil, e, c end
+    local v = json.decode(out)
+    return nil, type(v) == "table" and v.error or out, type(v) == "table" and v.code or "PROBLEM_ERROR"
+  end
 end
 
 -- The model's parameters and buffers (state_dict, non-persistent buffers too) into io.
