@@ -13,16 +13,18 @@
  *                                      as an integer, for torch.cuda.ExternalStream
  *
  * Which Python: KM_PYTHON names a python executable (a path or a name on PATH) or a
- * libpython3.X.so file; without it, `python3` on PATH. An executable is asked once for its
- * sysconfig (LIBDIR, MULTIARCH, LDLIBRARY, INSTSONAME, base prefix, sys.path), its shared
- * libpython is dlopen'ed RTLD_GLOBAL (extension modules such as torch resolve the C API from
- * it), and the embedded interpreter gets that executable's sys.path and sys.executable, so a
- * venv or pyenv Python and its site-packages work as they do from the shell. libpython is
- * never linked: kmrun builds and runs where there is no Python, and says why here.
+ * libpython3.X.so (a path or a soname); without it, `python3` on PATH. An executable is
+ * asked once for its sysconfig (LIBDIR, MULTIARCH, LDLIBRARY, INSTSONAME, base prefix,
+ * sys.path), its shared libpython is dlopen'ed RTLD_GLOBAL (extension modules such as torch
+ * resolve the C API from it), and the embedded interpreter gets that executable's sys.path
+ * and sys.executable, so a venv or pyenv Python and its site-packages work as they do from
+ * the shell. libpython is never linked: kmrun builds and runs where there is no Python,
+ * and says why here.
  *
- * No Python.h: the dozen C API functions used are declared below from the stable ABI, with
- * PyObject opaque, and resolved with dlsym (python3-dev is not a build dependency, and one
- * kmrun binary serves whichever Python 3.8+ the host has). Everything that needs an object's
+ * No Python.h: the 17 C API functions used are declared below, PyObject opaque (functions
+ * every libpython 3.x exports; no macro, no struct layout), and resolved with dlsym:
+ * python3-dev is not a build dependency, and one kmrun binary serves whichever Python 3.8+
+ * the host has. Everything that needs an object's
  * layout (type checks, formatting tracebacks, JSON) happens in Python, in the dispatcher
  * BOOT below, which answers every request with a (tag, value) tuple and never raises.
  *
@@ -36,6 +38,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <link.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
@@ -62,7 +65,7 @@ extern char **environ;
 #define PROBE_TIMEOUT_MS 30000
 #define PROBE_MAX (1 << 20)
 
-/* ---- the C API, declared from the stable ABI (PyObject is opaque here) ---- */
+/* ---- the C API, declared by hand (PyObject is opaque here) ---- */
 
 typedef struct km_pyobject PyObject;
 enum { PY_FILE_INPUT = 257 }; /* Py_file_input: a module's worth of statements */
@@ -276,6 +279,15 @@ static int is_dir(const char *p) {
 
 static int looks_like_lib(const char *s) { return strstr(s, ".so") != NULL; }
 
+/* lib_path = the file the loader actually mapped (a soname resolves to a path). */
+static void set_lib_path(void *h, const char *fallback) {
+  struct link_map *lm = NULL;
+  if (dlinfo(h, RTLD_DI_LINKMAP, &lm) == 0 && lm && lm->l_name && lm->l_name[0] == '/')
+    snprintf(lib_path, sizeof lib_path, "%s", lm->l_name);
+  else
+    snprintf(lib_path, sizeof lib_path, "%s", fallback);
+}
+
 /* dlopens the first candidate that loads; *tried collects what was looked for. */
 static void *open_lib(const char *const *f, char *tried, size_t tn) {
   const char *dirs[5] = {f[F_LIBDIR], NULL, f[F_LIBPL], NULL, NULL};
@@ -305,7 +317,7 @@ static void *open_lib(const char *const *f, char *tried, size_t tn) {
   }
   /* Last, the dynamic linker's own search (ld.so.cache): Debian's libpython3.X package. */
   void *h = dlopen(n2, RTLD_NOW | RTLD_GLOBAL);
-  if (h) snprintf(lib_path, sizeof lib_path, "%s", n2);
+  if (h) set_lib_path(h, n2);
   else if (used < tn) snprintf(tried + used, tn - used, "%s in the linker's path", n2);
   return h;
 }
@@ -343,10 +355,12 @@ static void load(void) {
   void *h = NULL;
   char ver[16] = "";
 
-  if (looks_like_lib(target) && strchr(target, '/')) {
+  const char *base = strrchr(target, '/');
+  base = base ? base + 1 : target;
+  if (!strncmp(base, "lib", 3) && looks_like_lib(base)) { /* a path, or a soname the linker finds */
     h = dlopen(target, RTLD_NOW | RTLD_GLOBAL);
     if (!h) { const char *e = dlerror(); why("cannot load KM_PYTHON=%s (%s)", target, e ? e : "?"); return; }
-    snprintf(lib_path, sizeof lib_path, "%s", target);
+    set_lib_path(h, target);
   } else {
     if (run_probe(target, &probe, &probe_n) != 0) return;
     size_t pos = 6; /* past "KMPY1\0" */

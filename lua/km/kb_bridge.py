@@ -82,10 +82,9 @@ def _torch():
 
 @_api
 def torch_info():
+    """What torch is, without initializing CUDA (kmrun's driver process never does)."""
     t = _torch()
-    cuda = bool(t.cuda.is_available())
-    return {"version": t.__version__, "cuda": cuda,
-            "cuda_version": t.version.cuda, "devices": t.cuda.device_count() if cuda else 0,
+    return {"version": t.__version__, "cuda_version": t.version.cuda,
             "python": sys.version.split()[0], "executable": sys.executable}
 
 

@@ -23,7 +23,7 @@
 local python = require "km.python"
 local json = require "km.json"
 
-local type, pairs, ipairs, setmetatable, tostring = type, pairs, ipairs, setmetatable, tostring
+local type, pairs, ipairs, setmetatable, tostring, pcall = type, pairs, ipairs, setmetatable, tostring, pcall
 local fmt = string.format
 
 local M = {}
@@ -51,7 +51,8 @@ local function call(fn, ...)
   return v
 end
 
--- true, info ({ version, cuda, devices, python, executable }) | nil, why, code
+-- true, info ({ version, cuda_version (nil: a CPU-only torch), python, executable })
+-- | nil, why, code
 function M.available()
   if not state then
     local ok, why, code = python.available()
@@ -174,19 +175,21 @@ Problem.__tostring = function(self)
     self.id and "" or " released")
 end
 
-local function default_device()
+-- km.cuda's device as torch names it; nil, why when there is none.
+local function kmrun_device()
   local okc, cuda = pcall(require, "km.cuda")
-  if okc and cuda.available() then
-    local d = cuda.device()
-    return "cuda:" .. tostring(d and d.index or 0)
-  end
-  return "cpu"
+  if not okc then return nil, tostring(cuda) end
+  local ok, why = cuda.available()
+  if not ok then return nil, why end
+  local d = cuda.device()
+  return "cuda:" .. tostring(d and d.index or 0)
 end
 
 -- kb.load(path, opts) -> problem | nil, message, CODE
--- opts: precision = "fp32" | "fp16" | "bf16" (default fp32); device = "cpu", "cuda", "cuda:N"
--- or an index (default: km.cuda's device when there is one, else the CPU); seed (default 42,
--- KernelBench's: seeds the model's weights); tf32 (default false: fp32 references in full fp32).
+-- opts: precision = "fp32" | "fp16" | "bf16" (default fp32); device = "cpu", "cuda" (km.cuda's
+-- device), "cuda:N" or an index — by default km.cuda's device in a GPU worker (KM_DEVICE is
+-- set), else the CPU: nothing here initializes CUDA unless asked (the driver process never
+-- does); seed (default 42, KernelBench's: seeds the weights); tf32 (default false).
 function M.load(path, opts)
   if type(path) ~= "string" then error("kb.load: a path expected", 2) end
   opts = opts or {}
@@ -196,11 +199,13 @@ function M.load(path, opts)
   if not okp then return nil, path .. ": " .. why, code end
   local device = opts.device
   if math.type(device) == "integer" then device = "cuda:" .. device end
+  if device == nil and os.getenv("KM_DEVICE") then device = "cuda" end -- a GPU worker
   if device == "cuda" then
-    local d = default_device()
-    device = d ~= "cpu" and d or "cuda:0"
+    local d, dwhy = kmrun_device()
+    if not d then return nil, path .. ": device cuda asked but " .. tostring(dwhy), "NO_CUDA" end
+    device = d
   end
-  device = device or default_device()
+  device = device or "cpu"
   local seed = opts.seed or 42
   local r, err, ecode = call("load", path, precision, device, seed, opts.tf32 or false)
   if not r then return nil, err, ecode end

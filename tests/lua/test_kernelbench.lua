@@ -355,6 +355,20 @@ t.test("wrong, missing and mismatched buffers: clear errors, nothing written", f
   t.raises(function() kb.load(RELU, { precision = "fp8" }) end, "fp32, fp16 or bf16")
 end)
 
+t.test("a CUDA device asked where there is none: NO_CUDA, with the reason", function()
+  if require("km.cuda").available() then return t.diag("this machine has a GPU: nothing to check") end
+  local p, err, code = kb.load(RELU, { device = "cuda" })
+  t.eq(p, nil)
+  t.eq(code, "NO_CUDA")
+  t.ok(err:find(RELU .. ": device cuda asked but ", 1, true), err)
+  p, err, code = kb.load(RELU, { device = 0 })
+  t.eq(code, "NO_CUDA")
+  t.ok(err:find("device cuda:0 asked but torch ", 1, true), err)
+  p, err, code = kb.load(RELU, { device = "tpu:7" })
+  t.eq(code, "PROBLEM_ERROR")
+  t.ok(err:find("device 'tpu:7'", 1, true), err)
+end)
+
 -- each bad problem file: nil, a message that names the file and the cause, a code
 local BAD = {
   { "syntax", HEAD .. "class Model(nn.Module):\n    def forward(self, x)\n        return x\n",

@@ -66,6 +66,8 @@ t.test("a library that is not libpython, and a missing one", function()
   t.ok(out:find("libcjson.so.1 lacks Py_InitializeEx", 1, true), out)
   out = run("KM_PYTHON=/nonexistent/libpython3.11.so.1.0", PRINT_ALL)
   t.ok(out:find("no Python: cannot load KM_PYTHON=/nonexistent/libpython3.11.so.1.0", 1, true), out)
+  out = run("KM_PYTHON=libpython0.0.so.1.0", PRINT_ALL) -- a soname: the dynamic linker's search
+  t.ok(out:find("no Python: cannot load KM_PYTHON=libpython0.0.so.1.0 (libpython0.0.so.1.0: cannot open", 1, true), out)
   t.ok(out:find("rc=0", 1, true), out)
 end)
 
