@@ -539,6 +539,17 @@ static int dispatch(lua_State *L, const char *op, const char *a, size_t an, cons
   return nret;
 }
 
+/* Under AddressSanitizer: the interpreter is never finalized, so what it and the extension
+ * modules it loaded hold at exit is not a leak of kmrun's (libcrypto: Python's _hashlib,
+ * whose allocations LSan's fast unwinder sees without a libpython frame). */
+#if defined(__SANITIZE_ADDRESS__)
+const char *__lsan_default_suppressions(void);
+const char *__lsan_default_suppressions(void) {
+  return "leak:libpython\nleak:_PyObject_Malloc\nleak:libtorch\nleak:libc10\nleak:cpython-\n"
+         "leak:libcrypto\n";
+}
+#endif
+
 /* ---- Lua API ---- */
 
 static int l_available(lua_State *L) {
