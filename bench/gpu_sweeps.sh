@@ -8,14 +8,14 @@ mkdir -p "$OUT"
 K=build/kmrun
 MULTI=${1:-0,1}
 echo "== headline: kmrun strategies/repair_then_tune.lua tasks/"
-$K strategies/repair_then_tune.lua tasks/ --out "$OUT/headline.sqlite" --worker-stderr null > "$OUT/headline.log" 2>&1
+$K strategies/repair_then_tune.lua tasks/ --store "$OUT/headline.sqlite" --worker-stderr null > "$OUT/headline.log" 2>&1
 echo "exit status $?"
 tail -44 "$OUT/headline.log"
 gpus_list="0"
 [ "$MULTI" != "0" ] && gpus_list="0 $MULTI"
 for g in $gpus_list; do
   echo "== sweep on GPUs $g"
-  $K sweep --strategies strategies/repair_then_tune.lua --tasks tasks --gpus "$g" --out "$OUT/sweep-gpus-${g/,/_}.sqlite" \
+  $K sweep --strategies strategies/repair_then_tune.lua --tasks tasks --gpus "$g" --store "$OUT/sweep-gpus-${g/,/_}.sqlite" \
     --worker-stderr null --quiet 2>&1 | tail -2
 done
 echo "== report"

@@ -2,7 +2,7 @@
  *
  *   local db = assert(store.open("runs/sweep.db"))
  *   local run = db:begin_run{ name = "sweep", config = cfg }
- *   local ep  = db:begin_episode(run, { task = "l1_relu", strategy = "repair", model = m, seed = 1 })
+ *   local ep  = db:begin_episode(run, { task = "l1_relu", strategy = "repair", model = m, rep = 1 })
  *   db:append(ep, "model_call", { tokens = 812 }, { duration_ms = 950.5 })   --> seq
  *   db:finish_episode(ep, "correct", { final = cand, summary = stats })
  *   db:export_jsonl("sft.jsonl", { status = "correct" })                       --> count
@@ -163,9 +163,12 @@ static int l_begin_episode(lua_State *L) {
   info.model = km_optfield_str(L, 3, "model", NULL);
   info.uuid = km_optfield_str(L, 3, "uuid", NULL);
   if (!lua_isnoneornil(L, 3)) {
-    info.has_seed = lua_getfield(L, 3, "seed") != LUA_TNIL;
+    int has_seed = lua_getfield(L, 3, "seed") != LUA_TNIL;
     lua_pop(L, 1);
-    info.seed = km_optfield_int(L, 3, "seed", 0);
+    luaL_argcheck(L, !has_seed, 3, "the repeat number is 'rep' (schema version 2), not 'seed'");
+    info.has_rep = lua_getfield(L, 3, "rep") != LUA_TNIL;
+    lua_pop(L, 1);
+    info.rep = km_optfield_int(L, 3, "rep", 0);
   }
   int64_t id;
   if (km_store_begin_episode(s, run, &info, &id)) return store_fail(L, s);
@@ -223,7 +226,7 @@ static int push_episode(lua_State *L, const km_store_episode *e) {
   set_str(L, "task", e->task);
   set_str(L, "strategy", e->strategy);
   set_str(L, "model", e->model);
-  if (e->has_seed) set_int(L, "seed", e->seed);
+  if (e->has_rep) set_int(L, "rep", e->rep);
   set_num(L, "started_at", e->started_at);
   if (e->has_finished) set_num(L, "finished_at", e->finished_at);
   set_str(L, "status", e->status);
@@ -398,11 +401,11 @@ static int add_episode_json(luaL_Buffer *b, km_store *s, const km_store_episode 
   km_json_add_integer(b, e->id);
   add_key(b, "model", 0);
   add_str_or_null(b, e->model);
+  add_key(b, "rep", 0);
+  if (e->has_rep) km_json_add_integer(b, e->rep);
+  else luaL_addstring(b, "null");
   add_key(b, "run_id", 0);
   km_json_add_integer(b, e->run_id);
-  add_key(b, "seed", 0);
-  if (e->has_seed) km_json_add_integer(b, e->seed);
-  else luaL_addstring(b, "null");
   add_key(b, "started_at", 0);
   km_json_add_float(b, e->started_at);
   add_key(b, "status", 0);

@@ -46,7 +46,7 @@ static const char SCHEMA_SQL[] =
     "  task TEXT,\n"
     "  strategy TEXT,\n"
     "  model TEXT,\n"
-    "  seed INTEGER,\n"
+    "  rep INTEGER,\n"
     "  started_at REAL NOT NULL,\n"
     "  finished_at REAL,\n"
     "  status TEXT NOT NULL DEFAULT 'running',\n"
@@ -81,14 +81,15 @@ enum {
   ST_COUNT
 };
 
+/* "%s" is the repeat column: rep, or seed in a version 1 store opened read-only. */
 #define EPISODE_COLS \
-  "id, run_id, uuid, task, strategy, model, seed, started_at, finished_at, status, final, summary"
+  "id, run_id, uuid, task, strategy, model, %s, started_at, finished_at, status, final, summary"
 
 static const char *const STMT_SQL[ST_COUNT] = {
     [ST_INS_RUN] = "INSERT INTO runs(uuid, name, started_at, status, config, host, kmrun_version) "
                    "VALUES (?1, ?2, ?3, 'running', ?4, ?5, ?6)",
     [ST_FIN_RUN] = "UPDATE runs SET finished_at = ?2, status = ?3 WHERE id = ?1",
-    [ST_INS_EP] = "INSERT INTO episodes(run_id, uuid, task, strategy, model, seed, started_at, status) "
+    [ST_INS_EP] = "INSERT INTO episodes(run_id, uuid, task, strategy, model, %s, started_at, status) "
                   "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'running')",
     /* seq = max + 1 inside the one INSERT: the statement holds the write lock while it
      * reads the max, so two writers cannot take the same seq (UNIQUE would refuse it). */
@@ -111,6 +112,7 @@ struct km_store {
   int rc;              /* last SQLite result code */
   char errmsg[512];
   char errcode[40];
+  const char *rep_col; /* the episodes' repeat column: "rep", or "seed" in version 1 */
   sqlite3_stmt *st[ST_COUNT];
   sqlite3_stmt *list[8]; /* episode listings, one per filter combination, prepared on use */
   sqlite3_stmt *list_cur;
@@ -284,8 +286,11 @@ static int set_up(km_store *s, int flags) {
   if ((rc = query_text(s, "PRAGMA user_version", buf, sizeof buf))) return rc;
   long version = strtol(buf, NULL, 10);
 
+  s->rep_col = "rep";
   if (readonly) {
-    if (version != KM_STORE_SCHEMA_VERSION)
+    /* version 1 is read as it is (nothing may be written to migrate it) */
+    if (version == 1) s->rep_col = "seed";
+    else if (version != KM_STORE_SCHEMA_VERSION)
       return fail(s, KM_EINVAL, "SCHEMA_VERSION",
                   "%s is not a kmrun store of schema version %d (user_version is %ld)", s->path,
                   KM_STORE_SCHEMA_VERSION, version);
@@ -314,6 +319,16 @@ static int set_up(km_store *s, int flags) {
                KM_STORE_SCHEMA_VERSION, km_store_now(), KM_VERSION, KM_STORE_SCHEMA_VERSION);
       if ((rc = exec_sql(s, SCHEMA_SQL, "creating the schema"))) goto rollback;
       if ((rc = exec_sql(s, meta, "writing meta"))) goto rollback;
+    } else if (version == 1) {
+      /* 1 -> 2: the repeat number's column was called seed (it never held a seed) */
+      char meta[512];
+      snprintf(meta, sizeof meta,
+               "ALTER TABLE episodes RENAME COLUMN seed TO rep;"
+               "INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', '%d'), "
+               "('migrated_from_1_at', '%.6f');"
+               "PRAGMA user_version = %d;",
+               KM_STORE_SCHEMA_VERSION, km_store_now(), KM_STORE_SCHEMA_VERSION);
+      if ((rc = exec_sql(s, meta, "migrating the store from schema version 1"))) goto rollback;
     } else if (version != KM_STORE_SCHEMA_VERSION) {
       rc = fail(s, KM_EINVAL, "SCHEMA_VERSION",
                 "%s has schema version %ld; this kmrun (%s) reads version %d", s->path, version,
@@ -324,7 +339,9 @@ static int set_up(km_store *s, int flags) {
   }
 
   for (int i = 0; i < ST_COUNT; i++) {
-    rc = sqlite3_prepare_v3(s->db, STMT_SQL[i], -1, SQLITE_PREPARE_PERSISTENT, &s->st[i], NULL);
+    char sql[512];
+    snprintf(sql, sizeof sql, STMT_SQL[i], s->rep_col); /* the ones with "%s" name the column */
+    rc = sqlite3_prepare_v3(s->db, sql, -1, SQLITE_PREPARE_PERSISTENT, &s->st[i], NULL);
     if (rc != SQLITE_OK) return fail_sqlite(s, rc, "preparing statements");
   }
   return KM_OK;
@@ -448,7 +465,7 @@ int km_store_begin_episode(km_store *s, int64_t run_id, const km_store_episode_i
   bind_text(st, 3, info->task);
   bind_text(st, 4, info->strategy);
   bind_text(st, 5, info->model);
-  if (info->has_seed) sqlite3_bind_int64(st, 6, info->seed);
+  if (info->has_rep) sqlite3_bind_int64(st, 6, info->rep);
   else sqlite3_bind_null(st, 6);
   sqlite3_bind_double(st, 7, km_store_now());
   int rc = run_stmt(s, st, "beginning an episode");
@@ -562,8 +579,8 @@ static void fill_episode(sqlite3_stmt *st, km_store_episode *e) {
   e->task = col_text(st, 3);
   e->strategy = col_text(st, 4);
   e->model = col_text(st, 5);
-  e->has_seed = sqlite3_column_type(st, 6) != SQLITE_NULL;
-  e->seed = e->has_seed ? sqlite3_column_int64(st, 6) : 0;
+  e->has_rep = sqlite3_column_type(st, 6) != SQLITE_NULL;
+  e->rep = e->has_rep ? sqlite3_column_int64(st, 6) : 0;
   e->started_at = sqlite3_column_double(st, 7);
   e->has_finished = sqlite3_column_type(st, 8) != SQLITE_NULL;
   e->finished_at = e->has_finished ? sqlite3_column_double(st, 8) : 0;
@@ -626,7 +643,7 @@ int km_store_episodes_query(km_store *s, const km_store_filter *f) {
   if (!s->list[mask]) {
     char sql[512];
     snprintf(sql, sizeof sql, "SELECT " EPISODE_COLS " FROM episodes WHERE 1%s%s%s ORDER BY id",
-             (mask & 1) ? " AND run_id = ?1" : "", (mask & 2) ? " AND task = ?2" : "",
+             s->rep_col, (mask & 1) ? " AND run_id = ?1" : "", (mask & 2) ? " AND task = ?2" : "",
              (mask & 4) ? " AND status = ?3" : "");
     int rc = sqlite3_prepare_v3(s->db, sql, -1, SQLITE_PREPARE_PERSISTENT, &s->list[mask], NULL);
     if (rc != SQLITE_OK) return fail_sqlite(s, rc, "preparing the episode listing");

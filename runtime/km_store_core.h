@@ -18,7 +18,9 @@
 
 #include "km.h"
 
-#define KM_STORE_SCHEMA_VERSION 1
+/* Version 2 named the episodes' repeat number `rep` (it was `seed` in version 1). A version 1
+ * store is migrated when opened for writing, and read as it is when opened read-only. */
+#define KM_STORE_SCHEMA_VERSION 2
 
 /* An SQLite call failed; km_store_sqlite_rc() has its (extended) result code. */
 #define KM_STORE_ESQLITE (-100)
@@ -54,8 +56,8 @@ int km_store_finish_run(km_store *s, int64_t run_id, const char *status);
 
 typedef struct {
   const char *task, *strategy, *model, *uuid; /* each may be NULL */
-  int64_t seed;
-  int has_seed;
+  int64_t rep;                                /* the repeat number (1..K of a sweep's --repeat) */
+  int has_rep;
 } km_store_episode_info;
 
 int km_store_begin_episode(km_store *s, int64_t run_id, const km_store_episode_info *info,
@@ -85,8 +87,8 @@ typedef struct {
 } km_store_run;
 
 typedef struct {
-  int64_t id, run_id, seed;
-  int has_seed, has_finished;
+  int64_t id, run_id, rep;
+  int has_rep, has_finished;
   const char *uuid, *task, *strategy, *model, *status, *final_json, *summary_json;
   double started_at, finished_at;
 } km_store_episode;

@@ -1,14 +1,22 @@
 /* kmrun.c — the kmrun program: Lua 5.4 with the km.* modules built in.
  *
  *   kmrun SCRIPT.lua [ARGS...]   run a script; it sees `arg` as with the lua interpreter
- *   kmrun COMMAND [ARGS...]      run lua/km/cmd/COMMAND.lua (eval, export, ...)
- *   kmrun -e CODE                run a chunk
- *   kmrun -v                     print versions
- *   kmrun                        interactive prompt (on a terminal)
+ *   kmrun COMMAND [ARGS...]      run lua/km/cmd/COMMAND.lua (eval, export, ...; `kmrun help`)
+ *   kmrun STRATEGY [TASKS...]    a strategy by name (strategies/STRATEGY.lua) or path
+ *   kmrun -e CODE -l NAME -i -E -W -v --   as lua: chunks, libraries, the prompt after
+ *                                the script, no LUA_* variables, warnings, versions
+ *   kmrun                        interactive prompt (on a terminal), else standard input
  *
- * The Lua library is found relative to the executable (<exe>/lua or <exe>/../lua) and
- * through KM_PATH, never relative to the current directory. Built-in modules live in
- * package.preload, so `require "km.cuda"` finds them and no globals are added. */
+ * The command line is read by the shared parser (lua/km/args.lua, through km.main.plan),
+ * so kmrun's own flags answer --help, unknown options and bad values like every command;
+ * this file then acts on the plan. The Lua library is found relative to the executable
+ * (<exe>/lua or <exe>/../lua) and through KM_PATH, never relative to the current
+ * directory; LUA_PATH and LUA_CPATH add folders after it, LUA_INIT runs before scripts,
+ * -e and the prompt (as lua does; -E turns the three off; commands ignore LUA_INIT).
+ * Built-in modules live in package.preload, so `require "km.cuda"` finds them and no
+ * globals are added. The prompt edits lines and keeps history with GNU readline or
+ * libedit when either can be loaded at run time (KM_READLINE=0: neither). */
+#include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
@@ -43,11 +51,6 @@ static int is_dir(const char *p) {
   return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-static int is_file(const char *p) {
-  struct stat st;
-  return stat(p, &st) == 0 && S_ISREG(st.st_mode);
-}
-
 /* Finds the lua/ folder that belongs to this executable; "" when there is none. */
 static void find_libdir(char *out, size_t n) {
   char exe[PATH_MAX];
@@ -70,14 +73,37 @@ static void find_libdir(char *out, size_t n) {
   }
 }
 
-/* package.path = KM_PATH entries, then the bundled library; package.cpath = KM_CPATH. */
-static void set_paths(lua_State *L, const char *libdir) {
+/* Adds the ';'-separated entries of an environment variable (";;" stands for the default,
+ * which is already there: it adds nothing). */
+static void add_env_path(lua_State *L, luaL_Buffer *b, const char *value) {
+  if (!value || !*value) return;
+  char *copy = strdup(value), *save = NULL;
+  if (!copy) return;
+  for (char *d = strtok_r(copy, ";", &save); d; d = strtok_r(NULL, ";", &save)) {
+    if (!*d) continue;
+    lua_pushfstring(L, ";%s", d);
+    luaL_addvalue(b);
+  }
+  free(copy);
+}
+
+static const char *getenv_versioned(const char *name) {
+  char v[64];
+  snprintf(v, sizeof v, "%s_5_4", name);
+  const char *x = getenv(v);
+  return x ? x : getenv(name);
+}
+
+/* package.path = KM_PATH entries, the bundled library, then (with use_env) LUA_PATH's;
+ * package.cpath = KM_CPATH, then LUA_CPATH's. The library comes before LUA_PATH so that
+ * km.* cannot be shadowed by accident; KM_PATH is the deliberate way to override it. */
+static void set_paths(lua_State *L, const char *libdir, int use_env) {
   luaL_Buffer b;
   luaL_buffinit(L, &b);
   const char *kmpath = getenv("KM_PATH");
   if (kmpath && *kmpath) {
     char *copy = strdup(kmpath), *save = NULL;
-    for (char *d = strtok_r(copy, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
+    for (char *d = copy ? strtok_r(copy, ":", &save) : NULL; d; d = strtok_r(NULL, ":", &save)) {
       lua_pushfstring(L, "%s/?.lua;%s/?/init.lua;", d, d);
       luaL_addvalue(&b);
     }
@@ -87,12 +113,21 @@ static void set_paths(lua_State *L, const char *libdir) {
     lua_pushfstring(L, "%s/?.lua;%s/?/init.lua", libdir, libdir);
     luaL_addvalue(&b);
   }
+  if (use_env) add_env_path(L, &b, getenv_versioned("LUA_PATH"));
   luaL_pushresult(&b);                /* [path] */
   lua_getglobal(L, "package");        /* [path, package] */
   lua_insert(L, -2);                  /* [package, path] */
   lua_setfield(L, -2, "path");
+  luaL_buffinit(L, &b);               /* [package] (the buffer may push) */
   const char *kmcpath = getenv("KM_CPATH");
-  lua_pushstring(L, kmcpath ? kmcpath : "");
+  luaL_addstring(&b, kmcpath ? kmcpath : "");
+  if (use_env) add_env_path(L, &b, getenv_versioned("LUA_CPATH"));
+  luaL_pushresult(&b);                /* [package, cpath] */
+  const char *cp = lua_tostring(L, -1);
+  if (*cp == ';') {                   /* no KM_CPATH: drop the leading separator */
+    lua_pushstring(L, cp + 1);
+    lua_remove(L, -2);
+  }
   lua_setfield(L, -2, "cpath");
   lua_pushstring(L, libdir);
   lua_setfield(L, -2, "km_libdir"); /* where km.* Lua modules live, for tools */
@@ -227,50 +262,149 @@ static int run_string(lua_State *L, const char *code) {
   return report(L, status);
 }
 
-/* ---- interactive prompt ---- */
+/* ---- interactive prompt (after lua.c: multi-line input, "=expr", _PROMPT/_PROMPT2) ---- */
 
-static void repl(lua_State *L) {
-  char line[8192];
-  printf("kmrun %s (%s) — Ctrl-D to leave\n", KM_VERSION, LUA_RELEASE);
-  for (;;) {
-    fputs("> ", stdout);
-    fflush(stdout);
-    if (!fgets(line, sizeof line, stdin)) break;
-    const char *src = line;
-    lua_pushfstring(L, "return %s", src); /* expressions print their value */
-    int status = luaL_loadbuffer(L, lua_tostring(L, -1), lua_rawlen(L, -1), "=stdin");
-    lua_remove(L, -2);
-    if (status != LUA_OK) {
-      lua_pop(L, 1);
-      status = luaL_loadbuffer(L, src, strlen(src), "=stdin");
-    }
-    if (status == LUA_OK) {
-      int base = lua_gettop(L);
-      status = docall(L, 0, LUA_MULTRET);
-      if (status == LUA_OK) {
-        int n = lua_gettop(L) - base + 1;
-        if (n > 0) {
-          lua_getglobal(L, "print");
-          lua_insert(L, -n - 1);
-          if (lua_pcall(L, n, 0, 0) != LUA_OK) report(L, LUA_ERRRUN);
-        }
-        continue;
-      }
-    }
-    report(L, status);
+/* GNU readline or libedit (its readline interface), loaded at run time when present:
+ * line editing and history without a build dependency. KM_READLINE=0 turns it off;
+ * KM_READLINE=/path/lib.so picks the library. */
+typedef char *(*readline_fn)(const char *);
+typedef void (*add_history_fn)(const char *);
+static readline_fn rl_readline = NULL;
+static add_history_fn rl_add_history = NULL;
+
+static void load_readline(void) {
+  const char *want = getenv("KM_READLINE");
+  if (want && (!strcmp(want, "0") || !strcmp(want, "none") || !*want)) return;
+  const char *libs[] = {want, "libreadline.so.8", "libreadline.so", "libedit.so.2", NULL};
+  for (size_t i = want ? 0 : 1; libs[i]; i++) {
+    void *h = dlopen(libs[i], RTLD_NOW | RTLD_LOCAL);
+    if (!h) continue;
+    rl_readline = (readline_fn)dlsym(h, "readline");
+    rl_add_history = (add_history_fn)dlsym(h, "add_history");
+    if (rl_readline && rl_add_history) return;
+    rl_readline = NULL;
+    rl_add_history = NULL;
+    dlclose(h);
   }
-  putchar('\n');
 }
 
-static void usage(void) {
-  fprintf(stderr,
-          "usage: %s SCRIPT.lua [ARGS...]   run a Lua script (it gets `arg`)\n"
-          "       %s COMMAND [ARGS...]      run a kmrun command (see `%s help`)\n"
-          "       %s -e CODE                run a chunk of Lua\n"
-          "       %s -v                     print versions\n"
-          "       %s                        interactive prompt on a terminal\n"
-          "environment: KM_PATH (extra Lua module folders, ':'-separated)\n",
-          progname, progname, progname, progname, progname, progname);
+#define KM_MAXINPUT 8192
+#define EOFMARK "<eof>"
+
+static const char *get_prompt(lua_State *L, int firstline) {
+  if (lua_getglobal(L, firstline ? "_PROMPT" : "_PROMPT2") == LUA_TNIL) {
+    lua_pop(L, 1);
+    return lua_pushstring(L, firstline ? "> " : ">> "); /* [prompt] */
+  }
+  const char *p = luaL_tolstring(L, -1, NULL); /* [value, string] */
+  lua_remove(L, -2);                          /* [string]: popped by the caller */
+  return p;
+}
+
+/* A syntax error that ends at <eof>: the statement goes on, on the next line. */
+static int incomplete(lua_State *L, int status) {
+  if (status == LUA_ERRSYNTAX) {
+    size_t n;
+    const char *msg = lua_tolstring(L, -1, &n);
+    if (n >= sizeof EOFMARK - 1 && !strcmp(msg + n - (sizeof EOFMARK - 1), EOFMARK)) {
+      lua_pop(L, 1);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/* Reads a line and pushes it; 0 at the end of input. */
+static int pushline(lua_State *L, int firstline) {
+  const char *prompt = get_prompt(L, firstline); /* [prompt] */
+  char buffer[KM_MAXINPUT];
+  char *line = NULL;
+  size_t n;
+  if (rl_readline) {
+    line = rl_readline(prompt);
+    if (!line) { lua_pop(L, 1); return 0; }
+  } else {
+    fputs(prompt, stdout);
+    fflush(stdout);
+    if (!fgets(buffer, sizeof buffer, stdin)) { lua_pop(L, 1); return 0; }
+    line = buffer;
+  }
+  lua_pop(L, 1); /* the prompt */
+  n = strlen(line);
+  if (n > 0 && line[n - 1] == '\n') line[--n] = '\0';
+  if (firstline && line[0] == '=') lua_pushfstring(L, "return %s", line + 1); /* Lua 5.2's "=x" */
+  else lua_pushlstring(L, line, n);
+  if (line != buffer) free(line);
+  return 1;
+}
+
+static void saveline(const char *line) {
+  if (rl_add_history && line[0] != '\0') rl_add_history(line);
+}
+
+/* [line] -> [line, chunk]: the line as "return LINE;" (an expression prints its values). */
+static int addreturn(lua_State *L) {
+  const char *line = lua_tostring(L, -1);
+  const char *retline = lua_pushfstring(L, "return %s;", line);
+  int status = luaL_loadbuffer(L, retline, strlen(retline), "=stdin");
+  if (status == LUA_OK) {
+    lua_remove(L, -2);
+    saveline(line);
+  } else {
+    lua_pop(L, 2);
+  }
+  return status;
+}
+
+/* [line] -> [lines, chunk or message]: more lines until the statement is complete. */
+static int multiline(lua_State *L) {
+  for (;;) {
+    size_t len;
+    const char *line = lua_tolstring(L, 1, &len);
+    int status = luaL_loadbuffer(L, line, len, "=stdin");
+    if (!incomplete(L, status) || !pushline(L, 0)) {
+      saveline(line);
+      return status;
+    }
+    lua_pushliteral(L, "\n");
+    lua_insert(L, -2);
+    lua_concat(L, 3);
+  }
+}
+
+/* Leaves a compiled chunk (or an error message) alone on the stack; -1 at the end of input. */
+static int loadline(lua_State *L) {
+  lua_settop(L, 0);
+  if (!pushline(L, 1)) return -1;
+  int status = addreturn(L);
+  if (status != LUA_OK) status = multiline(L);
+  lua_remove(L, 1);
+  return status;
+}
+
+static void print_results(lua_State *L) {
+  int n = lua_gettop(L);
+  if (n > 0) {
+    luaL_checkstack(L, LUA_MINSTACK, "too many results to print");
+    lua_getglobal(L, "print");
+    lua_insert(L, 1);
+    if (lua_pcall(L, n, 0, 0) != LUA_OK) report(L, LUA_ERRRUN);
+  }
+}
+
+static void repl(lua_State *L) {
+  load_readline();
+  printf("kmrun %s (%s) — Ctrl-D to leave\n", KM_VERSION, LUA_RELEASE);
+  fflush(stdout);
+  int status;
+  while ((status = loadline(L)) != -1) {
+    if (status == LUA_OK) status = docall(L, 0, LUA_MULTRET);
+    if (status == LUA_OK) print_results(L);
+    else report(L, status);
+  }
+  lua_settop(L, 0);
+  putchar('\n');
+  fflush(stdout);
 }
 
 static int print_version(lua_State *L) {
@@ -285,6 +419,87 @@ static int print_version(lua_State *L) {
   return run_string(L, probe);
 }
 
+/* ---- the command line: km.main reads it (the shared parser), this acts on it ---- */
+
+/* LUA_INIT_5_4 or LUA_INIT: "@FILE" runs the file, anything else is a chunk. */
+static int handle_luainit(lua_State *L) {
+  const char *name = "=LUA_INIT_5_4";
+  const char *init = getenv(name + 1);
+  if (!init) {
+    name = "=LUA_INIT";
+    init = getenv(name + 1);
+  }
+  if (!init) return LUA_OK;
+  int status = init[0] == '@' ? luaL_loadfile(L, init + 1)
+                              : luaL_loadbuffer(L, init, strlen(init), name);
+  if (status == LUA_OK) status = docall(L, 0, 0);
+  return report(L, status);
+}
+
+/* -l NAME: global NAME = require "NAME" (-l g=NAME: global g; a "-suffix" is dropped from
+ * the global's name, as lua does). */
+static int dolibrary(lua_State *L, const char *arg) {
+  char globname[512];
+  snprintf(globname, sizeof globname, "%s", arg);
+  char *suffix = NULL;
+  char *modname = strchr(globname, '=');
+  if (!modname) {
+    modname = globname;
+    suffix = strchr(modname, '-');
+  } else {
+    *modname++ = '\0';
+  }
+  lua_getglobal(L, "require");
+  lua_pushstring(L, modname);
+  int status = docall(L, 1, 1);
+  if (status == LUA_OK) {
+    if (suffix) *suffix = '\0';
+    lua_setglobal(L, globname);
+  }
+  return report(L, status);
+}
+
+/* Pushes the plan km.main makes of argv; returns 1, or 0 with *rc the exit status (the
+ * help or an error already printed). */
+static int get_plan(lua_State *L, int argc, char **argv, int *rc) {
+  lua_getglobal(L, "require");
+  lua_pushliteral(L, "km.main");
+  int status = docall(L, 1, 1);
+  if (status != LUA_OK) {
+    fprintf(stderr, "%s: cannot load its Lua library (lua/ beside the executable, or KM_PATH): %s\n",
+            progname, lua_tostring(L, -1));
+    lua_pop(L, 1);
+    *rc = 1;
+    return 0;
+  }
+  lua_getfield(L, -1, "plan");   /* [main, plan] */
+  lua_remove(L, -2);             /* [plan] */
+  lua_createtable(L, argc, 1);   /* [plan, argv] */
+  for (int i = 0; i < argc; i++) {
+    lua_pushstring(L, argv[i]);
+    lua_rawseti(L, -2, i);
+  }
+  status = docall(L, 1, 1);
+  if (status != LUA_OK) {
+    report(L, status);
+    *rc = 1;
+    return 0;
+  }
+  if (lua_isinteger(L, -1)) {
+    *rc = (int)lua_tointeger(L, -1);
+    lua_pop(L, 1);
+    return 0;
+  }
+  return 1;
+}
+
+static int plan_flag(lua_State *L, const char *field) {
+  lua_getfield(L, 1, field);
+  int v = lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  return v;
+}
+
 int main(int argc, char **argv) {
   lua_State *L = luaL_newstate();
   if (!L) {
@@ -293,49 +508,74 @@ int main(int argc, char **argv) {
   }
   luaL_openlibs(L);
   preload(L);
-  char libdir[PATH_MAX];
-  find_libdir(libdir, sizeof libdir);
-  set_paths(L, libdir);
   lua_pushboolean(L, 1);
   lua_setfield(L, LUA_REGISTRYINDEX, "LUA_NOENV");
+  char libdir[PATH_MAX];
+  find_libdir(libdir, sizeof libdir);
+  set_paths(L, libdir, 0);
 
   int rc = 0;
-  if (argc < 2) {
+  if (!get_plan(L, argc, argv, &rc)) {
+    lua_close(L);
+    return rc;
+  }
+  /* [plan] at index 1 */
+  int ignore_env = plan_flag(L, "ignore_env");
+  int interactive = plan_flag(L, "interactive");
+  int version = plan_flag(L, "version");
+  if (plan_flag(L, "warnings")) lua_warning(L, "@on", 0);
+  lua_getfield(L, 1, "command");
+  static char command_name[128];
+  if (lua_isstring(L, -1)) {
+    snprintf(command_name, sizeof command_name, "%s", lua_tostring(L, -1));
+    command = command_name;
+  }
+  lua_pop(L, 1);
+  int script = 0; /* argv index of the script, 0 when there is none */
+  char script_path[PATH_MAX] = "";
+  lua_getfield(L, 1, "script");
+  if (lua_isstring(L, -1)) {
+    snprintf(script_path, sizeof script_path, "%s", lua_tostring(L, -1));
+    lua_getfield(L, 1, "script_index");
+    script = (int)lua_tointeger(L, -1);
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+  lua_getfield(L, 1, "actions");
+  int nactions = (int)lua_rawlen(L, -1);
+  lua_pop(L, 1);
+
+  if (!ignore_env) set_paths(L, libdir, 1);
+  create_arg_table(L, argv, argc, script);
+  if (version && print_version(L)) rc = 1;
+  /* LUA_INIT: before chunks, scripts and the prompt, as lua runs it; not before commands */
+  if (!rc && !ignore_env && !command && handle_luainit(L) != LUA_OK) rc = 1;
+  for (int i = 1; i <= nactions && !rc; i++) {
+    lua_getfield(L, 1, "actions");
+    lua_rawgeti(L, -1, i);        /* [plan, actions, {opt, value}] */
+    lua_rawgeti(L, -1, 1);
+    lua_rawgeti(L, -2, 2);        /* [plan, actions, action, opt, value] */
+    char opt = lua_tostring(L, -2)[0];
+    lua_replace(L, -4);           /* [plan, value, action, opt] */
+    lua_pop(L, 2);                /* [plan, value]: kept while it runs */
+    const char *value = lua_tostring(L, -1);
+    if (opt == 'e') rc = run_string(L, value) ? 1 : 0;
+    else rc = dolibrary(L, value) ? 1 : 0;
+    lua_pop(L, 1);
+  }
+  if (!rc && script) {
+    int code = run_script(L, strcmp(script_path, "-") ? script_path : NULL, argv, argc, script);
+    rc = code < 0 ? 1 : code;
+  }
+  if (!rc && interactive) {
+    lua_settop(L, 0);
+    command = NULL;
+    repl(L);
+  } else if (!script && !nactions && !version && !interactive) {
+    lua_settop(L, 0);
     if (isatty(0)) repl(L);
     else {
-      rc = run_script(L, NULL, argv, argc, 0); /* read a script from stdin */
-      if (rc < 0) rc = 1;
-    }
-  } else if (!strcmp(argv[1], "-v") || !strcmp(argv[1], "--version")) {
-    rc = print_version(L) ? 1 : 0;
-  } else if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
-    usage();
-  } else if (!strcmp(argv[1], "-e")) {
-    if (argc < 3) { usage(); rc = 2; }
-    else {
-      create_arg_table(L, argv, argc, 1);
-      rc = run_string(L, argv[2]) ? 1 : 0;
-    }
-  } else if (argv[1][0] == '-' && argv[1][1] != '\0') {
-    fprintf(stderr, "%s: unknown option '%s'\n", progname, argv[1]);
-    usage();
-    rc = 2;
-  } else {
-    const char *script = argv[1];
-    char cmdpath[PATH_MAX];
-    if (!is_file(script) && !strchr(script, '/') && *libdir) {
-      snprintf(cmdpath, sizeof cmdpath, "%s/km/cmd/%s.lua", libdir, script);
-      if (is_file(cmdpath)) {
-        script = cmdpath;
-        command = argv[1];
-      }
-    }
-    if (!is_file(script) && strcmp(script, "-") != 0) {
-      fprintf(stderr, "%s: cannot open %s: no such script or command\n", progname, argv[1]);
-      usage();
-      rc = 2;
-    } else {
-      rc = run_script(L, strcmp(script, "-") ? script : NULL, argv, argc, 1);
+      rc = run_script(L, NULL, argv, argc, 0); /* read a script from standard input */
       if (rc < 0) rc = 1;
     }
   }

@@ -132,7 +132,8 @@ M.scrubbed = scrubbed
 
 -- What export and sampling need of one episode (a db:episode table, steps included):
 -- { id, task, strategy, model, status, correct, speedup, summary, verdict, candidate,
---   calls (model_call payloads that have a reply), tools, max_reasoning }. Everything in
+--   calls (model_call payloads that have a reply), turn_status (per call: the status its
+--   reply came to), tools, max_reasoning }. Everything in
 -- it has the process's secrets replaced: what an export writes comes from here (the store
 -- was scrubbed when written, but perhaps by a process that knew other keys).
 function M.examine(ep)
@@ -141,6 +142,9 @@ function M.examine(ep)
   local verdict = type(f.verdict) == "table" and f.verdict or nil
   local summary = type(ep.summary) == "table" and ep.summary or {}
   local calls, max_reason, tools = {}, 0, nil
+  -- turn_status[k]: how model call k's reply fared, the first verdict (or note that it held
+  -- no usable candidate) after it and before the next call; nil when nothing judged it
+  local turn_status = {}
   for _, s in ipairs(ep.steps or {}) do
     local p = s.payload
     -- a payload of another shape (hand-edited) is not a model turn an export can write
@@ -148,6 +152,11 @@ function M.examine(ep)
       calls[#calls + 1] = p
       max_reason = max(max_reason, tonumber(p.reasoning_chars) or 0)
       if type(p.opts) == "table" and p.opts.tools then tools = p.opts.tools end
+    elseif #calls > 0 and turn_status[#calls] == nil and type(p) == "table" then
+      if s.kind == "verdict" and type(p.status) == "string" then turn_status[#calls] = p.status
+      elseif s.kind == "note" and p.text == "no usable candidate in the reply" then
+        turn_status[#calls] = type(p.status) == "string" and p.status or "no_code"
+      end
     end
   end
   local status = verdict and verdict.status
@@ -155,7 +164,7 @@ function M.examine(ep)
   return { id = ep.id, task = ep.task, strategy = ep.strategy, model = ep.model, uuid = ep.uuid,
     status = status, correct = status == "correct", speedup = speedup,
     summary = summary, verdict = verdict, candidate = f.candidate,
-    calls = calls, model_calls = #calls, tools = tools, max_reasoning = max_reason }
+    calls = calls, model_calls = #calls, tools = tools, max_reasoning = max_reason, turn_status = turn_status }
 end
 
 -- The filters export applies before sampling: verified, min_speedup, max_reasoning.

@@ -75,7 +75,7 @@ M.quantile, M.geomean, M.mean = quantile, geomean, mean
 -- loading
 
 local function key_of(ep)
-  return concat({ tostring(ep.task), tostring(ep.strategy), tostring(ep.model), tostring(ep.seed) }, "\0")
+  return concat({ tostring(ep.task), tostring(ep.strategy), tostring(ep.model), tostring(ep.rep) }, "\0")
 end
 
 -- Reads the episodes of every file; keeps the final episode per (task, strategy, model, seed).
@@ -139,7 +139,7 @@ local function row_of(ep)
   local roof = s.roofline
   if roof == nil and type(v.roofline) == "table" then roof = v.roofline.fraction end
   return {
-    task = ep.task, strategy = ep.strategy, model = ep.model, seed = ep.seed,
+    task = ep.task, strategy = ep.strategy, model = ep.model, rep = ep.rep,
     episode_status = ep.status, status = status, correct = status == "correct",
     speedup = num(s.speedup or v.speedup), speedup_baseline = num(s.speedup_baseline or v.speedup_baseline),
     roofline = num(roof),
@@ -402,7 +402,7 @@ local function header_lines(r)
   local lines = { fmt("kmrun report: %d episode(s) from %d file(s), %d run(s)", r.episodes,
     #(info.files or {}), info.runs or 0) }
   local notes = {}
-  if (info.superseded or 0) > 0 then notes[#notes + 1] = fmt("%d earlier attempt(s) of the same task/strategy/model/seed", info.superseded) end
+  if (info.superseded or 0) > 0 then notes[#notes + 1] = fmt("%d earlier attempt(s) of the same task/strategy/model/repeat", info.superseded) end
   if (info.unfinished or 0) > 0 then notes[#notes + 1] = fmt("%d unfinished (still running or killed)", info.unfinished) end
   if #notes > 0 then lines[#lines + 1] = "left out: " .. concat(notes, "; ") end
   local compiled = r.all.status.compiled or 0
@@ -778,7 +778,7 @@ function M.html(r, opts)
     if tostring(a.task) ~= tostring(b.task) then return tostring(a.task) < tostring(b.task) end
     if tostring(a.strategy) ~= tostring(b.strategy) then return tostring(a.strategy) < tostring(b.strategy) end
     if tostring(a.model) ~= tostring(b.model) then return tostring(a.model) < tostring(b.model) end
-    return (a.seed or 0) < (b.seed or 0)
+    return (a.rep or 0) < (b.rep or 0)
   end)
   o[#o + 1] = "<h2>Episodes</h2>"
   o[#o + 1] = "<table class=\"episodes\"><tr><th>task</th><th>level</th><th>category</th><th>strategy</th><th>model</th>" ..
@@ -787,7 +787,7 @@ function M.html(r, opts)
     o[#o + 1] = fmt("<tr><td style=\"text-align:left\">%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td>" ..
       "<td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>",
       esc(tostring(row.task)), esc(tostring(row.level or "-")), esc(tostring(row.category or "-")),
-      esc(tostring(row.strategy or "-")), esc(tostring(row.model or "-")), esc(tostring(row.seed or "-")),
+      esc(tostring(row.strategy or "-")), esc(tostring(row.model or "-")), esc(tostring(row.rep or "-")),
       esc(tostring(row.status or row.episode_status or "-")), times(row.speedup),
       row.roofline and fmt("%.0f%%", 100 * row.roofline) or "-", row.rounds and fmt("%d", row.rounds) or "-",
       human(row.prompt_tokens + row.completion_tokens), fmt("%.2f", row.gpu_seconds))

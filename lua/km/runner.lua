@@ -1,7 +1,7 @@
 -- km.runner — runs a strategy over tasks: builds the ctx a strategy sees, records every
 -- step in the store, prints a line per task and a summary.
 --
---   kmrun strategies/repair.lua tasks/ [--model M] [--rounds N] [--out runs/x.sqlite] ...
+--   kmrun strategies/repair.lua tasks/ [--model M] [--rounds N] [--store runs/x.sqlite] ...
 --
 -- A strategy file returns function(ctx) -> candidate, verdict. kmrun hands such a file to
 -- runner.main. Everything the strategy does through ctx lands in the store:
@@ -23,74 +23,117 @@ local ipairs, pairs, type, tostring, tonumber, pcall = ipairs, pairs, type, tost
 
 local M = {}
 
-M.USAGE = [[
-usage: kmrun STRATEGY.lua TASKS... [options]
-  TASKS            task folders, or folders of task folders (e.g. tasks/)
-options:
-  --out FILE       the run's store (default runs/<timestamp>.sqlite)
-  --model NAME     model name (else KM_MODEL); provider from OPENAI_BASE_URL / ANTHROPIC_API_KEY
-  --provider P     openai | anthropic | replay | offline
-  --replay FILE    replay the model turns recorded in FILE (.sqlite or .jsonl)
-  --rounds N       repair/optimize rounds (default 5)
-  --samples N      candidates drawn per round by best-of-N strategies (default 4)
-  --forms LIST     spec forms shown to the model: description,math,reference
-  --gpus LIST      GPUs to use (default: all visible)
-  --seeds N        seeds per shape (default 3)
-  --timeout S      seconds per candidate before it is stopped (default 120)
-  --budget-requests N, --budget-tokens N, --budget-dollars X
-                   stop cleanly once spent (dollars need --prices)
-  --prices FILE    JSON { "model": { "input": $ per 1M tokens, "output": $ per 1M tokens } }
-  --filter PATTERN only tasks whose name matches the Lua pattern
-  --quiet          no per-task lines
-  --energy         measure joules per call of every timed candidate (NVML; ~0.3 s each)
-Exit status: 0 when every task ended correct, 1 otherwise, 2 on usage errors, 3 when there
-was no GPU (candidates were only compiled).
-]]
+-- The options every strategy takes (kmrun STRATEGY and kmrun sweep), in km.args' form.
+-- A strategy's own options travel as --set NAME=VALUE (ctx.args.NAME). Add new ones here:
+-- an option no spec declares is refused.
+M.OPTIONS = {
+  { "tasks", "DIR[,DIR]", "task folders, or folders of task folders (as the TASKS arguments)", type = "list" },
+  { "store", "FILE", "the run's store (default runs/<timestamp>.sqlite)", type = "path", old = { "out" } },
+  { "models", "M[,M...]", "model names (else KM_MODEL); several: one episode per model",
+    type = "list", aliases = { "model" } },
+  { "provider", "P", "openai, anthropic, replay or offline (default: from the environment)",
+    choices = { "openai", "anthropic", "replay", "offline" } },
+  { "base-url", "URL", "the model server (else OPENAI_BASE_URL)" },
+  { "replay", "FILE", "replay the model turns recorded in FILE (.sqlite or .jsonl)", type = "file" },
+  { "llm-timeout", "S", "seconds before a model request is given up (default 600)", type = "seconds" },
+  { "context", "N", "the model's context window in tokens (default: the server's model list, else 32768)",
+    type = "positive" },
+  { "max-tokens", "N", "room for each reply (default: the strategy's, else 4096)", type = "positive" },
+  { "temperature", "T", "sampling temperature (default: the strategy's, else 0.2)", type = "nonneg" },
+  { "rounds", "N", "repair/optimize rounds", type = "positive", default = 5 },
+  { "samples", "N", "candidates drawn per round by best-of-N strategies", type = "positive", default = 4 },
+  { "method", "M", "the tuner's search: exhaustive, random, anneal or bandit (default per strategy)",
+    choices = { "exhaustive", "random", "anneal", "bandit" } },
+  { "tune-budget", "N", "points the tuner may measure (default per strategy)", type = "positive" },
+  { "forms", "LIST", "spec forms shown to the model: description,math,reference", type = "choices",
+    choices = { "description", "math", "reference" } },
+  { "gpus", "LIST", "GPUs to use, e.g. 0,1 (default: every visible GPU, one worker each)", type = "ints",
+    aliases = { "gpu" } },
+  { "seeds", "N", "seeds per shape", type = "positive", default = 3 },
+  { "timeout", "S", "seconds per candidate before it is stopped", type = "seconds", default = 120 },
+  { "jobs", "N", "episodes in flight at once (default 2 per GPU worker)", type = "positive" },
+  { "budget-requests", "N", "stop cleanly after N model requests", type = "positive" },
+  { "budget-tokens", "N", "stop cleanly after N tokens", type = "positive" },
+  { "budget-dollars", "X", "stop cleanly after X dollars (needs --prices)", type = "nonneg" },
+  { "prices", "FILE", 'JSON { "model": { "input": $ per 1M tokens, "output": $ per 1M tokens } }', type = "file" },
+  { "filter", "PATTERN", "only tasks whose name matches the Lua pattern", type = "pattern" },
+  { "energy", nil, "measure joules per call of every timed candidate (NVML; ~0.3 s each)" },
+  { "worker-stderr", "W", "the GPU workers' stderr: inherit or null", choices = { "inherit", "null" } },
+  { "quiet", nil, "no per-episode lines" },
+  { "set", "NAME=VALUE", "a strategy's own option, read as ctx.args.NAME (may be repeated)", type = "list",
+    key = "set_list" },
+}
 
--- Parses argv into { tasks = {...}, opts }.
-function M.parse_args(argv)
-  local a = { tasks = {}, rounds = 5, samples = 4, seeds = 3, timeout = 120 }
-  local num = { rounds = 1, samples = 1, seeds = 1, timeout = 1, ["budget-requests"] = 1, ["budget-tokens"] = 1,
-    ["budget-dollars"] = 1, ["tune-budget"] = 1, ["repeat"] = 1, jobs = 1 }
-  local i = 1
-  while argv[i] do
-    local x = argv[i]
-    if x == "-h" or x == "--help" then a.help = true
-    elseif x == "--quiet" then a.quiet = true
-    elseif x == "--energy" then a.energy = true
-    elseif x:sub(1, 2) == "--" then
-      local key, val = x:match("^%-%-([%w%-_]+)=(.*)$")
-      if not key then key, val = x:sub(3), argv[i + 1]; i = i + 1 end
-      if val == nil then return nil, "option --" .. key .. " needs a value" end
-      if num[key] then
-        local n = tonumber(val)
-        if not n then return nil, "option --" .. key .. " needs a number, got '" .. val .. "'" end
-        val = n
-      end
-      a[key:gsub("%-", "_")] = val
-    else
-      insert(a.tasks, x)
+M.EXIT_STATUS = [[
+Exit status: 0 when every episode ended correct, 1 otherwise, 2 on usage errors, 3 when
+there was no GPU (candidates were only compiled), 4 when the model could not be used (the
+run was stopped by it, or an episode ended on a model error), 130 on Ctrl-C (143 on SIGTERM).]]
+
+-- The spec of `kmrun STRATEGY` for the strategy file at `script`.
+function M.spec(script)
+  local name = tostring(script or "STRATEGY"):match("([^/]+)%.lua$") or tostring(script or "STRATEGY")
+  return require("km.args").spec {
+    name = "kmrun " .. name,
+    synopsis = "[TASKS...] [options]",
+    about = "Runs the strategy over every task; each episode is recorded in the run's store.",
+    positional = { { "task_args", "TASKS", "task folders, or folders of task folders (default ./tasks)", many = true } },
+    options = M.OPTIONS,
+    footer = M.EXIT_STATUS,
+  }
+end
+
+-- After parsing: tasks from both places, --set values as fields, the first model as the
+-- client's default. Returns a, or nil, message.
+function M.finish_args(a)
+  local tasks = {}
+  for _, d in ipairs(a.task_args or {}) do tasks[#tasks + 1] = d end
+  for _, d in ipairs(a.tasks or {}) do tasks[#tasks + 1] = d end
+  a.tasks = tasks
+  if a.models and #a.models > 0 then a.model = a.models[1] else a.models = nil end
+  for _, kv in ipairs(a.set_list or {}) do
+    local k, v = kv:match("^([%a_][%w_]*)=(.*)$")
+    if not k then return nil, "--set: '" .. kv .. "' wants NAME=VALUE" end
+    for _, o in ipairs(M.OPTIONS) do
+      if o.key == k then return nil, "--set: " .. k .. " is an option of its own: use --" .. o[1] end
     end
-    i = i + 1
-  end
-  if a.forms then
-    local f = {}
-    for w in a.forms:gmatch("[^,]+") do
-      if not prompt.FORMS[w] then return nil, "unknown spec form '" .. w .. "' (description, math, reference)" end
-      f[#f + 1] = w
-    end
-    a.forms = f
-  end
-  if a.filter then
-    local ok, why = require("km.cli").pattern_option("--filter", a.filter)
-    if not ok then return nil, why end
-  end
-  if a.gpus then
-    local g = {}
-    for w in tostring(a.gpus):gmatch("[^,]+") do g[#g + 1] = tonumber(w) end
-    a.gpus = g
+    a[k] = tonumber(v) or v
   end
   return a
+end
+
+-- Parses argv (a list of strings) into the runner's options: { tasks = {...}, ... }, or
+-- nil, message.
+function M.parse_args(argv, spec)
+  local a, err, kind = require("km.args").read(spec or M.spec(), argv)
+  if not a then
+    if kind == "help" then return { help = true, tasks = {} } end
+    return nil, err
+  end
+  return M.finish_args(a)
+end
+
+-- The task folders to run: the ones named (each must be a folder), else ./tasks when it
+-- exists. Returns the list, or nil, one line saying what is wrong (`who`: "kmrun NAME").
+function M.task_dirs(named, who)
+  local function is_dir(p)
+    local f = io.open(p, "rb")
+    if not f then return false end
+    local _, _, code = f:read(1)
+    f:close()
+    return code == 21
+  end
+  if #named == 0 then
+    if is_dir("tasks") then return { "tasks" } end
+    return nil, who .. ": no tasks named, and there is no ./tasks folder here: name task folders (" .. who .. " tasks/)"
+  end
+  for _, d in ipairs(named) do
+    if not is_dir(d) then
+      local f = io.open(d, "rb")
+      if f then f:close() return nil, who .. ": " .. d .. ": not a folder (a task is a folder with task.lua)" end
+      return nil, who .. ": " .. d .. ": no such folder"
+    end
+  end
+  return named
 end
 
 -- Every task named on the command line, loaded; errors listed.
@@ -241,7 +284,12 @@ function M.ctx(t, env)
   function ctx.models()
     if not env.args.models then return { ctx.llm } end
     local list = {}
-    for name in tostring(env.args.models):gmatch("[^,]+") do
+    local names = env.args.models
+    if type(names) ~= "table" then
+      names = {}
+      for name in tostring(env.args.models):gmatch("[^,]+") do names[#names + 1] = name end
+    end
+    for _, name in ipairs(names) do
       local c = require("km.llm").new { provider = cfg.provider ~= "offline" and cfg.provider or nil, model = name }
       list[#list + 1] = wrap(c)
     end
@@ -419,16 +467,22 @@ end
 -- Runs `strategy` (a function(ctx)) over the tasks in argv; returns the exit status.
 -- Tasks run concurrently over every GPU worker (km.sweep's scheduler).
 function M.main(strategy, script, argv)
-  local args, aerr = M.parse_args(argv)
-  if not args then io.stderr:write("kmrun: ", aerr, " (--help lists the options)\n") return 2 end
-  if args.help then io.stdout:write(M.USAGE) return 0 end
-  if #args.tasks == 0 then io.stderr:write("kmrun: name the tasks to run (e.g. tasks/)\n", M.USAGE) return 2 end
+  local A = require "km.args"
+  local spec = M.spec(script)
+  local args, code = A.parse(spec, argv)
+  if not args then return code end
+  local ferr
+  args, ferr = M.finish_args(args)
+  if not args then return A.fail(spec, ferr) end
+  local dirs, derr = M.task_dirs(args.tasks, spec.name)
+  if not dirs then io.stderr:write(derr, "\n") return 2 end
+  args.tasks = dirs
   local tasks, errors = M.collect_tasks(args.tasks, args.filter)
   for _, e in ipairs(errors) do io.stderr:write("kmrun: skipping invalid task: ", e, "\n") end
   if #tasks == 0 then io.stderr:write("kmrun: no valid tasks\n") return 2 end
-  local out = args.out or ("runs/" .. os.date("%Y%m%d-%H%M%S") .. ".sqlite")
-  local env, why, code = M.setup(args, out)
-  if not env then io.stderr:write("kmrun: ", why, "\n") return code end
+  local out = args.store or ("runs/" .. os.date("%Y%m%d-%H%M%S") .. ".sqlite")
+  local env, why, scode = M.setup(args, out)
+  if not env then io.stderr:write("kmrun: ", why, "\n") return scode end
   local sname = script:match("([^/]+)%.lua$") or script
   if not args.quiet then
     print(fmt("kmrun: %s on %d task(s), %s, model %s (%s); store %s", sname, #tasks,
@@ -437,7 +491,7 @@ function M.main(strategy, script, argv)
   end
   local sweep = require "km.sweep"
   local res = sweep.run { strategies = { { name = sname, fn = strategy, path = script } }, tasks = tasks,
-    models = { false }, repeats = 1, jobs = args.jobs, store = env.db, pool = env.pool, args = args,
+    models = args.models or { false }, repeats = 1, jobs = args.jobs, store = env.db, pool = env.pool, args = args,
     make_client = env.make_client, guidance = env.guidance, argv = argv, name = sname, fresh = true, replay = args.replay }
   local gm = res.speedups and geomean(res.speedups)
   print(fmt("summary: %d/%d correct%s, %.0f s, store %s%s%s", res.correct, res.ran,

@@ -6,8 +6,9 @@
 -- spread over every worker and model calls overlap, while Lua stays single-threaded.
 --
 -- Resuming: an episode is identified by (strategy, task, model, repeat) — the repeat is
--- the store's seed column. Finished episodes in the output store are skipped; one left
--- "running" by a killed sweep is marked "abandoned" and run again. Every step and every
+-- the store's rep column. Finished episodes in the output store are skipped; one left
+-- "running" by a killed sweep is marked "abandoned" and run again; one only compiled (no
+-- GPU then) is judged when a GPU is here, and opts.rerun names other statuses to redo. Every step and every
 -- finish is a single SQLite statement in WAL mode, so a SIGKILL at any moment loses no
 -- finished episode and leaves none half-written.
 local runner = require "km.runner"
@@ -77,7 +78,8 @@ end
 
 -- Runs the sweep. opts: strategies = { {name, fn, path} }, tasks, models (list of names or
 -- { false } for the default), repeats, jobs, store (open km.Store), pool (or nil), args
--- (runner options), make_client(model) -> client, guidance, shard = {i, n}, out (path).
+-- (runner options), make_client(model) -> client, guidance, shard = {i, n}, out (path),
+-- rerun (statuses whose episodes run again; default { "compiled" } with a pool).
 function M.run(opts)
   local db, pool, args = opts.store, opts.pool, opts.args
   -- the model as the store names it (the default client's model, or its provider), so a
@@ -90,25 +92,52 @@ function M.run(opts)
   local plan = M.plan(opts.strategies, opts.tasks, labels, opts.repeats or 1)
   if opts.shard then plan = M.shard(plan, opts.shard[1], opts.shard[2]) end
 
-  -- resume: what is already finished in this store
-  local done, abandoned = {}, 0
+  -- resume: what is already finished in this store. The latest episode of each key
+  -- decides; the statuses in `rerun` run again: by default "compiled" when a GPU is here,
+  -- so a sweep first run without one has its episodes judged (docs/sweeps.md).
+  local rerun = {}
+  if opts.rerun then
+    for _, st in ipairs(opts.rerun) do rerun[st] = true end
+  elseif pool then
+    rerun.compiled = true
+  end
+  local latest, abandoned = {}, 0
   for _, e in ipairs(opts.fresh and {} or db:episodes {}) do
-    local key = fmt("%s|%s|%s|%d", e.strategy or "", e.task or "", e.model or "-", e.seed or 0)
+    local key = fmt("%s|%s|%s|%d", e.strategy or "", e.task or "", e.model or "-", e.rep or 0)
     if e.status == "running" then
       db:finish_episode(e.id, "abandoned", { summary = { note = "left running by an interrupted sweep; run again" } })
       abandoned = abandoned + 1
     elseif e.status ~= "abandoned" then
-      done[key] = e.status
+      latest[key] = e.status
     end
   end
-  local todo = {}
-  for _, item in ipairs(plan) do if not done[item.key] then insert(todo, item) end end
+  local done, again = {}, {}
+  for key, st in pairs(latest) do
+    if rerun[st] then again[key] = st else done[key] = st end
+  end
+  local todo, redo = {}, {}
+  for _, item in ipairs(plan) do
+    if not done[item.key] then
+      insert(todo, item)
+      local st = again[item.key]
+      if st then redo[st] = (redo[st] or 0) + 1 end
+    end
+  end
   local run_id = db:begin_run { name = opts.name or "sweep", config = { args = opts.argv, planned = #plan, todo = #todo,
     shard = opts.shard and fmt("%d/%d", opts.shard[1], opts.shard[2]) or nil } }
 
   local tty = is_tty()
   local total, finished, correct, speedups, stopped = #todo, 0, 0, {}, nil
   local t0 = wall()
+  -- a line per finished episode: aligned columns under a header (or a bar on a terminal)
+  local w = { task = 4, strategy = 8, model = 5 }
+  for _, item in ipairs(todo) do
+    w.task = math.max(w.task, #item.task.name)
+    w.strategy = math.max(w.strategy, #item.strategy.name)
+    w.model = math.max(w.model, #tostring(item.model or "-"))
+  end
+  local line_fmt = fmt("%%-%ds  %%-%ds  %%-%ds  %%3s  %%-9s  %%s\n", w.task, w.strategy, w.model)
+  local header_done = false
   local function progress(item, status, extra)
     if args.quiet then return end
     local rate = finished / math.max(wall() - t0, 1e-9) * 60
@@ -120,13 +149,24 @@ function M.run(opts)
         string.rep("#", fill), string.rep(".", width - fill), finished, total, correct, rate, eta // 60, math.floor(eta % 60)))
       if finished == total then io.stdout:write("\n") end
     else
-      io.stdout:write(fmt("%-28s %-9s %s\n", item.task.name, status, extra or ""))
+      if not header_done then
+        header_done = true
+        io.stdout:write(fmt(line_fmt, "task", "strategy", "model", "rep", "status",
+          fmt("%-12s %-5s %-11s %s", "result", "evals", "model calls", "seconds")))
+      end
+      io.stdout:write(fmt(line_fmt, item.task.name, item.strategy.name, tostring(item.model or "-"), item.rep, status,
+        extra or ""))
     end
     io.stdout:flush()
   end
   if not args.quiet then
-    print(fmt("sweep: %d episodes planned, %d already finished, %d to run%s%s", #plan, #plan - #todo, #todo,
+    local again_note = {}
+    for st, n in pairs(redo) do again_note[#again_note + 1] = fmt("%d %s", n, st) end
+    table.sort(again_note)
+    print(fmt("sweep: %d episodes planned, %d already finished, %d to run%s%s%s", #plan, #plan - #todo, #todo,
       abandoned > 0 and fmt(" (%d abandoned ones again)", abandoned) or "",
+      #again_note > 0 and fmt(" (again: %s%s)", concat(again_note, ", "),
+        (redo.compiled and not opts.rerun) and ", compile-only before, judged now" or "") or "",
       opts.shard and fmt(", shard %d/%d", opts.shard[1], opts.shard[2]) or ""))
   end
 
@@ -145,7 +185,7 @@ function M.run(opts)
   local function start(item)
     local t = item.task
     local client = client_for(item.raw_model, opts.replay and t.name)
-    local ep = db:begin_episode(run_id, { task = t.name, strategy = item.strategy.name, model = item.model, seed = item.rep })
+    local ep = db:begin_episode(run_id, { task = t.name, strategy = item.strategy.name, model = item.model, rep = item.rep })
     local env = { store = db, episode = ep, pool = pool and yielding_pool(pool) or nil, client = yielding_client(client),
       guidance = opts.guidance, args = args, arch = pool and pool.device.arch or "sm_90" }
     local ctx = runner.ctx(t, env)
@@ -187,7 +227,7 @@ function M.run(opts)
         correct = correct + 1
         if v and v.speedup then insert(speedups, v.speedup) end
       end
-      progress(entry.item, res[2], fmt("%-12s evals %-3d model calls %-3d %.1fs",
+      progress(entry.item, res[2], fmt("%-12s %-5d %-11d %.1f",
         v and v.speedup and fmt("%.2fx", v.speedup) or (v and v.status or "-"),
         sm and sm.evals or 0, sm and sm.model_calls or 0, sm and sm.seconds or 0))
       -- a model that cannot be reached, refuses the key or is out of budget stops the run

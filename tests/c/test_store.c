@@ -54,7 +54,7 @@ TEST(schema_created) {
   const char *p = fresh();
   km_store *s = open_rw(p);
   ASSERT(s);
-  ASSERT_EQ_STR(peek(p, "PRAGMA user_version"), "1");
+  ASSERT_EQ_STR(peek(p, "PRAGMA user_version"), "2");
   char first[64];
   int has_row = -1;
   ASSERT_EQ_INT(km_store_exec(s, "PRAGMA integrity_check", first, sizeof first, &has_row), 0);
@@ -65,7 +65,7 @@ TEST(schema_created) {
   ASSERT_EQ_INT(has_row, 0);
   ASSERT_EQ_INT(km_store_exec(s, "SELEKT 1", first, sizeof first, &has_row), KM_STORE_ESQLITE);
   ASSERT_EQ_STR(km_store_errcode(s), "SQLITE_ERROR");
-  ASSERT_EQ_STR(peek(p, "SELECT value FROM meta WHERE key = 'schema_version'"), "1");
+  ASSERT_EQ_STR(peek(p, "SELECT value FROM meta WHERE key = 'schema_version'"), "2");
   ASSERT_EQ_STR(peek(p, "SELECT group_concat(name, ',') FROM (SELECT name FROM sqlite_master "
                         "WHERE type = 'table' ORDER BY name)"),
                 "episodes,meta,runs,steps");
@@ -93,7 +93,7 @@ TEST(seq_increments_per_episode) {
   ASSERT(s);
   int64_t run, e1, e2, seq;
   ASSERT_EQ_INT(km_store_begin_run(s, "r", "{\"a\":1}", NULL, &run), 0);
-  km_store_episode_info info = {.task = "l1_relu", .strategy = "repair", .seed = 3, .has_seed = 1};
+  km_store_episode_info info = {.task = "l1_relu", .strategy = "repair", .rep = 3, .has_rep = 1};
   ASSERT_EQ_INT(km_store_begin_episode(s, run, &info, &e1), 0);
   ASSERT_EQ_INT(km_store_begin_episode(s, run, NULL, &e2), 0);
   ASSERT(e1 != e2);
@@ -168,7 +168,7 @@ TEST(reopen_keeps_data) {
   ASSERT_EQ_STR(e.task, "t");
   ASSERT_EQ_STR(e.model, "m");
   ASSERT(e.strategy == NULL);
-  ASSERT(!e.has_seed);
+  ASSERT(!e.has_rep);
   ASSERT(e.has_finished);
   ASSERT(e.finished_at >= e.started_at);
   ASSERT_EQ_STR(e.status, "correct");
@@ -302,13 +302,73 @@ TEST(bad_files) {
   const char *q = fresh();
   s = open_rw(q);
   ASSERT(s);
-  ASSERT_EQ_INT(km_store_exec(s, "PRAGMA user_version = 2", NULL, 0, NULL), 0);
+  ASSERT_EQ_INT(km_store_exec(s, "PRAGMA user_version = 3", NULL, 0, NULL), 0);
   km_store_close(s);
   ASSERT_EQ_INT(km_store_open(q, 0, &s), KM_EINVAL);
   ASSERT_EQ_STR(km_store_errcode(s), "SCHEMA_VERSION");
   km_store_close(s);
   ASSERT_EQ_INT(km_store_open(q, KM_STORE_READONLY, &s), KM_EINVAL);
   km_store_close(s);
+}
+
+/* A store written by schema version 1 (the repeat number in a column named seed): read
+ * as it is when opened read-only, migrated (seed renamed rep, values kept) when opened to
+ * write. */
+static void write_v1_store(const char *p) {
+  sqlite3 *db;
+  sqlite3_open(p, &db);
+  sqlite3_exec(db,
+               "PRAGMA journal_mode = WAL;"
+               "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+               "CREATE TABLE runs(id INTEGER PRIMARY KEY, uuid TEXT NOT NULL UNIQUE, name TEXT,"
+               "  started_at REAL NOT NULL, finished_at REAL, status TEXT NOT NULL DEFAULT 'running',"
+               "  config TEXT, host TEXT, kmrun_version TEXT);"
+               "CREATE TABLE episodes(id INTEGER PRIMARY KEY, run_id INTEGER NOT NULL REFERENCES runs(id)"
+               "  ON DELETE CASCADE, uuid TEXT NOT NULL UNIQUE, task TEXT, strategy TEXT, model TEXT,"
+               "  seed INTEGER, started_at REAL NOT NULL, finished_at REAL,"
+               "  status TEXT NOT NULL DEFAULT 'running', final TEXT, summary TEXT);"
+               "CREATE TABLE steps(id INTEGER PRIMARY KEY, episode_id INTEGER NOT NULL REFERENCES"
+               "  episodes(id) ON DELETE CASCADE, seq INTEGER NOT NULL CHECK (seq >= 1), kind TEXT NOT NULL,"
+               "  payload TEXT NOT NULL, started_at REAL NOT NULL, duration_ms REAL, UNIQUE (episode_id, seq));"
+               "INSERT INTO meta VALUES ('schema_version', '1');"
+               "INSERT INTO runs(uuid, started_at, status) VALUES ('r1', 1.0, 'finished');"
+               "INSERT INTO episodes(run_id, uuid, task, strategy, seed, started_at, status)"
+               "  VALUES (1, 'e1', 'l1_relu', 'repair', 4, 1.0, 'correct');"
+               "PRAGMA user_version = 1;",
+               NULL, NULL, NULL);
+  sqlite3_close(db);
+}
+
+TEST(migrates_version_1) {
+  const char *p = fresh();
+  write_v1_store(p);
+  ASSERT_EQ_STR(peek(p, "PRAGMA user_version"), "1");
+
+  km_store *s = NULL;
+  ASSERT_EQ_INT(km_store_open(p, KM_STORE_READONLY, &s), 0);
+  km_store_episode e;
+  ASSERT_EQ_INT(km_store_episodes_query(s, NULL), 0);
+  ASSERT_EQ_INT(km_store_episodes_next(s, &e), 1);
+  ASSERT(e.has_rep);
+  ASSERT_EQ_INT(e.rep, 4);
+  ASSERT_EQ_INT(km_store_episodes_next(s, &e), 0);
+  ASSERT_EQ_INT(km_store_get_episode(s, 1, &e), 0);
+  ASSERT_EQ_INT(e.rep, 4);
+  km_store_close(s);
+  ASSERT_EQ_STR(peek(p, "PRAGMA user_version"), "1"); /* read-only: untouched */
+
+  s = open_rw(p);
+  ASSERT(s);
+  ASSERT_EQ_STR(peek(p, "PRAGMA user_version"), "2");
+  ASSERT_EQ_STR(peek(p, "SELECT rep FROM episodes WHERE uuid = 'e1'"), "4");
+  ASSERT_EQ_STR(peek(p, "SELECT value FROM meta WHERE key = 'schema_version'"), "2");
+  km_store_episode_info info = {.task = "l1_relu", .strategy = "repair", .rep = 5, .has_rep = 1};
+  int64_t ep;
+  ASSERT_EQ_INT(km_store_begin_episode(s, 1, &info, &ep), 0);
+  ASSERT_EQ_INT(km_store_get_episode(s, ep, &e), 0);
+  ASSERT_EQ_INT(e.rep, 5);
+  km_store_close(s);
+  ASSERT_EQ_STR(peek(p, "PRAGMA integrity_check"), "ok");
 }
 
 TEST(uuids_are_distinct_v4) {
@@ -346,6 +406,7 @@ int main(void) {
   RUN(episode_filters);
   RUN(concurrent_reader);
   RUN(bad_files);
+  RUN(migrates_version_1);
   RUN(uuids_are_distinct_v4);
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

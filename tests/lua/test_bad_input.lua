@@ -62,7 +62,7 @@ do
   local db = assert(store.open(GOOD))
   local run = assert(db:begin_run { name = "sweep", config = { rounds = 3 } })
   for i = 1, N_EPISODES do
-    local ep = assert(db:begin_episode(run, { task = "l1_t" .. i, strategy = "repair", model = "m", seed = 1 }))
+    local ep = assert(db:begin_episode(run, { task = "l1_t" .. i, strategy = "repair", model = "m", rep = 1 }))
     for k = 1, 3 do
       assert(db:append(ep, "model_call", {
         messages = { { role = "system", content = "You write CUDA." },
@@ -248,12 +248,12 @@ t.test("kmrun merge: a damaged OUT is one line, status 2, and left as it was", f
   t.ok(out:find(N_EPISODES .. " episode(s) added in all", 1, true), out)
 end)
 
-t.test("kmrun sweep: resuming into a damaged --out store is one line and status 2", function()
+t.test("kmrun sweep: resuming into a damaged --store is one line and status 2", function()
   for _, b in ipairs(BAD) do
     if not b.name:find("missing", 1, true) and not b.name:find("empty", 1, true) then
-      local _, err, rc = sh(KMRUN .. " sweep --strategies strategies/repair.lua --tasks tasks --filter '^l1_relu$' --out "
+      local _, err, rc = sh(KMRUN .. " sweep --strategies strategies/repair.lua --tasks tasks --filter '^l1_relu$' --store "
         .. b.path)
-      one_line("sweep --out " .. b.name, err, rc, b.path)
+      one_line("sweep --store " .. b.name, err, rc, b.path)
     end
   end
 end)
@@ -358,11 +358,11 @@ end)
 t.test("--filter with a bad pattern: one line and status 2 (sweep and a strategy run)", function()
   for _, p in ipairs(BAD_PATTERNS) do
     local q = "'" .. p:gsub("'", "'\\''") .. "'"
-    local _, err, rc = sh(KMRUN .. " sweep --strategies strategies/repair.lua --tasks tasks --out " .. dir ..
+    local _, err, rc = sh(KMRUN .. " sweep --strategies strategies/repair.lua --tasks tasks --store " .. dir ..
       "/sweep_filter.sqlite --filter " .. q)
     one_line("sweep --filter " .. p, err, rc, "--filter")
     t.ok(err:find("not a valid Lua pattern", 1, true), err)
-    _, err, rc = sh(KMRUN .. " strategies/repair.lua tasks --out " .. dir .. "/run_filter.sqlite --filter " .. q)
+    _, err, rc = sh(KMRUN .. " strategies/repair.lua tasks --store " .. dir .. "/run_filter.sqlite --filter " .. q)
     one_line("strategy --filter " .. p, err, rc, "--filter")
   end
   t.eq(slurp(dir .. "/sweep_filter.sqlite"), nil, "no store was created")

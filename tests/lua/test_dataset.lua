@@ -335,7 +335,7 @@ local function make_store()
     for _ = 1, m[1] do
       k = k + 1
       local name = string.format("l1_%s_%02d", m[2], k)
-      local ep = assert(db:begin_episode(run, { task = name, strategy = "repair", model = "m1", seed = 1 }))
+      local ep = assert(db:begin_episode(run, { task = name, strategy = "repair", model = "m1", rep = 1 }))
       local msgs = { { role = "system", content = "You write CUDA kernels." }, { role = "user", content = "Implement " .. name } }
       db:append(ep, "prompt", { messages = msgs })
       local cand = { name = name .. "/c", source = "extern \"C\" __global__ void k() {}", launch = "return function() end", params = {} }
@@ -459,6 +459,7 @@ local function check_lines(path, want_n)
     t.ok(#obj.messages >= 2)
     t.eq(obj.messages[#obj.messages].role, "assistant", "ends with the assistant")
     t.ok(obj.messages[#obj.messages].content:find("__global__", 1, true))
+    t.eq(obj.kmrun, nil, "no key the fine-tuning API refuses")
   end
   if want_n then t.eq(n, want_n, path) end
   return n
@@ -467,7 +468,7 @@ end
 t.test("kmrun export --sample --stratify: balanced, deterministic, valid JSON lines", function()
   local out1, out2 = dir .. "/a.jsonl", dir .. "/b.jsonl"
   local cmd = KMRUN .. " export " .. STORE .. " --format sft --verified --sample 8 --stratify category,forms,failure,speedup" ..
-    " --seed 3 --report --meta --out "
+    " --seed 3 --report --meta " .. dir .. "/a.meta.jsonl --out "
   local _, err, rc = sh(cmd .. out1)
   t.eq(rc, 0, err)
   t.ok(err:find("stratified by category,forms,failure,speedup, seed 3: 8 of 20", 1, true), err)
@@ -476,13 +477,16 @@ t.test("kmrun export --sample --stratify: balanced, deterministic, valid JSON li
   local _, err2 = sh(cmd .. out2)
   t.eq(task.read_file(out1), task.read_file(out2), "the same seed, the same lines")
   t.eq(err2, err)
-  -- strata in the meta; the report's drawn counts match the lines
-  local per = {}
-  for line in io.lines(out1) do
+  -- strata in the meta file, line for line; the report's drawn counts match the lines
+  local per, nmeta = {}, 0
+  for line in io.lines(dir .. "/a.meta.jsonl") do
     local o = json.decode(line)
-    per[o.kmrun.stratum] = (per[o.kmrun.stratum] or 0) + 1
-    t.eq(o.kmrun.status, "correct")
+    nmeta = nmeta + 1
+    t.eq(o.line, nmeta)
+    per[o.stratum] = (per[o.stratum] or 0) + 1
+    t.eq(o.status, "correct")
   end
+  t.eq(nmeta, 8)
   for key, n in pairs(per) do
     local row = err:match("\n  " .. key:gsub("%p", "%%%0") .. "%s+(%d+%s+%d+)")
     t.ok(row, "stratum " .. key .. " in the report")
@@ -491,12 +495,12 @@ t.test("kmrun export --sample --stratify: balanced, deterministic, valid JSON li
   -- filters apply before sampling
   local out3 = dir .. "/c.jsonl"
   _, err, rc = sh(KMRUN .. " export " .. STORE .. " --sample 50 --stratify speedup --min-speedup 2 --max-reasoning 1000" ..
-    " --meta --out " .. out3)
+    " --meta " .. out3 .. ".meta --out " .. out3)
   t.eq(rc, 0, err)
   t.eq(check_lines(out3), 4)
-  for line in io.lines(out3) do
+  for line in io.lines(out3 .. ".meta") do
     local o = json.decode(line)
-    t.ok(o.kmrun.speedup >= 2 and o.kmrun.max_reasoning_chars <= 1000)
+    t.ok(o.speedup >= 2 and o.max_reasoning_chars <= 1000)
   end
   -- direct format with sampling
   _, err, rc = sh(KMRUN .. " export " .. STORE .. " --format direct --sample 5 --stratify category --out " .. out3)

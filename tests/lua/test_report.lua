@@ -32,7 +32,7 @@ end
 --       compile_ok_first, prompt tokens, completion tokens, dollars, gpu seconds, failure modes, roofline }
 local function write_episode(db, run, e, opts)
   opts = opts or {}
-  local ep = assert(db:begin_episode(run, { task = e[1], strategy = opts.strategy or "repair", model = opts.model or "m1", seed = opts.seed }))
+  local ep = assert(db:begin_episode(run, { task = e[1], strategy = opts.strategy or "repair", model = opts.model or "m1", rep = opts.rep }))
   assert(db:append(ep, "note", { text = "synthetic" }))
   if opts.unfinished then return ep end
   local vs = e[4]

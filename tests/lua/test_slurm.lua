@@ -51,14 +51,23 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 ]]):gsub("HOST", host):gsub("DIR", dir), "")
 f:close()
 
+-- munged is started only when none runs, and then stopped at the end (its pid file), so
+-- the test leaves no daemon behind; one that ran before is left alone.
+local munge_was_running = sh("pgrep -x munged >/dev/null")
+local MUNGE_PID = "/run/munge/munged.pid"
+
 local function stop()
   sh("for p in " .. dir .. "/slurmctld.pid " .. dir .. "/slurmd.pid; do [ -f $p ] && kill $(cat $p); done; sleep 1")
+  if not munge_was_running then
+    sh("[ -f " .. MUNGE_PID .. " ] && kill $(cat " .. MUNGE_PID .. ") 2>/dev/null; sleep 0.5")
+  end
 end
 
 t.test("single-node Slurm starts", function()
   -- munge: a key and a running daemon (both may already exist)
   sh("test -f /etc/munge/munge.key || (mkdir -p /etc/munge && dd if=/dev/urandom bs=1 count=1024 of=/etc/munge/munge.key && chown munge:munge /etc/munge/munge.key && chmod 400 /etc/munge/munge.key)")
-  sh("mkdir -p /run/munge && chown munge:munge /run/munge; pgrep -x munged || su -s /bin/sh munge -c munged || munged --force")
+  sh("mkdir -p /run/munge && chown munge:munge /run/munge; pgrep -x munged || su -s /bin/sh munge -c munged || " ..
+    "munged --force --pid-file " .. MUNGE_PID)
   local okm, m = sh("munge -n | unmunge")
   t.ok(okm and m:find("Success", 1, true), m)
   sh("SLURM_CONF=" .. conf .. " slurmctld -f " .. conf .. " && SLURM_CONF=" .. conf .. " slurmd -f " .. conf)
@@ -82,7 +91,7 @@ t.test("a job array of sweep shards, merged, holds every episode once", function
 #SBATCH --output=DIR/slurm-%a.out
 cd DIR
 KMRUN sweep --strategies ROOT/strategies/implement.lua,ROOT/strategies/repair.lua --tasks DIR/tasks --repeat 2 \
-  --shard $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT --out DIR/shard-$SLURM_ARRAY_TASK_ID.sqlite --provider offline
+  --shard $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT --store DIR/shard-$SLURM_ARRAY_TASK_ID.sqlite --provider offline
 exit 0
 ]]):gsub("DIR", dir):gsub("ROOT", ROOT):gsub("KMRUN", KMRUN), "")
   jf:close()
@@ -96,7 +105,7 @@ exit 0
   t.eq(#eps, 2 * 2 * 2, "2 strategies x 2 tasks x 2 repeats")
   local seen = {}
   for _, e in ipairs(eps) do
-    local key = e.strategy .. e.task .. e.seed
+    local key = e.strategy .. e.task .. e.rep
     t.ok(not seen[key], "duplicate " .. key)
     seen[key] = true
     t.eq(e.status, "compiled")
@@ -109,4 +118,12 @@ end)
 
 stop()
 sh("rm -rf " .. dir)
+t.test("no daemon is left running", function()
+  local _, ps = sh("ps -eo pid,args")
+  t.ok(not ps:find(dir, 1, true), "slurmctld and slurmd stopped: " .. ps)
+  if not munge_was_running then
+    local running = sh("pgrep -x munged >/dev/null")
+    t.ok(not running, "munged, started here, stopped")
+  end
+end)
 t.done()

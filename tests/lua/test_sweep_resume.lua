@@ -9,7 +9,7 @@ local dir = os.tmpname(); os.remove(dir); os.execute("mkdir -p " .. dir)
 local out, log = dir .. "/sweep.sqlite", dir .. "/log"
 -- a cold compile cache of its own makes each episode take long enough to be killed mid-run
 local cmd = string.format("KM_CACHE_DIR=" .. dir .. "/cache %s sweep --strategies %s/strategies/implement.lua,%s/strategies/repair.lua --tasks %s/tasks " ..
-  "--provider offline --seeds 1 --out %s --worker-stderr null", KMRUN, ROOT, ROOT, ROOT, out)
+  "--provider offline --seeds 1 --store %s --worker-stderr null", KMRUN, ROOT, ROOT, ROOT, out)
 
 local function count(db, where)
   return tonumber(db:exec("SELECT count(*) FROM episodes" .. (where and (" WHERE " .. where) or ""))) or 0
@@ -55,8 +55,8 @@ t.test("the same command again runs only what is missing", function()
   db = assert(store.open(out, { readonly = true }))
   t.eq(count(db, "status NOT IN ('running', 'abandoned')"), 80, "2 strategies x 40 tasks")
   t.eq(count(db, "status = 'running'"), 0)
-  t.eq(tonumber(db:exec([[SELECT count(*) FROM (SELECT strategy, task, seed FROM episodes
-    WHERE status NOT IN ('running', 'abandoned') GROUP BY strategy, task, seed HAVING count(*) > 1)]])), 0, "no duplicates")
+  t.eq(tonumber(db:exec([[SELECT count(*) FROM (SELECT strategy, task, rep FROM episodes
+    WHERE status NOT IN ('running', 'abandoned') GROUP BY strategy, task, rep HAVING count(*) > 1)]])), 0, "no duplicates")
   db:close()
   -- and once more: nothing left to do
   p = io.popen(cmd .. " 2>&1")
@@ -70,7 +70,7 @@ t.test("on a terminal, a progress bar; elsewhere, a line per episode", function(
     return t.diag("skipped: util-linux's script (for a pseudo-terminal) is not installed")
   end
   local c2 = string.format("%s sweep --strategies %s/strategies/implement.lua --tasks %s/tests/tasks --provider offline " ..
-    "--seeds 1 --out %s/bar.sqlite --worker-stderr null", KMRUN, ROOT, ROOT, dir)
+    "--seeds 1 --store %s/bar.sqlite --worker-stderr null", KMRUN, ROOT, ROOT, dir)
   local p = io.popen("TERM=xterm timeout 60 script -qec '" .. c2 .. "' /dev/null 2>&1")
   local tty = p:read("a")
   p:close()

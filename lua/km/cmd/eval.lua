@@ -1,43 +1,46 @@
--- kmrun eval TASK_DIR CANDIDATE_DIR [--json] [--seeds N] [--no-timing] [--timeout S] [--gpu I] [--sanitize]
+-- kmrun eval TASK_DIR CANDIDATE_DIR [--json] [--seeds N] [--no-timing] [--timeout S] [--gpus I] [--sanitize]
 -- Judges a candidate in an isolated GPU worker and prints the verdict.
 -- Exit status: 0 correct, 1 not correct, 2 usage or infrastructure error (no GPU included).
 local task = require "km.task"
 local json = require "km.json"
 
-local USAGE = [[
-usage: kmrun eval TASK_DIR CANDIDATE_DIR [options]
-  TASK_DIR        a task folder (task.lua, reference, shapes, tolerance)
-  CANDIDATE_DIR   kernel.cu + launch.lua (+ params.lua), or "starter" for the task's own
-options:
-  --json          print the whole verdict as JSON
-  --seeds N       seeds per shape (default 3)
-  --no-timing     check correctness only
-  --timeout S     seconds before a hung candidate is stopped (default 120)
-  --gpu I         the GPU to use (default 0)
-  --no-energy     skip the energy pass (joules per call from NVML, a few hundred ms)
-  --sanitize      run it under compute-sanitizer memcheck, then racecheck (one seed,
-                  no timing): status out_of_bounds or race when they find something
-exit status: 0 correct, 1 not correct, 2 usage or infrastructure error
-]]
+local A = require "km.args"
 
-local pos, opts = {}, { seeds = 3, energy = true }
-local as_json, gpu, timeout, sanitize, timeout_given = false, 0, 120, false, false
-local i = 1
-while arg[i] do
-  local a = arg[i]
-  if a == "--json" then as_json = true
-  elseif a == "--no-timing" then opts.timing = false
-  elseif a == "--no-energy" then opts.energy = false
-  elseif a == "--seeds" then opts.seeds = tonumber(arg[i + 1]); i = i + 1
-  elseif a == "--timeout" then timeout, timeout_given = tonumber(arg[i + 1]), true; i = i + 1
-  elseif a == "--gpu" then gpu = tonumber(arg[i + 1]); i = i + 1
-  elseif a == "--sanitize" then sanitize = true
-  elseif a == "-h" or a == "--help" then io.stdout:write(USAGE) return 0
-  elseif a:sub(1, 2) == "--" then io.stderr:write("kmrun eval: unknown option ", a, "\n", USAGE) return 2
-  else pos[#pos + 1] = a end
-  i = i + 1
+local SPEC = A.spec {
+  name = "kmrun eval",
+  synopsis = "TASK_DIR CANDIDATE_DIR [options]",
+  about = "Judges a candidate in an isolated GPU worker and prints the verdict.",
+  positional = {
+    { "task_dir", "TASK_DIR", "a task folder (task.lua, reference, shapes, tolerance)", required = true, type = "dir" },
+    { "cand_dir", "CANDIDATE_DIR", 'kernel.cu + launch.lua (+ params.lua), or "starter" for the task\'s own',
+      required = true },
+  },
+  options = {
+    { "json", nil, "print the whole verdict as JSON" },
+    { "seeds", "N", "seeds per shape", type = "positive", default = 3 },
+    { "no-timing", nil, "check correctness only" },
+    { "timeout", "S", "seconds before a hung candidate is stopped (default 120; --sanitize: its own)",
+      type = "seconds" },
+    { "gpus", "I", "the GPU to use (the first of a list)", type = "ints", aliases = { "gpu" }, default = { 0 } },
+    { "no-energy", nil, "skip the energy pass (joules per call from NVML, a few hundred ms)" },
+    { "sanitize", nil, "run it under compute-sanitizer memcheck, then racecheck (one seed,\n" ..
+        "no timing): status out_of_bounds or race when they find something" },
+  },
+  footer = "exit status: 0 correct, 1 not correct, 2 usage or infrastructure error",
+}
+
+local a, code = A.parse(SPEC, arg)
+if not a then return code end
+local pos = { a.task_dir, a.cand_dir }
+if a.cand_dir ~= "starter" then
+  local f = io.open(a.cand_dir, "rb")
+  if not f then return A.fail(SPEC, "CANDIDATE_DIR: '" .. a.cand_dir .. "' no such folder") end
+  f:close()
 end
-if #pos ~= 2 or not opts.seeds or not timeout or not gpu then io.stderr:write(USAGE) return 2 end
+local opts = { seeds = a.seeds, energy = not a.no_energy }
+if a.no_timing then opts.timing = false end
+local as_json, gpu, sanitize = a.json, a.gpus[1], a.sanitize
+local timeout, timeout_given = a.timeout or 120, a._given.timeout
 
 if sanitize then -- before anything is loaded: without the tool there is nothing to do
   local found, why = require("km.sanitize").find()

@@ -1,21 +1,39 @@
 -- kmrun merge OUT.sqlite A.sqlite B.sqlite ... — combine stores (e.g. sweep shards).
 -- Runs, episodes and steps are copied with fresh row ids; an episode already in OUT (the
 -- same uuid, or the same finished (strategy, task, model, repeat)) is not copied again,
--- so merging twice, or merging overlapping shards, adds no duplicates.
+-- so merging twice, or merging overlapping shards, adds no duplicates. A compile-only
+-- episode ("compiled": no GPU then) does not keep out a judged one of the same key.
 local store = require "km.store"
 local cli = require "km.cli"
+local A = require "km.args"
 
-local USAGE = "usage: kmrun merge OUT.sqlite IN.sqlite [IN.sqlite ...]\n"
-if #arg < 2 then io.stderr:write(USAGE) return 2 end
+local SPEC = A.spec {
+  name = "kmrun merge",
+  synopsis = "OUT.sqlite IN.sqlite [IN.sqlite ...]",
+  about = [[
+Copies the runs, episodes and steps of every IN store into OUT (created when absent).
+An episode OUT already holds (the same uuid, or a finished one of the same strategy,
+task, model and repeat) is not copied again, so merging twice adds nothing.]],
+  positional = {
+    { "out", "OUT.sqlite", "the store to merge into", required = true },
+    { "inputs", "IN.sqlite", "stores to merge from (each must be a kmrun store)", many = true, required = true },
+  },
+  footer = "exit status: 0 merged, 2 usage error or a store that is missing, not a kmrun store or damaged",
+}
+local a, code = A.parse(SPEC, arg)
+if not a then return code end
 local function fail(...) return cli.fail("merge", 2, ...) end
-local out = arg[1]
+local out = a.out
+local inputs = a.inputs
 
 -- Every input is checked before OUT is touched: a missing file, one that is not a kmrun
 -- store, or a damaged one is one line and status 2, and nothing is merged. So is an OUT
 -- that exists and is not a good store (an absent or empty OUT is created).
-for i = 2, #arg do
-  local probe, perr = cli.open_store(arg[i])
+local rep_col = {} -- each input's repeat column: rep, or seed in a version 1 store
+for _, src in ipairs(inputs) do
+  local probe, perr = cli.open_store(src)
   if not probe then return fail(perr) end
+  rep_col[src] = probe:exec("PRAGMA user_version") == "1" and "seed" or "rep"
   probe:close()
 end
 if not cli.is_new_store(out) then
@@ -39,8 +57,7 @@ local function bad_json(e)
 end
 
 local total_eps = 0
-for i = 2, #arg do
-  local src = arg[i]
+for _, src in ipairs(inputs) do
   local before = count("SELECT count(*) FROM episodes")
   local unparsable = 0
   local ok, e = pcall(function()
@@ -49,13 +66,16 @@ for i = 2, #arg do
     assert(db:exec([[INSERT INTO runs(uuid, name, started_at, finished_at, status, config, host, kmrun_version)
       SELECT uuid, name, started_at, finished_at, status, config, host, kmrun_version FROM src.runs
       WHERE uuid NOT IN (SELECT uuid FROM main.runs)]]))
-    assert(db:exec([[INSERT INTO episodes(run_id, uuid, task, strategy, model, seed, started_at, finished_at, status, final, summary)
-      SELECT r.id, e.uuid, e.task, e.strategy, e.model, e.seed, e.started_at, e.finished_at, e.status, e.final, e.summary
+    -- a finished episode is left out when OUT has one of the same key that counts as much:
+    -- a judged one keeps out anything; a compile-only one keeps out only compile-only ones
+    assert(db:exec([[INSERT INTO episodes(run_id, uuid, task, strategy, model, rep, started_at, finished_at, status, final, summary)
+      SELECT r.id, e.uuid, e.task, e.strategy, e.model, e.]] .. rep_col[src] .. [[, e.started_at, e.finished_at, e.status, e.final, e.summary
       FROM src.episodes e JOIN src.runs sr ON sr.id = e.run_id JOIN main.runs r ON r.uuid = sr.uuid
       WHERE e.uuid NOT IN (SELECT uuid FROM main.episodes) AND NOT ]] .. bad_json("e") .. [[
         AND NOT (e.status NOT IN ('running', 'abandoned') AND EXISTS (
           SELECT 1 FROM main.episodes m WHERE m.task IS e.task AND m.strategy IS e.strategy AND m.model IS e.model
-            AND m.seed IS e.seed AND m.status NOT IN ('running', 'abandoned')))]]))
+            AND m.rep IS e.]] .. rep_col[src] .. [[ AND m.status NOT IN ('running', 'abandoned')
+            AND (m.status <> 'compiled' OR e.status = 'compiled')))]]))
     assert(db:exec([[INSERT INTO steps(episode_id, seq, kind, payload, started_at, duration_ms)
       SELECT me.id, s.seq, s.kind, s.payload, s.started_at, s.duration_ms
       FROM src.steps s JOIN src.episodes se ON se.id = s.episode_id JOIN main.episodes me ON me.uuid = se.uuid

@@ -1,45 +1,33 @@
--- kmrun reverify RUN.sqlite [--gpus 0,1] [--json] — re-evaluate every final solution of a
+-- kmrun reverify RUN.sqlite [--tasks DIR] [--gpus 0,1] [--json] — re-evaluate every final solution of a
 -- run on this machine's GPU(s): which still pass, and how their speedups moved.
 local cli = require "km.cli"
 local task_mod = require "km.task"
 local json = require "km.json"
 
-local USAGE = [[
-usage: kmrun reverify RUN.sqlite [--tasks DIR] [--gpus 0,1] [--json] [--seeds N]
-  Re-judges every episode's final candidate (correct or not) on this GPU and compares the
-  status and speedup with the recorded ones. Tasks are looked up under --tasks (default:
-  tasks/). Exit status: 0 when every recorded-correct solution still passes, 1 otherwise,
-  2 on usage errors, no GPU, or a store that is missing, not a kmrun store or damaged.
-]]
+local A = require "km.args"
+
+local SPEC = A.spec {
+  name = "kmrun reverify",
+  synopsis = "RUN.sqlite [options]",
+  about = [[
+Re-judges every episode's final candidate (correct or not) on this machine's GPU and
+compares the status and speedup with the recorded ones.]],
+  positional = { { "store", "RUN.sqlite", "the run's store", required = true } },
+  options = {
+    { "tasks", "DIR", "the folder the run's tasks are found in", type = "dir", default = "tasks" },
+    { "gpus", "LIST", "GPUs to use, e.g. 0,1 (default: every visible GPU)", type = "ints", aliases = { "gpu" } },
+    { "seeds", "N", "seeds per shape", type = "positive", default = 3 },
+    { "json", nil, "print one JSON object instead of the table" },
+  },
+  footer = [[
+exit status: 0 when every recorded-correct solution still passes, 1 otherwise, 2 on usage
+errors, no GPU, or a store that is missing, not a kmrun store or damaged.]],
+}
 local function fail(code, ...) return cli.fail("reverify", code, ...) end
-local path, as_json, task_dir, gpus, seeds = nil, false, "tasks", nil, 3
-local i = 1
-while arg[i] do
-  local a = arg[i]
-  local v = arg[i + 1]
-  if a == "--json" then as_json = true
-  elseif a == "--tasks" or a == "--seeds" or a == "--gpus" then
-    if v == nil or v == "" then return fail(2, a, " needs a value") end
-    if a == "--tasks" then task_dir = v
-    elseif a == "--seeds" then
-      seeds = math.tointeger(tonumber(v))
-      if not seeds or seeds < 1 then return fail(2, "--seeds needs a positive integer, got '", v, "'") end
-    else
-      gpus = {}
-      for g in v:gmatch("[^,]+") do
-        local n = math.tointeger(tonumber(g))
-        if not n or n < 0 then return fail(2, "--gpus needs GPU numbers like 0,1, got '", v, "'") end
-        gpus[#gpus + 1] = n
-      end
-    end
-    i = i + 1
-  elseif a == "-h" or a == "--help" then io.stdout:write(USAGE) return 0
-  elseif a:sub(1, 2) == "--" then io.stderr:write("kmrun reverify: unknown option ", a, "\n", USAGE) return 2
-  elseif path then return fail(2, "one store at a time (got ", path, " and ", a, ")")
-  else path = a end
-  i = i + 1
-end
-if not path then io.stderr:write(USAGE) return 2 end
+local a, code = A.parse(SPEC, arg)
+if not a then return code end
+local path, as_json, task_dir, gpus, seeds = a.store, a.json, a.tasks, a.gpus, a.seeds
+
 -- A store that is missing, not a kmrun store, or damaged: one line, status 2.
 local db, err = cli.open_store(path)
 if not db then return fail(2, err) end

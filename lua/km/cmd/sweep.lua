@@ -1,37 +1,75 @@
--- kmrun sweep — tasks x strategies x models x repeats, concurrent and resumable.
+-- kmrun sweep --strategies A,B [TASKS...] --store FILE [options] — tasks x strategies x models
+-- x repeats, concurrent and resumable (km.sweep). Options: SPEC below and km.runner.OPTIONS.
 local runner = require "km.runner"
 local sweep = require "km.sweep"
 local store = require "km.store"
 
-local USAGE = [[
-usage: kmrun sweep --strategies A.lua,B.lua --tasks DIR[,DIR...] --out runs/NAME.sqlite [options]
-  --models M1,M2     models to sweep (default: the configured one, or offline)
-  --repeat K         episodes per (strategy, task, model) (default 1)
-  --jobs N           episodes in flight at once (default 2 per GPU worker)
-  --gpus 0,1         GPUs to use (default: every visible GPU, one worker each)
-  --shard I/N        run only the I-th of N deterministic slices (for N hosts or array jobs)
-  and every strategy option (--rounds, --seeds, --timeout, --forms, --budget-*, ...)
-The same command again skips finished episodes; merge shards with `kmrun merge`.
-Exit status: 0 when every episode ended correct, 1 when some did not, 2 on usage errors,
-3 without a GPU (candidates only compiled).
-]]
+local A = require "km.args"
+local main = require "km.main"
+
+local options = {
+  { "strategies", "A[,B...]", "strategies by name (repair, tune, ...) or path (my.lua); required", type = "list" },
+  { "repeat", "K", "episodes per (strategy, task, model)", type = "positive", default = 1 },
+  { "shard", "I/N", "run only the I-th of N deterministic slices (for N hosts or array jobs)",
+    check = function(v)
+      local i, n = v:match("^(%d+)/(%d+)$")
+      i, n = tonumber(i), tonumber(n)
+      if not i or i < 1 or i > n then return nil, "wants I/N with 1 <= I <= N" end
+      return { i, n }
+    end },
+  { "rerun", "STATUSES", "run again the episodes that ended so: compiled, failed, error,\n" ..
+      "correct (default: compiled ones when a GPU is here, so episodes a sweep\n" ..
+      "only compiled without one are judged)",
+    type = "choices", choices = { "compiled", "failed", "error", "correct" } },
+}
+for _, o in ipairs(runner.OPTIONS) do
+  if o[1] == "store" then -- a sweep resumes from its store: it is named, never a timestamp
+    local c = {}
+    for k, v in pairs(o) do c[k] = v end
+    c[3] = "the sweep's store (required: the same command again resumes it)"
+    o = c
+  end
+  options[#options + 1] = o
+end
+local SPEC = A.spec {
+  name = "kmrun sweep",
+  synopsis = "--strategies A,B [TASKS...] [options]",
+  about = [[
+Runs every (strategy, task, model, repeat) concurrently over the GPU workers, into one
+store. The same command again skips finished episodes (and judges compile-only ones once
+a GPU is here); merge shards with `kmrun merge`.]],
+  positional = { { "task_args", "TASKS", "task folders, or folders of task folders (default ./tasks)", many = true } },
+  options = options,
+  footer = runner.EXIT_STATUS,
+}
 
 local argv = {}
 for i = 1, #arg do argv[i] = arg[i] end
-local args, err = runner.parse_args(argv)
-if not args then io.stderr:write("kmrun sweep: ", err, " (--help lists the options)\n") return 2 end
-if args.help then io.stdout:write(USAGE) return 0 end
-if not args.strategies or not args.out then io.stderr:write(USAGE) return 2 end
-local task_dirs = {}
-for d in tostring(args.tasks or ""):gmatch("[^,]+") do task_dirs[#task_dirs + 1] = d end
-for _, d in ipairs(args.tasks_extra or args.tasks_list or {}) do task_dirs[#task_dirs + 1] = d end
-for _, d in ipairs(args.tasks_positional or {}) do task_dirs[#task_dirs + 1] = d end
-if #task_dirs == 0 then io.stderr:write("kmrun sweep: --tasks is required\n", USAGE) return 2 end
+local args, code = A.parse(SPEC, argv)
+if not args then return code end
+local ferr
+args, ferr = runner.finish_args(args)
+if not args then return A.fail(SPEC, ferr) end
+if not args.strategies then return A.fail(SPEC, "--strategies is required (e.g. --strategies repair,tune)") end
+local store_path = args.store
+if not store_path then return A.fail(SPEC, "--store is required (the sweep's store, e.g. runs/sweep.sqlite)") end
+local task_dirs, derr = runner.task_dirs(args.tasks, "kmrun sweep")
+if not task_dirs then io.stderr:write(derr, "\n") return 2 end
 
+local function exists(p)
+  local f = io.open(p, "rb")
+  if f then f:close() end
+  return f ~= nil
+end
 local strategies = {}
-for path in tostring(args.strategies):gmatch("[^,]+") do
+for _, name in ipairs(args.strategies) do
+  -- a name (repair) is looked up in the strategies folder; a path (a/b.lua, or a file here) is read
+  local path = name
+  if not name:find("/", 1, true) and not exists(name) then path = main.strategy_path(name) or name end
   local chunk, lerr = loadfile(path)
-  if not chunk then io.stderr:write("kmrun sweep: ", lerr, "\n") return 2 end
+  if not chunk then
+    return A.fail(SPEC, "--strategies: '" .. name .. "': " .. (exists(path) and lerr or "no such strategy or file"))
+  end
   local ok, fn = pcall(chunk)
   if not ok or type(fn) ~= "function" then
     io.stderr:write("kmrun sweep: ", path, " must return function(ctx)", ok and "" or (": " .. tostring(fn)), "\n")
@@ -42,25 +80,17 @@ end
 local tasks, errors = runner.collect_tasks(task_dirs, args.filter)
 for _, e in ipairs(errors) do io.stderr:write("kmrun sweep: skipping invalid task: ", e, "\n") end
 if #tasks == 0 then io.stderr:write("kmrun sweep: no valid tasks\n") return 2 end
-local models = {}
-for m in tostring(args.models or ""):gmatch("[^,]+") do models[#models + 1] = m end
-if #models == 0 then models[1] = false end
-local shard
-if args.shard then
-  local i, n = tostring(args.shard):match("^(%d+)/(%d+)$")
-  i, n = tonumber(i), tonumber(n)
-  if not i or i < 1 or i > n then io.stderr:write("kmrun sweep: --shard wants I/N with 1 <= I <= N\n") return 2 end
-  shard = { i, n }
-end
+local models = args.models or { false }
+local shard = args.shard
 
-local env, why, code = runner.setup(args, args.out)
-if not env then io.stderr:write("kmrun sweep: ", why, "\n") return code end
+local env, why, scode = runner.setup(args, store_path)
+if not env then io.stderr:write("kmrun sweep: ", why, "\n") return scode end
 local db, pool = env.db, env.pool
-local res = sweep.run { strategies = strategies, tasks = tasks, models = models, repeats = args["repeat"] or 1,
-  jobs = args.jobs and tonumber(args.jobs), store = db, pool = pool, args = args, make_client = env.make_client,
+local res = sweep.run { strategies = strategies, tasks = tasks, models = models, repeats = args["repeat"],
+  jobs = args.jobs, rerun = args.rerun, store = db, pool = pool, args = args, make_client = env.make_client,
   guidance = env.guidance, shard = shard, argv = argv, name = "sweep" }
 print(string.format("sweep: %d run, %d correct, %d skipped as already finished, %.0f s; store %s%s",
-  res.ran, res.correct, res.skipped, res.seconds, args.out, pool and (", " .. #pool.slots .. " GPU worker(s)") or " (no GPU)"))
+  res.ran, res.correct, res.skipped, res.seconds, store_path, pool and (", " .. #pool.slots .. " GPU worker(s)") or " (no GPU)"))
 db:close()
 if pool then pool:close() end
 if not pool then return 3 end

@@ -6,9 +6,11 @@
 local task = require "km.task"
 local sandbox = require "km.sandbox"
 
-local USAGE = [[
-usage: kmrun tasks list [DIR]
-       kmrun tasks check [DIR | TASK_DIR ...]
+local A = require "km.args"
+
+local OVERVIEW = [[
+usage: kmrun tasks list [DIR | TASK_DIR ...]
+       kmrun tasks check [DIR | TASK_DIR ...] [--arch sm_XX]
        kmrun tasks stats [DIR | TASK_DIR ...] [--json]
        kmrun tasks dedup [DIR | TASK_DIR ...] [--threshold X] [--shingle K] [--json]
   list    one line per task: name, level, category, spec forms, shapes
@@ -20,7 +22,38 @@ usage: kmrun tasks list [DIR]
   dedup   pairs of tasks whose description + reference are near duplicates (shingles and
           MinHash, verified by exact Jaccard; default threshold 0.8, shingles of 4 tokens),
           most similar first, and per category the largest cluster's share
+DIR defaults to ./tasks. `kmrun tasks SUBCOMMAND --help` shows a subcommand's options.
+exit status: 0 all tasks valid, 1 some invalid (or none found), 2 usage error or a folder
+that does not exist
 ]]
+
+local DIRS = { "dirs", "DIR", "a folder of task folders, or task folders (default ./tasks)", many = true, type = "dir" }
+local function sub_spec(name, about, options)
+  return A.spec { name = "kmrun tasks " .. name, synopsis = "[DIR | TASK_DIR ...] [options]", about = about,
+    positional = { DIRS }, options = options or {} }
+end
+local SUBS = {
+  { "list", sub_spec("list", "One line per task: name, level, category, spec forms, shapes.") },
+  { "check", sub_spec("check", [[
+Validates every task without a GPU: task.lua fields, reference and starter compile with
+NVRTC, launch code loads in the sandbox, and the kernels the launch code names exist.]], {
+    { "arch", "ARCH", "the GPU architecture NVRTC compiles for, e.g. sm_80, sm_90, sm_90a", default = "sm_90",
+      check = function(v)
+        if v:match("^sm_%d%d%d?[af]?$") or v:match("^compute_%d%d%d?[af]?$") then return v end
+        return nil, "is not an architecture (sm_80, sm_90, sm_90a, compute_90, ...)"
+      end },
+  }) },
+  { "stats", sub_spec("stats", "Counts and shares by level, category, spec forms, input dtype, starters and tunables.", {
+    { "json", nil, "print one JSON object" },
+  }) },
+  { "dedup", sub_spec("dedup", [[
+Pairs of tasks whose description + reference are near duplicates (shingles and MinHash,
+verified by exact Jaccard), most similar first, and per category the largest cluster's share.]], {
+    { "threshold", "X", "similarity from 0 to 1 at or above which a pair is reported", type = "ratio", default = 0.8 },
+    { "shingle", "K", "tokens per shingle (default 4)", type = "positive" },
+    { "json", nil, "print one JSON object" },
+  }) },
+}
 
 local function is_task(dir)
   local f = io.open(dir .. "/task.lua")
@@ -38,6 +71,7 @@ local function collect(args)
       local ts, es = task.list(a)
       for _, t in ipairs(ts) do tasks[#tasks + 1] = t end
       for _, e in ipairs(es) do errors[#errors + 1] = e end
+      if #ts == 0 and #es == 0 then errors[#errors + 1] = a .. ": no tasks found (no folder with a task.lua in it)" end
     end
   end
   return tasks, errors
@@ -77,31 +111,18 @@ end
 
 local function pct(x) return string.format("%.0f%%", 100 * x) end
 
-local cmd = arg[1]
-local rest = {}
-local arch = "sm_90"
-local as_json, threshold, shingle = false, 0.8, nil
-local i = 2
-while arg[i] do
-  local a = arg[i]
-  if a == "--arch" then
-    arch = arg[i + 1]
-    if not arch or arch == "" then io.stderr:write("kmrun tasks: --arch needs a value (e.g. sm_90)\n") return 2 end
-    i = i + 2
-  elseif a == "--json" then as_json = true; i = i + 1
-  elseif a == "--threshold" or a == "--shingle" then
-    local v = tonumber(arg[i + 1])
-    if not v or (a == "--threshold" and (v < 0 or v > 1)) or (a == "--shingle" and (math.tointeger(v) or 0) < 1) then
-      io.stderr:write("kmrun tasks: ", a, " needs ", a == "--threshold" and "a number in [0, 1]" or "a positive integer",
-        ", got '", tostring(arg[i + 1]), "'\n")
-      return 2
-    end
-    if a == "--threshold" then threshold = v else shingle = math.tointeger(v) end
-    i = i + 2
-  elseif a == "-h" or a == "--help" then io.stdout:write(USAGE) return 0
-  elseif a:sub(1, 2) == "--" then io.stderr:write("kmrun tasks: unknown option ", a, "\n", USAGE) return 2
-  else rest[#rest + 1] = a; i = i + 1 end
+local cmd, a = A.parse_sub(OVERVIEW, SUBS, arg)
+if not cmd then return a end
+local rest = a.dirs
+if #rest == 0 then
+  local f = io.open("tasks/.", "rb")
+  if not f then
+    io.stderr:write("kmrun tasks ", cmd, ": no folder named, and there is no ./tasks folder here (kmrun tasks ", cmd, " DIR)\n")
+    return 2
+  end
+  f:close()
 end
+local arch, as_json, threshold, shingle = a.arch, a.json, a.threshold, a.shingle
 
 if cmd == "list" then
   local tasks, errors = collect(rest)
@@ -138,7 +159,7 @@ elseif cmd == "stats" then
     if #errors > 0 then io.stdout:write(string.format("%d invalid task(s) left out\n", #errors)) end
   end
   return #errors == 0 and 0 or 1
-elseif cmd == "dedup" then
+else -- dedup
   local dedup = require "km.dedup"
   local tasks, errors = collect(rest)
   for _, e in ipairs(errors) do io.stderr:write("invalid: ", e, "\n") end
@@ -179,7 +200,4 @@ elseif cmd == "dedup" then
     print(string.format("  %-16s %3d task(s)  largest cluster %d (%s)%s", c.category, c.tasks, c.largest, pct(c.share), note))
   end
   return #errors == 0 and 0 or 1
-else
-  io.stderr:write(USAGE)
-  return cmd and 2 or 0
 end
