@@ -552,10 +552,12 @@ def _stream_ctx(p, stream):
     return torch.cuda.stream(s)
 
 
-def _problem(i):
+def _problem(i, memory=False):
     p = _problems.get(i)
     if p is None:
         raise ProblemError("no loaded problem %r (released?)" % (i,))
+    if memory and p.device.type == "meta":
+        raise ProblemError("loaded on the meta device, which gives specs only (no data)")
     return p
 
 
@@ -590,7 +592,7 @@ def spec(i, seed):
 def make_inputs(i, seed, bufs, stream=0, release=True):
     """get_inputs() under the seed, each tensor written into bufs[name] (bufs: name ->
     {ptr, dtype, shape}). Returns the non-tensor inputs by name."""
-    p = _problem(i)
+    p = _problem(i, memory=True)
     p.ensure_names()
     with _stream_ctx(p, stream):
         xs = p._inputs(seed)
@@ -615,7 +617,7 @@ def forward(i, bufs, stream=0, empty_cache=False):
     """The model on the inputs in bufs; each output written into bufs[out name]. Inputs
     that are numbers are the last get_inputs()'s. empty_cache: hand torch's cached blocks
     (which still hold the outputs' values) back to the driver afterwards."""
-    p = _problem(i)
+    p = _problem(i, memory=True)
     p.ensure_names()
     with _stream_ctx(p, stream):
         args = []
@@ -640,7 +642,7 @@ def forward(i, bufs, stream=0, empty_cache=False):
 def bind(i, bufs, stream=0):
     """Checks and wraps io once for run_bound(): the inputs' and outputs' views and the
     stream are kept, so each later call is the model and nothing else (for timing)."""
-    p = _problem(i)
+    p = _problem(i, memory=True)
     p.ensure_names()
     args = []
     for k, name in enumerate(p.names["inputs"]):
@@ -679,7 +681,7 @@ def run_bound(i, copy=True):
 @_api
 def write_params(i, bufs, stream=0):
     """Copies the model's parameters and buffers into bufs[name] (device to device)."""
-    p = _problem(i)
+    p = _problem(i, memory=True)
     p.ensure_names()
     state = p._state()
     with _stream_ctx(p, stream), torch.no_grad():

@@ -187,7 +187,7 @@ end
 
 -- kb.load(path, opts) -> problem | nil, message, CODE
 -- opts: precision = "fp32" | "fp16" | "bf16" (default fp32); device = "cpu", "cuda" (km.cuda's
--- device), "cuda:N" or an index — by default km.cuda's device in a GPU worker (KM_DEVICE is
+-- device), "cuda:N", an index, or "meta" (spec only: shapes with no memory and no compute) — by default km.cuda's device in a GPU worker (KM_DEVICE is
 -- set), else the CPU: nothing here initializes CUDA unless asked (the driver process never
 -- does); seed (default 42, KernelBench's: seeds the weights); tf32 (default false).
 function M.load(path, opts)

@@ -355,6 +355,27 @@ t.test("wrong, missing and mismatched buffers: clear errors, nothing written", f
   t.raises(function() kb.load(RELU, { precision = "fp8" }) end, "fp32, fp16 or bf16")
 end)
 
+t.test("the meta device: specs with no memory and no compute", function()
+  for _, path in ipairs { RELU, LINEAR, TUPLE, MIXED } do
+    local cpu, meta = assert(kb.load(path)):spec(1), assert(kb.load(path, { device = "meta" })):spec(1)
+    t.eq(meta.device, "meta")
+    for _, group in ipairs { "inputs", "params", "outputs" } do
+      t.eq(#meta[group], #cpu[group], path .. " " .. group)
+      for i, d in ipairs(cpu[group]) do
+        t.eq(meta[group][i].name, d.name)
+        t.eq(meta[group][i].dtype, d.dtype)
+        t.eq(table.concat(meta[group][i].shape or {}, "x"), table.concat(d.shape or {}, "x"), d.name)
+      end
+    end
+  end
+  local p = assert(kb.load(RELU, { device = "meta" }))
+  local io = buffers(assert(p:spec(1)))
+  local ok, err = p:make_inputs(1, io)
+  t.eq(ok, nil)
+  t.ok(err:find(RELU .. ": loaded on the meta device, which gives specs only", 1, true), err)
+  t.eq(p:forward(io), nil)
+end)
+
 t.test("a CUDA device asked where there is none: NO_CUDA, with the reason", function()
   if require("km.cuda").available() then return t.diag("this machine has a GPU: nothing to check") end
   local p, err, code = kb.load(RELU, { device = "cuda" })
