@@ -39,6 +39,7 @@
 #include "km_json.h"
 #include "km_llm_core.h"
 #include "km_scrub_core.h"
+#include "km_signal.h"
 
 #define KM_LLM_MT "km.llm.Client"
 #define REQUEST_MT "km.llm.Request"
@@ -81,6 +82,13 @@ static void request_release(request *r);
 static double mono(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* Unix seconds: what a reply's started_at / ended_at say (durations use mono()). */
+static double wall(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
   return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
@@ -551,7 +559,8 @@ typedef struct {
   char retry_after[64];
   char errbuf[CURL_ERROR_SIZE];
   int state, attempts;
-  double next_at, started, finished;
+  double next_at, started, finished;  /* mono() */
+  double wall_started, wall_finished; /* wall(): Unix seconds */
   int ok;
   char code[32];
   char msg[640];
@@ -734,6 +743,7 @@ static void attempt_done(client *c, job *j, CURLcode rc, double now) {
   km_llm_net net = net_of(rc, j);
   km_llm_api api = c->provider == P_ANTHROPIC ? KM_LLM_ANTHROPIC : KM_LLM_OPENAI;
   j->finished = now;
+  j->wall_finished = wall();
   if (net == KM_LLM_NET_OK && status >= 200 && status <= 299) {
     char why[256];
     int prc = km_llm_parse_response(api, j->resp ? j->resp : "", j->resp_n, &j->r, why, sizeof why);
@@ -790,10 +800,14 @@ static void start_attempt(client *c, job *j, double now) {
   j->retry_after[0] = '\0';
   j->errbuf[0] = '\0';
   j->attempts++;
-  if (!j->started) j->started = now;
+  if (!j->started) {
+    j->started = now;
+    j->wall_started = wall();
+  }
   CURLMcode mc = curl_multi_add_handle(c->multi, j->easy);
   if (mc != CURLM_OK) {
     j->finished = now;
+    j->wall_finished = wall();
     fail_job(j, "CONNECT", "request to %s failed: %s", c->url, curl_multi_strerror(mc));
     return;
   }
@@ -836,6 +850,23 @@ static void step(client *c) {
   }
 }
 
+/* Ends what is left of a request that a signal cut short: its attempts leave the multi
+ * handle and it fails with INTERRUPTED (chat and chat_many return at once on Ctrl-C). */
+static void interrupt_request(client *c, request *r) {
+  for (size_t i = 0; i < r->n_jobs; i++) {
+    job *j = &r->jobs[i];
+    if (j->state == J_DONE) continue;
+    if (j->state == J_RUN && c->multi) curl_multi_remove_handle(c->multi, j->easy);
+    if (!j->finished) {
+      j->finished = mono();
+      j->wall_finished = wall();
+    }
+    fail_job(j, "INTERRUPTED", "interrupted (%s) before %s answered",
+             km_signal_caught == SIGTERM ? "SIGTERM" : "SIGINT", c->url);
+  }
+  r->left = 0;
+}
+
 static int any_finished(const client *c) {
   for (const request *r = c->head; r; r = r->next)
     if (!r->left) return 1;
@@ -850,6 +881,7 @@ static void drive(client *c, double deadline, const request *want) {
     step(c);
     if (want ? !want->left : !c->head || any_finished(c)) return;
     if (!c->multi) return; /* replay and offline requests finish when they start */
+    if (km_signal_caught) return; /* SIGINT/SIGTERM under km.signal.catch(): Lua decides */
     double now = mono(), wake = deadline;
     if (now >= deadline) return;
     for (const request *r = c->head; r; r = r->next)
@@ -899,8 +931,17 @@ static void push_calls(lua_State *L, const km_llm_choice *ch) {
     set_str(L, "type", "function");
     set_str(L, "name", o->name);
     set_str(L, "arguments", o->arguments);
-    if (km_json_push_decoded(L, o->arguments, strlen(o->arguments)) == 1) lua_setfield(L, -2, "args");
-    else lua_pop(L, 3);
+    /* Strictly: what cJSON would take but Python's json.loads would not (a raw newline in
+     * a string) is the model's mistake, named in arguments_error, never decoded. */
+    char why[160];
+    size_t n = strlen(o->arguments);
+    if (km_llm_json_strict(o->arguments, n, 1, why, sizeof why) != KM_OK) {
+      set_str(L, "arguments_error", why);
+    } else if (km_json_push_decoded(L, o->arguments, n) == 1) {
+      lua_setfield(L, -2, "args");
+    } else {
+      lua_pop(L, 3);
+    }
     lua_rawseti(L, -2, (lua_Integer)k + 1);
   }
 }
@@ -943,12 +984,14 @@ static int push_network(lua_State *L, client *c, request *req) {
   long long in = 0, out = 0, total = 0, reasoning = 0, attempts = 0;
   int has_reasoning = 0;
   job *failed = NULL;
-  double t0 = INFINITY, t1 = 0;
+  double t0 = INFINITY, t1 = 0, w0 = INFINITY, w1 = 0;
   for (size_t i = 0; i < count; i++) {
     job *j = &jobs[i];
     attempts += j->attempts;
     if (j->started && j->started < t0) t0 = j->started;
     if (j->finished > t1) t1 = j->finished;
+    if (j->wall_started && j->wall_started < w0) w0 = j->wall_started;
+    if (j->wall_finished > w1) w1 = j->wall_finished;
     if (!j->ok) {
       if (!failed) failed = j;
       continue;
@@ -973,7 +1016,13 @@ static int push_network(lua_State *L, client *c, request *req) {
     lua_pushnil(L);
     push_scrubbed(L, failed->msg);
     lua_pushstring(L, failed->code);
-    return 3;
+    /* A fourth value: when the failed request ran and how often it tried. */
+    lua_createtable(L, 0, 4);
+    set_num(L, "latency_ms", t1 > t0 ? (t1 - t0) * 1e3 : 0);
+    if (w0 < INFINITY) set_num(L, "started_at", w0);
+    if (w1 > 0) set_num(L, "ended_at", w1);
+    set_int(L, "attempts", attempts);
+    return 4;
   }
   lua_createtable(L, 0, 12);
   const km_llm_choice *first = &jobs[0].r.choices[0];
@@ -997,6 +1046,8 @@ static int push_network(lua_State *L, client *c, request *req) {
   if (has_reasoning) set_int(L, "reasoning_tokens", reasoning);
   lua_setfield(L, -2, "usage");
   set_num(L, "latency_ms", t1 > t0 ? (t1 - t0) * 1e3 : 0);
+  if (w0 < INFINITY) set_num(L, "started_at", w0);
+  if (w1 > 0) set_num(L, "ended_at", w1);
   set_str(L, "model", model ? model : c->model);
   set_str(L, "provider", PROVIDERS[c->provider]);
   set_int(L, "attempts", attempts);
@@ -1148,6 +1199,12 @@ static void outcome_table(lua_State *L, int nret) {
   if (nret == 1) {
     lua_insert(L, -2);              /* [.., t, reply] */
     lua_setfield(L, -2, "reply");
+  } else if (nret == 4) {
+    lua_insert(L, -5);              /* [.., t, nil, msg, code, info] */
+    lua_setfield(L, -5, "info");
+    lua_setfield(L, -4, "code");
+    lua_setfield(L, -3, "error");
+    lua_pop(L, 1);
   } else {
     lua_insert(L, -4);              /* [.., t, nil, msg, code] */
     lua_setfield(L, -4, "code");
@@ -1308,10 +1365,16 @@ static int l_pending(lua_State *L) {
 
 /* Stores the 1 or 3 values at the top as results[i] = { reply } or { nil, msg, code }. */
 static void store_entry(lua_State *L, int results, lua_Integer i, int nret) {
-  lua_createtable(L, 3, 0);
+  lua_createtable(L, 4, 0);
   if (nret == 1) {
     lua_insert(L, -2);     /* [.., entry, reply] */
     lua_rawseti(L, -2, 1);
+  } else if (nret == 4) {
+    lua_insert(L, -5);     /* [.., entry, nil, msg, code, info] */
+    lua_rawseti(L, -5, 4);
+    lua_rawseti(L, -4, 3);
+    lua_rawseti(L, -3, 2);
+    lua_pop(L, 1);
   } else {
     lua_insert(L, -4);     /* [.., entry, nil, msg, code] */
     lua_rawseti(L, -4, 3);
@@ -1375,7 +1438,10 @@ static int do_chat(lua_State *L, int many) {
     enlist(L, c, rs[i]);
     lua_pop(L, 1);
   }
-  for (lua_Integer i = 0; i < count; i++) drive(c, INFINITY, rs[i]);
+  for (lua_Integer i = 0; i < count; i++) {
+    drive(c, INFINITY, rs[i]);
+    if (rs[i]->left && km_signal_caught) interrupt_request(c, rs[i]);
+  }
   for (lua_Integer i = 0; i < count; i++) {
     int nret = push_outcome(L, c, rs[i]);
     if (!many) {
@@ -1391,6 +1457,77 @@ static int do_chat(lua_State *L, int many) {
 
 static int l_chat(lua_State *L) { return do_chat(L, 0); }
 static int l_chat_many(lua_State *L) { return do_chat(L, 1); }
+
+/* ---- the server's model list ---- */
+
+/* c:models() -> the decoded body of GET <base>/models (OpenAI: { data = { { id, ... } } };
+ * vLLM adds max_model_len, llama.cpp's server meta.n_ctx_train, others context_length), or
+ * nil, message, code as chat gives them. One attempt, at most 30 s; the transfer runs on its
+ * own handle, so requests in flight are not moved meanwhile. Replay and offline clients
+ * have no list: nil, "...", "UNSUPPORTED". */
+static int l_models(lua_State *L) {
+  client *c = client_check(L, 1);
+  if (c->provider != P_OPENAI && c->provider != P_ANTHROPIC)
+    return km_fail(L, "UNSUPPORTED", "a %s client has no model list", PROVIDERS[c->provider]);
+  size_t n = strlen(c->base_url);
+  while (n && c->base_url[n - 1] == '/') n--;
+  const char *suffix = "/models";
+  if (c->provider == P_ANTHROPIC && !(n >= 3 && !memcmp(c->base_url + n - 3, "/v1", 3))) suffix = "/v1/models";
+  luaL_Buffer url;
+  luaL_buffinit(L, &url);
+  luaL_addlstring(&url, c->base_url, n);
+  luaL_addstring(&url, suffix);
+  luaL_pushresult(&url); /* [self, url] */
+  /* A boxed job owns the handle and the body: a raise below frees them through __gc. */
+  request *r = lua_newuserdatauv(L, sizeof *r, 1); /* [self, url, box] */
+  memset(r, 0, sizeof *r);
+  luaL_setmetatable(L, REQUEST_MT);
+  if (!(r->jobs = calloc(1, sizeof *r->jobs))) return luaL_error(L, "km.llm: out of memory");
+  r->n_jobs = 1;
+  job *j = &r->jobs[0];
+  j->owner = r;
+  CURL *e = j->easy = curl_easy_init();
+  if (!e) return luaL_error(L, "km.llm: cannot set up a curl handle");
+  double limit = c->timeout < 30 ? c->timeout : 30;
+  int bad = 0;
+  bad |= curl_easy_setopt(e, CURLOPT_URL, lua_tostring(L, 2)) != CURLE_OK;
+  bad |= curl_easy_setopt(e, CURLOPT_HTTPGET, 1L) != CURLE_OK;
+  bad |= curl_easy_setopt(e, CURLOPT_HTTPHEADER, c->headers) != CURLE_OK;
+  bad |= curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body) != CURLE_OK;
+  bad |= curl_easy_setopt(e, CURLOPT_WRITEDATA, j) != CURLE_OK;
+  bad |= curl_easy_setopt(e, CURLOPT_ERRORBUFFER, j->errbuf) != CURLE_OK;
+  bad |= curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)ceil(limit * 1000)) != CURLE_OK;
+  bad |= curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)ceil(c->connect_timeout * 1000)) != CURLE_OK;
+  bad |= curl_easy_setopt(e, CURLOPT_USERAGENT, "kmrun/" KM_VERSION) != CURLE_OK;
+  if (bad) return luaL_error(L, "km.llm: cannot set up a curl handle");
+  CURLcode rc = curl_easy_perform(e);
+  long status = 0;
+  curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
+  const char *url_s = lua_tostring(L, 2);
+  if (rc != CURLE_OK) {
+    char msg[CURL_ERROR_SIZE + 300];
+    snprintf(msg, sizeof msg, "cannot get %s: %s", url_s, curl_text(j, rc));
+    request_release(r);
+    return km_fail(L, rc == CURLE_OPERATION_TIMEDOUT ? "TIMEOUT" : "CONNECT", "%s", msg);
+  }
+  if (status < 200 || status > 299) {
+    char line[sizeof j->msg], code[32];
+    km_llm_http_error(c->provider == P_ANTHROPIC ? KM_LLM_ANTHROPIC : KM_LLM_OPENAI, status, j->resp,
+                      j->resp_n, c->api_key != NULL, line, sizeof line);
+    km_llm_scrub(line, strlen(line), c->api_key);
+    snprintf(code, sizeof code, "HTTP_%ld", status);
+    request_release(r);
+    return km_fail(L, code, "%s", line);
+  }
+  int nret = km_json_push_decoded(L, j->resp ? j->resp : "", j->resp_n); /* [.., box, v...] */
+  if (nret != 1 || !lua_istable(L, -1)) {
+    lua_settop(L, 3);
+    request_release(r);
+    return km_fail(L, "BAD_RESPONSE", "bad response from %s: not a JSON object", url_s);
+  }
+  request_release(r);
+  return 1;
+}
 
 /* ---- the rest of the client ---- */
 
@@ -1440,6 +1577,21 @@ static int l_tostring(lua_State *L) {
   return 1;
 }
 
+/* llm.json_strict(text) -> true | false, why: whether text is one JSON object by RFC 8259
+ * (what tool-call arguments must be to reach an export; km_llm_json_strict). */
+static int l_json_strict(lua_State *L) {
+  size_t n;
+  const char *s = luaL_checklstring(L, 1, &n);
+  char why[160];
+  if (km_llm_json_strict(s, n, 1, why, sizeof why) == KM_OK) {
+    lua_pushboolean(L, 1);
+    return 1;
+  }
+  lua_pushboolean(L, 0);
+  lua_pushstring(L, why);
+  return 2;
+}
+
 /* Monotonic seconds: for strategies that time their own steps. */
 static int l_now(lua_State *L) {
   lua_pushnumber(L, mono());
@@ -1455,7 +1607,8 @@ int luaopen_km_llm(lua_State *L) {
   static const luaL_Reg methods[] = {
       {"chat", l_chat},       {"chat_many", l_chat_many}, {"start", l_start},
       {"poll", l_poll},       {"pending", l_pending},     {"usage", l_usage},
-      {"config", l_config},   {"close", client_release},  {NULL, NULL}};
+      {"config", l_config},   {"close", client_release},  {"models", l_models},
+      {NULL, NULL}};
   km_newclass(L, KM_LLM_MT, methods, client_release);
   luaL_getmetatable(L, KM_LLM_MT);
   lua_pushcfunction(L, l_tostring);
@@ -1467,7 +1620,7 @@ int luaopen_km_llm(lua_State *L) {
   lua_pushcfunction(L, request_tostring);
   lua_setfield(L, -2, "__tostring");
   lua_pop(L, 1);
-  static const luaL_Reg fns[] = {{"new", l_new}, {"now", l_now}, {NULL, NULL}};
+  static const luaL_Reg fns[] = {{"new", l_new}, {"now", l_now}, {"json_strict", l_json_strict}, {NULL, NULL}};
   luaL_newlib(L, fns);
   return 1;
 }

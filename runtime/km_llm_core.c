@@ -871,3 +871,155 @@ const char *km_llm_budget_check(const km_llm_budget *limit, const km_llm_spent *
   if (limit->dollars >= 0 && spent->dollars >= limit->dollars) return "dollars";
   return NULL;
 }
+
+/* ---- strict JSON (tool-call arguments) ----
+ *
+ * A recursive-descent check of RFC 8259, stricter than cJSON (which takes raw control
+ * characters inside strings, "01", "1.", "+1"): what a model sends as tool arguments must
+ * be what every consumer of an export can read (Python's json.loads among them). */
+
+typedef struct {
+  const char *s;
+  size_t n, pos;
+  int depth;
+  const char *why;
+} jscan;
+
+static void jws(jscan *j) {
+  while (j->pos < j->n && (j->s[j->pos] == ' ' || j->s[j->pos] == '\t' || j->s[j->pos] == '\n' ||
+                           j->s[j->pos] == '\r'))
+    j->pos++;
+}
+
+static int jfail(jscan *j, const char *why) {
+  if (!j->why) j->why = why;
+  return 0;
+}
+
+static int jvalue(jscan *j);
+
+static int jhex4(jscan *j) {
+  for (int k = 0; k < 4; k++, j->pos++)
+    if (j->pos >= j->n || !isxdigit((unsigned char)j->s[j->pos])) return jfail(j, "a bad \\u escape");
+  return 1;
+}
+
+static int jstring(jscan *j) {
+  j->pos++; /* the opening quote */
+  while (j->pos < j->n) {
+    unsigned char c = (unsigned char)j->s[j->pos];
+    if (c == '"') {
+      j->pos++;
+      return 1;
+    }
+    if (c < 0x20) return jfail(j, c == '\n' ? "a raw newline inside a string (write \\n)"
+                                            : "a raw control character inside a string");
+    if (c == '\\') {
+      j->pos++;
+      if (j->pos >= j->n) break;
+      c = (unsigned char)j->s[j->pos];
+      if (c == 'u') {
+        j->pos++;
+        if (!jhex4(j)) return 0;
+        continue;
+      }
+      if (!strchr("\"\\/bfnrt", c) || !c) return jfail(j, "an invalid escape in a string");
+    }
+    j->pos++;
+  }
+  return jfail(j, "an unterminated string");
+}
+
+static int jdigits(jscan *j) {
+  size_t p0 = j->pos;
+  while (j->pos < j->n && isdigit((unsigned char)j->s[j->pos])) j->pos++;
+  return j->pos > p0;
+}
+
+static int jnumber(jscan *j) {
+  if (j->s[j->pos] == '-') j->pos++;
+  if (j->pos < j->n && j->s[j->pos] == '0') {
+    j->pos++;
+    if (j->pos < j->n && isdigit((unsigned char)j->s[j->pos])) return jfail(j, "a bad number (leading zero)");
+  } else if (!jdigits(j)) return jfail(j, "a bad number");
+  if (j->pos < j->n && j->s[j->pos] == '.') {
+    j->pos++;
+    if (!jdigits(j)) return jfail(j, "a bad number");
+  }
+  if (j->pos < j->n && (j->s[j->pos] == 'e' || j->s[j->pos] == 'E')) {
+    j->pos++;
+    if (j->pos < j->n && (j->s[j->pos] == '+' || j->s[j->pos] == '-')) j->pos++;
+    if (!jdigits(j)) return jfail(j, "a bad number");
+  }
+  return 1;
+}
+
+static int jword(jscan *j, const char *w) {
+  size_t k = strlen(w);
+  if (j->n - j->pos < k || memcmp(j->s + j->pos, w, k)) return jfail(j, "an unexpected word");
+  j->pos += k;
+  return 1;
+}
+
+static int jcontainer(jscan *j, char close) {
+  if (++j->depth > 512) return jfail(j, "nesting too deep");
+  j->pos++;
+  jws(j);
+  if (j->pos < j->n && j->s[j->pos] == close) {
+    j->pos++;
+    j->depth--;
+    return 1;
+  }
+  for (;;) {
+    jws(j);
+    if (close == '}') {
+      if (j->pos >= j->n || j->s[j->pos] != '"') return jfail(j, "an object key that is not a string");
+      if (!jstring(j)) return 0;
+      jws(j);
+      if (j->pos >= j->n || j->s[j->pos] != ':') return jfail(j, "a missing ':' after a key");
+      j->pos++;
+    }
+    if (!jvalue(j)) return 0;
+    jws(j);
+    if (j->pos < j->n && j->s[j->pos] == ',') {
+      j->pos++;
+      continue;
+    }
+    if (j->pos < j->n && j->s[j->pos] == close) {
+      j->pos++;
+      j->depth--;
+      return 1;
+    }
+    return jfail(j, j->pos >= j->n ? "unexpected end of input" : "a missing ',' or closing bracket");
+  }
+}
+
+static int jvalue(jscan *j) {
+  jws(j);
+  if (j->pos >= j->n) return jfail(j, "unexpected end of input");
+  char c = j->s[j->pos];
+  if (c == '{') return jcontainer(j, '}');
+  if (c == '[') return jcontainer(j, ']');
+  if (c == '"') return jstring(j);
+  if (c == '-' || isdigit((unsigned char)c)) return jnumber(j);
+  if (c == 't') return jword(j, "true");
+  if (c == 'f') return jword(j, "false");
+  if (c == 'n') return jword(j, "null");
+  return jfail(j, "an unexpected character");
+}
+
+int km_llm_json_strict(const char *s, size_t n, int want_object, char *err, size_t errn) {
+  jscan j = {s ? s : "", s ? n : 0, 0, 0, NULL};
+  jws(&j);
+  if (want_object && (j.pos >= j.n || j.s[j.pos] != '{')) {
+    set_err(err, errn, "the arguments are not a JSON object");
+    return KM_EINVAL;
+  }
+  if (jvalue(&j)) {
+    jws(&j);
+    if (j.pos == j.n) return KM_OK;
+    j.why = "text after the value";
+  }
+  set_err(err, errn, "invalid JSON: %s at byte %zu", j.why ? j.why : "bad syntax", j.pos + 1);
+  return KM_EINVAL;
+}

@@ -173,4 +173,13 @@ typedef struct {
 const char *km_llm_budget_check(const km_llm_budget *limit, const km_llm_spent *spent,
                                 long long more);
 
+/* ---- strict JSON ---- */
+
+/* KM_OK when s[0..n) is one JSON value by RFC 8259 (and an object, when want_object), else
+ * KM_EINVAL with err saying what and where ("invalid JSON: a raw newline inside a string
+ * (write \\n) at byte 17"). Stricter than cJSON: raw control characters in strings,
+ * numbers such as 01, 1. or +1, and trailing text are refused, as Python's json.loads does.
+ * Used on tool-call arguments, which reach exports. */
+int km_llm_json_strict(const char *s, size_t n, int want_object, char *err, size_t errn);
+
 #endif

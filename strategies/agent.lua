@@ -1,7 +1,6 @@
 -- agent: the model drives through tool calls — compile, run_tests, benchmark,
 -- read_guidance, submit — until it submits or runs out of turns.
 local prompt = require "km.prompt"
-local json = require "km.json"
 
 local function code_args(desc)
   return { type = "object", required = { "kernel_cu", "launch_lua" }, properties = {
@@ -31,8 +30,9 @@ return function(ctx)
   end
   local final, final_v
   for _ = 1, (ctx.args.rounds or 5) * 3 do
-    local reply = ctx.llm:chat(messages, { tools = TOOLS })
-    if not reply then break end
+    -- tool_choice: servers such as llama.cpp's ignore tools unless asked to use them
+    local reply = ctx.llm:chat(messages, { tools = TOOLS, tool_choice = "auto" })
+    if not reply then break end -- a model error: the episode ends on it (km.model)
     table.insert(messages, { role = "assistant", content = reply.content or "", tool_calls = reply.tool_calls })
     if not reply.tool_calls or #reply.tool_calls == 0 then
       local cand, why = prompt.extract(reply.content)
@@ -40,10 +40,14 @@ return function(ctx)
       table.insert(messages, { role = "user", content = why .. " Or call a tool." })
     end
     for _, call in ipairs(reply.tool_calls or {}) do
-      local args = call.args or json.decode(call.arguments or "") or {}
-      ctx.log("tool_call", { id = call.id, name = call.name, args = args })
+      local args = call.args -- nil when the arguments are not strict JSON: a tool error
+      ctx.log("tool_call", { id = call.id, name = call.name, args = args, arguments_error = call.arguments_error })
       local result
-      if call.name == "compile" then result = prompt.verdict_text(ctx.compile(candidate(args)))
+      if not args then
+        result = "Error: the arguments of " .. tostring(call.name) .. " are not valid JSON (" ..
+          tostring(call.arguments_error or "unreadable") .. "). Call the tool again with a JSON object; " ..
+          "escape newlines inside strings as \\n."
+      elseif call.name == "compile" then result = prompt.verdict_text(ctx.compile(candidate(args)))
       elseif call.name == "run_tests" then result = prompt.verdict_text(ctx.eval(candidate(args), { timing = false }))
       elseif call.name == "benchmark" then result = prompt.verdict_text(ctx.eval(candidate(args)))
       elseif call.name == "read_guidance" then
@@ -61,5 +65,6 @@ return function(ctx)
     end
     if final_v then break end
   end
+  if not final_v then final_v = ctx.eval(nil, { why = "no candidate was submitted" }) end
   return final, final_v
 end

@@ -4,12 +4,12 @@ local prompt = require "km.prompt"
 return function(ctx)
   local messages = prompt.implement(ctx.task, { forms = ctx.args.forms or { "description", "math" } })
   local cand, verdict
-  for round = 1, ctx.args.rounds or 5 do
+  local rounds = ctx.args.rounds or 5
+  for round = 1, rounds do
     local reply, why
     cand, reply, why = ctx.propose(messages)
-    if not cand and not reply then break end -- the model is unreachable or out of budget
-    verdict = ctx.eval(cand, { why = why })
-    if verdict.status == "correct" or ctx.offline then break end
+    verdict = ctx.eval(cand, { why = why }) -- no candidate: no_code, truncated or model_error
+    if verdict.status == "correct" or verdict.status == "model_error" or ctx.offline or round == rounds then break end
     prompt.append_feedback(messages, reply, verdict, ctx.guidance:for_verdict(ctx.task, verdict))
   end
   return cand, verdict

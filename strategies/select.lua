@@ -20,5 +20,6 @@ return function(ctx)
       end
     end
   end
+  if #cands == 0 then return nil, ctx.eval(nil, { why = "no reply held a candidate" }) end
   return steps.pick(ctx, cands)
 end

@@ -1,16 +1,24 @@
 #!/usr/bin/env python3
 """A fake model server on loopback for km.llm's tests (Python 3 standard library only).
 
-    python3 tests/fake_llm_server.py PORT_FILE [--log FILE] [--idle SECONDS]
+    python3 tests/fake_llm_server.py PORT_FILE [--log FILE] [--idle SECONDS] [--context N]
 
 Binds 127.0.0.1 on an ephemeral port, writes the port to PORT_FILE (atomically), and serves
     POST /v1/chat/completions   OpenAI chat completions
     POST /v1/messages           Anthropic Messages
+    GET  /v1/models             one model, "fake-model" (with max_model_len = N under --context N)
     GET  /requests              every request received so far, as a JSON list
     DELETE /requests            forgets them
 until killed, or until nothing arrives for --idle seconds (default 120), so a test run can
 never leave it behind. With --log, each request is also appended to FILE as one JSON line
-before it is answered, so a test can read what the client sent without an HTTP client.
+before it is answered, so a test can read what the client sent without an HTTP client, and
+the usage of every answer it served goes to FILE.usage (one JSON line each), so a test can
+check a client's token accounting against the server's own sums.
+
+With --context N the server behaves like a real one with an N-token window: a request whose
+prompt tokens plus max_tokens pass N is answered 400 ("Requested tokens (X) exceed context
+window of N"), and a reply longer than max_tokens is cut to max_tokens words with
+finish_reason "length" (that cut happens without --context too).
 
 What a request gets is chosen by [[directives]] in the text of the LAST user message:
     [[fault:429:retry-after=1]]  429 with Retry-After: 1 the first time, then success
@@ -22,7 +30,9 @@ What a request gets is chosen by [[directives]] in the text of the LAST user mes
     [[fault:empty]]              choices: [] (Anthropic: content: [])
     [[reply:TEXT]]  [[reasoning:TEXT]]  [[tool:NAME:JSON_ARGS]]  [[delay:SECONDS]]
     [[script:PATH]]              (anywhere in the conversation) the k-th request gets entry k
-                                 of the JSON list in PATH: a reply, or {reply, reasoning, tools}
+                                 of the JSON list in PATH: a reply, or {reply, reasoning, tools,
+                                 raw_tools, filler}: raw_tools = [[name, "arguments text as is"]],
+                                 filler = N appends N words of prose
     [[auth]]                     401 unless the key is "sk-test-key"
     [[echo-key]]                 error bodies and the reply quote the key the client sent
                                  (as careless servers do), to test that the client scrubs it
@@ -46,7 +56,8 @@ DIRECTIVE = re.compile(r"\[\[(.*?)\]\]", re.S)
 
 
 class State:
-    def __init__(self, log_path):
+    def __init__(self, log_path, context=None):
+        self.context = context
         self.lock = threading.Lock()
         self.counters = {}
         self.requests = []
@@ -58,6 +69,12 @@ class State:
         with self.lock:
             self.counters[key] = self.counters.get(key, 0) + 1
             return self.counters[key]
+
+    def served(self, usage):
+        if self.log_path:
+            with self.lock:
+                with open(self.log_path + ".usage", "a", encoding="utf-8") as f:
+                    f.write(json.dumps(usage) + "\n")
 
     def record(self, entry):
         with self.lock:
@@ -142,6 +159,11 @@ class Handler(BaseHTTPRequestHandler):
             with STATE.lock:
                 data = list(STATE.requests)
             self.send_json(200, data)
+        elif self.path.rstrip("/").endswith("/models"):
+            model = {"id": "fake-model", "object": "model", "owned_by": "kmrun-tests"}
+            if STATE.context:
+                model["max_model_len"] = STATE.context
+            self.send_json(200, {"object": "list", "data": [model]})
         else:
             self.send_json(404, {"error": {"message": "no such path"}})
 
@@ -248,6 +270,10 @@ class Handler(BaseHTTPRequestHandler):
                 reasoning = entry.get("reasoning")
                 for name, args in entry.get("tools", []):
                     tools.append((name, json.dumps(args)))
+                for name, args in entry.get("raw_tools", []):
+                    tools.append((name, args))
+                if entry.get("filler"):
+                    reply = (reply or "") + " " + " ".join(["word"] * int(entry["filler"]))
         for d in directives:
             if d.startswith("reply:"):
                 reply = d[len("reply:"):]
@@ -296,6 +322,11 @@ class Handler(BaseHTTPRequestHandler):
                     self.send_json(200, None, raw=full[: len(full) // 2])
                     return
 
+        if STATE.context:
+            need = self.prompt_tokens(body) + int(body.get("max_tokens") or 0)
+            if need > STATE.context:
+                self.error(400, f"Requested tokens ({need}) exceed context window of {STATE.context}", anthropic)
+                return
         if delay:
             time.sleep(delay)
         if reply is None and tools:
@@ -308,12 +339,21 @@ class Handler(BaseHTTPRequestHandler):
             reply += f" (your key is {presented})"
         self.send_json(200, self.build(body, anthropic, reply, reasoning, tools))
 
-    def build(self, body, anthropic, reply, reasoning, tools, empty=False):
+    def prompt_tokens(self, body):
         texts = [text_of(m.get("content")) for m in body["messages"] if isinstance(m, dict)]
         if isinstance(body.get("system"), (str, list)):
             texts.append(text_of(body["system"]))
-        prompt_tokens = sum(words(t) for t in texts)
+        return sum(words(t) for t in texts)
+
+    def build(self, body, anthropic, reply, reasoning, tools, empty=False):
+        prompt_tokens = self.prompt_tokens(body)
+        finish = None
+        limit = int(body.get("max_tokens") or 0)
+        if limit and words(reply) > limit:  # cut, as a server does at max_tokens
+            reply = " ".join(reply.split()[:limit])
+            finish = "length"
         completion_tokens = words(reply)
+        STATE.served({"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens})
         model = body.get("model") or "fake-model"
         if anthropic:
             content = []
@@ -327,7 +367,8 @@ class Handler(BaseHTTPRequestHandler):
             return {
                 "id": "msg_fake", "type": "message", "role": "assistant", "model": model,
                 "content": [] if empty else content,
-                "stop_reason": "tool_use" if tools else "end_turn", "stop_sequence": None,
+                "stop_reason": "max_tokens" if finish else ("tool_use" if tools else "end_turn"),
+                "stop_sequence": None,
                 "usage": {"input_tokens": prompt_tokens, "output_tokens": completion_tokens},
             }
         choices = []
@@ -343,7 +384,7 @@ class Handler(BaseHTTPRequestHandler):
                     for k, (name, args) in enumerate(tools)
                 ]
             choices.append({"index": i, "message": msg,
-                            "finish_reason": "tool_calls" if tools else "stop"})
+                            "finish_reason": finish or ("tool_calls" if tools else "stop")})
         usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                  "total_tokens": prompt_tokens + completion_tokens}
         if reasoning is not None:
@@ -358,8 +399,8 @@ def main():
     global STATE
     args = sys.argv[1:]
     if not args:
-        sys.exit("usage: fake_llm_server.py PORT_FILE [--log FILE] [--idle SECONDS]")
-    port_file, log_path, idle = args[0], None, 120.0
+        sys.exit("usage: fake_llm_server.py PORT_FILE [--log FILE] [--idle SECONDS] [--context N]")
+    port_file, log_path, idle, context = args[0], None, 120.0, None
     i = 1
     while i < len(args):
         if args[i] == "--log":
@@ -368,9 +409,12 @@ def main():
         elif args[i] == "--idle":
             idle = float(args[i + 1])
             i += 2
+        elif args[i] == "--context":
+            context = int(args[i + 1])
+            i += 2
         else:
             sys.exit(f"unknown argument {args[i]}")
-    STATE = State(log_path)
+    STATE = State(log_path, context)
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
 

@@ -320,7 +320,8 @@ end
 -- Guides for a verdict: both the category and the status first, then the status alone
 -- (marks x and x! only), then the category alone; within each, stronger status marks
 -- (summed when a verdict stands for two statuses), then the more specific category
--- match, then id.
+-- match, then id. opts: limit, exclude, status_only (leave out guides that match only the
+-- category).
 function Lib:for_verdict(task, verdict, opts)
   local cat = category_of(task)
   local statuses = verdict_statuses(verdict)
@@ -339,7 +340,11 @@ function Lib:for_verdict(task, verdict, opts)
         if w and (w > M.WEAK or c > 0) then s = s + w end
       end
       local tier = (s > 0 and c > 0) and 3 or s > 0 and 2 or c > 0 and 1 or 0
-      if tier > 0 then cands[#cands + 1] = { guide = g, key = { tier, s, c, -g.ncategories } } end
+      -- status_only: a guide must speak to the verdict's status (no kernel guide for a
+      -- reply that held no code just because it names the task's category)
+      if tier > 0 and not (opts.status_only and s == 0) then
+        cands[#cands + 1] = { guide = g, key = { tier, s, c, -g.ncategories } }
+      end
     end
   end
   return ranked(cands, opts.limit or DEFAULT_LIMIT)

@@ -10,6 +10,7 @@
 local nvrtc = require "km.nvrtc"
 local sandbox = require "km.sandbox"
 local task_mod = require "km.task"
+local context = require "km.context"
 
 local fmt, concat, insert = string.format, table.concat, table.insert
 local ipairs, pairs, type, tostring = ipairs, pairs, type, tostring
@@ -203,10 +204,30 @@ function M.verdict_text(v)
   return concat(parts, "\n")
 end
 
--- Appends the model's reply and the feedback (with guidance) for the next round.
+-- How much one round may add to a conversation (characters): a reply that held no
+-- candidate is kept short (its text cannot help the next try), a candidate's code blocks
+-- stay whole, and the feedback (a compile log can be long) is cut in the middle.
+M.KEEP_NO_CODE = 1500
+M.KEEP_PROSE = 1200
+M.KEEP_FEEDBACK = 4000
+
+local NO_CANDIDATE = { no_code = true, truncated = true, model_error = true }
+
+-- The reply as the conversation keeps it (km.context.shorten): whole when short.
+function M.kept_reply(text, verdict)
+  text = tostring(text or "")
+  if verdict and NO_CANDIDATE[verdict.status] then return context.shorten(text, M.KEEP_NO_CODE) end
+  local code = 0
+  for b in text:gmatch("```[^\n]*\n.-```") do code = code + #b end
+  return context.shorten(text, code + M.KEEP_PROSE)
+end
+
+-- Appends the model's reply and the feedback (with guidance) for the next round. Each
+-- round's growth is bounded (see KEEP_*); km.context keeps the whole within the window.
 function M.append_feedback(messages, reply, verdict, guides, ask)
-  insert(messages, { role = "assistant", content = type(reply) == "table" and (reply.content or "") or tostring(reply or "") })
-  local text = M.verdict_text(verdict)
+  local content = type(reply) == "table" and (reply.content or "") or tostring(reply or "")
+  insert(messages, { role = "assistant", content = M.kept_reply(content, verdict) })
+  local text = context.shorten(M.verdict_text(verdict), M.KEEP_FEEDBACK)
   if guides and #guides > 0 then text = text .. "\n\n" .. M.render_guides(guides) end
   text = text .. "\n\n" .. (ask or (verdict.status == "correct"
     and "Make it faster while keeping it correct. Reply with the whole new candidate."

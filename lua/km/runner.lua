@@ -233,48 +233,18 @@ end
 -- Builds the ctx for one episode. env: { store, episode, pool (or nil), client, guidance, args }
 function M.ctx(t, env)
   local store, ep = env.store, env.episode
-  local ctx = { task = t, args = env.args, gpu = env.pool ~= nil,
-    stats = { evals = 0, model_calls = 0, compile_ok_first = nil, rounds_to_correct = nil, gpu_seconds = 0, failure_modes = {} } }
+  local model = require "km.model"
+  local ctx = { task = t, args = env.args, gpu = env.pool ~= nil, stats = model.new_stats() }
+  local st0 = ctx.stats
+  st0.evals, st0.gpu_seconds, st0.failure_modes = 0, 0, {}
   local function log(kind, payload, extra)
     if store then store:append(ep, kind, payload or {}, extra) end
   end
   ctx.log = log
   ctx.say = function(f, ...) if not env.args.quiet then io.stdout:write(fmt(f, ...), "\n") io.stdout:flush() end end
 
-  -- the model, every call recorded with its messages, reply, tokens and latency
-  local function wrap(client)
-    local cfg = client and client:config() or { provider = "offline" }
-    local w = {}
-    function w:chat(messages, opts)
-      local t0 = os.clock()
-      local reply, err, code = client:chat(messages, opts)
-      ctx.stats.model_calls = ctx.stats.model_calls + 1
-      local payload = { messages = messages, opts = opts, provider = cfg.provider, model = cfg.model }
-      if reply then
-        payload.reply = reply
-        payload.reasoning_chars = reply.reasoning and #reply.reasoning or 0
-        payload.usage = reply.usage
-        payload.latency_ms = reply.latency_ms
-      else
-        payload.error, payload.code = err, code
-      end
-      log("model_call", payload, { duration_ms = reply and reply.latency_ms or (os.clock() - t0) * 1e3 })
-      return reply, err, code
-    end
-    function w:chat_many(list, opts)
-      local res = client:chat_many(list, opts)
-      for i, r in ipairs(res) do
-        ctx.stats.model_calls = ctx.stats.model_calls + 1
-        log("model_call", { messages = list[i], opts = opts, reply = r[1], error = r[2], code = r[3],
-          reasoning_chars = r[1] and r[1].reasoning and #r[1].reasoning or 0, usage = r[1] and r[1].usage,
-          latency_ms = r[1] and r[1].latency_ms, provider = cfg.provider, model = cfg.model })
-      end
-      return res
-    end
-    function w:usage() return client and client:usage() or {} end
-    function w:config() return cfg end
-    return w
-  end
+  -- the model: every call within the context, recorded, counted per request (km.model)
+  local function wrap(client) return model.wrap(ctx, client, log, env.args) end
   local client = env.client
   local cfg = client and client:config() or { provider = "offline" }
   ctx.offline = cfg.provider == "offline"
@@ -312,6 +282,8 @@ function M.ctx(t, env)
       if not lib then return {} end
       opts = opts or {}
       opts.exclude = opts.exclude or shown
+      if opts.status_only == nil then opts.status_only = true end
+      opts.limit = opts.limit or 2
       local list = lib:for_verdict(task, verdict, opts)
       local ids = {}
       for i, g in ipairs(list) do ids[i] = g.id; shown[g.id] = true end
@@ -337,7 +309,9 @@ function M.ctx(t, env)
   function ctx.eval(cand, opts)
     opts = opts or {}
     if type(cand) ~= "table" then
-      local v = { status = "no_code", feedback = tostring(opts.why or "no candidate") }
+      -- no candidate: no_code, truncated or model_error (km.model), counted like a verdict
+      local v = model.no_candidate(ctx, opts.why)
+      ctx.stats.failure_modes[v.status] = (ctx.stats.failure_modes[v.status] or 0) + 1
       log("verdict", v)
       return v
     end
@@ -377,15 +351,16 @@ function M.ctx(t, env)
       return cand, { content = prompt.candidate_text(cand), offline = true }
     end
     local reply, err, code = ctx.llm:chat(messages, opts)
-    if not reply then
-      ctx.model_error = { message = err, code = code }
-      return nil, nil, err, code
-    end
+    if not reply then return nil, nil, err, code end -- ctx.model_error and ctx.no_candidate are set
     local cand, why = prompt.extract(reply.content, { default_launch = opts.default_launch })
     if not cand then
-      log("note", { text = "no usable candidate in the reply", why = why })
+      local status = "no_code"
+      if reply.finish_reason == "length" then status, why = "truncated", model.truncated_text(reply) end
+      ctx.no_candidate = { status = status, why = why }
+      log("note", { text = "no usable candidate in the reply", why = why, status = status })
       return nil, reply, why
     end
+    ctx.no_candidate = nil
     cand.origin = "model"
     return cand, reply
   end
@@ -398,10 +373,9 @@ end
 
 -- The episode summary kept in the store (episodes.summary); docs/store.md lists it and
 -- `kmrun report` reads it.
-function M.summary(t, ctx, verdict, seconds, usage0, usage1)
-  local function diff(k) return ((usage1 or {})[k] or 0) - ((usage0 or {})[k] or 0) end
+function M.summary(t, ctx, verdict, seconds)
   local st = ctx.stats
-  return {
+  local s = {
     status = verdict and verdict.status, speedup = verdict and verdict.speedup,
     speedup_baseline = verdict and verdict.speedup_baseline,
     roofline = verdict and verdict.roofline and verdict.roofline.fraction,
@@ -409,10 +383,33 @@ function M.summary(t, ctx, verdict, seconds, usage0, usage1)
     evals = st.evals, model_calls = st.model_calls, compile_ok_first = st.compile_ok_first,
     rounds_to_correct = st.rounds_to_correct, failure_modes = st.failure_modes,
     seconds = seconds, gpu_seconds = st.gpu_seconds,
-    tokens = { prompt = diff("prompt_tokens"), completion = diff("completion_tokens") },
-    dollars = diff("dollars"), requests = diff("requests"),
     model_error = ctx.model_error,
   }
+  -- tokens, requests, dollars, latency, truncated replies, reasoning: summed per request
+  for k, v in pairs(require("km.model").summary(st)) do s[k] = v end
+  return s
+end
+
+-- The verdict an episode ends with: the strategy's, or model_error when it returned none
+-- because the model failed.
+function M.final_verdict(ctx, verdict)
+  if (verdict == nil or verdict.status == nil) and ctx.model_error then
+    return require("km.model").no_candidate(ctx)
+  end
+  return verdict
+end
+
+-- Exit statuses of kmrun STRATEGY and kmrun sweep (README, docs/strategies.md).
+M.EXIT = { OK = 0, NOT_ALL_CORRECT = 1, USAGE = 2, NO_GPU = 3, MODEL = 4 }
+
+-- The exit status for a finished (or interrupted) run: 128 + the signal when interrupted;
+-- MODEL when the model could not be used (the run was stopped by it, or an episode ended
+-- on a model error); NO_GPU when candidates were only compiled; else 0 or 1.
+function M.exit_status(res, pool)
+  if res.interrupted then return require("km.signal").exit_status(res.interrupted) end
+  if res.stopped or (res.model_errors or 0) > 0 then return M.EXIT.MODEL end
+  if not pool then return M.EXIT.NO_GPU end
+  return (res.correct == res.ran) and M.EXIT.OK or M.EXIT.NOT_ALL_CORRECT
 end
 
 local function geomean(xs)
@@ -460,6 +457,18 @@ function M.setup(args, out)
   local cfg = probe:config()
   if cfg.provider == "offline" then
     io.stderr:write("kmrun: offline: no model configured (set OPENAI_BASE_URL or ANTHROPIC_API_KEY, or KM_MODEL); strategies use each task's starter\n")
+  elseif cfg.provider ~= "replay" then
+    local context = require "km.context"
+    local source = "--context"
+    if not args.context then
+      args.context = context.size_from_models(probe.models and probe:models(), cfg.model)
+      source = args.context and "the server's model list" or "default; --context sets it"
+      args.context = args.context or context.DEFAULT_SIZE
+    end
+    if not args.quiet then
+      io.stderr:write(fmt("kmrun: model context %d tokens (%s); replies up to %d tokens\n", args.context, source,
+        args.max_tokens or require("km.model").DEFAULT_MAX_TOKENS))
+    end
   end
   return { db = db, pool = pool, guidance = guidance, make_client = make_client, cfg = cfg }
 end
@@ -492,16 +501,28 @@ function M.main(strategy, script, argv)
   local sweep = require "km.sweep"
   local res = sweep.run { strategies = { { name = sname, fn = strategy, path = script } }, tasks = tasks,
     models = args.models or { false }, repeats = 1, jobs = args.jobs, store = env.db, pool = env.pool, args = args,
-    make_client = env.make_client, guidance = env.guidance, argv = argv, name = sname, fresh = true, replay = args.replay }
+    make_client = env.make_client, guidance = env.guidance, argv = argv, name = sname, fresh = not M.interrupted_before(env.db), replay = args.replay }
   local gm = res.speedups and geomean(res.speedups)
   print(fmt("summary: %d/%d correct%s, %.0f s, store %s%s%s", res.correct, res.ran,
     gm and fmt(", geomean speedup %.2fx over the reference", gm) or "", res.seconds, out,
     env.pool and fmt(", %d GPU worker(s)", #env.pool.slots) or " (no GPU: compile checks only)",
     res.stopped and (", stopped: " .. tostring(res.stopped)) or ""))
+  if res.interrupted then
+    io.stderr:write(fmt("kmrun: interrupted (%s): %d episode(s) marked interrupted in %s; the same command with this store resumes them\n",
+      res.interrupted, res.n_interrupted or 0, out))
+  end
   env.db:close()
   if env.pool then env.pool:close() end
-  if not env.pool then return 3 end
-  return (res.correct == res.ran and not res.stopped) and 0 or 1
+  return M.exit_status(res, env.pool)
+end
+
+-- Whether a store holds episodes an interrupted (or killed) run left: then the same
+-- command resumes them instead of running every task again.
+function M.interrupted_before(db)
+  for _, e in ipairs(db:episodes {} or {}) do
+    if e.status == "interrupted" or e.status == "running" then return true end
+  end
+  return false
 end
 
 return M

@@ -13,16 +13,18 @@ local function copy(t) local c = {} for k, v in pairs(t or {}) do c[k] = v end r
 
 -- Asks, judges and feeds the verdict back until correct or out of rounds.
 -- Returns the last candidate, its verdict, and the rounds used.
+-- A failed model call ends the loop with a model_error verdict (km.model); feedback is only
+-- appended when another round will send it.
 function M.repair(ctx, messages, rounds)
   local cand, verdict
   for round = 1, rounds do
-    local reply, why, code
-    cand, reply, why, code = ctx.propose(messages)
-    if not cand and not reply then
-      return nil, { status = "no_model", feedback = tostring(why), code = code }, round
+    local reply, why
+    cand, reply, why = ctx.propose(messages)
+    verdict = ctx.eval(cand, { why = why }) -- no candidate: no_code, truncated or model_error
+    if verdict.status == "model_error" then return nil, verdict, round end
+    if verdict.status == "correct" or verdict.status == "compiled" or ctx.offline or round == rounds then
+      return cand, verdict, round
     end
-    verdict = ctx.eval(cand, { why = why })
-    if verdict.status == "correct" or verdict.status == "compiled" or ctx.offline then return cand, verdict, round end
     prompt.append_feedback(messages, reply, verdict, ctx.guidance:for_verdict(ctx.task, verdict))
   end
   return cand, verdict, rounds

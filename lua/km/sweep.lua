@@ -64,10 +64,10 @@ local function yielding_client(client)
   if not client.start then return client end
   return setmetatable({
     chat = function(_, messages, opts)
-      local reply, err, code = coroutine.yield("chat", client, messages, opts)
+      local reply, err, code, info = coroutine.yield("chat", client, messages, opts)
       -- start() raised (misuse): raise it here, inside the episode that caused it
       if reply == nil and code == "START_FAILED" then error(err, 2) end
-      return reply, err, code
+      return reply, err, code, info
     end,
   }, { __index = function(_, k)
     local v = client[k]
@@ -107,7 +107,7 @@ function M.run(opts)
     if e.status == "running" then
       db:finish_episode(e.id, "abandoned", { summary = { note = "left running by an interrupted sweep; run again" } })
       abandoned = abandoned + 1
-    elseif e.status ~= "abandoned" then
+    elseif e.status ~= "abandoned" and e.status ~= "interrupted" and e.status ~= "model_error" then
       latest[key] = e.status
     end
   end
@@ -198,18 +198,20 @@ function M.run(opts)
         db:append(ep, "note", { text = "strategy error", error = tostring(cand) })
         status, cand, verdict = "error", nil, nil
       else
-        verdict = verdict or {}
-        status = verdict.status == "correct" and "correct" or (verdict.status == "compiled" and "compiled" or "failed")
+        -- a strategy that gave up because the model failed ends on model_error (km.model)
+        verdict = runner.final_verdict(ctx, verdict) or {}
+        status = require("km.model").episode_status(verdict)
       end
       local summary = runner.summary(t, ctx, verdict, wall() - t1, usage0, client:usage())
       summary.sweep_key = item.key
       db:finish_episode(ep, status, { final = cand and { candidate = cand, verdict = verdict } or nil, summary = summary })
       return status, verdict, ctx, summary
     end)
-    return { co = co, item = item }
+    return { co = co, item = item, ep = ep, ctx = ctx, t0 = wall() }
   end
 
   local waiting = {} -- job or request -> running entry
+  local model_errors = 0 -- episodes that ended on a model error
   local function step(entry, ...)
     local res = table.pack(coroutine.resume(entry.co, ...))
     if not res[1] then
@@ -223,6 +225,7 @@ function M.run(opts)
       entry.dead = true
       finished = finished + 1
       local v, ctx, sm = res[3], res[4], res[5]
+      if res[2] == "model_error" then model_errors = model_errors + 1 end
       if res[2] == "correct" then
         correct = correct + 1
         if v and v.speedup then insert(speedups, v.speedup) end
@@ -252,8 +255,11 @@ function M.run(opts)
     end
   end
 
-  while (next_item <= #todo and not stopped) or next(running) do
-    while next_item <= #todo and #running < jobs and not stopped do
+  -- SIGINT/SIGTERM: no traceback; the loop stops, what was in flight is marked interrupted
+  local sig = require "km.signal"
+  sig.catch()
+  while ((next_item <= #todo and not stopped) or next(running)) and not sig.caught() do
+    while next_item <= #todo and #running < jobs and not stopped and not sig.caught() do
       local entry = start(todo[next_item])
       next_item = next_item + 1
       insert(running, entry)
@@ -265,7 +271,7 @@ function M.run(opts)
       if client.poll then
         for _, r in ipairs(client:poll(gpu_busy and 0 or 50) or {}) do
           local entry = waiting[r.request]
-          if entry then waiting[r.request] = nil; step(entry, r.reply, r.error, r.code) end
+          if entry and not sig.caught() then waiting[r.request] = nil; step(entry, r.reply, r.error, r.code, r.info) end
         end
       end
     end
@@ -275,17 +281,35 @@ function M.run(opts)
       for _, client in pairs(clients) do if client.pending then chats = chats + client:pending() end end
       for _, job in ipairs(pool:poll(chats > 0 and 5 or 100)) do
         local entry = waiting[job]
-        if entry then waiting[job] = nil; step(entry, job.verdict) end
+        if entry and not sig.caught() then waiting[job] = nil; step(entry, job.verdict) end
       end
     end
     local alive = {}
     for _, e in ipairs(running) do if not e.dead then insert(alive, e) end end
     running = alive
   end
-  if stopped then io.stderr:write("kmrun: stopping: ", tostring(stopped), "\n") end
-  db:finish_run(run_id, stopped and "stopped" or "finished")
+  local interrupted = sig.caught()
+  sig.release()
+  local n_interrupted = 0
+  if interrupted then
+    -- every episode in flight is marked, with what it spent so far; the same command
+    -- (same store) runs them again
+    for _, e in ipairs(running) do
+      if not e.dead then
+        local sm = runner.summary(e.item.task, e.ctx, nil, wall() - e.t0)
+        sm.sweep_key, sm.note = e.item.key, "interrupted by " .. interrupted .. "; the same command resumes it"
+        db:finish_episode(e.ep, "interrupted", { summary = sm })
+        n_interrupted = n_interrupted + 1
+      end
+    end
+    db:finish_run(run_id, "interrupted")
+  else
+    if stopped then io.stderr:write("kmrun: stopping: ", tostring(stopped), "\n") end
+    db:finish_run(run_id, stopped and "stopped" or "finished")
+  end
   return { planned = #plan, ran = finished, correct = correct, seconds = wall() - t0, skipped = #plan - #todo,
-    speedups = speedups, stopped = stopped }
+    speedups = speedups, stopped = stopped, model_errors = model_errors, interrupted = interrupted,
+    n_interrupted = n_interrupted, not_started = #todo - next_item + 1 }
 end
 
 return M

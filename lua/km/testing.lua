@@ -6,15 +6,17 @@ local M = {}
 local read_all = require("km.task").read_file
 
 -- Starts the fake server; returns { base = "http://127.0.0.1:PORT/v1", stop = fn,
--- requests = fn -> list of recorded request bodies } or nil, why.
-function M.fake_llm_server(root)
+-- requests = fn -> list of recorded request bodies, usage = fn -> list of the usage of
+-- every answer served } or nil, why. opts.context: the server's context window (tokens).
+function M.fake_llm_server(root, opts)
+  opts = opts or {}
   if not os.execute("command -v python3 >/dev/null 2>&1") then return nil, "python3 not found" end
   local dir = os.tmpname()
   os.remove(dir)
   os.execute("mkdir -p " .. dir)
   local port_file, log, pid_file = dir .. "/port", dir .. "/requests.jsonl", dir .. "/pid"
-  os.execute(string.format("python3 %s/tests/fake_llm_server.py %s --log %s --idle 60 >/dev/null 2>&1 & echo $! > %s",
-    root, port_file, log, pid_file))
+  os.execute(string.format("python3 %s/tests/fake_llm_server.py %s --log %s --idle 60%s >/dev/null 2>&1 & echo $! > %s",
+    root, port_file, log, opts.context and (" --context " .. opts.context) or "", pid_file))
   local port
   for _ = 1, 200 do
     port = tonumber(read_all(port_file) or "")
@@ -34,6 +36,11 @@ function M.fake_llm_server(root)
     requests = function()
       local out = {}
       for line in (read_all(log) or ""):gmatch("[^\n]+") do out[#out + 1] = json.decode(line) end
+      return out
+    end,
+    usage = function()
+      local out = {}
+      for line in (read_all(log .. ".usage") or ""):gmatch("[^\n]+") do out[#out + 1] = json.decode(line) end
       return out
     end,
   }

@@ -487,8 +487,35 @@ TEST(budget) {
   ASSERT_EQ_STR(km_llm_budget_check(&zero, &z, 1), "requests");
 }
 
+TEST(json_strict) {
+  char err[128];
+  const char *good[] = {"{}", " {\"a\": [1, -0.5e+3, true, false, null, \"x\\n\\u00e9\"]} ", "{\"k\":{\"n\":0}}"};
+  for (size_t i = 0; i < sizeof good / sizeof *good; i++)
+    if (km_llm_json_strict(good[i], strlen(good[i]), 1, err, sizeof err)) T_FAIL("%s: %s", good[i], err);
+  struct { const char *text, *why; } bad[] = {
+      {"{\"src\": \"line1\nline2\"}", "raw newline"},
+      {"{\"a\": 01}", "bad number"},
+      {"{\"a\": 1.}", "bad number"},
+      {"{\"a\": +1}", "unexpected character"},
+      {"{\"a\": 1} x", "text after"},
+      {"{\"a\": \"\\q\"}", "invalid escape"},
+      {"{\"a\": \"open}", "unterminated"},
+      {"{a: 1}", "not a string"},
+      {"{\"a\": 1,}", "not a string"},
+      {"[1, 2]", "not a JSON object"},
+      {"", "not a JSON object"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    err[0] = 0;
+    if (!km_llm_json_strict(bad[i].text, strlen(bad[i].text), 1, err, sizeof err)) T_FAIL("accepted %s", bad[i].text);
+    if (!strstr(err, bad[i].why)) T_FAIL("%s: '%s' does not say '%s'", bad[i].text, err, bad[i].why);
+  }
+  ASSERT_EQ_INT(km_llm_json_strict("[1]", 3, 0, err, sizeof err), 0);
+}
+
 int main(void) {
   RUN(openai_request_fields);
+  RUN(json_strict);
   RUN(openai_request_leaves_out_what_is_unset);
   RUN(openai_request_tools_and_tool_messages);
   RUN(anthropic_request_translation);

@@ -518,7 +518,10 @@ t.test("kmrun export without sampling keeps its formats", function()
   local out = dir .. "/all.jsonl"
   local _, err, rc = sh(KMRUN .. " export " .. STORE .. " --out " .. out)
   t.eq(rc, 0, err)
-  check_lines(out, N_EPISODES - 1) -- sft: the offline episode has no model turns
+  check_lines(out, N_EPISODES - 3) -- sft is training data: verified episodes only by default
+  _, err, rc = sh(KMRUN .. " export " .. STORE .. " --all --out " .. out)
+  t.eq(rc, 0, err)
+  check_lines(out, N_EPISODES - 1) -- --all: failed ones too; the offline episode has no model turns
   -- the sft example is the last call's conversation plus its reply
   local first = json.decode(io.lines(out)())
   t.eq(#first.messages, 3)

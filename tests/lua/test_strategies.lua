@@ -272,8 +272,10 @@ t.test("an unreachable server stops the run cleanly, keeping what was done", fun
   local db = assert(store.open(path, { readonly = true }))
   local eps = db:episodes {}
   t.eq(#eps, 1)
-  t.eq(eps[1].status, "failed")
+  t.eq(eps[1].status, "model_error")
   t.eq(eps[1].summary.model_error.code, "CONNECT")
+  t.eq(eps[1].summary.status, "model_error")
+  t.eq(eps[1].summary.failure_modes.model_error, 1)
   db:close()
 end)
 

@@ -28,7 +28,11 @@ local SPEC = A.spec {
         "direct: task prompt -> final solution pairs (the same format)\n" ..
         "jsonl: whole episodes with every step (kmrun's own format)",
       choices = { "sft", "direct", "jsonl" }, default = "sft" },
-    { "verified", nil, "only episodes whose final candidate was judged correct" },
+    { "verified", nil, "only episodes whose final candidate was judged correct (the default of\n" ..
+        "sft and direct, whose lines are training data; jsonl writes every episode unless given)" },
+    { "all", nil, "sft, direct: every episode with model turns, failed ones too" },
+    { "shortest-reasoning", nil, "per task, only the episode (of those the other filters keep) whose\n" ..
+        "model turns reasoned least: concise traces train better (ConCuR)" },
     { "min-speedup", "X", "only episodes whose final speedup over the reference is at least X", type = "nonneg" },
     { "max-reasoning", "N", "only episodes whose longest reasoning trace is at most N characters", type = "count" },
     { "sample", "N", "after the filters, draw N episodes round-robin across strata (all when\n" ..
@@ -87,7 +91,11 @@ if args.validate then
 end
 if not args.store then return A.fail(SPEC, "missing RUN.sqlite", true) end
 
-local filters = { verified = args.verified, min_speedup = args.min_speedup, max_reasoning = args.max_reasoning }
+-- Training lines are verified by default; --all takes failed episodes too.
+if args.all and args.verified then return A.fail(SPEC, "--all and --verified contradict each other") end
+local training = args.format == "sft" or args.format == "direct"
+local filters = { verified = args.verified or (training and not args.all), min_speedup = args.min_speedup,
+  max_reasoning = args.max_reasoning }
 local sampling = args.sample or args.stratify
 local n_sample, keys, seed = args.sample, args.stratify, args.seed
 if args.meta and args.out and args.meta == args.out then return bad("--meta and --out name the same file") end
@@ -157,7 +165,36 @@ local function read_episode(id)
   else failed = failed or path .. ": " .. cli.reword(path, rerr, code) end
 end
 
+-- --shortest-reasoning: per task, the episode that passes the filters with the fewest
+-- reasoning characters over its model turns (then fewer turns, then the earlier one).
+local chosen
+local function choose_shortest()
+  chosen = {}
+  local best = {}
+  for _, row in ipairs(rows) do
+    local ep = read_episode(row.id)
+    if failed then return end
+    local rec = ep and dataset.examine(ep)
+    if rec and dataset.passes(rec, filters) and writable(rec) then
+      local chars = 0
+      for _, c in ipairs(rec.calls) do chars = chars + (tonumber(c.reasoning_chars) or 0) end
+      local b = best[rec.task or "?"]
+      if not b or chars < b.chars or (chars == b.chars and rec.model_calls < b.calls) then
+        best[rec.task or "?"] = { id = row.id, chars = chars, calls = rec.model_calls }
+      end
+    end
+  end
+  for _, b in pairs(best) do chosen[b.id] = true end
+end
+
 local function run()
+  if args.shortest_reasoning then
+    choose_shortest()
+    if failed then return end
+    local kept = {}
+    for _, row in ipairs(rows) do if chosen[row.id] then kept[#kept + 1] = row else skipped = skipped + 1 end end
+    rows = kept
+  end
   if not sampling then
     -- one pass, one episode in memory at a time
     for _, row in ipairs(rows) do

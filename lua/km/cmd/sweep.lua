@@ -93,5 +93,8 @@ print(string.format("sweep: %d run, %d correct, %d skipped as already finished, 
   res.ran, res.correct, res.skipped, res.seconds, store_path, pool and (", " .. #pool.slots .. " GPU worker(s)") or " (no GPU)"))
 db:close()
 if pool then pool:close() end
-if not pool then return 3 end
-return res.correct == res.ran and 0 or 1
+if res.interrupted then
+  io.stderr:write(string.format("kmrun sweep: interrupted (%s): %d episode(s) marked interrupted; the same command resumes them\n",
+    res.interrupted, res.n_interrupted or 0))
+end
+return runner.exit_status(res, pool)

@@ -1,0 +1,13 @@
+/* km_signal.h — the run's interrupt flag (`require "km.signal"`, runtime/km_signal.c).
+ *
+ * km_signal_caught is 0, or the number of the first SIGINT/SIGTERM that arrived while
+ * km.signal.catch() was in force. Long C loops (km.llm's transfer loop) read it and return
+ * early, so Ctrl-C reaches Lua within a poll interval instead of after a model's reply. */
+#ifndef KM_SIGNAL_H
+#define KM_SIGNAL_H
+
+#include <signal.h>
+
+extern volatile sig_atomic_t km_signal_caught;
+
+#endif
