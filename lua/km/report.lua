@@ -21,8 +21,10 @@ local max, min, abs = math.max, math.min, math.abs
 local ipairs, pairs, type, tostring, tonumber = ipairs, pairs, type, tostring, tonumber
 
 M.FAST_P = { 0, 0.5, 1, 1.5, 2 }
-M.GROUPINGS = { level = true, category = true, strategy = true, model = true }
-M.DEFAULT_BY = { "level", "category" }
+-- Groupings: one of these, or several joined by "+" (strategy+model: a row per pair).
+M.GROUPINGS = { level = true, category = true, strategy = true, model = true, task = true }
+-- Strategies and models are never mixed by default: every table is split by both.
+M.DEFAULT_BY = { "strategy+model", "level+strategy+model", "category+strategy+model" }
 
 ----------------------------------------------------------------------------------------
 -- numbers
@@ -152,15 +154,27 @@ local function row_of(ep)
   }
 end
 
--- The numbers for one group of rows.
-function M.metrics(rows)
+-- The fast_p thresholds a report uses: the ones asked for, with 0 (correctness) and 1
+-- always there, sorted, each once.
+function M.thresholds(list)
+  local seen, out = {}, {}
+  for _, p in ipairs { 0, 1, table.unpack(list or M.FAST_P) } do
+    if not seen[p] then seen[p] = true; out[#out + 1] = p end
+  end
+  sort(out)
+  return out
+end
+
+-- The numbers for one group of rows; fast_p at `thresholds` (default M.FAST_P).
+function M.metrics(rows, thresholds)
+  thresholds = thresholds or M.thresholds()
   local m = { n = #rows, correct = 0, status = {}, failure_modes = {},
     tokens = { prompt = 0, completion = 0 }, dollars = { total = 0 }, gpu_seconds = { total = 0 },
     seconds_total = 0 }
   local speedups, baselines, rounds, roofs = {}, {}, {}, {}
   local first_n, first_ok = 0, 0
   local fast = {}
-  for i = 1, #M.FAST_P do fast[i] = 0 end
+  for i = 1, #thresholds do fast[i] = 0 end
   for _, r in ipairs(rows) do
     local st = r.episode_status or "?"
     m.status[st] = (m.status[st] or 0) + 1
@@ -178,7 +192,7 @@ function M.metrics(rows)
     end
     if r.correct then
       m.correct = m.correct + 1
-      for i, p in ipairs(M.FAST_P) do
+      for i, p in ipairs(thresholds) do
         -- fast_0 is correctness itself (KernelBench), even when no time was recorded
         if p == 0 or (r.speedup and r.speedup > p) then fast[i] = fast[i] + 1 end
       end
@@ -190,7 +204,7 @@ function M.metrics(rows)
   end
   m.correctness = ratio(m.correct, m.n)
   m.fast_p = {}
-  for i, p in ipairs(M.FAST_P) do m.fast_p[i] = { p = p, value = ratio(fast[i], m.n) } end
+  for i, p in ipairs(thresholds) do m.fast_p[i] = { p = p, value = ratio(fast[i], m.n) } end
   local ss = sorted_copy(speedups)
   m.speedup = { n = #ss, geomean = geomean(ss), median = quantile(ss, 0.5),
     p10 = quantile(ss, 0.1), p90 = quantile(ss, 0.9), min = ss[1], max = ss[#ss] }
@@ -206,11 +220,31 @@ function M.metrics(rows)
   return m
 end
 
-local function group_value(row, by)
-  local v = row[by]
+local function dim_value(row, dim)
+  local v = row[dim]
   if v == nil then return "?" end
   return tostring(v)
 end
+
+-- "strategy+model" -> { "strategy", "model" }, or nil, message.
+function M.dims(by)
+  local dims = {}
+  for d in tostring(by):gmatch("[^+]+") do
+    if not M.GROUPINGS[d] then return nil, "cannot group by '" .. d .. "' (level, category, strategy, model, task, or several joined by +)" end
+    dims[#dims + 1] = d
+  end
+  if #dims == 0 then return nil, "cannot group by '" .. tostring(by) .. "'" end
+  return dims
+end
+
+-- The values of a row for the dimensions of a grouping, and the group's key ("repair / m1").
+local function group_values(row, dims)
+  local vals = {}
+  for i, d in ipairs(dims) do vals[i] = dim_value(row, d) end
+  return vals, concat(vals, " / ")
+end
+
+local function group_value(row, by) return dim_value(row, by) end
 
 -- Group keys in a readable order: numbers by value, then words, "?" last.
 local function key_less(a, b)
@@ -221,33 +255,211 @@ local function key_less(a, b)
   return a < b
 end
 
-local function grouped(rows, by)
-  local buckets, keys = {}, {}
+-- Groups in order: by the first dimension's value, then the next (key_less on each).
+local function grouped(rows, by, thresholds)
+  local dims = assert(M.dims(by))
+  local buckets, keys, vals_of = {}, {}, {}
   for _, r in ipairs(rows) do
-    local k = group_value(r, by)
-    if not buckets[k] then buckets[k] = {}; keys[#keys + 1] = k end
+    local vals, k = group_values(r, dims)
+    if not buckets[k] then buckets[k] = {}; keys[#keys + 1] = k; vals_of[k] = vals end
     insert(buckets[k], r)
   end
-  sort(keys, key_less)
+  sort(keys, function(a, b)
+    local va, vb = vals_of[a], vals_of[b]
+    for i = 1, #dims do
+      if va[i] ~= vb[i] then return key_less(va[i], vb[i]) end
+    end
+    return false
+  end)
   local groups = {}
-  for i, k in ipairs(keys) do groups[i] = { key = k, metrics = M.metrics(buckets[k]) } end
-  return groups
+  for i, k in ipairs(keys) do groups[i] = { key = k, values = vals_of[k], metrics = M.metrics(buckets[k], thresholds) } end
+  return groups, dims
 end
 
--- Builds the report: { files, info, episodes, all = metrics, by = { {name, groups}, ... },
--- levels = groups by level (the charts use it), rows }.
--- opts.by: a list of groupings (level, category, strategy, model); default level and category.
+----------------------------------------------------------------------------------------
+-- pass@k over repeats, the fast_p curve, the per-task map
+
+-- The unbiased pass@k of one task with n attempts of which c passed (Chen et al. 2021,
+-- "Evaluating Large Language Models Trained on Code"): 1 - C(n-c, k) / C(n, k), as a
+-- product so that large n does not overflow.
+function M.pass_at(n, c, k)
+  if k > n then return nil end
+  if n - c < k then return 1 end
+  local p = 1
+  for i = n - c + 1, n do p = p * (1 - k / i) end
+  return 1 - p
+end
+
+-- A small seeded generator (an LCG): the confidence intervals are the same on every run.
+local function lcg(seed)
+  local state = seed
+  return function(n)
+    state = (state * 6364136223846793005 + 1442695040888963407) & 0x7fffffffffffffff
+    return (state >> 17) % n + 1
+  end
+end
+
+M.BOOTSTRAP = 2000
+
+-- pass@k per series: the mean over tasks of each task's pass@k (tasks with at least k
+-- repeats), with a 95% percentile bootstrap interval over tasks (M.BOOTSTRAP resamples,
+-- seeded). k = 1, 2, 4, ... up to the most repeats any task has.
+function M.pass_at_k(series)
+  local out = {}
+  for _, x in ipairs(series) do
+    local per, order = {}, {}
+    for _, r in ipairs(x.rows) do
+      local t = tostring(r.task)
+      if not per[t] then per[t] = { n = 0, c = 0 }; order[#order + 1] = t end
+      per[t].n = per[t].n + 1
+      if r.correct then per[t].c = per[t].c + 1 end
+    end
+    local nmax, nmin = 0, huge
+    for _, t in ipairs(order) do nmax = max(nmax, per[t].n); nmin = min(nmin, per[t].n) end
+    local entry = { key = x.key, label = x.label, strategy = x.strategy, model = x.model, tasks = #order,
+      repeats_min = #order > 0 and nmin or 0, repeats_max = nmax, k = {} }
+    local k = 1
+    while k <= nmax do
+      local vals = {}
+      for _, t in ipairs(order) do
+        local v = M.pass_at(per[t].n, per[t].c, k)
+        if v then vals[#vals + 1] = v end
+      end
+      local est = mean(vals)
+      local lo, hi = est, est
+      if #vals > 1 then
+        local draw, means = lcg(20240601 + k), {}
+        for b = 1, M.BOOTSTRAP do
+          local sum = 0
+          for _ = 1, #vals do sum = sum + vals[draw(#vals)] end
+          means[b] = sum / #vals
+        end
+        sort(means)
+        lo, hi = quantile(means, 0.025), quantile(means, 0.975)
+      end
+      entry.k[#entry.k + 1] = { k = k, tasks = #vals, value = est, lo = lo, hi = hi }
+      k = k * 2
+    end
+    out[#out + 1] = entry
+  end
+  return out
+end
+
+-- The thresholds the fast_p curve is drawn at: 0, then 1/16x to 4x in quarter steps of log2.
+M.CURVE_P = { 0 }
+for e = -16, 8 do M.CURVE_P[#M.CURVE_P + 1] = 2 ^ (e / 4) end
+
+-- fast_p(p) per series at M.CURVE_P: the share of the series' episodes that are correct
+-- and faster than p times the reference (p = 0: correct).
+function M.fast_p_curve(series)
+  local out = {}
+  for _, x in ipairs(series) do
+    local pts = {}
+    for i, p in ipairs(M.CURVE_P) do
+      local n = 0
+      for _, r in ipairs(x.rows) do
+        if r.correct and (p == 0 or (r.speedup and r.speedup > p)) then n = n + 1 end
+      end
+      pts[i] = { p = p, value = #x.rows > 0 and n / #x.rows or 0 }
+    end
+    out[#out + 1] = { key = x.key, label = x.label, strategy = x.strategy, model = x.model, points = pts }
+  end
+  return out
+end
+
+-- The per-task map: a cell per (task, series) with the repeats it holds, how many were
+-- correct, the median speedup of the correct ones and the most frequent final status.
+function M.heatmap(rows, series)
+  local tasks, seen, cells = {}, {}, {}
+  for _, r in ipairs(rows) do
+    local t = tostring(r.task)
+    if not seen[t] then seen[t] = true; tasks[#tasks + 1] = t end
+    local key = t .. "\0" .. tostring(r.series)
+    local c = cells[key]
+    if not c then
+      c = { task = t, series = r.series, n = 0, correct = 0, speedups = {}, statuses = {} }
+      cells[key] = c
+    end
+    c.n = c.n + 1
+    if r.correct then
+      c.correct = c.correct + 1
+      if r.speedup then c.speedups[#c.speedups + 1] = r.speedup end
+    end
+    local st = tostring(r.status or r.episode_status or "?")
+    c.statuses[st] = (c.statuses[st] or 0) + 1
+  end
+  sort(tasks)
+  for _, c in pairs(cells) do
+    c.speedup = quantile(sorted_copy(c.speedups), 0.5)
+    local best, bn = "?", -1
+    for st, n in pairs(c.statuses) do
+      if n > bn or (n == bn and st < best) then best, bn = st, n end
+    end
+    c.status = c.correct > 0 and "correct" or best
+    c.speedups, c.statuses = nil, nil
+  end
+  local grid = {}
+  for i, t in ipairs(tasks) do
+    grid[i] = {}
+    for j = 1, #series do grid[i][j] = cells[t .. "\0" .. tostring(j)] end
+  end
+  return { tasks = tasks, cells = grid }
+end
+
+-- The series every chart and the pass@k and matrix tables keep apart: one per (strategy,
+-- model) present, labelled by what varies (the strategy alone when there is one model).
+local function series_of(rows)
+  local strategies, models, seen, list = {}, {}, {}, {}
+  for _, r in ipairs(rows) do
+    local s, m = dim_value(r, "strategy"), dim_value(r, "model")
+    strategies[s], models[m] = true, true
+    local k = s .. " / " .. m
+    if not seen[k] then seen[k] = { key = k, strategy = s, model = m, rows = {} }; list[#list + 1] = seen[k] end
+    insert(seen[k].rows, r)
+  end
+  local function count(t) local n = 0 for _ in pairs(t) do n = n + 1 end return n end
+  local ns, nm = count(strategies), count(models)
+  sort(list, function(a, b)
+    if a.strategy ~= b.strategy then return key_less(a.strategy, b.strategy) end
+    return key_less(a.model, b.model)
+  end)
+  for i, x in ipairs(list) do
+    x.label = (nm <= 1) and x.strategy or (ns <= 1 and x.model) or x.key
+    x.index = i
+    for _, r in ipairs(x.rows) do r.series = i end
+  end
+  return list, ns, nm
+end
+
+-- Builds the report: { info, episodes, rows, all = metrics, by = { {name, dims, groups}, ... },
+-- levels (groups by level), series (one per strategy and model: { key, label, strategy,
+-- model, rows, metrics }), thresholds, strategies, models }.
+-- opts.by: a list of groupings (level, category, strategy, model, task, or several joined
+-- by "+"; default M.DEFAULT_BY); opts.fast_p: the thresholds of the fast_p columns.
 function M.build(episodes, info, opts)
   opts = opts or {}
   local by = opts.by or M.DEFAULT_BY
   for _, b in ipairs(by) do
-    if not M.GROUPINGS[b] then error("report.build: cannot group by " .. tostring(b), 2) end
+    local ok, why = M.dims(b)
+    if not ok then error("report.build: " .. why, 2) end
   end
+  local th = M.thresholds(opts.fast_p)
   local rows = {}
   for i, ep in ipairs(episodes) do rows[i] = row_of(ep) end
-  local r = { info = info or {}, episodes = #rows, rows = rows, all = M.metrics(rows), by = {} }
-  for i, b in ipairs(by) do r.by[i] = { name = b, groups = grouped(rows, b) } end
-  r.levels = grouped(rows, "level")
+  local r = { info = info or {}, episodes = #rows, rows = rows, all = M.metrics(rows, th), by = {}, thresholds = th,
+    asked_thresholds = opts.fast_p or M.FAST_P }
+  for i, b in ipairs(by) do
+    local groups, dims = grouped(rows, b, th)
+    r.by[i] = { name = b, dims = dims, groups = groups }
+  end
+  r.levels = grouped(rows, "level", th)
+  local nstrat, nmodel
+  r.series, nstrat, nmodel = series_of(rows)
+  r.strategies, r.models = nstrat, nmodel
+  for _, x in ipairs(r.series) do x.metrics = M.metrics(x.rows, th) end
+  r.pass_at_k = M.pass_at_k(r.series)
+  r.fast_p_curve = M.fast_p_curve(r.series)
+  r.heatmap = M.heatmap(rows, r.series)
   return r
 end
 
@@ -285,8 +497,41 @@ function M.json(r, opts)
   local by = {}
   for _, b in ipairs(r.by) do
     local list = json.array {}
-    for i, g in ipairs(b.groups) do list[i] = metrics_json(g.metrics, g.key) end
+    for i, g in ipairs(b.groups) do
+      list[i] = metrics_json(g.metrics, g.key)
+      local keys = {}
+      for j, d in ipairs(b.dims) do keys[d] = g.values[j] end
+      list[i].keys = keys
+    end
     by[b.name] = list
+  end
+  local series = json.array {}
+  for i, x in ipairs(r.series) do
+    series[i] = metrics_json(x.metrics, x.key)
+    series[i].strategy, series[i].model, series[i].label = x.strategy, x.model, x.label
+  end
+  local pk = json.array {}
+  for i, e in ipairs(r.pass_at_k) do
+    local ks = json.array {}
+    for j, x in ipairs(e.k) do ks[j] = { k = x.k, tasks = x.tasks, value = N(x.value), lo = N(x.lo), hi = N(x.hi) } end
+    pk[i] = { strategy = e.strategy, model = e.model, tasks = e.tasks, repeats_min = e.repeats_min,
+      repeats_max = e.repeats_max, k = ks }
+  end
+  local curve = json.array {}
+  for i, c in ipairs(r.fast_p_curve) do
+    local pts = json.array {}
+    for j, pt in ipairs(c.points) do pts[j] = json.array { pt.p, N(pt.value) } end
+    curve[i] = { strategy = c.strategy, model = c.model, points = pts }
+  end
+  local map = json.array {}
+  for i, t in ipairs(r.heatmap.tasks) do
+    for j, x in ipairs(r.series) do
+      local c = r.heatmap.cells[i][j]
+      if c then
+        map[#map + 1] = { task = t, strategy = x.strategy, model = x.model, repeats = c.n, correct = c.correct,
+          status = c.status, speedup = N(c.speedup) }
+      end
+    end
   end
   local info = r.info
   local o = {
@@ -294,9 +539,13 @@ function M.json(r, opts)
     episodes = r.episodes,
     left_out = { superseded = info.superseded or 0, unfinished = info.unfinished or 0 },
     runs = info.runs or 0,
-    fast_p_thresholds = json.array { table.unpack(M.FAST_P) },
+    fast_p_thresholds = json.array { table.unpack(r.thresholds or M.FAST_P) },
     all = metrics_json(r.all, "all"),
     by = json.object(by),
+    series = series,
+    pass_at_k = pk,
+    fast_p_curve = curve,
+    task_map = map,
   }
   return json.encode(o, { pretty = opts and opts.pretty, nan = "null" })
 end
@@ -329,14 +578,11 @@ local function fast_of(m, p)
   for _, f in ipairs(m.fast_p) do if f.p == p then return f.value end end
 end
 
--- The table's columns after the group name: header, cell(metrics).
+-- The table's columns after the group's: header, cell(metrics); the fast_p columns (one
+-- per threshold asked for) go after "correct" (see columns()).
 M.COLUMNS = {
   { "n", function(m) return tostring(m.n) end },
   { "correct", function(m) return fmt("%d (%s)", m.correct, pct(m.correctness)) end },
-  { "fast_0.5", function(m) return pct(fast_of(m, 0.5)) end },
-  { "fast_1", function(m) return pct(fast_of(m, 1)) end },
-  { "fast_1.5", function(m) return pct(fast_of(m, 1.5)) end },
-  { "fast_2", function(m) return pct(fast_of(m, 2)) end },
   { "geomean", function(m) return times(m.speedup.geomean) end },
   { "median", function(m) return times(m.speedup.median) end },
   { "p10", function(m) return times(m.speedup.p10) end },
@@ -352,22 +598,41 @@ M.COLUMNS = {
     end },
 }
 
--- rows of cells for one grouping (or the overall table when name is nil)
-local function table_cells(name, groups, all)
-  local head = { name or "group" }
-  for _, c in ipairs(M.COLUMNS) do head[#head + 1] = c[1] end
-  local cells = { head }
-  local function add(key, m)
-    local row = { key }
-    for _, c in ipairs(M.COLUMNS) do row[#row + 1] = c[2](m) end
-    cells[#cells + 1] = row
+-- The columns of a report's tables: M.COLUMNS with fast_<p> for each threshold asked for.
+local function columns(r)
+  local cols = { M.COLUMNS[1], M.COLUMNS[2] }
+  for _, p in ipairs(r and r.asked_thresholds or M.FAST_P) do
+    if p ~= 0 then
+      cols[#cols + 1] = { fmt("fast_%g", p), function(m) return pct(fast_of(m, p)) end }
+    end
   end
-  for _, g in ipairs(groups) do add(g.key, g.metrics) end
-  add("all", all)
-  return cells
+  for i = 3, #M.COLUMNS do cols[#cols + 1] = M.COLUMNS[i] end
+  return cols
 end
 
-local function align(cells)
+-- Rows of cells for one grouping (b = { name, dims, groups }, or nil for the overall row
+-- alone): a column per dimension, then the metrics; the last row is "all". Also returns
+-- how many leading columns are labels (left-aligned).
+local function table_cells(r, b)
+  local dims = b and b.dims or { "group" }
+  local cols = columns(r)
+  local head = {}
+  for i, d in ipairs(dims) do head[i] = d end
+  for _, c in ipairs(cols) do head[#head + 1] = c[1] end
+  local cells = { head }
+  local function add(values, m)
+    local row = {}
+    for i = 1, #dims do row[i] = values[i] or "" end
+    for _, c in ipairs(cols) do row[#row + 1] = c[2](m) end
+    cells[#cells + 1] = row
+  end
+  for _, g in ipairs(b and b.groups or {}) do add(g.values or { g.key }, g.metrics) end
+  add({ "all" }, r.all)
+  return cells, #dims
+end
+
+local function align(cells, left)
+  left = left or 1
   local w = {}
   for _, row in ipairs(cells) do
     for j, c in ipairs(row) do w[j] = max(w[j] or 0, #c) end
@@ -376,7 +641,7 @@ local function align(cells)
   for i, row in ipairs(cells) do
     local parts = {}
     for j, c in ipairs(row) do
-      parts[j] = j == 1 and (c .. (" "):rep(w[j] - #c)) or ((" "):rep(w[j] - #c) .. c)
+      parts[j] = j <= left and (c .. (" "):rep(w[j] - #c)) or ((" "):rep(w[j] - #c) .. c)
     end
     out[#out + 1] = concat(parts, "  ")
     if i == 1 then
@@ -412,22 +677,80 @@ local function header_lines(r)
   return lines
 end
 
--- The report as aligned text tables: one per grouping, each with an "all" row.
+-- The strategy x model table: a row per strategy, a column per model; each cell holds
+-- correct %, fast_1 and the geomean speedup of that pair.
+local function matrix_cells(r)
+  local strategies, models, cell, seen_s, seen_m = {}, {}, {}, {}, {}
+  for _, x in ipairs(r.series) do
+    if not seen_s[x.strategy] then seen_s[x.strategy] = true; strategies[#strategies + 1] = x.strategy end
+    if not seen_m[x.model] then seen_m[x.model] = true; models[#models + 1] = x.model end
+    cell[x.strategy .. "\0" .. x.model] = x.metrics
+  end
+  sort(models, key_less)
+  local cells = { { "strategy \\ model" } }
+  for _, m in ipairs(models) do cells[1][#cells[1] + 1] = m end
+  for _, st in ipairs(strategies) do
+    local row = { st }
+    for _, m in ipairs(models) do
+      local x = cell[st .. "\0" .. m]
+      row[#row + 1] = x and fmt("%s %s %s", pct(x.correctness), pct(fast_of(x, 1)), times(x.speedup.geomean)) or "-"
+    end
+    cells[#cells + 1] = row
+  end
+  return cells
+end
+
+local function interval(e)
+  if not e.value then return "-" end
+  if e.lo == e.value and e.hi == e.value then return fmt("%.1f%%", 100 * e.value) end
+  return fmt("%.1f%% [%.1f, %.1f]", 100 * e.value, 100 * e.lo, 100 * e.hi)
+end
+
+-- pass@k: a row per series; a column per k.
+local function pass_cells(r)
+  local kmax = 0
+  for _, e in ipairs(r.pass_at_k) do for _, x in ipairs(e.k) do kmax = max(kmax, x.k) end end
+  local head = { "strategy", "model", "tasks", "repeats" }
+  local k = 1
+  while k <= kmax do head[#head + 1] = fmt("pass@%d", k); k = k * 2 end
+  local cells = { head }
+  for _, e in ipairs(r.pass_at_k) do
+    local row = { e.strategy, e.model, tostring(e.tasks),
+      e.repeats_min == e.repeats_max and tostring(e.repeats_max) or fmt("%d-%d", e.repeats_min, e.repeats_max) }
+    local by_k = {}
+    for _, x in ipairs(e.k) do by_k[x.k] = x end
+    k = 1
+    while k <= kmax do
+      local x = by_k[k]
+      row[#row + 1] = x and interval(x) or "-"
+      k = k * 2
+    end
+    cells[#cells + 1] = row
+  end
+  return cells
+end
+
+-- The report as aligned text tables: one per grouping, each with an "all" row; the
+-- strategy x model table and pass@k over repeats after them.
 function M.text(r)
   local out = { concat(header_lines(r), "\n"), "\n" }
   for _, b in ipairs(r.by) do
     out[#out + 1] = "\n"
-    out[#out + 1] = align(table_cells(b.name, b.groups, r.all))
+    out[#out + 1] = align(table_cells(r, b))
   end
   if #r.by == 0 then
     out[#out + 1] = "\n"
-    out[#out + 1] = align(table_cells(nil, {}, r.all))
+    out[#out + 1] = align(table_cells(r, nil))
+  end
+  if #r.series > 0 then
+    out[#out + 1] = "\nstrategy x model (correct, fast_1, geomean speedup):\n"
+    out[#out + 1] = align(matrix_cells(r))
+    out[#out + 1] = "\npass@k over repeats (mean over tasks of the unbiased estimate; 95% bootstrap interval over tasks):\n"
+    out[#out + 1] = align(pass_cells(r), 2)
   end
   out[#out + 1] = "\nfailure modes (every verdict met on the way, summed):\n"
   local cells = {}
-  for _, b in ipairs(r.by) do
-    for _, g in ipairs(b.groups) do cells[#cells + 1] = { b.name .. " " .. g.key, modes_line(g.metrics.failure_modes) } end
-  end
+  for _, x in ipairs(r.series) do cells[#cells + 1] = { x.key, modes_line(x.metrics.failure_modes) } end
   cells[#cells + 1] = { "all", modes_line(r.all.failure_modes) }
   local w = 0
   for _, c in ipairs(cells) do w = max(w, #c[1]) end
@@ -439,10 +762,124 @@ function M.text(r)
 end
 
 ----------------------------------------------------------------------------------------
+-- CSV (kmrun report --csv DIR): every table, one file each, for replotting
+
+local function csv_field(v)
+  if v == nil then return "" end
+  if type(v) == "number" then
+    if not finite(v) then return "" end
+    if math.type(v) == "integer" then return tostring(v) end
+    return fmt("%.17g", v)
+  end
+  v = tostring(v)
+  if v:find('[,"\r\n]') then return '"' .. v:gsub('"', '""') .. '"' end
+  return v
+end
+
+local function csv(rows)
+  local out = {}
+  for i, row in ipairs(rows) do
+    local f = {}
+    for j = 1, #rows[1] do f[j] = csv_field(row[j]) end
+    out[i] = concat(f, ",")
+  end
+  return concat(out, "\n") .. "\n"
+end
+
+-- The numeric columns of a metrics row (fractions as fractions, not percentages).
+local function metric_fields(r, m)
+  local head, vals = { "n", "correct", "correctness" }, { m.n, m.correct, m.correctness }
+  for _, p in ipairs(r.asked_thresholds) do
+    if p ~= 0 then head[#head + 1] = fmt("fast_%g", p); vals[#vals + 1] = fast_of(m, p) end
+  end
+  local more = {
+    { "speedup_n", m.speedup.n }, { "speedup_geomean", m.speedup.geomean }, { "speedup_median", m.speedup.median },
+    { "speedup_p10", m.speedup.p10 }, { "speedup_p90", m.speedup.p90 }, { "speedup_min", m.speedup.min },
+    { "speedup_max", m.speedup.max }, { "speedup_baseline_geomean", m.speedup_baseline.geomean },
+    { "compile_first_rate", m.compile_first.rate }, { "rounds_mean", m.rounds.mean },
+    { "rounds_median", m.rounds.median }, { "tokens_total", m.tokens.total }, { "tokens_per_solved", m.tokens.per_solved },
+    { "dollars_total", m.dollars.total }, { "dollars_per_solved", m.dollars.per_solved },
+    { "gpu_seconds_total", m.gpu_seconds.total }, { "gpu_seconds_per_solved", m.gpu_seconds.per_solved },
+    { "roofline_mean", m.roofline.mean }, { "roofline_median", m.roofline.median },
+  }
+  for _, x in ipairs(more) do head[#head + 1] = x[1]; vals[#vals + 1] = x[2] end
+  return head, vals
+end
+
+-- Every table as CSV: { { "file.csv", text }, ... }.
+function M.csv_files(r)
+  local files = {}
+  local function add(name, rows) files[#files + 1] = { name, csv(rows) } end
+  for _, b in ipairs(r.by) do
+    local head = {}
+    for i, d in ipairs(b.dims) do head[i] = d end
+    local mh = metric_fields(r, r.all)
+    for _, h in ipairs(mh) do head[#head + 1] = h end
+    local rows = { head }
+    local function row(values, m)
+      local out = {}
+      for i = 1, #b.dims do out[i] = values[i] or "" end
+      local _, vals = metric_fields(r, m)
+      for i = 1, #mh do out[#b.dims + i] = vals[i] end
+      rows[#rows + 1] = out
+    end
+    for _, g in ipairs(b.groups) do row(g.values, g.metrics) end
+    row({ "all" }, r.all)
+    add("by_" .. b.name:gsub("%+", "_") .. ".csv", rows)
+  end
+  do -- strategy x model, long form
+    local mh = metric_fields(r, r.all)
+    local rows = { { "strategy", "model", table.unpack(mh) } }
+    for _, x in ipairs(r.series) do
+      local _, vals = metric_fields(r, x.metrics)
+      rows[#rows + 1] = { x.strategy, x.model, table.unpack(vals, 1, #mh) }
+    end
+    add("strategy_model.csv", rows)
+  end
+  do
+    local rows = { { "strategy", "model", "k", "tasks", "pass_at_k", "ci_low", "ci_high" } }
+    for _, e in ipairs(r.pass_at_k) do
+      for _, x in ipairs(e.k) do rows[#rows + 1] = { e.strategy, e.model, x.k, x.tasks, x.value, x.lo, x.hi } end
+    end
+    add("pass_at_k.csv", rows)
+  end
+  do
+    local rows = { { "strategy", "model", "p", "fast_p" } }
+    for _, c in ipairs(r.fast_p_curve) do
+      for _, pt in ipairs(c.points) do rows[#rows + 1] = { c.strategy, c.model, pt.p, pt.value } end
+    end
+    add("fast_p_curve.csv", rows)
+  end
+  do
+    local rows = { { "task", "strategy", "model", "repeats", "correct", "status", "speedup_median" } }
+    for i, t in ipairs(r.heatmap.tasks) do
+      for j, x in ipairs(r.series) do
+        local c = r.heatmap.cells[i][j]
+        if c then rows[#rows + 1] = { t, x.strategy, x.model, c.n, c.correct, c.status, c.speedup } end
+      end
+    end
+    add("task_map.csv", rows)
+  end
+  do
+    local rows = { { "task", "level", "category", "strategy", "model", "repeat", "episode_status", "status", "speedup",
+      "speedup_baseline", "roofline", "rounds", "compile_ok_first", "prompt_tokens", "completion_tokens", "dollars",
+      "gpu_seconds", "seconds" } }
+    for _, e in ipairs(r.rows) do
+      local cf = e.compile_ok_first
+      rows[#rows + 1] = { e.task, e.level, e.category, e.strategy, e.model, e.rep, e.episode_status, e.status, e.speedup,
+        e.speedup_baseline, e.roofline, e.rounds, cf == nil and "" or tostring(cf), e.prompt_tokens, e.completion_tokens,
+        e.dollars, e.gpu_seconds, e.seconds }
+    end
+    add("episodes.csv", rows)
+  end
+  return files
+end
+
+----------------------------------------------------------------------------------------
 -- SVG charts
 
 local W, H = 480, 300
-local PL, PR, PT, PB = 60, 18, 40, 50          -- plot margins: left, right, top, bottom
+local PL, PR, PT, PB = 60, 18, 52, 50          -- plot margins: left, right, top (title, legend), bottom
 local PW, PH = W - PL - PR, H - PT - PB
 local COLORS = { "#3366cc", "#dc6d1e", "#2a9d5c", "#b8336a", "#7b5ea7", "#8c8c2e", "#2b9eb3", "#666666" }
 
@@ -533,123 +970,207 @@ local function log2_ticks(s, lo, hi, to_x)
   for k = ceil(lo), floor(hi), step do x_tick(s, to_x(k), x_label_of_log2(k)) end
 end
 
--- 1. histogram of log2 speedup over correct episodes
-function M.svg_speedup(r)
-  local vals = {}
-  for _, row in ipairs(r.rows) do
-    if row.correct and row.speedup and row.speedup > 0 then vals[#vals + 1] = log(row.speedup, 2) end
+-- Every chart keeps strategies and models apart: a colour per series (strategy and model),
+-- the same in every chart, with its legend.
+local function series_color(i) return COLORS[(i - 1) % #COLORS + 1] end
+
+-- A legend of the series along the top of a chart (wraps after the plot's width).
+local function legend(s, r, y0)
+  local rows, x = 1, PL
+  for _, x_ in ipairs(r.series) do
+    local w = 18 + #x_.label * 6.2
+    if x + w > PL + PW and x > PL then rows, x = rows + 1, PL end
+    x = x + w
   end
-  local s = svg_frame("chart-speedup", "Speedup of correct kernels", #vals == 0 and "speedup over the reference (log2 scale)"
-    or fmt("speedup over the reference (log2 scale); n = %d, geomean %s", #vals, times(r.all.speedup.geomean)), "episodes")
-  if #vals == 0 then return no_data(s, "no correct episode with a timed speedup") end
-  local BIN = 0.5
-  local lo, hi = log2_range(vals, BIN)
-  local nb = floor((hi - lo) / BIN + 0.5)
-  local counts = {}
-  for i = 1, nb do counts[i] = 0 end
-  for _, v in ipairs(vals) do
-    local i = floor((v - lo) / BIN) + 1
-    i = max(1, min(nb, i))
-    counts[i] = counts[i] + 1
+  local y = y0 or (PT - 10 - 13 * min(rows - 1, 1))  -- two rows fit under the title
+  x = PL
+  for i, x_ in ipairs(r.series) do
+    local label = x_.label
+    local w = 18 + #label * 6.2
+    if x + w > PL + PW and x > PL then x, y = PL, y + 13 end
+    s[#s + 1] = fmt('<rect x="%s" y="%s" width="10" height="10" fill="%s"/><text x="%s" y="%s" font-size="11">%s</text>',
+      n2(x), n2(y - 9), series_color(i), n2(x + 13), n2(y), esc(label))
+    x = x + w
   end
-  local cmax = 0
-  for _, c in ipairs(counts) do cmax = max(cmax, c) end
-  local ticks, top = axis_ticks(cmax, 5, true)
-  y_axis(s, ticks, top, tick_label)
-  local function to_x(v) return PL + PW * (v - lo) / (hi - lo) end
-  local bw = PW / nb
-  for i, c in ipairs(counts) do
-    if c > 0 then
-      local h = PH * c / top
-      s[#s + 1] = fmt('<rect x="%s" y="%s" width="%s" height="%s" fill="%s"><title>%s to %s: %d</title></rect>',
-        n2(PL + (i - 1) * bw + 1), n2(PT + PH - h), n2(max(1, bw - 2)), n2(h), COLORS[1],
-        x_label_of_log2(lo + (i - 1) * BIN), x_label_of_log2(lo + i * BIN), c)
-    end
+end
+
+-- 1. fast_p against the threshold p, a line per series (KernelBench's fast_p curve)
+function M.svg_fastp(r)
+  local s = svg_frame("chart-fastp", "fast_p by threshold", "threshold p: correct and faster than p x the reference (log scale)",
+    "share of episodes")
+  if r.episodes == 0 or #r.fast_p_curve == 0 then return no_data(s, "no episodes") end
+  local ticks, TOP = { 0, 0.25, 0.5, 0.75, 1 }, 1.0
+  y_axis(s, ticks, TOP, function(v) return fmt("%d%%", floor(v * 100 + 0.5)) end)
+  local LO, HI, GAP = -4, 2, 26     -- log2 p from 1/16 to 4; p = 0 drawn at the axis, GAP to its right
+  local function to_x(p)
+    if p == 0 then return PL + 4 end
+    return PL + GAP + (PW - GAP) * (log(p, 2) - LO) / (HI - LO)
   end
-  s[#s + 1] = fmt('<line x1="%s" y1="%d" x2="%s" y2="%d" stroke="#c0392b" stroke-width="1.5" stroke-dasharray="5 3"/>',
-    n2(to_x(0)), PT - 6, n2(to_x(0)), PT + PH)
-  s[#s + 1] = fmt('<text x="%s" y="%d" text-anchor="middle" font-size="11" fill="#c0392b">reference</text>', n2(to_x(0)), PT - 9)
-  log2_ticks(s, lo, hi, to_x)
+  local function to_y(v) return PT + PH - PH * v / TOP end
+  x_tick(s, to_x(0), "0")
+  for k = LO, HI do
+    if k >= -3 then x_tick(s, to_x(2 ^ k), k < 0 and fmt("1/%d", floor(2 ^ -k + 0.5)) or fmt("%gx", 2 ^ k)) end
+  end
+  s[#s + 1] = fmt('<line x1="%s" y1="%d" x2="%s" y2="%d" stroke="#c0392b" stroke-dasharray="4 3"/>',
+    n2(to_x(1)), PT, n2(to_x(1)), PT + PH)
+  for i, c in ipairs(r.fast_p_curve) do
+    local pts = {}
+    for j, pt in ipairs(c.points) do pts[j] = n2(to_x(pt.p)) .. "," .. n2(to_y(pt.value)) end
+    s[#s + 1] = fmt('<polyline fill="none" stroke="%s" stroke-width="2" points="%s"><title>%s: fast_0 %s, fast_1 %s</title></polyline>',
+      series_color(i), concat(pts, " "), esc(c.label), pct(c.points[1].value), pct(fast_of(r.series[i].metrics, 1)))
+  end
+  legend(s, r)
   return svg_close(s)
 end
 
--- 2. correctness (and fast_1) by level
+-- 2. correctness by level: a bar per series (light: correct; solid: fast_1)
 function M.svg_levels(r)
-  local s = svg_frame("chart-levels", "Correctness by level", "level", "share of episodes")
-  local groups = r.levels or {}
-  if #groups == 0 or r.episodes == 0 then return no_data(s, "no episodes") end
+  local s = svg_frame("chart-levels", "Correctness by level", "level (light: correct, solid: faster than the reference)",
+    "share of episodes")
+  if #(r.levels or {}) == 0 or r.episodes == 0 then return no_data(s, "no episodes") end
   local ticks, TOP = { 0, 0.25, 0.5, 0.75, 1 }, 1.12   -- headroom for the labels over full bars
   y_axis(s, ticks, TOP, function(v) return fmt("%d%%", floor(v * 100 + 0.5)) end)
-  local slot = PW / #groups
-  local bw = min(48, slot * 0.36)
-  for i, g in ipairs(groups) do
-    local m = g.metrics
-    local cx = PL + slot * (i - 0.5)
-    local bars = { { m.correctness or 0, COLORS[1], "correct" }, { fast_of(m, 1) or 0, COLORS[2], "fast_1" } }
-    for j, b in ipairs(bars) do
-      local h = PH * b[1] / TOP
-      local x = cx + (j == 1 and -bw - 1 or 1)
-      s[#s + 1] = fmt('<rect x="%s" y="%s" width="%s" height="%s" fill="%s"><title>level %s %s: %s</title></rect>',
-        n2(x), n2(PT + PH - h), n2(bw), n2(h), b[2], esc(g.key), b[3], pct(b[1]))
+  local levels, by_level = {}, {}
+  for _, g in ipairs(r.levels) do levels[#levels + 1] = g.key; by_level[g.key] = {} end
+  for i, x in ipairs(r.series) do
+    local per = {}
+    for _, row in ipairs(x.rows) do
+      local k = group_value(row, "level")
+      per[k] = per[k] or {}
+      insert(per[k], row)
     end
-    s[#s + 1] = fmt('<text x="%s" y="%s" text-anchor="middle" font-size="11">%d/%d</text>',
-      n2(cx - bw / 2 - 1), n2(PT + PH - PH * (m.correctness or 0) / TOP - 4), m.correct, m.n)
-    x_tick(s, cx, g.key == "?" and "?" or ("L" .. g.key))
+    for k, rows in pairs(per) do by_level[k][i] = M.metrics(rows, r.thresholds) end
   end
-  -- legend
-  local lx = PL + PW - 196
-  s[#s + 1] = fmt('<rect x="%d" y="%d" width="10" height="10" fill="%s"/><text x="%d" y="%d" font-size="11">correct</text>',
-    lx, PT - 14, COLORS[1], lx + 14, PT - 5)
-  s[#s + 1] = fmt('<rect x="%d" y="%d" width="10" height="10" fill="%s"/><text x="%d" y="%d" font-size="11">fast_1 (faster than ref.)</text>',
-    lx + 66, PT - 14, COLORS[2], lx + 80, PT - 5)
+  local slot = PW / #levels
+  local nser = max(1, #r.series)
+  local bw = min(40, slot * 0.8 / nser)
+  for li, key in ipairs(levels) do
+    local cx = PL + slot * (li - 0.5)
+    local x0 = cx - bw * nser / 2
+    for i = 1, nser do
+      local m = by_level[key][i]
+      if m then
+        local x = x0 + (i - 1) * bw
+        local hc, hf = PH * (m.correctness or 0) / TOP, PH * (fast_of(m, 1) or 0) / TOP
+        s[#s + 1] = fmt('<rect x="%s" y="%s" width="%s" height="%s" fill="%s" fill-opacity="0.35"><title>level %s, %s: correct %s (%d/%d)</title></rect>',
+          n2(x + 1), n2(PT + PH - hc), n2(max(1, bw - 2)), n2(hc), series_color(i), esc(key), esc(r.series[i].label),
+          pct(m.correctness), m.correct, m.n)
+        s[#s + 1] = fmt('<rect x="%s" y="%s" width="%s" height="%s" fill="%s"><title>level %s, %s: fast_1 %s</title></rect>',
+          n2(x + 1), n2(PT + PH - hf), n2(max(1, bw - 2)), n2(hf), series_color(i), esc(key), esc(r.series[i].label),
+          pct(fast_of(m, 1)))
+      end
+    end
+    x_tick(s, cx, key == "?" and "?" or ("L" .. key))
+  end
+  legend(s, r)
   return svg_close(s)
 end
 
--- 3. evaluations until correct
+-- 3. speedup of correct kernels: a box per series (quartiles, median, min-max whiskers, points)
+function M.svg_speedup(r)
+  local s = svg_frame("chart-speedup", "Speedup of correct kernels", "speedup over the reference by series (log2 scale)", "")
+  local all, per = {}, {}
+  for i, x in ipairs(r.series) do
+    per[i] = {}
+    for _, row in ipairs(x.rows) do
+      if row.correct and row.speedup and row.speedup > 0 then
+        local v = log(row.speedup, 2)
+        per[i][#per[i] + 1] = v
+        all[#all + 1] = v
+      end
+    end
+    sort(per[i])
+  end
+  if #all == 0 then return no_data(s, "no correct episode with a timed speedup") end
+  local lo, hi = log2_range(all, 1)
+  local function to_y(v) return PT + PH - PH * (v - lo) / (hi - lo) end
+  local step = (hi - lo) > 8 and 2 or 1
+  for k = ceil(lo), floor(hi), step do
+    local y = to_y(k)
+    s[#s + 1] = fmt('<line x1="%d" y1="%s" x2="%d" y2="%s" stroke="%s"%s/>', PL + 1, n2(y), PL + PW, n2(y),
+      k == 0 and "#c0392b" or "#e4e4e4", k == 0 and ' stroke-dasharray="4 3"' or "")
+    s[#s + 1] = fmt('<text x="%d" y="%s" text-anchor="end" font-size="11">%s</text>', PL - 7, n2(y + 4), x_label_of_log2(k))
+  end
+  local slot = PW / #r.series
+  local bw = min(44, slot * 0.5)
+  for i, vals in ipairs(per) do
+    local cx = PL + slot * (i - 0.5)
+    local c = series_color(i)
+    if #vals > 0 then
+      local q1, q2, q3 = quantile(vals, 0.25), quantile(vals, 0.5), quantile(vals, 0.75)
+      s[#s + 1] = fmt('<line x1="%s" y1="%s" x2="%s" y2="%s" stroke="%s"/>', n2(cx), n2(to_y(vals[1])), n2(cx), n2(to_y(vals[#vals])), c)
+      s[#s + 1] = fmt('<rect x="%s" y="%s" width="%s" height="%s" fill="%s" fill-opacity="0.25" stroke="%s"><title>%s: n %d, median %s, quartiles %s to %s</title></rect>',
+        n2(cx - bw / 2), n2(to_y(q3)), n2(bw), n2(max(1, to_y(q1) - to_y(q3))), c, c, esc(r.series[i].label), #vals,
+        times(2 ^ q2), times(2 ^ q1), times(2 ^ q3))
+      s[#s + 1] = fmt('<line x1="%s" y1="%s" x2="%s" y2="%s" stroke="%s" stroke-width="2"/>', n2(cx - bw / 2), n2(to_y(q2)),
+        n2(cx + bw / 2), n2(to_y(q2)), c)
+      if #vals <= 200 then
+        for j, v in ipairs(vals) do
+          local dx = ((j * 37) % 11 - 5) * bw / 14
+          s[#s + 1] = fmt('<circle cx="%s" cy="%s" r="2" fill="%s" fill-opacity="0.7"/>', n2(cx + dx), n2(to_y(v)), c)
+        end
+      end
+    end
+    local label = r.series[i].label
+    if #label > 16 and #r.series > 2 then label = label:sub(1, 15) .. "…" end
+    x_tick(s, cx, label)
+  end
+  s[#s + 1] = fmt('<text x="%d" y="%d" text-anchor="end" font-size="11">n = %d, geomean %s</text>', PL + PW, PT - 6, #all,
+    times(r.all.speedup.geomean))
+  return svg_close(s)
+end
+
+-- 4. evaluations until correct: bars per round count, side by side per series
 function M.svg_rounds(r)
   local s = svg_frame("chart-rounds", "Rounds to a correct kernel", "evaluations until correct (1 = first attempt)", "episodes")
-  local vals = {}
-  for _, row in ipairs(r.rows) do
-    if row.correct and row.rounds then vals[#vals + 1] = max(1, floor(row.rounds)) end
-  end
-  if #vals == 0 then return no_data(s, "no correct episode") end
   local CAP = 20
-  local top_round = 1
-  for _, v in ipairs(vals) do top_round = max(top_round, min(v, CAP)) end
+  local counts, total, top_round, cmax = {}, 0, 1, 0
+  for i, x in ipairs(r.series) do
+    counts[i] = {}
+    for _, row in ipairs(x.rows) do
+      if row.correct and row.rounds then
+        local k = min(max(1, floor(row.rounds)), CAP)
+        counts[i][k] = (counts[i][k] or 0) + 1
+        total = total + 1
+        top_round = max(top_round, k)
+        cmax = max(cmax, counts[i][k])
+      end
+    end
+  end
+  if total == 0 then return no_data(s, "no correct episode") end
   top_round = max(top_round, 5)
-  local counts = {}
-  for i = 1, top_round do counts[i] = 0 end
-  for _, v in ipairs(vals) do local i = min(v, CAP); counts[i] = counts[i] + 1 end
-  local cmax = 0
-  for _, c in ipairs(counts) do cmax = max(cmax, c) end
   local ticks, top = axis_ticks(cmax, 5, true)
   y_axis(s, ticks, top, tick_label)
-  local bw = PW / top_round
-  for i, c in ipairs(counts) do
-    local cx = PL + bw * (i - 0.5)
-    if c > 0 then
-      local h = PH * c / top
-      s[#s + 1] = fmt('<rect x="%s" y="%s" width="%s" height="%s" fill="%s"><title>%d round(s): %d</title></rect>',
-        n2(cx - bw / 2 + 2), n2(PT + PH - h), n2(max(1, bw - 4)), n2(h), COLORS[3], i, c)
+  local slot = PW / top_round
+  local nser = max(1, #r.series)
+  local bw = max(1, (slot - 4) / nser)
+  for k = 1, top_round do
+    local cx = PL + slot * (k - 0.5)
+    for i = 1, nser do
+      local c = counts[i] and counts[i][k]
+      if c and c > 0 then
+        local h = PH * c / top
+        s[#s + 1] = fmt('<rect x="%s" y="%s" width="%s" height="%s" fill="%s"><title>%s, %d round(s): %d</title></rect>',
+          n2(cx - slot / 2 + 2 + (i - 1) * bw), n2(PT + PH - h), n2(max(1, bw - 1)), n2(h), series_color(i),
+          esc(r.series[i].label), k, c)
+      end
     end
-    if top_round <= 12 or i % 2 == 1 or i == top_round then
-      x_tick(s, cx, (i == CAP and top_round == CAP) and (CAP .. "+") or tostring(i))
+    if top_round <= 12 or k % 2 == 1 or k == top_round then
+      x_tick(s, cx, (k == CAP and top_round == CAP) and (CAP .. "+") or tostring(k))
     end
   end
-  local mr = r.all.rounds.mean
-  s[#s + 1] = fmt('<text x="%d" y="%d" text-anchor="end" font-size="11">n = %d, mean %s</text>', PL + PW, PT - 4, #vals,
-    mr and fmt("%.2f", mr) or "-")
+  legend(s, r)
   return svg_close(s)
 end
 
--- 4. cost (dollars when any were spent, else tokens) against speedup, coloured by level
+-- 5. cost (dollars when any were spent, else tokens) against speedup, a colour per series
 function M.svg_cost(r)
   local pts, use_dollars = {}, false
   for _, row in ipairs(r.rows) do if row.dollars > 0 then use_dollars = true end end
   for _, row in ipairs(r.rows) do
     local c = use_dollars and row.dollars or (row.prompt_tokens + row.completion_tokens)
     if row.correct and row.speedup and row.speedup > 0 and c > 0 then
-      pts[#pts + 1] = { x = c, y = log(row.speedup, 2), level = group_value(row, "level"), task = row.task }
+      pts[#pts + 1] = { x = c, y = log(row.speedup, 2), series = row.series, task = row.task }
     end
   end
   local s = svg_frame("chart-cost", "Cost against speedup (correct kernels)",
@@ -676,21 +1197,109 @@ function M.svg_cost(r)
   for _, v in ipairs(xt) do
     x_tick(s, to_x(v), use_dollars and (v == 0 and "$0" or fmt("$%g", v)) or tick_label(v))
   end
-  local level_color, levels = {}, {}
-  for _, g in ipairs(r.levels or {}) do
-    levels[#levels + 1] = g.key
-    level_color[g.key] = COLORS[(#levels - 1) % #COLORS + 1]
-  end
   for _, p in ipairs(pts) do
-    s[#s + 1] = fmt('<circle cx="%s" cy="%s" r="4" fill="%s" fill-opacity="0.75"><title>%s: %s, %s</title></circle>',
-      n2(to_x(p.x)), n2(to_y(p.y)), level_color[p.level] or COLORS[#COLORS], esc(p.task or "?"),
+    s[#s + 1] = fmt('<circle cx="%s" cy="%s" r="4" fill="%s" fill-opacity="0.75"><title>%s (%s): %s, %s</title></circle>',
+      n2(to_x(p.x)), n2(to_y(p.y)), series_color(p.series or 1), esc(p.task or "?"), esc(r.series[p.series or 1].label),
       use_dollars and dollars(p.x) or (human(p.x) .. " tokens"), times(2 ^ p.y))
   end
-  local lx = PL + 8
-  for i, k in ipairs(levels) do
-    local x = lx + (i - 1) * 48
-    s[#s + 1] = fmt('<circle cx="%d" cy="%d" r="4" fill="%s"/><text x="%d" y="%d" font-size="11">%s</text>',
-      x, PT - 9, level_color[k], x + 7, PT - 5, k == "?" and "?" or ("L" .. esc(k)))
+  legend(s, r)
+  return svg_close(s)
+end
+
+-- Colours of final statuses in the per-task map.
+local STATUS_COLORS = {
+  correct = "#2a9d5c", compiled = "#9ecae1", compile_error = "#e6550d", load_error = "#fd8d3c", launch_error = "#fdae6b",
+  mismatch = "#d62728", nan_inf = "#ad494a", timeout = "#7b4173", crashed = "#843c39", out_of_bounds = "#a55194",
+  race = "#ce6dbd", inputs_modified = "#8c6d31", wrong_shape = "#bd9e39", no_code = "#969696", error = "#525252",
+}
+
+-- The colour of a speedup on a diverging scale: red below the reference, white at 1x,
+-- blue above, saturating at 1/4x and 4x.
+local function speedup_color(x)
+  local t = max(-1, min(1, log(x, 2) / 2))
+  local r_, g, b
+  if t >= 0 then r_, g, b = 255 - t * (255 - 33), 255 - t * (255 - 102), 255 - t * (255 - 172)
+  else t = -t; r_, g, b = 255 - t * (255 - 202), 255 - t * (255 - 0), 255 - t * (255 - 32) end
+  return fmt("#%02x%02x%02x", floor(r_ + 0.5), floor(g + 0.5), floor(b + 0.5))
+end
+
+-- 6. the per-task map: a row per task, a column per series; colour = the median speedup of
+-- the correct repeats (mode "speedup") or the final status (mode "status")
+function M.svg_heatmap(r, mode)
+  mode = mode or "speedup"
+  local tasks, nser = r.heatmap.tasks, #r.series
+  local LABEL, CW, CH, TOPM = 190, 0, 15, 70
+  local width = 980
+  CW = nser > 0 and min(110, (width - LABEL - 20) / nser) or 0
+  local height = TOPM + max(1, #tasks) * CH + 40
+  local title = mode == "status" and "Final status by task" or "Speedup by task (median of the correct repeats)"
+  local s = {
+    fmt('<svg xmlns="http://www.w3.org/2000/svg" id="chart-heatmap" width="%d" height="%d" viewBox="0 0 %d %d" role="img" aria-label="%s">',
+      width, height, width, height, esc(title)),
+    fmt("<title>%s</title>", esc(title)),
+    fmt('<rect x="0" y="0" width="%d" height="%d" fill="#ffffff"/>', width, height),
+    fmt('<text x="%d" y="20" text-anchor="middle" font-size="15" font-weight="bold">%s</text>', width // 2, esc(title)),
+  }
+  if #tasks == 0 then
+    s[#s + 1] = fmt('<text x="%d" y="%d" text-anchor="middle" font-size="16" fill="#888">no data</text>', width // 2, height // 2)
+    return svg_close(s)
+  end
+  for j, x in ipairs(r.series) do
+    local cx = LABEL + (j - 0.5) * CW
+    local label = x.label
+    if #label * 6 > CW * 1.9 then label = label:sub(1, floor(CW * 1.9 / 6) - 1) .. "…" end
+    s[#s + 1] = fmt('<text x="%s" y="%d" text-anchor="start" font-size="11" transform="rotate(-30 %s %d)">%s</text>',
+      n2(cx - 4), TOPM - 6, n2(cx - 4), TOPM - 6, esc(label))
+  end
+  for i, t in ipairs(tasks) do
+    local y = TOPM + (i - 1) * CH
+    s[#s + 1] = fmt('<text x="%d" y="%s" text-anchor="end" font-size="11">%s</text>', LABEL - 6, n2(y + CH - 4), esc(t))
+    for j = 1, nser do
+      local c = r.heatmap.cells[i][j]
+      local x = LABEL + (j - 1) * CW
+      if c then
+        local fill, text
+        if mode == "status" then
+          fill, text = STATUS_COLORS[c.status] or "#bdbdbd", ""
+        elseif c.correct > 0 and c.speedup then
+          fill, text = speedup_color(c.speedup), fmt("%.2fx", c.speedup)
+        elseif c.correct > 0 then
+          fill, text = "#c7e9c0", "ok"
+        else
+          fill, text = "#e0e0e0", c.status
+        end
+        s[#s + 1] = fmt('<rect x="%s" y="%s" width="%s" height="%d" fill="%s" stroke="#ffffff"><title>%s, %s: %d/%d correct, %s%s</title></rect>',
+          n2(x), n2(y), n2(CW), CH, fill, esc(t), esc(r.series[j].label), c.correct, c.n, esc(c.status),
+          c.speedup and (", median " .. times(c.speedup)) or "")
+        if text ~= "" and CW >= 40 then
+          s[#s + 1] = fmt('<text x="%s" y="%s" text-anchor="middle" font-size="9" fill="#222">%s</text>', n2(x + CW / 2),
+            n2(y + CH - 4), esc(#text * 5 > CW and text:sub(1, floor(CW / 5)) or text))
+        end
+      end
+    end
+  end
+  local ly = TOPM + #tasks * CH + 22
+  if mode == "status" then
+    local x = LABEL
+    local seen = {}
+    for i = 1, #tasks do
+      for j = 1, nser do
+        local c = r.heatmap.cells[i][j]
+        if c and not seen[c.status] then
+          seen[c.status] = true
+          s[#s + 1] = fmt('<rect x="%s" y="%d" width="10" height="10" fill="%s"/><text x="%s" y="%d" font-size="11">%s</text>',
+            n2(x), ly - 9, STATUS_COLORS[c.status] or "#bdbdbd", n2(x + 13), ly, esc(c.status))
+          x = x + 24 + #c.status * 6
+        end
+      end
+    end
+  else
+    for k, v in ipairs { 0.25, 0.5, 1, 2, 4 } do
+      local x = LABEL + (k - 1) * 60
+      s[#s + 1] = fmt('<rect x="%d" y="%d" width="14" height="10" fill="%s" stroke="#999"/><text x="%d" y="%d" font-size="11">%s</text>',
+        x, ly - 9, speedup_color(v), x + 18, ly, fmt("%gx", v))
+    end
+    s[#s + 1] = fmt('<text x="%d" y="%d" font-size="11">grey: not correct (final status shown)</text>', LABEL + 310, ly)
   end
   return svg_close(s)
 end
@@ -709,7 +1318,9 @@ th:first-child, td:first-child { text-align: left; }
 th { background: #f0f0f0; }
 tr.all td { font-weight: bold; background: #f7f7f7; }
 .charts { display: grid; grid-template-columns: repeat(2, 480px); gap: 16px; margin-top: 12px; }
-.charts svg { border: 1px solid #ddd; background: #fff; }
+.charts svg, .wide svg { border: 1px solid #ddd; background: #fff; }
+.wide { margin-top: 16px; }
+td.label { text-align: left; }
 .note { font-size: 12px; color: #555; max-width: 980px; }
 ]]
 
@@ -728,17 +1339,24 @@ local SIZE_SCRIPT = [[
 })();
 </script>]]
 
-local function html_table(name, groups, all)
-  local cells = table_cells(name, groups, all)
+-- cells -> an HTML table; `left` leading columns are labels; `all`: the last row is the total.
+local function html_cells(cells, left, all)
   local out = { "<table>" }
   for i, row in ipairs(cells) do
     local tag = i == 1 and "th" or "td"
     local parts = {}
-    for j, c in ipairs(row) do parts[j] = fmt("<%s>%s</%s>", tag, esc(c), tag) end
-    out[#out + 1] = fmt('<tr%s>%s</tr>', (i == #cells) and ' class="all"' or "", concat(parts))
+    for j, c in ipairs(row) do
+      parts[j] = fmt("<%s%s>%s</%s>", tag, (j <= (left or 1) and j > 1) and ' class="label"' or "", esc(c), tag)
+    end
+    out[#out + 1] = fmt('<tr%s>%s</tr>', (all and i == #cells) and ' class="all"' or "", concat(parts))
   end
   out[#out + 1] = "</table>"
   return concat(out, "\n")
+end
+
+local function html_table(r, b)
+  local cells, left = table_cells(r, b)
+  return html_cells(cells, left, true)
 end
 
 -- The report as one self-contained HTML page: no external script, style, font or image.
@@ -753,22 +1371,32 @@ function M.html(r, opts)
   for _, l in ipairs(header_lines(r)) do o[#o + 1] = fmt('<p class="meta">%s</p>', esc(l)) end
   o[#o + 1] = fmt('<p class="meta">files: %s</p>', esc(concat(r.info.files or {}, ", ")))
   o[#o + 1] = '<div class="charts">'
-  o[#o + 1] = M.svg_speedup(r)
+  o[#o + 1] = M.svg_fastp(r)
   o[#o + 1] = M.svg_levels(r)
+  o[#o + 1] = M.svg_speedup(r)
   o[#o + 1] = M.svg_rounds(r)
   o[#o + 1] = M.svg_cost(r)
   o[#o + 1] = "</div>"
+  o[#o + 1] = '<div class="wide">'
+  o[#o + 1] = M.svg_heatmap(r, opts.heatmap)
+  o[#o + 1] = "</div>"
+  if #r.series > 0 then
+    o[#o + 1] = "<h2>Strategy x model (correct, fast_1, geomean speedup)</h2>"
+    o[#o + 1] = html_cells(matrix_cells(r), 1, false)
+    o[#o + 1] = "<h2>pass@k over repeats</h2>"
+    o[#o + 1] = html_cells(pass_cells(r), 2, false)
+    o[#o + 1] = '<p class="note">pass@k: the mean over tasks of the unbiased estimate 1 - C(n-c, k)/C(n, k) ' ..
+      '(n repeats of a task, c correct); in brackets the 95% percentile bootstrap interval over tasks.</p>'
+  end
   for _, b in ipairs(r.by) do
     o[#o + 1] = fmt("<h2>By %s</h2>", esc(b.name))
-    o[#o + 1] = html_table(b.name, b.groups, r.all)
+    o[#o + 1] = html_table(r, b)
   end
-  if #r.by == 0 then o[#o + 1] = "<h2>All episodes</h2>"; o[#o + 1] = html_table(nil, {}, r.all) end
+  if #r.by == 0 then o[#o + 1] = "<h2>All episodes</h2>"; o[#o + 1] = html_table(r, nil) end
   o[#o + 1] = "<h2>Failure modes</h2>"
-  o[#o + 1] = "<table><tr><th>group</th><th>verdicts met on the way (summed)</th></tr>"
-  for _, b in ipairs(r.by) do
-    for _, g in ipairs(b.groups) do
-      o[#o + 1] = fmt("<tr><td>%s %s</td><td style=\"text-align:left\">%s</td></tr>", esc(b.name), esc(g.key), esc(modes_line(g.metrics.failure_modes)))
-    end
+  o[#o + 1] = "<table><tr><th>strategy / model</th><th>verdicts met on the way (summed)</th></tr>"
+  for _, x in ipairs(r.series) do
+    o[#o + 1] = fmt("<tr><td>%s</td><td style=\"text-align:left\">%s</td></tr>", esc(x.key), esc(modes_line(x.metrics.failure_modes)))
   end
   o[#o + 1] = fmt("<tr class=\"all\"><td>all</td><td style=\"text-align:left\">%s</td></tr></table>", esc(modes_line(r.all.failure_modes)))
   -- every episode, so a reader can find one task's result
@@ -793,7 +1421,9 @@ function M.html(r, opts)
       human(row.prompt_tokens + row.completion_tokens), fmt("%.2f", row.gpu_seconds))
   end
   o[#o + 1] = "</table>"
-  o[#o + 1] = '<p class="note">fast_p: share of all episodes that are correct and faster than p times the reference ' ..
+  o[#o + 1] = '<p class="note">speedups are over the task\'s reference, timed the way the candidate is; ' ..
+    'speedup_baseline (JSON, CSV) is over the task\'s starter kernel. ' ..
+    'fast_p: share of all episodes that are correct and faster than p times the reference ' ..
     '(KernelBench; fast_0 = correctness). Speedup statistics are over correct episodes (p10/p90 by linear interpolation). ' ..
     'compile@1: the first candidate compiled. rounds: evaluations until the first correct one. tokens/ok, $/ok, gpu_s/ok: ' ..
     'totals over all episodes divided by the number of correct ones. roofline: mean/median fraction of the roofline bound.</p>'

@@ -1,5 +1,7 @@
 -- km.report and `kmrun report`: metrics by hand-computed values, JSON, text, self-contained
--- HTML with four SVG charts, empty and missing stores, and a headless-Chromium render.
+-- HTML with six SVG charts, strategies and models kept apart, the fast_p curve, pass@k over
+-- repeats with intervals, the per-task map, CSV, empty and missing stores, and a
+-- headless-Chromium render.
 local t = require "km.tap"
 local store = require "km.store"
 local json = require "km.json"
@@ -92,7 +94,7 @@ local function fast(m, p)
 end
 
 local R
-t.test("load keeps the final episode per (task, strategy, model, seed)", function()
+t.test("load keeps the final episode per (task, strategy, model, repeat)", function()
   local eps, info = assert(report.load { A, B })
   t.eq(#eps, 8)
   t.eq(info.superseded, 1)
@@ -102,7 +104,7 @@ t.test("load keeps the final episode per (task, strategy, model, seed)", functio
   for _, ep in ipairs(eps) do
     if ep.task == "l1_c" then t.eq(ep.status, "failed", "the later attempt counts") end
   end
-  R = report.build(eps, info)
+  R = report.build(eps, info, { by = { "level", "category" } })
 end)
 
 t.test("overall metrics match hand-computed values", function()
@@ -172,7 +174,7 @@ t.test("per-level and per-category groups", function()
   t.eq(#r2.by[1].groups, 2)
   t.eq(group(r2.by[1].groups, "m2").metrics.n, 1)
   t.eq(group(r2.by[2].groups, "repair").metrics.n, 8)
-  t.raises(function() report.build({}, nil, { by = { "colour" } }) end, "cannot group by colour")
+  t.raises(function() report.build({}, nil, { by = { "colour" } }) end, "cannot group by 'colour'")
 end)
 
 t.test("quantiles interpolate between ranks", function()
@@ -183,7 +185,7 @@ t.test("quantiles interpolate between ranks", function()
 end)
 
 t.test("kmrun report --json parses and matches", function()
-  local out, rc = sh(KMRUN .. " report " .. A .. " " .. B .. " --json 2>/dev/null")
+  local out, rc = sh(KMRUN .. " report " .. A .. " " .. B .. " --json --by level,category 2>/dev/null")
   t.eq(rc, 0, out)
   local o = assert(json.decode(out))
   t.eq(o.episodes, 8)
@@ -213,7 +215,7 @@ t.test("kmrun report --json parses and matches", function()
 end)
 
 t.test("the terminal table has a row per group and an all row, aligned", function()
-  local out, rc = sh(KMRUN .. " report " .. A .. " " .. B)
+  local out, rc = sh(KMRUN .. " report " .. A .. " " .. B .. " --by level --by category")
   t.eq(rc, 0, out)
   t.ok(out:find("8 episode(s) from 2 file(s)", 1, true), out)
   t.ok(out:find("left out: 1 earlier attempt", 1, true), out)
@@ -242,27 +244,35 @@ local function check_html(html)
     n = n + 1
     t.ok(tag:find(' width="%d+"') and tag:find(' height="%d+"'), tag)
   end
-  t.eq(n, 4, "four charts")
+  t.eq(n, 6, "six charts")
   t.ok(html:find("data-svg-sizes", 1, true), "the size script")
 end
 
-t.test("--html writes a self-contained page with four SVG charts", function()
+t.test("--html writes a self-contained page with six SVG charts", function()
   local page = dir .. "/r.html"
   local out, rc = sh(KMRUN .. " report " .. A .. " " .. B .. " --html " .. page)
   t.eq(rc, 0, out)
   t.ok(out:find("wrote " .. page, 1, true), out)
   local html = slurp(page)
   check_html(html)
-  for _, id in ipairs { "chart-speedup", "chart-levels", "chart-rounds", "chart-cost" } do
+  for _, id in ipairs { "chart-fastp", "chart-speedup", "chart-levels", "chart-rounds", "chart-cost", "chart-heatmap" } do
     t.ok(html:find('id="' .. id .. '"', 1, true), id)
   end
-  t.ok(html:find("Speedup of correct kernels", 1, true) and html:find("Correctness by level", 1, true)
-    and html:find("Rounds to a correct kernel", 1, true) and html:find("Cost against speedup", 1, true), "titles")
+  t.ok(html:find("fast_p by threshold", 1, true) and html:find("Speedup of correct kernels", 1, true)
+    and html:find("Correctness by level", 1, true) and html:find("Rounds to a correct kernel", 1, true)
+    and html:find("Cost against speedup", 1, true) and html:find("Speedup by task", 1, true), "titles")
   t.ok(html:find("dollars per episode", 1, true), "cost axis in dollars")
   t.ok(not html:find(">no data<", 1, true), "every chart has data")
-  local _, circles = html:gsub("<circle cx", "")
-  t.eq(circles, 5 + 3, "a point per correct episode plus a legend mark per level")
+  local cost = html:match('<svg[^>]*id="chart%-cost".-</svg>')
+  local _, circles = cost:gsub("<circle cx", "")
+  t.eq(circles, 5, "a point per correct episode")
+  -- two series (repair / m1, repair / m2): a curve each, in every legend
+  local fastp = html:match('<svg[^>]*id="chart%-fastp".-</svg>')
+  local _, curves = fastp:gsub("<polyline", "")
+  t.eq(curves, 2, "a fast_p curve per strategy and model")
+  t.ok(fastp:find(">m1<", 1, true) and fastp:find(">m2<", 1, true), "the legend names the models")
   t.ok(html:find("<td>reduction</td>", 1, true), "the category table")
+  t.ok(html:find("<h2>Strategy x model", 1, true) and html:find("<h2>pass@k over repeats</h2>", 1, true))
   -- a row per reported episode in the episodes table
   local episodes = html:match('<table class="episodes">(.-)</table>')
   t.ok(episodes, "the episodes table")
@@ -344,6 +354,145 @@ t.test("a missing file or a bad option: exit status 2 and a clear message", func
   t.ok(out:find("junk.sqlite", 1, true), out)
 end)
 
+-- A sweep of 2 strategies x 2 models x 2 tasks x 4 repeats. repair/m1 solves t1 in 3 of 4
+-- repeats (speedups 1.5, 3, 0.5) and t2 in 1 of 4 (speedup 2); the other series solve
+-- everything at 1.2x, except tune/m2, which solves nothing.
+local S = dir .. "/sweep.sqlite"
+do
+  local db = assert(store.open(S))
+  local run = db:begin_run { name = "sweep" }
+  local plan = {
+    ["repair|m1|t1"] = { 1.5, 3.0, 0.5, false }, ["repair|m1|t2"] = { false, 2.0, false, false },
+  }
+  for _, st in ipairs { "repair", "tune" } do
+    for _, m in ipairs { "m1", "m2" } do
+      for _, tk in ipairs { "t1", "t2" } do
+        for rp = 1, 4 do
+          local sp = plan[st .. "|" .. m .. "|" .. tk]
+          local x
+          if sp then x = sp[rp] elseif st == "tune" and m == "m2" then x = false else x = 1.2 end
+          write_episode(db, run, { "l1_" .. tk, 1, "elementwise", x and "correct" or "mismatch", x or nil, x and 1 or nil, true,
+            0, 0, 0, 1, x and { correct = 1 } or { mismatch = 1 } }, { strategy = st, model = m, rep = rp })
+        end
+      end
+    end
+  end
+  db:close()
+end
+
+t.test("by default, strategies and models are kept apart in every table", function()
+  local r = report.build(assert(report.load(S)))
+  t.eq(r.by[1].name, "strategy+model")
+  t.eq(#r.by[1].groups, 4)
+  t.eq(table.concat(r.by[1].groups[1].values, ","), "repair,m1")
+  local g = group(r.by[1].groups, "repair / m1").metrics
+  t.eq(g.n, 8); t.eq(g.correct, 4)
+  t.near(fast(g, 1), 3 / 8, 1e-12)
+  t.eq(r.by[2].name, "level+strategy+model")
+  t.eq(#r.by[2].groups, 4, "one level x 4 series")
+  t.eq(#r.series, 4)
+  t.eq(r.series[1].label, "repair / m1")
+  local text = report.text(r)
+  t.ok(text:find("strategy  model", 1, true), text)
+  t.ok(text:find("strategy x model", 1, true) and text:find("pass@k over repeats", 1, true), text)
+  local line = text:match("\nrepair%s+m1[^\n]*")
+  t.ok(line and line:find("4 (50.0%)", 1, true), line)
+  -- the strategy x model table: a row per strategy, a column per model
+  t.ok(text:match("\ntune%s+100%.0%% 100%.0%% 1%.20x%s+0%.0%% 0%.0%% %-"), text)
+end)
+
+t.test("pass@k over repeats: the unbiased estimate, with a bootstrap interval over tasks", function()
+  t.near(report.pass_at(4, 3, 1), 0.75, 1e-12)
+  t.near(report.pass_at(4, 1, 2), 0.5, 1e-12)
+  t.eq(report.pass_at(4, 0, 4), 0)
+  t.eq(report.pass_at(4, 2, 3), 1)
+  t.eq(report.pass_at(2, 1, 4), nil, "k above the repeats: undefined")
+  local r = report.build(assert(report.load(S)))
+  local e = r.pass_at_k[1]
+  t.eq(e.strategy, "repair"); t.eq(e.model, "m1")
+  t.eq(e.tasks, 2); t.eq(e.repeats_min, 4); t.eq(e.repeats_max, 4)
+  t.eq(#e.k, 3, "k = 1, 2, 4")
+  t.near(e.k[1].value, (0.75 + 0.25) / 2, 1e-12, "pass@1")
+  t.near(e.k[2].value, (1 + 0.5) / 2, 1e-12, "pass@2")
+  t.near(e.k[3].value, 1, 1e-12, "pass@4")
+  -- two tasks: the resampled means are 0.25, 0.5 or 0.75
+  t.ok(e.k[1].lo >= 0.25 - 1e-12 and e.k[1].lo < 0.5 and e.k[1].hi > 0.5 and e.k[1].hi <= 0.75 + 1e-12,
+    e.k[1].lo .. " " .. e.k[1].hi)
+  local again = report.build(assert(report.load(S)))
+  t.eq(again.pass_at_k[1].k[1].lo, e.k[1].lo, "the same interval every run")
+  t.eq(r.pass_at_k[4].k[1].value, 0, "tune / m2 solves nothing")
+end)
+
+t.test("the fast_p curve and the per-task map, per series", function()
+  local r = report.build(assert(report.load(S)))
+  local c = r.fast_p_curve[1]
+  local at = {}
+  for _, pt in ipairs(c.points) do at[pt.p] = pt.value end
+  t.near(at[0], 4 / 8, 1e-12, "p = 0: correct")
+  t.near(at[1], 3 / 8, 1e-12)
+  t.near(at[2], 1 / 8, 1e-12, "only the 3x is faster than 2x")
+  t.near(at[4], 0, 1e-12)
+  t.near(at[0.25], 4 / 8, 1e-12)
+  t.eq(c.points[1].p, 0)
+  t.eq(c.points[#c.points].p, 4, "up to 4x")
+  local m = r.heatmap
+  t.eq(table.concat(m.tasks, ","), "l1_t1,l1_t2")
+  local cell = m.cells[1][1]
+  t.eq(cell.n, 4); t.eq(cell.correct, 3)
+  t.near(cell.speedup, 1.5, 1e-12, "median of 1.5, 3, 0.5")
+  t.eq(m.cells[1][4].status, "mismatch")
+  t.eq(m.cells[1][4].correct, 0)
+  local html = report.html(r)
+  local map = html:match('<svg[^>]*id="chart%-heatmap".-</svg>')
+  local _, cells = map:gsub("<rect x=\"[%d%.]+\" y=\"[%d%.]+\" width=\"[%d%.]+\" height=\"15\"", "")
+  t.eq(cells, 2 * 4, "a cell per task and series")
+  t.ok(map:find("1.50x", 1, true), "the median speedup in the cell")
+  local by_status = report.html(r, { heatmap = "status" }):match('<svg[^>]*id="chart%-heatmap".-</svg>')
+  t.ok(by_status:find("Final status by task", 1, true) and by_status:find(">mismatch<", 1, true), "status legend")
+end)
+
+t.test("kmrun report --csv writes every table; --fast-p sets the thresholds; --json has them all", function()
+  local csvdir = dir .. "/csv"
+  local out, rc = sh(KMRUN .. " report " .. S .. " --csv " .. csvdir .. " --fast-p 1,3 --heatmap status --html " .. dir .. "/s.html")
+  t.eq(rc, 0, out)
+  t.ok(out:find("fast_1", 1, true) and out:find("fast_3", 1, true) and not out:find("fast_1.5", 1, true), out)
+  t.ok(out:find("CSV file(s) in " .. csvdir, 1, true), out)
+  for _, f in ipairs { "by_strategy_model.csv", "by_level_strategy_model.csv", "by_category_strategy_model.csv",
+      "strategy_model.csv", "pass_at_k.csv", "fast_p_curve.csv", "task_map.csv", "episodes.csv" } do
+    local text = slurp(csvdir .. "/" .. f)
+    local lines = {}
+    for l in text:gmatch("[^\n]+") do lines[#lines + 1] = l end
+    t.ok(#lines >= 2, f)
+    local _, ncols = lines[1]:gsub(",", "")
+    for k, l in ipairs(lines) do
+      local _, nc = l:gsub(",", "")
+      t.eq(nc, ncols, f .. " line " .. k .. " has the header's columns")
+    end
+  end
+  local pk = slurp(csvdir .. "/pass_at_k.csv")
+  t.ok(pk:find("^strategy,model,k,tasks,pass_at_k,ci_low,ci_high\n"), pk)
+  t.ok(pk:find("\nrepair,m1,1,2,0.5,", 1, true), pk)
+  t.ok(slurp(csvdir .. "/by_strategy_model.csv"):find("fast_3", 1, true), "the asked thresholds")
+  local _, eps = slurp(csvdir .. "/episodes.csv"):gsub("\n", "")
+  t.eq(eps, 1 + 32, "a row per episode")
+  out, rc = sh(KMRUN .. " report " .. S .. " --json 2>/dev/null")
+  local o = assert(json.decode(out))
+  t.eq(#o.series, 4)
+  t.eq(o.series[1].strategy, "repair")
+  t.eq(#o.pass_at_k, 4)
+  t.near(o.pass_at_k[1].k[2].value, 0.75, 1e-12)
+  t.eq(#o.fast_p_curve[1].points, #report.CURVE_P)
+  t.eq(#o.task_map, 2 * 4)
+  t.eq(o.by["strategy+model"][1].keys.model, "m1")
+  -- bad values name themselves
+  out, rc = sh(KMRUN .. " report " .. S .. " --fast-p x")
+  t.eq(rc, 2); t.ok(out:find("--fast-p: 'x'", 1, true), out)
+  out, rc = sh(KMRUN .. " report " .. S .. " --heatmap colour")
+  t.eq(rc, 2); t.ok(out:find("--heatmap: 'colour' wants one of speedup or status", 1, true), out)
+  out, rc = sh(KMRUN .. " report " .. S .. " --by level+colour")
+  t.eq(rc, 2); t.ok(out:find("cannot group by 'colour'", 1, true), out)
+end)
+
 -- Renders the page in headless Chromium (tests/report_shot.sh) when one is installed.
 local function have_chromium()
   local want = os.getenv("CHROMIUM")
@@ -353,7 +502,7 @@ local function have_chromium()
 end
 
 if have_chromium() then
-  t.test("headless Chromium renders the four charts", function()
+  t.test("headless Chromium renders the six charts", function()
     local page, shot = dir .. "/shot.html", dir .. "/shot.png"
     local _, rc = sh(KMRUN .. " report " .. A .. " " .. B .. " --html " .. page)
     t.eq(rc, 0)
@@ -373,11 +522,11 @@ if have_chromium() then
       n = n + 1
       t.ok(tonumber(sw) > 100 and tonumber(sh_) > 100, "rendered size " .. sw .. "x" .. sh_)
     end
-    t.eq(n, 4, "four SVGs rendered: " .. sizes)
+    t.eq(n, 6, "six SVGs rendered: " .. sizes)
     if os.getenv("KM_KEEP_SHOT") then os.execute("cp " .. shot .. " " .. os.getenv("KM_KEEP_SHOT")) end
   end)
 else
-  t.skip("headless Chromium renders the four charts", "chromium not installed")
+  t.skip("headless Chromium renders the six charts", "chromium not installed")
 end
 
 os.execute("rm -rf " .. dir)
