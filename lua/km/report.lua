@@ -105,7 +105,7 @@ function M.load(paths)
     for _, ep in ipairs(episodes) do
       info.read = info.read + 1
       order = order + 1
-      if ep.status == "running" then
+      if ep.status == "running" or ep.status == "interrupted" then
         info.unfinished = info.unfinished + 1
       else
         ep.file, ep.order = path, order
@@ -151,6 +151,10 @@ local function row_of(ep)
     prompt_tokens = num(tok.prompt) or 0, completion_tokens = num(tok.completion) or 0,
     dollars = num(s.dollars) or 0, gpu_seconds = num(s.gpu_seconds) or 0, seconds = num(s.seconds) or 0,
     failure_modes = type(s.failure_modes) == "table" and s.failure_modes or {},
+    -- the model's side (km.model): requests, cut-off replies, reasoning, errors
+    requests = num(s.requests) or 0, model_calls = num(s.model_calls) or 0, truncated = num(s.truncated) or 0,
+    reasoning_chars = num(s.reasoning_chars) or 0, reasoning_tokens = tok.reasoning and num(tok.reasoning) or 0,
+    model_errors = type(s.model_errors) == "table" and s.model_errors or {},
   }
 end
 
@@ -169,8 +173,9 @@ end
 function M.metrics(rows, thresholds)
   thresholds = thresholds or M.thresholds()
   local m = { n = #rows, correct = 0, status = {}, failure_modes = {},
-    tokens = { prompt = 0, completion = 0 }, dollars = { total = 0 }, gpu_seconds = { total = 0 },
-    seconds_total = 0 }
+    tokens = { prompt = 0, completion = 0, reasoning = 0 }, dollars = { total = 0 }, gpu_seconds = { total = 0 },
+    seconds_total = 0, requests = 0, truncated = 0, model_calls = 0, model_errors = {},
+    reasoning = { chars = 0, episodes = 0 } }
   local speedups, baselines, rounds, roofs = {}, {}, {}, {}
   local first_n, first_ok = 0, 0
   local fast = {}
@@ -183,6 +188,21 @@ function M.metrics(rows, thresholds)
     end
     m.tokens.prompt = m.tokens.prompt + r.prompt_tokens
     m.tokens.completion = m.tokens.completion + r.completion_tokens
+    m.tokens.reasoning = m.tokens.reasoning + (r.reasoning_tokens or 0)
+    m.requests = m.requests + (r.requests or 0)
+    m.truncated = m.truncated + (r.truncated or 0)
+    m.model_calls = m.model_calls + (r.model_calls or 0)
+    if (r.model_calls or 0) > 0 then
+      m.reasoning.chars = m.reasoning.chars + (r.reasoning_chars or 0)
+      m.reasoning.episodes = m.reasoning.episodes + 1
+    end
+    for _, e in ipairs(r.model_errors or {}) do
+      if type(e) == "table" and e.code then
+        local x = m.model_errors[e.code] or { count = 0, message = e.message }
+        x.count = x.count + (num(e.count) or 1)
+        m.model_errors[e.code] = x
+      end
+    end
     m.dollars.total = m.dollars.total + r.dollars
     m.gpu_seconds.total = m.gpu_seconds.total + r.gpu_seconds
     m.seconds_total = m.seconds_total + r.seconds
@@ -217,6 +237,8 @@ function M.metrics(rows, thresholds)
   m.gpu_seconds.per_solved = ratio(m.gpu_seconds.total, m.correct)
   local rs = sorted_copy(roofs)
   m.roofline = { n = #rs, mean = mean(rs), median = quantile(rs, 0.5) }
+  -- reasoning length (ConCuR: it tracks difficulty): characters per episode that asked a model
+  m.reasoning.per_episode = ratio(m.reasoning.chars, m.reasoning.episodes)
   return m
 end
 
@@ -487,6 +509,9 @@ local function metrics_json(m, key)
     seconds_total = N(m.seconds_total),
     failure_modes = json.object(m.failure_modes),
     roofline = { n = m.roofline.n, mean = N(m.roofline.mean), median = N(m.roofline.median) },
+    requests = m.requests, model_calls = m.model_calls, truncated = m.truncated,
+    reasoning = { chars = m.reasoning.chars, per_episode = N(m.reasoning.per_episode), tokens = m.tokens.reasoning },
+    model_errors = json.object(m.model_errors),
   }
   if key then o.group = key end
   return o
@@ -589,6 +614,7 @@ M.COLUMNS = {
   { "p90", function(m) return times(m.speedup.p90) end },
   { "compile@1", function(m) return pct(m.compile_first.rate) end },
   { "rounds", function(m) return m.rounds.mean and fmt("%.2f", m.rounds.mean) or "-" end },
+  { "reasoning", function(m) return m.reasoning.chars > 0 and human(m.reasoning.per_episode) or "-" end },
   { "tokens/ok", function(m) return human(m.tokens.per_solved) end },
   { "$/ok", function(m) return dollars(m.dollars.per_solved) end },
   { "gpu_s/ok", function(m) return m.gpu_seconds.per_solved and fmt("%.2f", m.gpu_seconds.per_solved) or "-" end },
@@ -755,8 +781,22 @@ function M.text(r)
   local w = 0
   for _, c in ipairs(cells) do w = max(w, #c[1]) end
   for _, c in ipairs(cells) do out[#out + 1] = fmt("  %-" .. w .. "s  %s\n", c[1], c[2]) end
+  local codes = {}
+  for code in pairs(r.all.model_errors or {}) do codes[#codes + 1] = code end
+  sort(codes)
+  if #codes > 0 then
+    out[#out + 1] = "\nmodel errors (calls that failed; the first message of each code):\n"
+    for _, code in ipairs(codes) do
+      local e = r.all.model_errors[code]
+      out[#out + 1] = fmt("  %s x%d: %s\n", code, e.count, tostring(e.message or "-"))
+    end
+  end
+  if (r.all.truncated or 0) > 0 then
+    out[#out + 1] = fmt("replies cut off at max_tokens: %d of %d requests\n", r.all.truncated, r.all.requests)
+  end
   out[#out + 1] = "\nfast_p: share of all episodes correct and faster than p x the reference (fast_0 = correct);\n" ..
     "speedups over correct episodes; compile@1: first candidate compiled; rounds: evaluations until correct;\n" ..
+    "reasoning: characters of model reasoning per episode that asked a model;\n" ..
     "X/ok: totals over all episodes per correct one; roofline: mean/median fraction of the bound.\n"
   return concat(out)
 end

@@ -48,7 +48,7 @@ local function judge(_, cand)
     timing = { candidate = { median = 1, p25 = 1, p75 = 1 }, reference = { median = 1 } } }
 end
 
-local function run(strategy_file, tasks, args, client_cfg)
+local function run(strategy_file, tasks, args, client_cfg, repeats)
   local path = DIR .. "/" .. strategy_file:gsub("%W", "_") .. os.time() .. math.random(1e6) .. ".sqlite"
   local db = assert(store.open(path))
   local fn = assert(loadfile(ROOT .. "/strategies/" .. strategy_file))()
@@ -56,7 +56,7 @@ local function run(strategy_file, tasks, args, client_cfg)
   a.quiet = true
   a.context = a.context or CONTEXT -- what kmrun's setup reads from the server's model list
   local res = sweep.run { strategies = { { name = strategy_file:gsub("%.lua$", ""), fn = fn } }, tasks = tasks,
-    models = { false }, repeats = 1, store = db, pool = testing.fake_pool(judge), args = a, fresh = true, jobs = a.jobs,
+    models = { false }, repeats = repeats or 1, store = db, pool = testing.fake_pool(judge), args = a, fresh = true, jobs = a.jobs,
     guidance = require("km.guidance").load(ROOT .. "/guidance"),
     make_client = function() return llm.new(client_cfg or { provider = "openai", base_url = server.base, model = "fake-model" }) end }
   db:close()
@@ -234,7 +234,43 @@ t.test("one HTTP 400, one label: model_error in every strategy, with the server'
     t.ok(me and me.message:find("injected fault", 1, true), s)
     t.eq(res.model_errors, 1, s)
     t.eq(runner.exit_status(res, {}), runner.EXIT.MODEL, s)
+    if s == "repair.lua" then -- the report shows the error with the server's message
+      local p = io.popen(KMRUN .. " report " .. path .. " 2>&1")
+      local rep_out = p:read("a"); p:close()
+      t.ok(rep_out:find("HTTP_400 x1: HTTP 400: injected fault", 1, true), rep_out)
+      t.ok(rep_out:find("model_error 1", 1, true), rep_out)
+    end
   end
+end)
+
+t.test("reasoning as data: recorded, in the report, exported with --reasoning, curated by length", function()
+  local long = string.rep("let me think ", 200)
+  local tk = make_task("t_reason", write_script("reason", {
+    { reply = answer("long"), reasoning = long }, { reply = answer("short"), reasoning = "brief" } }))
+  local bad = make_task("t_reason_bad", write_script("reason_bad", { { reply = answer("bug", true), reasoning = "hmm" } }))
+  local path = run("implement.lua", { tk, bad }, { "--jobs", "1" }, nil, 2)
+  local function export(flags)
+    local p = io.popen(KMRUN .. " export " .. path .. " " .. flags .. " 2>/dev/null")
+    local lines = {}
+    for l in p:lines() do lines[#lines + 1] = assert(json.decode(l)) end
+    p:close()
+    return lines
+  end
+  t.eq(#export("--format sft"), 2, "training lines are verified by default")
+  t.eq(#export("--format sft --all"), 4, "--all: failed ones too")
+  local cur = export("--format sft --shortest-reasoning --reasoning")
+  t.eq(#cur, 1, "one per task, the verified one with the least reasoning")
+  local last = cur[1].messages[#cur[1].messages]
+  t.ok(last.content:find("<think>\nbrief", 1, true) and last.content:find("Here is short", 1, true), last.content)
+  local eps = episodes(path)
+  local chars = 0
+  for _, ep in ipairs(eps) do chars = chars + (ep.summary.reasoning_chars or 0) end
+  t.eq(chars, #long + #"brief" + 2 * #"hmm")
+  local p = io.popen(KMRUN .. " report " .. path .. " --by task 2>&1")
+  local out = p:read("a"); p:close()
+  t.ok(out:find("reasoning", 1, true), out)
+  local row = out:match("\nt_reason%s[^\n]*")
+  t.ok(row and row:find("1%.3k"), tostring(row)) -- (2600 + 5) / 2 characters per episode
 end)
 
 t.test("agent: tool_choice is sent; arguments that are not strict JSON go back as a tool error", function()
