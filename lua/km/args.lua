@@ -362,7 +362,10 @@ function M.read(s, argv, first)
       elseif val == nil then
         i = i + 1
         val = argv[i]
-        if val == nil then return nil, label .. " needs a value (" .. o[2] .. ")", "value" end
+        -- "--meta --out x": the next option is not a value (write --meta=--odd for one)
+        if val == nil or (sub(val, 1, 2) == "--" and #val > 2) then
+          return nil, label .. " needs a value (" .. o[2] .. ")", "value"
+        end
       end
       local ok, why = set(o, label, val)
       if not ok then return nil, why, "value" end
