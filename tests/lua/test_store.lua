@@ -335,5 +335,80 @@ t.test("two handles on one file: each append gets its own seq", function()
   b:close()
 end)
 
+-- A store written by schema version 1, whose repeat column was called seed: made here from
+-- a version 2 one by hand.
+local function v1_store()
+  local path = fresh()
+  local db = assert(store.open(path))
+  local run = db:begin_run { name = "old" }
+  for r = 1, 2 do
+    local ep = db:begin_episode(run, { task = "l1_relu", strategy = "repair", model = "m1", rep = r })
+    db:append(ep, "note", { r = r })
+    db:finish_episode(ep, "correct", { summary = { status = "correct", speedup = 1.5, level = 1, category = "activation" } })
+  end
+  db:finish_run(run, "finished")
+  assert(db:exec("ALTER TABLE episodes RENAME COLUMN rep TO seed; UPDATE meta SET value = '1' WHERE key = " ..
+    "'schema_version'; PRAGMA user_version = 1"))
+  db:close()
+  return path
+end
+
+local function sh(cmd)
+  local p = io.popen(cmd .. " 2>&1; echo \"rc=$?\"")
+  local out = p:read("a")
+  p:close()
+  local body, rc = out:match("^(.*)rc=(%d+)\n$")
+  return body, tonumber(rc)
+end
+
+t.test("a version 1 store: read as it is by readers, migrated (seed -> rep) by a writer", function()
+  t.eq(store.schema_version, 2)
+  t.raises(function() store.open(":memory:"):begin_episode(1, { seed = 1 }) end, "'rep'", "seed is refused by name")
+  local path = v1_store()
+  local ro = assert(store.open(path, { readonly = true }))
+  t.eq(ro:exec("PRAGMA user_version"), "1")
+  local eps = ro:episodes {}
+  t.eq(#eps, 2)
+  t.eq(eps[2].rep, 2, "the repeat read from the old column")
+  t.eq(eps[2].seed, nil)
+  t.eq(ro:episode(eps[1].id).rep, 1)
+  ro:close()
+  -- the commands that only read leave it as it is
+  local out, rc = sh(KMRUN .. " report " .. path .. " --json")
+  t.eq(rc, 0, out)
+  t.eq(json.decode(out).episodes, 2, "two repeats, two episodes")
+  out, rc = sh(KMRUN .. " export " .. path .. " --format jsonl")
+  t.eq(rc, 0, out)
+  t.ok(out:find('"rep":2', 1, true), out)
+  local merged = fresh()
+  out, rc = sh(KMRUN .. " merge " .. merged .. " " .. path)
+  t.eq(rc, 0, out)
+  local m = assert(store.open(merged, { readonly = true }))
+  t.eq(m:episodes {}[2].rep, 2, "merged from a version 1 input")
+  m:close()
+  ro = assert(store.open(path, { readonly = true }))
+  t.eq(ro:exec("PRAGMA user_version"), "1", "readers changed nothing")
+  ro:close()
+  -- a writer migrates it, keeping every value
+  local db = assert(store.open(path))
+  t.eq(db:exec("PRAGMA user_version"), "2")
+  t.eq(db:exec("SELECT value FROM meta WHERE key = 'schema_version'"), "2")
+  t.ok(tonumber(db:exec("SELECT value FROM meta WHERE key = 'migrated_from_1_at'")), "when it was migrated")
+  t.eq(db:exec("SELECT group_concat(rep) FROM episodes"), "1,2")
+  local run = db:begin_run {}
+  local ep = db:begin_episode(run, { task = "l1_relu", strategy = "repair", rep = 3 })
+  t.eq(db:episode(ep).rep, 3)
+  t.eq(db:exec("PRAGMA integrity_check"), "ok")
+  db:close()
+  -- a store of a version kmrun does not know is refused, not changed
+  local odd = fresh()
+  db = assert(store.open(odd))
+  db:exec("PRAGMA user_version = 7")
+  db:close()
+  local no, err, code = store.open(odd)
+  t.eq(no, nil)
+  t.eq(code, "SCHEMA_VERSION", err)
+end)
+
 os.execute("rm -rf " .. dir)
 t.done()
