@@ -8,9 +8,9 @@
 -- Resuming: an episode is identified by (strategy, task, model, repeat) — the repeat is
 -- the store's rep column. Finished episodes in the output store are skipped; one left
 -- "running" by a killed sweep is marked "abandoned" and run again; one only compiled (no
--- GPU then) is judged when a GPU is here, and opts.rerun names other statuses to redo. Every step and every
--- finish is a single SQLite statement in WAL mode, so a SIGKILL at any moment loses no
--- finished episode and leaves none half-written.
+-- GPU then) is judged when a GPU is here, and opts.rerun names other statuses to redo.
+-- Every step and every finish is a single SQLite statement in WAL mode, so a SIGKILL at any
+-- moment loses no finished episode and leaves none half-written.
 local runner = require "km.runner"
 local wall = require("km.timing").wall
 

@@ -132,6 +132,14 @@ if cmd == "list" then
   for _, e in ipairs(errors) do io.stderr:write("invalid: ", e, "\n") end
   return #errors == 0 and 0 or 1
 elseif cmd == "check" then
+  -- an architecture NVRTC does not know would fail every task alike: say so once
+  local nvrtc = require "km.nvrtc"
+  local probe, plog = nvrtc.compile('extern "C" __global__ void k() {}', { arch = arch, cache = false })
+  if not probe and tostring(plog):find("arch", 1, true) then
+    io.stderr:write("kmrun tasks check: --arch: '", arch, "' is not an architecture this NVRTC (",
+      tostring(nvrtc.version and nvrtc.version() or "?"), ") compiles for\n")
+    return 2
+  end
   local tasks, errors = collect(rest)
   local bad = #errors
   for _, e in ipairs(errors) do print("FAIL " .. e) end
