@@ -90,8 +90,9 @@ end
 
 function M.correct(nshapes, nseeds, v)
   local t = v.timing
-  return fmt("Correct on %d shapes x %d seeds. %.4f ms vs reference %.4f ms (speedup %.2fx%s); %.0f%% of the roofline bound.",
-    nshapes, nseeds, t.candidate.median, t.reference.median, v.speedup,
+  return fmt("Correct on %d shapes x %d seeds. %.4f ms vs %s %.4f ms (speedup %.2fx%s); %.0f%% of the roofline bound.",
+    nshapes, nseeds, t.candidate.median, v.speedup_over == "pytorch_eager" and "PyTorch eager" or "reference",
+    t.reference.median, v.speedup,
     v.speedup_baseline and fmt(", %.2fx vs the starter", v.speedup_baseline) or "", 100 * v.roofline.fraction)
 end
 

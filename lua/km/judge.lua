@@ -29,7 +29,7 @@ local verdict = require "km.verdict"
 local feedback = require "km.feedback"
 
 local fmt, concat = string.format, table.concat
-local pairs, ipairs, type, tostring, pcall, error, rawget = pairs, ipairs, type, tostring, pcall, error, rawget
+local pairs, ipairs, type, tostring, pcall, error, rawget, next = pairs, ipairs, type, tostring, pcall, error, rawget, next
 
 local M = {}
 local Judge = {}
@@ -291,6 +291,11 @@ end
 -- Returns true, outs ({ name = buffer } the launch returned) or false, status, message.
 -- Launch code sees fresh views (revoked when it returns) and a fresh shape table.
 local function call_launch(self, run, io, sym, budget)
+  if run.torch then -- a PyTorch reference (trusted): the model on the real buffers
+    local ok, err = run.torch:forward(io, { empty_cache = true })
+    if not ok then return false, "launch_error", err end
+    return true, {}
+  end
   run.state.scratch_i = 0
   run.state.error_code = nil
   local ok, err = sandbox.call(run.fn, { budget = budget or 1e6, memory = self.opts.lua_memory },
@@ -323,8 +328,19 @@ function Judge:task_state(t)
   local st = self.tasks[t.dir]
   if st then return st end
   st = { task = t, times = {}, base_times = {} }
-  local ref, status, msg = prepare(self, t.reference.source_text, t.reference.launch_text, {}, "reference")
-  if not ref then return nil, "the task's reference does not build (" .. status .. "): " .. msg end
+  local ref
+  if t.reference.pytorch then
+    -- PyTorch eager is the reference and the baseline (KernelBench's): loaded in this
+    -- worker, on its context and stream, exchanging buffers without copies (km.kernelbench)
+    local prob, err = require("km.kernelbench").load(t.reference.pytorch, { precision = t.reference.precision, device = "cuda" })
+    if not prob then return nil, "the task's PyTorch reference does not load: " .. tostring(err) end
+    st.prob = prob
+    ref = { torch = prob, state = { scratch = {}, launches = {}, scratch_bytes = 0, scratch_peak = 0 }, attrs = {} }
+  else
+    local status, msg
+    ref, status, msg = prepare(self, t.reference.source_text, t.reference.launch_text, {}, "reference")
+    if not ref then return nil, "the task's reference does not build (" .. status .. "): " .. msg end
+  end
   ref.task_outputs = t.outputs
   st.ref = ref
   self.tasks[t.dir] = st
@@ -346,12 +362,13 @@ end
 -- candidate kernel can find and alter the copy it will be checked against.
 function Judge:trial_io(t, sym, seed)
   local cand, ref_in, dims = {}, {}, {}
-  for i, spec in ipairs(t.inputs) do
+  for _, spec in ipairs(t.inputs) do
     local d = task_mod.shape_of(spec, sym)
     dims[spec.name] = d
-    cand[spec.name] = fill_input(self.pool:get(spec.dtype, d), spec, sym, seed * 7919 + i)
+    cand[spec.name] = self.pool:get(spec.dtype, d)
     ref_in[spec.name] = self.pool:get(spec.dtype, d)
   end
+  self:fill_inputs(t, sym, cand, seed)
   for _, spec in ipairs(t.outputs) do
     local d = task_mod.shape_of(spec, sym)
     dims[spec.name] = d
@@ -362,8 +379,26 @@ end
 
 -- The inputs of `seed` again, into ref_in: what the candidate's inputs were before it ran.
 function Judge:pristine(t, sym, ref_in, seed)
-  for i, spec in ipairs(t.inputs) do fill_input(ref_in[spec.name], spec, sym, seed * 7919 + i) end
+  self:fill_inputs(t, sym, ref_in, seed)
   return ref_in
+end
+
+-- The inputs of `seed` into io: drawn by the task's init rules, or, for a PyTorch
+-- reference, by the problem's own get_inputs() under the seed (on the GPU) plus the
+-- model's parameters. A problem whose inputs cannot be made raises (the verdict: error).
+function Judge:fill_inputs(t, sym, io, seed)
+  local st = self.tasks[t.dir]
+  if not (st and st.prob) then
+    for i, spec in ipairs(t.inputs) do fill_input(io[spec.name], spec, sym, seed * 7919 + i) end
+    return
+  end
+  local ins, params = {}, {}
+  for _, spec in ipairs(t.inputs) do
+    if spec.role == "parameter" then params[spec.name] = io[spec.name] else ins[spec.name] = io[spec.name] end
+  end
+  local ok, err = st.prob:make_inputs(seed, ins)
+  if ok and next(params) then ok, err = st.prob:write_params(params) end
+  if not ok then error("the task's PyTorch inputs could not be made: " .. tostring(err), 0) end
 end
 
 -- Runs the reference on ref_in's buffers plus fresh poisoned outputs (which the caller
@@ -563,11 +598,23 @@ function Judge:time_run(st, run, sym, opts, check)
       if checking and not check_now(fmt("timed call %d", calls)) then return nil, "a timed call failed its check", "CHECK" end
     end,
   }
-  local res, err, code = timing.time(function()
+  local timed = function()
     local okl, s2, m2 = call_launch(self, run, cand, sym, budget)
     if not okl then failure = { s2, "The kernel failed while being timed: " .. tostring(m2) } return nil, tostring(m2), s2 end
     last_outs = s2
-  end, { mode = opts.mode or "cold", max_ms = opts.max_ms or 2000, before = hooks.before, after = hooks.after })
+  end
+  if run.torch then -- eager: the model's own work, bound to these buffers once
+    local bound, berr = run.torch:bind(cand)
+    if not bound then release() return nil, verdict.ERROR, "binding the PyTorch reference failed: " .. tostring(berr) end
+    timed = function()
+      local okb, e = bound(false)
+      if not okb then failure = { verdict.ERROR, "the PyTorch reference failed while timed: " .. tostring(e) } return nil, tostring(e) end
+    end
+  end
+  local res, err, code = timing.time(timed, { mode = opts.mode or "cold", max_ms = opts.max_ms or 2000,
+    before = hooks.before, after = hooks.after })
+  -- torch's cache may still hold the last outputs: back to the driver before a candidate runs
+  if run.torch then run.torch:forward(cand, { empty_cache = true }) end
   -- the last timed call is always re-verified
   if res and check and not check_now(fmt("the last timed call (%d)", calls)) then res = nil end
   if not res then
@@ -650,7 +697,10 @@ function Judge:measure(st, run, v, opts)
     v.timing.candidate.energy_j = nil
     v.timing.candidate.energy_unavailable = "not measured (opts.energy; --energy)"
   end
+  -- speedup over the reference: PyTorch eager where the reference is PyTorch (KernelBench's
+  -- definition), else the task's CUDA reference; speedup_over says which
   v.speedup = ref_t.median / cand_t.median
+  v.speedup_over = t.reference.pytorch and "pytorch_eager" or "cuda_reference"
   if base_t then v.speedup_baseline = base_t.median / cand_t.median end
   -- the roofline from the judge's own shape table, never one launch code could touch
   local pk = self:peaks()

@@ -149,6 +149,9 @@ end
 -- Loads and validates dir/task.lua; returns the task table (with dir, files read) or
 -- nil, "dir/task.lua: field: why".
 function M.load(dir)
+  -- a KernelBench problem file is a task as it is (km.kbtask; needs PyTorch)
+  local kbtask = require "km.kbtask"
+  if kbtask.is_problem(dir) then return kbtask.load(dir) end
   dir = dir:gsub("/+$", "")
   local file = dir .. "/task.lua"
   local ok, res = pcall(function()

@@ -11,7 +11,8 @@ local SPEC = A.spec {
   synopsis = "TASK_DIR CANDIDATE_DIR [options]",
   about = "Judges a candidate in an isolated GPU worker and prints the verdict.",
   positional = {
-    { "task_dir", "TASK_DIR", "a task folder (task.lua, reference, shapes, tolerance)", required = true, type = "dir" },
+    { "task_dir", "TASK_DIR", "a task folder (task.lua, reference, shapes, tolerance), or a KernelBench\n" ..
+        "problem file (PROBLEM.py: class Model, get_inputs, get_init_inputs)", required = true, type = "path" },
     { "cand_dir", "CANDIDATE_DIR", 'kernel.cu + launch.lua (+ params.lua), or "starter" for the task\'s own',
       required = true },
   },
@@ -22,6 +23,8 @@ local SPEC = A.spec {
     { "timeout", "S", "seconds before a hung candidate is stopped (default 120; --sanitize: its own)",
       type = "seconds" },
     { "gpus", "I", "the GPU to use (the first of a list)", type = "ints", aliases = { "gpu" }, default = { 0 } },
+    { "precision", "P", "a problem file's precision: fp32, fp16 or bf16 (KernelBench's casts)",
+      type = "choice", choices = { "fp32", "fp16", "bf16" } },
     { "no-energy", nil, "skip the energy pass (joules per call from NVML, a few hundred ms)" },
     { "sanitize", nil, "run it under compute-sanitizer memcheck, then racecheck (one seed,\n" ..
         "no timing): status out_of_bounds or race when they find something" },
@@ -47,6 +50,15 @@ if sanitize then -- before anything is loaded: without the tool there is nothing
   if not found then io.stderr:write("kmrun eval --sanitize: ", why, "\n") return 2 end
 end
 
+local kbtask = require "km.kbtask"
+if kbtask.is_problem(pos[1]) then
+  pos[1] = kbtask.key(pos[1], a.precision)
+else
+  if a.precision then return A.fail(SPEC, "--precision applies to a problem file (PROBLEM.py)") end
+  local d = io.open(pos[1] .. "/task.lua", "rb")
+  if not d then return A.fail(SPEC, "TASK_DIR: '" .. pos[1] .. "' is neither a task folder nor a problem file (.py)") end
+  d:close()
+end
 local t, err = task.load(pos[1])
 if not t then io.stderr:write("kmrun eval: ", err, "\n") return 2 end
 local cand, cerr

@@ -1,0 +1,84 @@
+-- km.kbtask — a KernelBench problem file (class Model, get_inputs, get_init_inputs) as a
+-- kmrun task, unchanged: `kmrun eval level1/19_ReLU.py CANDIDATE` judges against PyTorch
+-- eager on the same GPU.
+--
+--   local t, err = require("km.kbtask").load("19_ReLU.py", { precision = "fp32" })
+--
+-- The task's buffers come from the problem's spec (km.kernelbench, on torch's "meta"
+-- device: no memory, no compute, no CUDA in the driver): its tensor inputs, the model's
+-- parameters and buffers (`fc.weight` -> io.fc_weight), and its outputs (`out`, or
+-- `out0, out1, ...`); number inputs are in the shape table (`s.<name>`). One shape set:
+-- the problem's own sizes. Tolerance: KernelBench's per precision (km.kernelbench).
+-- In a GPU worker the judge loads the problem for real (km.judge); its inputs come from
+-- the problem's own get_inputs() under each trial's seed, made on the GPU.
+local M = {}
+
+local fmt = string.format
+local ipairs, type = ipairs, type
+
+local SIZES = { f32 = 4, f64 = 8, f16 = 2, bf16 = 2, i8 = 1, i32 = 4, i64 = 8, u8 = 1 }
+
+local function numel(shape)
+  local n = 1
+  for _, d in ipairs(shape) do n = n * d end
+  return n
+end
+
+-- true when path names a problem file (a .py file), whatever its folder
+-- ("file.py#fp16" names the problem at a precision: the form a task travels to a worker in)
+function M.is_problem(path)
+  return type(path) == "string" and (path:match("%.py$") or path:match("%.py#%w+$")) ~= nil
+end
+
+-- The name a problem at a precision travels under (task.dir).
+function M.key(path, precision)
+  return (precision and precision ~= "fp32") and (path .. "#" .. precision) or path
+end
+
+-- -> task table | nil, "path: why"
+function M.load(path, opts)
+  opts = opts or {}
+  local kb = require "km.kernelbench"
+  local file, tag = path:match("^(.*%.py)#(%w+)$")
+  if file then path = file end
+  local precision = opts.precision or tag or "fp32"
+  local prob, err = kb.load(path, { precision = precision, device = "meta" })
+  if not prob then return nil, err end
+  local spec, serr = prob:spec()
+  prob:release()
+  if not spec then return nil, serr end
+  local t = {
+    name = (path:match("([^/]+)%.py$") or path), dir = M.key(path, precision), path = path,
+    level = tonumber(path:match("level(%d)")) or 1, category = "kernelbench",
+    description_text = nil, math = nil,
+    reference = { pytorch = path, precision = precision },
+    inputs = {}, outputs = {}, params = {}, shapes = { {} }, tolerance = {},
+    flops = 0, pytorch = true,
+  }
+  local f = io.open(path, "rb")
+  if f then t.reference.source_text = f:read("a"); f:close() end
+  local bytes = 0
+  local function add(list, d, role)
+    if d.scalar ~= nil then
+      t.shapes[1][d.name] = d.scalar
+      return
+    end
+    if not SIZES[d.dtype] then
+      return fmt("%s: %s '%s' has dtype %s, which kmrun buffers do not hold", path, role, d.name, tostring(d.torch_dtype or d.dtype))
+    end
+    local shape = #d.shape > 0 and d.shape or { 1 }
+    list[#list + 1] = { name = d.name, dtype = d.dtype, shape = shape, role = role, key = d.key }
+    bytes = bytes + numel(shape) * SIZES[d.dtype]
+  end
+  for _, d in ipairs(spec.inputs or {}) do local e = add(t.inputs, d, "input"); if e then return nil, e end end
+  for _, d in ipairs(spec.params or {}) do local e = add(t.inputs, d, "parameter"); if e then return nil, e end end
+  for _, d in ipairs(spec.outputs or {}) do local e = add(t.outputs, d, "output"); if e then return nil, e end end
+  if #t.outputs == 0 then return nil, path .. ": the model returns no tensor" end
+  local tol = opts.tolerance or spec.tolerance or { atol = 1e-4, rtol = 1e-4 }
+  for _, o in ipairs(t.outputs) do t.tolerance[o.dtype] = { atol = tol.atol, rtol = tol.rtol } end
+  t.bytes = bytes
+  t.description = "The PyTorch program " .. t.name .. ".py (KernelBench form)"
+  return t
+end
+
+return M
