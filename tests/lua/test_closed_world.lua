@@ -308,8 +308,10 @@ db:close()
   t.ok(plain((read(db) or "") .. (read(db .. "-wal") or ""), KEY), "the control: the store should hold the key")
   for _, format in ipairs { "jsonl", "sft", "direct" } do
     local o = DIR .. "/export-" .. format .. ".jsonl"
-    local eout, erc = sh("OPENAI_API_KEY=" .. KEY, KMRUN .. " export " .. db .. " --format " .. format .. " --meta --out " .. o)
+    local eout, erc = sh("OPENAI_API_KEY=" .. KEY, KMRUN .. " export " .. db .. " --format " .. format .. " --all --meta " ..
+      o .. ".meta --out " .. o)
     t.eq(erc, 0, eout)
+    t.ok(not plain(read(o .. ".meta") or "", KEY), format .. ": the key is in the metadata")
     local text = read(o) or ""
     t.ok(#text > 0, format .. ": nothing exported: " .. eout)
     t.ok(not plain(text, KEY), format .. ": the key is in the export")
