@@ -255,7 +255,8 @@ function M.list(dir)
   local tasks, errors = {}, {}
   for _, name in ipairs(names) do
     local d = dir:gsub("/+$", "") .. "/" .. name
-    if limits.realpath(d .. "/task.lua") then -- exists; never opened here (a FIFO would block)
+    if limits.realpath(d .. "/task.lua") -- exists; never opened here (a FIFO would block)
+      or (name:match("%.py$") and limits.realpath(d)) then -- a KernelBench problem file
       local t, err = M.load(d)
       if t then tasks[#tasks + 1] = t else errors[#errors + 1] = err end
     end

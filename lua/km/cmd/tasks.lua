@@ -27,7 +27,8 @@ exit status: 0 all tasks valid, 1 some invalid (or none found), 2 usage error or
 that does not exist
 ]]
 
-local DIRS = { "dirs", "DIR", "a folder of task folders, or task folders (default ./tasks)", many = true, type = "dir" }
+local DIRS = { "dirs", "DIR", "a folder of task folders or KernelBench problem files (PROBLEM.py), or\n" ..
+  "task folders and problem files (default ./tasks)", many = true, type = "path" }
 local function sub_spec(name, about, options)
   return A.spec { name = "kmrun tasks " .. name, synopsis = "[DIR | TASK_DIR ...] [options]", about = about,
     positional = { DIRS }, options = options or {} }
@@ -56,6 +57,7 @@ verified by exact Jaccard), most similar first, and per category the largest clu
 }
 
 local function is_task(dir)
+  if require("km.kbtask").is_problem(dir) then return true end
   local f = io.open(dir .. "/task.lua")
   if f then f:close() return true end
 end
@@ -68,6 +70,9 @@ local function collect(args)
       local t, err = task.load(a)
       if t then tasks[#tasks + 1] = t else errors[#errors + 1] = err end
     else
+      local d = io.open(a .. "/.", "rb")
+      if not d then return nil, a .. ": no such folder (nor a task folder or problem file)" end
+      d:close()
       local ts, es = task.list(a)
       for _, t in ipairs(ts) do tasks[#tasks + 1] = t end
       for _, e in ipairs(es) do errors[#errors + 1] = e end
@@ -86,6 +91,7 @@ local function forms(t)
 end
 
 local function check_one(t, arch)
+  if t.reference.pytorch then return {} end -- a problem file: its spec loaded (km.kbtask)
   local nvrtc = require "km.nvrtc"
   local problems = {}
   local function chk(label, src, launch, defines)
@@ -126,6 +132,7 @@ local arch, as_json, threshold, shingle = a.arch, a.json, a.threshold, a.shingle
 
 if cmd == "list" then
   local tasks, errors = collect(rest)
+  if not tasks then io.stderr:write("kmrun tasks ", cmd, ": ", errors, "\n") return 2 end
   for _, t in ipairs(tasks) do
     print(string.format("%-28s L%d %-14s %-26s %d shapes", t.name, t.level, t.category, forms(t), #t.shapes))
   end
@@ -141,6 +148,7 @@ elseif cmd == "check" then
     return 2
   end
   local tasks, errors = collect(rest)
+  if not tasks then io.stderr:write("kmrun tasks ", cmd, ": ", errors, "\n") return 2 end
   local bad = #errors
   for _, e in ipairs(errors) do print("FAIL " .. e) end
   for _, t in ipairs(tasks) do
@@ -157,6 +165,7 @@ elseif cmd == "check" then
 elseif cmd == "stats" then
   local dataset = require "km.dataset"
   local tasks, errors = collect(rest)
+  if not tasks then io.stderr:write("kmrun tasks ", cmd, ": ", errors, "\n") return 2 end
   for _, e in ipairs(errors) do io.stderr:write("invalid: ", e, "\n") end
   local s = dataset.task_stats(tasks)
   if as_json then
@@ -170,6 +179,7 @@ elseif cmd == "stats" then
 else -- dedup
   local dedup = require "km.dedup"
   local tasks, errors = collect(rest)
+  if not tasks then io.stderr:write("kmrun tasks ", cmd, ": ", errors, "\n") return 2 end
   for _, e in ipairs(errors) do io.stderr:write("invalid: ", e, "\n") end
   local docs = {}
   for k, t in ipairs(tasks) do docs[k] = dedup.document(t, { shingle = shingle }) end
