@@ -563,6 +563,7 @@ typedef struct {
   double wall_started, wall_finished; /* wall(): Unix seconds */
   int ok;
   char code[32];
+  char server_code[64];       /* the server's error.code on an HTTP error, or "" */
   char msg[640];
   km_llm_response r;
 } job;
@@ -769,6 +770,7 @@ static void attempt_done(client *c, job *j, CURLcode rc, double now) {
     km_llm_http_error(api, status, j->resp, j->resp_n, c->api_key != NULL, line, sizeof line);
     char code[32];
     snprintf(code, sizeof code, "HTTP_%ld", status);
+    km_llm_error_code(j->resp, j->resp_n, j->server_code, sizeof j->server_code);
     fail_job(j, code, "%s", line);
     break;
   }
@@ -797,6 +799,7 @@ static void attempt_done(client *c, job *j, CURLcode rc, double now) {
 static void start_attempt(client *c, job *j, double now) {
   j->resp_n = 0;
   j->too_large = 0;
+  j->server_code[0] = '\0';
   j->retry_after[0] = '\0';
   j->errbuf[0] = '\0';
   j->attempts++;
@@ -1022,6 +1025,7 @@ static int push_network(lua_State *L, client *c, request *req) {
     if (w0 < INFINITY) set_num(L, "started_at", w0);
     if (w1 > 0) set_num(L, "ended_at", w1);
     set_int(L, "attempts", attempts);
+    if (failed->server_code[0]) set_str(L, "server_code", failed->server_code);
     return 4;
   }
   lua_createtable(L, 0, 12);

@@ -744,6 +744,27 @@ void km_llm_error_text(const char *body, size_t n, char *out, size_t outn) {
   cJSON_Delete(root);
 }
 
+void km_llm_error_code(const char *body, size_t n, char *out, size_t outn) {
+  if (!outn) return;
+  out[0] = '\0';
+  if (!body || !n) return;
+  cJSON *root = cJSON_ParseWithLength(body, n);
+  if (cJSON_IsObject(root)) {
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(root, "error");
+    const char *code = cJSON_IsObject(e) ? get_str(e, "code") : NULL;
+    if (!code && cJSON_IsObject(e)) code = get_str(e, "type"); /* Anthropic: error.type */
+    /* a short word only: [A-Za-z0-9_.-], as OpenAI's codes are */
+    size_t k = 0;
+    for (; code && code[k] && k + 1 < outn && k < 64; k++) {
+      char c = code[k];
+      if (!(isalnum((unsigned char)c) || c == '_' || c == '-' || c == '.')) break;
+      out[k] = c;
+    }
+    out[code && !code[k] ? k : 0] = '\0';
+  }
+  cJSON_Delete(root);
+}
+
 void km_llm_http_error(km_llm_api api, long status, const char *body, size_t n, int has_key,
                        char *out, size_t outn) {
   const char *var = api == KM_LLM_ANTHROPIC ? "ANTHROPIC_API_KEY" : "OPENAI_API_KEY";

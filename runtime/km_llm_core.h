@@ -112,6 +112,10 @@ void km_llm_response_free(km_llm_response *r);
  * cut at KM_LLM_ERROR_TEXT_MAX bytes with "...". */
 void km_llm_error_text(const char *body, size_t n, char *out, size_t outn);
 
+/* The server's own error code from an error body (OpenAI's error.code, e.g.
+ * "context_length_exceeded"; Anthropic's error.type), when it is a short word; "" otherwise. */
+void km_llm_error_code(const char *body, size_t n, char *out, size_t outn);
+
 /* One line for an HTTP error status: "HTTP 404: <server text>". 401 and 403 get a fixed
  * line naming the variable to check and no server text (servers echo parts of keys). */
 void km_llm_http_error(km_llm_api api, long status, const char *body, size_t n, int has_key,

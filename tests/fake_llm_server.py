@@ -325,7 +325,9 @@ class Handler(BaseHTTPRequestHandler):
         if STATE.context:
             need = self.prompt_tokens(body) + int(body.get("max_tokens") or 0)
             if need > STATE.context:
-                self.error(400, f"Requested tokens ({need}) exceed context window of {STATE.context}", anthropic)
+                # as OpenAI and llama-cpp-python answer it: a 400 with code context_length_exceeded
+                self.send_json(400, {"error": {"message": f"Requested tokens ({need}) exceed context window of {STATE.context}",
+                                               "type": "invalid_request_error", "code": "context_length_exceeded"}})
                 return
         if delay:
             time.sleep(delay)

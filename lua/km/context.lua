@@ -109,6 +109,13 @@ function Budget:observe(messages, prompt_tokens, tools)
   self.seen = self.seen + 1
 end
 
+-- After the server said a request did not fit (its error code context_length_exceeded):
+-- the estimate was low; half as much again from now on.
+function Budget:tighten()
+  self.ratio = self:tokens_per_char() * 1.5
+  self.seen = math.max(self.seen, 1)
+end
+
 ----------------------------------------------------------------------------------------
 -- compaction
 

@@ -25,6 +25,7 @@ local M = {}
 
 M.DEFAULT_MAX_TOKENS = 4096
 M.DEFAULT_TEMPERATURE = 0.2
+M.OVERFLOW_RETRIES = 3 -- sends again after a server's context_length_exceeded
 
 -- Failure codes after which a run starts no new episode: the server is not there, it
 -- refuses the key, or the run's budget is spent (km.sweep).
@@ -126,6 +127,24 @@ function M.wrap(ctx, client, log, args)
     end
     o.max_tokens = room
     local reply, err, code, info = client:chat(sent, o)
+    -- the server says it did not fit (error code context_length_exceeded): the estimate was
+    -- low for this model. Each such answer is recorded; the request is fitted again with a
+    -- tighter estimate and sent again, at most M.OVERFLOW_RETRIES times.
+    for _ = 1, M.OVERFLOW_RETRIES do
+      if reply or not (info and info.server_code == "context_length_exceeded") then break end
+      local p, tm = account(ctx, cfg, sent, o, nil, err, code, info, finfo)
+      log("model_call", p, tm)
+      budget:tighten()
+      sent, room, finfo = budget:fit(messages, o)
+      if not sent then
+        p, tm = account(ctx, cfg, messages, o, nil, room, finfo, nil, nil)
+        log("model_call", p, tm)
+        return nil, room, finfo
+      end
+      o.max_tokens = room
+      reply, err, code, info = client:chat(sent, o)
+      if reply then ctx.model_error, ctx.no_candidate = nil, nil end
+    end
     if reply and reply.usage then budget:observe(sent, reply.usage.prompt_tokens, o.tools) end
     local p, tm = account(ctx, cfg, sent, o, reply, err, code, info, finfo)
     log("model_call", p, tm)

@@ -160,6 +160,24 @@ t.test("a long repair episode never passes the window: no 400, older rounds summ
   end
 end)
 
+t.test("the server's context_length_exceeded: recorded, the estimate tightened, sent again", function()
+  local model = require "km.model"
+  local b = model.budget_for({ url = server.base .. "/chat/completions", model = "fake-model" }, CONTEXT)
+  local saved_ratio, saved_seen = b.ratio, b.seen
+  b.ratio, b.seen = 0.05, 1 -- as if the model's tokenizer were far cheaper than it is
+  local tk = make_task("t_overflow", write_script("overflow", { answer("fits") }))
+  local path = run("implement.lua", { tk })
+  b.ratio, b.seen = math.max(saved_ratio or 0, b.ratio), math.max(saved_seen, b.seen)
+  local ep = episodes(path)[1]
+  local calls = steps_of(ep, "model_call")
+  t.ok(#calls >= 2, "the 400 and the request sent again: " .. #calls)
+  t.eq(calls[1].payload.code, "HTTP_400")
+  t.ok(calls[#calls].payload.reply, "the last one went through")
+  t.eq(ep.status, "correct")
+  t.eq(ep.summary.requests, #calls)
+  t.eq(ep.summary.model_errors[1].code, "HTTP_400", "the 400s are counted, not hidden")
+end)
+
 t.test("limits are sent; a reply cut off at max_tokens is named as such and counted", function()
   local tk = make_task("t_cut", write_script("cut", { { reply = "```cuda\nextern", filler = 400 }, answer("short") }))
   local m0 = #server.requests()

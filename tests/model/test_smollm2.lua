@@ -15,8 +15,8 @@ local store = require "km.store"
 
 local ROOT = io.popen("readlink -f " .. (arg[0]:match("^(.*)/tests/model/") or ".")):read("l")
 local KMRUN = io.popen("readlink -f " .. (arg[-1]:match("kmrun$") and arg[-1] or "build/kmrun")):read("l")
-local N_CTX = tonumber(os.getenv("KM_SMOLLM2_CTX") or "") or 4096
-local MAX_TOKENS = 512
+local N_CTX = tonumber(os.getenv("KM_SMOLLM2_CTX") or "") or 2048
+local MAX_TOKENS = 384
 local TASKS = { "l1_relu", "l1_sigmoid" }
 
 local function sh(cmd)
