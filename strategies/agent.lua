@@ -33,7 +33,8 @@ return function(ctx)
     -- tool_choice: servers such as llama.cpp's ignore tools unless asked to use them
     local reply = ctx.llm:chat(messages, { tools = TOOLS, tool_choice = "auto" })
     if not reply then break end -- a model error: the episode ends on it (km.model)
-    table.insert(messages, { role = "assistant", content = reply.content or "", tool_calls = reply.tool_calls })
+    table.insert(messages, { role = "assistant", content = reply.content or "", tool_calls = reply.tool_calls,
+      km_call = reply.km_call })
     if not reply.tool_calls or #reply.tool_calls == 0 then
       local cand, why = prompt.extract(reply.content)
       if cand then final, final_v = cand, ctx.eval(cand) break end

@@ -77,6 +77,9 @@ local function account(ctx, cfg, sent, o, reply, err, code, info, finfo)
   local times = {}
   local nreq = (cfg.provider == "anthropic" and o.n) or 1
   if reply then
+    -- the call's number in the episode: the assistant turn made of this reply carries it
+    -- (km_call), so an export finds the call behind a turn the context shortened
+    reply.km_call = st.model_calls
     local u = reply.usage or {}
     payload.reply, payload.usage, payload.latency_ms, payload.dollars = reply, u, reply.latency_ms, reply.dollars
     payload.reasoning_chars = reply.reasoning and #reply.reasoning or 0

@@ -226,7 +226,8 @@ end
 -- round's growth is bounded (see KEEP_*); km.context keeps the whole within the window.
 function M.append_feedback(messages, reply, verdict, guides, ask)
   local content = type(reply) == "table" and (reply.content or "") or tostring(reply or "")
-  insert(messages, { role = "assistant", content = M.kept_reply(content, verdict) })
+  insert(messages, { role = "assistant", content = M.kept_reply(content, verdict),
+    km_call = type(reply) == "table" and reply.km_call or nil })
   local text = context.shorten(M.verdict_text(verdict), M.KEEP_FEEDBACK)
   if guides and #guides > 0 then text = text .. "\n\n" .. M.render_guides(guides) end
   text = text .. "\n\n" .. (ask or (verdict.status == "correct"

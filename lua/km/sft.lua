@@ -64,9 +64,18 @@ end
 -- For each assistant message of the final conversation, the model call that produced it
 -- (matched by content, in order), so its outcome and reasoning can be found.
 local function calls_by_turn(msgs, calls)
-  local used, out = {}, {}
+  local used, out, by_number = {}, {}, {}
+  -- the runner numbers each reply (km_call) and the turn made of it carries the number,
+  -- so a turn the context budget shortened still finds its call
+  for k, c in ipairs(calls) do
+    if type(c.reply) == "table" and c.reply.km_call then by_number[c.reply.km_call] = k end
+  end
   for i, m in ipairs(msgs) do
-    if m.role == "assistant" then
+    local k = m.role == "assistant" and m.km_call and by_number[m.km_call]
+    if k and not used[k] then
+      used[k] = true
+      out[i] = k
+    elseif m.role == "assistant" then
       for k, c in ipairs(calls) do
         if not used[k] and type(c.reply) == "table" and c.reply.content == m.content then
           used[k] = true

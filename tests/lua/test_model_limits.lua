@@ -158,6 +158,18 @@ t.test("a long repair episode never passes the window: no 400, older rounds summ
   for _, m in ipairs(last) do
     if m.role == "assistant" then t.ok(#m.content <= 1700, "a no-code reply is kept short: " .. #m.content) end
   end
+  -- the export still knows which call each shortened turn came from: no-code turns weigh 0
+  local p = io.popen(KMRUN .. " export " .. path .. " --format sft --weights 2>/dev/null")
+  local line = p:read("l"); p:close()
+  local sft = assert(json.decode(line))
+  local zero, one = 0, 0
+  for _, m in ipairs(sft.messages) do
+    if m.role == "assistant" then
+      if m.weight == 0 then zero = zero + 1 else one = one + 1 end
+      t.eq(m.km_call, nil, "no kmrun field in the example")
+    end
+  end
+  t.ok(zero >= 1 and one == 1, string.format("weights: %d zero, %d one", zero, one))
 end)
 
 t.test("the server's context_length_exceeded: recorded, the estimate tightened, sent again", function()
@@ -350,10 +362,10 @@ end
 t.test("exit statuses: 3 without a GPU (model fine), 4 when the model cannot be used", function()
   local tk = make_task("t_exit", write_script("exit", { answer("fine") }))
   local env = "env -u ANTHROPIC_API_KEY OPENAI_BASE_URL=" .. server.base .. " KM_MODEL=fake-model "
-  local out, rc = sh(env .. KMRUN .. " " .. ROOT .. "/strategies/implement.lua " .. tk.dir .. " --out " .. DIR .. "/exit3.sqlite --quiet 2>&1")
+  local out, rc = sh(env .. KMRUN .. " " .. ROOT .. "/strategies/implement.lua " .. tk.dir .. " --store " .. DIR .. "/exit3.sqlite --quiet 2>&1")
   t.eq(rc, 3, out)
   local env_down = "env -u ANTHROPIC_API_KEY OPENAI_BASE_URL=http://127.0.0.1:9/v1 KM_MODEL=m "
-  out, rc = sh(env_down .. KMRUN .. " " .. ROOT .. "/strategies/implement.lua " .. tk.dir .. " --out " .. DIR .. "/exit4.sqlite --quiet 2>&1")
+  out, rc = sh(env_down .. KMRUN .. " " .. ROOT .. "/strategies/implement.lua " .. tk.dir .. " --store " .. DIR .. "/exit4.sqlite --quiet 2>&1")
   t.eq(rc, 4, out)
   t.ok(not out:find("traceback", 1, true), out)
 end)
@@ -362,7 +374,7 @@ t.test("Ctrl-C: one line, exit 130, run and episodes marked interrupted; the sam
   local tk = make_task("t_int", write_script("int", { answer("slow") }), " [[delay:3]]")
   local st = DIR .. "/int.sqlite"
   local env = "env -u ANTHROPIC_API_KEY OPENAI_BASE_URL=" .. server.base .. " KM_MODEL=fake-model "
-  local cmd = env .. KMRUN .. " " .. ROOT .. "/strategies/repair.lua " .. tk.dir .. " --out " .. st .. " --quiet"
+  local cmd = env .. KMRUN .. " " .. ROOT .. "/strategies/repair.lua " .. tk.dir .. " --store " .. st .. " --quiet"
   local pidf, errf = DIR .. "/int.pid", DIR .. "/int.err"
   local n0 = #server.requests()
   os.execute(string.format("(%s 2>%s & echo $! > %s; wait $!; echo $? > %s.rc) >/dev/null 2>&1 &", cmd, errf, pidf, pidf))

@@ -107,7 +107,7 @@ t.test("the headline strategy on two level-1 tasks, every request within the con
   for i, name in ipairs(TASKS) do dirs[i] = ROOT .. "/tasks/" .. name end
   local t1 = llm.now()
   local out, rc = sh(env .. KMRUN .. " " .. ROOT .. "/strategies/repair_then_tune.lua " .. table.concat(dirs, " ") ..
-    " --out " .. STORE .. " --rounds 2 --context " .. N_CTX .. " --max-tokens " .. MAX_TOKENS .. " --jobs 2")
+    " --store " .. STORE .. " --rounds 2 --context " .. N_CTX .. " --max-tokens " .. MAX_TOKENS .. " --jobs 2")
   t.diag(string.format("%.0f s", llm.now() - t1))
   t.ok(rc == 0 or rc == 1 or rc == 3, "exit status " .. tostring(rc) .. " (4: the model could not be used)\n" .. out)
   t.ok(out:find("model context " .. N_CTX .. " tokens", 1, true), out)
