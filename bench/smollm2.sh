@@ -31,7 +31,7 @@ done
 BASE="http://127.0.0.1:$(cat "$OUT/port")/v1"
 start=$(date +%s)
 env -u ANTHROPIC_API_KEY -u OPENAI_API_KEY OPENAI_BASE_URL="$BASE" KM_MODEL=smollm2 \
-  "$BUILD/kmrun" strategies/repair_then_tune.lua tasks/l1_* --out "$OUT/run.sqlite" --context "$N_CTX" \
-  --max-tokens "$MAX_TOKENS" --rounds "$ROUNDS" --jobs 2 --quiet || echo "kmrun exit status $?"
+  "$BUILD/kmrun" strategies/repair_then_tune.lua tasks/l1_* --store "$OUT/run.sqlite" --context "$N_CTX" \
+  --max-tokens "$MAX_TOKENS" --rounds "$ROUNDS" --jobs 1 --quiet || echo "kmrun exit status $?"
 echo "wall: $(( $(date +%s) - start )) s; n_ctx $N_CTX, max_tokens $MAX_TOKENS, rounds $ROUNDS; store $OUT/run.sqlite"
 "$BUILD/kmrun" bench/smollm2_summary.lua "$OUT/run.sqlite" "$OUT/usage.jsonl" "$N_CTX"

@@ -1439,6 +1439,17 @@ function M.html(r, opts)
     o[#o + 1] = fmt("<tr><td>%s</td><td style=\"text-align:left\">%s</td></tr>", esc(x.key), esc(modes_line(x.metrics.failure_modes)))
   end
   o[#o + 1] = fmt("<tr class=\"all\"><td>all</td><td style=\"text-align:left\">%s</td></tr></table>", esc(modes_line(r.all.failure_modes)))
+  local codes = {}
+  for code in pairs(r.all.model_errors or {}) do codes[#codes + 1] = code end
+  sort(codes)
+  if #codes > 0 then
+    o[#o + 1] = "<h2>Model errors</h2><table><tr><th>code</th><th>calls</th><th>first message</th></tr>"
+    for _, code in ipairs(codes) do
+      local e = r.all.model_errors[code]
+      o[#o + 1] = fmt("<tr><td>%s</td><td>%d</td><td style=\"text-align:left\">%s</td></tr>", esc(code), e.count, esc(tostring(e.message or "-")))
+    end
+    o[#o + 1] = "</table>"
+  end
   -- every episode, so a reader can find one task's result
   local rows = {}
   for i, row in ipairs(r.rows) do rows[i] = row end

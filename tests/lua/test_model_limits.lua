@@ -269,6 +269,10 @@ t.test("one HTTP 400, one label: model_error in every strategy, with the server'
       local rep_out = p:read("a"); p:close()
       t.ok(rep_out:find("HTTP_400 x1: HTTP 400: injected fault", 1, true), rep_out)
       t.ok(rep_out:find("model_error 1", 1, true), rep_out)
+      local html = DIR .. "/errors.html"
+      os.execute(KMRUN .. " report " .. path .. " --html " .. html .. " >/dev/null 2>&1")
+      local page = io.open(html):read("a")
+      t.ok(page:find("<h2>Model errors</h2>", 1, true) and page:find("injected fault", 1, true), "the HTML page too")
     end
   end
 end)
