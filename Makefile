@@ -17,9 +17,10 @@ CJSON_CFLAGS:= $(shell pkg-config --cflags libcjson 2>/dev/null)
 
 CFLAGS  ?= -O2 -g
 CFLAGS  += -std=gnu11 -Wall -Wextra -Wno-unused-parameter -fno-strict-aliasing \
-           -Iruntime -I$(BUILD) -I$(CUDA_HOME)/include $(LUA_CFLAGS) $(CJSON_CFLAGS)
+           -Iinclude -Iruntime -I$(BUILD) -I$(CUDA_HOME)/include $(LUA_CFLAGS) $(CJSON_CFLAGS)
 LDLIBS  := $(LUA_STATIC) -L$(CUDA_HOME)/lib64 -lnvrtc -lcjson -lsqlite3 -lcurl -ldl -lm -lpthread
-LDFLAGS += -Wl,-E -L$(CJSON_LIBDIR) -Wl,-rpath,'$$ORIGIN/lib' -Wl,-rpath,$(CUDA_HOME)/lib64
+LDFLAGS += -Wl,-E -L$(CJSON_LIBDIR) -Wl,-rpath,'$$ORIGIN/lib' -Wl,-rpath,'$$ORIGIN/../lib/kmrun' \
+           -Wl,-rpath,$(CUDA_HOME)/lib64
 
 ifneq ($(SANITIZE),)
 CFLAGS  += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer
@@ -33,8 +34,8 @@ OBJS     := $(SRCS:runtime/%.c=$(BUILD)/obj/%.o)
 CORE_OBJS:= $(filter %_core.o,$(OBJS))
 CTESTS   := $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(wildcard tests/c/test_*.c))
 
-.PHONY: all deps test test-cpu test-gpu check-gpu clean bench demo valgrind model-deps test-model
-all: $(BUILD)/kmrun
+.PHONY: all deps test test-cpu test-gpu check-gpu clean bench demo valgrind model-deps test-model lib install
+all: $(BUILD)/kmrun lib
 
 # Modules are found by their luaopen_km_* symbol: adding runtime/km_x.c is enough.
 $(BUILD)/km_modules.inc: $(SRCS) | $(BUILD)/obj
@@ -61,6 +62,63 @@ $(BUILD)/lib/libcjson.so.1: | $(BUILD)/lib
 
 $(BUILD)/kmrun: $(OBJS) $(BUILD)/lib/libcjson.so.1
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(OBJS) $(LDLIBS)
+
+# ---- the library (docs/embedding.md) ----
+# include/kmrun.h is the public C API. libkmrun.so/.a hold every runtime/*.c but the program's
+# main, built again as position-independent code. libkmrun.so links Lua 5.4 in, as the program
+# does, but from vendor/lua-5.4.4 (Debian's liblua5.4.a is not position-independent; this is
+# the same release, built with Debian's options); it exports only the functions kmrun.h
+# declares (a version script made from the header), so its Lua and the core's internal km_*
+# symbols stay private. km.so is the Lua 5.4
+# C module (`require "km"` from a stock lua5.4): the same objects without Lua, which the
+# interpreter provides, exporting only luaopen_km*. cJSON is found beside each, as for kmrun.
+LIB_SRCS := $(filter-out runtime/kmrun.c,$(SRCS))
+PIC_OBJS := $(LIB_SRCS:runtime/%.c=$(BUILD)/pic/%.o)
+LUA_VENDOR := vendor/lua-5.4.4
+LUA_PIC_OBJS := $(patsubst $(LUA_VENDOR)/%.c,$(BUILD)/lua-pic/%.o,$(wildcard $(LUA_VENDOR)/*.c))
+LIB_LDLIBS := -L$(CJSON_LIBDIR) -L$(CUDA_HOME)/lib64 -lnvrtc -lcjson -lsqlite3 -lcurl -ldl -lm -lpthread
+LIB_RPATH := -Wl,-rpath,$(CUDA_HOME)/lib64
+lib: $(BUILD)/lib/libkmrun.so $(BUILD)/lib/libkmrun.a $(BUILD)/lib/lua/km.so $(BUILD)/examples/embed
+
+$(BUILD)/pic $(BUILD)/lua-pic $(BUILD)/lib/lua $(BUILD)/examples:
+	@mkdir -p $@
+$(BUILD)/lua-pic/%.o: $(LUA_VENDOR)/%.c | $(BUILD)/lua-pic
+	$(CC) -O2 -std=gnu99 -fPIC -DLUA_COMPAT_5_3 -DLUA_USE_LINUX -w -c -o $@ $<
+$(BUILD)/pic/km_blob.o: runtime/km_blob.c $(BUILD)/km_util.fatbin | $(BUILD)/pic
+	$(CC) $(CFLAGS) -fPIC -DKM_UTIL_FATBIN='"$(BUILD)/km_util.fatbin"' -c -o $@ $<
+$(BUILD)/pic/%.o: runtime/%.c $(wildcard runtime/*.h) include/kmrun.h $(BUILD)/km_modules.inc | $(BUILD)/pic
+	$(CC) $(CFLAGS) -fPIC -c -o $@ $<
+$(BUILD)/pic/km_lua_module.o: runtime/lib/km_lua_module.c include/kmrun.h | $(BUILD)/pic
+	$(CC) $(CFLAGS) -fPIC -c -o $@ $<
+
+# Exported: what kmrun.h marks KMRUN_API, nothing else.
+$(BUILD)/kmrun.map: include/kmrun.h | $(BUILD)/obj
+	@{ echo '{ global:'; grep -o '^KMRUN_API [^(]*(' $< | sed 's/.*\(km_[a-z0-9_]*\)($$/  \1;/'; \
+	   echo 'local: *; };'; } > $@
+$(BUILD)/km_lua.map: | $(BUILD)/obj
+	@printf '{ global: luaopen_km; luaopen_km_*; local: *; };\n' > $@
+
+$(BUILD)/lib/libkmrun.so: $(PIC_OBJS) $(LUA_PIC_OBJS) $(BUILD)/kmrun.map $(BUILD)/lib/libcjson.so.1
+	$(CC) -shared -o $@ -Wl,-soname,libkmrun.so -Wl,--version-script=$(BUILD)/kmrun.map -Wl,-z,defs \
+	  -Wl,-rpath,'$$ORIGIN' -Wl,-rpath,'$$ORIGIN/kmrun' $(LIB_RPATH) $(PIC_OBJS) $(LUA_PIC_OBJS) $(LIB_LDLIBS) \
+	  $(if $(SANITIZE),-fsanitize=$(SANITIZE))
+$(BUILD)/lib/libkmrun.a: $(PIC_OBJS) $(LUA_PIC_OBJS)
+	rm -f $@ && ar rcs $@ $(PIC_OBJS) $(LUA_PIC_OBJS)
+$(BUILD)/lib/lua/km.so: $(PIC_OBJS) $(BUILD)/pic/km_lua_module.o $(BUILD)/km_lua.map $(BUILD)/lib/libcjson.so.1 | $(BUILD)/lib/lua
+	$(CC) -shared -o $@ -Wl,--version-script=$(BUILD)/km_lua.map -Wl,-rpath,'$$ORIGIN/..' \
+	  -Wl,-rpath,'$$ORIGIN/../../kmrun' $(LIB_RPATH) $(PIC_OBJS) $(BUILD)/pic/km_lua_module.o $(LIB_LDLIBS) \
+	  $(if $(SANITIZE),-fsanitize=$(SANITIZE))
+# The example host, against the build tree (tests/lua/test_embed.lua builds it again
+# against an installed copy through pkg-config).
+$(BUILD)/examples/embed: examples/embed.c include/kmrun.h $(BUILD)/lib/libkmrun.so | $(BUILD)/examples
+	$(CC) -std=c99 -O2 -Wall -Wextra -pedantic -Iinclude -o $@ $< -L$(BUILD)/lib -lkmrun -Wl,-rpath,'$$ORIGIN/../lib'
+
+# make install PREFIX=/opt/kmrun: header, libraries, kmrun.pc, the program, the Lua library,
+# strategies and guidance (tools/install.sh: a plain script, so a built tree installs where
+# no compiler or Lua is).
+PREFIX ?= /usr/local
+install: all
+	sh tools/install.sh $(BUILD) $(PREFIX)
 
 $(BUILD)/tests/%: tests/c/%.c tests/c/test.h $(CORE_OBJS) | $(BUILD)/tests
 	$(CC) $(CFLAGS) -Itests/c $(LDFLAGS) -Wl,-rpath,'$$ORIGIN/../lib' -o $@ $< $(CORE_OBJS) $(LDLIBS)

@@ -17,21 +17,15 @@
 
 #include "km.h"
 #include "km_cuda.h"
+#include "km_devops.h"
 #include "km_dtype.h"
 
 #define KM_BUFFER_MT "km.Buffer"
-#define KM_MAXDIM 8
-#define GUARD_BYTE 0xA5
-#define DEFAULT_GUARD 4096
+#define GUARD_BYTE KM_GUARD_BYTE
+#define DEFAULT_GUARD KM_DEFAULT_GUARD
 
-typedef struct {
-  CUdeviceptr base, ptr; /* allocation start (0 once freed) and data start */
-  size_t bytes, guard, alloc;
-  km_dtype dtype;
-  int ndim;
-  int64_t numel;
-  int64_t shape[KM_MAXDIM];
-} km_buffer;
+/* The device side (allocation, guards, fills) is km_devops.c's, shared with the C API. */
+typedef km_devbuf km_buffer;
 
 static km_buffer *buffer_check(lua_State *L, int idx) {
   km_buffer *b = luaL_checkudata(L, idx, KM_BUFFER_MT);
@@ -83,9 +77,7 @@ CUdeviceptr km_buffer_ptr(lua_State *L, int idx, size_t *bytes) {
 }
 
 static int buffer_release(lua_State *L) {
-  km_buffer *b = luaL_checkudata(L, 1, KM_BUFFER_MT);
-  if (b->base && km_cu) km_cu->cuMemFree(b->base);
-  b->base = b->ptr = 0;
+  km_devbuf_free(luaL_checkudata(L, 1, KM_BUFFER_MT));
   return 0;
 }
 
@@ -129,30 +121,24 @@ static km_buffer *alloc_buffer(lua_State *L, km_dtype dt, int shape_idx, size_t 
   const km_cuda_api *cu = km_cuda_check(L);
   km_buffer tmp;
   memset(&tmp, 0, sizeof tmp);
-  tmp.dtype = dt;
   read_shape(L, shape_idx, &tmp);
-  tmp.bytes = (size_t)tmp.numel * km_dtype_size(dt);
-  guard = (guard + 255) & ~(size_t)255;
-  tmp.guard = guard;
-  size_t padded = (tmp.bytes + 255) & ~(size_t)255;
-  tmp.alloc = guard + padded + guard;
-  if (tmp.alloc == 0) tmp.alloc = 256;
+  const char *why = NULL;
+  int64_t shape[KM_MAXDIM];
+  memcpy(shape, tmp.shape, sizeof shape);
+  if (km_devbuf_init(&tmp, dt, shape, tmp.ndim, guard, &why)) luaL_argerror(L, shape_idx, why);
   km_buffer *b = lua_newuserdatauv(L, sizeof *b, 0); /* created "freed": nothing leaks */
   *b = tmp;
   b->base = b->ptr = 0;
   luaL_setmetatable(L, KM_BUFFER_MT);
-  CUdeviceptr base;
-  CUresult r = cu->cuMemAlloc(&base, tmp.alloc);
-  if (r != CUDA_SUCCESS) {
+  (void)cu;
+  km_devbuf d = tmp;
+  CUresult r = km_devbuf_alloc(&d);
+  if (r != CUDA_SUCCESS && !d.base) {
     luaL_error(L, "%s: allocating %I bytes for a %s buffer: %s", km_cuda_errname(r),
                (lua_Integer)tmp.alloc, km_dtype_name(dt), km_cuda_errstr(r));
   }
-  b->base = base;
-  b->ptr = base + guard;
-  if (guard) {
-    check(L, cu->cuMemsetD8(base, GUARD_BYTE, guard), "filling the front guard");
-    check(L, cu->cuMemsetD8(b->ptr + b->bytes, GUARD_BYTE, tmp.alloc - guard - b->bytes), "filling the back guard");
-  }
+  *b = d; /* owned by the userdata from here: a guard failure below frees it with it */
+  check(L, r, "filling the guards");
   return b;
 }
 
@@ -208,30 +194,11 @@ static int b_tostring(lua_State *L) {
 
 /* Writes `elsize`-byte `pattern` into every element. */
 static void fill_pattern(lua_State *L, km_buffer *b, uint64_t pattern) {
-  const km_cuda_api *cu = km_cu;
-  CUstream s = km_cuda_stream();
-  size_t es = km_dtype_size(b->dtype), n = (size_t)b->numel;
-  if (!n) return;
-  switch (es) {
-  case 1: check(L, cu->cuMemsetD8Async(b->ptr, (unsigned char)pattern, n, s), "fill"); break;
-  case 2: check(L, cu->cuMemsetD16Async(b->ptr, (unsigned short)pattern, n, s), "fill"); break;
-  case 4: check(L, cu->cuMemsetD32Async(b->ptr, (unsigned int)pattern, n, s), "fill"); break;
-  default: {
-    CUfunction fn = km_cuda_util(L, "km_fill64");
-    uint64_t nn = n;
-    void *args[] = {&b->ptr, &nn, &pattern};
-    check(L, km_cuda_util_launch(fn, n, s, args), "fill");
-  }
-  }
+  if (km_dtype_size(b->dtype) == 8 && b->numel) km_cuda_util(L, "km_fill64"); /* raises as before */
+  check(L, km_devbuf_fill_pattern(b, pattern, km_cuda_stream()), "fill");
 }
 
-static uint64_t pattern_of(km_dtype dt, double v) {
-  unsigned char tmp[8] = {0};
-  km_dtype_set(dt, tmp, 0, v);
-  uint64_t p = 0;
-  memcpy(&p, tmp, km_dtype_size(dt));
-  return p;
-}
+static uint64_t pattern_of(km_dtype dt, double v) { return km_devbuf_pattern(dt, v); }
 
 /* b:fill(value) -> b */
 static int b_fill(lua_State *L) {
@@ -301,11 +268,8 @@ static int b_random(lua_State *L) {
   }
   uint64_t seed = (uint64_t)km_optfield_int(L, 2, "seed", 0);
   if (!b->numel) { lua_settop(L, 1); return 1; }
-  CUfunction fn = km_cuda_util(L, "km_random");
-  int dt = (int)b->dtype;
-  uint64_t n = (uint64_t)b->numel;
-  void *args[] = {&b->ptr, &dt, &n, &seed, &d, &a, &c};
-  check(L, km_cuda_util_launch(fn, n, km_cuda_stream(), args), "random");
+  km_cuda_util(L, "km_random");
+  check(L, km_devbuf_random(b, d, a, c, seed, km_cuda_stream()), "random");
   lua_settop(L, 1);
   return 1;
 }
@@ -557,19 +521,9 @@ static int l_load(lua_State *L) {
 /* b:checksum() -> 16 hex digits (order-sensitive 64-bit hash of the bytes, on the GPU) */
 static int b_checksum(lua_State *L) {
   km_buffer *b = buffer_check(L, 1);
-  const km_cuda_api *cu = km_cu;
-  CUfunction fn = km_cuda_util(L, "km_checksum");
-  CUdeviceptr acc;
-  check(L, cu->cuMemAlloc(&acc, 8), "checksum scratch");
-  CUstream s = km_cuda_stream();
-  CUresult r = cu->cuMemsetD8Async(acc, 0, 8, s);
-  uint64_t bytes = b->bytes, out = 0;
-  void *args[] = {&b->ptr, &bytes, &acc};
-  if (r == CUDA_SUCCESS) r = km_cuda_util_launch(fn, bytes / 8 + 1, s, args);
-  if (r == CUDA_SUCCESS) r = cu->cuStreamSynchronize(s);
-  if (r == CUDA_SUCCESS) r = cu->cuMemcpyDtoH(&out, acc, 8);
-  cu->cuMemFree(acc);
-  check(L, r, "checksum");
+  km_cuda_util(L, "km_checksum");
+  uint64_t out = 0;
+  check(L, km_devbuf_checksum(b, km_cuda_stream(), &out), "checksum");
   char hex[17];
   snprintf(hex, sizeof hex, "%016llx", (unsigned long long)out);
   lua_pushstring(L, hex);
@@ -579,41 +533,24 @@ static int b_checksum(lua_State *L) {
 /* b:check_guards() -> true | false, "message naming the side and the first bad offset" */
 static int b_check_guards(lua_State *L) {
   km_buffer *b = buffer_check(L, 1);
-  if (!b->guard) { lua_pushboolean(L, 1); return 1; }
-  size_t tail = b->alloc - b->guard - b->bytes;
-  luaL_Buffer sb;
-  unsigned char *p = (unsigned char *)luaL_buffinitsize(L, &sb, b->guard + tail);
-  check(L, km_cu->cuMemcpyDtoH(p, b->base, b->guard), "reading the front guard");
-  check(L, km_cu->cuMemcpyDtoH(p + b->guard, b->ptr + b->bytes, tail), "reading the back guard");
-  for (size_t i = b->guard; i-- > 0;) /* nearest the data first */
-    if (p[i] != GUARD_BYTE) {
-      size_t count = 0;
-      for (size_t j = 0; j < b->guard; j++) count += p[j] != GUARD_BYTE;
-      lua_pushboolean(L, 0);
-      lua_pushfstring(L, "front guard overwritten: %I byte(s), the nearest %I byte(s) before the start of the buffer",
-                      (lua_Integer)count, (lua_Integer)(b->guard - i));
-      return 2;
-    }
-  for (size_t i = 0; i < tail; i++)
-    if (p[b->guard + i] != GUARD_BYTE) {
-      size_t count = 0;
-      for (size_t j = i; j < tail; j++) count += p[b->guard + j] != GUARD_BYTE;
-      lua_pushboolean(L, 0);
-      lua_pushfstring(L, "back guard overwritten: %I byte(s), the first at byte %I past the end of the buffer (element %I)",
-                      (lua_Integer)count, (lua_Integer)i, (lua_Integer)(b->numel + (lua_Integer)(i / km_dtype_size(b->dtype))));
-      return 2;
-    }
-  lua_pushboolean(L, 1);
-  return 1;
+  int ok, side;
+  size_t count, off;
+  check(L, km_devbuf_check_guards(b, &ok, &side, &count, &off), "reading the guards");
+  lua_pushboolean(L, ok);
+  if (ok) return 1;
+  if (side == 0)
+    lua_pushfstring(L, "front guard overwritten: %I byte(s), the nearest %I byte(s) before the start of the buffer",
+                    (lua_Integer)count, (lua_Integer)off);
+  else
+    lua_pushfstring(L, "back guard overwritten: %I byte(s), the first at byte %I past the end of the buffer (element %I)",
+                    (lua_Integer)count, (lua_Integer)off, (lua_Integer)(b->numel + (lua_Integer)(off / km_dtype_size(b->dtype))));
+  return 2;
 }
 
 /* b:reset_guards() -> b: refills both guard zones (for reusing a buffer) */
 static int b_reset_guards(lua_State *L) {
   km_buffer *b = buffer_check(L, 1);
-  if (b->guard) {
-    check(L, km_cu->cuMemsetD8(b->base, GUARD_BYTE, b->guard), "filling the front guard");
-    check(L, km_cu->cuMemsetD8(b->ptr + b->bytes, GUARD_BYTE, b->alloc - b->guard - b->bytes), "filling the back guard");
-  }
+  check(L, km_devbuf_reset_guards(b), "filling the guards");
   lua_settop(L, 1);
   return 1;
 }

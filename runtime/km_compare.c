@@ -18,16 +18,8 @@
 #include "km.h"
 #include "km_compare_core.h"
 #include "km_cuda.h"
+#include "km_devops.h"
 #include "km_dtype.h"
-
-/* Must match struct cmp_out in runtime/kernels/km_util.cu. */
-typedef struct {
-  unsigned long long mismatches, nan_got, inf_got, first;
-  unsigned long long unwritten;
-  unsigned long long max_abs_bits, max_rel_bits;
-  unsigned long long n_examples;
-  unsigned long long examples[32];
-} km_cmp_dev;
 
 static void read_tol(lua_State *L, int idx, km_tol *t) {
   t->atol = km_optfield_num(L, idx, "atol", 1e-8);
@@ -35,11 +27,6 @@ static void read_tol(lua_State *L, int idx, km_tol *t) {
   t->equal_nan = km_optfield_bool(L, idx, "equal_nan", 0);
   if (t->atol < 0 || t->rtol < 0 || isnan(t->atol) || isnan(t->rtol))
     luaL_error(L, "allclose: atol and rtol must be non-negative numbers");
-}
-
-static int cmp_int64(const void *a, const void *b) {
-  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-  return (x > y) - (x < y);
 }
 
 static void push_num(lua_State *L, km_dtype dt, double v, int64_t iv) {
@@ -197,48 +184,20 @@ static int allclose_dev(lua_State *L, const km_tol *tol) {
   lua_pop(L, 2);
   if (ba != bb) return luaL_error(L, "allclose: sizes differ (%I vs %I bytes)", (lua_Integer)ba, (lua_Integer)bb);
   uint64_t n = ba / km_dtype_size(dt);
-  km_cmp_dev out;
-  memset(&out, 0, sizeof out);
-  out.first = ~0ull;
-  CUfunction fn = km_cuda_util(L, "km_compare");
-  CUdeviceptr dres;
-  CUresult r = cu->cuMemAlloc(&dres, sizeof out);
-  if (r != CUDA_SUCCESS) return km_cuda_raise(L, r, "allclose scratch");
-  CUstream s = km_cuda_stream();
-  int dti = (int)dt, eqnan = tol->equal_nan;
-  double atol = tol->atol, rtol = tol->rtol;
+  (void)cu;
+  km_cuda_util(L, "km_compare"); /* raises when the utility kernels cannot load */
   /* poison = true counts elements still holding km.buffer's poison pattern */
   int poison_on = 0;
-  unsigned long long poison = 0;
-  if (lua_getfield(L, 3, "poison") == LUA_TBOOLEAN && lua_toboolean(L, -1)) {
-    poison_on = 1;
-    poison = km_poison_pattern(dt);
-  }
+  if (lua_getfield(L, 3, "poison") == LUA_TBOOLEAN && lua_toboolean(L, -1)) poison_on = 1;
   lua_pop(L, 1);
-  void *args[] = {&pa, &pb, &dti, &n, &atol, &rtol, &eqnan, &dres, &poison_on, &poison};
-  r = cu->cuMemcpyHtoD(dres, &out, sizeof out);
-  if (r == CUDA_SUCCESS && n) r = km_cuda_util_launch(fn, n, s, args);
-  if (r == CUDA_SUCCESS) r = cu->cuStreamSynchronize(s);
-  if (r == CUDA_SUCCESS) r = cu->cuMemcpyDtoH(&out, dres, sizeof out);
-  cu->cuMemFree(dres);
-  if (r != CUDA_SUCCESS) return km_cuda_fail(L, r, "allclose");
   km_cmp_result res;
-  memset(&res, 0, sizeof res);
-  res.n = n;
-  res.mismatches = out.mismatches;
-  res.nan_got = out.nan_got;
-  res.inf_got = out.inf_got;
-  memcpy(&res.max_abs, &out.max_abs_bits, 8);
-  memcpy(&res.max_rel, &out.max_rel_bits, 8);
-  res.first = out.mismatches ? (int64_t)out.first : -1;
-  res.n_examples = (int)(out.n_examples < 32 ? out.n_examples : 32);
-  for (int i = 0; i < res.n_examples; i++) res.examples[i] = (int64_t)out.examples[i];
-  qsort(res.examples, (size_t)res.n_examples, sizeof(int64_t), cmp_int64);
-  res.ok = res.mismatches == 0;
+  uint64_t unwritten = 0;
+  CUresult r = km_devcompare(dt, pa, pb, n, tol, poison_on, km_cuda_stream(), &res, &unwritten);
+  if (r != CUDA_SUCCESS) return km_cuda_fail(L, r, "allclose");
   dev_ctx ctx = {dt, pa, pb};
   push_result(L, dt, &res, tol, dev_fetch, &ctx);
   if (poison_on) {
-    lua_pushinteger(L, (lua_Integer)out.unwritten);
+    lua_pushinteger(L, (lua_Integer)unwritten);
     lua_setfield(L, -2, "unwritten");
   }
   return 1;

@@ -167,6 +167,26 @@ const km_cuda_api *km_cuda_check(lua_State *L) {
 }
 
 CUstream km_cuda_stream(void) { return current_stream; }
+CUstream km_cuda_set_stream(CUstream s) {
+  CUstream old = current_stream;
+  current_stream = s;
+  return old;
+}
+
+const km_cuda_api *km_cuda_use(int dev, const char **why) {
+  static char msg[160];
+  if (dev >= 0 && load_state == 1 && dev != chosen_device) {
+    snprintf(msg, sizeof msg, "device %d requested but device %d is already in use in this process", dev,
+             chosen_device);
+    *why = msg;
+    return NULL;
+  }
+  if (dev >= 0) {
+    if (load_state == -1) load_state = 0; /* let a new choice retry */
+    chosen_device = dev;
+  }
+  return km_cuda_get(why);
+}
 
 /* ==== module-level functions ==== */
 
@@ -896,18 +916,24 @@ static int graph_launch(lua_State *L) {
 extern const char km_util_fatbin[];
 static CUmodule util_module;
 
-CUfunction km_cuda_util(lua_State *L, const char *name) {
-  km_cuda_check(L);
+CUresult km_cuda_util_get(const char *name, CUfunction *fn) {
+  if (!km_cuda_get(NULL)) return CUDA_ERROR_NOT_INITIALIZED;
   if (!util_module) {
     CUresult r = api.cuModuleLoadData(&util_module, km_util_fatbin);
     if (r != CUDA_SUCCESS) {
       util_module = NULL;
-      km_cuda_raise(L, r, "loading kmrun's utility kernels");
+      return r;
     }
   }
+  return api.cuModuleGetFunction(fn, util_module, name);
+}
+
+CUfunction km_cuda_util(lua_State *L, const char *name) {
+  km_cuda_check(L);
+  int loaded = util_module != NULL;
   CUfunction fn;
-  CUresult r = api.cuModuleGetFunction(&fn, util_module, name);
-  if (r != CUDA_SUCCESS) km_cuda_raise(L, r, name);
+  CUresult r = km_cuda_util_get(name, &fn);
+  if (r != CUDA_SUCCESS) km_cuda_raise(L, r, loaded ? name : "loading kmrun's utility kernels");
   return fn;
 }
 

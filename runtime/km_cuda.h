@@ -66,10 +66,17 @@ CUstream km_stream_opt(lua_State *L, int idx);
 /* One of kmrun's own kernels by name (loads the embedded fatbin once); raises. */
 CUfunction km_cuda_util(lua_State *L, const char *name);
 #endif
+/* The same without Lua: loads the fatbin once; the driver must be loadable. */
+CUresult km_cuda_util_get(const char *name, CUfunction *fn);
 /* Launches a utility kernel with 256-thread blocks, at most 8 blocks per SM (they use
  * grid-stride loops). args as for cuLaunchKernel's kernelParams. */
 CUresult km_cuda_util_launch(CUfunction fn, uint64_t n, CUstream s, void **args);
 /* The stream launches go to unless told otherwise (changed during graph capture). */
 CUstream km_cuda_stream(void);
+/* Sends launches to s from now on; returns the stream used before (graph capture). */
+CUstream km_cuda_set_stream(CUstream s);
+/* km_cuda_get on device dev (-1: KM_DEVICE or 0); NULL with *why when the process already
+ * holds another device or the driver is unavailable. */
+const km_cuda_api *km_cuda_use(int dev, const char **why);
 CUdevice km_cuda_device(void);
 #endif

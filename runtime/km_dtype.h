@@ -5,7 +5,8 @@
 #include <stdint.h>
 #include <string.h>
 
-typedef enum { KM_F32, KM_F64, KM_F16, KM_BF16, KM_I8, KM_I32, KM_I64, KM_U8, KM_NDTYPES } km_dtype;
+/* km_dtype (KM_F32 ... KM_NDTYPES) is the public header's: one list for the C API and the core. */
+#include "kmrun.h"
 
 /* name ("f32"), element size in bytes, whether it is a floating type, numpy descr */
 const char *km_dtype_name(km_dtype t);

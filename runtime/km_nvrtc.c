@@ -126,7 +126,7 @@ static void check_keys(lua_State *L, reqbuild *rb) {
  * (a GPU worker, a script that used km.cuda), else sm_90 — or NVRTC's newest when it no
  * longer supports sm_90. Never opens a context: the driver process compiles too and must
  * not touch CUDA, and a fixed default keeps its cache keys the same on every host. */
-static void default_arch(char *buf, size_t n) {
+void km_nvrtc_default_arch(char *buf, size_t n) {
   int major = 0, minor = 0;
   if (km_cuda_current_arch(&major, &minor) && major > 0 && minor >= 0) {
     snprintf(buf, n, "sm_%d%d", major, minor);
@@ -220,7 +220,7 @@ static void build_defines(lua_State *L, reqbuild *rb) {
 
 /* NVRTC ships no C library headers, yet kernels (and models) often include <stdint.h>.
  * When the source names it and the caller gives none, these definitions stand in. */
-static const char builtin_stdint[] =
+const char km_nvrtc_builtin_stdint[] =
     "#pragma once\n"
     "typedef signed char int8_t; typedef unsigned char uint8_t;\n"
     "typedef short int16_t; typedef unsigned short uint16_t;\n"
@@ -256,7 +256,7 @@ static void build_headers(lua_State *L, reqbuild *rb) {
     for (int i = 0; i < 2; i++) {
       const char *nm = i ? "cstdint" : "stdint.h";
       if (lua_getfield(L, tab, nm) == LUA_TNIL) {
-        lua_pushstring(L, builtin_stdint);
+        lua_pushstring(L, km_nvrtc_builtin_stdint);
         lua_setfield(L, tab, nm);
       }
       lua_pop(L, 1);
@@ -306,7 +306,7 @@ static void build_req(lua_State *L, reqbuild *rb, int src, int opts, int entry) 
   if (arch && !km_nvrtc_arch_valid(arch))
     req_error(L, rb, 1, "option 'arch': bad architecture '%s' (want sm_NN, sm_NNa or compute_NN)", arch);
   if (arch) snprintf(rb->arch, sizeof rb->arch, "%s", arch);
-  else default_arch(rb->arch, sizeof rb->arch);
+  else km_nvrtc_default_arch(rb->arch, sizeof rb->arch);
   rb->req.arch = rb->arch;
 
   const char *std = opt_string(L, rb, "std");

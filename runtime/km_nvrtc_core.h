@@ -144,6 +144,12 @@ typedef struct km_nvrtc_world {
 int km_nvrtc_check_includes(const char *src, size_t len, const char *file, const km_nvrtc_world *w,
                             char *msg, size_t msgn);
 
+/* Defined in km_nvrtc.c (shared with the C API): the arch compiled for when none is given
+ * (the context's device, else sm_90 or NVRTC's newest), and the stdint.h given to sources
+ * that include it. */
+void km_nvrtc_default_arch(char *buf, size_t n);
+extern const char km_nvrtc_builtin_stdint[];
+
 /* $KM_CACHE_DIR, else $XDG_CACHE_HOME/kmrun/nvrtc, else $HOME/.cache/kmrun/nvrtc.
  * Returns 0, or KM_ENOTFOUND when none is set, or KM_ERANGE when buf is too small. */
 int km_nvrtc_default_cache_dir(char *buf, size_t n);

@@ -1,0 +1,194 @@
+/* km_devops.c — device work in plain C (km_devops.h): the one implementation behind
+ * km.buffer, km.compare and the public C API. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "km.h"
+#include "km_cuda.h"
+#include "km_devops.h"
+
+/* ==== buffers ==== */
+
+int km_devbuf_init(km_devbuf *b, km_dtype dt, const int64_t *shape, int ndim, size_t guard,
+                   const char **why) {
+  memset(b, 0, sizeof *b);
+  b->dtype = dt;
+  if ((int)dt < 0 || dt >= KM_NDTYPES) { *why = "unknown dtype"; return -1; }
+  if (ndim < 0 || ndim > KM_MAXDIM) { *why = "more than 8 dimensions"; return -1; }
+  b->ndim = ndim;
+  b->numel = 1;
+  for (int i = 0; i < ndim; i++) {
+    b->shape[i] = shape[i];
+    if (shape[i] < 0) { *why = "negative dimension"; return -1; }
+    if (shape[i] && b->numel > INT64_MAX / shape[i] / 8) { *why = "shape too large"; return -1; }
+    b->numel *= shape[i];
+  }
+  b->bytes = (size_t)b->numel * km_dtype_size(dt);
+  guard = (guard + 255) & ~(size_t)255;
+  b->guard = guard;
+  size_t padded = (b->bytes + 255) & ~(size_t)255;
+  b->alloc = guard + padded + guard;
+  if (b->alloc == 0) b->alloc = 256;
+  return 0;
+}
+
+CUresult km_devbuf_alloc(km_devbuf *b) {
+  CUdeviceptr base;
+  CUresult r = km_cu->cuMemAlloc(&base, b->alloc);
+  if (r != CUDA_SUCCESS) return r;
+  b->base = base;
+  b->ptr = base + b->guard;
+  return km_devbuf_reset_guards(b);
+}
+
+void km_devbuf_free(km_devbuf *b) {
+  if (b->base && km_cu) km_cu->cuMemFree(b->base);
+  b->base = b->ptr = 0;
+}
+
+CUresult km_devbuf_reset_guards(km_devbuf *b) {
+  if (!b->guard) return CUDA_SUCCESS;
+  CUresult r = km_cu->cuMemsetD8(b->base, KM_GUARD_BYTE, b->guard);
+  if (r == CUDA_SUCCESS) r = km_cu->cuMemsetD8(b->ptr + b->bytes, KM_GUARD_BYTE, b->alloc - b->guard - b->bytes);
+  return r;
+}
+
+CUresult km_devbuf_fill_pattern(const km_devbuf *b, uint64_t pattern, CUstream s) {
+  size_t es = km_dtype_size(b->dtype), n = (size_t)b->numel;
+  if (!n) return CUDA_SUCCESS;
+  switch (es) {
+  case 1: return km_cu->cuMemsetD8Async(b->ptr, (unsigned char)pattern, n, s);
+  case 2: return km_cu->cuMemsetD16Async(b->ptr, (unsigned short)pattern, n, s);
+  case 4: return km_cu->cuMemsetD32Async(b->ptr, (unsigned int)pattern, n, s);
+  default: {
+    CUfunction fn;
+    CUresult r = km_cuda_util_get("km_fill64", &fn);
+    if (r != CUDA_SUCCESS) return r;
+    uint64_t nn = n;
+    CUdeviceptr p = b->ptr;
+    void *args[] = {&p, &nn, &pattern};
+    return km_cuda_util_launch(fn, n, s, args);
+  }
+  }
+}
+
+uint64_t km_devbuf_pattern(km_dtype dt, double v) {
+  unsigned char tmp[8] = {0};
+  km_dtype_set(dt, tmp, 0, v);
+  uint64_t p = 0;
+  memcpy(&p, tmp, km_dtype_size(dt));
+  return p;
+}
+
+CUresult km_devbuf_random(const km_devbuf *b, int dist, double a, double c, uint64_t seed, CUstream s) {
+  if (!b->numel) return CUDA_SUCCESS;
+  CUfunction fn;
+  CUresult r = km_cuda_util_get("km_random", &fn);
+  if (r != CUDA_SUCCESS) return r;
+  int dt = (int)b->dtype;
+  uint64_t n = (uint64_t)b->numel;
+  CUdeviceptr p = b->ptr;
+  void *args[] = {&p, &dt, &n, &seed, &dist, &a, &c};
+  return km_cuda_util_launch(fn, n, s, args);
+}
+
+CUresult km_devbuf_checksum(const km_devbuf *b, CUstream s, uint64_t *out) {
+  const km_cuda_api *cu = km_cu;
+  CUfunction fn;
+  CUresult r = km_cuda_util_get("km_checksum", &fn);
+  if (r != CUDA_SUCCESS) return r;
+  CUdeviceptr acc;
+  if ((r = cu->cuMemAlloc(&acc, 8)) != CUDA_SUCCESS) return r;
+  r = cu->cuMemsetD8Async(acc, 0, 8, s);
+  uint64_t bytes = b->bytes;
+  CUdeviceptr p = b->ptr;
+  void *args[] = {&p, &bytes, &acc};
+  *out = 0;
+  if (r == CUDA_SUCCESS) r = km_cuda_util_launch(fn, bytes / 8 + 1, s, args);
+  if (r == CUDA_SUCCESS) r = cu->cuStreamSynchronize(s);
+  if (r == CUDA_SUCCESS) r = cu->cuMemcpyDtoH(out, acc, 8);
+  cu->cuMemFree(acc);
+  return r;
+}
+
+CUresult km_devbuf_check_guards(const km_devbuf *b, int *ok, int *side, size_t *count, size_t *offset) {
+  *ok = 1;
+  *side = 0;
+  *count = *offset = 0;
+  if (!b->guard) return CUDA_SUCCESS;
+  size_t tail = b->alloc - b->guard - b->bytes;
+  unsigned char *p = malloc(b->guard + tail);
+  if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
+  CUresult r = km_cu->cuMemcpyDtoH(p, b->base, b->guard);
+  if (r == CUDA_SUCCESS) r = km_cu->cuMemcpyDtoH(p + b->guard, b->ptr + b->bytes, tail);
+  if (r != CUDA_SUCCESS) { free(p); return r; }
+  for (size_t i = b->guard; *ok && i-- > 0;) /* nearest the data first */
+    if (p[i] != KM_GUARD_BYTE) {
+      *ok = 0;
+      *side = 0;
+      *offset = b->guard - i;
+      for (size_t j = 0; j < b->guard; j++) *count += p[j] != KM_GUARD_BYTE;
+    }
+  for (size_t i = 0; *ok && i < tail; i++)
+    if (p[b->guard + i] != KM_GUARD_BYTE) {
+      *ok = 0;
+      *side = 1;
+      *offset = i;
+      for (size_t j = i; j < tail; j++) *count += p[b->guard + j] != KM_GUARD_BYTE;
+    }
+  free(p);
+  return CUDA_SUCCESS;
+}
+
+/* ==== compare ==== */
+
+/* Must match struct cmp_out in runtime/kernels/km_util.cu. */
+typedef struct {
+  unsigned long long mismatches, nan_got, inf_got, first;
+  unsigned long long unwritten;
+  unsigned long long max_abs_bits, max_rel_bits;
+  unsigned long long n_examples;
+  unsigned long long examples[32];
+} km_cmp_dev;
+
+static int cmp_int64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x > y) - (x < y);
+}
+
+CUresult km_devcompare(km_dtype dt, CUdeviceptr pa, CUdeviceptr pb, uint64_t n, const km_tol *tol,
+                       int poison_on, CUstream s, km_cmp_result *res, uint64_t *unwritten) {
+  const km_cuda_api *cu = km_cu;
+  km_cmp_dev out;
+  memset(&out, 0, sizeof out);
+  out.first = ~0ull;
+  CUfunction fn;
+  CUresult r = km_cuda_util_get("km_compare", &fn);
+  if (r != CUDA_SUCCESS) return r;
+  CUdeviceptr dres;
+  if ((r = cu->cuMemAlloc(&dres, sizeof out)) != CUDA_SUCCESS) return r;
+  int dti = (int)dt, eqnan = tol->equal_nan;
+  double atol = tol->atol, rtol = tol->rtol;
+  unsigned long long poison = poison_on ? km_poison_pattern(dt) : 0;
+  void *args[] = {&pa, &pb, &dti, &n, &atol, &rtol, &eqnan, &dres, &poison_on, &poison};
+  r = cu->cuMemcpyHtoD(dres, &out, sizeof out);
+  if (r == CUDA_SUCCESS && n) r = km_cuda_util_launch(fn, n, s, args);
+  if (r == CUDA_SUCCESS) r = cu->cuStreamSynchronize(s);
+  if (r == CUDA_SUCCESS) r = cu->cuMemcpyDtoH(&out, dres, sizeof out);
+  cu->cuMemFree(dres);
+  if (r != CUDA_SUCCESS) return r;
+  memset(res, 0, sizeof *res);
+  res->n = n;
+  res->mismatches = out.mismatches;
+  res->nan_got = out.nan_got;
+  res->inf_got = out.inf_got;
+  memcpy(&res->max_abs, &out.max_abs_bits, 8);
+  memcpy(&res->max_rel, &out.max_rel_bits, 8);
+  res->first = out.mismatches ? (int64_t)out.first : -1;
+  res->n_examples = (int)(out.n_examples < 32 ? out.n_examples : 32);
+  for (int i = 0; i < res->n_examples; i++) res->examples[i] = (int64_t)out.examples[i];
+  qsort(res->examples, (size_t)res->n_examples, sizeof(int64_t), cmp_int64);
+  res->ok = res->mismatches == 0;
+  if (unwritten) *unwritten = out.unwritten;
+  return CUDA_SUCCESS;
+}

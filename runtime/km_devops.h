@@ -1,0 +1,61 @@
+/* km_devops.h — device work in plain C: guarded buffers, fills, random data, checksums,
+ * guard checks and the on-GPU compare. No lua_State here: km.buffer and km.compare (the Lua
+ * bindings) and the public C API (include/kmrun.h, runtime/kmrun_api.c) all call these, so
+ * each operation has one implementation.
+ *
+ * Ownership: a km_devbuf is a plain value the caller owns; km_devbuf_alloc fills it with a
+ * device allocation that km_devbuf_free releases (idempotent: base is 0 afterwards).
+ * Every function returns a CUresult; the driver must be loaded (km_cuda_get). Work goes to
+ * the stream given (NULL: the default stream). */
+#ifndef KM_DEVOPS_H
+#define KM_DEVOPS_H
+#include <stddef.h>
+#include <stdint.h>
+#include <cuda.h>
+
+#include "km_compare_core.h"
+#include "km_dtype.h"
+
+#define KM_MAXDIM 8
+#define KM_GUARD_BYTE 0xA5
+#define KM_DEFAULT_GUARD 4096
+
+/* [guard | data | pad + guard]; ptr is the 256-byte aligned data start. */
+typedef struct km_devbuf {
+  CUdeviceptr base, ptr; /* allocation start (0 once freed) and data start */
+  size_t bytes, guard, alloc;
+  km_dtype dtype;
+  int ndim;
+  int64_t numel;
+  int64_t shape[KM_MAXDIM];
+} km_devbuf;
+
+/* Sets dtype, shape, numel and the sizes from shape (ndim entries); no allocation.
+ * Returns 0, or -1 for a bad shape with *why saying what is wrong. */
+int km_devbuf_init(km_devbuf *b, km_dtype dt, const int64_t *shape, int ndim, size_t guard,
+                   const char **why);
+/* Allocates b (after km_devbuf_init) and fills both guard zones. */
+CUresult km_devbuf_alloc(km_devbuf *b);
+void km_devbuf_free(km_devbuf *b);
+/* Refills both guard zones. */
+CUresult km_devbuf_reset_guards(km_devbuf *b);
+/* Writes an element-sized bit pattern into every element. */
+CUresult km_devbuf_fill_pattern(const km_devbuf *b, uint64_t pattern, CUstream s);
+/* The pattern of value v in b's dtype (an i64 value exact through iv when is_int). */
+uint64_t km_devbuf_pattern(km_dtype dt, double v);
+/* dist 0: uniform [a, b) (integers: [a, b]); 1: normal(mean a, std b); 2: integers [a, b].
+ * Element i depends only on (seed, i). */
+CUresult km_devbuf_random(const km_devbuf *b, int dist, double a, double c, uint64_t seed, CUstream s);
+/* Order-sensitive 64-bit hash of the bytes, computed on the GPU (synchronizes s). */
+CUresult km_devbuf_checksum(const km_devbuf *b, CUstream s, uint64_t *out);
+/* Reads both guard zones back. *ok = 1 when intact; otherwise *side is 0 (front) or 1
+ * (back), *count the bytes overwritten and *offset the nearest bad byte's distance from
+ * the data (front: bytes before the start; back: bytes past the end). */
+CUresult km_devbuf_check_guards(const km_devbuf *b, int *ok, int *side, size_t *count, size_t *offset);
+
+/* allclose of n elements of dtype dt at two device pointers, on the GPU (synchronizes s).
+ * poison_on counts elements of got still holding km_poison_pattern(dt) into *unwritten. */
+CUresult km_devcompare(km_dtype dt, CUdeviceptr got, CUdeviceptr want, uint64_t n,
+                       const km_tol *tol, int poison_on, CUstream s, km_cmp_result *out,
+                       uint64_t *unwritten);
+#endif

@@ -1,0 +1,1020 @@
+/* kmrun_api.c — the public C API (include/kmrun.h) over the C core: the driver table
+ * (km_cuda.c), device operations (km_devops.c), NVRTC and its cache (km_nvrtc_core.c),
+ * compare (km_compare_core.c), the store (km_store_core.c) and, for km_run_script, the
+ * embedded Lua with every km.* module preloaded.
+ *
+ * Handles are tokens, not addresses: kind (8 bits) | generation (24 bits) | slot + 1
+ * (32 bits). A slot's generation moves on when it is freed, so a stale, freed or
+ * wrong-kind handle is found in the table and refused (KMRUN_EHANDLE) instead of being
+ * dereferenced. The table is guarded by one mutex. */
+#define _GNU_SOURCE /* dladdr */
+#include <dlfcn.h>
+#include <limits.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <lua.h>
+#include <lauxlib.h>
+#include <lualib.h>
+
+#include "kmrun.h"
+#include "km.h"
+#include "km_compare_core.h"
+#include "km_cuda.h"
+#include "km_devops.h"
+#include "km_nvrtc_core.h"
+#include "km_store_core.h"
+
+_Static_assert(sizeof(void *) == 8, "kmrun handles need 64-bit pointers");
+_Static_assert(KMRUN_VERSION_NUM == KMRUN_VERSION_MAJOR * 10000 + KMRUN_VERSION_MINOR * 100 + KMRUN_VERSION_PATCH,
+               "KMRUN_VERSION_NUM");
+
+const char *km_version(void) { return KMRUN_VERSION; }
+int km_version_num(void) { return KMRUN_VERSION_NUM; }
+
+/* ==== errors (per thread) ==== */
+
+static __thread char err_msg[2048];
+static __thread char err_code[64];
+
+const char *km_errmsg(void) { return err_msg; }
+const char *km_errcode(void) { return err_code; }
+
+const char *km_status_name(km_status s) {
+  switch (s) {
+  case KMRUN_OK: return "KMRUN_OK";
+  case KMRUN_EINVAL: return "KMRUN_EINVAL";
+  case KMRUN_EHANDLE: return "KMRUN_EHANDLE";
+  case KMRUN_ENOMEM: return "KMRUN_ENOMEM";
+  case KMRUN_EVERSION: return "KMRUN_EVERSION";
+  case KMRUN_ENODEV: return "KMRUN_ENODEV";
+  case KMRUN_ECUDA: return "KMRUN_ECUDA";
+  case KMRUN_ECOMPILE: return "KMRUN_ECOMPILE";
+  case KMRUN_EREFUSED: return "KMRUN_EREFUSED";
+  case KMRUN_ENOTFOUND: return "KMRUN_ENOTFOUND";
+  case KMRUN_EIO: return "KMRUN_EIO";
+  case KMRUN_ESTORE: return "KMRUN_ESTORE";
+  case KMRUN_ELUA: return "KMRUN_ELUA";
+  }
+  return "KMRUN_UNKNOWN";
+}
+
+__attribute__((format(printf, 3, 4)))
+static km_status fail(km_status st, const char *code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err_msg, sizeof err_msg, fmt, ap);
+  va_end(ap);
+  snprintf(err_code, sizeof err_code, "%s", code ? code : km_status_name(st));
+  return st;
+}
+
+static km_status cuda_fail(CUresult r, const char *what) {
+  const char *name = km_cuda_errname(r);
+  return fail(KMRUN_ECUDA, name, "%s: %s: %s", name, what, km_cuda_errstr(r));
+}
+
+static km_status need_cuda(void) {
+  const char *why = NULL;
+  if (km_cuda_get(&why)) return KMRUN_OK;
+  return fail(KMRUN_ENODEV, "CUDA_UNAVAILABLE", "CUDA unavailable: %s", why ? why : "unknown reason");
+}
+
+/* ==== handles ==== */
+
+enum { H_RT = 1, H_PROG, H_MOD, H_KERN, H_BUF, H_TRAJ };
+static const char *const kind_name[] = {"?", "km_rt", "km_prog", "km_mod", "km_kern", "km_buf", "km_traj"};
+
+typedef struct {
+  void *obj;       /* NULL: free */
+  uint32_t gen;    /* moves on at every free */
+  uint8_t kind;
+  uint32_t owner;  /* kernels: the slot + 1 of their module */
+} slot;
+
+static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
+static slot *slots;
+static uint32_t nslots, cap_slots;
+
+static void *mk_handle(uint8_t kind, uint32_t gen, uint32_t idx) {
+  uintptr_t h = ((uintptr_t)kind << 56) | ((uintptr_t)(gen & 0xffffff) << 32) | (uintptr_t)(idx + 1);
+  return (void *)h;
+}
+
+/* Registers obj; returns its handle or NULL when out of memory. */
+static void *reg_add(uint8_t kind, void *obj, uint32_t owner) {
+  pthread_mutex_lock(&reg_lock);
+  uint32_t idx = UINT32_MAX;
+  for (uint32_t i = 0; i < nslots; i++)
+    if (!slots[i].obj) { idx = i; break; }
+  if (idx == UINT32_MAX) {
+    if (nslots == cap_slots) {
+      uint32_t ncap = cap_slots ? cap_slots * 2 : 64;
+      slot *ns = realloc(slots, ncap * sizeof *ns);
+      if (!ns) { pthread_mutex_unlock(&reg_lock); return NULL; }
+      slots = ns;
+      cap_slots = ncap;
+    }
+    idx = nslots++;
+    slots[idx].gen = 1;
+  }
+  slots[idx].obj = obj;
+  slots[idx].kind = kind;
+  slots[idx].owner = owner;
+  void *h = mk_handle(kind, slots[idx].gen, idx);
+  pthread_mutex_unlock(&reg_lock);
+  return h;
+}
+
+/* The slot index of handle h of kind, or -1. Call with reg_lock held. */
+static int64_t reg_index(const void *h, uint8_t kind) {
+  uintptr_t v = (uintptr_t)h;
+  if (!v || (uint8_t)(v >> 56) != kind) return -1;
+  uint32_t idx = (uint32_t)(v & 0xffffffffu);
+  uint32_t gen = (uint32_t)((v >> 32) & 0xffffff);
+  if (idx == 0 || idx > nslots) return -1;
+  idx--;
+  slot *s = &slots[idx];
+  if (!s->obj || s->kind != kind || (s->gen & 0xffffff) != gen) return -1;
+  if (kind == H_KERN) { /* a kernel lives while its module does */
+    slot *m = s->owner && s->owner <= nslots ? &slots[s->owner - 1] : NULL;
+    if (!m || !m->obj || m->kind != H_MOD) return -1;
+  }
+  return idx;
+}
+
+static void *reg_get(const void *h, uint8_t kind) {
+  pthread_mutex_lock(&reg_lock);
+  int64_t i = reg_index(h, kind);
+  void *obj = i < 0 ? NULL : slots[i].obj;
+  pthread_mutex_unlock(&reg_lock);
+  return obj;
+}
+
+/* Removes h from the table and returns its object (NULL when h is not a live handle). */
+static void *reg_take(const void *h, uint8_t kind) {
+  pthread_mutex_lock(&reg_lock);
+  int64_t i = reg_index(h, kind);
+  void *obj = NULL;
+  if (i >= 0) {
+    obj = slots[i].obj;
+    slots[i].obj = NULL;
+    slots[i].gen++;
+    if (kind == H_MOD) /* its kernels go with it */
+      for (uint32_t j = 0; j < nslots; j++)
+        if (slots[j].obj && slots[j].kind == H_KERN && slots[j].owner == (uint32_t)i + 1) {
+          free(slots[j].obj);
+          slots[j].obj = NULL;
+          slots[j].gen++;
+        }
+  }
+  pthread_mutex_unlock(&reg_lock);
+  return obj;
+}
+
+static km_status bad_handle(const void *h, uint8_t kind, const char *fn) {
+  if (!h) return fail(KMRUN_EHANDLE, "INVALID_HANDLE", "%s: NULL %s", fn, kind_name[kind]);
+  return fail(KMRUN_EHANDLE, "INVALID_HANDLE", "%s: not a live %s (freed, or another kind of handle)", fn,
+              kind_name[kind]);
+}
+
+#define GET(var, type, h, kind, fn)                   \
+  type *var = reg_get((h), (kind));                   \
+  if (!var) return bad_handle((h), (kind), (fn))
+
+/* ==== runtime ==== */
+
+typedef struct { int device; } rt_obj;
+
+km_status km_open(int header_version, int device, km_rt **out) {
+  if (!out) return fail(KMRUN_EINVAL, NULL, "km_open: out is NULL");
+  *out = NULL;
+  int major = header_version / 10000, minor = header_version / 100 % 100;
+  if (major != KMRUN_VERSION_MAJOR || minor > KMRUN_VERSION_MINOR)
+    return fail(KMRUN_EVERSION, "VERSION_MISMATCH",
+                "km_open: the program was built with kmrun.h %d.%d.%d but the library is %s", major, minor,
+                header_version % 100, KMRUN_VERSION);
+  const char *why = NULL;
+  if (!km_cuda_use(device, &why))
+    return fail(KMRUN_ENODEV, "CUDA_UNAVAILABLE", "CUDA unavailable: %s", why ? why : "unknown reason");
+  rt_obj *rt = malloc(sizeof *rt);
+  if (!rt) return fail(KMRUN_ENOMEM, NULL, "km_open: out of memory");
+  rt->device = device;
+  if (!(*out = reg_add(H_RT, rt, 0))) { free(rt); return fail(KMRUN_ENOMEM, NULL, "km_open: out of memory"); }
+  return KMRUN_OK;
+}
+
+km_status km_close(km_rt *h) {
+  rt_obj *rt = reg_take(h, H_RT);
+  if (!rt) return bad_handle(h, H_RT, "km_close");
+  free(rt);
+  return KMRUN_OK;
+}
+
+km_status km_device(km_rt *h, km_device_info *out) {
+  GET(rt, rt_obj, h, H_RT, "km_device");
+  if (!out) return fail(KMRUN_EINVAL, NULL, "km_device: out is NULL");
+  km_status st = need_cuda();
+  if (st) return st;
+  (void)rt;
+  memset(out, 0, sizeof *out);
+  const km_cuda_api *cu = km_cu;
+  CUdevice d = km_cuda_device();
+  cu->cuDeviceGetName(out->name, sizeof out->name - 1, d);
+  cu->cuDeviceGetAttribute(&out->cc_major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d);
+  cu->cuDeviceGetAttribute(&out->cc_minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d);
+  cu->cuDeviceGetAttribute(&out->sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d);
+  snprintf(out->arch, sizeof out->arch, "sm_%d%d", out->cc_major, out->cc_minor);
+  cu->cuDeviceTotalMem(&out->total_mem, d);
+  cu->cuDriverGetVersion(&out->driver_version);
+  CUuuid uuid;
+  memset(&uuid, 0, sizeof uuid);
+  cu->cuDeviceGetUuid(&uuid, d);
+  const unsigned char *u = (const unsigned char *)uuid.bytes;
+  snprintf(out->uuid, sizeof out->uuid,
+           "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1], u[2], u[3],
+           u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+  return KMRUN_OK;
+}
+
+km_status km_synchronize(km_rt *h) {
+  GET(rt, rt_obj, h, H_RT, "km_synchronize");
+  (void)rt;
+  km_status st = need_cuda();
+  if (st) return st;
+  CUresult r = km_cu->cuCtxSynchronize();
+  return r == CUDA_SUCCESS ? KMRUN_OK : cuda_fail(r, "synchronize");
+}
+
+/* ==== compile ==== */
+
+typedef struct { km_nvrtc_out out; } prog_obj;
+
+km_status km_compile(const char *source, const km_compile_opts *opts, km_prog **out) {
+  if (!out) return fail(KMRUN_EINVAL, NULL, "km_compile: out is NULL");
+  *out = NULL;
+  if (!source) return fail(KMRUN_EINVAL, NULL, "km_compile: source is NULL");
+  km_compile_opts none;
+  memset(&none, 0, sizeof none);
+  if (!opts) opts = &none;
+  char arch[32];
+  if (opts->arch) {
+    if (!km_nvrtc_arch_valid(opts->arch))
+      return fail(KMRUN_EINVAL, NULL, "km_compile: bad architecture '%s' (want sm_NN, sm_NNa or compute_NN)",
+                  opts->arch);
+    snprintf(arch, sizeof arch, "%s", opts->arch);
+  } else km_nvrtc_default_arch(arch, sizeof arch);
+  km_nvrtc_req req;
+  memset(&req, 0, sizeof req);
+  req.source = source;
+  req.source_len = strlen(source);
+  req.name = opts->name;
+  req.arch = arch;
+  req.options = opts->options;
+  req.noptions = opts->options ? opts->noptions : 0;
+  km_nvrtc_header stdint_h[2] = {{"cstdint", km_nvrtc_builtin_stdint, strlen(km_nvrtc_builtin_stdint)},
+                                 {"stdint.h", km_nvrtc_builtin_stdint, strlen(km_nvrtc_builtin_stdint)}};
+  if (strstr(source, "stdint.h") || strstr(source, "<cstdint>")) {
+    req.headers = stdint_h;
+    req.nheaders = 2;
+  }
+  char dir[4096];
+  if (!opts->no_cache) {
+    if (opts->cache_dir) snprintf(dir, sizeof dir, "%s", opts->cache_dir), req.cache_dir = dir;
+    else if (km_nvrtc_default_cache_dir(dir, sizeof dir) == 0) req.cache_dir = dir;
+  }
+  prog_obj *p = calloc(1, sizeof *p);
+  if (!p) return fail(KMRUN_ENOMEM, NULL, "km_compile: out of memory");
+  int rc = km_nvrtc_compile_c(&req, &p->out);
+  if (rc != 0) {
+    km_nvrtc_out_free(&p->out);
+    free(p);
+    return fail(rc == KM_ENOMEM ? KMRUN_ENOMEM : KMRUN_EINVAL, NULL, "km_compile: %s", km_strerror(rc));
+  }
+  if (!(*out = reg_add(H_PROG, p, 0))) {
+    km_nvrtc_out_free(&p->out);
+    free(p);
+    return fail(KMRUN_ENOMEM, NULL, "km_compile: out of memory");
+  }
+  if (p->out.result == KM_NVRTC_REFUSED)
+    return fail(KMRUN_EREFUSED, p->out.code, "%s", p->out.message);
+  if (p->out.result != 0)
+    return fail(KMRUN_ECOMPILE, p->out.code, "%s\n%s", p->out.message, p->out.log ? p->out.log : "");
+  return KMRUN_OK;
+}
+
+const char *km_prog_log(km_prog *h) {
+  prog_obj *p = reg_get(h, H_PROG);
+  if (!p) { bad_handle(h, H_PROG, "km_prog_log"); return NULL; }
+  return p->out.log ? p->out.log : "";
+}
+
+const char *km_prog_key(km_prog *h) {
+  prog_obj *p = reg_get(h, H_PROG);
+  if (!p) { bad_handle(h, H_PROG, "km_prog_key"); return NULL; }
+  return p->out.key;
+}
+
+const void *km_prog_image(km_prog *h, size_t *len) {
+  prog_obj *p = reg_get(h, H_PROG);
+  if (len) *len = 0;
+  if (!p) { bad_handle(h, H_PROG, "km_prog_image"); return NULL; }
+  if (p->out.cubin) { if (len) *len = p->out.cubin_len; return p->out.cubin; }
+  if (p->out.ptx) { if (len) *len = p->out.ptx_len; return p->out.ptx; }
+  return NULL;
+}
+
+int km_prog_cached(km_prog *h) {
+  prog_obj *p = reg_get(h, H_PROG);
+  if (!p) return bad_handle(h, H_PROG, "km_prog_cached");
+  return p->out.cached;
+}
+
+km_status km_prog_free(km_prog *h) {
+  prog_obj *p = reg_take(h, H_PROG);
+  if (!p) return bad_handle(h, H_PROG, "km_prog_free");
+  km_nvrtc_out_free(&p->out);
+  free(p);
+  return KMRUN_OK;
+}
+
+/* ==== modules and kernels ==== */
+
+typedef struct { CUmodule mod; } mod_obj;
+typedef struct { CUfunction fn; int nparams; size_t argbytes; char name[128]; } kern_obj;
+
+km_status km_mod_load(km_rt *h, km_prog *ph, km_mod **out) {
+  if (!out) return fail(KMRUN_EINVAL, NULL, "km_mod_load: out is NULL");
+  *out = NULL;
+  GET(rt, rt_obj, h, H_RT, "km_mod_load");
+  (void)rt;
+  size_t len;
+  const void *image = km_prog_image(ph, &len);
+  if (!image) {
+    if (!reg_get(ph, H_PROG)) return bad_handle(ph, H_PROG, "km_mod_load");
+    return fail(KMRUN_EINVAL, NULL, "km_mod_load: the program did not compile (no image)");
+  }
+  km_status st = need_cuda();
+  if (st) return st;
+  mod_obj *m = calloc(1, sizeof *m);
+  if (!m) return fail(KMRUN_ENOMEM, NULL, "km_mod_load: out of memory");
+  CUresult r = km_cu->cuModuleLoadData(&m->mod, image);
+  if (r != CUDA_SUCCESS) { free(m); return cuda_fail(r, "loading module"); }
+  if (!(*out = reg_add(H_MOD, m, 0))) {
+    km_cu->cuModuleUnload(m->mod);
+    free(m);
+    return fail(KMRUN_ENOMEM, NULL, "km_mod_load: out of memory");
+  }
+  return KMRUN_OK;
+}
+
+km_status km_mod_free(km_mod *h) {
+  mod_obj *m = reg_take(h, H_MOD);
+  if (!m) return bad_handle(h, H_MOD, "km_mod_free");
+  if (m->mod && km_cu) km_cu->cuModuleUnload(m->mod);
+  free(m);
+  return KMRUN_OK;
+}
+
+km_status km_kern_get(km_mod *h, const char *name, km_kern **out) {
+  if (!out) return fail(KMRUN_EINVAL, NULL, "km_kern_get: out is NULL");
+  *out = NULL;
+  if (!name) return fail(KMRUN_EINVAL, NULL, "km_kern_get: name is NULL");
+  pthread_mutex_lock(&reg_lock);
+  int64_t mi = reg_index(h, H_MOD);
+  CUmodule mod = mi >= 0 ? ((mod_obj *)slots[mi].obj)->mod : NULL;
+  pthread_mutex_unlock(&reg_lock);
+  if (mi < 0) return bad_handle(h, H_MOD, "km_kern_get");
+  CUfunction fn;
+  CUresult r = km_cu->cuModuleGetFunction(&fn, mod, name);
+  if (r != CUDA_SUCCESS)
+    return fail(KMRUN_ENOTFOUND, km_cuda_errname(r),
+                "%s: no kernel named '%s' in the module (is it extern \"C\" __global__?)", km_cuda_errname(r), name);
+  kern_obj *k = calloc(1, sizeof *k);
+  if (!k) return fail(KMRUN_ENOMEM, NULL, "km_kern_get: out of memory");
+  k->fn = fn;
+  snprintf(k->name, sizeof k->name, "%s", name);
+  size_t off, sz;
+  while (km_cu->cuFuncGetParamInfo(fn, (size_t)k->nparams, &off, &sz) == CUDA_SUCCESS) {
+    if (off + sz > k->argbytes) k->argbytes = off + sz;
+    k->nparams++;
+  }
+  if (!(*out = reg_add(H_KERN, k, (uint32_t)mi + 1))) {
+    free(k);
+    return fail(KMRUN_ENOMEM, NULL, "km_kern_get: out of memory");
+  }
+  return KMRUN_OK;
+}
+
+km_status km_kern_params(km_kern *h, int *nparams, size_t *bytes) {
+  GET(k, kern_obj, h, H_KERN, "km_kern_params");
+  if (nparams) *nparams = k->nparams;
+  if (bytes) *bytes = k->argbytes;
+  return KMRUN_OK;
+}
+
+static km_status launch_fn(CUfunction fn, const char *name, int nparams, const km_launch_cfg *c, void **args) {
+  unsigned g[3], b[3];
+  for (int i = 0; i < 3; i++) {
+    g[i] = c->grid[i] ? c->grid[i] : 1;
+    b[i] = c->block[i] ? c->block[i] : 1;
+  }
+  if (nparams > 0 && !args) return fail(KMRUN_EINVAL, NULL, "km_launch: kernel '%s' takes %d arguments, args is NULL", name, nparams);
+  CUresult r = km_cu->cuLaunchKernel(fn, g[0], g[1], g[2], b[0], b[1], b[2], c->shared_bytes, km_cuda_stream(),
+                                     nparams ? args : NULL, NULL);
+  if (r == CUDA_SUCCESS) return KMRUN_OK;
+  char what[256];
+  snprintf(what, sizeof what, "launching '%s' (grid %u,%u,%u block %u,%u,%u shared %u)", name, g[0], g[1], g[2],
+           b[0], b[1], b[2], c->shared_bytes);
+  return cuda_fail(r, what);
+}
+
+km_status km_launch(km_kern *h, const km_launch_cfg *cfg, void **args) {
+  /* the hot path: one lock, one lookup, then the driver */
+  pthread_mutex_lock(&reg_lock);
+  int64_t i = reg_index(h, H_KERN);
+  kern_obj k;
+  if (i >= 0) k = *(kern_obj *)slots[i].obj;
+  pthread_mutex_unlock(&reg_lock);
+  if (i < 0) return bad_handle(h, H_KERN, "km_launch");
+  if (!cfg) return fail(KMRUN_EINVAL, NULL, "km_launch: cfg is NULL");
+  return launch_fn(k.fn, k.name, k.nparams, cfg, args);
+}
+
+/* ==== buffers ==== */
+
+km_status km_buf_new(km_rt *h, km_dtype dtype, const int64_t *shape, int ndim, km_buf **out) {
+  if (!out) return fail(KMRUN_EINVAL, NULL, "km_buf_new: out is NULL");
+  *out = NULL;
+  GET(rt, rt_obj, h, H_RT, "km_buf_new");
+  (void)rt;
+  if (ndim > 0 && !shape) return fail(KMRUN_EINVAL, NULL, "km_buf_new: shape is NULL");
+  km_devbuf *b = calloc(1, sizeof *b);
+  if (!b) return fail(KMRUN_ENOMEM, NULL, "km_buf_new: out of memory");
+  const char *why = NULL;
+  if (km_devbuf_init(b, dtype, shape, ndim, KM_DEFAULT_GUARD, &why)) {
+    free(b);
+    return fail(KMRUN_EINVAL, NULL, "km_buf_new: %s", why);
+  }
+  km_status st = need_cuda();
+  if (st) { free(b); return st; }
+  CUresult r = km_devbuf_alloc(b);
+  if (r != CUDA_SUCCESS) {
+    km_devbuf_free(b);
+    free(b);
+    return cuda_fail(r, "allocating a buffer");
+  }
+  if (!(*out = reg_add(H_BUF, b, 0))) {
+    km_devbuf_free(b);
+    free(b);
+    return fail(KMRUN_ENOMEM, NULL, "km_buf_new: out of memory");
+  }
+  return KMRUN_OK;
+}
+
+km_status km_buf_free(km_buf *h) {
+  km_devbuf *b = reg_take(h, H_BUF);
+  if (!b) return bad_handle(h, H_BUF, "km_buf_free");
+  km_devbuf_free(b);
+  free(b);
+  return KMRUN_OK;
+}
+
+km_status km_buf_info(km_buf *h, km_dtype *dtype, int64_t *numel, size_t *bytes) {
+  GET(b, km_devbuf, h, H_BUF, "km_buf_info");
+  if (dtype) *dtype = b->dtype;
+  if (numel) *numel = b->numel;
+  if (bytes) *bytes = b->bytes;
+  return KMRUN_OK;
+}
+
+km_status km_buf_ptr(km_buf *h, uint64_t *devptr) {
+  GET(b, km_devbuf, h, H_BUF, "km_buf_ptr");
+  if (!devptr) return fail(KMRUN_EINVAL, NULL, "km_buf_ptr: devptr is NULL");
+  *devptr = (uint64_t)b->ptr;
+  return KMRUN_OK;
+}
+
+static km_status cu_result(CUresult r, const char *what) {
+  return r == CUDA_SUCCESS ? KMRUN_OK : cuda_fail(r, what);
+}
+
+km_status km_buf_fill(km_buf *h, double value) {
+  GET(b, km_devbuf, h, H_BUF, "km_buf_fill");
+  return cu_result(km_devbuf_fill_pattern(b, km_devbuf_pattern(b->dtype, value), km_cuda_stream()), "fill");
+}
+
+km_status km_buf_poison(km_buf *h) {
+  GET(b, km_devbuf, h, H_BUF, "km_buf_poison");
+  return cu_result(km_devbuf_fill_pattern(b, km_poison_pattern(b->dtype), km_cuda_stream()), "poison");
+}
+
+km_status km_buf_random(km_buf *h, km_dist dist, double a, double c, uint64_t seed) {
+  GET(b, km_devbuf, h, H_BUF, "km_buf_random");
+  int d = (int)dist;
+  if (d < 0 || d > 2) return fail(KMRUN_EINVAL, NULL, "km_buf_random: unknown distribution %d", d);
+  if (d == KM_UNIFORM && !km_dtype_is_float(b->dtype)) d = 2, c = c - 1; /* integers in [a, c) */
+  if (d == KM_INT && c < a) return fail(KMRUN_EINVAL, NULL, "km_buf_random: c (%g) < a (%g)", c, a);
+  return cu_result(km_devbuf_random(b, d, a, c, seed, km_cuda_stream()), "random");
+}
+
+km_status km_buf_upload(km_buf *h, const void *host, size_t bytes) {
+  GET(b, km_devbuf, h, H_BUF, "km_buf_upload");
+  if (bytes != b->bytes) return fail(KMRUN_EINVAL, NULL, "km_buf_upload: %zu bytes for a %zu-byte buffer", bytes, b->bytes);
+  if (bytes && !host) return fail(KMRUN_EINVAL, NULL, "km_buf_upload: host is NULL");
+  if (!bytes) return KMRUN_OK;
+  CUresult r = km_cu->cuStreamSynchronize(km_cuda_stream());
+  if (r == CUDA_SUCCESS) r = km_cu->cuMemcpyHtoD(b->ptr, host, bytes);
+  return cu_result(r, "upload");
+}
+
+km_status km_buf_download(km_buf *h, void *host, size_t bytes) {
+  GET(b, km_devbuf, h, H_BUF, "km_buf_download");
+  if (bytes != b->bytes) return fail(KMRUN_EINVAL, NULL, "km_buf_download: %zu bytes from a %zu-byte buffer", bytes, b->bytes);
+  if (bytes && !host) return fail(KMRUN_EINVAL, NULL, "km_buf_download: host is NULL");
+  if (!bytes) return KMRUN_OK;
+  CUresult r = km_cu->cuStreamSynchronize(km_cuda_stream());
+  if (r == CUDA_SUCCESS) r = km_cu->cuMemcpyDtoH(host, b->ptr, bytes);
+  return cu_result(r, "download");
+}
+
+km_status km_buf_copy(km_buf *dh, km_buf *sh) {
+  GET(d, km_devbuf, dh, H_BUF, "km_buf_copy");
+  GET(s, km_devbuf, sh, H_BUF, "km_buf_copy");
+  if (d->bytes != s->bytes)
+    return fail(KMRUN_EINVAL, NULL, "km_buf_copy: sizes differ (%zu bytes into %zu bytes)", s->bytes, d->bytes);
+  if (!d->bytes) return KMRUN_OK;
+  return cu_result(km_cu->cuMemcpyDtoDAsync(d->ptr, s->ptr, d->bytes, km_cuda_stream()), "copy");
+}
+
+km_status km_buf_checksum(km_buf *h, uint64_t *out) {
+  GET(b, km_devbuf, h, H_BUF, "km_buf_checksum");
+  if (!out) return fail(KMRUN_EINVAL, NULL, "km_buf_checksum: out is NULL");
+  return cu_result(km_devbuf_checksum(b, km_cuda_stream(), out), "checksum");
+}
+
+km_status km_buf_check_guards(km_buf *h, int *intact) {
+  GET(b, km_devbuf, h, H_BUF, "km_buf_check_guards");
+  if (!intact) return fail(KMRUN_EINVAL, NULL, "km_buf_check_guards: intact is NULL");
+  int side;
+  size_t count, off;
+  CUresult r = km_devbuf_check_guards(b, intact, &side, &count, &off);
+  if (r != CUDA_SUCCESS) return cuda_fail(r, "reading the guards");
+  if (!*intact)
+    fail(KMRUN_OK, "GUARD_OVERWRITTEN", "%s guard overwritten: %zu byte(s), %zu byte(s) %s the data",
+         side ? "back" : "front", count, off, side ? "past the end of" : "before the start of");
+  return KMRUN_OK;
+}
+
+/* ==== compare ==== */
+
+static km_status read_tol(const km_tolerance *t, km_tol *out, const char *fn) {
+  out->atol = t ? t->atol : 1e-8;
+  out->rtol = t ? t->rtol : 1e-5;
+  out->equal_nan = t ? t->equal_nan : 0;
+  if (!(out->atol >= 0) || !(out->rtol >= 0))
+    return fail(KMRUN_EINVAL, NULL, "%s: atol and rtol must be non-negative numbers", fn);
+  return KMRUN_OK;
+}
+
+static void put_result(const km_cmp_result *r, uint64_t unwritten, km_compare_result *out) {
+  memset(out, 0, sizeof *out);
+  out->ok = r->ok;
+  out->n = r->n;
+  out->mismatches = r->mismatches;
+  out->nan_got = r->nan_got;
+  out->inf_got = r->inf_got;
+  out->unwritten = unwritten;
+  out->max_abs = r->max_abs;
+  out->max_rel = r->max_rel;
+  out->first = r->first;
+}
+
+km_status km_allclose(km_buf *gh, km_buf *wh, const km_tolerance *tol, km_compare_result *out) {
+  GET(g, km_devbuf, gh, H_BUF, "km_allclose");
+  GET(w, km_devbuf, wh, H_BUF, "km_allclose");
+  if (!out) return fail(KMRUN_EINVAL, NULL, "km_allclose: out is NULL");
+  if (g->dtype != w->dtype)
+    return fail(KMRUN_EINVAL, NULL, "km_allclose: dtypes differ (%s vs %s)", km_dtype_name(g->dtype),
+                km_dtype_name(w->dtype));
+  if (g->bytes != w->bytes)
+    return fail(KMRUN_EINVAL, NULL, "km_allclose: sizes differ (%zu vs %zu bytes)", g->bytes, w->bytes);
+  km_tol t;
+  km_status st = read_tol(tol, &t, "km_allclose");
+  if (st) return st;
+  km_cmp_result r;
+  uint64_t unwritten = 0;
+  CUresult cr = km_devcompare(g->dtype, g->ptr, w->ptr, (uint64_t)g->numel, &t, tol ? tol->count_poison : 0,
+                              km_cuda_stream(), &r, &unwritten);
+  if (cr != CUDA_SUCCESS) return cuda_fail(cr, "allclose");
+  put_result(&r, unwritten, out);
+  return KMRUN_OK;
+}
+
+km_status km_allclose_host(km_dtype dtype, const void *got, const void *want, uint64_t n, const km_tolerance *tol,
+                           km_compare_result *out) {
+  if (!out || (n && (!got || !want))) return fail(KMRUN_EINVAL, NULL, "km_allclose_host: NULL argument");
+  if ((int)dtype < 0 || dtype >= KM_NDTYPES) return fail(KMRUN_EINVAL, NULL, "km_allclose_host: unknown dtype %d", (int)dtype);
+  km_tol t;
+  km_status st = read_tol(tol, &t, "km_allclose_host");
+  if (st) return st;
+  km_cmp_result r;
+  if (km_compare_host(dtype, got, want, n, &t, &r)) return fail(KMRUN_EINVAL, NULL, "km_allclose_host: bad arguments");
+  put_result(&r, 0, out);
+  return KMRUN_OK;
+}
+
+/* ==== timing ==== */
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double quantile(const double *s, int n, double q) {
+  if (n <= 0) return NAN;
+  double pos = q * (n - 1);
+  int i = (int)pos;
+  double f = pos - i;
+  return i + 1 < n ? s[i] * (1 - f) + s[i + 1] * f : s[i];
+}
+
+/* Relative standard error of the median, as km.timing computes it. */
+static double rel_noise(const double *sorted, int n) {
+  if (n < 3) return INFINITY;
+  double med = quantile(sorted, n, 0.5);
+  double sigma = (quantile(sorted, n, 0.75) - quantile(sorted, n, 0.25)) / 1.349;
+  return med > 0 ? 1.2533 * sigma / sqrt((double)n) / med : INFINITY;
+}
+
+typedef struct { CUfunction fn; const char *name; int nparams; const km_launch_cfg *cfg; void **args; } one_launch;
+
+static km_status launch_work(void *ud) {
+  one_launch *l = ud;
+  return launch_fn(l->fn, l->name, l->nparams, l->cfg, l->args);
+}
+
+km_status km_time(km_rt *h, km_work_fn fn, void *ud, const km_time_opts *opts, km_time_result *out) {
+  GET(rt, rt_obj, h, H_RT, "km_time");
+  (void)rt;
+  if (!fn || !out) return fail(KMRUN_EINVAL, NULL, "km_time: fn and out are required");
+  km_status st = need_cuda();
+  if (st) return st;
+  km_time_opts o;
+  memset(&o, 0, sizeof o);
+  if (opts) o = *opts;
+  if (o.mode < KM_TIME_COLD || o.mode > KM_TIME_GRAPH) return fail(KMRUN_EINVAL, NULL, "km_time: unknown mode %d", (int)o.mode);
+  int warmup = o.warmup > 0 ? o.warmup : 3;
+  int min_s = o.min_samples > 0 ? o.min_samples : 20, max_s = o.max_samples > 0 ? o.max_samples : 300;
+  if (max_s < min_s) max_s = min_s;
+  double target = o.target > 0 ? o.target : 0.002, max_ms = o.max_ms > 0 ? o.max_ms : 2000;
+  const km_cuda_api *cu = km_cu;
+  CUstream s = km_cuda_stream();
+  CUresult r = CUDA_SUCCESS;
+  CUgraph graph = NULL;
+  CUgraphExec exec = NULL;
+  CUstream cap = NULL;
+  CUevent e0 = NULL, e1 = NULL;
+  CUdeviceptr flush = 0;
+  uint64_t flush_n = 0;
+  CUfunction flush_fn = NULL;
+  double *samples = malloc(sizeof(double) * (size_t)max_s);
+  if (!samples) return fail(KMRUN_ENOMEM, NULL, "km_time: out of memory");
+  st = KMRUN_OK;
+  if (o.mode == KM_TIME_GRAPH) { /* capture one call into a graph */
+    if ((r = cu->cuStreamCreate(&cap, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS) { st = cuda_fail(r, "creating a capture stream"); goto done; }
+    if ((r = cu->cuStreamBeginCapture(cap, CU_STREAM_CAPTURE_MODE_GLOBAL)) != CUDA_SUCCESS) { st = cuda_fail(r, "begin capture"); goto done; }
+    CUstream saved = km_cuda_set_stream(cap);
+    km_status fst = fn(ud);
+    km_cuda_set_stream(saved);
+    r = cu->cuStreamEndCapture(cap, &graph);
+    if (fst) { st = fst; goto done; }
+    if (r != CUDA_SUCCESS) { st = cuda_fail(r, "capturing a graph"); goto done; }
+    if ((r = cu->cuGraphInstantiateWithFlags(&exec, graph, 0)) != CUDA_SUCCESS) { exec = NULL; st = cuda_fail(r, "instantiating a graph"); goto done; }
+  }
+  if (o.mode == KM_TIME_COLD) {
+    int l2 = 0;
+    cu->cuDeviceGetAttribute(&l2, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, km_cuda_device());
+    size_t fbytes = (size_t)2 * (size_t)(l2 > 0 ? l2 : (1 << 24));
+    flush_n = fbytes / 16;
+    if ((r = km_cuda_util_get("km_flush", &flush_fn)) != CUDA_SUCCESS) { st = cuda_fail(r, "loading km_flush"); goto done; }
+    if ((r = cu->cuMemAlloc(&flush, fbytes)) != CUDA_SUCCESS) { flush = 0; st = cuda_fail(r, "allocating the L2 flush buffer"); goto done; }
+  }
+  if ((r = cu->cuEventCreate(&e0, CU_EVENT_DEFAULT)) != CUDA_SUCCESS) { e0 = NULL; st = cuda_fail(r, "creating an event"); goto done; }
+  if ((r = cu->cuEventCreate(&e1, CU_EVENT_DEFAULT)) != CUDA_SUCCESS) { e1 = NULL; st = cuda_fail(r, "creating an event"); goto done; }
+#define CALL_ONCE() (exec ? cu_result(cu->cuGraphLaunch(exec, s), "graph launch") : fn(ud))
+  for (int i = 0; i < warmup; i++)
+    if ((st = CALL_ONCE())) goto done;
+  if ((r = cu->cuStreamSynchronize(s)) != CUDA_SUCCESS) { st = cuda_fail(r, "warm-up"); goto done; }
+  double t0 = now_ms();
+  int n = 0;
+  unsigned flush_v = 0;
+  while (n < max_s) {
+    if (flush) {
+      flush_v++;
+      void *fargs[] = {&flush, &flush_n, &flush_v};
+      if ((r = km_cuda_util_launch(flush_fn, flush_n, s, fargs)) != CUDA_SUCCESS) { st = cuda_fail(r, "flushing L2"); goto done; }
+    }
+    if ((r = cu->cuEventRecord(e0, s)) != CUDA_SUCCESS) { st = cuda_fail(r, "event record"); goto done; }
+    if ((st = CALL_ONCE())) goto done;
+    if ((r = cu->cuEventRecord(e1, s)) != CUDA_SUCCESS) { st = cuda_fail(r, "event record"); goto done; }
+    if ((r = cu->cuEventSynchronize(e1)) != CUDA_SUCCESS) { st = cuda_fail(r, "event synchronize"); goto done; }
+    float ms = 0;
+    if ((r = cu->cuEventElapsedTime(&ms, e0, e1)) != CUDA_SUCCESS) { st = cuda_fail(r, "event elapsed time"); goto done; }
+    samples[n++] = ms;
+    if (n >= min_s) {
+      double *sorted = malloc(sizeof(double) * (size_t)n);
+      if (!sorted) { st = fail(KMRUN_ENOMEM, NULL, "km_time: out of memory"); goto done; }
+      memcpy(sorted, samples, sizeof(double) * (size_t)n);
+      qsort(sorted, (size_t)n, sizeof(double), cmp_double);
+      double noise = rel_noise(sorted, n);
+      free(sorted);
+      if (noise < target) break;
+    }
+    if (now_ms() - t0 > max_ms && n >= 3) break;
+  }
+#undef CALL_ONCE
+  memset(out, 0, sizeof *out);
+  out->n = n;
+  out->total_ms = now_ms() - t0;
+  double sum = 0;
+  for (int i = 0; i < n; i++) sum += samples[i];
+  qsort(samples, (size_t)n, sizeof(double), cmp_double);
+  out->median = quantile(samples, n, 0.5);
+  out->p25 = quantile(samples, n, 0.25);
+  out->p75 = quantile(samples, n, 0.75);
+  out->min = n ? samples[0] : NAN;
+  out->max = n ? samples[n - 1] : NAN;
+  out->mean = n ? sum / n : NAN;
+  out->rel_noise = rel_noise(samples, n);
+done:
+  if (e0) cu->cuEventDestroy(e0);
+  if (e1) cu->cuEventDestroy(e1);
+  if (flush) cu->cuMemFree(flush);
+  if (exec) cu->cuGraphExecDestroy(exec);
+  if (graph) cu->cuGraphDestroy(graph);
+  if (cap) cu->cuStreamDestroy(cap);
+  free(samples);
+  return st;
+}
+
+km_status km_time_launch(km_rt *h, km_kern *kh, const km_launch_cfg *cfg, void **args, const km_time_opts *opts,
+                         km_time_result *out) {
+  GET(k, kern_obj, kh, H_KERN, "km_time_launch");
+  if (!cfg) return fail(KMRUN_EINVAL, NULL, "km_time_launch: cfg is NULL");
+  one_launch l = {k->fn, k->name, k->nparams, cfg, args};
+  return km_time(h, launch_work, &l, opts, out);
+}
+
+/* ==== trajectory store ==== */
+
+typedef struct { km_store *s; int64_t run_id; int has_run; } traj_obj;
+
+static km_status store_fail(km_store *s, const char *fn) {
+  return fail(KMRUN_ESTORE, s ? km_store_errcode(s) : "STORE", "%s: %s", fn, s ? km_store_errmsg(s) : "out of memory");
+}
+
+km_status km_traj_open(const char *path, int readonly, km_traj **out) {
+  if (!out || !path) return fail(KMRUN_EINVAL, NULL, "km_traj_open: path and out are required");
+  *out = NULL;
+  traj_obj *t = calloc(1, sizeof *t);
+  if (!t) return fail(KMRUN_ENOMEM, NULL, "km_traj_open: out of memory");
+  if (km_store_open(path, readonly ? KM_STORE_READONLY : 0, &t->s)) {
+    km_status st = store_fail(t->s, "km_traj_open");
+    km_store_close(t->s);
+    free(t);
+    return st;
+  }
+  if (!(*out = reg_add(H_TRAJ, t, 0))) {
+    km_store_close(t->s);
+    free(t);
+    return fail(KMRUN_ENOMEM, NULL, "km_traj_open: out of memory");
+  }
+  return KMRUN_OK;
+}
+
+km_status km_traj_close(km_traj *h) {
+  traj_obj *t = reg_take(h, H_TRAJ);
+  if (!t) return bad_handle(h, H_TRAJ, "km_traj_close");
+  if (t->has_run) km_store_finish_run(t->s, t->run_id, "finished");
+  km_store_close(t->s);
+  free(t);
+  return KMRUN_OK;
+}
+
+km_status km_traj_begin(km_traj *h, const char *task, const char *strategy, const char *model, int64_t *episode) {
+  GET(t, traj_obj, h, H_TRAJ, "km_traj_begin");
+  if (!episode) return fail(KMRUN_EINVAL, NULL, "km_traj_begin: episode is NULL");
+  if (!t->has_run) {
+    if (km_store_begin_run(t->s, "embed", NULL, NULL, &t->run_id)) return store_fail(t->s, "km_traj_begin");
+    t->has_run = 1;
+  }
+  km_store_episode_info info;
+  memset(&info, 0, sizeof info);
+  info.task = task;
+  info.strategy = strategy;
+  info.model = model;
+  if (km_store_begin_episode(t->s, t->run_id, &info, episode)) return store_fail(t->s, "km_traj_begin");
+  return KMRUN_OK;
+}
+
+km_status km_traj_append(km_traj *h, int64_t episode, const char *kind, const char *payload_json, int64_t *seq) {
+  GET(t, traj_obj, h, H_TRAJ, "km_traj_append");
+  if (!kind) return fail(KMRUN_EINVAL, NULL, "km_traj_append: kind is NULL");
+  int64_t s = 0;
+  if (km_store_append(t->s, episode, kind, payload_json ? payload_json : "null", -1, -1, &s))
+    return store_fail(t->s, "km_traj_append");
+  if (seq) *seq = s;
+  return KMRUN_OK;
+}
+
+km_status km_traj_finish(km_traj *h, int64_t episode, const char *status, const char *final_json) {
+  GET(t, traj_obj, h, H_TRAJ, "km_traj_finish");
+  if (!status) return fail(KMRUN_EINVAL, NULL, "km_traj_finish: status is NULL");
+  if (km_store_finish_episode(t->s, episode, status, final_json, NULL)) return store_fail(t->s, "km_traj_finish");
+  return KMRUN_OK;
+}
+
+km_status km_traj_steps(km_traj *h, int64_t episode, km_step_fn fn, void *ud) {
+  GET(t, traj_obj, h, H_TRAJ, "km_traj_steps");
+  if (!fn) return fail(KMRUN_EINVAL, NULL, "km_traj_steps: fn is NULL");
+  km_store_episode ep;
+  if (km_store_get_episode(t->s, episode, &ep))
+    return fail(KMRUN_ENOTFOUND, "NOT_FOUND", "km_traj_steps: no episode %lld", (long long)episode);
+  if (km_store_steps_query(t->s, episode)) return store_fail(t->s, "km_traj_steps");
+  km_store_step step;
+  int rc;
+  while ((rc = km_store_steps_next(t->s, &step)) == 1)
+    if (fn(ud, step.seq, step.kind, step.payload_json)) break;
+  if (rc < 0) return store_fail(t->s, "km_traj_steps");
+  return KMRUN_OK;
+}
+
+/* ==== Lua: scripts and strategies as kmrun runs them ==== */
+
+#define KM_MODULE(name) int luaopen_km_##name(lua_State *L);
+#include "km_modules.inc"
+#undef KM_MODULE
+
+static const luaL_Reg builtin[] = {
+#define KM_MODULE(name) {"km." #name, luaopen_km_##name},
+#include "km_modules.inc"
+#undef KM_MODULE
+    {NULL, NULL}};
+
+/* Every built-in km.* module into package.preload (kept when one is already there). */
+void km_api_preload(lua_State *L) {
+  luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_PRELOAD_TABLE);
+  for (const luaL_Reg *m = builtin; m->name; m++) {
+    if (lua_getfield(L, -1, m->name) == LUA_TNIL) {
+      lua_pushcfunction(L, m->func);
+      lua_setfield(L, -3, m->name);
+    }
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+}
+
+static int is_dir(const char *p) {
+  struct stat st;
+  return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+static int is_exe(const char *p) { return access(p, X_OK) == 0; }
+
+/* The folder this library (or the program it is linked into) lives in. */
+static void self_dir(char *out, size_t n) {
+  Dl_info info;
+  out[0] = '\0';
+  char real[PATH_MAX];
+  if (dladdr((void *)&km_run_script, &info) && info.dli_fname && realpath(info.dli_fname, real)) {
+    char *slash = strrchr(real, '/');
+    if (slash) *slash = '\0';
+    snprintf(out, n, "%s", real);
+  }
+}
+
+/* The km.* Lua library and the kmrun program (for workers) that belong to this library:
+ * libkmrun.so in <build>/lib or <prefix>/lib, km.so in <build>/lib/lua or <prefix>/lib/lua/5.4. */
+void km_api_find_paths(char *libdir, size_t nl, char *exe, size_t ne) {
+  char self[PATH_MAX];
+  self_dir(self, sizeof self);
+  libdir[0] = exe[0] = '\0';
+  const char *lcands[] = {"%s/../share/kmrun/lua", "%s/../../lua", "%s/../../../share/kmrun/lua",
+                          "%s/../../../lua", "%s/../lua", "%s/lua"};
+  for (size_t i = 0; self[0] && i < sizeof lcands / sizeof *lcands; i++) {
+    char p[PATH_MAX + 32], probe[PATH_MAX + 64], real[PATH_MAX];
+    snprintf(p, sizeof p, lcands[i], self);
+    snprintf(probe, sizeof probe, "%s/km/main.lua", p);
+    if (access(probe, R_OK) == 0 && realpath(p, real)) { snprintf(libdir, nl, "%s", real); break; }
+  }
+  const char *e = getenv("KM_EXE");
+  if (e && *e) { snprintf(exe, ne, "%s", e); return; }
+  const char *ecands[] = {"%s/../bin/kmrun", "%s/../kmrun", "%s/../../kmrun", "%s/../../../bin/kmrun", "%s/kmrun"};
+  for (size_t i = 0; self[0] && i < sizeof ecands / sizeof *ecands; i++) {
+    char p[PATH_MAX + 32], real[PATH_MAX];
+    snprintf(p, sizeof p, ecands[i], self);
+    if (is_exe(p) && !is_dir(p) && realpath(p, real)) { snprintf(exe, ne, "%s", real); return; }
+  }
+}
+
+static int traceback(lua_State *L) {
+  const char *msg = lua_tostring(L, 1);
+  if (!msg) msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
+  luaL_traceback(L, L, msg, 1);
+  return 1;
+}
+
+static int docall(lua_State *L, int narg, int nres) {
+  int base = lua_gettop(L) - narg;
+  lua_pushcfunction(L, traceback);
+  lua_insert(L, base);
+  int st = lua_pcall(L, narg, nres, base);
+  lua_remove(L, base);
+  return st;
+}
+
+km_status km_run_script(const char *path, int argc, const char *const *argv, int *exit_status) {
+  if (!path || (argc > 0 && !argv) || argc < 0) return fail(KMRUN_EINVAL, NULL, "km_run_script: path and argv are required");
+  if (exit_status) *exit_status = 1;
+  char libdir[PATH_MAX], exe[PATH_MAX];
+  km_api_find_paths(libdir, sizeof libdir, exe, sizeof exe);
+  lua_State *L = luaL_newstate();
+  if (!L) return fail(KMRUN_ENOMEM, NULL, "km_run_script: cannot create a Lua state");
+  luaL_openlibs(L);
+  km_api_preload(L);
+  /* package.path: KM_PATH's folders, then the library; km_libdir and km_exe for workers */
+  lua_getglobal(L, "package");
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  const char *kmpath = getenv("KM_PATH");
+  if (kmpath && *kmpath) {
+    char *copy = strdup(kmpath), *save = NULL;
+    for (char *d = copy ? strtok_r(copy, ":", &save) : NULL; d; d = strtok_r(NULL, ":", &save)) {
+      lua_pushfstring(L, "%s/?.lua;%s/?/init.lua;", d, d);
+      luaL_addvalue(&b);
+    }
+    free(copy);
+  }
+  if (libdir[0]) {
+    lua_pushfstring(L, "%s/?.lua;%s/?/init.lua", libdir, libdir);
+    luaL_addvalue(&b);
+  }
+  luaL_pushresult(&b);
+  lua_setfield(L, -2, "path");
+  lua_pushstring(L, libdir);
+  lua_setfield(L, -2, "km_libdir");
+  lua_pushstring(L, exe);
+  lua_setfield(L, -2, "km_exe");
+  lua_pop(L, 1);
+  /* arg = { [0] = path, ... } */
+  lua_createtable(L, argc, 1);
+  lua_pushstring(L, path);
+  lua_rawseti(L, -2, 0);
+  for (int i = 0; i < argc; i++) {
+    lua_pushstring(L, argv[i] ? argv[i] : "");
+    lua_rawseti(L, -2, i + 1);
+  }
+  lua_setglobal(L, "arg");
+  km_status st = KMRUN_OK;
+  int code = 0;
+  int ls = luaL_loadfile(L, path);
+  if (ls == LUA_OK) {
+    luaL_checkstack(L, argc + 3, "too many arguments");
+    for (int i = 0; i < argc; i++) lua_pushstring(L, argv[i] ? argv[i] : "");
+    ls = docall(L, argc, 1);
+  }
+  if (ls == LUA_OK && lua_isfunction(L, -1)) { /* a strategy: km.runner runs it over the tasks */
+    lua_getglobal(L, "require");
+    lua_pushliteral(L, "km.runner");
+    ls = docall(L, 1, 1);
+    if (ls == LUA_OK) {
+      lua_getfield(L, -1, "main"); /* [fn, runner, main] */
+      lua_pushvalue(L, -3);
+      lua_pushstring(L, path);
+      lua_getglobal(L, "arg");
+      ls = docall(L, 3, 1);
+    }
+  }
+  if (ls != LUA_OK) {
+    st = fail(KMRUN_ELUA, "LUA_ERROR", "%s", lua_tostring(L, -1) ? lua_tostring(L, -1) : "(no message)");
+    code = 1;
+  } else if (lua_isinteger(L, -1)) code = (int)lua_tointeger(L, -1);
+  else if (lua_isboolean(L, -1) && !lua_toboolean(L, -1)) code = 1;
+  lua_close(L);
+  if (exit_status) *exit_status = code;
+  return st;
+}
