@@ -78,7 +78,19 @@ LUA_VENDOR := vendor/lua-5.4.4
 LUA_PIC_OBJS := $(patsubst $(LUA_VENDOR)/%.c,$(BUILD)/lua-pic/%.o,$(wildcard $(LUA_VENDOR)/*.c))
 LIB_LDLIBS := -L$(CJSON_LIBDIR) -L$(CUDA_HOME)/lib64 -lnvrtc -lcjson -lsqlite3 -lcurl -ldl -lm -lpthread
 LIB_RPATH := -Wl,-rpath,$(CUDA_HOME)/lib64
-lib: $(BUILD)/lib/libkmrun.so $(BUILD)/lib/libkmrun.a $(BUILD)/lib/lua/km.so $(BUILD)/examples/embed
+CARRY := $(if $(wildcard /usr/bin/lua5.4),$(BUILD)/carry/lua5.4) $(if $(wildcard /usr/bin/luajit),$(BUILD)/carry/luajit)
+lib: $(BUILD)/lib/libkmrun.so $(BUILD)/lib/libkmrun.a $(BUILD)/lib/lua/km.so $(BUILD)/examples/embed $(CARRY)
+
+# Debian's lua5.4 and luajit, copied into the build folder when this host has them, for GPU
+# hosts that have neither (tests/lua/test_embed.lua, bench/launch_overhead.sh use them from
+# there; LD_LIBRARY_PATH=$(BUILD)/carry finds lua5.4's readline).
+$(BUILD)/carry:
+	@mkdir -p $@
+$(BUILD)/carry/lua5.4: | $(BUILD)/carry
+	cp -L /usr/bin/lua5.4 $@
+	@for l in $$(ldd /usr/bin/lua5.4 | awk '/libreadline|libtinfo/ {print $$3}'); do cp -L $$l $(BUILD)/carry/; done
+$(BUILD)/carry/luajit: | $(BUILD)/carry
+	cp -L /usr/bin/luajit $@
 
 $(BUILD)/pic $(BUILD)/lua-pic $(BUILD)/lib/lua $(BUILD)/examples:
 	@mkdir -p $@
@@ -87,8 +99,6 @@ $(BUILD)/lua-pic/%.o: $(LUA_VENDOR)/%.c | $(BUILD)/lua-pic
 $(BUILD)/pic/km_blob.o: runtime/km_blob.c $(BUILD)/km_util.fatbin | $(BUILD)/pic
 	$(CC) $(CFLAGS) -fPIC -DKM_UTIL_FATBIN='"$(BUILD)/km_util.fatbin"' -c -o $@ $<
 $(BUILD)/pic/%.o: runtime/%.c $(wildcard runtime/*.h) include/kmrun.h $(BUILD)/km_modules.inc | $(BUILD)/pic
-	$(CC) $(CFLAGS) -fPIC -c -o $@ $<
-$(BUILD)/pic/km_lua_module.o: runtime/lib/km_lua_module.c include/kmrun.h | $(BUILD)/pic
 	$(CC) $(CFLAGS) -fPIC -c -o $@ $<
 
 # Exported: what kmrun.h marks KMRUN_API, nothing else.
@@ -104,9 +114,9 @@ $(BUILD)/lib/libkmrun.so: $(PIC_OBJS) $(LUA_PIC_OBJS) $(BUILD)/kmrun.map $(BUILD
 	  $(if $(SANITIZE),-fsanitize=$(SANITIZE))
 $(BUILD)/lib/libkmrun.a: $(PIC_OBJS) $(LUA_PIC_OBJS)
 	rm -f $@ && ar rcs $@ $(PIC_OBJS) $(LUA_PIC_OBJS)
-$(BUILD)/lib/lua/km.so: $(PIC_OBJS) $(BUILD)/pic/km_lua_module.o $(BUILD)/km_lua.map $(BUILD)/lib/libcjson.so.1 | $(BUILD)/lib/lua
+$(BUILD)/lib/lua/km.so: $(PIC_OBJS) $(BUILD)/km_lua.map $(BUILD)/lib/libcjson.so.1 | $(BUILD)/lib/lua
 	$(CC) -shared -o $@ -Wl,--version-script=$(BUILD)/km_lua.map -Wl,-rpath,'$$ORIGIN/..' \
-	  -Wl,-rpath,'$$ORIGIN/../../kmrun' $(LIB_RPATH) $(PIC_OBJS) $(BUILD)/pic/km_lua_module.o $(LIB_LDLIBS) \
+	  -Wl,-rpath,'$$ORIGIN/../../kmrun' $(LIB_RPATH) $(PIC_OBJS) $(LIB_LDLIBS) \
 	  $(if $(SANITIZE),-fsanitize=$(SANITIZE))
 # The example host, against the build tree (tests/lua/test_embed.lua builds it again
 # against an installed copy through pkg-config).
@@ -124,7 +134,7 @@ $(BUILD)/tests/%: tests/c/%.c tests/c/test.h $(CORE_OBJS) | $(BUILD)/tests
 	$(CC) $(CFLAGS) -Itests/c $(LDFLAGS) -Wl,-rpath,'$$ORIGIN/../lib' -o $@ $< $(CORE_OBJS) $(LDLIBS)
 
 # Installs the Debian packages the build needs (a no-op when they are present).
-DEB_PKGS := gcc make pkg-config lua5.4 liblua5.4-dev libcjson-dev libsqlite3-dev libcurl4-openssl-dev perl slurm-wlm munge python3
+DEB_PKGS := gcc make pkg-config lua5.4 liblua5.4-dev luajit libcjson-dev libsqlite3-dev libcurl4-openssl-dev perl slurm-wlm munge python3
 deps:
 	@missing=""; for p in $(DEB_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \

@@ -139,12 +139,16 @@ static void set_paths(lua_State *L, const char *libdir, int use_env) {
   lua_pop(L, 1);
 }
 
+int luaopen_km(lua_State *L); /* km_lua_module.c */
+
 static void preload(lua_State *L) {
   luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_PRELOAD_TABLE);
   for (const luaL_Reg *m = builtin_modules; m->name; m++) {
     lua_pushcfunction(L, m->func);
     lua_setfield(L, -2, m->name);
   }
+  lua_pushcfunction(L, luaopen_km); /* require "km": as from a stock lua5.4 with km.so */
+  lua_setfield(L, -2, "km");
   lua_pop(L, 1);
 }
 

@@ -875,9 +875,16 @@ static const luaL_Reg builtin[] = {
 #undef KM_MODULE
     {NULL, NULL}};
 
-/* Every built-in km.* module into package.preload (kept when one is already there). */
+int luaopen_km(lua_State *L); /* km_lua_module.c */
+
+/* Every built-in km.* module, and km itself, into package.preload (kept when already there). */
 void km_api_preload(lua_State *L) {
   luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_PRELOAD_TABLE);
+  if (lua_getfield(L, -1, "km") == LUA_TNIL) {
+    lua_pushcfunction(L, luaopen_km);
+    lua_setfield(L, -3, "km");
+  }
+  lua_pop(L, 1);
   for (const luaL_Reg *m = builtin; m->name; m++) {
     if (lua_getfield(L, -1, m->name) == LUA_TNIL) {
       lua_pushcfunction(L, m->func);

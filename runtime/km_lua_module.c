@@ -1,4 +1,4 @@
-/* km_lua_module.c — `require "km"` from a stock Lua 5.4 (build/lib/lua/km.so).
+/* km_lua_module.c — `require "km"` from a stock Lua 5.4 (build/lib/lua/km.so; built into kmrun too).
  *
  *   LUA_CPATH='build/lib/lua/?.so;;' LUA_PATH='lua/?.lua;;' lua5.4 -e 'local km = require "km"'
  *
@@ -7,7 +7,7 @@
  * tools that look for guidance/ and strategies/) and package.km_exe (the kmrun program, which
  * km.eval starts as its GPU workers) unless they are set. It returns a table whose fields
  * load on first use: km.cuda is require "km.cuda", km.task is require "km.task".
- * `require "km.cuda"` alone also works (Lua's all-in-one loader finds luaopen_km_cuda here),
+ * `require "km.cuda"` alone also works (Lua's all-in-one loader finds its luaopen function here),
  * but only `require "km"` sets the two package fields. */
 #include <limits.h>
 
