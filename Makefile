@@ -79,7 +79,8 @@ LUA_PIC_OBJS := $(patsubst $(LUA_VENDOR)/%.c,$(BUILD)/lua-pic/%.o,$(wildcard $(L
 LIB_LDLIBS := -L$(CJSON_LIBDIR) -L$(CUDA_HOME)/lib64 -lnvrtc -lcjson -lsqlite3 -lcurl -ldl -lm -lpthread
 LIB_RPATH := -Wl,-rpath,$(CUDA_HOME)/lib64
 CARRY := $(if $(wildcard /usr/bin/lua5.4),$(BUILD)/carry/lua5.4) $(if $(wildcard /usr/bin/luajit),$(BUILD)/carry/luajit)
-lib: $(BUILD)/lib/libkmrun.so $(BUILD)/lib/libkmrun.a $(BUILD)/lib/lua/km.so $(BUILD)/examples/embed $(CARRY)
+lib: $(BUILD)/lib/libkmrun.so $(BUILD)/lib/libkmrun.a $(BUILD)/lib/lua/km.so $(BUILD)/examples/embed $(CARRY) \
+     $(BUILD)/bench/launch_capi $(BUILD)/raw_bench
 
 # Debian's lua5.4 and luajit, copied into the build folder when this host has them, for GPU
 # hosts that have neither (tests/lua/test_embed.lua, bench/launch_overhead.sh use them from
@@ -92,7 +93,7 @@ $(BUILD)/carry/lua5.4: | $(BUILD)/carry
 $(BUILD)/carry/luajit: | $(BUILD)/carry
 	cp -L /usr/bin/luajit $@
 
-$(BUILD)/pic $(BUILD)/lua-pic $(BUILD)/lib/lua $(BUILD)/examples:
+$(BUILD)/pic $(BUILD)/lua-pic $(BUILD)/lib/lua $(BUILD)/examples $(BUILD)/bench:
 	@mkdir -p $@
 $(BUILD)/lua-pic/%.o: $(LUA_VENDOR)/%.c | $(BUILD)/lua-pic
 	$(CC) -O2 -std=gnu99 -fPIC -DLUA_COMPAT_5_3 -DLUA_USE_LINUX -w -c -o $@ $<
@@ -122,6 +123,11 @@ $(BUILD)/lib/lua/km.so: $(PIC_OBJS) $(BUILD)/km_lua.map $(BUILD)/lib/libcjson.so
 # against an installed copy through pkg-config).
 $(BUILD)/examples/embed: examples/embed.c include/kmrun.h $(BUILD)/lib/libkmrun.so | $(BUILD)/examples
 	$(CC) -std=c99 -O2 -Wall -Wextra -pedantic -Iinclude -o $@ $< -L$(BUILD)/lib -lkmrun -Wl,-rpath,'$$ORIGIN/../lib'
+
+# Launch overhead through the C API (bench/launch_overhead.sh runs it beside raw_bench, the
+# Lua 5.4 binding and LuaJIT's FFI).
+$(BUILD)/bench/launch_capi: bench/launch_capi.c include/kmrun.h $(BUILD)/lib/libkmrun.so | $(BUILD)/bench
+	$(CC) -std=c99 -O2 -Wall -Wextra -Iinclude -o $@ $< -L$(BUILD)/lib -lkmrun -Wl,-rpath,'$$ORIGIN/../lib'
 
 # make install PREFIX=/opt/kmrun: header, libraries, kmrun.pc, the program, the Lua library,
 # strategies and guidance (tools/install.sh: a plain script, so a built tree installs where

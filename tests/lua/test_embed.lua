@@ -234,5 +234,55 @@ else
   t.skip("km.ffi under LuaJIT", "no luajit on this host (make deps installs Debian's; make carries it)")
 end
 
+-- The GPU half of the consumers: a launch, a compare and a timing through km.ffi, and the
+-- launch benchmark's Lua script under lua5.4 and kmrun (a few launches each).
+local gpu_why = sh(KMRUN .. " -e 'local a, why = require(\"km.cuda\").available(); print(a and \"yes\" or why)'")
+local gpu_ok = gpu_why == "yes\n"
+if not gpu_ok then
+  t.skip("GPU: km.ffi launch, compare, time; lua5.4 launches", "no CUDA device: " .. (gpu_why:gsub("\n", " ")))
+  if REQUIRE_GPU then t.test("KM_REQUIRE_GPU=1 needs a GPU", function() t.ok(false, gpu_why) end) end
+else
+  if luajit then
+    t.test("GPU: km.ffi launches relu, compares it with the reference and times it", function()
+      local code = [[
+package.path = "ROOT/lua/?.lua;" .. package.path
+local kf = require "km.ffi"
+kf.load("BUILD/lib/libkmrun.so")
+local rt = assert(kf.open())
+local src = 'extern "C" __global__ void relu(const float *x, float *y, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = x[i] > 0.f ? x[i] : 0.f; }\n' ..
+            'extern "C" __global__ void ref(const float *x, float *y, int n) { for (int i = threadIdx.x; i < n; i += blockDim.x) y[i] = fmaxf(x[i], 0.f); }\n'
+local prog = assert(kf.compile(src, { arch = rt:device().arch }))
+local mod = assert(rt:load(prog))
+local n = 100003
+local x, y, w = assert(rt:buffer("f32", n)), assert(rt:buffer("f32", n)), assert(rt:buffer("f32", n))
+assert(x:random(kf.UNIFORM, -1, 1, 7)); assert(y:poison())
+local go, spec = assert(mod:kernel("relu")):launcher({ grid = (n + 255) // 256, block = 256 }, x, y, kf.i32(n))
+local ref = assert(mod:kernel("ref")):launcher({ grid = 1, block = 1024 }, x, w, kf.i32(n))
+assert(go()); assert(ref())
+local r = assert(kf.allclose(y, w, { atol = 0, rtol = 0, poison = true }))
+local tm = assert(rt:time(spec, { mode = "cold", min_samples = 5, max_samples = 20 }))
+print(r.ok, r.mismatches, r.unwritten, y:guards_intact(), tm.n >= 5 and tm.median > 0)
+]]
+      code = code:gsub("ROOT", ROOT):gsub("BUILD", BUILD)
+      local f = assert(io.open(tmp .. "/ffi_gpu.lua", "w"))
+      f:write(code)
+      f:close()
+      local out, rc = sh(luajit .. " " .. tmp .. "/ffi_gpu.lua")
+      t.eq(rc, 0, out)
+      t.eq(out, "true\t0\t0\ttrue\ttrue\n")
+    end)
+  end
+  if lua54 then
+    t.test("GPU: the launch benchmark's Lua script runs under lua5.4 with km.so and under kmrun", function()
+      local a, rca = sh("cd / && LUA_CPATH='" .. BUILD .. "/lib/lua/?.so;;' LUA_PATH='" .. ROOT .. "/lua/?.lua;;' " ..
+                        lua54 .. " " .. ROOT .. "/bench/launch_lua.lua 2000")
+      local b, rcb = sh(KMRUN .. " " .. ROOT .. "/bench/launch_lua.lua 2000")
+      t.eq(rca, 0, a)
+      t.eq(rcb, 0, b)
+      t.ok(tonumber(a) and tonumber(b), a .. b)
+    end)
+  end
+end
+
 os.execute("rm -rf " .. tmp)
 t.done()
