@@ -182,12 +182,24 @@ function M.load(dir)
     end
     local ref = t.reference
     if type(ref) ~= "table" or type(ref.source) ~= "string" or type(ref.launch) ~= "string" then
-      fail(file, "reference", "must be { source = 'reference.cu', launch = 'reference.lua' }")
+      fail(file, "reference", "must be { source = 'reference.cu', launch = 'reference.lua' [, pytorch = 'reference.py'] }")
     end
     for _, k in ipairs { "source", "launch" } do
       local text, why = read_inside(dir, ref[k])
       if not text then fail(file, "reference." .. k, why) end
       ref[k .. "_text"] = text
+    end
+    -- reference.pytorch: the same truth in KernelBench's form (reference.py), carried as
+    -- pytorch_file (its resolved path) and pytorch_text. ref.pytorch itself is cleared:
+    -- on a task table it means "PyTorch is THE reference" (a problem file, km.kbtask).
+    if ref.pytorch ~= nil then
+      local name = ref.pytorch
+      if type(name) ~= "string" or not name:match("%.py$") then
+        fail(file, "reference.pytorch", "must be the name of a .py file in the folder (KernelBench's form), got " .. tostring(name))
+      end
+      local text, why = read_inside(dir, name)
+      if not text then fail(file, "reference.pytorch", why) end
+      ref.pytorch_file, ref.pytorch_text, ref.pytorch = limits.resolve_inside(dir, name), text, nil
     end
     local ins = check_io(file, t.inputs, "inputs", true)
     local outs = check_io(file, t.outputs, "outputs", false)

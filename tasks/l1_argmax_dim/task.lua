@@ -2,7 +2,7 @@ return {
   name = "l1_argmax_dim", level = 1, category = "reduction",
   description = "description.md",
   math = "idx[r] = min { j : x[r, j] = max_k x[r, k] }",
-  reference = { source = "reference.cu", launch = "reference.lua" },
+  reference = { source = "reference.cu", launch = "reference.lua", pytorch = "reference.py" },
   inputs = { { name = "x", dtype = "f32", shape = { "rows", "cols" }, init = { "normal", 0, 1 } } },
   outputs = { { name = "idx", dtype = "i64", shape = { "rows" } } },
   shapes = {

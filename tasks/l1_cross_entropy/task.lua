@@ -2,7 +2,7 @@ return {
   name = "l1_cross_entropy", level = 1, category = "loss",
   description = "description.md",
   math = "loss[i] = log(sum_j exp(logits[i, j])) - logits[i, target[i]]",
-  reference = { source = "reference.cu", launch = "reference.lua" },
+  reference = { source = "reference.cu", launch = "reference.lua", pytorch = "reference.py" },
   inputs = {
     { name = "logits", dtype = "f32", shape = { "n", "c" }, init = { "normal", 0, 2 } },
     { name = "target", dtype = "i32", shape = { "n" }, init = { "int", 0, "c - 1" } },

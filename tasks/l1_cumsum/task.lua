@@ -2,7 +2,7 @@ return {
   name = "l1_cumsum", level = 1, category = "scan",
   description = "description.md",
   math = "y[r, j] = sum_{q=0}^{j} x[r, q]",
-  reference = { source = "reference.cu", launch = "reference.lua" },
+  reference = { source = "reference.cu", launch = "reference.lua", pytorch = "reference.py" },
   inputs = { { name = "x", dtype = "f32", shape = { "rows", "cols" }, init = { "uniform", -1, 1 } } },
   outputs = { { name = "y", dtype = "f32", shape = { "rows", "cols" } } },
   shapes = {

@@ -2,7 +2,7 @@ return {
   name = "l1_depthwise_conv2d", level = 1, category = "conv",
   description = "description.md",
   math = "y[n,c,h,w] = sum_{i=0}^{2} sum_{j=0}^{2} x[n,c,h+i-1,w+j-1] * weight[c,i,j]   (x = 0 outside the image)",
-  reference = { source = "reference.cu", launch = "reference.lua" },
+  reference = { source = "reference.cu", launch = "reference.lua", pytorch = "reference.py" },
   inputs = {
     { name = "x", dtype = "f32", shape = { "N", "C", "H", "W" }, init = { "uniform", -1, 1 } },
     { name = "weight", dtype = "f32", shape = { "C", 3, 3 }, init = { "uniform", -1, 1 } },

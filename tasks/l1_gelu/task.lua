@@ -2,7 +2,7 @@ return {
   name = "l1_gelu", level = 1, category = "activation",
   description = "description.md",
   math = "y_i = 0.5 * x_i * (1 + erf(x_i / sqrt(2)))   (exact GELU, erf form)",
-  reference = { source = "reference.cu", launch = "reference.lua" },
+  reference = { source = "reference.cu", launch = "reference.lua", pytorch = "reference.py" },
   inputs = { { name = "x", dtype = "f32", shape = { "n" }, init = { "uniform", -5, 5 } } },
   outputs = { { name = "y", dtype = "f32", shape = { "n" } } },
   shapes = { { n = 1 << 28 }, { n = 1 }, { n = 1000003 }, { n = 4099 } },

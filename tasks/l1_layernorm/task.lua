@@ -2,7 +2,7 @@ return {
   name = "l1_layernorm", level = 1, category = "normalization",
   description = "description.md",
   math = "mu_r = mean_j x[r,j]; var_r = mean_j (x[r,j] - mu_r)^2; y[r,j] = (x[r,j] - mu_r) / sqrt(var_r + 1e-5) * weight[j] + bias[j]",
-  reference = { source = "reference.cu", launch = "reference.lua" },
+  reference = { source = "reference.cu", launch = "reference.lua", pytorch = "reference.py" },
   inputs = {
     { name = "x", dtype = "f32", shape = { "rows", "cols" }, init = { "normal", 1, 2 } },
     { name = "weight", dtype = "f32", shape = { "cols" }, init = { "uniform", 0.5, 1.5 } },

@@ -2,7 +2,7 @@ return {
   name = "l1_log_softmax", level = 1, category = "softmax",
   description = "description.md",
   math = "y[r, j] = x[r, j] - m_r - log(sum_k exp(x[r, k] - m_r)),  m_r = max_k x[r, k]",
-  reference = { source = "reference.cu", launch = "reference.lua" },
+  reference = { source = "reference.cu", launch = "reference.lua", pytorch = "reference.py" },
   inputs = { { name = "x", dtype = "f32", shape = { "rows", "cols" }, init = { "uniform", -5, 5 } } },
   outputs = { { name = "y", dtype = "f32", shape = { "rows", "cols" } } },
   shapes = {

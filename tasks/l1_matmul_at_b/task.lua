@@ -2,7 +2,7 @@ return {
   name = "l1_matmul_at_b", level = 1, category = "gemm",
   description = "description.md",
   math = "C[i, j] = sum_{p=0}^{k-1} A[p, i] * B[p, j]   (C = A^T B, A: k x m, B: k x n)",
-  reference = { source = "reference.cu", launch = "reference.lua" },
+  reference = { source = "reference.cu", launch = "reference.lua", pytorch = "reference.py" },
   inputs = {
     { name = "A", dtype = "f32", shape = { "k", "m" }, init = { "uniform", -1, 1 } },
     { name = "B", dtype = "f32", shape = { "k", "n" }, init = { "uniform", -1, 1 } },

@@ -2,7 +2,7 @@ return {
   name = "l1_matmul_rect", level = 1, category = "gemm",
   description = "description.md",
   math = "C[i, j] = sum_{p=0}^{k-1} A[i, p] * B[p, j],  A: m x k, B: k x n",
-  reference = { source = "reference.cu", launch = "reference.lua" },
+  reference = { source = "reference.cu", launch = "reference.lua", pytorch = "reference.py" },
   inputs = {
     { name = "A", dtype = "f32", shape = { "m", "k" }, init = { "uniform", -1, 1 } },
     { name = "B", dtype = "f32", shape = { "k", "n" }, init = { "uniform", -1, 1 } },

@@ -2,7 +2,7 @@ return {
   name = "l1_matmul_square", level = 1, category = "gemm",
   description = "description.md",
   math = "C[i, j] = sum_{p=0}^{n-1} A[i, p] * B[p, j]",
-  reference = { source = "reference.cu", launch = "reference.lua" },
+  reference = { source = "reference.cu", launch = "reference.lua", pytorch = "reference.py" },
   inputs = {
     { name = "A", dtype = "f32", shape = { "n", "n" }, init = { "uniform", -1, 1 } },
     { name = "B", dtype = "f32", shape = { "n", "n" }, init = { "uniform", -1, 1 } },

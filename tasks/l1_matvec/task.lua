@@ -2,7 +2,7 @@ return {
   name = "l1_matvec", level = 1, category = "matvec",
   description = "description.md",
   math = "y[i] = sum_{j=0}^{n-1} A[i, j] * x[j]",
-  reference = { source = "reference.cu", launch = "reference.lua" },
+  reference = { source = "reference.cu", launch = "reference.lua", pytorch = "reference.py" },
   inputs = {
     { name = "A", dtype = "f32", shape = { "m", "n" }, init = { "uniform", -1, 1 } },
     { name = "x", dtype = "f32", shape = { "n" }, init = { "uniform", -1, 1 } },

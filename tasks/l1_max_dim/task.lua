@@ -2,7 +2,7 @@ return {
   name = "l1_max_dim", level = 1, category = "reduction",
   description = "description.md",
   math = "y[r] = max_j x[r, j]",
-  reference = { source = "reference.cu", launch = "reference.lua" },
+  reference = { source = "reference.cu", launch = "reference.lua", pytorch = "reference.py" },
   inputs = { { name = "x", dtype = "f32", shape = { "rows", "cols" }, init = { "normal", 0, 1 } } },
   outputs = { { name = "y", dtype = "f32", shape = { "rows" } } },
   shapes = {

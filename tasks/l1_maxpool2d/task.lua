@@ -2,7 +2,7 @@ return {
   name = "l1_maxpool2d", level = 1, category = "pooling",
   description = "description.md",
   math = "y[n,c,p,q] = max_{i,j in {0,1,2}, inside} x[n,c,2p+i-1,2q+j-1],  Ho = (H-1)//2 + 1, Wo = (W-1)//2 + 1",
-  reference = { source = "reference.cu", launch = "reference.lua" },
+  reference = { source = "reference.cu", launch = "reference.lua", pytorch = "reference.py" },
   inputs = { { name = "x", dtype = "f32", shape = { "N", "C", "H", "W" }, init = { "normal", 0, 1 } } },
   outputs = { { name = "y", dtype = "f32", shape = { "N", "C", "(H - 1) // 2 + 1", "(W - 1) // 2 + 1" } } },
   shapes = {

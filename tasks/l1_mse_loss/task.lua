@@ -2,7 +2,7 @@ return {
   name = "l1_mse_loss", level = 1, category = "loss",
   description = "description.md",
   math = "loss = (1/n) * sum_{i=0}^{n-1} (pred_i - target_i)^2",
-  reference = { source = "reference.cu", launch = "reference.lua" },
+  reference = { source = "reference.cu", launch = "reference.lua", pytorch = "reference.py" },
   inputs = {
     { name = "pred", dtype = "f32", shape = { "n" }, init = { "normal", 0, 1 } },
     { name = "target", dtype = "f32", shape = { "n" }, init = { "uniform", -1, 1 } },

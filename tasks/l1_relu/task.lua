@@ -2,7 +2,7 @@ return {
   name = "l1_relu", level = 1, category = "activation",
   description = "description.md",
   math = "y_i = max(x_i, 0)",
-  reference = { source = "reference.cu", launch = "reference.lua" },
+  reference = { source = "reference.cu", launch = "reference.lua", pytorch = "reference.py" },
   inputs = { { name = "x", dtype = "f32", shape = { "n" }, init = { "uniform", -1, 1 } } },
   outputs = { { name = "y", dtype = "f32", shape = { "n" } } },
   shapes = { { n = 1 << 28 }, { n = 1 }, { n = 1000003 }, { n = 4097 } },

@@ -2,7 +2,7 @@ return {
   name = "l1_rmsnorm", level = 1, category = "normalization",
   description = "description.md",
   math = "y[r,j] = x[r,j] / sqrt(mean_k x[r,k]^2 + 1e-6) * weight[j]",
-  reference = { source = "reference.cu", launch = "reference.lua" },
+  reference = { source = "reference.cu", launch = "reference.lua", pytorch = "reference.py" },
   inputs = {
     { name = "x", dtype = "f32", shape = { "rows", "cols" }, init = { "normal", 0, 1 } },
     { name = "weight", dtype = "f32", shape = { "cols" }, init = { "uniform", 0.5, 1.5 } },

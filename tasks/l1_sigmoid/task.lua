@@ -2,7 +2,7 @@ return {
   name = "l1_sigmoid", level = 1, category = "activation",
   description = "description.md",
   math = "y_i = 1 / (1 + exp(-x_i))",
-  reference = { source = "reference.cu", launch = "reference.lua" },
+  reference = { source = "reference.cu", launch = "reference.lua", pytorch = "reference.py" },
   inputs = { { name = "x", dtype = "f32", shape = { "n" }, init = { "uniform", -10, 10 } } },
   outputs = { { name = "y", dtype = "f32", shape = { "n" } } },
   shapes = { { n = 1 << 28 }, { n = 1 }, { n = 999983 }, { n = 4097 } },

@@ -2,7 +2,7 @@ return {
   name = "l1_softmax", level = 1, category = "softmax",
   description = "description.md",
   math = "y[r, j] = exp(x[r, j] - max_k x[r, k]) / sum_k exp(x[r, k] - max_k x[r, k])",
-  reference = { source = "reference.cu", launch = "reference.lua" },
+  reference = { source = "reference.cu", launch = "reference.lua", pytorch = "reference.py" },
   inputs = { { name = "x", dtype = "f32", shape = { "rows", "cols" }, init = { "uniform", -5, 5 } } },
   outputs = { { name = "y", dtype = "f32", shape = { "rows", "cols" } } },
   shapes = {

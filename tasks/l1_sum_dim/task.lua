@@ -2,7 +2,7 @@ return {
   name = "l1_sum_dim", level = 1, category = "reduction",
   description = "description.md",
   math = "y[b, c] = sum_{r=0}^{R-1} x[b, r, c]",
-  reference = { source = "reference.cu", launch = "reference.lua" },
+  reference = { source = "reference.cu", launch = "reference.lua", pytorch = "reference.py" },
   inputs = { { name = "x", dtype = "f32", shape = { "B", "R", "C" }, init = { "uniform", -1, 1 } } },
   outputs = { { name = "y", dtype = "f32", shape = { "B", "C" } } },
   shapes = {

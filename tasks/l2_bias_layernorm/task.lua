@@ -2,7 +2,7 @@ return {
   name = "l2_bias_layernorm", level = 2, category = "normalization",
   description = "description.md",
   math = "z = x[i,:] + bias;  y[i,j] = (z_j - mean(z)) / sqrt(mean((z - mean(z))^2) + 1e-6) * gamma[j] + beta[j]",
-  reference = { source = "reference.cu", launch = "reference.lua" },
+  reference = { source = "reference.cu", launch = "reference.lua", pytorch = "reference.py" },
   inputs = {
     { name = "x", dtype = "f32", shape = { "m", "d" }, init = { "normal", 0, 1 } },
     { name = "bias", dtype = "f32", shape = { "d" }, init = { "uniform", -1, 1 } },

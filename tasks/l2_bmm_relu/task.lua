@@ -2,7 +2,7 @@ return {
   name = "l2_bmm_relu", level = 2, category = "gemm",
   description = "description.md",
   math = "c[t,i,j] = max(0, sum_p a[t,i,p] * b[t,p,j])",
-  reference = { source = "reference.cu", launch = "reference.lua" },
+  reference = { source = "reference.cu", launch = "reference.lua", pytorch = "reference.py" },
   inputs = {
     { name = "a", dtype = "f32", shape = { "batch", "m", "k" }, init = { "uniform", -1, 1 } },
     { name = "b", dtype = "f32", shape = { "batch", "k", "n" }, init = { "uniform", "-1.7/math.sqrt(k)", "1.7/math.sqrt(k)" } },

@@ -2,7 +2,7 @@ return {
   name = "l2_conv2d_bias_sigmoid", level = 2, category = "conv",
   description = "description.md",
   math = "y[b,o,i,j] = sigmoid(bias[o] + sum_{c,u,v} x[b,c,i+u,j+v] * weight[o,c,u,v]),  u,v in 0..2,  i < h-2, j < w-2",
-  reference = { source = "reference.cu", launch = "reference.lua" },
+  reference = { source = "reference.cu", launch = "reference.lua", pytorch = "reference.py" },
   inputs = {
     { name = "x", dtype = "f32", shape = { "n", "c", "h", "w" }, init = { "uniform", -1, 1 } },
     { name = "weight", dtype = "f32", shape = { "f", "c", 3, 3 }, init = { "uniform", "-1.5/math.sqrt(c)", "1.5/math.sqrt(c)" } },

@@ -2,7 +2,7 @@ return {
   name = "l2_conv2d_relu", level = 2, category = "conv",
   description = "description.md",
   math = "y[b,o,i,j] = max(0, sum_{c,u,v} x[b,c,i+u-1,j+v-1] * weight[o,c,u,v])  (u,v in 0..2; x is 0 outside the image)",
-  reference = { source = "reference.cu", launch = "reference.lua" },
+  reference = { source = "reference.cu", launch = "reference.lua", pytorch = "reference.py" },
   inputs = {
     { name = "x", dtype = "f32", shape = { "n", "c", "h", "w" }, init = { "uniform", -1, 1 } },
     { name = "weight", dtype = "f32", shape = { "f", "c", 3, 3 }, init = { "uniform", "-1/math.sqrt(c)", "1/math.sqrt(c)" } },

@@ -2,7 +2,7 @@ return {
   name = "l2_gemm_bias_gelu", level = 2, category = "gemm",
   description = "description.md",
   math = "y[i,j] = gelu(b[j] + sum_p x[i,p] * w[j,p]),  gelu(t) = 0.5*t*(1 + tanh(0.7978845608*(t + 0.044715*t^3)))",
-  reference = { source = "reference.cu", launch = "reference.lua" },
+  reference = { source = "reference.cu", launch = "reference.lua", pytorch = "reference.py" },
   inputs = {
     { name = "x", dtype = "f32", shape = { "m", "k" }, init = { "uniform", -1, 1 } },
     { name = "w", dtype = "f32", shape = { "n", "k" }, init = { "uniform", "-3/math.sqrt(k)", "3/math.sqrt(k)" } },

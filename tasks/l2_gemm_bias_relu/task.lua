@@ -2,7 +2,7 @@ return {
   name = "l2_gemm_bias_relu", level = 2, category = "gemm",
   description = "description.md",
   math = "y[m,n] = max(0, bias[n] + sum_k x[m,k] * w[k,n])",
-  reference = { source = "reference.cu", launch = "reference.lua" },
+  reference = { source = "reference.cu", launch = "reference.lua", pytorch = "reference.py" },
   inputs = {
     { name = "x", dtype = "f32", shape = { "m", "k" }, init = { "uniform", -1, 1 } },
     { name = "w", dtype = "f32", shape = { "k", "n" }, init = { "uniform", "-1/math.sqrt(k)", "1/math.sqrt(k)" } },

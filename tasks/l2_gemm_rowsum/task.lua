@@ -2,7 +2,7 @@ return {
   name = "l2_gemm_rowsum", level = 2, category = "reduction",
   description = "description.md",
   math = "y[i] = sum_j max(0, bias[j] + sum_p x[i,p] * w[p,j])",
-  reference = { source = "reference.cu", launch = "reference.lua" },
+  reference = { source = "reference.cu", launch = "reference.lua", pytorch = "reference.py" },
   inputs = {
     { name = "x", dtype = "f32", shape = { "m", "k" }, init = { "uniform", -1, 1 } },
     { name = "w", dtype = "f32", shape = { "k", "n" }, init = { "uniform", "-1/math.sqrt(k)", "1/math.sqrt(k)" } },

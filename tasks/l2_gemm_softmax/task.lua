@@ -2,7 +2,7 @@ return {
   name = "l2_gemm_softmax", level = 2, category = "gemm",
   description = "description.md",
   math = "z = x @ w;  y[i,j] = exp(z[i,j] - max_q z[i,q]) / sum_q exp(z[i,q] - max_q z[i,q])",
-  reference = { source = "reference.cu", launch = "reference.lua" },
+  reference = { source = "reference.cu", launch = "reference.lua", pytorch = "reference.py" },
   inputs = {
     { name = "x", dtype = "f32", shape = { "m", "k" }, init = { "uniform", -1, 1 } },
     { name = "w", dtype = "f32", shape = { "k", "n" }, init = { "uniform", "-4.5/math.sqrt(k)", "4.5/math.sqrt(k)" } },

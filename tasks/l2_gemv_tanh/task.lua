@@ -2,7 +2,7 @@ return {
   name = "l2_gemv_tanh", level = 2, category = "matvec",
   description = "description.md",
   math = "y[i] = tanh(b[i] + sum_p W[i,p] * x[p])",
-  reference = { source = "reference.cu", launch = "reference.lua" },
+  reference = { source = "reference.cu", launch = "reference.lua", pytorch = "reference.py" },
   inputs = {
     { name = "W", dtype = "f32", shape = { "m", "k" }, init = { "uniform", "-3/math.sqrt(k)", "3/math.sqrt(k)" } },
     { name = "x", dtype = "f32", shape = { "k" }, init = { "uniform", -1, 1 } },

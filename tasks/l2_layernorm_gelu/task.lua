@@ -2,7 +2,7 @@ return {
   name = "l2_layernorm_gelu", level = 2, category = "normalization",
   description = "description.md",
   math = "mu_i = mean_j x[i,j];  var_i = mean_j (x[i,j] - mu_i)^2;  t = (x[i,j] - mu_i) / sqrt(var_i + 1e-5) * gamma[j] + beta[j];  y[i,j] = 0.5*t*(1 + erf(t/sqrt(2)))",
-  reference = { source = "reference.cu", launch = "reference.lua" },
+  reference = { source = "reference.cu", launch = "reference.lua", pytorch = "reference.py" },
   inputs = {
     { name = "x", dtype = "f32", shape = { "m", "d" }, init = { "uniform", -2, 3 } },
     { name = "gamma", dtype = "f32", shape = { "d" }, init = { "uniform", 0.5, 1.5 } },

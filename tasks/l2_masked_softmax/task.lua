@@ -2,7 +2,7 @@ return {
   name = "l2_masked_softmax", level = 2, category = "attention",
   description = "description.md",
   math = "y[i,j] = (j < len[i]) ? exp(x[i,j]/8 - M_i) / sum_{q < len[i]} exp(x[i,q]/8 - M_i) : 0,  M_i = max_{q < len[i]} x[i,q]/8",
-  reference = { source = "reference.cu", launch = "reference.lua" },
+  reference = { source = "reference.cu", launch = "reference.lua", pytorch = "reference.py" },
   inputs = {
     { name = "x", dtype = "f32", shape = { "b", "n" }, init = { "uniform", -16, 16 } },
     { name = "len", dtype = "i32", shape = { "b" }, init = { "int", 1, "n" } },

@@ -2,7 +2,7 @@ return {
   name = "l2_matmul_scale_residual", level = 2, category = "gemm",
   description = "description.md",
   math = "y[i,j] = r[i,j] + 0.5 * sum_p x[i,p] * w[j,p]",
-  reference = { source = "reference.cu", launch = "reference.lua" },
+  reference = { source = "reference.cu", launch = "reference.lua", pytorch = "reference.py" },
   inputs = {
     { name = "x", dtype = "f32", shape = { "m", "k" }, init = { "uniform", -1, 1 } },
     { name = "w", dtype = "f32", shape = { "n", "k" }, init = { "uniform", "-1/math.sqrt(k)", "1/math.sqrt(k)" } },

@@ -2,7 +2,7 @@ return {
   name = "l2_row_l2norm", level = 2, category = "reduction",
   description = "description.md",
   math = "y[i] = sqrt(sum_j x[i,j]^2)",
-  reference = { source = "reference.cu", launch = "reference.lua" },
+  reference = { source = "reference.cu", launch = "reference.lua", pytorch = "reference.py" },
   inputs = {
     { name = "x", dtype = "f32", shape = { "m", "k" }, init = { "normal", 0, 1 } },
   },

@@ -2,7 +2,7 @@ return {
   name = "l2_silu_mul_add", level = 2, category = "activation",
   description = "description.md",
   math = "out_i = x_i * sigmoid(x_i) * y_i + z_i,  sigmoid(t) = 1 / (1 + exp(-t))",
-  reference = { source = "reference.cu", launch = "reference.lua" },
+  reference = { source = "reference.cu", launch = "reference.lua", pytorch = "reference.py" },
   inputs = {
     { name = "x", dtype = "f32", shape = { "n" }, init = { "uniform", -6, 6 } },
     { name = "y", dtype = "f32", shape = { "n" }, init = { "normal", 0, 1 } },

@@ -2,7 +2,7 @@ return {
   name = "l3_causal_attention", level = 3, category = "attention",
   description = "description.md",
   math = "S = q @ k^T / sqrt(d);  S[i,j] = -inf for j > i;  out = softmax(S, rows) @ v   (per batch and head)",
-  reference = { source = "reference.cu", launch = "reference.lua" },
+  reference = { source = "reference.cu", launch = "reference.lua", pytorch = "reference.py" },
   inputs = {
     { name = "q", dtype = "f32", shape = { "b", "heads", "s", "d" }, init = { "normal", 0, 1 } },
     { name = "k", dtype = "f32", shape = { "b", "heads", "s", "d" }, init = { "normal", 0, 1 } },

@@ -2,7 +2,7 @@ return {
   name = "l3_conv_block", level = 3, category = "conv",
   description = "description.md",
   math = "t = relu(conv3x3(x, w1) + b1);  y = x + conv3x3(t, w2) + b2   (3x3, stride 1, zero padding 1, c -> c channels)",
-  reference = { source = "reference.cu", launch = "reference.lua" },
+  reference = { source = "reference.cu", launch = "reference.lua", pytorch = "reference.py" },
   inputs = {
     { name = "x", dtype = "f32", shape = { "n", "c", "h", "w" }, init = { "uniform", -1, 1 } },
     { name = "w1", dtype = "f32", shape = { "c", "c", 3, 3 }, init = { "uniform", "-1/math.sqrt(c)", "1/math.sqrt(c)" } },

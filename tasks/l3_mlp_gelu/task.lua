@@ -2,7 +2,7 @@ return {
   name = "l3_mlp_gelu", level = 3, category = "mlp",
   description = "description.md",
   math = "y = gelu(x @ w1 + b1) @ w2 + b2,  gelu(t) = 0.5*t*(1 + erf(t/sqrt(2)))",
-  reference = { source = "reference.cu", launch = "reference.lua" },
+  reference = { source = "reference.cu", launch = "reference.lua", pytorch = "reference.py" },
   inputs = {
     { name = "x", dtype = "f32", shape = { "m", "d" }, init = { "uniform", -1, 1 } },
     { name = "w1", dtype = "f32", shape = { "d", "h" }, init = { "uniform", "-3/math.sqrt(d)", "3/math.sqrt(d)" } },

@@ -2,7 +2,7 @@ return {
   name = "l3_online_softmax_attention", level = 3, category = "attention",
   description = "description.md",
   math = "out = softmax(q @ k^T / sqrt(d), rows) @ v   (per batch and head; sq queries, sk keys, no mask)",
-  reference = { source = "reference.cu", launch = "reference.lua" },
+  reference = { source = "reference.cu", launch = "reference.lua", pytorch = "reference.py" },
   inputs = {
     { name = "q", dtype = "f32", shape = { "b", "heads", "sq", "d" }, init = { "normal", 0, 1 } },
     { name = "k", dtype = "f32", shape = { "b", "heads", "sk", "d" }, init = { "normal", 0, 1 } },

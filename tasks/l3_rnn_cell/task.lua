@@ -2,7 +2,7 @@ return {
   name = "l3_rnn_cell", level = 3, category = "rnn",
   description = "description.md",
   math = "h_new[t,j] = tanh(sum_p x[t,p]*w_ih[j,p] + b_ih[j] + sum_q h[t,q]*w_hh[j,q] + b_hh[j])",
-  reference = { source = "reference.cu", launch = "reference.lua" },
+  reference = { source = "reference.cu", launch = "reference.lua", pytorch = "reference.py" },
   inputs = {
     { name = "x", dtype = "f32", shape = { "batch", "isz" }, init = { "uniform", -1, 1 } },
     { name = "h", dtype = "f32", shape = { "batch", "hsz" }, init = { "uniform", -1, 1 } },

@@ -2,7 +2,7 @@ return {
   name = "l3_transformer_mlp", level = 3, category = "mlp",
   description = "description.md",
   math = "hn = LayerNorm(x; gamma, beta, eps=1e-5);  y = x + gelu_tanh(hn @ w1 + b1) @ w2 + b2",
-  reference = { source = "reference.cu", launch = "reference.lua" },
+  reference = { source = "reference.cu", launch = "reference.lua", pytorch = "reference.py" },
   inputs = {
     { name = "x", dtype = "f32", shape = { "m", "d" }, init = { "normal", 0, 1 } },
     { name = "gamma", dtype = "f32", shape = { "d" }, init = { "uniform", 0.8, 1.2 } },

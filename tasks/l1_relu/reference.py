@@ -1,0 +1,29 @@
+# l1_relu: the task's PyTorch reference in KernelBench's form (docs/tasks.md). It
+# computes what reference.cu computes: forward takes the task's inputs in task.lua's order
+# (weights are inputs, not nn.Parameters) and returns the task's output.
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    """y = max(x, 0)."""
+
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return torch.relu(x)
+
+
+# The task's first (timed) shape set; get_inputs() reads these names when it is called.
+n = 1 << 28
+
+
+def get_inputs():
+    x = torch.rand(n) * 2 - 1  # uniform(-1, 1)
+    return [x]
+
+
+def get_init_inputs():
+    return []
