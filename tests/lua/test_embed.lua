@@ -121,6 +121,13 @@ t.test("embed runs a script and a strategy over a task folder through the embedd
   t.eq(out_e:match("summary: (%d+/%d+ correct)"), sum_k, out_e)
 end)
 
+t.test("examples/ten_lines.lua is README's ten lines, as they are", function()
+  local readme = assert(io.open(ROOT .. "/README.md")):read("a")
+  local block = readme:match("\n## Ten lines\n\n```lua\n(.-\n)```")
+  t.ok(block, "README has a ## Ten lines block")
+  t.eq(assert(io.open(ROOT .. "/examples/ten_lines.lua")):read("a"), block)
+end)
+
 local prefix = tmp .. "/prefix"
 t.test("make install's script: header, libraries, kmrun.pc, kmrun finding its Lua library", function()
   local out, rc = sh("sh " .. ROOT .. "/tools/install.sh " .. BUILD .. " " .. prefix)
@@ -272,6 +279,15 @@ print(r.ok, r.mismatches, r.unwritten, y:guards_intact(), tm.n >= 5 and tm.media
       t.eq(out, "true\t0\t0\ttrue\ttrue\n")
     end)
   end
+  t.test("GPU: README's ten lines give the same verdict under kmrun, lua5.4 and embed --run", function()
+    local file = ROOT .. "/examples/ten_lines.lua"
+    local outs = { sh(KMRUN .. " " .. file), sh(BUILD .. "/examples/embed --run " .. file) }
+    if lua54 then
+      outs[3] = sh("cd / && LUA_CPATH='" .. BUILD .. "/lib/lua/?.so;;' LUA_PATH='" .. ROOT .. "/lua/?.lua;;' " ..
+                   lua54 .. " " .. file)
+    end
+    for i = 1, #outs do t.ok(outs[i]:match("^true\t[%d.e-]+\tms\n"), outs[i]) end
+  end)
   if lua54 then
     t.test("GPU: the launch benchmark's Lua script runs under lua5.4 with km.so and under kmrun", function()
       local a, rca = sh("cd / && LUA_CPATH='" .. BUILD .. "/lib/lua/?.so;;' LUA_PATH='" .. ROOT .. "/lua/?.lua;;' " ..
