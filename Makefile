@@ -65,17 +65,17 @@ $(BUILD)/kmrun: $(OBJS) $(BUILD)/lib/libcjson.so.1
 
 # ---- the library (docs/embedding.md) ----
 # include/kmrun.h is the public C API. libkmrun.so/.a hold every runtime/*.c but the program's
-# main, built again as position-independent code. libkmrun.so links Lua 5.4 in, as the program
-# does, but from vendor/lua-5.4.4 (Debian's liblua5.4.a is not position-independent; this is
-# the same release, built with Debian's options); it exports only the functions kmrun.h
-# declares (a version script made from the header), so its Lua and the core's internal km_*
-# symbols stay private. km.so is the Lua 5.4
+# main, built again as position-independent code. libkmrun.so uses Debian's shared Lua 5.4
+# (liblua5.4.so.0; the static liblua5.4.a the program links is not position-independent),
+# bundled beside it in $(BUILD)/lib like cJSON, since GPU hosts have no Lua package; it
+# exports only the functions kmrun.h declares (a version script made from the header), so
+# the core's internal km_* symbols stay private. libkmrun.a holds kmrun's objects only: a
+# static link adds -llua5.4 (kmrun.pc says so). km.so is the Lua 5.4
 # C module (`require "km"` from a stock lua5.4): the same objects without Lua, which the
 # interpreter provides, exporting only luaopen_km*. cJSON is found beside each, as for kmrun.
 LIB_SRCS := $(filter-out runtime/kmrun.c,$(SRCS))
 PIC_OBJS := $(LIB_SRCS:runtime/%.c=$(BUILD)/pic/%.o)
-LUA_VENDOR := vendor/lua-5.4.4
-LUA_PIC_OBJS := $(patsubst $(LUA_VENDOR)/%.c,$(BUILD)/lua-pic/%.o,$(wildcard $(LUA_VENDOR)/*.c))
+LUA_SHARED := $(shell pkg-config --variable=libdir lua5.4 2>/dev/null)/liblua5.4.so.0
 LIB_LDLIBS := -L$(CJSON_LIBDIR) -L$(CUDA_HOME)/lib64 -lnvrtc -lcjson -lsqlite3 -lcurl -ldl -lm -lpthread
 LIB_RPATH := -Wl,-rpath,$(CUDA_HOME)/lib64
 CARRY := $(if $(wildcard /usr/bin/lua5.4),$(BUILD)/carry/lua5.4) $(if $(wildcard /usr/bin/luajit),$(BUILD)/carry/luajit)
@@ -93,10 +93,10 @@ $(BUILD)/carry/lua5.4: | $(BUILD)/carry
 $(BUILD)/carry/luajit: | $(BUILD)/carry
 	cp -L /usr/bin/luajit $@
 
-$(BUILD)/pic $(BUILD)/lua-pic $(BUILD)/lib/lua $(BUILD)/examples $(BUILD)/bench:
+$(BUILD)/pic $(BUILD)/lib/lua $(BUILD)/examples $(BUILD)/bench:
 	@mkdir -p $@
-$(BUILD)/lua-pic/%.o: $(LUA_VENDOR)/%.c | $(BUILD)/lua-pic
-	$(CC) -O2 -std=gnu99 -fPIC -DLUA_COMPAT_5_3 -DLUA_USE_LINUX -w -c -o $@ $<
+$(BUILD)/lib/liblua5.4.so.0: | $(BUILD)/lib
+	cp -L $(LUA_SHARED) $@
 $(BUILD)/pic/km_blob.o: runtime/km_blob.c $(BUILD)/km_util.fatbin | $(BUILD)/pic
 	$(CC) $(CFLAGS) -fPIC -DKM_UTIL_FATBIN='"$(BUILD)/km_util.fatbin"' -c -o $@ $<
 $(BUILD)/pic/%.o: runtime/%.c $(wildcard runtime/*.h) include/kmrun.h $(BUILD)/km_modules.inc | $(BUILD)/pic
@@ -109,12 +109,12 @@ $(BUILD)/kmrun.map: include/kmrun.h | $(BUILD)/obj
 $(BUILD)/km_lua.map: | $(BUILD)/obj
 	@printf '{ global: luaopen_km; luaopen_km_*; local: *; };\n' > $@
 
-$(BUILD)/lib/libkmrun.so: $(PIC_OBJS) $(LUA_PIC_OBJS) $(BUILD)/kmrun.map $(BUILD)/lib/libcjson.so.1
+$(BUILD)/lib/libkmrun.so: $(PIC_OBJS) $(BUILD)/kmrun.map $(BUILD)/lib/libcjson.so.1 $(BUILD)/lib/liblua5.4.so.0
 	$(CC) -shared -o $@ -Wl,-soname,libkmrun.so -Wl,--version-script=$(BUILD)/kmrun.map -Wl,-z,defs \
-	  -Wl,-rpath,'$$ORIGIN' -Wl,-rpath,'$$ORIGIN/kmrun' $(LIB_RPATH) $(PIC_OBJS) $(LUA_PIC_OBJS) $(LIB_LDLIBS) \
+	  -Wl,-rpath,'$$ORIGIN' -Wl,-rpath,'$$ORIGIN/kmrun' $(LIB_RPATH) $(PIC_OBJS) $(BUILD)/lib/liblua5.4.so.0 $(LIB_LDLIBS) \
 	  $(if $(SANITIZE),-fsanitize=$(SANITIZE))
-$(BUILD)/lib/libkmrun.a: $(PIC_OBJS) $(LUA_PIC_OBJS)
-	rm -f $@ && ar rcs $@ $(PIC_OBJS) $(LUA_PIC_OBJS)
+$(BUILD)/lib/libkmrun.a: $(PIC_OBJS)
+	rm -f $@ && ar rcs $@ $(PIC_OBJS)
 $(BUILD)/lib/lua/km.so: $(PIC_OBJS) $(BUILD)/km_lua.map $(BUILD)/lib/libcjson.so.1 | $(BUILD)/lib/lua
 	$(CC) -shared -o $@ -Wl,--version-script=$(BUILD)/km_lua.map -Wl,-rpath,'$$ORIGIN/..' \
 	  -Wl,-rpath,'$$ORIGIN/../../kmrun' $(LIB_RPATH) $(PIC_OBJS) $(LIB_LDLIBS) \
