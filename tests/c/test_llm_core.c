@@ -513,9 +513,25 @@ TEST(json_strict) {
   ASSERT_EQ_INT(km_llm_json_strict("[1]", 3, 0, err, sizeof err), 0);
 }
 
+TEST(server_error_code) {
+  char code[64];
+  const char *oa = "{\"error\":{\"message\":\"too long\",\"type\":\"invalid_request_error\",\"code\":\"context_length_exceeded\"}}";
+  km_llm_error_code(oa, strlen(oa), code, sizeof code);
+  ASSERT_EQ_STR(code, "context_length_exceeded");
+  const char *an = "{\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"x\"}}";
+  km_llm_error_code(an, strlen(an), code, sizeof code);
+  ASSERT_EQ_STR(code, "overloaded_error");
+  const char *odd[] = {"{\"error\":{\"code\":500}}", "{\"error\":\"plain\"}", "<html>", "{\"error\":{\"code\":\"a b\"}}"};
+  for (size_t i = 0; i < sizeof odd / sizeof *odd; i++) {
+    km_llm_error_code(odd[i], strlen(odd[i]), code, sizeof code);
+    ASSERT_EQ_STR(code, "");
+  }
+}
+
 int main(void) {
   RUN(openai_request_fields);
   RUN(json_strict);
+  RUN(server_error_code);
   RUN(openai_request_leaves_out_what_is_unset);
   RUN(openai_request_tools_and_tool_messages);
   RUN(anthropic_request_translation);
