@@ -45,10 +45,13 @@ for _, f in ipairs(files) do
       local st, serr = judge:task_state(t)
       if not st then return serr end
       local sym = t.shapes[1]
-      local _, ref_in, dims = judge:trial_io(t, sym, 1)
+      local cand, ref_in, dims = judge:trial_io(t, sym, 1)
       judge:pristine(t, sym, ref_in, 1)
       local ref_io, rs, rmsg = judge:run_reference(st, ref_in, dims, sym)
-      local out = ref_io and nil or (tostring(rs) .. ": " .. tostring(rmsg))
+      local out
+      if not ref_io then out = tostring(rs) .. ": " .. tostring(rmsg) end
+      judge.pool:put_all(cand); judge.pool:put_all(ref_in)
+      if ref_io then for _, o in ipairs(t.outputs) do judge.pool:put(ref_io[o.name]) end end
       judge.pool:drop(true)
       st.prob:release { empty_cache = true }
       judge.tasks[t.dir] = nil

@@ -558,7 +558,7 @@ function Judge:time_run(st, run, sym, opts, check)
   -- predicted (and precomputed) by an untimed first call
   local function refresh()
     cur_seed = rng(1 << 40)
-    for i, spec in ipairs(t.inputs) do fill_input(cand[spec.name], spec, sym, cur_seed * 7919 + i) end
+    self:fill_inputs(t, sym, cand, cur_seed)
     for _, spec in ipairs(t.outputs) do cand[spec.name]:poison() end
   end
   local last_outs = {}
