@@ -57,7 +57,7 @@ for _, f in ipairs(files) do
       judge.tasks[t.dir] = nil
       return out
     end)
-    why = okp and res or tostring(res)
+    if okp then why = res else why = tostring(res) end
     local alive, cmsg = cuda.synchronize()
     if not alive then why = (why or "") .. " (context lost: " .. tostring(cmsg) .. ")" print("FAIL " .. f .. ": " .. why) break end
   end
