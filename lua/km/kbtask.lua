@@ -42,10 +42,17 @@ function M.load(path, opts)
   local file, tag = path:match("^(.*%.py)#(%w+)$")
   if file then path = file end
   local precision = opts.precision or tag or "fp32"
-  local prob, err = kb.load(path, { precision = precision, device = "meta" })
-  if not prob then return nil, err end
-  local spec, serr = prob:spec()
-  prob:release()
+  -- the spec on torch's meta device (no memory, no compute); a model whose constructor
+  -- reads tensor values (.item()) cannot be built there, and is described on the CPU
+  local function describe(device)
+    local prob, err = kb.load(path, { precision = precision, device = device })
+    if not prob then return nil, err end
+    local spec, serr = prob:spec()
+    prob:release()
+    return spec, serr
+  end
+  local spec, serr = describe("meta")
+  if not spec and tostring(serr):find("meta tensor", 1, true) then spec, serr = describe("cpu") end
   if not spec then return nil, serr end
   local t = {
     name = (path:match("([^/]+)%.py$") or path), dir = M.key(path, precision), path = path,
