@@ -53,6 +53,7 @@
 #include <lauxlib.h>
 
 #include "km.h"
+#include "km_stats_core.h"
 #include "km_cuda.h"
 #include "km_nvml.h"
 
@@ -68,29 +69,6 @@ static double now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-/* Linear-interpolated quantile of a sorted array. */
-static double quantile(const double *s, int n, double q) {
-  if (n <= 0) return NAN;
-  double pos = q * (n - 1);
-  int i = (int)pos;
-  double f = pos - i;
-  return i + 1 < n ? s[i] * (1 - f) + s[i + 1] * f : s[i];
-}
-
-/* Relative standard error of the median: 1.2533 * sigma / sqrt(n) / median, with sigma
- * estimated robustly from the interquartile range. */
-static double rel_noise(double *sorted, int n) {
-  if (n < 3) return INFINITY;
-  double med = quantile(sorted, n, 0.5);
-  double sigma = (quantile(sorted, n, 0.75) - quantile(sorted, n, 0.25)) / 1.349;
-  return med > 0 ? 1.2533 * sigma / sqrt((double)n) / med : INFINITY;
 }
 
 static CUresult ensure_flush(lua_State *L, size_t bytes) {
@@ -376,8 +354,8 @@ static int l_time(lua_State *L) {
       samples[n++] = (double)ms / per_sample_calls;
     }
     memcpy(sorted, samples, sizeof(double) * (size_t)n);
-    qsort(sorted, (size_t)n, sizeof(double), cmp_double);
-    noise = rel_noise(sorted, n);
+    qsort(sorted, (size_t)n, sizeof(double), km_stats_cmp_double);
+    noise = km_stats_rel_noise(sorted, n);
     int energy_short = want_energy && ewp && !km_energy_enough(&ew);
     last = bnext <= 0 || (n >= min_n && noise <= target && !energy_short) ||
            (now_ms() - start > max_ms && n >= (min_n < 3 ? min_n : 3));
@@ -400,12 +378,12 @@ static int l_time(lua_State *L) {
   double sum = 0;
   for (int i = 0; i < n; i++) sum += samples[i];
   lua_createtable(L, 0, 22);
-  lua_pushnumber(L, quantile(sorted, n, 0.5)); lua_setfield(L, -2, "median");
+  lua_pushnumber(L, km_stats_quantile(sorted, n, 0.5)); lua_setfield(L, -2, "median");
   lua_pushnumber(L, sum / n); lua_setfield(L, -2, "mean");
   lua_pushnumber(L, sorted[0]); lua_setfield(L, -2, "min");
   lua_pushnumber(L, sorted[n - 1]); lua_setfield(L, -2, "max");
-  lua_pushnumber(L, quantile(sorted, n, 0.25)); lua_setfield(L, -2, "p25");
-  lua_pushnumber(L, quantile(sorted, n, 0.75)); lua_setfield(L, -2, "p75");
+  lua_pushnumber(L, km_stats_quantile(sorted, n, 0.25)); lua_setfield(L, -2, "p25");
+  lua_pushnumber(L, km_stats_quantile(sorted, n, 0.75)); lua_setfield(L, -2, "p75");
   lua_pushinteger(L, n); lua_setfield(L, -2, "n");
   lua_pushnumber(L, noise); lua_setfield(L, -2, "rel_noise");
   lua_pushstring(L, mode); lua_setfield(L, -2, "mode");

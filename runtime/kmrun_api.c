@@ -26,6 +26,7 @@
 
 #include "kmrun.h"
 #include "km.h"
+#include "km_stats_core.h"
 #include "km_compare_core.h"
 #include "km_cuda.h"
 #include "km_devops.h"
@@ -639,27 +640,6 @@ static double now_ms(void) {
   return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double quantile(const double *s, int n, double q) {
-  if (n <= 0) return NAN;
-  double pos = q * (n - 1);
-  int i = (int)pos;
-  double f = pos - i;
-  return i + 1 < n ? s[i] * (1 - f) + s[i + 1] * f : s[i];
-}
-
-/* Relative standard error of the median, as km.timing computes it. */
-static double rel_noise(const double *sorted, int n) {
-  if (n < 3) return INFINITY;
-  double med = quantile(sorted, n, 0.5);
-  double sigma = (quantile(sorted, n, 0.75) - quantile(sorted, n, 0.25)) / 1.349;
-  return med > 0 ? 1.2533 * sigma / sqrt((double)n) / med : INFINITY;
-}
-
 typedef struct { CUfunction fn; const char *name; int nparams; const km_launch_cfg *cfg; void **args; } one_launch;
 
 static km_status launch_work(void *ud) {
@@ -739,8 +719,8 @@ km_status km_time(km_rt *h, km_work_fn fn, void *ud, const km_time_opts *opts, k
       double *sorted = malloc(sizeof(double) * (size_t)n);
       if (!sorted) { st = fail(KMRUN_ENOMEM, NULL, "km_time: out of memory"); goto done; }
       memcpy(sorted, samples, sizeof(double) * (size_t)n);
-      qsort(sorted, (size_t)n, sizeof(double), cmp_double);
-      double noise = rel_noise(sorted, n);
+      qsort(sorted, (size_t)n, sizeof(double), km_stats_cmp_double);
+      double noise = km_stats_rel_noise(sorted, n);
       free(sorted);
       if (noise < target) break;
     }
@@ -752,14 +732,14 @@ km_status km_time(km_rt *h, km_work_fn fn, void *ud, const km_time_opts *opts, k
   out->total_ms = now_ms() - t0;
   double sum = 0;
   for (int i = 0; i < n; i++) sum += samples[i];
-  qsort(samples, (size_t)n, sizeof(double), cmp_double);
-  out->median = quantile(samples, n, 0.5);
-  out->p25 = quantile(samples, n, 0.25);
-  out->p75 = quantile(samples, n, 0.75);
+  qsort(samples, (size_t)n, sizeof(double), km_stats_cmp_double);
+  out->median = km_stats_quantile(samples, n, 0.5);
+  out->p25 = km_stats_quantile(samples, n, 0.25);
+  out->p75 = km_stats_quantile(samples, n, 0.75);
   out->min = n ? samples[0] : NAN;
   out->max = n ? samples[n - 1] : NAN;
   out->mean = n ? sum / n : NAN;
-  out->rel_noise = rel_noise(samples, n);
+  out->rel_noise = km_stats_rel_noise(samples, n);
 done:
   if (e0) cu->cuEventDestroy(e0);
   if (e1) cu->cuEventDestroy(e1);
