@@ -122,7 +122,8 @@ function M.wrap(ctx, client, log, args)
   local function call(messages, opts)
     local o = M.call_opts(args, opts)
     if not client then return nil, "offline: no model configured", "OFFLINE" end
-    local sent, room, finfo = budget:fit(messages, o)
+    local want = { max_tokens = o.max_tokens, tools = o.tools } -- the reply's room asked for
+    local sent, room, finfo = budget:fit(messages, want)
     if not sent then -- nothing was sent: the conversation cannot fit
       local p, tm = account(ctx, cfg, messages, o, nil, room, finfo, nil, nil)
       log("model_call", p, tm)
@@ -138,7 +139,7 @@ function M.wrap(ctx, client, log, args)
       local p, tm = account(ctx, cfg, sent, o, nil, err, code, info, finfo)
       log("model_call", p, tm)
       budget:tighten()
-      sent, room, finfo = budget:fit(messages, o)
+      sent, room, finfo = budget:fit(messages, want)
       if not sent then
         p, tm = account(ctx, cfg, messages, o, nil, room, finfo, nil, nil)
         log("model_call", p, tm)
