@@ -6,8 +6,8 @@
 Listens on 127.0.0.1 (an ephemeral port, written to PORT_FILE atomically) and forwards every
 GET and POST to UPSTREAM_BASE (e.g. http://127.0.0.1:8080), unchanged both ways. For each
 POST it appends one JSON line to FILE, written before the answer goes back:
-    {"path", "status", "max_tokens", "usage": the server's own usage object or null,
-     "finish_reason", "error": the server's error text or null}
+    {"path", "status", "max_tokens", "tool_choice", "usage": the server's own usage object
+     or null, "finish_reason", "tool_calls": how many, "error": the server's error text or null}
 so a test can hold a client's accounting against the server's own numbers, and see every
 status the server answered. Exits after --idle seconds (default 300) without a request.
 """
@@ -63,10 +63,11 @@ class Handler(BaseHTTPRequestHandler):
         n = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(n) if n else b""
         status, data, ctype = self.forward("POST", body)
-        entry = {"path": self.path, "status": status, "max_tokens": None, "usage": None,
-                 "finish_reason": None, "error": None}
+        entry = {"path": self.path, "status": status, "max_tokens": None, "tool_choice": None, "usage": None,
+                 "finish_reason": None, "tool_calls": 0, "error": None}
         try:
-            entry["max_tokens"] = json.loads(body).get("max_tokens")
+            sent = json.loads(body)
+            entry["max_tokens"], entry["tool_choice"] = sent.get("max_tokens"), sent.get("tool_choice")
         except (ValueError, AttributeError):
             pass
         try:
@@ -74,7 +75,9 @@ class Handler(BaseHTTPRequestHandler):
             if isinstance(obj, dict):
                 entry["usage"] = obj.get("usage")
                 choices = obj.get("choices") or [{}]
-                entry["finish_reason"] = choices[0].get("finish_reason") if isinstance(choices[0], dict) else None
+                if isinstance(choices[0], dict):
+                    entry["finish_reason"] = choices[0].get("finish_reason")
+                    entry["tool_calls"] = len((choices[0].get("message") or {}).get("tool_calls") or [])
                 err = obj.get("error")
                 if err is not None:
                     entry["error"] = err.get("message") if isinstance(err, dict) else str(err)

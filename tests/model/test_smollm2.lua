@@ -65,8 +65,11 @@ end
 local port = tonumber((sh("python3 -c \"import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])\"")))
 local server_log = DIR .. "/server.log"
 started[#started + 1] = DIR .. "/server.pid"
+-- chatml-function-calling: SmolLM2 speaks ChatML, and with this format the server honours
+-- tools (with the template from the GGUF it ignores them)
 os.execute(string.format("%s -m llama_cpp.server --model %s --host 127.0.0.1 --port %d --n_ctx %d --n_threads 2 " ..
-  "--model_alias smollm2 >%s 2>&1 & echo $! > %s", q(PY), q(GGUF), port, N_CTX, server_log, started[#started]))
+  "--model_alias smollm2 --chat_format chatml-function-calling >%s 2>&1 & echo $! > %s", q(PY), q(GGUF), port, N_CTX,
+  server_log, started[#started]))
 -- the recording proxy in front of it
 local proxy_log = DIR .. "/usage.jsonl"
 started[#started + 1] = DIR .. "/proxy.pid"
@@ -163,6 +166,33 @@ t.test("the export is valid: kmrun export --validate and Python's json.loads", f
   t.eq(n, #TASKS)
   out, rc = sh(KMRUN .. " report " .. STORE)
   t.eq(rc, 0, out)
+end)
+
+t.test("agent: tools with tool_choice auto, real tool calls, arguments parsed strictly", function()
+  local n0 = #served()
+  local st = DIR .. "/agent.sqlite"
+  local out, rc = sh(env .. KMRUN .. " " .. ROOT .. "/strategies/agent.lua " .. ROOT .. "/tasks/l1_relu --store " .. st ..
+    " --rounds 1 --context " .. N_CTX .. " --max-tokens " .. MAX_TOKENS)
+  t.ok(rc == 0 or rc == 1 or rc == 3, "exit status " .. tostring(rc) .. "\n" .. out)
+  local reqs, calls = served(), 0
+  t.ok(#reqs > n0, "the agent asked the model")
+  for i = n0 + 1, #reqs do
+    t.eq(reqs[i].status, 200, tostring(reqs[i].error))
+    t.eq(reqs[i].tool_choice, "auto")
+    calls = calls + (reqs[i].tool_calls or 0)
+  end
+  local db = assert(store.open(st, { readonly = true }))
+  local ep = db:episode(db:episodes {}[1].id)
+  db:close()
+  local recorded = 0
+  for _, s in ipairs(ep.steps) do
+    if s.kind == "tool_call" then
+      recorded = recorded + 1
+      t.ok(s.payload.args or s.payload.arguments_error, "parsed, or the reason it could not be")
+    end
+  end
+  t.eq(recorded, calls, "every tool call the server made is in the trajectory")
+  t.diag(string.format("%d model calls, %d tool calls (a 135M model may also answer in prose)", #reqs - n0, calls))
 end)
 
 stop_all()
