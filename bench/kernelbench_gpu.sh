@@ -1,0 +1,22 @@
+#!/bin/bash
+# bench/kernelbench_gpu.sh KB_DIR [BUILD] — the issue-8 measures on a GPU host, in one run:
+# KernelBench's 19_ReLU judged as it is (twice, a fresh process each), PyTorch eager by
+# km.timing against triton's do_bench on five problems, and every problem's reference through
+# the judge's path (bench/kernelbench_refs.lua, capped by REFS_S seconds, default 600).
+# KB_DIR is a KernelBench checkout's KernelBench/ folder (level1..3), carried to the host
+# beside the build and never copied into this repository. Needs a python with torch
+# (KM_PYTHON, else python3).
+set -u
+KB=${1:?usage: bench/kernelbench_gpu.sh KB_DIR [BUILD]}
+B=${2:-build}
+export KM_PYTHON=${KM_PYTHON:-python3}
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u
+for i in 1 2; do
+  s=$(date +%s.%N); "$B/kmrun" eval "$KB/level1/19_ReLU.py" bench/kb_relu --json --no-energy > /tmp/kb_relu_$i.json 2>&1; rc=$?; e=$(date +%s.%N)
+  echo "19_ReLU: kmrun eval run $i: exit $rc, $(python3 -c "print(round($e - $s, 2))") s"
+  python3 -c "import json; v = json.load(open('/tmp/kb_relu_$i.json')); print(' ', v['status'], v.get('feedback', '')[:200])"
+done
+"$B/kmrun" bench/eager_timing.lua "$KB/level1/19_ReLU.py" "$KB/level1/1_Square_matrix_multiplication_.py" \
+  "$KB/level1/23_Softmax.py" "$KB/level2/1_Conv2D_ReLU_BiasAdd.py" "$KB/level1/40_LayerNorm.py" 2>&1 | grep -v Warning
+R=${REFS_S:-600}
+timeout "$R" "$B/kmrun" bench/kernelbench_refs.lua --max-s $((R - 15)) "$KB/level1" "$KB/level2" "$KB/level3" 2>&1 | grep -v -i warning
