@@ -155,6 +155,7 @@ static void preload(lua_State *L) {
 /* ---- running chunks (after lua.c) ---- */
 
 static lua_State *globalL = NULL;
+static volatile sig_atomic_t interrupted = 0; /* a Ctrl-C stopped the running chunk */
 
 static void lstop(lua_State *L, lua_Debug *ar) {
   (void)ar;
@@ -163,6 +164,7 @@ static void lstop(lua_State *L, lua_Debug *ar) {
 }
 
 static void laction(int i) {
+  interrupted = 1;
   signal(i, SIG_DFL);
   lua_sethook(globalL, lstop, LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT, 1);
 }
@@ -204,6 +206,13 @@ static int docall(lua_State *L, int narg, int nres) {
 }
 
 static int report(lua_State *L, int status) {
+  /* Ctrl-C outside a run's own handler (km.signal: setup, a script): one line, exit 130 as
+   * a shell expects, never a traceback */
+  if (status != LUA_OK && interrupted) {
+    fprintf(stderr, "%s: interrupted\n", progname);
+    fflush(stderr);
+    exit(130);
+  }
   if (status != LUA_OK && one_line_errors()) {
     const char *msg = lua_tostring(L, -1);
     fprintf(stderr, "%s %s: internal error: ", progname, command);
