@@ -5,6 +5,23 @@ local M = {}
 
 local read_all = require("km.task").read_file
 
+-- Small file helpers the tests share: a fresh folder, a whole file's bytes (nil when it
+-- cannot be read), a file written whole.
+M.read = read_all
+
+function M.tmpdir()
+  local d = os.tmpname()
+  os.remove(d)
+  assert(os.execute("mkdir -p " .. d))
+  return d
+end
+
+function M.write(path, s)
+  local f = assert(io.open(path, "wb"))
+  f:write(s)
+  f:close()
+end
+
 -- Starts the fake server; returns { base = "http://127.0.0.1:PORT/v1", stop = fn,
 -- requests = fn -> list of recorded request bodies, usage = fn -> list of the usage of
 -- every answer served } or nil, why. opts.context: the server's context window (tokens).

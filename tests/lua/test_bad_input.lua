@@ -10,23 +10,9 @@ local cli = require "km.cli"
 
 local KMRUN = os.getenv("KMRUN") or (arg[-1]:match("kmrun$") and arg[-1]) or "build/kmrun"
 
-local dir = os.tmpname()
-os.remove(dir)
-assert(os.execute("mkdir -p " .. dir))
-
-local function slurp(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
-end
-
-local function write(path, bytes)
-  local f = assert(io.open(path, "wb"))
-  f:write(bytes)
-  f:close()
-end
+local testing = require "km.testing"
+local slurp, write = testing.read, testing.write
+local dir = testing.tmpdir()
 
 -- Runs a shell command; returns stdout, stderr, exit status.
 local function sh(cmd)

@@ -22,29 +22,11 @@ local MARK = "[redacted]"
 
 -- ---- helpers -------------------------------------------------------------------------
 
-local function tmpdir()
-  local d = os.tmpname()
-  os.remove(d)
-  assert(os.execute("mkdir -p " .. d))
-  return d
-end
+local testing = require "km.testing"
+local tmpdir, read, write = testing.tmpdir, testing.read, testing.write
 
 local DIR = tmpdir()
 nvrtc.set_cache_dir(DIR .. "/cache")
-
-local function read(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
-end
-
-local function write(path, s)
-  local f = assert(io.open(path, "wb"))
-  f:write(s)
-  f:close()
-end
 
 local function plain(s, x) return s:find(x, 1, true) ~= nil end
 

@@ -16,26 +16,8 @@ local function sh(cmd)
   return body, tonumber(rc)
 end
 
-local function tmpdir()
-  local d = os.tmpname()
-  os.remove(d)
-  assert(os.execute("mkdir -p " .. d))
-  return d
-end
-
-local function read(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
-end
-
-local function write(path, s)
-  local f = assert(io.open(path, "wb"))
-  f:write(s)
-  f:close()
-end
+local testing = require "km.testing"
+local tmpdir, read, write = testing.tmpdir, testing.read, testing.write
 
 -- Every test compiles into this fresh folder, never into the user's real cache.
 local CACHE = tmpdir()
