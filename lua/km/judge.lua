@@ -531,7 +531,6 @@ end
 
 local SUMMARY_FIELDS = { "median", "p25", "p75", "min", "n", "rel_noise", "mode", "sm_clock_mhz", "clock_moved",
   "sm_clock_start_mhz", "sm_clock_min_mhz", "sm_clock_max_mhz", "energy_j", "energy_unavailable", "checked_calls" }
-local DTYPE_BYTES = { f32 = 4, f64 = 8, f16 = 2, bf16 = 2, i8 = 1, i32 = 4, i64 = 8, u8 = 1 }
 local function summary(r)
   if not r then return nil end
   local s = {}
@@ -682,7 +681,7 @@ function Judge:measure(st, run, v, opts)
   local io_bytes = 0
   for _, list in ipairs { t.inputs, t.outputs } do
     for _, spec in ipairs(list) do
-      io_bytes = io_bytes + task_mod.numel(task_mod.shape_of(spec, sym)) * DTYPE_BYTES[spec.dtype]
+      io_bytes = io_bytes + task_mod.numel(task_mod.shape_of(spec, sym)) * task_mod.DTYPE_BYTES[spec.dtype]
     end
   end
   v.scratch_bytes = run.state.scratch_bytes

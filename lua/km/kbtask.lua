@@ -16,13 +16,8 @@ local M = {}
 local fmt = string.format
 local ipairs, type = ipairs, type
 
-local SIZES = { f32 = 4, f64 = 8, f16 = 2, bf16 = 2, i8 = 1, i32 = 4, i64 = 8, u8 = 1 }
-
-local function numel(shape)
-  local n = 1
-  for _, d in ipairs(shape) do n = n * d end
-  return n
-end
+local task_mod = require "km.task"
+local SIZES, numel = task_mod.DTYPE_BYTES, task_mod.numel
 
 -- true when path names a problem file (a .py file), whatever its folder
 -- ("file.py#fp16" names the problem at a precision: the form a task travels to a worker in)

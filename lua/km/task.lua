@@ -26,7 +26,9 @@ local EXPR_OPTS = { budget = 1e5, memory = 16 << 20, time = false } -- no loops:
 M.MAX_FILE = MAX_FILE
 
 local LEVELS = { [1] = true, [2] = true, [3] = true }
-local DTYPES = { f32 = true, f64 = true, f16 = true, bf16 = true, i8 = true, i32 = true, i64 = true, u8 = true }
+-- the dtypes a task may use, with their sizes in bytes
+local DTYPES = { f32 = 4, f64 = 8, f16 = 2, bf16 = 2, i8 = 1, i32 = 4, i64 = 8, u8 = 1 }
+M.DTYPE_BYTES = DTYPES
 local INITS = { uniform = true, normal = true, int = true }
 
 local function read_file(path)
