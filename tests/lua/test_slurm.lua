@@ -56,10 +56,15 @@ f:close()
 local munge_was_running = sh("pgrep -x munged >/dev/null")
 local MUNGE_PID = "/run/munge/munged.pid"
 
+-- Stopping waits for the daemons to be gone (up to 15 s, then SIGKILL): a daemon still
+-- flushing its state after SIGTERM must not be what the last test sees.
 local function stop()
-  sh("for p in " .. dir .. "/slurmctld.pid " .. dir .. "/slurmd.pid; do [ -f $p ] && kill $(cat $p); done; sleep 1")
+  sh("for p in " .. dir .. "/slurmctld.pid " .. dir .. "/slurmd.pid; do [ -f $p ] && kill $(cat $p); done")
+  sh("for i in $(seq 30); do pgrep -f 'slurm(ctld|d) -f " .. dir .. "' >/dev/null || break; sleep 0.5; done; " ..
+    "pkill -9 -f 'slurm(ctld|d) -f " .. dir .. "' ; true")
   if not munge_was_running then
-    sh("[ -f " .. MUNGE_PID .. " ] && kill $(cat " .. MUNGE_PID .. ") 2>/dev/null; sleep 0.5")
+    sh("[ -f " .. MUNGE_PID .. " ] && kill $(cat " .. MUNGE_PID .. ") 2>/dev/null; pkill -x munged; " ..
+      "for i in $(seq 30); do pgrep -x munged >/dev/null || break; sleep 0.5; done; pkill -9 -x munged; true")
   end
 end
 
