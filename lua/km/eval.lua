@@ -39,7 +39,8 @@ end
 -- Starts the worker of a slot; returns true or nil, why.
 function Pool:_start(slot)
   -- the workers' cache is the driver's (a set_cache_dir here included), unless opts.env says
-  local env = { KM_DEVICE = tostring(slot.gpu), KM_CACHE_DIR = self.cache_dir }
+  -- and its PyTorch baselines' folder too (XDG_CACHE_HOME does not reach a worker)
+  local env = { KM_DEVICE = tostring(slot.gpu), KM_CACHE_DIR = self.cache_dir, KM_BASELINE_DIR = require("km.baseline").dir() }
   for k, v in pairs(self.opts.env or {}) do env[k] = v end
   -- clean_env: the worker inherits no key, only PATH, HOME, LANG, CUDA_*, KM_*, ... (km.proc)
   local p, err = proc.spawn(worker_argv(self.opts.wrap), { env = env, clean_env = true,
@@ -97,6 +98,10 @@ local function task_ref(task)
   return type(task) == "table" and task.dir or task
 end
 
+-- Seconds a worker may spend measuring one task's PyTorch baselines (eager and
+-- torch.compile, whose max-autotune mode benchmarks many kernels); opts.baseline_timeout.
+M.BASELINE_TIMEOUT = 1800
+
 local function lost(slot, what, job, timeout_s)
   local p = slot.proc
   slot.proc = nil
@@ -118,7 +123,7 @@ function Pool:_send(slot, job)
   local ok, err = slot.proc:send(json.encode { op = "eval", id = job.id, task = job.task, candidate = job.cand, opts = job.opts or {} })
   if not ok then return nil, err end
   slot.job = job
-  slot.sent_at = os.time()
+  slot.sent_at, slot.hold_s = os.time(), nil
   return true
 end
 
@@ -129,15 +134,23 @@ function Pool:_collect(slot, ms)
   local msg, _, code = slot.proc:recv(ms)
   if not msg then
     if code == "TIMEOUT" then
-      if os.time() - slot.sent_at < timeout_s then return nil end
+      if os.time() - slot.sent_at < (slot.hold_s or timeout_s) then return nil end
+      timeout_s = slot.hold_s or timeout_s
       slot.job = nil
       return lost(slot, "timeout", job, timeout_s)
     end
     slot.job = nil
     return lost(slot, "dead", job, timeout_s)
   end
-  slot.job = nil
   local res = json.decode(msg)
+  -- the worker measures a PyTorch baseline (once per task and GPU, then cached): that is
+  -- timed by the baseline's own limit, and the candidate's time starts again after it
+  if type(res) == "table" and res.hold ~= nil and res.id == job.id and not res.verdict then
+    slot.sent_at = os.time()
+    slot.hold_s = res.hold and (self.opts.baseline_timeout or M.BASELINE_TIMEOUT) or nil
+    return nil
+  end
+  slot.job = nil
   local v = res and res.verdict or { status = "error", feedback = "bad answer from the worker: " .. tostring(msg):sub(1, 200) }
   if v.context_lost then
     slot.proc:wait(10000)

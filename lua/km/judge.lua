@@ -604,8 +604,8 @@ function Judge:time_run(st, run, sym, opts, check)
     if not okl then failure = { s2, "The kernel failed while being timed: " .. tostring(m2) } return nil, tostring(m2), s2 end
     last_outs = s2
   end
-  if run.torch then -- eager: the model's own work, bound to these buffers once
-    local bound, berr = run.torch:bind(cand)
+  if run.torch then -- PyTorch (eager, or compiled): the model's own work, bound to these buffers once
+    local bound, berr = run.torch:bind(cand, { variant = run.variant })
     if not bound then release() return nil, verdict.ERROR, "binding the PyTorch reference failed: " .. tostring(berr) end
     timed = function()
       local okb, e = bound(false)
@@ -645,12 +645,118 @@ function Judge:energy(st, run, sym, opts)
   return res.energy_j, res.energy_unavailable
 end
 
+----------------------------------------------------------------------------------------
+-- PyTorch baselines: eager and torch.compile on the timed shape, each read from the disk
+-- cache (km.baseline: once per task content, shape, precision, GPU, torch version and mode)
+-- or measured here, with the candidate's protocol (fresh inputs, poisoned outputs, cold L2),
+-- and kept there. A KernelBench problem's eager model is its reference (st.prob); a task
+-- with a CUDA reference and a reference.py loads that as a second model, with the task's
+-- own input and output names. opts.compile_mode: torch.compile's mode (default km.kernelbench's;
+-- "off": none); opts.eager == false: no eager baseline for a task whose reference is CUDA.
+
+local function fresh_state() return { scratch = {}, launches = {}, scratch_bytes = 0, scratch_peak = 0 } end
+
+-- The task's PyTorch model: st.prob, or its reference.py loaded now. -> problem | nil, why
+function Judge:torch_model(st)
+  if st.prob then return st.prob end
+  local t = st.task
+  if st.torch_model ~= nil then return st.torch_model or nil, st.torch_why end
+  local kb = require "km.kernelbench"
+  local names = { inputs = {}, outputs = {} }
+  for i, spec in ipairs(t.inputs) do names.inputs[i] = spec.name end
+  for i, spec in ipairs(t.outputs) do names.outputs[i] = spec.name end
+  local prob, err = kb.load(t.reference.pytorch_file, { device = "cuda", names = names })
+  if prob then
+    -- names (and the inputs' shapes forward checks buffers against) are fixed by a first spec
+    local okspec, serr = prob:spec()
+    if not okspec then prob:release() prob, err = nil, serr end
+  end
+  st.torch_model, st.torch_why = prob or false, err and tostring(err)
+  return prob, st.torch_why
+end
+
+local function baseline_record(res, extra)
+  local r = summary(res)
+  for k, x in pairs(extra or {}) do r[k] = x end
+  return r
+end
+
+-- -> { eager = record?, compile = record?, errors = { eager = why?, compile = why? } } | nil
+-- (no PyTorch reference). A record is the timing summary plus cached (true when read from
+-- disk) and, for compile, mode (used), asked, failed (modes that did not compile, why) and
+-- compile_seconds.
+function Judge:baselines(st, sym, opts)
+  local t = st.task
+  local source = t.reference.pytorch and t.reference.source_text or t.reference.pytorch_text
+  local mode = opts.compile_mode or require("km.kernelbench").COMPILE_MODE
+  local want_eager = st.prob or opts.eager ~= false -- a problem's eager model is its reference
+  if not source or not (want_eager or mode ~= "off") then return nil end
+  local tk = task_mod.fmt_shape(sym)
+  st.baselines = st.baselines or {}
+  if st.baselines[tk] then return st.baselines[tk] end
+  local out = { errors = {} }
+  st.baselines[tk] = out
+  local kb = require "km.kernelbench"
+  local okt, info = kb.available()
+  if not okt then out.errors.eager = "PyTorch is not available: " .. tostring(info) return out end
+  local prob, why = self:torch_model(st)
+  if not prob then out.errors.eager = "the task's reference.py does not load: " .. tostring(why) return out end
+  local baseline = require "km.baseline"
+  local task_text = t.dir and not t.reference.pytorch and task_mod.read_file(t.dir .. "/task.lua") or ""
+  local parts = { source = source, task = task_text or "", shape = tk, precision = t.reference.precision or "fp32",
+    device = tostring(self.device.uuid or self.device.name), torch = tostring(info.version) }
+  local list = {}
+  if want_eager then list[#list + 1] = "eager" end
+  if mode ~= "off" then list[#list + 1] = "compile" end
+  for _, which in ipairs(list) do
+    parts.mode = which == "eager" and "eager" or "compile:" .. mode
+    local okk, key = pcall(baseline.key, parts)
+    local rec = okk and baseline.get(key) or nil
+    if rec then
+      rec.cached = true
+    else
+      if self.on_baseline then self.on_baseline(which) end -- a pool gives this its own time
+      local run = { torch = prob, variant = which, state = fresh_state() }
+      local extra, err = nil, nil
+      if which == "compile" then
+        local io = self:trial_io(t, sym, (opts.seed_base or 1000) + 4242)
+        local c, cerr = prob:compile(io, { mode = mode })
+        self.pool:put_all(io)
+        if c then
+          extra = { mode = c.mode, asked = c.asked, failed = c.failed, compile_seconds = c.seconds }
+        else
+          err = cerr
+        end
+      end
+      if not err then
+        local res, s, e = self:time_run(st, run, sym, opts, false)
+        if res then rec = baseline_record(res, extra) else err = tostring(s) .. ": " .. tostring(e) end
+      end
+      if rec then
+        rec.measured_at, rec.device_name, rec.torch = os.date("!%Y-%m-%dT%H:%M:%SZ"), self.device.name, info.version
+        if okk then baseline.put(key, rec) end
+        rec.cached = false
+      else
+        out.errors[which] = err
+      end
+    end
+    out[which] = rec
+  end
+  if self.on_baseline then self.on_baseline(nil) end
+  return out
+end
+
 function Judge:measure(st, run, v, opts)
   local t = st.task
   local sym = copy(t.shapes[1])
   local tk = task_mod.fmt_shape(sym)
+  local bl = self:baselines(st, sym, opts)
   local ref_t = st.times[tk]
-  if not ref_t then
+  if not ref_t and st.prob then -- a PyTorch reference: its time is the eager baseline
+    ref_t = bl and bl.eager
+    if not ref_t then return verdict.ERROR, "timing the reference failed: " .. tostring(bl and bl.errors.eager) end
+    st.times[tk] = ref_t
+  elseif not ref_t then
     local s, e
     ref_t, s, e = self:time_run(st, st.ref, sym, opts, false)
     if not ref_t then return verdict.ERROR, "timing the reference failed (" .. tostring(s) .. "): " .. tostring(e) end
@@ -698,11 +804,21 @@ function Judge:measure(st, run, v, opts)
     v.timing.candidate.energy_j = nil
     v.timing.candidate.energy_unavailable = "not measured (opts.energy; --energy)"
   end
-  -- speedup over the reference: PyTorch eager where the reference is PyTorch (KernelBench's
-  -- definition), else the task's CUDA reference; speedup_over says which
-  v.speedup = ref_t.median / cand_t.median
-  v.speedup_over = t.reference.pytorch and "pytorch_eager" or "cuda_reference"
-  if base_t then v.speedup_baseline = base_t.median / cand_t.median end
+  -- speedup: over PyTorch eager wherever the task has a PyTorch model (KernelBench's
+  -- definition), else over the task's CUDA reference; speedup_over says which. Over
+  -- torch.compile and over the CUDA reference stand beside it.
+  local c = cand_t.median
+  local eager, compiled = bl and bl.eager, bl and bl.compile
+  if not st.prob then v.speedup_cuda_reference = ref_t.median / c end
+  if eager then v.speedup_eager = eager.median / c end
+  if compiled then v.speedup_compile, v.compile_mode = compiled.median / c, compiled.mode end
+  v.speedup = v.speedup_eager or v.speedup_cuda_reference
+  v.speedup_over = eager and "pytorch_eager" or "cuda_reference"
+  if bl then
+    v.baselines = { eager = eager, compile = compiled, errors = next(bl.errors) and bl.errors or nil }
+    v.timing.eager, v.timing.compile = summary(eager), summary(compiled)
+  end
+  if base_t then v.speedup_baseline = base_t.median / c end
   -- the roofline from the judge's own shape table, never one launch code could touch
   local pk = self:peaks()
   local bytes, flops = task_mod.eval_expr(t.bytes, sym), task_mod.eval_expr(t.flops, sym)

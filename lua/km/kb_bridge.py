@@ -17,9 +17,11 @@ seed gives other values than KernelBench's CPU generation; and integer and bool 
 their dtype (KernelBench's eval.py casts every tensor, which turns class indices into floats).
 """
 import ctypes
+import hashlib
 import inspect
 import os
 import sys
+import time
 import traceback
 import types
 import warnings
@@ -86,6 +88,12 @@ def torch_info():
     t = _torch()
     return {"version": t.__version__, "cuda_version": t.version.cuda,
             "python": sys.version.split()[0], "executable": sys.executable}
+
+
+@_api
+def sha256(text):
+    """The hex SHA-256 of text (UTF-8): baseline cache keys (km.baseline)."""
+    return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
 
 
 # ---- dtypes: kmrun's names <-> torch's ----
@@ -295,8 +303,9 @@ def _describe(x):
 
 
 class Problem:
-    def __init__(self, path, precision, device, seed, tf32):
+    def __init__(self, path, precision, device, seed, tf32, names=None):
         self.path = path
+        self.names_given = names  # {"inputs": [...], "outputs": [...]}: a task's own names
         self.name = os.path.splitext(os.path.basename(path))[0]
         self.precision = precision
         self.dtype = getattr(torch, _PRECISIONS[precision])
@@ -306,6 +315,8 @@ class Problem:
         self.input_meta = None   # the inputs' shapes and dtypes (meta tensors), from spec
         self.bound = None        # (input views, output views, stream) from bind()
         self.scalars = {}        # non-tensor inputs from the last get_inputs(), by position
+        self.compiled = None     # torch.compile(model), from compile()
+        self.compile_info = None
         _set_tf32(tf32)
         self._load()
 
@@ -415,10 +426,10 @@ class Problem:
         return out
 
     # -- forward --
-    def _forward(self, inputs):
+    def _forward(self, inputs, model=None):
         with torch.no_grad():
             try:
-                y = self.model(*inputs)
+                y = (self.model if model is None else model)(*inputs)
             except BaseException as e:
                 raise self._fail("forward", e, "FORWARD_ERROR")
         outs = list(y) if isinstance(y, (tuple, list)) else [y]
@@ -463,6 +474,29 @@ class Problem:
             taken.add(n)
             pnames[key] = n
         self.names = {"inputs": names, "outputs": outputs, "params": pnames}
+        if self.names_given:
+            self._take_names(len(inputs), n_out)
+
+    def _take_names(self, n_in, n_out):
+        """A task's own input and output names, by position (its reference.py takes the
+        task's inputs in task.lua's order and returns its outputs in order)."""
+        given = self.names_given
+        ins, outs = list(given.get("inputs") or []), list(given.get("outputs") or [])
+        if len(ins) != n_in or len(outs) != n_out:
+            raise ProblemError("get_inputs() gives %d inputs and forward %d outputs; the task names "
+                               "%d inputs (%s) and %d outputs (%s)"
+                               % (n_in, n_out, len(ins), ", ".join(ins), len(outs), ", ".join(outs)),
+                               "BAD_OUTPUTS")
+        taken = set(ins) | set(outs)
+        if len(taken) != len(ins) + len(outs) or not all(_is_lua_name(n) for n in taken):
+            raise ProblemError("the task's input and output names must be distinct Lua names",
+                               "PROBLEM_ERROR")
+        for key, n in list(self.names["params"].items()):
+            while n in taken:
+                n = "p_" + n
+            taken.add(n)
+            self.names["params"][key] = n
+        self.names["inputs"], self.names["outputs"] = ins, outs
 
     def _state(self):
         """The model's parameters and buffers by state_dict key, non-persistent buffers too."""
@@ -564,7 +598,7 @@ def _problem(i, memory=False):
 # ---- what kernelbench.lua calls ----
 
 @_api
-def load(path, precision="fp32", device="cpu", seed=42, tf32=False):
+def load(path, precision="fp32", device="cpu", seed=42, tf32=False, names=None):
     t = _torch()
     if precision not in _PRECISIONS:
         raise ProblemError("precision %r: expected fp32, fp16 or bf16" % (precision,))
@@ -575,7 +609,9 @@ def load(path, precision="fp32", device="cpu", seed=42, tf32=False):
     if dev.type == "cuda" and not t.cuda.is_available():
         raise ProblemError("%s: device %s asked but torch %s sees no CUDA device"
                            % (path, device, t.__version__), "NO_CUDA")
-    p = Problem(os.path.abspath(path), precision, device, seed, tf32)
+    if names is not None and not isinstance(names, dict):
+        raise ProblemError("names: expected {inputs = {...}, outputs = {...}}")
+    p = Problem(os.path.abspath(path), precision, device, seed, tf32, names)
     i = _new_id()
     _problems[i] = p
     return {"id": i, "name": p.name, "path": p.path, "init_args": p.init_args,
@@ -620,12 +656,7 @@ def forward(i, bufs, stream=0, empty_cache=False):
     p = _problem(i, memory=True)
     p.ensure_names()
     with _stream_ctx(p, stream):
-        args = []
-        for k, name in enumerate(p.names["inputs"]):
-            if k in p.scalars:
-                args.append(p.scalars[k])
-            else:
-                args.append(_buffer_for(bufs, name, p.input_meta[k], p.device, "input"))
+        args = _args(p, bufs)
         outs, _ = p._forward(args)
         if len(outs) != len(p.names["outputs"]):
             raise ProblemError("%s: forward gave %d outputs, earlier %d"
@@ -638,24 +669,81 @@ def forward(i, bufs, stream=0, empty_cache=False):
     return True
 
 
-@_api
-def bind(i, bufs, stream=0):
-    """Checks and wraps io once for run_bound(): the inputs' and outputs' views and the
-    stream are kept, so each later call is the model and nothing else (for timing)."""
-    p = _problem(i, memory=True)
-    p.ensure_names()
+def _args(p, bufs):
+    """The model's arguments: views of bufs' inputs, and the last get_inputs()'s numbers."""
     args = []
     for k, name in enumerate(p.names["inputs"]):
         if k in p.scalars:
             args.append(p.scalars[k])
         else:
             args.append(_buffer_for(bufs, name, p.input_meta[k], p.device, "input"))
+    return args
+
+
+@_api
+def bind(i, bufs, stream=0, variant="eager"):
+    """Checks and wraps io once for run_bound(): the inputs' and outputs' views and the
+    stream are kept, so each later call is the model and nothing else (for timing).
+    variant: "eager" (the model) or "compile" (what compile() made of it)."""
+    p = _problem(i, memory=True)
+    p.ensure_names()
+    if variant == "compile":
+        if p.compiled is None:
+            raise ProblemError("bind(variant='compile') before compile()")
+        model = p.compiled
+    elif variant == "eager":
+        model = p.model
+    else:
+        raise ProblemError("variant %r: expected eager or compile" % (variant,))
+    args = _args(p, bufs)
     with _stream_ctx(p, stream):
-        outs, _ = p._forward(args)
+        outs, _ = p._forward(args, model)
     views = [_buffer_for(bufs, name, o, p.device, "output")
              for name, o in zip(p.names["outputs"], outs)]
-    p.bound = (args, views, stream)
+    p.bound = (model, args, views, stream)
     return True
+
+
+def _first_line(e, limit=300):
+    text = ("%s: %s" % (type(e).__name__, str(e).strip())).splitlines()[0]
+    return text[:limit]
+
+
+@_api
+def compile_model(i, bufs, mode="max-autotune-no-cudagraphs", stream=0, fallback="default"):
+    """torch.compile(model, mode=mode), compiled now by running it twice on bufs' inputs
+    (inductor compiles on the first call); where that fails, mode `fallback` is tried.
+    Returns {"mode": used, "asked": mode, "seconds": compile time, "failed": [why, ...]};
+    every mode failing is a ProblemError (COMPILE_FAILED) listing why each failed."""
+    p = _problem(i, memory=True)
+    p.ensure_names()
+    modes = [mode] + ([fallback] if fallback and fallback != mode else [])
+    failed = []
+    args = _args(p, bufs)
+    for m in modes:
+        t0 = time.perf_counter()
+        try:
+            cm = torch.compile(p.model, mode=None if m == "default" else m)
+            with _stream_ctx(p, stream):
+                for _ in range(2):
+                    p._forward(args, cm)
+                if p.device.type == "cuda":
+                    torch.cuda.synchronize(p.device)
+        except BaseException as e:
+            if isinstance(e, KeyboardInterrupt):
+                raise
+            failed.append("%s: %s" % (m, _first_line(e)))
+            try:
+                torch._dynamo.reset()
+            except Exception:
+                pass
+            continue
+        p.compiled = cm
+        p.compile_info = {"mode": m, "asked": mode, "seconds": time.perf_counter() - t0,
+                          "failed": failed}
+        return p.compile_info
+    raise ProblemError("torch.compile failed in every mode tried: " + "; ".join(failed),
+                       "COMPILE_FAILED")
 
 
 @_api
@@ -664,10 +752,10 @@ def run_bound(i, copy=True):
     p = _problem(i)
     if getattr(p, "bound", None) is None:
         raise ProblemError("run_bound before bind", "PROBLEM_ERROR")
-    args, views, stream = p.bound
+    model, args, views, stream = p.bound
     with _stream_ctx(p, stream), torch.no_grad():
         try:
-            y = p.model(*args)
+            y = model(*args)
         except BaseException as e:
             raise p._fail("forward", e, "FORWARD_ERROR")
         if copy:
@@ -694,7 +782,7 @@ def write_params(i, bufs, stream=0):
 def release(i, empty_cache=False):
     p = _problems.pop(i, None)
     if p is not None:
-        p.bound = None
+        p.bound = p.compiled = None
         sys.modules.pop(p.module.__name__, None)
         if empty_cache and p.device.type == "cuda":
             torch.cuda.empty_cache()

@@ -30,6 +30,7 @@ local M = {}
 
 local BRIDGE = "km_kb_bridge"             -- the module name kb_bridge.py is imported under
 local PRECISIONS = { fp32 = true, fp16 = true, bf16 = true }
+M.COMPILE_MODE = "max-autotune-no-cudagraphs" -- torch.compile's mode for baselines by default
 
 local state -- nil: not tried; { ok = true, info = ... } or { why, code }
 
@@ -89,6 +90,13 @@ local function stream_of(opts)
   return python.stream_handle(opts and opts.stream)
 end
 
+-- The hex SHA-256 of a string (what km.baseline keys records by). -> hex | nil, why, code
+function M.digest(text)
+  local ok, why, code = M.available()
+  if not ok then return nil, why, code end
+  return call("sha256", text)
+end
+
 -- ---- problems ----
 
 local Problem = {}
@@ -132,9 +140,10 @@ end
 -- and wrapped once here (the model runs once to check the outputs). run(false) leaves the
 -- outputs where torch put them (timing eager: the model's own work and nothing else);
 -- run() copies them into io's output buffers. Valid until the next bind or release.
+-- opts.variant = "compile": the model as Problem:compile made it (default "eager").
 function Problem:bind(io, opts)
   local id = check(self)
-  local ok, err, code = call("bind", id, describe(io, 2), stream_of(opts))
+  local ok, err, code = call("bind", id, describe(io, 2), stream_of(opts), opts and opts.variant or "eager")
   if not ok then return nil, err, code end
   local args = { [true] = json.encode(json.array { id, true }), [false] = json.encode(json.array { id, false }) }
   return function(copy)
@@ -146,6 +155,19 @@ function Problem:bind(io, opts)
     local v = json.decode(out)
     return nil, type(v) == "table" and v.error or out, type(v) == "table" and v.code or "PROBLEM_ERROR"
   end
+end
+
+-- torch.compile of the model, compiled now on io's inputs (inductor compiles on the first
+-- call; two calls are made). opts.mode (default "max-autotune-no-cudagraphs"); where it
+-- fails, opts.fallback (default "default"; false: none) is tried. -> { mode (used), asked,
+-- seconds, failed = { "mode: why", ... } } | nil, message, COMPILE_FAILED. Then
+-- bind(io, { variant = "compile" }) runs the compiled model.
+function Problem:compile(io, opts)
+  local id = check(self)
+  opts = opts or {}
+  local fallback = opts.fallback
+  if fallback == nil then fallback = "default" end
+  return call("compile_model", id, describe(io, 2), opts.mode or M.COMPILE_MODE, stream_of(opts), fallback or json.null)
 end
 
 -- The model's parameters and buffers (state_dict, non-persistent buffers too) into io.
@@ -189,7 +211,9 @@ end
 -- opts: precision = "fp32" | "fp16" | "bf16" (default fp32); device = "cpu", "cuda" (km.cuda's
 -- device), "cuda:N", an index, or "meta" (spec only: shapes with no memory and no compute) — by default km.cuda's device in a GPU worker (KM_DEVICE is
 -- set), else the CPU: nothing here initializes CUDA unless asked (the driver process never
--- does); seed (default 42, KernelBench's: seeds the weights); tf32 (default false).
+-- does); seed (default 42, KernelBench's: seeds the weights); tf32 (default false);
+-- names = { inputs = {...}, outputs = {...} }: a task's own names for forward's inputs and
+-- outputs, by position (a task's reference.py), instead of the naming rule's.
 function M.load(path, opts)
   if type(path) ~= "string" then error("kb.load: a path expected", 2) end
   opts = opts or {}
@@ -207,7 +231,11 @@ function M.load(path, opts)
   end
   device = device or "cpu"
   local seed = opts.seed or 42
-  local r, err, ecode = call("load", path, precision, device, seed, opts.tf32 or false)
+  local names = json.null
+  if opts.names then
+    names = json.object { inputs = json.array(opts.names.inputs or {}), outputs = json.array(opts.names.outputs or {}) }
+  end
+  local r, err, ecode = call("load", path, precision, device, seed, opts.tf32 or false, names)
   if not r then return nil, err, ecode end
   return setmetatable({ id = r.id, name = r.name, path = r.path, precision = precision,
     device = r.device, seed = seed, init_args = r.init_args, tolerance = r.tolerance }, Problem)

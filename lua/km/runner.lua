@@ -63,6 +63,7 @@ M.OPTIONS = {
   { "set", "NAME=VALUE", "a strategy's own option, read as ctx.args.NAME (may be repeated)", type = "list",
     key = "set_list" },
 }
+for _, o in ipairs(require("km.baseline").OPTIONS) do M.OPTIONS[#M.OPTIONS + 1] = o end
 
 M.EXIT_STATUS = [[
 Exit status: 0 when every episode ended correct, 1 otherwise, 2 on usage errors, 3 when
@@ -321,6 +322,7 @@ function M.ctx(t, env)
     if env.pool then
       local o = { seeds = opts.seeds or env.args.seeds, timing = opts.timing, timeout = opts.timeout or env.args.timeout, baseline = opts.baseline,
         energy = opts.energy or env.args.energy }
+      require("km.baseline").judge_opts(env.args, o)
       v = env.pool:eval(t, cand, o)
     else
       v = ctx.compile(cand)
@@ -378,6 +380,12 @@ function M.summary(t, ctx, verdict, seconds)
   local s = {
     status = verdict and verdict.status, speedup = verdict and verdict.speedup,
     speedup_baseline = verdict and verdict.speedup_baseline,
+    -- what speedup is against, and the candidate over each baseline the judge timed (nil
+    -- where it timed none); km.report's fast_p per baseline reads these
+    speedup_over = verdict and verdict.speedup_over, speedup_eager = verdict and verdict.speedup_eager,
+    speedup_compile = verdict and verdict.speedup_compile,
+    speedup_cuda_reference = verdict and verdict.speedup_cuda_reference,
+    compile_mode = verdict and verdict.compile_mode,
     roofline = verdict and verdict.roofline and verdict.roofline.fraction,
     level = t.level, category = t.category, forms = ctx.args.forms or { "description", "math" },
     evals = st.evals, model_calls = st.model_calls, compile_ok_first = st.compile_ok_first,

@@ -28,6 +28,7 @@ local SPEC = A.spec {
     { "no-energy", nil, "skip the energy pass (joules per call from NVML, a few hundred ms)" },
     { "sanitize", nil, "run it under compute-sanitizer memcheck, then racecheck (one seed,\n" ..
         "no timing): status out_of_bounds or race when they find something" },
+    table.unpack(require("km.baseline").OPTIONS),
   },
   footer = "exit status: 0 correct, 1 not correct, 2 usage or infrastructure error",
 }
@@ -40,7 +41,7 @@ if a.cand_dir ~= "starter" then
   if not f then return A.fail(SPEC, "CANDIDATE_DIR: '" .. a.cand_dir .. "' no such folder") end
   f:close()
 end
-local opts = { seeds = a.seeds, energy = not a.no_energy }
+local opts = require("km.baseline").judge_opts(a, { seeds = a.seeds, energy = not a.no_energy })
 if a.no_timing then opts.timing = false end
 local as_json, gpu, sanitize = a.json, a.gpus[1], a.sanitize
 local timeout, timeout_given = a.timeout or 120, a._given.timeout
@@ -84,8 +85,19 @@ if as_json then
 else
   print(string.format("%s  %s  %s", v.status, t.name, cand.name or pos[2]))
   if v.timing and v.timing.candidate then
-    print(string.format("time %.4f ms  reference %.4f ms  speedup %.2fx  roofline %.0f%%",
-      v.timing.candidate.median, v.timing.reference.median, v.speedup or 0, 100 * ((v.roofline or {}).fraction or 0)))
+    print(string.format("time %.4f ms  reference %.4f ms  speedup %.2fx over %s  roofline %.0f%%",
+      v.timing.candidate.median, v.timing.reference.median, v.speedup or 0,
+      v.speedup_over == "pytorch_eager" and "PyTorch eager" or "the CUDA reference", 100 * ((v.roofline or {}).fraction or 0)))
+    local parts = {}
+    if v.timing.eager then parts[#parts + 1] = string.format("eager %.4f ms (%.2fx)", v.timing.eager.median, v.speedup_eager) end
+    if v.timing.compile then
+      parts[#parts + 1] = string.format("torch.compile[%s] %.4f ms (%.2fx)", v.compile_mode or "?", v.timing.compile.median, v.speedup_compile)
+    end
+    if v.speedup_cuda_reference and v.speedup_over ~= "cuda_reference" then
+      parts[#parts + 1] = string.format("CUDA reference %.4f ms (%.2fx)", v.timing.reference.median, v.speedup_cuda_reference)
+    end
+    for k, why in pairs(v.baselines and v.baselines.errors or {}) do parts[#parts + 1] = k .. ": not measured (" .. tostring(why) .. ")" end
+    if #parts > 0 then print("baselines: " .. table.concat(parts, "  ")) end
   end
   print(v.feedback or "")
 end

@@ -1,0 +1,197 @@
+-- PyTorch baselines on the CPU: km.baseline's disk cache (keys, records, corrupt files),
+-- torch.compile through the bridge (a mode that fails falls back, every mode failing is a
+-- clear error, the compiled model gives eager's values on the same memory), a task's own
+-- names for its reference.py, and the options that choose baselines. The judge measures
+-- baselines on the GPU (tests/gpu/test_task_pytorch.lua). Skips without torch.
+local t = require "km.tap"
+local kb = require "km.kernelbench"
+local baseline = require "km.baseline"
+local compare = require "km.compare"
+local testing = require "km.testing"
+
+local okk, why = kb.available()
+if not okk then t.skip_all("PyTorch not available (set KM_PYTHON to a python with torch): " .. tostring(why)) end
+
+local DIR = testing.tmpdir()
+local KMRUN = io.popen("readlink -f " .. (arg[-1]:match("kmrun$") and arg[-1] or "build/kmrun")):read("l")
+local HEAD = "import torch\nimport torch.nn as nn\n\n"
+
+local function problem(name, text)
+  local path = DIR .. "/" .. name .. ".py"
+  testing.write(path, HEAD .. text)
+  return path
+end
+
+local SCALE = problem("scale_add", [[
+class Model(nn.Module):
+    def __init__(self, k):
+        super().__init__()
+        self.k = k
+
+    def forward(self, a, b):
+        return torch.relu(a * self.k + b)
+
+def get_inputs():
+    return [torch.randn(64, 33), torch.randn(64, 33)]
+
+def get_init_inputs():
+    return [3.0]
+]])
+
+local function sh(cmd)
+  local p = io.popen(cmd .. " 2>&1; echo \"rc=$?\"")
+  local out = p:read("a")
+  p:close()
+  return out, tonumber(out:match("rc=(%d+)%s*$"))
+end
+
+t.test("keys: one per task content, shape, precision, device, torch version and mode", function()
+  local parts = { source = "class Model: ...", task = "return {}", shape = "n=1024", precision = "fp32",
+    device = "GPU-1234", torch = "2.11.0", mode = "eager" }
+  local k = baseline.key(parts)
+  t.ok(k:match("^%x+$") and #k == 64, k)
+  t.eq(baseline.key(parts), k, "the same parts, the same key")
+  local seen = { [k] = "base" }
+  for field, other in pairs { source = "class Model: pass", task = "return { }", shape = "n=2048", precision = "fp16",
+    device = "GPU-5678", torch = "2.12.0", mode = "compile:default" } do
+    local p2 = {}
+    for f, v in pairs(parts) do p2[f] = v end
+    p2[field] = other
+    local k2 = baseline.key(p2)
+    t.ok(not seen[k2], field .. " changes the key")
+    seen[k2] = field
+  end
+  -- length-prefixed: moving text from one field to the next is another key
+  local a = baseline.key { source = "ab", task = "c", shape = "", precision = "fp32", device = "d", torch = "t", mode = "eager" }
+  local b = baseline.key { source = "a", task = "bc", shape = "", precision = "fp32", device = "d", torch = "t", mode = "eager" }
+  t.ok(a ~= b, "field boundaries are part of the key")
+  t.raises(function() baseline.key { source = "x" } end, "field 'task' must be a string")
+end)
+
+t.test("records: put then get, atomically; corrupt or foreign files are missing", function()
+  local dir = DIR .. "/cache"
+  local k = baseline.key { source = "s", task = "", shape = "n=1", precision = "fp32", device = "d", torch = "t", mode = "eager" }
+  t.eq(baseline.get(k, dir), nil, "nothing yet")
+  t.ok(baseline.put(k, { median = 0.125, n = 40, mode = "cold" }, dir))
+  local rec = baseline.get(k, dir)
+  t.eq(rec.median, 0.125)
+  t.eq(rec.n, 40)
+  t.eq(rec.key, k)
+  t.eq(rec.protocol, baseline.PROTOCOL)
+  local left = io.popen("ls " .. dir):read("a")
+  t.eq(left, k .. ".json\n", "one file, no temporary left behind")
+  -- a record copied under another key's name is not that key's
+  local k2 = baseline.key { source = "s2", task = "", shape = "n=1", precision = "fp32", device = "d", torch = "t", mode = "eager" }
+  os.execute(("cp %s/%s.json %s/%s.json"):format(dir, k, dir, k2))
+  t.eq(baseline.get(k2, dir), nil, "a record whose key is not its name")
+  testing.write(dir .. "/" .. k .. ".json", "{\"median\": 0.1, \"key\": \"" .. k) -- cut short
+  t.eq(baseline.get(k, dir), nil, "a record that does not parse")
+  testing.write(dir .. "/" .. k .. ".json", "{\"key\": \"" .. k .. "\", \"median\": \"fast\"}")
+  t.eq(baseline.get(k, dir), nil, "a record without a number median")
+  t.raises(function() baseline.get("../../etc/passwd", dir) end, "64-hex-digit key")
+  t.raises(function() baseline.put(k, { n = 3 }, dir) end, "number median")
+  -- the folder: KM_BASELINE_DIR, else under XDG_CACHE_HOME, else ~/.cache
+  local out = sh("KM_BASELINE_DIR=/x/y " .. KMRUN .. " -e 'print(require(\"km.baseline\").dir())'")
+  t.ok(out:find("^/x/y\n"), out)
+  out = sh("env -u KM_BASELINE_DIR XDG_CACHE_HOME=/c " .. KMRUN .. " -e 'print(require(\"km.baseline\").dir())'")
+  t.ok(out:find("^/c/kmrun/baselines\n"), out)
+  out = sh("env -u KM_BASELINE_DIR -u XDG_CACHE_HOME HOME=/h " .. KMRUN .. " -e 'print(require(\"km.baseline\").dir())'")
+  t.ok(out:find("^/h/.cache/kmrun/baselines\n"), out)
+end)
+
+t.test("a task's own names: forward's inputs and outputs by position", function()
+  local p = assert(kb.load(SCALE, { names = { inputs = { "x", "y" }, outputs = { "z" } } }))
+  local s = assert(p:spec(1))
+  t.eq(s.inputs[1].name .. "," .. s.inputs[2].name, "x,y")
+  t.eq(s.outputs[1].name, "z")
+  local io = kb.buffers_for(s, kb.host_buffer)
+  assert(p:make_inputs(3, io))
+  assert(p:forward(io))
+  local x, y, z = io.x:to_table(), io.y:to_table(), io.z:to_table()
+  t.near(z[7], math.max(x[7] * 3 + y[7], 0), 1e-6)
+  p:release()
+  -- counts that do not match the problem: an error that says both
+  local q = assert(kb.load(SCALE, { names = { inputs = { "x" }, outputs = { "z" } } }))
+  local ok, err, code = q:spec(1)
+  t.eq(ok, nil)
+  t.eq(code, "BAD_OUTPUTS")
+  t.ok(err:find(SCALE, 1, true) == 1, err)
+  t.ok(err:find("get_inputs() gives 2 inputs and forward 1 outputs; the task names 1 inputs (x) and 1 outputs (z)", 1, true), err)
+  q:release()
+  local r = assert(kb.load(SCALE, { names = { inputs = { "x", "x" }, outputs = { "z" } } }))
+  ok, err = r:spec(1)
+  t.eq(ok, nil)
+  t.ok(err:find("distinct Lua names", 1, true), err)
+  r:release()
+end)
+
+t.test("torch.compile: a failing mode falls back; the compiled model gives eager's values", function()
+  if not os.execute("command -v g++ >/dev/null 2>&1") then
+    t.skip("no C++ compiler: torch.compile's CPU backend (inductor) needs g++")
+    return
+  end
+  local p = assert(kb.load(SCALE))
+  local s = assert(p:spec(1))
+  local io = kb.buffers_for(s, kb.host_buffer)
+  assert(p:make_inputs(5, io))
+  local okb, berr = p:bind(io, { variant = "compile" })
+  t.eq(okb, nil, "bind(compile) before compile")
+  t.ok(tostring(berr):find("before compile()", 1, true), berr)
+  -- every mode failing: both reasons, one code
+  local c, err, code = p:compile(io, { mode = "no-such-mode", fallback = "nor-this-one" })
+  t.eq(c, nil)
+  t.eq(code, "COMPILE_FAILED")
+  t.ok(err:find("no-such-mode: RuntimeError: Unrecognized mode=no-such-mode", 1, true), err)
+  t.ok(err:find("nor-this-one: RuntimeError: Unrecognized mode=nor-this-one", 1, true), err)
+  -- the asked mode failing, default compiles (inductor builds C++ here: ~10 s)
+  c, err = p:compile(io, { mode = "no-such-mode" })
+  t.ok(c, err)
+  t.eq(c.mode, "default")
+  t.eq(c.asked, "no-such-mode")
+  t.eq(#c.failed, 1)
+  t.ok(c.seconds > 0)
+  -- eager and compiled on the same inputs: the same values, in the same output buffer
+  assert(p:forward(io))
+  local want = io.out:to_table()
+  io.out:from_table((function() local z = {} for i = 1, #want do z[i] = -1 end return z end)())
+  local run = assert(p:bind(io, { variant = "compile" }))
+  t.eq(run(), true)
+  t.ok(compare.allclose(io.out:to_table(), want, { atol = 1e-6, rtol = 1e-5 }).ok, "compiled == eager")
+  -- new inputs are read by the compiled model at each call
+  assert(p:make_inputs(6, io))
+  t.eq(run(), true)
+  local got = io.out:to_table()
+  assert(p:forward(io))
+  t.ok(compare.allclose(got, io.out:to_table(), { atol = 1e-6, rtol = 1e-5 }).ok, "compiled follows new inputs")
+  p:release()
+end)
+
+t.test("options: --baselines and --compile-mode, checked and mapped", function()
+  local o = baseline.judge_opts({})
+  t.eq(o.eager, true)
+  t.eq(o.compile_mode, nil, "the default mode (km.kernelbench.COMPILE_MODE)")
+  o = baseline.judge_opts { baselines = { "eager" }, compile_mode = "default" }
+  t.eq(o.eager, true)
+  t.eq(o.compile_mode, "off")
+  o = baseline.judge_opts { baselines = { "compile" }, compile_mode = "max-autotune" }
+  t.eq(o.eager, false)
+  t.eq(o.compile_mode, "max-autotune")
+  o = baseline.judge_opts { baselines = { "none" } }
+  t.eq(o.eager, false)
+  t.eq(o.compile_mode, "off")
+  local out, rc = sh(KMRUN .. " eval --baselines fast tasks/l1_relu starter")
+  t.eq(rc, 2, out)
+  t.ok(out:find("'fast' is not one of", 1, true), out)
+  out, rc = sh(KMRUN .. " eval --compile-mode turbo tasks/l1_relu starter")
+  t.eq(rc, 2, out)
+  t.ok(out:find("turbo", 1, true), out)
+  out, rc = sh(KMRUN .. " eval --help")
+  t.eq(rc, 0)
+  t.ok(out:find("--compile-mode", 1, true) and out:find("--baselines", 1, true), out)
+  out, rc = sh(KMRUN .. " sweep --help")
+  t.eq(rc, 0)
+  t.ok(out:find("--compile-mode", 1, true), out)
+end)
+
+os.execute("rm -rf " .. DIR)
+t.done()
