@@ -25,6 +25,18 @@ M.FAST_P = { 0, 0.5, 1, 1.5, 2 }
 M.GROUPINGS = { level = true, category = true, strategy = true, model = true, task = true }
 -- Strategies and models are never mixed by default: every table is split by both.
 M.DEFAULT_BY = { "strategy+model", "level+strategy+model", "category+strategy+model" }
+-- The baselines a candidate is timed against (km.judge): key, the row's field, the
+-- verdict's speedup_over value when `speedup` itself is over it, and names for tables and
+-- sentences. fast_p is computed against each; a baseline no correct episode has a time
+-- against is left out of the tables and charts.
+M.BASELINES = {
+  { key = "eager", field = "speedup_eager", over = "pytorch_eager", short = "eager", label = "PyTorch eager" },
+  { key = "compile", field = "speedup_compile", short = "compile", label = "torch.compile" },
+  { key = "cuda_reference", field = "speedup_cuda_reference", over = "cuda_reference", short = "CUDA ref",
+    label = "the CUDA reference" },
+}
+local BASELINE_OF_OVER = {}
+for _, b in ipairs(M.BASELINES) do if b.over then BASELINE_OF_OVER[b.over] = b end end
 
 ----------------------------------------------------------------------------------------
 -- numbers
@@ -140,10 +152,19 @@ local function row_of(ep)
   local tok = type(s.tokens) == "table" and s.tokens or {}
   local roof = s.roofline
   if roof == nil and type(v.roofline) == "table" then roof = v.roofline.fraction end
+  local function field(k) if s[k] ~= nil then return s[k] end return v[k] end
+  local speedup = num(field("speedup"))
+  -- stores from before speedup_over timed every speedup against the task's CUDA reference
+  local over = field("speedup_over")
+  if over == nil and speedup then over = "cuda_reference" end
   return {
     task = ep.task, strategy = ep.strategy, model = ep.model, rep = ep.rep,
     episode_status = ep.status, status = status, correct = status == "correct",
-    speedup = num(s.speedup or v.speedup), speedup_baseline = num(s.speedup_baseline or v.speedup_baseline),
+    speedup = speedup, speedup_baseline = num(field("speedup_baseline")),
+    speedup_over = over, compile_mode = field("compile_mode"),
+    speedup_eager = num(field("speedup_eager")) or (over == "pytorch_eager" and speedup or nil),
+    speedup_compile = num(field("speedup_compile")),
+    speedup_cuda_reference = num(field("speedup_cuda_reference")) or (over == "cuda_reference" and speedup or nil),
     roofline = num(roof),
     level = s.level, category = s.category,
     compile_ok_first = s.compile_ok_first,              -- nil when nothing was evaluated
@@ -169,17 +190,58 @@ function M.thresholds(list)
   return out
 end
 
+-- fast_p at each threshold in `ps`: the share of all `rows` that are correct and whose
+-- speedup row[field] is > p (KernelBench); p = 0 is correctness, timed or not.
+local function fast_points(rows, field, ps)
+  local pts = {}
+  for i, p in ipairs(ps) do
+    local n = 0
+    for _, r in ipairs(rows) do
+      local x = r[field]
+      if r.correct and (p == 0 or (x and x > p)) then n = n + 1 end
+    end
+    pts[i] = { p = p, value = ratio(n, #rows) }
+  end
+  return pts
+end
+
+-- The positive values of row[field] over the correct rows, sorted.
+local function correct_values(rows, field)
+  local xs = {}
+  for _, r in ipairs(rows) do
+    local x = r[field]
+    if r.correct and x and x > 0 then xs[#xs + 1] = x end
+  end
+  sort(xs)
+  return xs
+end
+
+local function speedup_stats(ss)
+  return { n = #ss, geomean = geomean(ss), median = quantile(ss, 0.5),
+    p10 = quantile(ss, 0.1), p90 = quantile(ss, 0.9), min = ss[1], max = ss[#ss] }
+end
+
+-- fast_p and speedups against each of M.BASELINES: { [key] = { fast_p, speedup, timed,
+-- untimed } }; untimed = correct episodes with no time against that baseline.
+local function against_baselines(rows, correct, thresholds)
+  local out = {}
+  for _, b in ipairs(M.BASELINES) do
+    local ss = correct_values(rows, b.field)
+    out[b.key] = { fast_p = fast_points(rows, b.field, thresholds), speedup = speedup_stats(ss),
+      timed = #ss, untimed = correct - #ss }
+  end
+  return out
+end
+
 -- The numbers for one group of rows; fast_p at `thresholds` (default M.FAST_P).
 function M.metrics(rows, thresholds)
   thresholds = thresholds or M.thresholds()
   local m = { n = #rows, correct = 0, status = {}, failure_modes = {},
     tokens = { prompt = 0, completion = 0, reasoning = 0 }, dollars = { total = 0 }, gpu_seconds = { total = 0 },
     seconds_total = 0, requests = 0, truncated = 0, model_calls = 0, model_errors = {},
-    reasoning = { chars = 0, episodes = 0 } }
-  local speedups, baselines, rounds, roofs = {}, {}, {}, {}
+    reasoning = { chars = 0, episodes = 0 }, speedup_over = {}, compile_modes = {} }
+  local baselines, rounds, roofs = {}, {}, {}
   local first_n, first_ok = 0, 0
-  local fast = {}
-  for i = 1, #thresholds do fast[i] = 0 end
   for _, r in ipairs(rows) do
     local st = r.episode_status or "?"
     m.status[st] = (m.status[st] or 0) + 1
@@ -212,22 +274,24 @@ function M.metrics(rows, thresholds)
     end
     if r.correct then
       m.correct = m.correct + 1
-      for i, p in ipairs(thresholds) do
-        -- fast_0 is correctness itself (KernelBench), even when no time was recorded
-        if p == 0 or (r.speedup and r.speedup > p) then fast[i] = fast[i] + 1 end
+      -- what the headline speedup of each timed episode is against
+      if r.speedup and r.speedup > 0 and r.speedup_over then
+        m.speedup_over[r.speedup_over] = (m.speedup_over[r.speedup_over] or 0) + 1
       end
-      if r.speedup and r.speedup > 0 then speedups[#speedups + 1] = r.speedup end
+      if r.speedup_compile and r.compile_mode then
+        m.compile_modes[r.compile_mode] = (m.compile_modes[r.compile_mode] or 0) + 1
+      end
       if r.speedup_baseline and r.speedup_baseline > 0 then baselines[#baselines + 1] = r.speedup_baseline end
       if r.rounds then rounds[#rounds + 1] = r.rounds end
       if r.roofline then roofs[#roofs + 1] = r.roofline end
     end
   end
   m.correctness = ratio(m.correct, m.n)
-  m.fast_p = {}
-  for i, p in ipairs(thresholds) do m.fast_p[i] = { p = p, value = ratio(fast[i], m.n) } end
-  local ss = sorted_copy(speedups)
-  m.speedup = { n = #ss, geomean = geomean(ss), median = quantile(ss, 0.5),
-    p10 = quantile(ss, 0.1), p90 = quantile(ss, 0.9), min = ss[1], max = ss[#ss] }
+  -- the headline: each episode's own `speedup` (eager where its task has a PyTorch
+  -- reference); m.speedup_over counts what it is against, m.against keeps baselines apart
+  m.fast_p = fast_points(rows, "speedup", thresholds)
+  m.speedup = speedup_stats(correct_values(rows, "speedup"))
+  m.against = against_baselines(rows, m.correct, thresholds)
   m.speedup_baseline = { n = #baselines, geomean = geomean(baselines) }
   m.compile_first = { n = first_n, ok = first_ok, rate = ratio(first_ok, first_n) }
   m.rounds = { n = #rounds, mean = mean(rounds), median = quantile(sorted_copy(rounds), 0.5) }
@@ -371,20 +435,65 @@ end
 M.CURVE_P = { 0 }
 for e = -16, 8 do M.CURVE_P[#M.CURVE_P + 1] = 2 ^ (e / 4) end
 
--- fast_p(p) per series at M.CURVE_P: the share of the series' episodes that are correct
--- and faster than p times the reference (p = 0: correct).
-function M.fast_p_curve(series)
+-- The baselines of M.BASELINES that at least one correct row has a time against.
+function M.baselines_with_data(rows)
   local out = {}
-  for _, x in ipairs(series) do
-    local pts = {}
-    for i, p in ipairs(M.CURVE_P) do
-      local n = 0
-      for _, r in ipairs(x.rows) do
-        if r.correct and (p == 0 or (r.speedup and r.speedup > p)) then n = n + 1 end
-      end
-      pts[i] = { p = p, value = #x.rows > 0 and n / #x.rows or 0 }
+  for _, b in ipairs(M.BASELINES) do
+    for _, r in ipairs(rows) do
+      if r.correct and r[b.field] then out[#out + 1] = b break end
     end
-    out[#out + 1] = { key = x.key, label = x.label, strategy = x.strategy, model = x.model, points = pts }
+  end
+  return out
+end
+
+-- fast_p(p) at M.CURVE_P per series and baseline (`baselines`, from baselines_with_data):
+-- the share of the series' episodes that are correct and faster than p times that baseline
+-- (p = 0: correct). With no baseline (no correct episode has a time) a curve per series
+-- with baseline = nil: correctness, then 0.
+function M.fast_p_curve(series, baselines)
+  local out = {}
+  for i, x in ipairs(series) do
+    for _, b in ipairs(#baselines > 0 and baselines or { false }) do
+      out[#out + 1] = { key = x.key, label = x.label, strategy = x.strategy, model = x.model, series = i,
+        baseline = b and b.key or nil, points = fast_points(x.rows, b and b.field or "speedup", M.CURVE_P) }
+    end
+  end
+  return out
+end
+
+-- The rows of each (level, series) pair, in level order then series order:
+-- { level, series = index, rows, metrics }.
+local function level_series(r)
+  local cells, levels = {}, {}
+  for _, x in ipairs(r.series) do
+    for _, row in ipairs(x.rows) do
+      local lv = dim_value(row, "level")
+      if not cells[lv] then cells[lv] = {}; levels[#levels + 1] = lv end
+      cells[lv][x.index] = cells[lv][x.index] or { level = lv, series = x.index, rows = {} }
+      insert(cells[lv][x.index].rows, row)
+    end
+  end
+  sort(levels, key_less)
+  local out = {}
+  for _, lv in ipairs(levels) do
+    for i = 1, #r.series do
+      local c = cells[lv][i]
+      if c then c.metrics = M.metrics(c.rows, r.thresholds); out[#out + 1] = c end
+    end
+  end
+  return out
+end
+
+-- The fast_p curves of every (level, series) pair, against each baseline with data.
+local function fast_p_curve_by_level(r)
+  local out = {}
+  for _, c in ipairs(r.level_series) do
+    local x = r.series[c.series]
+    for _, curve in ipairs(M.fast_p_curve({ { key = x.key, label = x.label, strategy = x.strategy, model = x.model,
+        rows = c.rows } }, r.baselines)) do
+      curve.level, curve.series = c.level, c.series
+      out[#out + 1] = curve
+    end
   end
   return out
 end
@@ -455,7 +564,9 @@ end
 
 -- Builds the report: { info, episodes, rows, all = metrics, by = { {name, dims, groups}, ... },
 -- levels (groups by level), series (one per strategy and model: { key, label, strategy,
--- model, rows, metrics }), thresholds, strategies, models }.
+-- model, rows, metrics }), thresholds, strategies, models, baselines (those with data),
+-- fast_p_curve and fast_p_curve_by_level (per series and baseline), level_series, mixed
+-- (the headline speedups are over more than one baseline) }.
 -- opts.by: a list of groupings (level, category, strategy, model, task, or several joined
 -- by "+"; default M.DEFAULT_BY); opts.fast_p: the thresholds of the fast_p columns.
 function M.build(episodes, info, opts)
@@ -480,7 +591,14 @@ function M.build(episodes, info, opts)
   r.strategies, r.models = nstrat, nmodel
   for _, x in ipairs(r.series) do x.metrics = M.metrics(x.rows, th) end
   r.pass_at_k = M.pass_at_k(r.series)
-  r.fast_p_curve = M.fast_p_curve(r.series)
+  r.baselines = M.baselines_with_data(rows)
+  r.fast_p_curve = M.fast_p_curve(r.series, r.baselines)
+  r.level_series = level_series(r)
+  r.fast_p_curve_by_level = fast_p_curve_by_level(r)
+  -- the headline speedup pools episodes timed against different baselines: say so
+  local overs = 0
+  for _ in pairs(r.all.speedup_over) do overs = overs + 1 end
+  r.mixed = overs > 1
   r.heatmap = M.heatmap(rows, r.series)
   return r
 end
@@ -491,14 +609,32 @@ end
 local NULL = json.null
 local function N(x) if finite(x) then return x end return NULL end
 
-local function metrics_json(m, key)
+local function fast_json(pts)
   local fp = {}
-  for _, f in ipairs(m.fast_p) do fp[fmt("%g", f.p)] = N(f.value) end
+  for _, f in ipairs(pts) do fp[fmt("%g", f.p)] = N(f.value) end
+  return fp
+end
+
+local function speedup_json(x)
+  return { n = x.n, geomean = N(x.geomean), median = N(x.median), p10 = N(x.p10), p90 = N(x.p90), min = N(x.min),
+    max = N(x.max) }
+end
+
+local function points_json(points)
+  local pts = json.array {}
+  for j, pt in ipairs(points) do pts[j] = json.array { pt.p, N(pt.value) } end
+  return pts
+end
+
+local function metrics_json(m, key)
+  local against = {}
+  for k, a in pairs(m.against) do
+    against[k] = { fast_p = fast_json(a.fast_p), speedup = speedup_json(a.speedup), timed = a.timed, untimed = a.untimed }
+  end
   local o = {
     n = m.n, correct = m.correct, correctness = N(m.correctness), status = json.object(m.status),
-    fast_p = fp,
-    speedup = { n = m.speedup.n, geomean = N(m.speedup.geomean), median = N(m.speedup.median),
-      p10 = N(m.speedup.p10), p90 = N(m.speedup.p90), min = N(m.speedup.min), max = N(m.speedup.max) },
+    fast_p = fast_json(m.fast_p), speedup = speedup_json(m.speedup), against = against,
+    speedup_over = json.object(m.speedup_over), compile_modes = json.object(m.compile_modes),
     speedup_baseline = { n = m.speedup_baseline.n, geomean = N(m.speedup_baseline.geomean) },
     compile_first = { n = m.compile_first.n, ok = m.compile_first.ok, rate = N(m.compile_first.rate) },
     rounds = { n = m.rounds.n, mean = N(m.rounds.mean), median = N(m.rounds.median) },
@@ -542,12 +678,16 @@ function M.json(r, opts)
     pk[i] = { strategy = e.strategy, model = e.model, tasks = e.tasks, repeats_min = e.repeats_min,
       repeats_max = e.repeats_max, k = ks }
   end
-  local curve = json.array {}
+  local curve, by_level = json.array {}, json.array {}
   for i, c in ipairs(r.fast_p_curve) do
-    local pts = json.array {}
-    for j, pt in ipairs(c.points) do pts[j] = json.array { pt.p, N(pt.value) } end
-    curve[i] = { strategy = c.strategy, model = c.model, points = pts }
+    curve[i] = { strategy = c.strategy, model = c.model, baseline = c.baseline or NULL, points = points_json(c.points) }
   end
+  for i, c in ipairs(r.fast_p_curve_by_level) do
+    by_level[i] = { level = c.level, strategy = c.strategy, model = c.model, baseline = c.baseline or NULL,
+      points = points_json(c.points) }
+  end
+  local baselines = json.array {}
+  for i, b in ipairs(r.baselines) do baselines[i] = b.key end
   local map = json.array {}
   for i, t in ipairs(r.heatmap.tasks) do
     for j, x in ipairs(r.series) do
@@ -570,6 +710,9 @@ function M.json(r, opts)
     series = series,
     pass_at_k = pk,
     fast_p_curve = curve,
+    fast_p_curve_by_level = by_level,
+    baselines = baselines,
+    mixed_speedups = r.mixed,
     task_map = map,
   }
   return json.encode(o, { pretty = opts and opts.pretty, nan = "null" })
@@ -599,8 +742,29 @@ local function dollars(x)
   return fmt("$%.2f", x)
 end
 
-local function fast_of(m, p)
-  for _, f in ipairs(m.fast_p) do if f.p == p then return f.value end end
+local function point_at(pts, p)
+  for _, f in ipairs(pts) do if f.p == p then return f.value end end
+end
+
+local function fast_of(m, p) return point_at(m.fast_p, p) end
+
+-- "eager" / "CUDA ref" for a speedup_over value (an unknown one as it is).
+local function over_name(over, long)
+  local b = BASELINE_OF_OVER[over]
+  return b and (long and b.label or b.short) or tostring(over)
+end
+
+-- The speedup_over values of a metrics group, in M.BASELINES order, then unknown ones.
+local function overs_of(m)
+  local list, seen = {}, {}
+  for _, b in ipairs(M.BASELINES) do
+    if b.over and m.speedup_over[b.over] then list[#list + 1] = b.over; seen[b.over] = true end
+  end
+  local rest = {}
+  for o in pairs(m.speedup_over) do if not seen[o] then rest[#rest + 1] = o end end
+  sort(rest)
+  for _, o in ipairs(rest) do list[#list + 1] = o end
+  return list
 end
 
 -- The table's columns after the group's: header, cell(metrics); the fast_p columns (one
@@ -624,9 +788,19 @@ M.COLUMNS = {
     end },
 }
 
--- The columns of a report's tables: M.COLUMNS with fast_<p> for each threshold asked for.
+-- What a group's headline speedups are against: "eager", "CUDA ref", "eager 4 + CUDA ref 1".
+local function vs_cell(m)
+  local list = overs_of(m)
+  if #list <= 1 then return list[1] and over_name(list[1]) or "-" end
+  for i, o in ipairs(list) do list[i] = fmt("%s %d", over_name(o), m.speedup_over[o]) end
+  return concat(list, " + ")
+end
+
+-- The columns of a report's tables: M.COLUMNS with fast_<p> for each threshold asked for,
+-- and "vs" when the headline speedups are over more than one baseline (r.mixed).
 local function columns(r)
   local cols = { M.COLUMNS[1], M.COLUMNS[2] }
+  if r and r.mixed then cols[#cols + 1] = { "vs", vs_cell } end
   for _, p in ipairs(r and r.asked_thresholds or M.FAST_P) do
     if p ~= 0 then
       cols[#cols + 1] = { fmt("fast_%g", p), function(m) return pct(fast_of(m, p)) end }
@@ -688,6 +862,40 @@ local function modes_line(fm)
   return #parts > 0 and concat(parts, ", ") or "-"
 end
 
+-- What the headline speedup and fast_p are against, and which baselines fast_p is also
+-- given against; a warning when the headline pools several baselines.
+local function baseline_lines(r)
+  local m, parts = r.all, {}
+  for i, o in ipairs(overs_of(m)) do
+    parts[i] = fmt(i == 1 and "%s (%d timed correct episode(s))" or "%s (%d)", over_name(o, true), m.speedup_over[o])
+  end
+  local lines = {}
+  if #parts == 0 then
+    lines[1] = "speedups: no correct episode has a time; fast_p > 0 is 0 against every baseline"
+  else
+    lines[1] = "speedup, fast_p and geomean columns against " .. concat(parts, ", ")
+  end
+  if r.mixed then
+    lines[#lines + 1] = "warning: those columns pool episodes timed against different baselines (column vs says which per " ..
+      "row); \"fast_p against each baseline\" keeps them apart"
+  end
+  local names = {}
+  for _, b in ipairs(r.baselines) do
+    local a = m.against[b.key]
+    local modes = {}
+    if b.key == "compile" then
+      local ks = {}
+      for k in pairs(m.compile_modes) do ks[#ks + 1] = k end
+      sort(ks)
+      for i, k in ipairs(ks) do modes[i] = fmt("%s %d", k, m.compile_modes[k]) end
+    end
+    names[#names + 1] = fmt("%s (%d timed, %d correct without a time%s)", b.label, a.timed, a.untimed,
+      #modes > 0 and ("; mode " .. concat(modes, ", ")) or "")
+  end
+  if #names > 0 then lines[#lines + 1] = "fast_p per baseline (its own table): " .. concat(names, "; ") end
+  return lines
+end
+
 local function header_lines(r)
   local info = r.info
   local lines = { fmt("kmrun report: %d episode(s) from %d file(s), %d run(s)", r.episodes,
@@ -700,6 +908,7 @@ local function header_lines(r)
   if compiled > 0 then
     lines[#lines + 1] = fmt("note: %d episode(s) were compile-only (no GPU); they count as not correct", compiled)
   end
+  for _, l in ipairs(baseline_lines(r)) do lines[#lines + 1] = l end
   return lines
 end
 
@@ -725,6 +934,42 @@ local function matrix_cells(r)
   end
   return cells
 end
+
+-- fast_p against each baseline with data: a row per (level, strategy, model) and baseline,
+-- then per (strategy, model) over all levels, then over everything ("all"). raw: numbers
+-- and baseline keys (CSV), else text.
+local function baseline_cells(r, raw)
+  local head = raw and { "level", "strategy", "model", "baseline", "n", "correct", "timed", "untimed" }
+    or { "level", "strategy", "model", "vs", "n", "correct", "timed", "no time" }
+  local asked = {}
+  for _, p in ipairs(r.asked_thresholds) do if p ~= 0 then asked[#asked + 1] = p end end
+  for _, p in ipairs(asked) do head[#head + 1] = fmt("fast_%g", p) end
+  head[#head + 1] = raw and "speedup_geomean" or "geomean"
+  head[#head + 1] = raw and "speedup_median" or "median"
+  local frac, count, sp = pct, tostring, times
+  if raw then frac, count, sp = num, num, num end
+  local cells = { head }
+  local function add(level, strategy, model, m)
+    for _, b in ipairs(r.baselines) do
+      local a = m.against[b.key]
+      local row = { level, strategy, model, raw and b.key or b.short, count(m.n), count(m.correct), count(a.timed),
+        count(a.untimed) }
+      for _, p in ipairs(asked) do row[#row + 1] = frac(point_at(a.fast_p, p)) end
+      row[#row + 1], row[#row + 2] = sp(a.speedup.geomean), sp(a.speedup.median)
+      cells[#cells + 1] = row
+    end
+  end
+  for _, c in ipairs(r.level_series) do
+    local x = r.series[c.series]
+    add(c.level, x.strategy, x.model, c.metrics)
+  end
+  for _, x in ipairs(r.series) do add("all", x.strategy, x.model, x.metrics) end
+  add("all", "", "", r.all)
+  return cells
+end
+
+M.BASELINE_NOTE = "share of all episodes correct and faster than p x that baseline; timed: correct episodes " ..
+  "with a time against it; no time: correct ones without (they count in fast_0 only)"
 
 local function interval(e)
   if not e.value then return "-" end
@@ -774,6 +1019,10 @@ function M.text(r)
     out[#out + 1] = "\npass@k over repeats (mean over tasks of the unbiased estimate; 95% bootstrap interval over tasks):\n"
     out[#out + 1] = align(pass_cells(r), 2)
   end
+  if #r.baselines > 0 then
+    out[#out + 1] = "\nfast_p against each baseline (" .. M.BASELINE_NOTE .. "):\n"
+    out[#out + 1] = align(baseline_cells(r), 4)
+  end
   out[#out + 1] = "\nfailure modes (every verdict met on the way, summed):\n"
   local cells = {}
   for _, x in ipairs(r.series) do cells[#cells + 1] = { x.key, modes_line(x.metrics.failure_modes) } end
@@ -794,7 +1043,7 @@ function M.text(r)
   if (r.all.truncated or 0) > 0 then
     out[#out + 1] = fmt("replies cut off at max_tokens: %d of %d requests\n", r.all.truncated, r.all.requests)
   end
-  out[#out + 1] = "\nfast_p: share of all episodes correct and faster than p x the reference (fast_0 = correct);\n" ..
+  out[#out + 1] = "\nfast_p: share of all episodes correct and faster than p x the baseline the header names (fast_0 = correct);\n" ..
     "speedups over correct episodes; compile@1: first candidate compiled; rounds: evaluations until correct;\n" ..
     "reasoning: characters of model reasoning per episode that asked a model;\n" ..
     "X/ok: totals over all episodes per correct one; roofline: mean/median fraction of the bound.\n"
@@ -883,12 +1132,18 @@ function M.csv_files(r)
     end
     add("pass_at_k.csv", rows)
   end
-  do
-    local rows = { { "strategy", "model", "p", "fast_p" } }
+  do -- the fast_p curves per series and baseline, then per level too
+    local rows = { { "strategy", "model", "baseline", "p", "fast_p" } }
     for _, c in ipairs(r.fast_p_curve) do
-      for _, pt in ipairs(c.points) do rows[#rows + 1] = { c.strategy, c.model, pt.p, pt.value } end
+      for _, pt in ipairs(c.points) do rows[#rows + 1] = { c.strategy, c.model, c.baseline, pt.p, pt.value } end
     end
     add("fast_p_curve.csv", rows)
+    rows = { { "level", "strategy", "model", "baseline", "p", "fast_p" } }
+    for _, c in ipairs(r.fast_p_curve_by_level) do
+      for _, pt in ipairs(c.points) do rows[#rows + 1] = { c.level, c.strategy, c.model, c.baseline, pt.p, pt.value } end
+    end
+    add("fast_p_curve_by_level.csv", rows)
+    add("fast_p_by_baseline.csv", baseline_cells(r, true))
   end
   do
     local rows = { { "task", "strategy", "model", "repeats", "correct", "status", "speedup_median" } }
@@ -902,11 +1157,13 @@ function M.csv_files(r)
   end
   do
     local rows = { { "task", "level", "category", "strategy", "model", "repeat", "episode_status", "status", "speedup",
+      "speedup_over", "speedup_eager", "speedup_compile", "speedup_cuda_reference", "compile_mode",
       "speedup_baseline", "roofline", "rounds", "compile_ok_first", "prompt_tokens", "completion_tokens", "dollars",
       "gpu_seconds", "seconds" } }
     for _, e in ipairs(r.rows) do
       local cf = e.compile_ok_first
       rows[#rows + 1] = { e.task, e.level, e.category, e.strategy, e.model, e.rep, e.episode_status, e.status, e.speedup,
+        e.speedup_over, e.speedup_eager, e.speedup_compile, e.speedup_cuda_reference, e.compile_mode,
         e.speedup_baseline, e.roofline, e.rounds, cf == nil and "" or tostring(cf), e.prompt_tokens, e.completion_tokens,
         e.dollars, e.gpu_seconds, e.seconds }
     end
@@ -1034,9 +1291,26 @@ local function legend(s, r, y0)
   end
 end
 
--- 1. fast_p against the threshold p, a line per series (KernelBench's fast_p curve)
+-- How the fast_p chart draws each baseline's curves (a colour per series, a dash per baseline).
+local DASHES = { eager = "", compile = ' stroke-dasharray="7 4"', cuda_reference = ' stroke-dasharray="2 3"' }
+
+-- A key to the line styles in the upper right of the plot, where fast_p curves are low.
+local function dash_legend(s, r)
+  local y, x = PT + 12, PL + PW - 190
+  if #r.baselines > 0 then
+    s[#s + 1] = fmt('<rect x="%d" y="%d" width="186" height="%d" fill="#ffffff" fill-opacity="0.85"/>', x - 4, y - 8,
+      14 * #r.baselines + 2)
+  end
+  for _, b in ipairs(r.baselines) do
+    s[#s + 1] = fmt('<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="#333" stroke-width="2"%s/><text x="%d" y="%d" font-size="11">against %s</text>',
+      x, y, x + 28, y, DASHES[b.key] or "", x + 34, y + 4, esc(b.label))
+    y = y + 14
+  end
+end
+
+-- 1. fast_p against the threshold p, a line per series and baseline (KernelBench's fast_p curve)
 function M.svg_fastp(r)
-  local s = svg_frame("chart-fastp", "fast_p by threshold", "threshold p: correct and faster than p x the reference (log scale)",
+  local s = svg_frame("chart-fastp", "fast_p by threshold", "threshold p: correct and faster than p x the baseline (log scale)",
     "share of episodes")
   if r.episodes == 0 or #r.fast_p_curve == 0 then return no_data(s, "no episodes") end
   local ticks, TOP = { 0, 0.25, 0.5, 0.75, 1 }, 1.0
@@ -1053,19 +1327,24 @@ function M.svg_fastp(r)
   end
   s[#s + 1] = fmt('<line x1="%s" y1="%d" x2="%s" y2="%d" stroke="#c0392b" stroke-dasharray="4 3"/>',
     n2(to_x(1)), PT, n2(to_x(1)), PT + PH)
-  for i, c in ipairs(r.fast_p_curve) do
+  local by_key = {}
+  for _, b in ipairs(M.BASELINES) do by_key[b.key] = b end
+  for _, c in ipairs(r.fast_p_curve) do
     local pts = {}
     for j, pt in ipairs(c.points) do pts[j] = n2(to_x(pt.p)) .. "," .. n2(to_y(pt.value)) end
-    s[#s + 1] = fmt('<polyline fill="none" stroke="%s" stroke-width="2" points="%s"><title>%s: fast_0 %s, fast_1 %s</title></polyline>',
-      series_color(i), concat(pts, " "), esc(c.label), pct(c.points[1].value), pct(fast_of(r.series[i].metrics, 1)))
+    local b = by_key[c.baseline]
+    s[#s + 1] = fmt('<polyline fill="none" stroke="%s" stroke-width="2"%s points="%s"><title>%s, against %s: fast_0 %s, fast_1 %s</title></polyline>',
+      series_color(c.series), b and DASHES[b.key] or "", concat(pts, " "), esc(c.label),
+      esc(b and b.label or "no baseline (no correct episode has a time)"), pct(c.points[1].value), pct(point_at(c.points, 1)))
   end
+  dash_legend(s, r)
   legend(s, r)
   return svg_close(s)
 end
 
 -- 2. correctness by level: a bar per series (light: correct; solid: fast_1)
 function M.svg_levels(r)
-  local s = svg_frame("chart-levels", "Correctness by level", "level (light: correct, solid: faster than the reference)",
+  local s = svg_frame("chart-levels", "Correctness by level", "level (light: correct, solid: fast_1 against the header's baseline)",
     "share of episodes")
   if #(r.levels or {}) == 0 or r.episodes == 0 then return no_data(s, "no episodes") end
   local ticks, TOP = { 0, 0.25, 0.5, 0.75, 1 }, 1.12   -- headroom for the labels over full bars
@@ -1108,7 +1387,7 @@ end
 
 -- 3. speedup of correct kernels: a box per series (quartiles, median, min-max whiskers, points)
 function M.svg_speedup(r)
-  local s = svg_frame("chart-speedup", "Speedup of correct kernels", "speedup over the reference by series (log2 scale)", "")
+  local s = svg_frame("chart-speedup", "Speedup of correct kernels", "speedup over the header's baseline, by series (log2 scale)", "")
   local all, per = {}, {}
   for i, x in ipairs(r.series) do
     per[i] = {}
@@ -1428,6 +1707,11 @@ function M.html(r, opts)
     o[#o + 1] = '<p class="note">pass@k: the mean over tasks of the unbiased estimate 1 - C(n-c, k)/C(n, k) ' ..
       '(n repeats of a task, c correct); in brackets the 95% percentile bootstrap interval over tasks.</p>'
   end
+  if #r.baselines > 0 then
+    o[#o + 1] = "<h2>fast_p against each baseline</h2>"
+    o[#o + 1] = html_cells(baseline_cells(r), 4, false)
+    o[#o + 1] = fmt('<p class="note">%s.</p>', esc(M.BASELINE_NOTE))
+  end
   for _, b in ipairs(r.by) do
     o[#o + 1] = fmt("<h2>By %s</h2>", esc(b.name))
     o[#o + 1] = html_table(r, b)
@@ -1461,20 +1745,25 @@ function M.html(r, opts)
   end)
   o[#o + 1] = "<h2>Episodes</h2>"
   o[#o + 1] = "<table class=\"episodes\"><tr><th>task</th><th>level</th><th>category</th><th>strategy</th><th>model</th>" ..
-    "<th>repeat</th><th>status</th><th>speedup</th><th>roofline</th><th>rounds</th><th>tokens</th><th>gpu_s</th></tr>"
+    "<th>repeat</th><th>status</th><th>speedup</th><th>vs</th><th>eager</th><th>compile</th><th>CUDA ref</th>" ..
+    "<th>roofline</th><th>rounds</th><th>tokens</th><th>gpu_s</th></tr>"
   for _, row in ipairs(rows) do
     o[#o + 1] = fmt("<tr><td style=\"text-align:left\">%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td>" ..
-      "<td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>",
+      "<td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>",
       esc(tostring(row.task)), esc(tostring(row.level or "-")), esc(tostring(row.category or "-")),
       esc(tostring(row.strategy or "-")), esc(tostring(row.model or "-")), esc(tostring(row.rep or "-")),
       esc(tostring(row.status or row.episode_status or "-")), times(row.speedup),
+      esc(row.speedup_over and over_name(row.speedup_over) or "-"), times(row.speedup_eager), times(row.speedup_compile),
+      times(row.speedup_cuda_reference),
       row.roofline and fmt("%.0f%%", 100 * row.roofline) or "-", row.rounds and fmt("%d", row.rounds) or "-",
       human(row.prompt_tokens + row.completion_tokens), fmt("%.2f", row.gpu_seconds))
   end
   o[#o + 1] = "</table>"
-  o[#o + 1] = '<p class="note">speedups are over the task\'s reference, timed the way the candidate is; ' ..
+  o[#o + 1] = '<p class="note">speedup is over PyTorch eager where the task has a PyTorch reference (KernelBench), ' ..
+    'else over its CUDA reference (the header says which, and how many of each), timed the way the candidate is; ' ..
+    'eager, compile, CUDA ref: the candidate over each baseline the judge timed; ' ..
     'speedup_baseline (JSON, CSV) is over the task\'s starter kernel. ' ..
-    'fast_p: share of all episodes that are correct and faster than p times the reference ' ..
+    'fast_p: share of all episodes that are correct and faster than p times the baseline ' ..
     '(KernelBench; fast_0 = correctness). Speedup statistics are over correct episodes (p10/p90 by linear interpolation). ' ..
     'compile@1: the first candidate compiled. rounds: evaluations until the first correct one. tokens/ok, $/ok, gpu_s/ok: ' ..
     'totals over all episodes divided by the number of correct ones. roofline: mean/median fraction of the roofline bound.</p>'

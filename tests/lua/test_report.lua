@@ -435,6 +435,7 @@ t.test("the fast_p curve and the per-task map, per series", function()
   t.near(at[0.25], 4 / 8, 1e-12)
   t.eq(c.points[1].p, 0)
   t.eq(c.points[#c.points].p, 4, "up to 4x")
+  t.eq(c.baseline, "cuda_reference", "an old store: speedups over the CUDA reference")
   local m = r.heatmap
   t.eq(table.concat(m.tasks, ","), "l1_t1,l1_t2")
   local cell = m.cells[1][1]
@@ -491,6 +492,209 @@ t.test("kmrun report --csv writes every table; --fast-p sets the thresholds; --j
   t.eq(rc, 2); t.ok(out:find("--heatmap: 'colour' wants one of speedup or status", 1, true), out)
   out, rc = sh(KMRUN .. " report " .. S .. " --by level+colour")
   t.eq(rc, 2); t.ok(out:find("cannot group by 'colour'", 1, true), out)
+end)
+
+-- Speedups against several baselines (issue 8): summaries written by km.runner.summary from
+-- verdicts that carry speedup_over, speedup_eager, speedup_compile, speedup_cuda_reference and
+-- compile_mode. One series (agent / m1), levels 1 and 2:
+--   task  level status        over            speedup  eager  compile  cuda  compile mode
+--   k1_a  1     correct       pytorch_eager   2.0      2.0    1.2      10    max-autotune-no-cudagraphs
+--   k1_b  1     correct       pytorch_eager   0.9      0.9    0.5      3     max-autotune-no-cudagraphs
+--   k1_c  1     mismatch
+--   k2_a  2     correct       pytorch_eager   1.6      1.6    1.1      -     default
+--   k2_b  2     correct       pytorch_eager   1.4      1.4    -        -     (compile not measured)
+--   k2_c  2     correct       cuda_reference  3.0      -      -        3.0   (a task with no PyTorch reference)
+--   k2_d  2     compile_error
+local runner = require "km.runner"
+local K = dir .. "/baselines.sqlite"
+local KEPS = {
+  { "k1_a", 1, "correct", "pytorch_eager", 2.0, 2.0, 1.2, 10, "max-autotune-no-cudagraphs" },
+  { "k1_b", 1, "correct", "pytorch_eager", 0.9, 0.9, 0.5, 3, "max-autotune-no-cudagraphs" },
+  { "k1_c", 1, "mismatch" },
+  { "k2_a", 2, "correct", "pytorch_eager", 1.6, 1.6, 1.1, nil, "default" },
+  { "k2_b", 2, "correct", "pytorch_eager", 1.4, 1.4 },
+  { "k2_c", 2, "correct", "cuda_reference", 3.0, nil, nil, 3.0 },
+  { "k2_d", 2, "compile_error" },
+}
+do
+  local db = assert(store.open(K))
+  local run = db:begin_run { name = "baselines" }
+  for _, e in ipairs(KEPS) do
+    local ep = assert(db:begin_episode(run, { task = e[1], strategy = "agent", model = "m1" }))
+    local v = { status = e[3], speedup_over = e[4], speedup = e[5], speedup_eager = e[6], speedup_compile = e[7],
+      speedup_cuda_reference = e[8], compile_mode = e[9] }
+    local ctx = { args = {}, stats = { evals = 1, model_calls = 1, failure_modes = { [e[3]] = 1 }, gpu_seconds = 1 } }
+    assert(db:finish_episode(ep, e[3] == "correct" and "correct" or "failed", {
+      final = { candidate = { name = e[1] }, verdict = v },
+      summary = runner.summary({ level = e[2], category = "x" }, ctx, v, 1) }))
+  end
+  db:close()
+end
+
+local function against(m, key, p)
+  for _, f in ipairs(m.against[key].fast_p) do if f.p == p then return f.value end end
+end
+
+local function curve_at(curves, want)
+  for _, c in ipairs(curves) do
+    local hit = true
+    for k, v in pairs(want) do if c[k] ~= v then hit = false end end
+    if hit then
+      local at = {}
+      for _, pt in ipairs(c.points) do at[pt.p] = pt.value end
+      return at
+    end
+  end
+end
+
+t.test("km.runner's summary carries what the speedup is over and the speedup over each baseline", function()
+  local ctx = { args = {}, stats = { evals = 1, failure_modes = {} } }
+  local s = runner.summary({}, ctx, { status = "correct", speedup = 2, speedup_over = "pytorch_eager", speedup_eager = 2,
+    speedup_compile = 1.5, speedup_cuda_reference = 9, compile_mode = "default" }, 1)
+  t.eq(s.speedup_over, "pytorch_eager"); t.eq(s.speedup_eager, 2); t.eq(s.speedup_compile, 1.5)
+  t.eq(s.speedup_cuda_reference, 9); t.eq(s.compile_mode, "default")
+  s = runner.summary({}, ctx, { status = "correct", speedup = 2 }, 1)
+  t.eq(s.speedup_over, nil); t.eq(s.speedup_eager, nil); t.eq(s.speedup_compile, nil); t.eq(s.compile_mode, nil)
+end)
+
+t.test("fast_p against eager, torch.compile and the CUDA reference, per level and overall", function()
+  local r = report.build(assert(report.load(K)))
+  local m = r.all
+  t.eq(m.n, 7); t.eq(m.correct, 5)
+  -- eager: timed 2.0 0.9 1.6 1.4; k2_c (CUDA reference only) is correct without an eager time
+  t.near(against(m, "eager", 0), 5 / 7, 1e-12, "eager fast_0 = correctness")
+  t.near(against(m, "eager", 1), 3 / 7, 1e-12, "eager fast_1")
+  t.near(against(m, "eager", 1.5), 2 / 7, 1e-12, "eager fast_1.5")
+  t.eq(m.against.eager.timed, 4); t.eq(m.against.eager.untimed, 1)
+  t.near(m.against.eager.speedup.geomean, (2.0 * 0.9 * 1.6 * 1.4) ^ (1 / 4), 1e-12)
+  -- compile: timed 1.2 0.5 1.1
+  t.near(against(m, "compile", 0), 5 / 7, 1e-12, "compile fast_0")
+  t.near(against(m, "compile", 1), 2 / 7, 1e-12, "compile fast_1")
+  t.eq(against(m, "compile", 1.5), 0, "compile fast_1.5")
+  t.eq(m.against.compile.timed, 3); t.eq(m.against.compile.untimed, 2)
+  -- the CUDA reference: timed 10, 3 and k2_c's 3.0
+  t.near(against(m, "cuda_reference", 1.5), 3 / 7, 1e-12)
+  t.eq(m.against.cuda_reference.untimed, 2)
+  -- the headline pools 4 speedups over eager and 1 over the CUDA reference, and says so
+  t.eq(m.speedup_over.pytorch_eager, 4); t.eq(m.speedup_over.cuda_reference, 1)
+  t.ok(r.mixed, "mixed baselines")
+  t.eq(m.compile_modes["max-autotune-no-cudagraphs"], 2); t.eq(m.compile_modes.default, 1)
+  local keys = {}
+  for i, b in ipairs(r.baselines) do keys[i] = b.key end
+  t.eq(table.concat(keys, ","), "eager,compile,cuda_reference")
+  -- per level x strategy x model
+  t.eq(#r.level_series, 2)
+  local l1, l2 = r.level_series[1].metrics, r.level_series[2].metrics
+  t.eq(r.level_series[1].level, "1")
+  t.near(against(l1, "eager", 1), 1 / 3, 1e-12); t.near(against(l1, "compile", 1), 1 / 3, 1e-12)
+  t.near(against(l2, "eager", 1), 2 / 4, 1e-12); t.near(against(l2, "eager", 1.5), 1 / 4, 1e-12)
+  t.near(against(l2, "compile", 1), 1 / 4, 1e-12)
+  -- the curves: a series x baseline, and per level
+  t.eq(#r.fast_p_curve, 3)
+  local eager = curve_at(r.fast_p_curve, { baseline = "eager" })
+  t.near(eager[0], 5 / 7, 1e-12); t.near(eager[1], 3 / 7, 1e-12)
+  t.near(eager[2 ^ 0.5], 2 / 7, 1e-12, "1.4 is not faster than 1.414x")
+  local compile = curve_at(r.fast_p_curve, { baseline = "compile" })
+  t.near(compile[0.5], 2 / 7, 1e-12, "0.5x is not faster than 0.5x")
+  t.near(compile[1], 2 / 7, 1e-12)
+  t.eq(#r.fast_p_curve_by_level, 2 * 3)
+  t.near(curve_at(r.fast_p_curve_by_level, { level = "2", baseline = "eager" })[1], 2 / 4, 1e-12)
+  t.near(curve_at(r.fast_p_curve_by_level, { level = "1", baseline = "compile" })[1], 1 / 3, 1e-12)
+end)
+
+t.test("the text report names the baselines, never pools them silently, and has a block per baseline", function()
+  local out, rc = sh(KMRUN .. " report " .. K)
+  t.eq(rc, 0, out)
+  t.ok(out:find("speedup, fast_p and geomean columns against PyTorch eager (4 timed correct episode(s)), " ..
+    "the CUDA reference (1)", 1, true), out)
+  t.ok(out:find("\nwarning: those columns pool episodes timed against different baselines", 1, true), out)
+  t.ok(out:find("torch.compile (3 timed, 2 correct without a time; mode default 1, max-autotune-no-cudagraphs 2)", 1, true), out)
+  t.ok(out:match("\nall%s+7%s+5 %(71%.4%%%)%s+eager 4 %+ CUDA ref 1%s"), "the vs column")
+  t.ok(out:find("fast_p against each baseline (", 1, true), out)
+  t.ok(out:match("\nall%s+eager%s+7%s+5%s+4%s+1%s+57%.1%%%s+42%.9%%%s+28%.6%%%s+0%.0%%%s+1%.42x"), out)
+  t.ok(out:match("\nall%s+compile%s+7%s+5%s+3%s+2%s+28%.6%%%s+28%.6%%%s+0%.0%%%s+0%.0%%"), "compile, all")
+  t.ok(out:match("\n2%s+agent%s+m1%s+eager%s+4%s+3%s+2%s+1%s+50%.0%%%s+50%.0%%%s+25%.0%%"), "eager, level 2")
+  t.ok(out:match("\nall%s+agent%s+m1%s+CUDA ref%s+7%s+5%s+3%s+2%s"), "CUDA reference, the series")
+  -- a store of one baseline: no warning, no vs column
+  local one = sh(KMRUN .. " report " .. A)
+  t.ok(one:find("columns against the CUDA reference (4 timed correct episode(s))", 1, true), one)
+  t.ok(not one:find("warning:", 1, true) and one:match("\nstrategy%s+model%s+n%s+correct%s+fast_0%.5"), one)
+end)
+
+t.test("JSON and CSV carry fast_p and its curves per baseline and per level", function()
+  local csvdir = dir .. "/kcsv"
+  local out, rc = sh(KMRUN .. " report " .. K .. " --json --csv " .. csvdir .. " 2>/dev/null")
+  t.eq(rc, 0, out)
+  local o = assert(json.decode(out))
+  t.near(o.all.against.eager.fast_p["1"], 3 / 7, 1e-12)
+  t.near(o.all.against.compile.fast_p["1"], 2 / 7, 1e-12)
+  t.eq(o.all.against.compile.fast_p["1.5"], 0)
+  t.eq(o.all.against.compile.untimed, 2)
+  t.eq(o.all.speedup_over.cuda_reference, 1)
+  t.eq(o.all.compile_modes.default, 1)
+  t.eq(table.concat(o.baselines, ","), "eager,compile,cuda_reference")
+  t.eq(o.mixed_speedups, true)
+  t.eq(#o.fast_p_curve, 3)
+  t.eq(o.fast_p_curve[2].baseline, "compile")
+  t.eq(#o.fast_p_curve_by_level, 6)
+  t.eq(o.fast_p_curve_by_level[1].level, "1")
+  t.eq(o.by["level+strategy+model"][2].against.eager.timed, 2)
+  local curve = slurp(csvdir .. "/fast_p_curve.csv")
+  t.ok(curve:find("^strategy,model,baseline,p,fast_p\n"), curve)
+  t.ok(curve:find("\nagent,m1,eager,1,0.42857142857142855\n", 1, true), curve)
+  t.ok(curve:find("\nagent,m1,compile,0,0.7142857142857143", 1, true), curve)
+  local lv = slurp(csvdir .. "/fast_p_curve_by_level.csv")
+  t.ok(lv:find("^level,strategy,model,baseline,p,fast_p\n"), lv)
+  t.ok(lv:find("\n2,agent,m1,eager,1,0.5\n", 1, true), lv)
+  local fb = slurp(csvdir .. "/fast_p_by_baseline.csv")
+  t.ok(fb:find("^level,strategy,model,baseline,n,correct,timed,untimed,fast_0.5,fast_1,fast_1.5,fast_2,speedup_geomean,"), fb)
+  t.ok(fb:find("\nall,,,compile,7,5,3,2,0.2857142857142857,0.2857142857142857,0,0,", 1, true), fb)
+  local eps = slurp(csvdir .. "/episodes.csv")
+  t.ok(eps:find("speedup_over,speedup_eager,speedup_compile,speedup_cuda_reference,compile_mode", 1, true), eps)
+  t.ok(eps:find("\nk2_c,2,x,agent,m1,,correct,correct,3,cuda_reference,,,3,,", 1, true), eps)
+end)
+
+t.test("the fast_p chart draws a line style per baseline", function()
+  local html = report.html(report.build(assert(report.load(K))))
+  check_html(html)
+  local fastp = html:match('<svg[^>]*id="chart%-fastp".-</svg>')
+  local _, curves = fastp:gsub("<polyline", "")
+  t.eq(curves, 3, "a curve per series and baseline")
+  local _, dashed = fastp:gsub('<polyline[^>]*stroke%-dasharray', "")
+  t.eq(dashed, 2, "torch.compile and the CUDA reference dashed, eager solid")
+  t.ok(fastp:find("against torch.compile", 1, true) and fastp:find("against PyTorch eager", 1, true), "the style key")
+  t.ok(html:find("<h2>fast_p against each baseline</h2>", 1, true), "the per-baseline table")
+end)
+
+t.test("stores from before speedup_over: speedup is over the CUDA reference unless it says eager", function()
+  local r = report.build(assert(report.load { A, B }))
+  for _, row in ipairs(r.rows) do
+    if row.speedup then
+      t.eq(row.speedup_over, "cuda_reference"); t.eq(row.speedup_cuda_reference, row.speedup); t.eq(row.speedup_eager, nil)
+    end
+  end
+  t.eq(#r.baselines, 1); t.eq(r.baselines[1].key, "cuda_reference")
+  t.ok(not r.mixed)
+  t.near(against(r.all, "cuda_reference", 1), fast(r.all, 1), 1e-12)
+  t.eq(r.fast_p_curve[1].baseline, "cuda_reference")
+  -- speedup_over = pytorch_eager without speedup_eager (a summary written before it): eager is the speedup;
+  -- a summary without the fields: the final verdict's
+  local O = dir .. "/old.sqlite"
+  local db = assert(store.open(O))
+  local run = db:begin_run { name = "old" }
+  local ep = assert(db:begin_episode(run, { task = "o1", strategy = "s", model = "m" }))
+  assert(db:finish_episode(ep, "correct", { summary = { status = "correct", speedup = 1.3, speedup_over = "pytorch_eager" } }))
+  ep = assert(db:begin_episode(run, { task = "o2", strategy = "s", model = "m" }))
+  assert(db:finish_episode(ep, "correct", { final = { verdict = { status = "correct", speedup = 0.7, speedup_over = "pytorch_eager",
+    speedup_eager = 0.7, speedup_compile = 0.4, compile_mode = "default" } }, summary = { status = "correct" } }))
+  db:close()
+  local o = report.build(assert(report.load(O)))
+  t.eq(o.rows[1].speedup_eager, 1.3); t.eq(o.rows[1].speedup_cuda_reference, nil)
+  t.eq(o.rows[2].speedup_compile, 0.4); t.eq(o.rows[2].compile_mode, "default")
+  t.near(against(o.all, "eager", 1), 1 / 2, 1e-12)
+  t.eq(against(o.all, "compile", 0.1), nil, "0.1 is not a threshold asked for")
+  t.eq(o.all.against.compile.untimed, 1)
+  t.ok(report.text(o):find("against PyTorch eager (2 timed correct episode(s))", 1, true))
 end)
 
 -- Renders the page in headless Chromium (tests/report_shot.sh) when one is installed.
