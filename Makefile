@@ -27,8 +27,10 @@ CFLAGS  += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer
 LDFLAGS += -fsanitize=$(SANITIZE)
 endif
 
-# Every runtime/*.c is part of the program; files named *_core.c are pure C (no lua_State)
-# and are also linked into the C unit tests.
+# Every runtime/*.c is part of the program (and of libkmrun and km.so below); files named
+# *_core.c are pure C (no lua_State, no driver) and are also linked into the C unit tests.
+# The plain-C files that call the driver (km_devops.c, km_kernel.c) are not *_core: the tests
+# do not link the driver table.
 SRCS     := $(wildcard runtime/*.c)
 OBJS     := $(SRCS:runtime/%.c=$(BUILD)/obj/%.o)
 CORE_OBJS:= $(filter %_core.o,$(OBJS))

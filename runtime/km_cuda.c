@@ -5,6 +5,9 @@
  * machines with no driver and available() says why. One process-wide context: the primary
  * context of the device chosen by use(i) or KM_DEVICE (default 0).
  *
+ * How a module is loaded, a kernel found and described and a launch issued is km_kernel.c's,
+ * shared with the C API; this file turns Lua values into the parameter array and back.
+ *
  * Ownership: a km.Module owns its CUmodule; a km.Function pins its Module (user value 1)
  * and holds only a borrowed CUfunction; km.Stream, km.Event and km.Graph own their
  * handles. All release through one idempotent function each (__gc, __close, :free()). */
@@ -21,6 +24,7 @@
 #include "km.h"
 #include "km_cuda.h"
 #include "km_dtype.h"
+#include "km_kernel.h"
 
 #define KM_MODULE_MT "km.Module"
 #define KM_FUNCTION_MT "km.Function"
@@ -349,9 +353,13 @@ static km_module *module_check(lua_State *L, int idx) {
 
 static int module_release(lua_State *L) {
   km_module *m = luaL_checkudata(L, 1, KM_MODULE_MT);
-  if (m->mod && km_cu) api.cuModuleUnload(m->mod);
-  m->mod = NULL;
+  km_kernel_unload(&m->mod);
   return 0;
+}
+
+/* nil, msg, "CUDA_ERROR_X" for a failure km_kernel.c has worded. */
+static int kernel_fail(lua_State *L, CUresult r, const char *msg) {
+  return km_fail(L, km_cuda_errname(r), "%s", msg);
 }
 
 /* cuda.load(program_or_cubin) -> km.Module | nil, msg, code.
@@ -381,11 +389,9 @@ static int l_load(lua_State *L) {
     lua_setiuservalue(L, -2, 1);
   }
   /* cuModuleLoadData wants a NUL-terminated image for PTX; Lua strings are. */
-  CUresult r = api.cuModuleLoadData(&m->mod, image);
-  if (r != CUDA_SUCCESS) {
-    m->mod = NULL;
-    return km_cuda_fail(L, r, "loading module");
-  }
+  char msg[KM_KERNEL_MSG];
+  CUresult r = km_kernel_load(image, &m->mod, msg, sizeof msg);
+  if (r != CUDA_SUCCESS) return kernel_fail(L, r, msg);
   return 1;
 }
 
@@ -400,17 +406,11 @@ static int module_get(lua_State *L) {
   km_module *m = module_check(L, 1);
   const char *name = luaL_checkstring(L, 2);
   CUfunction fn;
-  CUresult r = api.cuModuleGetFunction(&fn, m->mod, name);
-  if (r != CUDA_SUCCESS) {
-    const char *code = km_cuda_errname(r);
-    return km_fail(L, code, "%s: no kernel named '%s' in the module (is it extern \"C\" __global__?)", code, name);
-  }
   int n = 0;
-  size_t off, sz, argbytes = 0;
-  while (api.cuFuncGetParamInfo(fn, (size_t)n, &off, &sz) == CUDA_SUCCESS) {
-    if (off + sz > argbytes) argbytes = off + sz;
-    n++;
-  }
+  size_t argbytes = 0;
+  char msg[KM_KERNEL_MSG];
+  CUresult r = km_kernel_get(m->mod, name, &fn, &n, &argbytes, msg, sizeof msg);
+  if (r != CUDA_SUCCESS) return kernel_fail(L, r, msg);
   km_function *f = lua_newuserdatauv(L, sizeof *f + (size_t)n * (2 * sizeof(size_t) + 1), 2);
   memset(f, 0, sizeof *f);
   luaL_setmetatable(L, KM_FUNCTION_MT);
@@ -422,10 +422,8 @@ static int module_get(lua_State *L) {
   f->size = f->offset + n;
   f->kind = (char *)(f->size + n);
   snprintf(f->name, sizeof f->name, "%s", name);
-  for (int i = 0; i < n; i++) {
-    api.cuFuncGetParamInfo(fn, (size_t)i, &f->offset[i], &f->size[i]);
-    f->kind[i] = KIND_UNKNOWN;
-  }
+  km_kernel_layout(fn, n, f->offset, f->size);
+  for (int i = 0; i < n; i++) f->kind[i] = KIND_UNKNOWN;
   /* uservalue 1: the module (keeps the CUmodule alive); 2: the signature, if known */
   lua_pushvalue(L, 1);
   lua_setiuservalue(L, -2, 1);
@@ -591,12 +589,7 @@ static const char *put_number(void *dst, size_t size, int kind, int is_int, long
 
 /* ==== launch ==== */
 
-typedef struct {
-  unsigned grid[3], block[3];
-  unsigned shared;
-  CUstream stream;
-} launch_cfg;
-
+/* A launch configuration is km_kernel.h's km_kernel_cfg; here it is read from a Lua table. */
 static void read_dim3(lua_State *L, int cfg, const char *key, unsigned out[3], int required) {
   out[0] = out[1] = out[2] = 1;
   int t = lua_getfield(L, cfg, key);
@@ -619,7 +612,7 @@ static void read_dim3(lua_State *L, int cfg, const char *key, unsigned out[3], i
   lua_pop(L, 1);
 }
 
-static void read_cfg(lua_State *L, int cfg, launch_cfg *c) {
+static void read_cfg(lua_State *L, int cfg, km_kernel_cfg *c) {
   luaL_checktype(L, cfg, LUA_TTABLE);
   read_dim3(L, cfg, "grid", c->grid, 1);
   read_dim3(L, cfg, "block", c->block, 1);
@@ -630,9 +623,10 @@ static void read_cfg(lua_State *L, int cfg, launch_cfg *c) {
 }
 
 /* Packs the Lua arguments at [first, first+nargs) into the kernel's parameter buffer and
- * launches. Raises on misuse (wrong count or kind, naming the parameter); returns
- * true or nil, msg, code for CUDA failures. */
-static int do_launch(lua_State *L, int fidx, km_function *f, const launch_cfg *c, int first, int nargs) {
+ * launches through km_kernel_launch, one pointer per parameter into that buffer. Raises on
+ * misuse (wrong count or kind, naming the parameter); returns true or nil, msg, code for
+ * CUDA failures. */
+static int do_launch(lua_State *L, int fidx, km_function *f, const km_kernel_cfg *c, int first, int nargs) {
   if (nargs != f->nparams) {
     /* "kernel 'k' takes 3 arguments (x, y, n), got 2" */
     int base = lua_gettop(L);
@@ -658,9 +652,13 @@ static int do_launch(lua_State *L, int fidx, km_function *f, const launch_cfg *c
   unsigned char *buf = stackbuf;
   if (f->argbytes > sizeof stackbuf) buf = lua_newuserdatauv(L, f->argbytes, 0);
   memset(buf, 0, f->argbytes);
+  void *stackargs[64];
+  void **args = stackargs;
+  if (nargs > 64) args = lua_newuserdatauv(L, sizeof(void *) * (size_t)nargs, 0);
   for (int i = 0; i < nargs; i++) {
     int a = first + i;
     void *dst = buf + f->offset[i];
+    args[i] = dst;
     size_t sz = f->size[i];
     int kind = f->kind[i];
     const char *err = NULL;
@@ -710,16 +708,9 @@ static int do_launch(lua_State *L, int fidx, km_function *f, const launch_cfg *c
       return luaL_error(L, "kernel '%s', argument %d %s: %s", f->name, i + 1, pd, err);
     }
   }
-  size_t nbytes = f->argbytes;
-  void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, buf, CU_LAUNCH_PARAM_BUFFER_SIZE, &nbytes, CU_LAUNCH_PARAM_END};
-  CUresult r = api.cuLaunchKernel(f->fn, c->grid[0], c->grid[1], c->grid[2], c->block[0], c->block[1],
-                                  c->block[2], c->shared, c->stream, NULL, nargs ? extra : NULL);
-  if (r != CUDA_SUCCESS) {
-    const char *what = lua_pushfstring(L, "launching '%s' (grid %d,%d,%d block %d,%d,%d shared %d)", f->name,
-                                       c->grid[0], c->grid[1], c->grid[2], c->block[0], c->block[1],
-                                       c->block[2], c->shared);
-    return km_cuda_fail(L, r, what);
-  }
+  char msg[KM_KERNEL_MSG];
+  CUresult r = km_kernel_launch(f->fn, f->name, nargs, c, args, msg, sizeof msg);
+  if (r != CUDA_SUCCESS) return kernel_fail(L, r, msg);
   lua_pushboolean(L, 1);
   return 1;
 }
@@ -727,7 +718,7 @@ static int do_launch(lua_State *L, int fidx, km_function *f, const launch_cfg *c
 /* fn:launch(cfg, args...) */
 static int function_launch(lua_State *L) {
   km_function *f = function_check(L, 1);
-  launch_cfg c;
+  km_kernel_cfg c;
   read_cfg(L, 2, &c);
   return do_launch(L, 1, f, &c, 3, lua_gettop(L) - 2);
 }
@@ -735,7 +726,7 @@ static int function_launch(lua_State *L) {
 /* fn{grid=, block=}(args...): upvalues are the function and the config table */
 static int bound_launch(lua_State *L) {
   km_function *f = function_check(L, lua_upvalueindex(1));
-  launch_cfg c;
+  km_kernel_cfg c;
   read_cfg(L, lua_upvalueindex(2), &c);
   return do_launch(L, lua_upvalueindex(1), f, &c, 1, lua_gettop(L));
 }

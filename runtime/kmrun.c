@@ -23,7 +23,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <lua.h>
@@ -31,25 +30,11 @@
 #include <lualib.h>
 
 #include "km.h"
-
-#define KM_MODULE(name) int luaopen_km_##name(lua_State *L);
-#include "km_modules.inc"
-#undef KM_MODULE
-
-static const luaL_Reg builtin_modules[] = {
-#define KM_MODULE(name) {"km." #name, luaopen_km_##name},
-#include "km_modules.inc"
-#undef KM_MODULE
-    {NULL, NULL}};
+#include "km_api.h"
 
 static const char *progname = "kmrun";
 
 /* ---- paths ---- */
-
-static int is_dir(const char *p) {
-  struct stat st;
-  return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
-}
 
 /* Finds the lua/ folder that belongs to this executable; "" when there is none. */
 static void find_libdir(char *out, size_t n) {
@@ -61,16 +46,8 @@ static void find_libdir(char *out, size_t n) {
   char *slash = strrchr(exe, '/');
   if (!slash) return;
   *slash = '\0';
-  const char *cands[] = {"%s/lua", "%s/../lua", "%s/../share/kmrun/lua"};
-  for (size_t i = 0; i < sizeof cands / sizeof *cands; i++) {
-    char p[PATH_MAX];
-    snprintf(p, sizeof p, cands[i], exe);
-    char real[PATH_MAX];
-    if (is_dir(p) && realpath(p, real)) {
-      snprintf(out, n, "%s", real);
-      return;
-    }
-  }
+  static const char *const cands[] = {"%s/lua", "%s/../lua", "%s/../share/kmrun/lua"};
+  km_api_find_dir(exe, cands, sizeof cands / sizeof *cands, NULL, out, n);
 }
 
 /* Adds the ';'-separated entries of an environment variable (";;" stands for the default,
@@ -100,19 +77,7 @@ static const char *getenv_versioned(const char *name) {
 static void set_paths(lua_State *L, const char *libdir, int use_env) {
   luaL_Buffer b;
   luaL_buffinit(L, &b);
-  const char *kmpath = getenv("KM_PATH");
-  if (kmpath && *kmpath) {
-    char *copy = strdup(kmpath), *save = NULL;
-    for (char *d = copy ? strtok_r(copy, ":", &save) : NULL; d; d = strtok_r(NULL, ":", &save)) {
-      lua_pushfstring(L, "%s/?.lua;%s/?/init.lua;", d, d);
-      luaL_addvalue(&b);
-    }
-    free(copy);
-  }
-  if (*libdir) {
-    lua_pushfstring(L, "%s/?.lua;%s/?/init.lua", libdir, libdir);
-    luaL_addvalue(&b);
-  }
+  km_api_add_path(&b, libdir);
   if (use_env) add_env_path(L, &b, getenv_versioned("LUA_PATH"));
   luaL_pushresult(&b);                /* [path] */
   lua_getglobal(L, "package");        /* [path, package] */
@@ -136,19 +101,6 @@ static void set_paths(lua_State *L, const char *libdir, int use_env) {
   exe[n > 0 ? n : 0] = '\0';
   lua_pushstring(L, exe);
   lua_setfield(L, -2, "km_exe"); /* this program, for starting workers */
-  lua_pop(L, 1);
-}
-
-int luaopen_km(lua_State *L); /* km_lua_module.c */
-
-static void preload(lua_State *L) {
-  luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_PRELOAD_TABLE);
-  for (const luaL_Reg *m = builtin_modules; m->name; m++) {
-    lua_pushcfunction(L, m->func);
-    lua_setfield(L, -2, m->name);
-  }
-  lua_pushcfunction(L, luaopen_km); /* require "km": as from a stock lua5.4 with km.so */
-  lua_setfield(L, -2, "km");
   lua_pop(L, 1);
 }
 
@@ -520,7 +472,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   luaL_openlibs(L);
-  preload(L);
+  km_api_preload(L); /* km.* and km itself (require "km": as from a stock lua5.4 with km.so) */
   lua_pushboolean(L, 1);
   lua_setfield(L, LUA_REGISTRYINDEX, "LUA_NOENV");
   char libdir[PATH_MAX];

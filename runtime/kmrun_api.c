@@ -1,7 +1,9 @@
 /* kmrun_api.c — the public C API (include/kmrun.h) over the C core: the driver table
- * (km_cuda.c), device operations (km_devops.c), NVRTC and its cache (km_nvrtc_core.c),
- * compare (km_compare_core.c), the store (km_store_core.c) and, for km_run_script, the
- * embedded Lua with every km.* module preloaded.
+ * (km_cuda.c), device operations (km_devops.c), modules, kernels and launches
+ * (km_kernel.c), NVRTC and its cache (km_nvrtc_core.c), compare (km_compare_core.c), the
+ * store (km_store_core.c) and, for km_run_script, the embedded Lua with every km.* module
+ * preloaded. The Lua set-up pieces (preload, finding the Lua library, package.path) are
+ * km_api.h's, shared with the kmrun program and km.so.
  *
  * Handles are tokens, not addresses: kind (8 bits) | generation (24 bits) | slot + 1
  * (32 bits). A slot's generation moves on when it is freed, so a stale, freed or
@@ -26,10 +28,12 @@
 
 #include "kmrun.h"
 #include "km.h"
+#include "km_api.h"
 #include "km_stats_core.h"
 #include "km_compare_core.h"
 #include "km_cuda.h"
 #include "km_devops.h"
+#include "km_kernel.h"
 #include "km_nvrtc_core.h"
 #include "km_store_core.h"
 
@@ -80,6 +84,11 @@ static km_status fail(km_status st, const char *code, const char *fmt, ...) {
 static km_status cuda_fail(CUresult r, const char *what) {
   const char *name = km_cuda_errname(r);
   return fail(KMRUN_ECUDA, name, "%s: %s: %s", name, what, km_cuda_errstr(r));
+}
+
+/* A failure km_kernel.c has worded (the whole message), with st. */
+static km_status kernel_fail(km_status st, CUresult r, const char *msg) {
+  return fail(st, km_cuda_errname(r), "%s", msg);
 }
 
 static km_status need_cuda(void) {
@@ -366,10 +375,11 @@ km_status km_mod_load(km_rt *h, km_prog *ph, km_mod **out) {
   if (st) return st;
   mod_obj *m = calloc(1, sizeof *m);
   if (!m) return fail(KMRUN_ENOMEM, NULL, "km_mod_load: out of memory");
-  CUresult r = km_cu->cuModuleLoadData(&m->mod, image);
-  if (r != CUDA_SUCCESS) { free(m); return cuda_fail(r, "loading module"); }
+  char msg[KM_KERNEL_MSG];
+  CUresult r = km_kernel_load(image, &m->mod, msg, sizeof msg);
+  if (r != CUDA_SUCCESS) { free(m); return kernel_fail(KMRUN_ECUDA, r, msg); }
   if (!(*out = reg_add(H_MOD, m, 0))) {
-    km_cu->cuModuleUnload(m->mod);
+    km_kernel_unload(&m->mod);
     free(m);
     return fail(KMRUN_ENOMEM, NULL, "km_mod_load: out of memory");
   }
@@ -379,7 +389,7 @@ km_status km_mod_load(km_rt *h, km_prog *ph, km_mod **out) {
 km_status km_mod_free(km_mod *h) {
   mod_obj *m = reg_take(h, H_MOD);
   if (!m) return bad_handle(h, H_MOD, "km_mod_free");
-  if (m->mod && km_cu) km_cu->cuModuleUnload(m->mod);
+  km_kernel_unload(&m->mod);
   free(m);
   return KMRUN_OK;
 }
@@ -394,19 +404,17 @@ km_status km_kern_get(km_mod *h, const char *name, km_kern **out) {
   pthread_mutex_unlock(&reg_lock);
   if (mi < 0) return bad_handle(h, H_MOD, "km_kern_get");
   CUfunction fn;
-  CUresult r = km_cu->cuModuleGetFunction(&fn, mod, name);
-  if (r != CUDA_SUCCESS)
-    return fail(KMRUN_ENOTFOUND, km_cuda_errname(r),
-                "%s: no kernel named '%s' in the module (is it extern \"C\" __global__?)", km_cuda_errname(r), name);
+  int nparams = 0;
+  size_t argbytes = 0;
+  char msg[KM_KERNEL_MSG];
+  CUresult r = km_kernel_get(mod, name, &fn, &nparams, &argbytes, msg, sizeof msg);
+  if (r != CUDA_SUCCESS) return kernel_fail(KMRUN_ENOTFOUND, r, msg);
   kern_obj *k = calloc(1, sizeof *k);
   if (!k) return fail(KMRUN_ENOMEM, NULL, "km_kern_get: out of memory");
   k->fn = fn;
+  k->nparams = nparams;
+  k->argbytes = argbytes;
   snprintf(k->name, sizeof k->name, "%s", name);
-  size_t off, sz;
-  while (km_cu->cuFuncGetParamInfo(fn, (size_t)k->nparams, &off, &sz) == CUDA_SUCCESS) {
-    if (off + sz > k->argbytes) k->argbytes = off + sz;
-    k->nparams++;
-  }
   if (!(*out = reg_add(H_KERN, k, (uint32_t)mi + 1))) {
     free(k);
     return fail(KMRUN_ENOMEM, NULL, "km_kern_get: out of memory");
@@ -422,19 +430,12 @@ km_status km_kern_params(km_kern *h, int *nparams, size_t *bytes) {
 }
 
 static km_status launch_fn(CUfunction fn, const char *name, int nparams, const km_launch_cfg *c, void **args) {
-  unsigned g[3], b[3];
-  for (int i = 0; i < 3; i++) {
-    g[i] = c->grid[i] ? c->grid[i] : 1;
-    b[i] = c->block[i] ? c->block[i] : 1;
-  }
   if (nparams > 0 && !args) return fail(KMRUN_EINVAL, NULL, "km_launch: kernel '%s' takes %d arguments, args is NULL", name, nparams);
-  CUresult r = km_cu->cuLaunchKernel(fn, g[0], g[1], g[2], b[0], b[1], b[2], c->shared_bytes, km_cuda_stream(),
-                                     nparams ? args : NULL, NULL);
-  if (r == CUDA_SUCCESS) return KMRUN_OK;
-  char what[256];
-  snprintf(what, sizeof what, "launching '%s' (grid %u,%u,%u block %u,%u,%u shared %u)", name, g[0], g[1], g[2],
-           b[0], b[1], b[2], c->shared_bytes);
-  return cuda_fail(r, what);
+  km_kernel_cfg kc = {{c->grid[0], c->grid[1], c->grid[2]}, {c->block[0], c->block[1], c->block[2]}, c->shared_bytes,
+                      km_cuda_stream()};
+  char msg[KM_KERNEL_MSG];
+  CUresult r = km_kernel_launch(fn, name, nparams, &kc, args, msg, sizeof msg);
+  return r == CUDA_SUCCESS ? KMRUN_OK : kernel_fail(KMRUN_ECUDA, r, msg);
 }
 
 km_status km_launch(km_kern *h, const km_launch_cfg *cfg, void **args) {
@@ -894,20 +895,45 @@ static void self_dir(char *out, size_t n) {
   }
 }
 
+void km_api_find_dir(const char *dir, const char *const *cands, size_t ncands, const char *probe, char *out,
+                     size_t n) {
+  out[0] = '\0';
+  for (size_t i = 0; dir[0] && i < ncands; i++) {
+    char p[PATH_MAX + 32], pp[PATH_MAX + 64], real[PATH_MAX];
+    snprintf(p, sizeof p, cands[i], dir);
+    if (probe) snprintf(pp, sizeof pp, "%s/%s", p, probe);
+    if ((probe ? access(pp, R_OK) == 0 : is_dir(p)) && realpath(p, real)) {
+      snprintf(out, n, "%s", real);
+      return;
+    }
+  }
+}
+
+void km_api_add_path(luaL_Buffer *b, const char *libdir) {
+  const char *kmpath = getenv("KM_PATH");
+  if (kmpath && *kmpath) {
+    char *copy = strdup(kmpath), *save = NULL;
+    for (char *d = copy ? strtok_r(copy, ":", &save) : NULL; d; d = strtok_r(NULL, ":", &save)) {
+      lua_pushfstring(b->L, "%s/?.lua;%s/?/init.lua;", d, d);
+      luaL_addvalue(b);
+    }
+    free(copy);
+  }
+  if (libdir[0]) {
+    lua_pushfstring(b->L, "%s/?.lua;%s/?/init.lua", libdir, libdir);
+    luaL_addvalue(b);
+  }
+}
+
 /* The km.* Lua library and the kmrun program (for workers) that belong to this library:
  * libkmrun.so in <build>/lib or <prefix>/lib, km.so in <build>/lib/lua or <prefix>/lib/lua/5.4. */
 void km_api_find_paths(char *libdir, size_t nl, char *exe, size_t ne) {
   char self[PATH_MAX];
   self_dir(self, sizeof self);
-  libdir[0] = exe[0] = '\0';
-  const char *lcands[] = {"%s/../share/kmrun/lua", "%s/../../lua", "%s/../../../share/kmrun/lua",
-                          "%s/../../../lua", "%s/../lua", "%s/lua"};
-  for (size_t i = 0; self[0] && i < sizeof lcands / sizeof *lcands; i++) {
-    char p[PATH_MAX + 32], probe[PATH_MAX + 64], real[PATH_MAX];
-    snprintf(p, sizeof p, lcands[i], self);
-    snprintf(probe, sizeof probe, "%s/km/main.lua", p);
-    if (access(probe, R_OK) == 0 && realpath(p, real)) { snprintf(libdir, nl, "%s", real); break; }
-  }
+  exe[0] = '\0';
+  static const char *const lcands[] = {"%s/../share/kmrun/lua", "%s/../../lua", "%s/../../../share/kmrun/lua",
+                                       "%s/../../../lua", "%s/../lua", "%s/lua"};
+  km_api_find_dir(self, lcands, sizeof lcands / sizeof *lcands, "km/main.lua", libdir, nl);
   const char *e = getenv("KM_EXE");
   if (e && *e) { snprintf(exe, ne, "%s", e); return; }
   const char *ecands[] = {"%s/../bin/kmrun", "%s/../kmrun", "%s/../../kmrun", "%s/../../../bin/kmrun", "%s/kmrun"};
@@ -947,19 +973,7 @@ km_status km_run_script(const char *path, int argc, const char *const *argv, int
   lua_getglobal(L, "package");
   luaL_Buffer b;
   luaL_buffinit(L, &b);
-  const char *kmpath = getenv("KM_PATH");
-  if (kmpath && *kmpath) {
-    char *copy = strdup(kmpath), *save = NULL;
-    for (char *d = copy ? strtok_r(copy, ":", &save) : NULL; d; d = strtok_r(NULL, ":", &save)) {
-      lua_pushfstring(L, "%s/?.lua;%s/?/init.lua;", d, d);
-      luaL_addvalue(&b);
-    }
-    free(copy);
-  }
-  if (libdir[0]) {
-    lua_pushfstring(L, "%s/?.lua;%s/?/init.lua", libdir, libdir);
-    luaL_addvalue(&b);
-  }
+  km_api_add_path(&b, libdir);
   luaL_pushresult(&b);
   lua_setfield(L, -2, "path");
   lua_pushstring(L, libdir);
