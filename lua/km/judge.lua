@@ -651,8 +651,8 @@ end
 -- or measured here, with the candidate's protocol (fresh inputs, poisoned outputs, cold L2),
 -- and kept there. A KernelBench problem's eager model is its reference (st.prob); a task
 -- with a CUDA reference and a reference.py loads that as a second model, with the task's
--- own input and output names. opts.compile_mode: torch.compile's mode (default km.kernelbench's;
--- "off": none); opts.eager == false: no eager baseline for a task whose reference is CUDA.
+-- own input and output names. opts.compile_mode: torch.compile's mode (default KM_COMPILE_MODE,
+-- else km.kernelbench's; "off": none); opts.eager == false: no eager baseline for a task whose reference is CUDA.
 
 local function fresh_state() return { scratch = {}, launches = {}, scratch_bytes = 0, scratch_peak = 0 } end
 
@@ -688,7 +688,7 @@ end
 function Judge:baselines(st, sym, opts)
   local t = st.task
   local source = t.reference.pytorch and t.reference.source_text or t.reference.pytorch_text
-  local mode = opts.compile_mode or require("km.kernelbench").COMPILE_MODE
+  local mode = opts.compile_mode or os.getenv("KM_COMPILE_MODE") or require("km.kernelbench").COMPILE_MODE
   local want_eager = st.prob or opts.eager ~= false -- a problem's eager model is its reference
   if not source or not (want_eager or mode ~= "off") then return nil end
   local tk = task_mod.fmt_shape(sym)

@@ -1,0 +1,123 @@
+-- GPU: PyTorch baselines in verdicts. A task with a CUDA reference and a reference.py gets
+-- speedup over eager, with torch.compile and the CUDA reference beside it; a KernelBench
+-- problem's eager time is its reference; both are read from the disk cache the second time
+-- (another worker: the same numbers); measuring torch.compile is not charged to the
+-- candidate's timeout; --baselines none leaves the CUDA reference alone.
+local t = require "km.tap"
+t.require_gpu()
+local kb = require "km.kernelbench"
+local okk, info = kb.available()
+if not okk then t.skip_all("PyTorch not available (KM_PYTHON): " .. tostring(info)) end
+if not info.cuda_version then t.skip_all("torch " .. info.version .. " is a CPU-only build") end
+local task = require "km.task"
+local eval = require "km.eval"
+local testing = require "km.testing"
+
+local DIR = testing.tmpdir()
+local CACHE = DIR .. "/baselines"
+local GPU = tonumber(os.getenv("KM_TEST_GPU") or "0")
+local ROOT = io.popen("readlink -f " .. (arg[0]:match("^(.*)/tests/gpu/") or ".")):read("l")
+
+local RELU = DIR .. "/19_ReLU.py"
+testing.write(RELU, [[
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self):
+        super(Model, self).__init__()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x)
+
+def get_inputs():
+    return [torch.randn(4096, 4096)]
+
+def get_init_inputs():
+    return []
+]])
+local RELU_CAND = { name = "relu", source = [[extern "C" __global__ void relu(const float *x, float *y, long long n) {
+  long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+  if (i < n) y[i] = fmaxf(x[i], 0.f);
+}]], launch = [[return function(k, io, s)
+  local n = io.x:numel()
+  k.relu{ grid = k.cdiv(n, 256), block = 256 }(io.x, io.out, n)
+end]] }
+
+local function pool(opts)
+  opts.gpus = { GPU }
+  opts.env = { KM_BASELINE_DIR = CACHE }
+  return assert(eval.pool(opts))
+end
+
+t.test("our task with reference.py: speedup over eager; torch.compile and the CUDA reference beside it", function()
+  local lt = assert(task.load(ROOT .. "/tasks/l1_softplus"))
+  local p = pool { timeout = 120 }
+  local cand = assert(task.starter(lt))
+  local v = p:eval(lt, cand, { seeds = 1, compile_mode = "default" })
+  p:close()
+  t.eq(v.status, "correct", v.feedback)
+  t.eq(v.speedup_over, "pytorch_eager")
+  t.ok(v.baselines and v.baselines.eager and v.baselines.compile, require("km.json").encode(v.baselines or {}))
+  t.eq(v.baselines.errors, nil)
+  t.near(v.speedup, v.speedup_eager, 1e-12)
+  t.near(v.speedup_eager, v.baselines.eager.median / v.timing.candidate.median, 1e-9)
+  t.near(v.speedup_compile, v.baselines.compile.median / v.timing.candidate.median, 1e-9)
+  t.near(v.speedup_cuda_reference, v.timing.reference.median / v.timing.candidate.median, 1e-9)
+  t.eq(v.compile_mode, "default")
+  t.eq(v.baselines.eager.cached, false)
+  t.ok(v.baselines.compile.compile_seconds > 0)
+  t.diag(("l1_softplus starter: %.4f ms; eager %.4f ms, compile %.4f ms, CUDA reference %.4f ms"):format(
+    v.timing.candidate.median, v.baselines.eager.median, v.baselines.compile.median, v.timing.reference.median))
+  -- a fresh worker: both baselines from the disk, the very numbers
+  local p2 = pool { timeout = 120 }
+  local v2 = p2:eval(lt, cand, { seeds = 1, compile_mode = "default" })
+  p2:close()
+  t.eq(v2.status, "correct", v2.feedback)
+  t.eq(v2.baselines.eager.cached, true)
+  t.eq(v2.baselines.compile.cached, true)
+  t.eq(v2.baselines.eager.median, v.baselines.eager.median)
+  t.eq(v2.baselines.compile.median, v.baselines.compile.median)
+  -- none: the CUDA reference is the baseline, no PyTorch
+  local p3 = pool { timeout = 120 }
+  local v3 = p3:eval(lt, cand, { seeds = 1, eager = false, compile_mode = "off" })
+  p3:close()
+  t.eq(v3.speedup_over, "cuda_reference")
+  t.eq(v3.baselines, nil)
+  t.near(v3.speedup, v3.speedup_cuda_reference, 1e-12)
+end)
+
+t.test("a KernelBench problem: eager is the reference; torch.compile's time is not the candidate's", function()
+  local rt = assert(task.load(RELU))
+  -- 2 s per candidate: compiling (inductor's import, triton) takes longer than that, and
+  -- is given its own limit by the pool
+  local p = pool { timeout = 2 }
+  local v = p:eval(rt, RELU_CAND, { seeds = 1, compile_mode = "max-autotune-no-cudagraphs" })
+  p:close()
+  t.eq(v.status, "correct", v.feedback)
+  t.eq(v.speedup_over, "pytorch_eager")
+  t.eq(v.speedup_cuda_reference, nil)
+  t.ok(v.speedup_compile and v.speedup_compile > 0)
+  t.ok(v.compile_mode == "max-autotune-no-cudagraphs" or v.compile_mode == "default", tostring(v.compile_mode))
+  t.ok(v.baselines.compile.compile_seconds > 2, "compiling took longer than the candidate's limit: "
+    .. tostring(v.baselines.compile.compile_seconds))
+  t.near(v.timing.reference.median, v.baselines.eager.median, 1e-12)
+end)
+
+t.test("kmrun eval prints every baseline", function()
+  local KMRUN = arg[-1]:match("kmrun$") and arg[-1] or "build/kmrun"
+  local cdir = DIR .. "/cand"
+  os.execute("mkdir -p " .. cdir)
+  testing.write(cdir .. "/kernel.cu", RELU_CAND.source)
+  testing.write(cdir .. "/launch.lua", RELU_CAND.launch)
+  local p = io.popen("KM_BASELINE_DIR=" .. CACHE .. " " .. KMRUN .. " eval " .. RELU .. " " .. cdir ..
+    " --no-energy --compile-mode max-autotune-no-cudagraphs --gpu " .. GPU .. " 2>&1; echo rc=$?")
+  local out = p:read("a")
+  p:close()
+  t.ok(out:find("rc=0", 1, true), out)
+  t.ok(out:find("over PyTorch eager", 1, true), out)
+  t.ok(out:find("baselines: eager [%d.]+ ms %([%d.]+x%)  torch.compile%[[%w-]+%] [%d.]+ ms"), out)
+end)
+
+os.execute("rm -rf " .. DIR)
+t.done()
