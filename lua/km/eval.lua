@@ -43,6 +43,7 @@ function Pool:_start(slot)
   local env = { KM_DEVICE = tostring(slot.gpu), KM_CACHE_DIR = self.cache_dir, KM_BASELINE_DIR = require("km.baseline").dir() }
   for k, v in pairs(self.opts.env or {}) do env[k] = v end
   -- clean_env: the worker inherits no key, only PATH, HOME, LANG, CUDA_*, KM_*, ... (km.proc)
+  local w0 = timing.wall()
   local p, err = proc.spawn(worker_argv(self.opts.wrap), { env = env, clean_env = true,
     stderr = self.opts.worker_stderr or "inherit" })
   if not p then return nil, err end
@@ -57,6 +58,7 @@ function Pool:_start(slot)
     return nil, h and h.why or "GPU worker sent a bad greeting"
   end
   slot.proc, slot.device, slot.device_count = p, h.device, h.device_count
+  slot.start_s = timing.wall() - w0 -- reported with this worker's first verdict
   self.starts = self.starts + 1
   return true
 end
@@ -152,6 +154,10 @@ function Pool:_collect(slot, ms)
   end
   slot.job = nil
   local v = res and res.verdict or { status = "error", feedback = "bad answer from the worker: " .. tostring(msg):sub(1, 200) }
+  if slot.start_s then -- the worker's start (driver, context, greeting) went before this verdict
+    if type(v) == "table" then v.worker_start_seconds = slot.start_s end
+    slot.start_s = nil
+  end
   if v.context_lost then
     slot.proc:wait(10000)
     slot.proc = nil

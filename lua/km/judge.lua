@@ -839,10 +839,19 @@ end
 function Judge:eval(t, cand, opts)
   opts = opts or {}
   local t0, w0 = os.clock(), wall()
+  -- where an evaluation's time goes: task (loading it; a PyTorch model's first load includes
+  -- torch's import), prepare (compile and load), baselines, verify, measure — seconds each
+  local stages, mark = {}, w0
+  local function stage(name)
+    local now = wall()
+    stages[name] = now - mark
+    mark = now
+  end
   local st, terr = self:task_state(t)
   if not st then
     return verdict.finish(verdict.new { task = type(t) == "table" and t.name or t }, verdict.ERROR, terr)
   end
+  stage("task")
   t = st.task
   local dev = self.device
   local v = verdict.new { task = t.name, candidate = cand.name, params = cand.params,
@@ -851,21 +860,25 @@ function Judge:eval(t, cand, opts)
     verdict.finish(v, status, text, extra)
     v.eval_cpu_s = os.clock() - t0
     v.eval_seconds = wall() - w0
+    v.stage_seconds = stages
     return v
   end
   local run, status, msg, info = prepare(self, cand.source or "", cand.launch or "", cand.params or {}, "kernel")
+  stage("prepare")
   if not run then return finish(status, msg, { compile_log = info and info.log }) end
   run.task_outputs = t.outputs
   v.compile_log, v.compile_ms, v.cached_compile, v.kernels = run.prog.log, run.prog.ms, run.prog.cached, run.attrs
   -- the PyTorch baselines (once per task and shape; usually from the disk) before any of
   -- the candidate's code runs: nothing it leaves behind can slow them
-  if opts.timing ~= false then self:baselines(st, copy(t.shapes[1]), opts) end
+  if opts.timing ~= false then self:baselines(st, copy(t.shapes[1]), opts) stage("baselines") end
   local s, text, extra = self:verify(st, run, v, opts)
+  stage("verify")
   if s then return finish(s, text, extra) end
   if opts.timing == false then
     return finish("correct", fmt("Correct on %d shapes x %d seeds (not timed).", #t.shapes, opts.seeds or 3))
   end
   s, text, extra = self:measure(st, run, v, opts)
+  stage("measure")
   if s then return finish(s, text, extra) end
   return finish("correct", feedback.correct(#t.shapes, opts.seeds or 3, v))
 end

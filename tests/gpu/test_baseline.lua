@@ -66,6 +66,11 @@ t.test("our task with reference.py: speedup over eager; torch.compile and the CU
   t.near(v.speedup_cuda_reference, v.timing.reference.median / v.timing.candidate.median, 1e-9)
   t.eq(v.compile_mode, "default")
   t.eq(v.baselines.eager.cached, false)
+  -- where the time went: every stage, and this worker's start
+  for _, k in ipairs { "task", "prepare", "baselines", "verify", "measure" } do
+    t.ok(type(v.stage_seconds[k]) == "number" and v.stage_seconds[k] >= 0, k)
+  end
+  t.ok(v.worker_start_seconds and v.worker_start_seconds > 0, "worker start reported")
   t.ok(v.baselines.compile.compile_seconds > 0)
   t.diag(("l1_softplus starter: %.4f ms; eager %.4f ms, compile %.4f ms, CUDA reference %.4f ms"):format(
     v.timing.candidate.median, v.baselines.eager.median, v.baselines.compile.median, v.timing.reference.median))
