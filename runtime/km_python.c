@@ -2,13 +2,15 @@
  *
  *   python.available()              -> true | nil, why, "NO_PYTHON"
  *   python.info()                   -> { version, library, executable, home } | nil, why, code
- *   python.exec(code [, chunkname]) -> true | nil, traceback, "PYTHON_ERROR"
- *   python.eval(expr)               -> nil (None) | boolean | integer | number | string
+ *   python.exec(code [, chunkname [, limit]]) -> true | nil, traceback, "PYTHON_ERROR"
+ *   python.eval(expr [, limit])     -> nil (None) | boolean | integer | number | string
  *                                      | nil, traceback, "PYTHON_ERROR" | nil, why, "PYTHON_TYPE"
- *   python.import(path [, name])    -> true | nil, traceback, code   (a .py file as module `name`,
- *                                      default its base name; loaded once per name)
- *   python.call(module, fn [, json_args]) -> JSON text of fn(*args) (args a JSON array, or
- *                                      an object for keyword arguments) | nil, traceback, code
+ *   python.import(path [, name [, limit]]) -> true | nil, traceback, code   (a .py file as
+ *                                      module `name`, default its base name; loaded once per name)
+ *   python.call(module, fn [, json_args [, limit]]) -> JSON text of fn(*args) (args a JSON
+ *                                      array, or an object for keyword arguments) | nil, traceback, code
+ *   limit = { timeout = seconds, label = text }: the call is stopped at its deadline and
+ *   returns nil, "... did not return within N s" and a traceback, "TIMEOUT" (below).
  *   python.stream_handle([stream])  -> the CUstream of a km.Stream (nil: the current stream)
  *                                      as an integer, for torch.cuda.ExternalStream
  *
@@ -21,7 +23,7 @@
  * the shell. libpython is never linked: kmrun builds and runs where there is no Python,
  * and says why here.
  *
- * No Python.h: the 17 C API functions used are declared below, PyObject opaque (functions
+ * No Python.h: the 18 C API functions used are declared below, PyObject opaque (functions
  * every libpython 3.x exports; no macro, no struct layout), and resolved with dlsym:
  * python3-dev is not a build dependency, and one kmrun binary serves whichever Python 3.8+
  * the host has. Everything that needs an object's
@@ -32,7 +34,27 @@
  * and every call takes it with PyGILState_Ensure/Release. No Lua call that can raise runs
  * while the GIL or a Python reference is held: results are copied into a boxed C buffer
  * first. The interpreter lives until the process exits (never finalized: torch and other
- * extension modules do not survive Py_Finalize). */
+ * extension modules do not survive Py_Finalize).
+ *
+ * Deadlines (a limit's timeout): a watchdog thread, started on the first call that has one,
+ * trips KM_PYTHON_SIGNAL at the calling thread when the deadline passes. BOOT installed a
+ * Python-level handler for that signal (signal.signal, from the main thread), so a loop
+ * stops at its next bytecode and a blocking sleep or read returns EINTR and raises: the
+ * handler raises _kmrun.Stop, a BaseException (an `except Exception` in the code does not
+ * catch it), and the stop is tripped again every second while the call has not returned,
+ * so an `except BaseException` that swallows it does not either. A caller such as
+ * kb_bridge.py turns the Stop into its own error; otherwise the call returns nil, text,
+ * "TIMEOUT". Code stuck in C that never returns to the interpreter (or that blocks the
+ * signal) cannot be stopped in this process: when the call has not returned a grace period
+ * after the deadline (as long again as the timeout, 2 to 10 s), the watchdog prints one
+ * line naming the call's label and ends the process with status 124 (KM_PY_STUCK_STATUS),
+ * timeout(1)'s; a GPU worker's parent sees a dead worker, as it would have killed it at the
+ * task's timeout anyway.
+ * While a call with a deadline runs, SIGINT and SIGTERM (when kmrun has a handler for them:
+ * lua.c's Ctrl-C, km.signal) stop it the same way, code "INTERRUPTED"; the signal is then
+ * raised again once the call has returned, so kmrun's own handler sees it as if it had
+ * just arrived (a Ctrl-C ends kmrun with status 130). A second one during the call ends
+ * the process at once, as a second Ctrl-C does elsewhere. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
@@ -40,10 +62,12 @@
 #include <limits.h>
 #include <link.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,6 +88,9 @@ extern char **environ;
 #define KM_PYBOX_MT "km.PyBox"
 #define PROBE_TIMEOUT_MS 30000
 #define PROBE_MAX (1 << 20)
+#define KM_PYTHON_SIGNAL (SIGRTMAX - 7) /* km_limits.c's timer uses SIGRTMAX - 6 */
+#define KM_PY_STUCK_STATUS 124          /* a call stuck past its deadline and grace */
+#define REFIRE_MS 1000                  /* a stop not yet obeyed is tripped again this often */
 
 /* ---- the C API, declared by hand (PyObject is opaque here) ---- */
 
@@ -88,6 +115,7 @@ static struct {
   double (*FloatAsDouble)(PyObject *);
   void (*DecRef)(PyObject *);
   void (*ErrPrint)(void);
+  void (*ErrClear)(void);
 } py;
 
 static const struct { const char *name; size_t off; } SYMS[] = {
@@ -100,16 +128,34 @@ static const struct { const char *name; size_t off; } SYMS[] = {
   S(BytesFrom, "PyBytes_FromStringAndSize"), S(BytesAs, "PyBytes_AsStringAndSize"),
   S(TupleGetItem, "PyTuple_GetItem"),       S(LongAsLongLong, "PyLong_AsLongLong"),
   S(FloatAsDouble, "PyFloat_AsDouble"),     S(DecRef, "Py_DecRef"),
-  S(ErrPrint, "PyErr_Print"),
+  S(ErrPrint, "PyErr_Print"),             S(ErrClear, "PyErr_Clear"),
 #undef S
 };
 
-/* ---- the dispatcher: run(op, a, b, c) -> (tag, value); every argument is bytes ----
+/* ---- the dispatcher: run(op, a, b, c, limit) -> (tag, value); every argument is bytes ----
  * Tags: ok, none, true, false, int, float, str (bytes), err (a traceback), type (no Lua
- * value). Tracebacks leave out the dispatcher's own frame. */
+ * value), stop (the call was stopped: what, why and a traceback). Tracebacks leave out the
+ * dispatcher's own frame. limit: the call's timeout in seconds as text ('' for none), for
+ * messages; the deadline itself is kept by the watchdog. _on_stop is the handler for
+ * KM_PYTHON_SIGNAL (_setup installs it); stop_why, read through ctypes, says what tripped it
+ * (nothing: a late trip of a call that has returned, ignored). */
 static const char BOOT[] =
-  "import sys, os, json, traceback, importlib, importlib.util\n"
+  "import sys, os, json, signal, traceback, types, importlib, importlib.util\n"
   "_main = sys.modules['__main__'].__dict__\n"
+  "class Stop(BaseException):\n"
+  "    '''A call into kmrun's interpreter stopped: code TIMEOUT or INTERRUPTED (km_python.c).'''\n"
+  "    def __init__(self, code, text):\n"
+  "        super().__init__(text)\n"
+  "        self.code = code\n"
+  "sys.modules['_kmrun'] = types.ModuleType('_kmrun')\n"
+  "sys.modules['_kmrun'].Stop = Stop\n"
+  "_limit = [None]  # the timeout of the call in flight (text)\n"
+  "_why = None      # km_python.c's stop_why; without ctypes every trip is the deadline\n"
+  "def _on_stop(signum, frame):\n"
+  "    w = _why.value if _why is not None else 1\n"
+  "    if _limit[0] is None or not w: return\n"
+  "    if w == 1: raise Stop('TIMEOUT', 'did not return within %s s' % _limit[0])\n"
+  "    raise Stop('INTERRUPTED', 'was interrupted (%s)' % signal.Signals(w).name)\n"
   "def _b(s): return s.encode('utf-8', 'surrogateescape')\n"
   "def _s(b): return b.decode('utf-8', 'surrogateescape')\n"
   "def _val(v):\n"
@@ -123,14 +169,34 @@ static const char BOOT[] =
   "    if isinstance(v, bytes): return (b'str', v)\n"
   "    return (b'type', _b('a Python %s has no Lua value (None, bool, int, float, str and bytes do;'\n"
   "                       ' python.call returns JSON)' % type(v).__name__))\n"
-  "def _setup(probe, home_set):\n"
+  "def _setup(probe, home_set, stop):\n"
   "    f = _s(probe).split('\\0') if probe else []\n"
   "    if len(f) >= 11:\n"
   "        sys.executable = f[9]\n"
   "        sys.path[:] = [p for p in f[11:] if p]\n"
   "    sys.argv = ['kmrun']\n"
   "    if home_set == b'1': os.environ.pop('PYTHONHOME', None)\n"
-  "def run(op, a, b, c):\n"
+  "    signum, addr = (int(x) for x in _s(stop).split())\n"
+  "    global _why\n"
+  "    try:\n"
+  "        import ctypes\n"
+  "        _why = ctypes.c_int.from_address(addr)\n"
+  "    except ImportError: pass\n"
+  "    try: signal.signal(signum, _on_stop)\n"
+  "    except ValueError: pass  # not the main thread (a libkmrun host): only the grace exit\n"
+  "def _what(op, a, b):\n"
+  "    if op == b'call': return '%s.%s()' % (_s(a), _s(b))\n"
+  "    if op == b'exec': return _s(b)\n"
+  "    return _s(a) if op == b'import' else 'the expression'\n"
+  "def run(op, a, b, c, limit=b''):\n"
+  "    _limit[0] = _s(limit) or None\n"
+  "    try:\n"
+  "        return _run(op, a, b, c)\n"
+  "    except Stop as e:  # tripped again while _run reported the first one\n"
+  "        return (b'stop', _b('%s %s' % (_what(op, a, b), e)))\n"
+  "    finally:\n"
+  "        _limit[0] = None\n"
+  "def _run(op, a, b, c):\n"
   "    try:\n"
   "        if op == b'exec':\n"
   "            exec(compile(_s(a), _s(b), 'exec'), _main)\n"
@@ -159,11 +225,12 @@ static const char BOOT[] =
   "            r = f(**args) if isinstance(args, dict) else f(*args)\n"
   "            return (b'str', _b(json.dumps(r, allow_nan=False, separators=(',', ':'))))\n"
   "        if op == b'setup':\n"
-  "            _setup(a, b)\n"
+  "            _setup(a, b, c)\n"
   "            return (b'ok', None)\n"
   "        raise ValueError('unknown op %r' % op)\n"
   "    except BaseException as e:\n"
   "        text = ''.join(traceback.format_exception(type(e), e, e.__traceback__.tb_next))\n"
+  "        if isinstance(e, Stop): return (b'stop', _b('%s %s\\n%s' % (_what(op, a, b), e, text.rstrip())))\n"
   "        return (b'err', _b(text.rstrip()))\n";
 
 /* ---- loading: state kept for the process ---- */
@@ -174,6 +241,11 @@ static char lib_path[PATH_MAX];
 static char exe_path[PATH_MAX];
 static char home[2 * PATH_MAX + 2];
 static PyObject *dispatcher;     /* run(); its globals dict is kept alive through it */
+/* Why the call in flight must stop: 0, STOP_DEADLINE, or the signal (SIGINT, SIGTERM) that
+ * interrupted it. Written by the watchdog and the signal handlers, read by BOOT's _on_stop
+ * (through ctypes: the address travels in the setup request). */
+enum { STOP_DEADLINE = 1 };
+static volatile sig_atomic_t stop_why;
 
 static void why(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void why(const char *fmt, ...) {
@@ -434,17 +506,23 @@ static void load(void) {
   PyObject *op = py.BytesFrom("setup", 5);
   PyObject *a = py.BytesFrom(probe ? probe + 6 : "", probe ? (ssize_t)(probe_n - 6) : 0);
   PyObject *b = py.BytesFrom(home_set ? "1" : "0", 1);
-  PyObject *res = (op && a && b) ? py.CallObjArgs(dispatcher, op, a, b, b, NULL) : NULL;
+  char stop[64];
+  int sn = snprintf(stop, sizeof stop, "%d %llu", KM_PYTHON_SIGNAL, (unsigned long long)(uintptr_t)&stop_why);
+  PyObject *c = py.BytesFrom(stop, sn);
+  PyObject *res = (op && a && b && c) ? py.CallObjArgs(dispatcher, op, a, b, c, NULL) : NULL;
   if (op) py.DecRef(op);
   if (a) py.DecRef(a);
   if (b) py.DecRef(b);
-  char *tag = NULL;
-  ssize_t tn = 0;
+  if (c) py.DecRef(c);
+  char *tag = NULL, *text = NULL;
+  ssize_t tn = 0, xn = 0;
   int ok = res && py.BytesAs(py.TupleGetItem(res, 0), &tag, &tn) == 0 && tn == 2 && !memcmp(tag, "ok", 2);
+  if (!ok && (!res || py.BytesAs(py.TupleGetItem(res, 1), &text, &xn) != 0)) text = NULL, xn = 0, py.ErrClear();
+  if (!ok) why("setting up the interpreter (sys.path, the stop handler) failed: %.*s", (int)xn, text ? text : "");
   if (res) py.DecRef(res);
   py.GILRelease(g);
   free(probe);
-  if (!ok) { why("setting up sys.path failed"); return; }
+  if (!ok) return;
   load_state = 1;
 }
 
@@ -454,6 +532,159 @@ static const char *ensure(void) {
     load();
   }
   return load_state == 1 ? NULL : load_why;
+}
+
+/* ---- deadlines: a watchdog thread and the SIGINT/SIGTERM stand-ins (header comment) ---- */
+
+typedef struct {
+  double seconds; /* 0: no deadline */
+  char label[256];
+} limit;
+
+static struct {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;      /* on CLOCK_MONOTONIC */
+  int ok;                 /* the thread runs */
+  int armed, stopping;    /* a call is in flight; it has been told to stop */
+  pthread_t caller;
+  double deadline, tripped, grace; /* now_ms() times, and ms */
+  limit lim;
+} wd = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, 0, 0, 0, 0, {0, ""}};
+static pthread_once_t wd_once = PTHREAD_ONCE_INIT;
+
+static void trip(void) { pthread_kill(wd.caller, KM_PYTHON_SIGNAL); }
+
+/* Past the grace period: the interpreter is stuck where no signal reaches it. One line, the
+ * output written so far (stdout only if no one holds it), and out. */
+static void stuck(void) {
+  char msg[512];
+  int n = snprintf(msg, sizeof msg, "kmrun: %s: Python did not return within %g s, nor %g s after "
+                   "being stopped (stuck in C code, or catching the stop); exiting with status %d\n",
+                   *wd.lim.label ? wd.lim.label : "a Python call", wd.lim.seconds, wd.grace / 1e3,
+                   KM_PY_STUCK_STATUS);
+  if (ftrylockfile(stdout) == 0) { fflush(stdout); funlockfile(stdout); }
+  if (write(2, msg, n > 0 && n < (int)sizeof msg ? (size_t)n : sizeof msg - 1) < 0) { /* nothing left to tell */ }
+  _exit(KM_PY_STUCK_STATUS);
+}
+
+static void timed_wait(double at_ms) {
+  time_t sec = (time_t)(at_ms / 1e3);
+  long ns = (long)((at_ms - (double)sec * 1e3) * 1e6);
+  struct timespec ts = {sec + ns / 1000000000L, ns % 1000000000L};
+  pthread_cond_timedwait(&wd.cv, &wd.mu, &ts);
+}
+
+/* Trips the stop at the deadline, trips it again every REFIRE_MS until the call returns
+ * (an interrupt's first trip is its signal handler's), exits past the grace period. */
+static void *watchdog(void *unused) {
+  (void)unused;
+  pthread_mutex_lock(&wd.mu);
+  for (;;) {
+    if (!wd.armed) { pthread_cond_wait(&wd.cv, &wd.mu); continue; }
+    double now = now_ms();
+    if (now >= wd.deadline + wd.grace) stuck();
+    if (!wd.stopping && (stop_why || now >= wd.deadline)) {
+      if (!stop_why) { stop_why = STOP_DEADLINE; trip(); }
+      wd.stopping = 1, wd.tripped = now;
+    } else if (wd.stopping && now >= wd.tripped + REFIRE_MS) {
+      trip();
+      wd.tripped = now;
+    }
+    double next = now + REFIRE_MS; /* also how soon an interrupt is noticed */
+    if (!wd.stopping && wd.deadline < next) next = wd.deadline;
+    if (wd.deadline + wd.grace < next) next = wd.deadline + wd.grace;
+    timed_wait(next);
+  }
+  return NULL;
+}
+
+static void wd_start(void) {
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* now_ms()'s clock */
+  pthread_cond_destroy(&wd.cv);
+  pthread_cond_init(&wd.cv, &ca);
+  pthread_condattr_destroy(&ca);
+  sigset_t all, old; /* every signal stays with the threads that handle them */
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  pthread_t th;
+  wd.ok = pthread_create(&th, NULL, watchdog, NULL) == 0;
+  if (wd.ok) pthread_detach(th);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
+/* SIGINT/SIGTERM during a call with a deadline: the handler kmrun had is kept aside and the
+ * signal raised again when the call has returned (header comment). */
+static const int STOP_SIGNALS[2] = {SIGINT, SIGTERM};
+static struct sigaction kept[2];
+static int kept_on[2];
+static volatile sig_atomic_t caught; /* the signal that arrived during the call */
+
+static void on_stop_signal(int sig) {
+  if (caught) { /* a second one: end now */
+    signal(sig, SIG_DFL);
+    raise(sig);
+    return;
+  }
+  caught = sig;
+  stop_why = sig;
+  trip();
+}
+
+/* Arms the deadline; 0, or -1 when there is no watchdog (then the call runs unbounded). */
+static int stop_begin(const limit *lim) {
+  pthread_once(&wd_once, wd_start);
+  if (!wd.ok) return -1;
+  stop_why = 0, caught = 0;
+  pthread_mutex_lock(&wd.mu);
+  wd.caller = pthread_self(); /* before the handlers below: they trip it */
+  wd.lim = *lim;
+  wd.deadline = now_ms() + lim->seconds * 1e3;
+  wd.grace = lim->seconds < 2 ? 2e3 : lim->seconds > 10 ? 10e3 : lim->seconds * 1e3;
+  wd.armed = 1, wd.stopping = 0;
+  pthread_cond_signal(&wd.cv);
+  pthread_mutex_unlock(&wd.mu);
+  for (int i = 0; i < 2; i++) {
+    struct sigaction cur, sa;
+    kept_on[i] = sigaction(STOP_SIGNALS[i], NULL, &cur) == 0 && !(cur.sa_flags & SA_SIGINFO) &&
+                 cur.sa_handler != SIG_DFL && cur.sa_handler != SIG_IGN;
+    if (!kept_on[i]) continue;
+    kept[i] = cur;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(STOP_SIGNALS[i], &sa, NULL);
+  }
+  return 0;
+}
+
+/* Disarms; the handlers back as they were (whoever replaced them during the call). Returns
+ * what stopped the call (stop_why) and in *sig a signal to raise again, or 0. */
+static int stop_end(int *sig) {
+  pthread_mutex_lock(&wd.mu);
+  wd.armed = 0;
+  pthread_mutex_unlock(&wd.mu);
+  for (int i = 0; i < 2; i++)
+    if (kept_on[i]) sigaction(STOP_SIGNALS[i], &kept[i], NULL), kept_on[i] = 0;
+  *sig = caught;
+  return stop_why;
+}
+
+/* A limit table at stack index idx (nil: none) into *lim. */
+static void check_limit(lua_State *L, int idx, limit *lim) {
+  lim->seconds = 0, lim->label[0] = '\0';
+  if (lua_isnoneornil(L, idx)) return;
+  luaL_checktype(L, idx, LUA_TTABLE);
+  int isnum = 0;
+  lua_getfield(L, idx, "timeout");
+  double s = lua_tonumberx(L, -1, &isnum);
+  luaL_argcheck(L, lua_isnil(L, -1) || (isnum && s > 0), idx, "limit.timeout: seconds (> 0) expected");
+  lim->seconds = isnum ? (s > 1e9 ? 1e9 : s) : 0;
+  lua_getfield(L, idx, "label");
+  const char *label = lua_tostring(L, -1);
+  if (label) snprintf(lim->label, sizeof lim->label, "%s", label);
+  lua_pop(L, 2);
 }
 
 /* ---- results cross over through a box (a C buffer freed by __gc if Lua raises) ---- */
@@ -467,26 +698,36 @@ static int box_gc(lua_State *L) {
   return 0;
 }
 
-/* One request to the dispatcher. Pushes the Lua results and returns their count. */
+/* One request to the dispatcher, under lim's deadline. Pushes the Lua results and returns
+ * their count. */
 static int dispatch(lua_State *L, const char *op, const char *a, size_t an, const char *b,
-                    size_t bn, const char *c, size_t cn) {
+                    size_t bn, const char *c, size_t cn, const limit *lim) {
   const char *w = ensure();
   if (w) return km_fail(L, "NO_PYTHON", "%s", w);
   pybox *box = lua_newuserdatauv(L, sizeof *box, 0); /* [.., box] */
   box->p = NULL, box->n = 0;
   luaL_setmetatable(L, KM_PYBOX_MT);
 
-  char tag[8] = "";
+  char tag[8] = "", secs[32] = "";
   long long iv = 0;
   double dv = 0;
+  int why = 0, sig = 0;
+  if (lim->seconds > 0) snprintf(secs, sizeof secs, "%g", lim->seconds);
   int g = py.GILEnsure();
-  PyObject *args[4] = {py.BytesFrom(op, (ssize_t)strlen(op)), py.BytesFrom(a, (ssize_t)an),
-                       py.BytesFrom(b, (ssize_t)bn), py.BytesFrom(c, (ssize_t)cn)};
+  PyObject *args[5] = {py.BytesFrom(op, (ssize_t)strlen(op)), py.BytesFrom(a, (ssize_t)an),
+                       py.BytesFrom(b, (ssize_t)bn), py.BytesFrom(c, (ssize_t)cn),
+                       py.BytesFrom(secs, (ssize_t)strlen(secs))};
   PyObject *res = NULL;
-  if (args[0] && args[1] && args[2] && args[3])
-    res = py.CallObjArgs(dispatcher, args[0], args[1], args[2], args[3], NULL);
-  for (int i = 0; i < 4; i++) if (args[i]) py.DecRef(args[i]);
-  if (!res) {
+  if (args[0] && args[1] && args[2] && args[3] && args[4]) {
+    int bounded = lim->seconds > 0 && stop_begin(lim) == 0;
+    res = py.CallObjArgs(dispatcher, args[0], args[1], args[2], args[3], args[4], NULL);
+    if (bounded) why = stop_end(&sig);
+  }
+  for (int i = 0; i < 5; i++) if (args[i]) py.DecRef(args[i]);
+  if (!res && why) {
+    py.ErrClear(); /* stopped again as the dispatcher reported the stop */
+    snprintf(tag, sizeof tag, "stopped");
+  } else if (!res) {
     py.ErrPrint(); /* only a failure of the dispatcher itself (out of memory) gets here */
     snprintf(tag, sizeof tag, "fail");
   } else {
@@ -499,7 +740,7 @@ static int dispatch(lua_State *L, const char *op, const char *a, size_t an, cons
     PyObject *v = py.TupleGetItem(res, 1);
     if (!strcmp(tag, "int")) iv = py.LongAsLongLong(v);
     else if (!strcmp(tag, "float")) dv = py.FloatAsDouble(v);
-    else if (!strcmp(tag, "str") || !strcmp(tag, "err") || !strcmp(tag, "type")) {
+    else if (!strcmp(tag, "str") || !strcmp(tag, "err") || !strcmp(tag, "type") || !strcmp(tag, "stop")) {
       if (py.BytesAs(v, &s, &n) == 0 && (box->p = malloc((size_t)n + 1))) {
         memcpy(box->p, s, (size_t)n);
         box->n = (size_t)n;
@@ -510,6 +751,7 @@ static int dispatch(lua_State *L, const char *op, const char *a, size_t an, cons
     py.DecRef(res);
   }
   py.GILRelease(g);
+  if (sig) raise(sig); /* the Ctrl-C the call was stopped for, now to kmrun's own handler */
 
   /* No Python state is held from here: Lua may raise. */
   int nret;
@@ -523,6 +765,13 @@ static int dispatch(lua_State *L, const char *op, const char *a, size_t an, cons
     lua_pushnil(L);
     lua_pushlstring(L, box->p, box->n);
     lua_pushliteral(L, "PYTHON_ERROR");
+    nret = 3;
+  } else if (!strcmp(tag, "stop") || !strcmp(tag, "stopped")) {
+    lua_pushnil(L);
+    if (box->p) lua_pushlstring(L, box->p, box->n);
+    else if (why == STOP_DEADLINE) lua_pushfstring(L, "%s: did not return within %s s", op, secs);
+    else lua_pushfstring(L, "%s: was interrupted", op);
+    lua_pushstring(L, why == STOP_DEADLINE || !why ? "TIMEOUT" : "INTERRUPTED");
     nret = 3;
   } else if (!strcmp(tag, "type")) {
     lua_pushnil(L);
@@ -577,19 +826,25 @@ static int l_exec(lua_State *L) {
   size_t n, cn;
   const char *code = luaL_checklstring(L, 1, &n);
   const char *chunk = luaL_optlstring(L, 2, "<km.python>", &cn);
-  return dispatch(L, "exec", code, n, chunk, cn, "", 0);
+  limit lim;
+  check_limit(L, 3, &lim);
+  return dispatch(L, "exec", code, n, chunk, cn, "", 0, &lim);
 }
 
 static int l_eval(lua_State *L) {
   size_t n;
   const char *expr = luaL_checklstring(L, 1, &n);
-  return dispatch(L, "eval", expr, n, "", 0, "", 0);
+  limit lim;
+  check_limit(L, 2, &lim);
+  return dispatch(L, "eval", expr, n, "", 0, "", 0, &lim);
 }
 
 static int l_import(lua_State *L) {
   size_t pn, nn;
   const char *path = luaL_checklstring(L, 1, &pn);
   const char *name = luaL_optlstring(L, 2, NULL, &nn);
+  limit lim;
+  check_limit(L, 3, &lim);
   if (!name) { /* the file's base name without .py */
     const char *base = strrchr(path, '/');
     base = base ? base + 1 : path;
@@ -601,7 +856,7 @@ static int l_import(lua_State *L) {
   luaL_argcheck(L, nn > 0, 2, "empty module name");
   char real[PATH_MAX];
   if (!realpath(path, real)) return km_fail(L, "ENOENT", "python.import: %s: %s", path, strerror(errno));
-  return dispatch(L, "import", real, strlen(real), name, nn, "", 0);
+  return dispatch(L, "import", real, strlen(real), name, nn, "", 0, &lim);
 }
 
 static int l_call(lua_State *L) {
@@ -609,7 +864,9 @@ static int l_call(lua_State *L) {
   const char *mod = luaL_checklstring(L, 1, &mn);
   const char *func = luaL_checklstring(L, 2, &fn);
   const char *args = luaL_optlstring(L, 3, "", &an);
-  return dispatch(L, "call", mod, mn, func, fn, args, an);
+  limit lim;
+  check_limit(L, 4, &lim);
+  return dispatch(L, "call", mod, mn, func, fn, args, an, &lim);
 }
 
 static int l_stream_handle(lua_State *L) {

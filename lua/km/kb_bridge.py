@@ -42,13 +42,45 @@ class ProblemError(Exception):
         self.code = code
 
 
+def _stop_of(e):
+    """The stop (a deadline or Ctrl-C: _kmrun.Stop, km_python.c) that e is or was raised while
+    handling -- the bridge turns whatever it catches into a ProblemError -- or None."""
+    stop = getattr(sys.modules.get("_kmrun"), "Stop", None)
+    for _ in range(16):
+        if stop is None or e is None or isinstance(e, stop):
+            return e if stop else None
+        e = e.__context__
+    return None
+
+
+def _stopped(stop, fn):
+    """'path: get_inputs() did not return within 30 s': the problem's own function that was
+    running when the stop came (its outermost frame in the problem file), from the frames."""
+    path = stage = None
+    for frame, _ in traceback.walk_tb(stop.__traceback__):
+        s = frame.f_locals.get("self")
+        if path is None and isinstance(s, Problem):
+            path = s.path
+        if path is not None and frame.f_code.co_filename == path:
+            stage = getattr(frame.f_code, "co_qualname", frame.f_code.co_name)
+            break
+    stage = "its top-level code" if stage == "<module>" else "%s()" % (stage or fn.__name__)
+    return ProblemError("%s%s %s" % (path + ": " if path else "", stage, stop), stop.code)
+
+
 def _api(fn):
-    """Marks a function called from Lua: ProblemError becomes {"error", "code"}."""
+    """Marks a function called from Lua: ProblemError becomes {"error", "code"}, and so does a
+    stop (code TIMEOUT or INTERRUPTED)."""
 
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except ProblemError as e:
+        except BaseException as e:
+            stop = _stop_of(e)
+            if stop is not None:
+                e = _stopped(stop, fn)
+            elif not isinstance(e, ProblemError):
+                raise
             msg = str(e)
             p = _problems.get(args[0]) if args and isinstance(args[0], int) else None
             if p is not None and not msg.startswith(p.path):
@@ -78,6 +110,10 @@ def _torch():
         except BaseException as e:
             raise ProblemError("PyTorch is not importable by %s: %s: %s"
                                % (sys.executable, type(e).__name__, e), "NO_TORCH")
+        try:  # meta kernels import sympy on first use (seconds): here, not in a problem's time
+            t.relu(t.empty(1, device="meta"))
+        except Exception:
+            pass
         torch = t
     return torch
 

@@ -30,7 +30,8 @@ function M.key(path, precision)
   return (precision and precision ~= "fp32") and (path .. "#" .. precision) or path
 end
 
--- -> task table | nil, "path: why"
+-- -> task table | nil, "path: why". opts: precision; timeout (seconds each call into
+-- PyTorch may take, km.kernelbench's default otherwise); tolerance.
 function M.load(path, opts)
   opts = opts or {}
   local kb = require "km.kernelbench"
@@ -40,7 +41,7 @@ function M.load(path, opts)
   -- the spec on torch's meta device (no memory, no compute); a model whose constructor
   -- reads tensor values (.item()) cannot be built there, and is described on the CPU
   local function describe(device)
-    local prob, err = kb.load(path, { precision = precision, device = device })
+    local prob, err = kb.load(path, { precision = precision, device = device, timeout = opts.timeout })
     if not prob then return nil, err end
     local spec, serr = prob:spec()
     prob:release()

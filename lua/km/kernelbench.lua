@@ -18,8 +18,9 @@
 --
 -- Expected failures return nil, message, CODE: NO_PYTHON, NO_TORCH, NO_CUDA, ENOENT,
 -- SYNTAX_ERROR, IMPORT_ERROR, NOT_A_PROBLEM, BAD_INPUTS, FORWARD_ERROR, BAD_OUTPUTS,
--- UNSUPPORTED_DTYPE, MISSING_BUFFER, WRONG_BUFFER, PROBLEM_ERROR; PYTHON_ERROR is a bug in
--- the bridge (its traceback is the message). Messages about a problem start with its path.
+-- UNSUPPORTED_DTYPE, MISSING_BUFFER, WRONG_BUFFER, TIMEOUT (a call past its deadline: below),
+-- INTERRUPTED, PROBLEM_ERROR; PYTHON_ERROR is a bug in the bridge (its traceback is the
+-- message). Messages about a problem start with its path.
 local python = require "km.python"
 local json = require "km.json"
 
@@ -40,16 +41,43 @@ local function bridge_path()
   return package.searchpath("km.kb_bridge", pypath)
 end
 
--- One bridge function: Lua values in (as a JSON array), a Lua value out. The bridge's
--- {error, code} answer becomes nil, error, code.
-local function call(fn, ...)
+-- Every call into the bridge has a deadline (km.python's limit): a problem's calls its
+-- kb.load timeout, others KM_PY_TIMEOUT (seconds) or DEFAULT_TIMEOUT. At least FLOOR[fn]:
+-- importing torch can take a minute on a cold file system, and torch.compile's autotuning
+-- has km.eval's BASELINE_TIMEOUT. A call past it returns nil, "path: get_inputs() did not
+-- return within 60 s", "TIMEOUT" (Ctrl-C during one: "INTERRUPTED").
+M.DEFAULT_TIMEOUT = 60
+local FLOOR = { torch_info = 120, compile = 1800 }
+local limits = {} -- problem id -> { timeout, label, path }, from kb.load until release
+
+-- Seconds a call into PyTorch may take when its caller gave none.
+function M.timeout()
+  local s = tonumber(os.getenv("KM_PY_TIMEOUT") or "")
+  return (s and s > 0) and s or M.DEFAULT_TIMEOUT
+end
+
+-- One bridge function under lim: Lua values in (as a JSON array), a Lua value out. The
+-- bridge's {error, code} answer becomes nil, error, code.
+local function call_within(lim, fn, ...)
   local args = json.array({ ... })
-  local out, err, code = python.call(BRIDGE, fn, json.encode(args, { sort_keys = false }))
-  if not out then return nil, err, code end
+  if FLOOR[fn] and FLOOR[fn] > lim.timeout then lim = { timeout = FLOOR[fn], label = lim.label, path = lim.path } end
+  local out, err, code = python.call(BRIDGE, fn, json.encode(args, { sort_keys = false }), lim)
+  if not out then
+    if lim.path and (code == "TIMEOUT" or code == "INTERRUPTED") then err = lim.path .. ": " .. err end
+    return nil, err, code
+  end
   local v, jerr = json.decode(out)
   if v == nil then return nil, "kb_bridge." .. fn .. ": " .. tostring(jerr), "PYTHON_ERROR" end
   if type(v) == "table" and v.error then return nil, v.error, v.code or "PROBLEM_ERROR" end
   return v
+end
+
+-- The same, under the limit of the problem whose id comes first, else the default's.
+local function call(fn, ...)
+  local id = ...
+  local lim = limits[id] or { timeout = M.timeout(), label = "kb_bridge." .. fn }
+  if fn == "release" then limits[id] = nil end
+  return call_within(lim, fn, ...)
 end
 
 -- true, info ({ version, cuda_version (nil: a CPU-only torch), python, executable })
@@ -213,10 +241,13 @@ end
 -- set), else the CPU: nothing here initializes CUDA unless asked (the driver process never
 -- does); seed (default 42, KernelBench's: seeds the weights); tf32 (default false);
 -- names = { inputs = {...}, outputs = {...} }: a task's own names for forward's inputs and
--- outputs, by position (a task's reference.py), instead of the naming rule's.
+-- outputs, by position (a task's reference.py), instead of the naming rule's; timeout:
+-- seconds each call on the problem may take, loading it included (default kb.timeout()).
 function M.load(path, opts)
   if type(path) ~= "string" then error("kb.load: a path expected", 2) end
   opts = opts or {}
+  local timeout = opts.timeout or M.timeout()
+  if type(timeout) ~= "number" or timeout <= 0 then error("kb.load: timeout must be seconds (> 0), got " .. tostring(timeout), 2) end
   local precision = opts.precision or "fp32"
   if not PRECISIONS[precision] then error("kb.load: precision must be fp32, fp16 or bf16, got " .. tostring(precision), 2) end
   local okp, why, code = M.available()
@@ -235,8 +266,10 @@ function M.load(path, opts)
   if opts.names then
     names = json.object { inputs = json.array(opts.names.inputs or {}), outputs = json.array(opts.names.outputs or {}) }
   end
-  local r, err, ecode = call("load", path, precision, device, seed, opts.tf32 or false, names)
+  local lim = { timeout = timeout, label = path, path = path }
+  local r, err, ecode = call_within(lim, "load", path, precision, device, seed, opts.tf32 or false, names)
   if not r then return nil, err, ecode end
+  limits[r.id] = lim
   return setmetatable({ id = r.id, name = r.name, path = r.path, precision = precision,
     device = r.device, seed = seed, init_args = r.init_args, tolerance = r.tolerance }, Problem)
 end
