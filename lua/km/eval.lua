@@ -41,6 +41,9 @@ function Pool:_start(slot)
   -- the workers' cache is the driver's (a set_cache_dir here included), unless opts.env says
   -- and its PyTorch baselines' folder too (XDG_CACHE_HOME does not reach a worker)
   local env = { KM_DEVICE = tostring(slot.gpu), KM_CACHE_DIR = self.cache_dir, KM_BASELINE_DIR = require("km.baseline").dir() }
+  -- a PyTorch call's own deadline (km.python's watchdog) comes after the pool's: a candidate
+  -- that hangs the GPU is the pool's timeout, as without PyTorch
+  env.KM_PY_TIMEOUT = os.getenv("KM_PY_TIMEOUT") or tostring(2 * (self.opts.timeout or 120) + 60)
   for k, v in pairs(self.opts.env or {}) do env[k] = v end
   -- clean_env: the worker inherits no key, only PATH, HOME, LANG, CUDA_*, KM_*, ... (km.proc)
   local w0 = timing.wall()

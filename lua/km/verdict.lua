@@ -66,6 +66,11 @@ function M.lost(job, how, timeout_s, st)
       fmt("The candidate did not finish within %g s (an endless loop, a deadlock at a barrier, or far too slow). The worker was stopped.", timeout_s))
   end
   st = st or {}
+  if st.code == 124 then -- km.python's watchdog: a PyTorch call that never returned (docs/pytorch.md)
+    return M.finish(M.new { task = job.task_name, candidate = job.cand and job.cand.name }, "timeout",
+      "The evaluation did not finish: a PyTorch call did not return within its deadline (waiting on the GPU " ..
+      "behind the candidate's kernels, or the PyTorch reference itself hung), and the worker stopped itself.")
+  end
   local why = st.signal and ("signal " .. st.signal) or ("exit code " .. tostring(st.code))
   return M.finish(M.new { task = job.task_name, candidate = job.cand and job.cand.name }, "crashed",
     "The GPU worker died while judging this candidate (" .. why .. ").")

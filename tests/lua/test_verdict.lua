@@ -28,6 +28,9 @@ t.test("a worker lost: timeout and death", function()
   t.eq(v.status, "crashed"); t.ok(v.feedback:find("signal 9", 1, true))
   v = verdict.lost(job, "dead", 15, nil)
   t.eq(v.status, "crashed")
+  -- exit 124: km.python's watchdog stopped a PyTorch call that never returned
+  v = verdict.lost(job, "dead", 15, { code = 124 })
+  t.eq(v.status, "timeout"); t.ok(v.feedback:find("PyTorch call did not return", 1, true), v.feedback)
 end)
 
 t.test("a dead context turns a claimed success into crashed, keeps a candidate's own failure", function()
