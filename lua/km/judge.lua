@@ -37,6 +37,9 @@ Judge.__index = Judge
 local wall = timing.wall
 
 M.STATUSES = verdict.STATUSES
+-- The method table: a judge is setmetatable(fields, M.Judge) (M.new). Tests of the judge's
+-- logic on machines without a GPU put stand-ins for its GPU parts on one.
+M.Judge = Judge
 
 ----------------------------------------------------------------------------------------
 -- the judge's private random numbers (which timed calls are re-verified): launch code
@@ -665,7 +668,7 @@ function Judge:torch_model(st)
   local names = { inputs = {}, outputs = {} }
   for i, spec in ipairs(t.inputs) do names.inputs[i] = spec.name end
   for i, spec in ipairs(t.outputs) do names.outputs[i] = spec.name end
-  local prob, err = kb.load(t.reference.pytorch_file, { device = "cuda", names = names })
+  local prob, err = kb.load(t.reference.pytorch_file, { device = self.torch_device or "cuda", names = names })
   if prob then
     -- names (and the inputs' shapes forward checks buffers against) are fixed by a first spec
     local okspec, serr = prob:spec()

@@ -193,5 +193,145 @@ t.test("options: --baselines and --compile-mode, checked and mapped", function()
   t.ok(out:find("--compile-mode", 1, true), out)
 end)
 
+-- The judge's baseline logic with stand-ins for its GPU parts: host buffers for its pool,
+-- a wall-clock timer for km.timing's protocol, torch on the CPU. What is real: the task,
+-- its reference.py through the bridge with the task's names, torch.compile, km.baseline's
+-- folder, and Judge:baselines itself (order, cache, errors, the pool's hold messages).
+local judge_mod = require "km.judge"
+local task = require "km.task"
+
+local function task_dir(name, pytorch)
+  local d = DIR .. "/" .. name
+  os.execute("mkdir -p " .. d)
+  testing.write(d .. "/task.lua", [[return {
+  name = "]] .. name .. [[", level = 1, category = "elementwise", description = "y = relu(3a + b)",
+  reference = { source = "reference.cu", launch = "reference.lua", pytorch = "reference.py" },
+  inputs = { { name = "a", dtype = "f32", shape = { "m", "n" }, init = { "uniform", -1, 1 } },
+             { name = "b", dtype = "f32", shape = { "m", "n" }, init = { "uniform", -1, 1 } } },
+  outputs = { { name = "y", dtype = "f32", shape = { "m", "n" } } },
+  shapes = { { m = 64, n = 33 } },
+  tolerance = { f32 = { atol = 1e-5, rtol = 1e-5 } },
+  bytes = "12*m*n", flops = "3*m*n",
+}]])
+  testing.write(d .. "/reference.cu", 'extern "C" __global__ void k() {}\n')
+  testing.write(d .. "/reference.lua", "return function(k, io, s) end\n")
+  testing.write(d .. "/reference.py", pytorch)
+  return assert(task.load(d))
+end
+
+local GOOD_PY = HEAD .. [[
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, u, v):
+        return torch.relu(u * 3.0 + v)
+
+def get_inputs():
+    return [torch.rand(64, 33), torch.rand(64, 33)]
+
+def get_init_inputs():
+    return []
+]]
+
+-- a judge whose GPU parts are stood in for; timed = the runs it timed
+local function cpu_judge(dir)
+  local j = setmetatable({ device = { uuid = "GPU-cpu-test", name = "stand-in" }, tasks = {}, opts = {},
+    torch_device = "cpu", timed = {}, held = {} }, judge_mod.Judge)
+  j.pool = { put_all = function() end }
+  function j:trial_io(tk, sym, seed) -- host buffers filled by the task's rule (uniform)
+    local io = {}
+    for i, spec in ipairs(tk.inputs) do
+      local d = task.shape_of(spec, sym)
+      local b = kb.host_buffer(spec.dtype, d)
+      local vals = {}
+      for k = 1, task.numel(d) do vals[k] = ((seed * 31 + i * 7 + k * 13) % 200) / 100 - 1 end
+      io[spec.name] = b:from_table(vals)
+    end
+    for _, spec in ipairs(tk.outputs) do io[spec.name] = kb.host_buffer(spec.dtype, task.shape_of(spec, sym)) end
+    return io, {}, {}
+  end
+  function j:time_run(st, run, sym, opts, check) -- the bound model, timed by the wall clock
+    local io = self:trial_io(st.task, sym, 1)
+    local bound = assert(run.torch:bind(io, { variant = run.variant }))
+    local ms = {}
+    for i = 1, 5 do
+      local w = require("km.timing").wall()
+      assert(bound(false))
+      ms[i] = (require("km.timing").wall() - w) * 1e3
+    end
+    table.sort(ms)
+    assert(bound()) -- once more with the copy into io's outputs, for the test to read
+    self.timed[#self.timed + 1] = run.variant
+    self.outs = io
+    return { median = ms[3], n = 5, mode = "cold" }
+  end
+  j.on_baseline = function(which) j.held[#j.held + 1] = which or "done" end
+  return j
+end
+
+t.test("the judge's baselines: measured once, then read from disk; the task's names; the hold messages", function()
+  if not os.execute("command -v g++ >/dev/null 2>&1") then t.skip("no C++ compiler for torch.compile") return end
+  local cache = DIR .. "/judge-cache"
+  local tk = task_dir("t_good", GOOD_PY)
+  local j = cpu_judge()
+  local st = { task = tk, times = {}, base_times = {} }
+  -- the folder is asked for at each call: this test's
+  local baseline_dir = baseline.dir
+  baseline.dir = function() return cache end
+  local ok, bl = pcall(j.baselines, j, st, { m = 64, n = 33 }, { compile_mode = "default" })
+  t.ok(ok, bl)
+  t.ok(bl.eager and bl.compile, require("km.json").encode(bl.errors or {}))
+  t.eq(bl.eager.cached, false)
+  t.eq(bl.compile.cached, false)
+  t.eq(bl.compile.mode, "default")
+  t.ok(bl.compile.compile_seconds > 0)
+  t.eq(table.concat(j.timed, ","), "eager,compile")
+  t.eq(table.concat(j.held, ","), "eager,compile,done", "the pool hears when measuring starts and ends")
+  -- the model ran on the task's own names: y = relu(3a + b)
+  local a, b, y = j.outs.a:to_table(), j.outs.b:to_table(), j.outs.y:to_table()
+  t.near(y[5], math.max(3 * a[5] + b[5], 0), 1e-5)
+  -- memoized in this worker
+  t.eq(j:baselines(st, { m = 64, n = 33 }, { compile_mode = "default" }), bl)
+  -- a fresh worker: both from the disk, nothing timed, no hold
+  local j2 = cpu_judge()
+  local bl2 = j2:baselines({ task = tk, times = {}, base_times = {} }, { m = 64, n = 33 }, { compile_mode = "default" })
+  t.eq(bl2.eager.cached, true)
+  t.eq(bl2.compile.cached, true)
+  t.eq(bl2.eager.median, bl.eager.median)
+  t.eq(#j2.timed, 0)
+  t.eq(#j2.held, 0)
+  -- another mode is another record; eager off measures compile only; both off: none
+  local j3 = cpu_judge()
+  local bl3 = j3:baselines({ task = tk, times = {}, base_times = {} }, { m = 64, n = 33 }, { compile_mode = "no-such-mode", eager = false })
+  t.eq(bl3.eager, nil)
+  t.eq(bl3.compile.cached, false, "a new mode: measured")
+  t.eq(bl3.compile.mode, "default")
+  t.eq(bl3.compile.asked, "no-such-mode")
+  t.ok(bl3.compile.failed[1]:find("no-such-mode", 1, true))
+  t.eq(j3:baselines({ task = tk, times = {}, base_times = {} }, { m = 64, n = 33 }, { compile_mode = "off", eager = false }), nil)
+  baseline.dir = baseline_dir
+end)
+
+t.test("the judge's baselines: a reference.py that does not fit the task is an error in the verdict, not a failure", function()
+  local tk = task_dir("t_bad", HEAD .. [[
+class Model(nn.Module):
+    def forward(self, u):
+        return u
+
+def get_inputs():
+    return [torch.rand(64, 33)]
+
+def get_init_inputs():
+    return []
+]])
+  local j = cpu_judge()
+  local bl = j:baselines({ task = tk, times = {}, base_times = {} }, { m = 64, n = 33 }, { compile_mode = "off" })
+  t.eq(bl.eager, nil)
+  t.ok(bl.errors.eager:find("reference.py does not load", 1, true), bl.errors.eager)
+  t.ok(bl.errors.eager:find("the task names 2 inputs (a, b)", 1, true), bl.errors.eager)
+  t.eq(#j.timed, 0)
+end)
+
 os.execute("rm -rf " .. DIR)
 t.done()
