@@ -648,6 +648,29 @@ function Judge:energy(st, run, sym, opts)
   return res.energy_j, res.energy_unavailable
 end
 
+-- A verdict's speedups from the timing summaries: `speedup` over PyTorch eager wherever the
+-- task has a PyTorch model (KernelBench's definition), else over the task's CUDA reference,
+-- and `speedup_over` says which; over torch.compile and over the CUDA reference stand beside
+-- it, and speedup_baseline is over the starter. t = { cuda_reference = summary?, baselines =
+-- Judge:baselines()?, starter = summary? }.
+function M.speedups(v, cand_t, t)
+  local c = cand_t.median
+  local bl = t.baselines
+  local eager, compiled = bl and bl.eager, bl and bl.compile
+  if t.cuda_reference then v.speedup_cuda_reference = t.cuda_reference.median / c end
+  if eager then v.speedup_eager = eager.median / c end
+  if compiled then v.speedup_compile, v.compile_mode = compiled.median / c, compiled.mode end
+  v.speedup = v.speedup_eager or v.speedup_cuda_reference
+  v.speedup_over = eager and "pytorch_eager" or (t.cuda_reference and "cuda_reference" or nil)
+  if bl then
+    v.baselines = { eager = eager, compile = compiled, errors = next(bl.errors) and bl.errors or nil }
+    v.timing = v.timing or {}
+    v.timing.eager, v.timing.compile = summary(eager), summary(compiled)
+  end
+  if t.starter then v.speedup_baseline = t.starter.median / c end
+  return v
+end
+
 ----------------------------------------------------------------------------------------
 -- PyTorch baselines: eager and torch.compile on the timed shape, each read from the disk
 -- cache (km.baseline: once per task content, shape, precision, GPU, torch version and mode)
@@ -807,21 +830,7 @@ function Judge:measure(st, run, v, opts)
     v.timing.candidate.energy_j = nil
     v.timing.candidate.energy_unavailable = "not measured (opts.energy; --energy)"
   end
-  -- speedup: over PyTorch eager wherever the task has a PyTorch model (KernelBench's
-  -- definition), else over the task's CUDA reference; speedup_over says which. Over
-  -- torch.compile and over the CUDA reference stand beside it.
-  local c = cand_t.median
-  local eager, compiled = bl and bl.eager, bl and bl.compile
-  if not st.prob then v.speedup_cuda_reference = ref_t.median / c end
-  if eager then v.speedup_eager = eager.median / c end
-  if compiled then v.speedup_compile, v.compile_mode = compiled.median / c, compiled.mode end
-  v.speedup = v.speedup_eager or v.speedup_cuda_reference
-  v.speedup_over = eager and "pytorch_eager" or "cuda_reference"
-  if bl then
-    v.baselines = { eager = eager, compile = compiled, errors = next(bl.errors) and bl.errors or nil }
-    v.timing.eager, v.timing.compile = summary(eager), summary(compiled)
-  end
-  if base_t then v.speedup_baseline = base_t.median / c end
+  M.speedups(v, cand_t, { cuda_reference = not st.prob and ref_t or nil, baselines = bl, starter = base_t })
   -- the roofline from the judge's own shape table, never one launch code could touch
   local pk = self:peaks()
   local bytes, flops = task_mod.eval_expr(t.bytes, sym), task_mod.eval_expr(t.flops, sym)

@@ -58,4 +58,27 @@ t.test("feedback: compile lines, mismatch kinds and the timed-call hint", functi
   t.eq(s, "mismatch"); t.ok(m:find("never written", 1, true))
 end)
 
+t.test("speedups: over eager wherever there is a PyTorch model, the others beside it", function()
+  local speedups = require("km.judge").speedups
+  local cand = { median = 2 }
+  -- our task: CUDA reference, eager and compile measured
+  local v = speedups({}, cand, { cuda_reference = { median = 8 }, starter = { median = 3 },
+    baselines = { eager = { median = 1 }, compile = { median = 0.5, mode = "default" }, errors = {} } })
+  t.eq(v.speedup_over, "pytorch_eager")
+  t.eq(v.speedup, 0.5); t.eq(v.speedup_eager, 0.5); t.eq(v.speedup_compile, 0.25)
+  t.eq(v.speedup_cuda_reference, 4); t.eq(v.speedup_baseline, 1.5); t.eq(v.compile_mode, "default")
+  t.eq(v.baselines.errors, nil); t.eq(v.timing.eager.median, 1)
+  -- no torch: the CUDA reference is the baseline, and why eager is missing is kept
+  v = speedups({}, cand, { cuda_reference = { median = 8 }, baselines = { errors = { eager = "PyTorch is not available" } } })
+  t.eq(v.speedup_over, "cuda_reference"); t.eq(v.speedup, 4); t.eq(v.speedup_eager, nil)
+  t.eq(v.baselines.errors.eager, "PyTorch is not available")
+  -- no PyTorch asked for: no baselines field at all
+  v = speedups({}, cand, { cuda_reference = { median = 1 } })
+  t.eq(v.speedup, 0.5); t.eq(v.baselines, nil)
+  -- a KernelBench problem: eager is the reference, no CUDA reference
+  v = speedups({}, cand, { baselines = { eager = { median = 6 }, errors = { compile = "every mode failed" } } })
+  t.eq(v.speedup_over, "pytorch_eager"); t.eq(v.speedup, 3); t.eq(v.speedup_cuda_reference, nil)
+  t.eq(v.speedup_compile, nil); t.eq(v.baselines.errors.compile, "every mode failed")
+end)
+
 t.done()
