@@ -260,10 +260,22 @@ local function prepare(self, source, launch_src, params, label)
 end
 
 -- Views of a trial's buffers, for one launch call.
+-- Reading a buffer the task does not have is an error that names what it has: a launch
+-- that expects a parameter the model lacks (io.fc_bias of a bias-free Linear) gets a
+-- launch_error saying so, not "attempt to index a nil value" from further down.
+local function no_such_buffer(v, name)
+  local names = {}
+  for n in pairs(v) do names[#names + 1] = n end
+  table.sort(names)
+  error(fmt("io.%s: the task has no buffer named '%s' (its buffers: %s)", tostring(name), tostring(name),
+    concat(names, ", ")), 2)
+end
+local VIEWS_MT = { __index = no_such_buffer, __metatable = false }
+
 local function views(io)
   local v = {}
   for name, b in pairs(io) do v[name] = buffer.view(b) end
-  return v
+  return setmetatable(v, VIEWS_MT)
 end
 
 -- What launch code handed back as outputs ({ name = view }), resolved in C to the buffers

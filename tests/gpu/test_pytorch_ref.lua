@@ -107,6 +107,15 @@ t.test("a model with parameters and a scalar input: the candidate reads them fro
   t.eq(wrong.status, "mismatch", wrong.feedback)
 end)
 
+t.test("a launch that expects a parameter the model does not have: a launch_error naming what it has", function()
+  local lt = assert(task.load(LINEAR))
+  local v = pool:eval(lt, { name = "reads io.fc_scale", source = LINEAR_SRC,
+    launch = LINEAR_LAUNCH:gsub("io%.fc_bias", "io.fc_scale") }, { seeds = 1, timing = false })
+  t.eq(v.status, "launch_error", v.feedback)
+  t.ok(v.feedback:find("io.fc_scale: the task has no buffer named 'fc_scale' (its buffers: fc_bias, fc_weight, out, x)", 1, true),
+    v.feedback)
+end)
+
 t.test("the judge's defences hold with a PyTorch reference", function()
   local rt = assert(task.load(RELU))
   local v = pool:eval(rt, { name = "skips when timed", source = '__device__ unsigned int calls;\n' .. RELU_SRC:gsub(
