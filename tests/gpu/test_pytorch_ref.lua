@@ -127,6 +127,39 @@ t.test("the judge's defences hold with a PyTorch reference", function()
   t.eq(m.status, "inputs_modified", m.feedback)
 end)
 
+t.test("a PyTorch reference that hangs on the GPU is stopped at the task timeout, like a candidate", function()
+  local hang = write(DIR .. "/hangs_on_gpu.py", HEAD .. [[
+import time
+
+class Model(nn.Module):
+    def __init__(self):
+        super(Model, self).__init__()
+
+    def forward(self, x):
+        if x.is_cuda:  # the spec (meta device) returns; the judge's run on the GPU never does
+            time.sleep(10 ** 6)
+        return torch.relu(x)
+
+def get_inputs():
+    return [torch.randn(1024, 1024)]
+
+def get_init_inputs():
+    return []
+]])
+  local ht = assert(task.load(hang))
+  local short = assert(eval.pool { gpus = { tonumber(os.getenv("KM_TEST_GPU") or "0") }, timeout = 6 })
+  local w = require("km.timing").wall()
+  local v = short:eval(ht, { name = "relu", source = RELU_SRC, launch = RELU_LAUNCH }, { seeds = 1, timing = false })
+  local took = require("km.timing").wall() - w
+  t.eq(v.status, "timeout", v.feedback)
+  t.ok(took < 40, ("stopped after %.1f s"):format(took))
+  -- the pool goes on with a fresh worker
+  local rt = assert(task.load(RELU))
+  local ok = short:eval(rt, { name = "relu", source = RELU_SRC, launch = RELU_LAUNCH }, { seeds = 1, timing = false })
+  t.eq(ok.status, "correct", ok.feedback)
+  short:close()
+end)
+
 t.test("kmrun eval PROBLEM.py CANDIDATE: exit 0 and the eager time", function()
   local KMRUN = arg[-1]:match("kmrun$") and arg[-1] or "build/kmrun"
   local cdir = DIR .. "/cand"
