@@ -148,8 +148,9 @@ function Pool:_collect(slot, ms)
     return lost(slot, "dead", job, timeout_s)
   end
   local res = json.decode(msg)
-  -- the worker measures a PyTorch baseline (once per task and GPU, then cached): that is
-  -- timed by the baseline's own limit, and the candidate's time starts again after it
+  -- the worker does one-time set-up (torch's import, PyTorch baselines measured once per
+  -- task and GPU, then cached): that is timed by its own limit, and the candidate's time
+  -- starts again after it
   if type(res) == "table" and res.hold ~= nil and res.id == job.id and not res.verdict then
     slot.sent_at = os.time()
     slot.hold_s = res.hold and (self.opts.baseline_timeout or M.BASELINE_TIMEOUT) or nil

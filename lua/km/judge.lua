@@ -347,7 +347,10 @@ function Judge:task_state(t)
   if t.reference.pytorch then
     -- PyTorch eager is the reference and the baseline (KernelBench's): loaded in this
     -- worker, on its context and stream, exchanging buffers without copies (km.kernelbench)
+    -- the first load imports torch (seconds): one-time set-up, not the candidate's time
+    if self.on_hold then self.on_hold("torch") end
     local prob, err = require("km.kernelbench").load(t.reference.pytorch, { precision = t.reference.precision, device = "cuda" })
+    if self.on_hold then self.on_hold(nil) end
     if not prob then return nil, "the task's PyTorch reference does not load: " .. tostring(err) end
     st.prob = prob
     ref = { torch = prob, state = { scratch = {}, launches = {}, scratch_bytes = 0, scratch_peak = 0 }, attrs = {} }
@@ -753,7 +756,7 @@ function Judge:baselines(st, sym, opts)
     if rec then
       rec.cached = true
     else
-      if self.on_baseline then self.on_baseline(which) held = true end -- a pool gives this its own time
+      if self.on_hold then self.on_hold(which) held = true end -- one-time set-up: a pool gives it its own time
       local run = { torch = prob, variant = which, state = fresh_state() }
       local extra, err = nil, nil
       if which == "compile" then
@@ -780,7 +783,7 @@ function Judge:baselines(st, sym, opts)
     end
     out[which] = rec
   end
-  if held then self.on_baseline(nil) end
+  if held then self.on_hold(nil) end
   return out
 end
 

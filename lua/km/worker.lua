@@ -72,8 +72,9 @@ while true do
   if not req then
     ch:send(json.encode { error = "bad request: " .. tostring(err) })
   elseif req.op == "eval" then
-    -- a PyTorch baseline measured for this task: the pool times it apart from the candidate
-    judge.on_baseline = function(which) ch:send(json.encode { id = req.id, hold = which or false }) end
+    -- one-time set-up for this task (torch's import, PyTorch baselines measured): the pool
+    -- times it apart from the candidate
+    judge.on_hold = function(which) ch:send(json.encode { id = req.id, hold = which or false }) end
     local cap = capture.start() -- device printf goes to stdout: caught here, not on the terminal
     local ok, verdict = pcall(judge.eval, judge, req.task, req.candidate, req.opts)
     if not ok then verdict = { status = "error", feedback = "internal error in the worker: " .. tostring(verdict) } end

@@ -266,7 +266,7 @@ local function cpu_judge(dir)
     self.outs = io
     return { median = ms[3], n = 5, mode = "cold" }
   end
-  j.on_baseline = function(which) j.held[#j.held + 1] = which or "done" end
+  j.on_hold = function(which) j.held[#j.held + 1] = which or "done" end
   return j
 end
 
