@@ -1,0 +1,70 @@
+-- km.eval's pool and its workers' protocol on the CPU, with a stand-in worker (run through
+-- the pool's `wrap`, as compute-sanitizer is) that speaks the real frames: one-time set-up
+-- announced by `hold` messages is not charged to the candidate's timeout; set-up that is not
+-- announced is; a worker that stops itself with status 124 (km.python's watchdog: a PyTorch
+-- call that never returned) is a timeout verdict; and a worker's first verdict carries its
+-- start time. The real worker's side (km.worker, km.judge) is tests/gpu/test_baseline.lua.
+local t = require "km.tap"
+local eval = require "km.eval"
+local testing = require "km.testing"
+
+local KMRUN = io.popen("readlink -f " .. (arg[-1]:match("kmrun$") and arg[-1] or "build/kmrun")):read("l")
+local DIR = testing.tmpdir()
+local STANDIN = DIR .. "/standin.lua"
+testing.write(STANDIN, [[
+local proc, json = require "km.proc", require "km.json"
+local ch = proc.stdio_channel()
+ch:send(json.encode { ok = true, device = { name = "stand-in", arch = "sm_90" }, device_count = 1 })
+while true do
+  local msg = ch:recv()
+  if not msg then break end
+  local req = json.decode(msg)
+  if req.op == "quit" then break end
+  local c = req.candidate.name
+  if c == "held" then -- 3 s of announced set-up, then a quick verdict
+    ch:send(json.encode { id = req.id, hold = "compile" })
+    os.execute("sleep 3")
+    ch:send(json.encode { id = req.id, hold = false })
+    ch:send(json.encode { id = req.id, verdict = { status = "correct", candidate = c } })
+  elseif c == "slow" then -- 3 s with nothing announced
+    os.execute("sleep 3")
+    ch:send(json.encode { id = req.id, verdict = { status = "correct", candidate = c } })
+  elseif c == "watchdog" then
+    os.exit(124)
+  else
+    ch:send(json.encode { id = req.id, verdict = { status = "correct", candidate = c } })
+  end
+end
+]])
+
+local pool = assert(eval.pool { gpus = { 0 }, timeout = 2, wrap = { KMRUN, STANDIN }, warm = false, worker_stderr = "null" })
+local TASK = { name = "t", dir = "/nonexistent/t" }
+
+t.test("a worker's first verdict carries its start", function()
+  local v = pool:eval(TASK, { name = "quick" }, { timeout = 2 })
+  t.eq(v.status, "correct")
+  t.ok(type(v.worker_start_seconds) == "number" and v.worker_start_seconds > 0, tostring(v.worker_start_seconds))
+  local v2 = pool:eval(TASK, { name = "quick" }, { timeout = 2 })
+  t.eq(v2.worker_start_seconds, nil, "only the first")
+end)
+
+t.test("announced set-up is not the candidate's time; unannounced is", function()
+  local v = pool:eval(TASK, { name = "held" }, { timeout = 2 })
+  t.eq(v.status, "correct", v.feedback)
+  local slow = pool:eval(TASK, { name = "slow" }, { timeout = 2 })
+  t.eq(slow.status, "timeout", slow.feedback)
+  t.ok(slow.feedback:find("within 2 s", 1, true), slow.feedback)
+  -- the pool starts a fresh worker and goes on
+  t.eq(pool:eval(TASK, { name = "quick" }, { timeout = 2 }).status, "correct")
+end)
+
+t.test("a worker stopped by the PyTorch watchdog (exit 124) is a timeout", function()
+  local v = pool:eval(TASK, { name = "watchdog" }, { timeout = 2 })
+  t.eq(v.status, "timeout", v.feedback)
+  t.ok(v.feedback:find("PyTorch call did not return", 1, true), v.feedback)
+  t.eq(pool:eval(TASK, { name = "quick" }, { timeout = 2 }).status, "correct")
+end)
+
+pool:close()
+os.execute("rm -rf " .. DIR)
+t.done()
