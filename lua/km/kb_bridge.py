@@ -17,7 +17,6 @@ seed gives other values than KernelBench's CPU generation; and integer and bool 
 their dtype (KernelBench's eval.py casts every tensor, which turns class indices into floats).
 """
 import ctypes
-import hashlib
 import inspect
 import os
 import sys
@@ -124,12 +123,6 @@ def torch_info():
     t = _torch()
     return {"version": t.__version__, "cuda_version": t.version.cuda,
             "python": sys.version.split()[0], "executable": sys.executable}
-
-
-@_api
-def sha256(text):
-    """The hex SHA-256 of text (UTF-8): baseline cache keys (km.baseline)."""
-    return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
 
 
 # ---- dtypes: kmrun's names <-> torch's ----

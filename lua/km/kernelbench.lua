@@ -118,13 +118,6 @@ local function stream_of(opts)
   return python.stream_handle(opts and opts.stream)
 end
 
--- The hex SHA-256 of a string (what km.baseline keys records by). -> hex | nil, why, code
-function M.digest(text)
-  local ok, why, code = M.available()
-  if not ok then return nil, why, code end
-  return call("sha256", text)
-end
-
 -- ---- problems ----
 
 local Problem = {}

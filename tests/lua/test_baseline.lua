@@ -1,4 +1,4 @@
--- PyTorch baselines on the CPU: km.baseline's disk cache (keys, records, corrupt files),
+-- PyTorch baselines on the CPU (km.baseline's keys and records: tests/lua/test_jsoncache.lua):
 -- torch.compile through the bridge (a mode that fails falls back, every mode failing is a
 -- clear error, the compiled model gives eager's values on the same memory), a task's own
 -- names for its reference.py, and the options that choose baselines. The judge measures
@@ -44,60 +44,6 @@ local function sh(cmd)
   p:close()
   return out, tonumber(out:match("rc=(%d+)%s*$"))
 end
-
-t.test("keys: one per task content, shape, precision, device, torch version and mode", function()
-  local parts = { source = "class Model: ...", task = "return {}", shape = "n=1024", precision = "fp32",
-    device = "GPU-1234", torch = "2.11.0", mode = "eager" }
-  local k = baseline.key(parts)
-  t.ok(k:match("^%x+$") and #k == 64, k)
-  t.eq(baseline.key(parts), k, "the same parts, the same key")
-  local seen = { [k] = "base" }
-  for field, other in pairs { source = "class Model: pass", task = "return { }", shape = "n=2048", precision = "fp16",
-    device = "GPU-5678", torch = "2.12.0", mode = "compile:default" } do
-    local p2 = {}
-    for f, v in pairs(parts) do p2[f] = v end
-    p2[field] = other
-    local k2 = baseline.key(p2)
-    t.ok(not seen[k2], field .. " changes the key")
-    seen[k2] = field
-  end
-  -- length-prefixed: moving text from one field to the next is another key
-  local a = baseline.key { source = "ab", task = "c", shape = "", precision = "fp32", device = "d", torch = "t", mode = "eager" }
-  local b = baseline.key { source = "a", task = "bc", shape = "", precision = "fp32", device = "d", torch = "t", mode = "eager" }
-  t.ok(a ~= b, "field boundaries are part of the key")
-  t.raises(function() baseline.key { source = "x" } end, "field 'task' must be a string")
-end)
-
-t.test("records: put then get, atomically; corrupt or foreign files are missing", function()
-  local dir = DIR .. "/cache"
-  local k = baseline.key { source = "s", task = "", shape = "n=1", precision = "fp32", device = "d", torch = "t", mode = "eager" }
-  t.eq(baseline.get(k, dir), nil, "nothing yet")
-  t.ok(baseline.put(k, { median = 0.125, n = 40, mode = "cold" }, dir))
-  local rec = baseline.get(k, dir)
-  t.eq(rec.median, 0.125)
-  t.eq(rec.n, 40)
-  t.eq(rec.key, k)
-  t.eq(rec.protocol, baseline.PROTOCOL)
-  local left = io.popen("ls " .. dir):read("a")
-  t.eq(left, k .. ".json\n", "one file, no temporary left behind")
-  -- a record copied under another key's name is not that key's
-  local k2 = baseline.key { source = "s2", task = "", shape = "n=1", precision = "fp32", device = "d", torch = "t", mode = "eager" }
-  os.execute(("cp %s/%s.json %s/%s.json"):format(dir, k, dir, k2))
-  t.eq(baseline.get(k2, dir), nil, "a record whose key is not its name")
-  testing.write(dir .. "/" .. k .. ".json", "{\"median\": 0.1, \"key\": \"" .. k) -- cut short
-  t.eq(baseline.get(k, dir), nil, "a record that does not parse")
-  testing.write(dir .. "/" .. k .. ".json", "{\"key\": \"" .. k .. "\", \"median\": \"fast\"}")
-  t.eq(baseline.get(k, dir), nil, "a record without a number median")
-  t.raises(function() baseline.get("../../etc/passwd", dir) end, "64-hex-digit key")
-  t.raises(function() baseline.put(k, { n = 3 }, dir) end, "number median")
-  -- the folder: KM_BASELINE_DIR, else under XDG_CACHE_HOME, else ~/.cache
-  local out = sh("KM_BASELINE_DIR=/x/y " .. KMRUN .. " -e 'print(require(\"km.baseline\").dir())'")
-  t.ok(out:find("^/x/y\n"), out)
-  out = sh("env -u KM_BASELINE_DIR XDG_CACHE_HOME=/c " .. KMRUN .. " -e 'print(require(\"km.baseline\").dir())'")
-  t.ok(out:find("^/c/kmrun/baselines\n"), out)
-  out = sh("env -u KM_BASELINE_DIR -u XDG_CACHE_HOME HOME=/h " .. KMRUN .. " -e 'print(require(\"km.baseline\").dir())'")
-  t.ok(out:find("^/h/.cache/kmrun/baselines\n"), out)
-end)
 
 t.test("a task's own names: forward's inputs and outputs by position", function()
   local p = assert(kb.load(SCALE, { names = { inputs = { "x", "y" }, outputs = { "z" } } }))
@@ -191,6 +137,44 @@ t.test("options: --baselines and --compile-mode, checked and mapped", function()
   out, rc = sh(KMRUN .. " sweep --help")
   t.eq(rc, 0)
   t.ok(out:find("--compile-mode", 1, true), out)
+end)
+
+t.test("a problem's spec is kept on disk by content: read back without torch, read again when the file changes", function()
+  local jc, kbtask = require "km.jsoncache", require "km.kbtask"
+  local specs = DIR .. "/specs"
+  local dir_of = jc.dir
+  jc.dir = function(kind, env) return kind == "specs" and specs or dir_of(kind, env) end
+  local path = DIR .. "/spec_cached.py"
+  testing.write(path, HEAD .. [[
+class Model(nn.Module):
+    def forward(self, x):
+        return x * 2
+
+def get_inputs():
+    return [torch.rand(8, 3)]
+
+def get_init_inputs():
+    return []
+]])
+  local pt = assert(kbtask.load(path))
+  t.eq(table.concat(pt.inputs[1].shape, "x"), "8x3")
+  local files = io.popen("ls " .. specs):read("a")
+  local key = files:match("^(%x+)%.json\n$")
+  t.ok(key, "one record: " .. files)
+  -- what the record says is what the next load sees: torch was not asked
+  local rec = testing.read(specs .. "/" .. key .. ".json")
+  testing.write(specs .. "/" .. key .. ".json", (rec:gsub("%[8, *3%]", "[5,3]")))
+  t.eq(table.concat(assert(kbtask.load(path)).inputs[1].shape, "x"), "5x3")
+  -- a changed file is described again, under another key
+  testing.write(path, (testing.read(path):gsub("8, 3", "9, 3")))
+  t.eq(table.concat(assert(kbtask.load(path)).inputs[1].shape, "x"), "9x3")
+  local _, n = io.popen("ls " .. specs):read("a"):gsub("%.json", "")
+  t.eq(n, 2, "a second record")
+  -- a record that does not parse is described again
+  testing.write(specs .. "/" .. key .. ".json", "{")
+  testing.write(path, (testing.read(path):gsub("9, 3", "8, 3")))
+  t.eq(table.concat(assert(kbtask.load(path)).inputs[1].shape, "x"), "8x3")
+  jc.dir = dir_of
 end)
 
 -- The judge's baseline logic with stand-ins for its GPU parts: host buffers for its pool,
