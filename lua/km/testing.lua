@@ -16,6 +16,15 @@ function M.tmpdir()
   return d
 end
 
+-- A shell command's stdout and stderr, and its exit status.
+function M.sh(cmd)
+  local p = io.popen(cmd .. " 2>&1; echo \"rc=$?\"")
+  local out = p:read("a")
+  p:close()
+  local rc = tonumber(out:match("rc=(%d+)%s*$"))
+  return out:gsub("rc=%d+%s*$", ""), rc
+end
+
 function M.write(path, s)
   local f = assert(io.open(path, "wb"))
   f:write(s)

@@ -38,12 +38,7 @@ def get_init_inputs():
     return [3.0]
 ]])
 
-local function sh(cmd)
-  local p = io.popen(cmd .. " 2>&1; echo \"rc=$?\"")
-  local out = p:read("a")
-  p:close()
-  return out, tonumber(out:match("rc=(%d+)%s*$"))
-end
+local sh = testing.sh
 
 t.test("a task's own names: forward's inputs and outputs by position", function()
   local p = assert(kb.load(SCALE, { names = { inputs = { "x", "y" }, outputs = { "z" } } }))

@@ -8,12 +8,7 @@ local testing = require "km.testing"
 local DIR = testing.tmpdir()
 local KMRUN = io.popen("readlink -f " .. (arg[-1]:match("kmrun$") and arg[-1] or "build/kmrun")):read("l")
 
-local function sh(cmd)
-  local p = io.popen(cmd .. " 2>&1; echo \"rc=$?\"")
-  local out = p:read("a")
-  p:close()
-  return out, tonumber(out:match("rc=(%d+)%s*$"))
-end
+local sh = testing.sh
 
 t.test("km.hash.sha256: the standard's examples; arguments hashed in sequence", function()
   t.eq(hash.sha256("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
