@@ -29,11 +29,20 @@ local KEY_FIELDS = { "source", "task", "shape", "precision", "device", "torch", 
 -- The key of a baseline: the SHA-256 of the fields in a fixed order, each a string.
 function M.key(parts) return jc.key("baseline", M.PROTOCOL, parts, KEY_FIELDS) end
 
--- The record under key, or nil (none, unreadable, not this key's, no number median).
+-- The record under key, or nil (none, unreadable, not this key's, no number median);
+-- nil, why for a baseline kept as unavailable (M.put_unavailable).
 function M.get(key, dir)
   local rec = jc.get(dir or M.dir(), key)
   if rec and type(rec.median) == "number" then return rec end
+  if rec and type(rec.unavailable) == "string" then return nil, rec.unavailable end
   return nil
+end
+
+-- Keeps that a baseline cannot be had (torch.compile failing in every mode: minutes of
+-- trying that every new worker would otherwise repeat). Delete the record to try again.
+function M.put_unavailable(key, why, dir)
+  return jc.put(dir or M.dir(), key, { protocol = M.PROTOCOL, unavailable = tostring(why),
+    at = os.date("!%Y-%m-%dT%H:%M:%SZ") })
 end
 
 -- Keeps rec (a table of JSON values, with a number median) under key. -> true | nil, why

@@ -752,21 +752,27 @@ function Judge:baselines(st, sym, opts)
   for _, which in ipairs(list) do
     parts.mode = which == "eager" and "eager" or "compile:" .. mode
     local okk, key = pcall(baseline.key, parts)
-    local rec = okk and baseline.get(key) or nil
+    local rec, gone
+    if okk then rec, gone = baseline.get(key) end
     if rec then
       rec.cached = true
+    elseif gone then
+      out.errors[which] = gone .. " (kept from an earlier run: " .. tostring(baseline.dir()) .. "/" .. key .. ".json)"
     else
       if self.on_hold then self.on_hold(which) held = true end -- one-time set-up: a pool gives it its own time
       local run = { torch = prob, variant = which, state = fresh_state() }
       local extra, err = nil, nil
       if which == "compile" then
         local io, ref_in = self:trial_io(t, sym, (opts.seed_base or 1000) + 4242)
-        local c, cerr = prob:compile(io, { mode = mode })
+        local c, cerr, ccode = prob:compile(io, { mode = mode })
         self.pool:put_all(io); self.pool:put_all(ref_in)
         if c then
           extra = { mode = c.mode, asked = c.asked, failed = c.failed, compile_seconds = c.seconds }
         else
           err = cerr
+          -- every mode failed: kept, so no new worker spends minutes on it again (not an
+          -- interrupted or timed-out attempt)
+          if okk and ccode == "COMPILE_FAILED" then baseline.put_unavailable(key, cerr) end
         end
       end
       if not err then

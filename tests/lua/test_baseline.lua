@@ -289,6 +289,22 @@ t.test("the judge's baselines: measured once, then read from disk; the task's na
   t.eq(bl3.compile.asked, "no-such-mode")
   t.ok(bl3.compile.failed[1]:find("no-such-mode", 1, true))
   t.eq(j3:baselines({ task = tk, times = {}, base_times = {} }, { m = 64, n = 33 }, { compile_mode = "off", eager = false }), nil)
+  -- a compile that fails in every mode is kept as unavailable: a fresh worker does not try again
+  -- (a model torch.compile cannot compile in any mode, stood in for: its compile fails)
+  local j4 = cpu_judge()
+  function j4:torch_model(s4)
+    local p4 = judge_mod.Judge.torch_model(self, s4)
+    return setmetatable({ compile = function() return nil, "torch.compile failed in every mode tried: stand-in", "COMPILE_FAILED" end },
+      { __index = p4 })
+  end
+  local bl4 = j4:baselines({ task = tk, times = {}, base_times = {} }, { m = 64, n = 33 }, { compile_mode = "bogus-a", eager = false })
+  t.eq(bl4.compile, nil)
+  t.ok(bl4.errors.compile:find("every mode tried: stand-in", 1, true), bl4.errors.compile)
+  t.eq(table.concat(j4.held, ","), "compile,done")
+  local j5 = cpu_judge()
+  local bl5 = j5:baselines({ task = tk, times = {}, base_times = {} }, { m = 64, n = 33 }, { compile_mode = "bogus-a", eager = false })
+  t.ok(bl5.errors.compile:find("kept from an earlier run", 1, true), bl5.errors.compile)
+  t.eq(#j5.held, 0, "nothing tried")
   baseline.dir = baseline_dir
 end)
 
