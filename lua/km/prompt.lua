@@ -59,16 +59,40 @@ function M.interface(t)
     end
     return fmt("- %s `%s`: %s[%s], row-major%s", role, io.name, io.dtype, concat(dims, ", "), init)
   end
-  for _, io in ipairs(t.inputs) do insert(out, io_line(io, "input")) end
+  for _, io in ipairs(t.inputs) do
+    -- a problem file's parameters and buffers are the model's state_dict (io.fc_weight)
+    insert(out, io_line(io, io.role == "parameter" and "parameter" or "input"))
+    if io.role == "parameter" and io.key then out[#out] = out[#out] .. fmt(" (the model's `%s`)", io.key) end
+  end
   for _, io in ipairs(t.outputs) do insert(out, io_line(io, "output")) end
   local shapes = {}
-  for i, s in ipairs(t.shapes) do shapes[i] = task_mod.fmt_shape(s) .. (i == 1 and " (timed)" or "") end
+  for i, s in ipairs(t.shapes) do
+    -- a problem file has one shape set: its own sizes (number inputs, if any, in s)
+    local text = next(s) and task_mod.fmt_shape(s) or "the sizes above"
+    shapes[i] = text .. (i == 1 and " (timed)" or "")
+  end
   insert(out, "- shapes checked: " .. concat(shapes, "; "))
   local tols = {}
   for dt, tol in pairs(t.tolerance) do tols[#tols + 1] = fmt("%s atol %g rtol %g", dt, tol.atol, tol.rtol) end
   table.sort(tols)
   insert(out, "- tolerance: " .. concat(tols, "; "))
   return concat(out, "\n")
+end
+
+-- The reference form: a problem file's PyTorch program (KernelBench's form: the model's
+-- forward on its inputs; its parameters are in io under their state_dict names), or the
+-- task's CUDA reference with its launch code.
+local function reference_text(t, heading)
+  local r = t.reference
+  if r.pytorch then
+    local scalars = {}
+    for k in pairs(t.shapes[1] or {}) do scalars[#scalars + 1] = "`s." .. k .. "`" end
+    table.sort(scalars)
+    return heading .. " (PyTorch, KernelBench's form; it defines the expected output)\n```python\n" ..
+      (r.source_text or "") .. "\n```\nThe model's inputs, parameters and outputs are the buffers in `io` listed " ..
+      "under Interface" .. (#scalars > 0 and ("; its number inputs are " .. concat(scalars, ", ")) or "") .. "."
+  end
+  return heading .. "\n```cuda\n" .. r.source_text .. "\n```\n```lua\n" .. r.launch_text .. "\n```"
 end
 
 -- The task in the chosen spec forms.
@@ -85,13 +109,13 @@ function M.task_text(t, forms)
       insert(parts, "## Math\n" .. t.math_text)
       shown = shown + 1
     elseif f == "reference" then
-      insert(parts, "## Reference program (correct but slow; it defines the expected output)\n```cuda\n" ..
-        t.reference.source_text .. "\n```\n```lua\n" .. t.reference.launch_text .. "\n```")
+      insert(parts, reference_text(t, t.reference.pytorch and "## Reference program" or
+        "## Reference program (correct but slow; it defines the expected output)"))
       shown = shown + 1
     end
   end
   if shown == 0 then -- the requested forms are missing: fall back to the reference
-    insert(parts, "## Reference program\n```cuda\n" .. t.reference.source_text .. "\n```\n```lua\n" .. t.reference.launch_text .. "\n```")
+    insert(parts, reference_text(t, "## Reference program"))
   end
   insert(parts, "## Interface\n" .. M.interface(t))
   return concat(parts, "\n\n")

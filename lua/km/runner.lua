@@ -113,8 +113,9 @@ function M.parse_args(argv, spec)
   return M.finish_args(a)
 end
 
--- The task folders to run: the ones named (each must be a folder), else ./tasks when it
--- exists. Returns the list, or nil, one line saying what is wrong (`who`: "kmrun NAME").
+-- The task folders to run: the ones named (each a folder, or a KernelBench problem file),
+-- else ./tasks when it exists. Returns the list, or nil, one line saying what is wrong
+-- (`who`: "kmrun NAME").
 function M.task_dirs(named, who)
   local function is_dir(p)
     local f = io.open(p, "rb")
@@ -127,11 +128,13 @@ function M.task_dirs(named, who)
     if is_dir("tasks") then return { "tasks" } end
     return nil, who .. ": no tasks named, and there is no ./tasks folder here: name task folders (" .. who .. " tasks/)"
   end
+  local kbtask = require "km.kbtask"
   for _, d in ipairs(named) do
     if not is_dir(d) then
-      local f = io.open(d, "rb")
-      if f then f:close() return nil, who .. ": " .. d .. ": not a folder (a task is a folder with task.lua)" end
-      return nil, who .. ": " .. d .. ": no such folder"
+      local f = io.open((d:gsub("#%w+$", "")), "rb")
+      if f and kbtask.is_problem(d) then f:close() -- a problem file is a task as it is
+      elseif f then f:close() return nil, who .. ": " .. d .. ": not a folder (a task is a folder with task.lua, or a KernelBench problem file .py)"
+      else return nil, who .. ": " .. d .. ": no such folder" end
     end
   end
   return named
@@ -140,9 +143,13 @@ end
 -- Every task named on the command line, loaded; errors listed.
 function M.collect_tasks(paths, filter)
   local tasks, errors = {}, {}
+  local kbtask = require "km.kbtask"
   for _, p in ipairs(paths) do
     local f = io.open(p .. "/task.lua")
-    if f then
+    if kbtask.is_problem(p) then
+      local t, err = task_mod.load(p)
+      if t then insert(tasks, t) else insert(errors, err) end
+    elseif f then
       f:close()
       local t, err = task_mod.load(p)
       if t then insert(tasks, t) else insert(errors, err) end

@@ -168,6 +168,54 @@ t.test("implement: one call, one verdict", function()
   t.eq(kinds.verdict, 1)
 end)
 
+t.test("a KernelBench problem file through a strategy: the prompt is its PyTorch program and io's names", function()
+  local kb = require "km.kernelbench"
+  local okk, kwhy = kb.available()
+  if not okk then t.skip("PyTorch not available: " .. tostring(kwhy)) return end
+  local script = write_script("kb_impl", { answer("for the problem", 1.1) })
+  local path = DIR .. "/linear_relu.py"
+  local f = assert(io.open(path, "w"))
+  f:write(([==[import torch
+import torch.nn as nn
+
+# [[script:SCRIPT]]
+class Model(nn.Module):
+    def __init__(self, k):
+        super().__init__()
+        self.fc = nn.Linear(k, 4)
+
+    def forward(self, x, scale: float):
+        return torch.relu(self.fc(x) * scale)
+
+def get_inputs():
+    return [torch.rand(2, 8), 0.5]
+
+def get_init_inputs():
+    return [8]
+]==]):gsub("SCRIPT", script))
+  f:close()
+  local tk = assert(task.load(path))
+  local store_path, res = run("implement.lua", { tk })
+  t.eq(res.ran, 1)
+  local ep, kinds = episode(store_path)
+  t.eq(kinds.model_call, 1, json.encode(kinds))
+  t.ok(ep.status ~= "error", ep.status)
+  local prompt
+  for _, s in ipairs(ep.steps) do
+    if s.kind == "model_call" then prompt = json.encode(s.payload) end
+  end
+  for _, want in ipairs { "```python", "class Model(nn.Module)", "parameter `fc_weight`: f32[4, 8]",
+    "(the model's `fc.weight`)", "output `out`: f32[2, 4]", "its number inputs are `s.scale`" } do
+    t.ok(prompt and prompt:find(want, 1, true), want .. " in the prompt")
+  end
+  -- named on the command line, a problem file is a task (offline: no starter to fall back on)
+  local p = io.popen("cd " .. DIR .. " && " .. KMRUN .. " implement " .. path .. " --provider offline 2>&1; echo rc=$?")
+  local out = p:read("a")
+  p:close()
+  t.ok(out:find("linear_relu%s+implement%s+offline%s+1%s+failed%s+no_code"), out)
+  t.ok(out:find("rc=1", 1, true), out)
+end)
+
 t.test("optimize: keeps the fastest correct version", function()
   local tk = make_task("t_opt", write_script("opt", { answer("v1", 1), answer("v2", 3), answer("v3 slower", 2), answer("v4 broken", 9, true) }))
   local path = run("optimize.lua", { tk }, { "--rounds", "3" })
