@@ -5,7 +5,8 @@
  *   nodevice    cuInit succeeds, cuDeviceGetCount reports 0
  *   noinit      cuInit returns CUDA_ERROR_NO_DEVICE
  *   missing:SYM cuGetProcAddress does not know SYM
- *   ok          everything up to a context answers; nothing can run
+ *   ok          everything up to a context answers, and the device's facts (name,
+ *               attributes, memory, UUID: made-up values); nothing can run
  * FAKE_CUDA_LOG, if set, gets one line per cuGetProcAddress request: "symbol version". */
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +37,19 @@ static CUresult f_set_current(void *ctx) { (void)ctx; return OK; }
 static CUresult f_get_current(void **ctx) { static int c; *ctx = &c; return OK; }
 static CUresult f_other(void) { return NOT_SUPPORTED; }
 
+/* Device facts, distinct per attribute so a field read from the wrong one shows. */
+static CUresult f_dev_name(char *name, int len, int dev) { snprintf(name, (size_t)len, "Fake GPU %d", dev); return OK; }
+static CUresult f_attribute(int *v, int attrib, int dev) {
+  (void)dev;
+  *v = attrib == 75 ? 9 : attrib == 76 ? 0 : 1001 * attrib; /* compute capability 9.0 */
+  return OK;
+}
+static CUresult f_total_mem(size_t *bytes, int dev) { (void)dev; *bytes = (size_t)80 << 30; return OK; }
+static CUresult f_uuid(unsigned char bytes[16], int dev) {
+  for (int i = 0; i < 16; i++) bytes[i] = (unsigned char)(0xa0 + 13 * i + dev);
+  return OK;
+}
+
 /* The entry point km.cuda resolves first, by name. */
 CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, unsigned long long flags, int *status) {
   (void)flags;
@@ -55,7 +69,9 @@ CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, unsign
       {"cuDriverGetVersion", (void *)f_version}, {"cuGetErrorName", (void *)f_name},
       {"cuGetErrorString", (void *)f_string}, {"cuDeviceGet", (void *)f_device_get},
       {"cuDevicePrimaryCtxRetain", (void *)f_retain}, {"cuCtxSetCurrent", (void *)f_set_current},
-      {"cuCtxGetCurrent", (void *)f_get_current},
+      {"cuCtxGetCurrent", (void *)f_get_current}, {"cuDeviceGetName", (void *)f_dev_name},
+      {"cuDeviceGetAttribute", (void *)f_attribute}, {"cuDeviceTotalMem", (void *)f_total_mem},
+      {"cuDeviceGetUuid", (void *)f_uuid},
   };
   *pfn = (void *)f_other;
   for (size_t i = 0; i < sizeof table / sizeof *table; i++)
