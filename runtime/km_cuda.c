@@ -23,6 +23,7 @@
 
 #include "km.h"
 #include "km_cuda.h"
+#include "km_devinfo.h"
 #include "km_dtype.h"
 #include "km_kernel.h"
 
@@ -54,6 +55,11 @@ const char *km_cuda_errstr(CUresult r) {
   const char *s = NULL;
   if (km_cu && km_cu->cuGetErrorString(r, &s) == CUDA_SUCCESS && s) return s;
   return "unknown CUDA error";
+}
+
+char *km_cuda_msg(CUresult r, const char *what, char *msg, size_t n) {
+  snprintf(msg, n, "%s: %s: %s", km_cuda_errname(r), what, km_cuda_errstr(r));
+  return msg;
 }
 
 static int env_device(void) {
@@ -155,12 +161,13 @@ int km_cuda_current_arch(int *major, int *minor) {
 }
 
 int km_cuda_fail(lua_State *L, CUresult r, const char *what) {
-  const char *name = km_cuda_errname(r);
-  return km_fail(L, name, "%s: %s: %s", name, what, km_cuda_errstr(r));
+  char msg[KM_CUDA_MSG];
+  return km_fail(L, km_cuda_errname(r), "%s", km_cuda_msg(r, what, msg, sizeof msg));
 }
 
 int km_cuda_raise(lua_State *L, CUresult r, const char *what) {
-  return luaL_error(L, "%s: %s: %s", km_cuda_errname(r), what, km_cuda_errstr(r));
+  char msg[KM_CUDA_MSG];
+  return luaL_error(L, "%s", km_cuda_msg(r, what, msg, sizeof msg));
 }
 
 const km_cuda_api *km_cuda_check(lua_State *L) {
@@ -238,68 +245,36 @@ static int l_device_count(lua_State *L) {
   return 1;
 }
 
-static int attr(CUdevice d, CUdevice_attribute a) {
-  int v = 0;
-  api.cuDeviceGetAttribute(&v, a, d);
-  return v;
-}
-
 static void set_int(lua_State *L, const char *k, lua_Integer v) {
   lua_pushinteger(L, v);
   lua_setfield(L, -2, k);
 }
 
-/* cuda.device([i]) -> properties of device i (default: the one in use). */
+/* cuda.device([i]) -> properties of device i (default: the one in use), km_devinfo_read's. */
 static int l_device(lua_State *L) {
   km_cuda_check(L);
   int idx = (int)luaL_optinteger(L, 1, chosen_device);
   CUdevice d;
   CUresult r = api.cuDeviceGet(&d, idx);
   if (r != CUDA_SUCCESS) return km_cuda_fail(L, r, "cuDeviceGet");
-  char name[256] = {0};
-  api.cuDeviceGetName(name, sizeof name - 1, d);
-  size_t total = 0;
-  api.cuDeviceTotalMem(&total, d);
-  CUuuid uuid;
-  memset(&uuid, 0, sizeof uuid);
-  api.cuDeviceGetUuid(&uuid, d);
-  int drv = 0;
-  api.cuDriverGetVersion(&drv);
+  km_devinfo di;
+  km_devinfo_read(d, &di);
   lua_createtable(L, 0, 24);
-  lua_pushstring(L, name);
+  lua_pushstring(L, di.pub.name);
   lua_setfield(L, -2, "name");
   set_int(L, "index", idx);
-  int maj = attr(d, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
-  int min = attr(d, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
-  set_int(L, "cc_major", maj);
-  set_int(L, "cc_minor", min);
-  lua_pushfstring(L, "sm_%d%d", maj, min);
+  set_int(L, "cc_major", di.pub.cc_major);
+  set_int(L, "cc_minor", di.pub.cc_minor);
+  lua_pushstring(L, di.pub.arch);
   lua_setfield(L, -2, "arch");
-  set_int(L, "sm_count", attr(d, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT));
-  set_int(L, "total_mem", (lua_Integer)total);
-  set_int(L, "l2_size", attr(d, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE));
-  set_int(L, "clock_mhz", attr(d, CU_DEVICE_ATTRIBUTE_CLOCK_RATE) / 1000);
-  set_int(L, "mem_clock_mhz", attr(d, CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE) / 1000);
-  set_int(L, "mem_bus_width", attr(d, CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH));
-  set_int(L, "warp_size", attr(d, CU_DEVICE_ATTRIBUTE_WARP_SIZE));
-  set_int(L, "max_threads_per_block", attr(d, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK));
-  set_int(L, "max_threads_per_sm", attr(d, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR));
-  set_int(L, "max_shared_per_block", attr(d, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK));
-  set_int(L, "max_shared_per_block_optin", attr(d, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN));
-  set_int(L, "max_shared_per_sm", attr(d, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR));
-  set_int(L, "regs_per_sm", attr(d, CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR));
-  set_int(L, "regs_per_block", attr(d, CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK));
-  set_int(L, "pci_bus_id", attr(d, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID));
-  /* GPU-<8>-<4>-<4>-<4>-<12>, as nvidia-smi prints it */
-  const unsigned char *u = (const unsigned char *)uuid.bytes;
-  char us[64];
-  snprintf(us, sizeof us,
-           "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
-           u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12],
-           u[13], u[14], u[15]);
-  lua_pushstring(L, us);
+  set_int(L, "sm_count", di.pub.sm_count);
+  set_int(L, "total_mem", (lua_Integer)di.pub.total_mem);
+#define SET(field, attr, div) set_int(L, #field, di.field);
+  KM_DEVINFO_ATTRS(SET)
+#undef SET
+  lua_pushstring(L, di.pub.uuid);
   lua_setfield(L, -2, "uuid");
-  lua_pushfstring(L, "%d.%d", drv / 1000, drv % 1000 / 10);
+  lua_pushfstring(L, "%d.%d", di.pub.driver_version / 1000, di.pub.driver_version % 1000 / 10);
   lua_setfield(L, -2, "driver_version");
   return 1;
 }
@@ -512,7 +487,7 @@ static int function_occupancy(lua_State *L) {
   int blocks = 0;
   CUresult r = api.cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, f->fn, block, dyn);
   if (r != CUDA_SUCCESS) return km_cuda_fail(L, r, "occupancy");
-  int maxthreads = attr(cu_device, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR);
+  int maxthreads = km_devinfo_attr(cu_device, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR);
   lua_pushinteger(L, blocks);
   lua_pushnumber(L, maxthreads ? (double)blocks * block / maxthreads : 0.0);
   return 2;
@@ -931,7 +906,7 @@ CUfunction km_cuda_util(lua_State *L, const char *name) {
 /* Launches a utility kernel over n items with a grid sized for the device. */
 CUresult km_cuda_util_launch(CUfunction fn, uint64_t n, CUstream s, void **args) {
   static int sms = 0;
-  if (!sms) sms = attr(cu_device, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
+  if (!sms) sms = km_devinfo_attr(cu_device, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
   uint64_t blocks = (n + 255) / 256;
   uint64_t cap = (uint64_t)(sms > 0 ? sms : 1) * 8;
   if (blocks > cap) blocks = cap;

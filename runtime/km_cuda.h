@@ -48,9 +48,14 @@ extern const km_cuda_api *km_cu;
  * holds none. Never loads the driver or creates a context (km.nvrtc's default arch). */
 int km_cuda_current_arch(int *major, int *minor);
 
-/* "CUDA_ERROR_X" and "CUDA_ERROR_X: message" for a CUresult. */
+/* "CUDA_ERROR_X" and the driver's description for a CUresult. */
 const char *km_cuda_errname(CUresult r);
 const char *km_cuda_errstr(CUresult r);
+/* The one wording of a failed CUDA call, "CUDA_ERROR_X: what: description", written into
+ * msg (n bytes; KM_CUDA_MSG holds any `what` kmrun passes, a short phrase); returns msg.
+ * km_cuda_fail, km_cuda_raise, km_kernel.c and the C API's errors all say it this way. */
+#define KM_CUDA_MSG 1024
+char *km_cuda_msg(CUresult r, const char *what, char *msg, size_t n);
 
 #ifdef LUA_VERSION_NUM
 /* Pushes nil, "CUDA_ERROR_X: what: message", "CUDA_ERROR_X"; returns 3. */

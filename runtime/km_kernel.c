@@ -5,9 +5,9 @@
 #include "km_cuda.h"
 #include "km_kernel.h"
 
-/* "CUDA_ERROR_X: what: description", as km_cuda_fail words it. */
+/* r, with msg worded as every CUDA failure is (km_cuda_msg). */
 static CUresult failed(CUresult r, const char *what, char *msg, size_t nmsg) {
-  snprintf(msg, nmsg, "%s: %s: %s", km_cuda_errname(r), what, km_cuda_errstr(r));
+  km_cuda_msg(r, what, msg, nmsg);
   return r;
 }
 

@@ -15,9 +15,7 @@
 #include <lauxlib.h>
 
 #include "kmrun.h"
-
-void km_api_preload(lua_State *L);
-void km_api_find_paths(char *libdir, size_t nl, char *exe, size_t ne);
+#include "km_api.h"
 
 static int km_index(lua_State *L) {
   /* [t, key] */

@@ -32,6 +32,7 @@
 #include "km_stats_core.h"
 #include "km_compare_core.h"
 #include "km_cuda.h"
+#include "km_devinfo.h"
 #include "km_devops.h"
 #include "km_kernel.h"
 #include "km_nvrtc_core.h"
@@ -81,14 +82,14 @@ static km_status fail(km_status st, const char *code, const char *fmt, ...) {
   return st;
 }
 
-static km_status cuda_fail(CUresult r, const char *what) {
-  const char *name = km_cuda_errname(r);
-  return fail(KMRUN_ECUDA, name, "%s: %s: %s", name, what, km_cuda_errstr(r));
-}
-
-/* A failure km_kernel.c has worded (the whole message), with st. */
+/* A CUDA failure whose message is already worded (km_cuda_msg, km_kernel.c), with st. */
 static km_status kernel_fail(km_status st, CUresult r, const char *msg) {
   return fail(st, km_cuda_errname(r), "%s", msg);
+}
+
+static km_status cuda_fail(CUresult r, const char *what) {
+  char msg[KM_CUDA_MSG];
+  return kernel_fail(KMRUN_ECUDA, r, km_cuda_msg(r, what, msg, sizeof msg));
 }
 
 static km_status need_cuda(void) {
@@ -234,23 +235,9 @@ km_status km_device(km_rt *h, km_device_info *out) {
   km_status st = need_cuda();
   if (st) return st;
   (void)rt;
-  memset(out, 0, sizeof *out);
-  const km_cuda_api *cu = km_cu;
-  CUdevice d = km_cuda_device();
-  cu->cuDeviceGetName(out->name, sizeof out->name - 1, d);
-  cu->cuDeviceGetAttribute(&out->cc_major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d);
-  cu->cuDeviceGetAttribute(&out->cc_minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d);
-  cu->cuDeviceGetAttribute(&out->sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d);
-  snprintf(out->arch, sizeof out->arch, "sm_%d%d", out->cc_major, out->cc_minor);
-  cu->cuDeviceTotalMem(&out->total_mem, d);
-  cu->cuDriverGetVersion(&out->driver_version);
-  CUuuid uuid;
-  memset(&uuid, 0, sizeof uuid);
-  cu->cuDeviceGetUuid(&uuid, d);
-  const unsigned char *u = (const unsigned char *)uuid.bytes;
-  snprintf(out->uuid, sizeof out->uuid,
-           "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1], u[2], u[3],
-           u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+  km_devinfo di;
+  km_devinfo_read(km_cuda_device(), &di);
+  *out = di.pub;
   return KMRUN_OK;
 }
 
