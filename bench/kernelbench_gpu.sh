@@ -2,7 +2,7 @@
 # bench/kernelbench_gpu.sh KB_DIR [BUILD] — the issue-8 measures on a GPU host, in one run:
 # KernelBench's 19_ReLU judged as it is (twice, a fresh process each), PyTorch eager by
 # km.timing against triton's do_bench on five problems, and every problem's reference through
-# the judge's path (bench/kernelbench_refs.lua, capped by REFS_S seconds, default 600), the
+# the judge's path (kmrun tasks check, capped by REFS_S seconds, default 600), the
 # per-candidate cost against a CUDA twin and the baselines table (TABLE_S, COMPILE_MODE).
 # KB_DIR is a KernelBench checkout's KernelBench/ folder (level1..3), carried to the host
 # beside the build and never copied into this repository. Needs a python with torch
@@ -20,7 +20,9 @@ done
 "$B/kmrun" bench/eager_timing.lua "$KB/level1/19_ReLU.py" "$KB/level1/1_Square_matrix_multiplication_.py" \
   "$KB/level1/23_Softmax.py" "$KB/level2/1_Conv2D_ReLU_BiasAdd.py" "$KB/level1/40_LayerNorm.py" 2>&1 | grep -v Warning
 R=${REFS_S:-600}
-timeout "$R" "$B/kmrun" bench/kernelbench_refs.lua --max-s $((R - 15)) "$KB/level1" "$KB/level2" "$KB/level3" 2>&1 | grep -v -i warning
+# every problem loads and runs its reference in fp32: kmrun tasks check, as a user runs it
+s=$(date +%s); timeout "$R" "$B/kmrun" tasks check "$KB/level1" "$KB/level2" "$KB/level3" > /tmp/kb_check.txt 2>&1; rc=$?
+echo "kmrun tasks check levels 1-3: exit $rc, $(( $(date +%s) - s )) s"; grep -v "^ok" /tmp/kb_check.txt | grep -v -i warning | tail -40
 # per-candidate cost with a PyTorch reference against its CUDA twin (target: at most 1.5x),
 # then the eager / torch.compile / CUDA-reference / starter table for our tasks
 "$B/kmrun" bench/pytorch_cost.lua 2>&1 | grep -v -i warning

@@ -10,7 +10,6 @@
 local judge_mod = require "km.judge"
 local task = require "km.task"
 local timing = require "km.timing"
-local cuda = require "km.cuda"
 
 local dirs, precision, max_s = {}, "fp32", math.huge
 local i = 1
@@ -41,25 +40,9 @@ for _, f in ipairs(files) do
   local t, err = task.load(key)
   if not t then why = err
   else
-    local okp, res = pcall(function()
-      local st, serr = judge:task_state(t)
-      if not st then return serr end
-      local sym = t.shapes[1]
-      local cand, ref_in, dims = judge:trial_io(t, sym, 1)
-      judge:pristine(t, sym, ref_in, 1)
-      local ref_io, rs, rmsg = judge:run_reference(st, ref_in, dims, sym)
-      local out
-      if not ref_io then out = tostring(rs) .. ": " .. tostring(rmsg) end
-      judge.pool:put_all(cand); judge.pool:put_all(ref_in)
-      if ref_io then for _, o in ipairs(t.outputs) do judge.pool:put(ref_io[o.name]) end end
-      judge.pool:drop(true)
-      st.prob:release { empty_cache = true }
-      judge.tasks[t.dir] = nil
-      return out
-    end)
-    if okp then why = res else why = tostring(res) end
-    local alive, cmsg = cuda.synchronize()
-    if not alive then why = (why or "") .. " (context lost: " .. tostring(cmsg) .. ")" print("FAIL " .. f .. ": " .. why) break end
+    local lost
+    why, lost = judge:try_reference(t, 1)
+    if lost then print("FAIL " .. f .. ": " .. why) break end
   end
   done = done + 1
   local s = timing.wall() - w0

@@ -544,6 +544,32 @@ function Judge:verify(st, run, v, opts)
   end
 end
 
+-- A task's reference run once on its first shape set (inputs from `seed`), its buffers
+-- handed back and, for a PyTorch model, the model released: does the reference run here?
+-- (kmrun tasks check, bench/kernelbench_refs.lua). -> nil | why it does not, and true when
+-- the context was lost with it (nothing more can run in this process).
+function Judge:try_reference(t, seed)
+  local ok, why = pcall(function()
+    local st, serr = self:task_state(t)
+    if not st then return serr end
+    local sym = t.shapes[1]
+    local cand, ref_in, dims = self:trial_io(t, sym, seed or 1)
+    self:pristine(t, sym, ref_in, seed or 1)
+    local ref_io, rs, rmsg = self:run_reference(st, ref_in, dims, sym)
+    self.pool:put_all(cand); self.pool:put_all(ref_in)
+    if ref_io then for _, o in ipairs(t.outputs) do self.pool:put(ref_io[o.name]) end end
+    return not ref_io and (tostring(rs) .. ": " .. tostring(rmsg)) or nil
+  end)
+  if not ok then why = tostring(why) end
+  local st = self.tasks[t.dir]
+  if st and st.prob then st.prob:release { empty_cache = true } end
+  self.tasks[t.dir] = nil
+  self.pool:drop(true)
+  local alive, cmsg = cuda.synchronize()
+  if not alive then return (why and why .. " " or "") .. "(context lost: " .. tostring(cmsg) .. ")", true end
+  return why
+end
+
 ----------------------------------------------------------------------------------------
 -- stage 3: measure — what is timed is verified
 

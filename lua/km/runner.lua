@@ -57,6 +57,8 @@ M.OPTIONS = {
   { "budget-dollars", "X", "stop cleanly after X dollars (needs --prices)", type = "nonneg" },
   { "prices", "FILE", 'JSON { "model": { "input": $ per 1M tokens, "output": $ per 1M tokens } }', type = "file" },
   { "filter", "PATTERN", "only tasks whose name matches the Lua pattern", type = "pattern" },
+  { "precision", "P", "KernelBench problem files at fp32 (default), fp16 or bf16 (KernelBench's casts)",
+    type = "choice", choices = { "fp32", "fp16", "bf16" } },
   { "energy", nil, "measure joules per call of every timed candidate (NVML; ~0.3 s each)" },
   { "worker-stderr", "W", "the GPU workers' stderr: inherit or null", choices = { "inherit", "null" } },
   { "quiet", nil, "no per-episode lines" },
@@ -140,8 +142,9 @@ function M.task_dirs(named, who)
   return named
 end
 
--- Every task named on the command line, loaded; errors listed.
-function M.collect_tasks(paths, filter)
+-- Every task named on the command line, loaded; errors listed. precision (fp16, bf16): the
+-- precision KernelBench problem files run at (tasks with a CUDA reference keep theirs).
+function M.collect_tasks(paths, filter, precision)
   local tasks, errors = {}, {}
   local kbtask = require "km.kbtask"
   for _, p in ipairs(paths) do
@@ -165,7 +168,7 @@ function M.collect_tasks(paths, filter)
     for _, t in ipairs(tasks) do if t.name:match(filter) then insert(kept, t) end end
     tasks = kept
   end
-  return tasks, errors
+  return kbtask.at_precision(tasks, errors, precision)
 end
 
 ----------------------------------------------------------------------------------------
@@ -501,7 +504,7 @@ function M.main(strategy, script, argv)
   local dirs, derr = M.task_dirs(args.tasks, spec.name)
   if not dirs then io.stderr:write(derr, "\n") return 2 end
   args.tasks = dirs
-  local tasks, errors = M.collect_tasks(args.tasks, args.filter)
+  local tasks, errors = M.collect_tasks(args.tasks, args.filter, args.precision)
   for _, e in ipairs(errors) do io.stderr:write("kmrun: skipping invalid task: ", e, "\n") end
   if #tasks == 0 then io.stderr:write("kmrun: no valid tasks\n") return 2 end
   local out = args.store or ("runs/" .. os.date("%Y%m%d-%H%M%S") .. ".sqlite")

@@ -160,6 +160,37 @@ def get_init_inputs():
   short:close()
 end)
 
+t.test("kmrun tasks check runs each problem's reference on the GPU and names the one that fails", function()
+  local KMRUN = arg[-1]:match("kmrun$") and arg[-1] or "build/kmrun"
+  local d = DIR .. "/check"
+  os.execute("mkdir -p " .. d)
+  os.execute(("cp %s %s %s/"):format(RELU, LINEAR, d))
+  write(d .. "/fails_on_gpu.py", HEAD .. [[
+class Model(nn.Module):
+    def __init__(self):
+        super(Model, self).__init__()
+
+    def forward(self, x):
+        if x.is_cuda:
+            raise RuntimeError("this model refuses the GPU")
+        return x
+
+def get_inputs():
+    return [torch.randn(64, 64)]
+
+def get_init_inputs():
+    return []
+]])
+  local p = io.popen(KMRUN .. " tasks check " .. d .. " 2>&1; echo rc=$?")
+  local out = p:read("a")
+  p:close()
+  t.ok(out:find("rc=1", 1, true), out)
+  t.ok(out:find("ok   19_ReLU", 1, true) and out:find("ok   linear_relu", 1, true), out)
+  t.ok(out:find("FAIL fails_on_gpu", 1, true) and out:find("this model refuses the GPU", 1, true), out)
+  t.ok(out:find("3 task(s), 1 failed", 1, true), out)
+  t.ok(not out:find("references not run", 1, true), out)
+end)
+
 t.test("kmrun eval PROBLEM.py CANDIDATE: exit 0 and the eager time", function()
   local KMRUN = arg[-1]:match("kmrun$") and arg[-1] or "build/kmrun"
   local cdir = DIR .. "/cand"

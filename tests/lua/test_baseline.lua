@@ -172,6 +172,22 @@ def get_init_inputs():
   jc.dir = dir_of
 end)
 
+t.test("kmrun tasks check on problem files: specs load; references run only where there is a GPU", function()
+  if require("km.cuda").available() then t.skip("a GPU is here: tests/gpu/test_pytorch_ref.lua covers the run") return end
+  local d = DIR .. "/check"
+  os.execute("mkdir -p " .. d)
+  testing.write(d .. "/scale_add.py", testing.read(SCALE))
+  local out, rc = sh(KMRUN .. " tasks check " .. d .. " --precision bf16")
+  t.eq(rc, 0, out)
+  t.ok(out:find("ok   scale_add%s+[%d.]+ s\n1 task%(s%), 0 failed"), out)
+  t.ok(out:find("problem files' references not run: no CUDA driver", 1, true), out)
+  out, rc = sh(KMRUN .. " tasks check " .. d .. " --no-gpu")
+  t.eq(rc, 0, out)
+  t.ok(out:find("references not run: --no-gpu", 1, true), out)
+  out, rc = sh(KMRUN .. " tasks check " .. d .. " --precision fp64")
+  t.eq(rc, 2, out)
+end)
+
 -- The judge's baseline logic with stand-ins for its GPU parts: host buffers for its pool,
 -- a wall-clock timer for km.timing's protocol, torch on the CPU. What is real: the task,
 -- its reference.py through the bridge with the task's names, torch.compile, km.baseline's

@@ -77,7 +77,7 @@ for _, name in ipairs(args.strategies) do
   end
   strategies[#strategies + 1] = { name = path:match("([^/]+)%.lua$") or path, fn = fn, path = path }
 end
-local tasks, errors = runner.collect_tasks(task_dirs, args.filter)
+local tasks, errors = runner.collect_tasks(task_dirs, args.filter, args.precision)
 for _, e in ipairs(errors) do io.stderr:write("kmrun sweep: skipping invalid task: ", e, "\n") end
 if #tasks == 0 then io.stderr:write("kmrun sweep: no valid tasks\n") return 2 end
 local models = args.models or { false }

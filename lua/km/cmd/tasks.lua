@@ -37,7 +37,13 @@ local SUBS = {
   { "list", sub_spec("list", "One line per task: name, level, category, spec forms, shapes.") },
   { "check", sub_spec("check", [[
 Validates every task without a GPU: task.lua fields, reference and starter compile with
-NVRTC, launch code loads in the sandbox, and the kernels the launch code names exist.]], {
+NVRTC, launch code loads in the sandbox, and the kernels the launch code names exist. A
+KernelBench problem file loads (its spec), and where there is a GPU its PyTorch reference
+runs once on it, through the judge's own path (inputs from get_inputs() made on the GPU,
+parameters written out, forward into kmrun's buffers).]], {
+    { "precision", "P", "problem files at fp32 (default), fp16 or bf16", type = "choice",
+      choices = { "fp32", "fp16", "bf16" } },
+    { "no-gpu", nil, "do not run problem files' references even where there is a GPU" },
     { "arch", "ARCH", "the GPU architecture NVRTC compiles for, e.g. sm_80, sm_90, sm_90a", default = "sm_90",
       check = function(v)
         if v:match("^sm_%d%d%d?[af]?$") or v:match("^compute_%d%d%d?[af]?$") then return v end
@@ -62,7 +68,7 @@ local function is_task(dir)
   if f then f:close() return true end
 end
 
-local function collect(args)
+local function collect(args, precision)
   local tasks, errors = {}, {}
   if #args == 0 then args = { "tasks" } end
   for _, a in ipairs(args) do
@@ -79,7 +85,7 @@ local function collect(args)
       if #ts == 0 and #es == 0 then errors[#errors + 1] = a .. ": no tasks found (no folder with a task.lua in it)" end
     end
   end
-  return tasks, errors
+  return require("km.kbtask").at_precision(tasks, errors, precision)
 end
 
 local function forms(t)
@@ -147,20 +153,38 @@ elseif cmd == "check" then
       tostring(nvrtc.version and nvrtc.version() or "?"), ") compiles for\n")
     return 2
   end
-  local tasks, errors = collect(rest)
+  local tasks, errors = collect(rest, a.precision)
   if not tasks then io.stderr:write("kmrun tasks ", cmd, ": ", errors, "\n") return 2 end
   local bad = #errors
   for _, e in ipairs(errors) do print("FAIL " .. e) end
+  -- problem files' references run on the GPU where there is one (one judge, this process)
+  local judge, no_run
+  local timing = require "km.timing"
+  local t0 = timing.wall()
   for _, t in ipairs(tasks) do
+    if t.reference.pytorch and not judge and not no_run then
+      if a.no_gpu then no_run = "--no-gpu"
+      else judge, no_run = require("km.judge").new() end
+      if not judge then no_run = no_run or "no GPU" end
+    end
+  end
+  for _, t in ipairs(tasks) do
+    local w0 = timing.wall()
     local problems = check_one(t, arch)
-    if #problems == 0 then print("ok   " .. t.name)
+    if #problems == 0 and t.reference.pytorch and judge then
+      local why, lost = judge:try_reference(t, 1)
+      if why then problems[1] = "the reference does not run here: " .. why:gsub("\n", "\n  ") end
+      if lost then judge = nil; no_run = "the GPU context was lost by " .. t.name end
+    end
+    if #problems == 0 then print(string.format("ok   %-40s %6.2f s", t.name, timing.wall() - w0))
     else
       bad = bad + 1
       print("FAIL " .. t.name)
       for _, p in ipairs(problems) do print("     " .. p:gsub("\n", "\n     ")) end
     end
   end
-  print(string.format("%d task(s), %d failed", #tasks + #errors, bad))
+  print(string.format("%d task(s), %d failed, %.1f s", #tasks + #errors, bad, timing.wall() - t0))
+  if no_run then print("problem files' references not run: " .. no_run) end
   return bad == 0 and 0 or 1
 elseif cmd == "stats" then
   local dataset = require "km.dataset"
