@@ -197,9 +197,11 @@ $(BUILD)/raw_bench: bench/raw_bench.c
 
 # The main job: every task through the headline strategy. Offline (the task starters)
 # unless a model is configured; without a GPU it only compiles (exit status 3, accepted).
+# torch.compile baselines in its default mode: max-autotune (the default elsewhere) would
+# spend minutes per task on a first run.
 demo: deps
 	@$(MAKE) --no-print-directory all
-	$(BUILD)/kmrun strategies/repair_then_tune.lua tasks/ || test $$? -eq 3
+	$(BUILD)/kmrun strategies/repair_then_tune.lua tasks/ --compile-mode default || test $$? -eq 3
 
 bench: all $(BUILD)/raw_bench
 	$(BUILD)/kmrun bench/core.lua
