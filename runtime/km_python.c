@@ -790,12 +790,14 @@ static int dispatch(lua_State *L, const char *op, const char *a, size_t an, cons
 
 /* Under AddressSanitizer: the interpreter is never finalized, so what it and the extension
  * modules it loaded hold at exit is not a leak of kmrun's (libcrypto: Python's _hashlib,
- * whose allocations LSan's fast unwinder sees without a libpython frame). */
+ * whose allocations LSan's fast unwinder sees without a libpython frame; site-packages:
+ * every extension module installed there, triton's nanobind bindings included, which
+ * torch.compile loads). */
 #if defined(__SANITIZE_ADDRESS__)
 const char *__lsan_default_suppressions(void);
 const char *__lsan_default_suppressions(void) {
   return "leak:libpython\nleak:_PyObject_Malloc\nleak:libtorch\nleak:libc10\nleak:cpython-\n"
-         "leak:libcrypto\n";
+         "leak:libcrypto\nleak:site-packages\nleak:libtriton\nleak:nanobind\n";
 }
 #endif
 
