@@ -153,6 +153,7 @@ local function is_dir(p)
   f:close()
   return code == 21 -- EISDIR
 end
+M.is_dir = is_dir -- true when p is a folder (for commands that check paths themselves)
 
 local function exists(p)
   local f = io.open(p, "rb")

@@ -119,13 +119,7 @@ end
 -- else ./tasks when it exists. Returns the list, or nil, one line saying what is wrong
 -- (`who`: "kmrun NAME").
 function M.task_dirs(named, who)
-  local function is_dir(p)
-    local f = io.open(p, "rb")
-    if not f then return false end
-    local _, _, code = f:read(1)
-    f:close()
-    return code == 21
-  end
+  local is_dir = require("km.args").is_dir
   if #named == 0 then
     if is_dir("tasks") then return { "tasks" } end
     return nil, who .. ": no tasks named, and there is no ./tasks folder here: name task folders (" .. who .. " tasks/)"
