@@ -1262,6 +1262,18 @@ local function log2_range(values, bin)
   return lo, hi
 end
 
+-- Horizontal grid lines at the powers of two from lo to hi (log2 units) with their labels;
+-- 1x (k = 0) dashed red.
+local function log2_grid_y(s, lo, hi, to_y)
+  local step = (hi - lo) > 8 and 2 or 1
+  for k = ceil(lo), floor(hi), step do
+    local y = to_y(k)
+    s[#s + 1] = fmt('<line x1="%d" y1="%s" x2="%d" y2="%s" stroke="%s"%s/>', PL + 1, n2(y), PL + PW, n2(y),
+      k == 0 and "#c0392b" or "#e4e4e4", k == 0 and ' stroke-dasharray="4 3"' or "")
+    s[#s + 1] = fmt('<text x="%d" y="%s" text-anchor="end" font-size="11">%s</text>', PL - 7, n2(y + 4), x_label_of_log2(k))
+  end
+end
+
 local function log2_ticks(s, lo, hi, to_x)
   local step = (hi - lo) > 12 and 2 or 1
   for k = ceil(lo), floor(hi), step do x_tick(s, to_x(k), x_label_of_log2(k)) end
@@ -1403,13 +1415,7 @@ function M.svg_speedup(r)
   if #all == 0 then return no_data(s, "no correct episode with a timed speedup") end
   local lo, hi = log2_range(all, 1)
   local function to_y(v) return PT + PH - PH * (v - lo) / (hi - lo) end
-  local step = (hi - lo) > 8 and 2 or 1
-  for k = ceil(lo), floor(hi), step do
-    local y = to_y(k)
-    s[#s + 1] = fmt('<line x1="%d" y1="%s" x2="%d" y2="%s" stroke="%s"%s/>', PL + 1, n2(y), PL + PW, n2(y),
-      k == 0 and "#c0392b" or "#e4e4e4", k == 0 and ' stroke-dasharray="4 3"' or "")
-    s[#s + 1] = fmt('<text x="%d" y="%s" text-anchor="end" font-size="11">%s</text>', PL - 7, n2(y + 4), x_label_of_log2(k))
-  end
+  log2_grid_y(s, lo, hi, to_y)
   local slot = PW / #r.series
   local bw = min(44, slot * 0.5)
   for i, vals in ipairs(per) do
@@ -1506,13 +1512,7 @@ function M.svg_cost(r)
   if ylo < lo + 0.15 then lo = lo - 1 end
   local function to_x(v) return PL + PW * v / xtop end
   local function to_y(v) return PT + PH - PH * (v - lo) / (hi - lo) end
-  local step = (hi - lo) > 8 and 2 or 1
-  for k = ceil(lo), floor(hi), step do
-    local y = to_y(k)
-    s[#s + 1] = fmt('<line x1="%d" y1="%s" x2="%d" y2="%s" stroke="%s"%s/>', PL + 1, n2(y), PL + PW, n2(y),
-      k == 0 and "#c0392b" or "#e4e4e4", k == 0 and ' stroke-dasharray="4 3"' or "")
-    s[#s + 1] = fmt('<text x="%d" y="%s" text-anchor="end" font-size="11">%s</text>', PL - 7, n2(y + 4), x_label_of_log2(k))
-  end
+  log2_grid_y(s, lo, hi, to_y)
   for _, v in ipairs(xt) do
     x_tick(s, to_x(v), use_dollars and (v == 0 and "$0" or fmt("$%g", v)) or tick_label(v))
   end
