@@ -25,6 +25,20 @@ function M.sh(cmd)
   return out:gsub("rc=%d+%s*$", ""), rc
 end
 
+-- A task's reference.py at its shape set si, as a problem file: the file itself for the
+-- first set, else a copy in dir with that set's shape symbols assigned after it.
+function M.problem_at_shape(tk, si, dir)
+  if si == 1 then return tk.reference.pytorch_file end
+  local keys = {}
+  for k in pairs(tk.shapes[si]) do keys[#keys + 1] = k end
+  table.sort(keys)
+  local lines = { tk.reference.pytorch_text, string.format("\n# shape set %d of %s (written by the test)", si, tk.name) }
+  for _, k in ipairs(keys) do lines[#lines + 1] = string.format("%s = %s", k, tostring(tk.shapes[si][k])) end
+  local path = string.format("%s/%s_shape%d.py", dir, tk.name, si)
+  M.write(path, table.concat(lines, "\n") .. "\n")
+  return path
+end
+
 function M.write(path, s)
   local f = assert(io.open(path, "wb"))
   f:write(s)

@@ -32,21 +32,8 @@ assert(os.execute("mkdir -p " .. DIR))
 local tasks, errors = task.list(ROOT .. "/tasks")
 local J = assert(judge.new())
 
--- The problem at shape set si: reference.py itself for the first, else a copy with the
--- shape symbols set after it.
-local function problem_file(tk, si)
-  if si == 1 then return tk.reference.pytorch_file end
-  local keys = {}
-  for k in pairs(tk.shapes[si]) do keys[#keys + 1] = k end
-  table.sort(keys)
-  local lines = { tk.reference.pytorch_text, fmt("\n# shape set %d of %s (written by the test)", si, tk.name) }
-  for _, k in ipairs(keys) do lines[#lines + 1] = fmt("%s = %s", k, tostring(tk.shapes[si][k])) end
-  local path = fmt("%s/%s_shape%d.py", DIR, tk.name, si)
-  local f = assert(io.open(path, "w"))
-  f:write(table.concat(lines, "\n"), "\n")
-  f:close()
-  return path
-end
+-- The problem at shape set si (km.testing): reference.py, or a copy with that set's symbols.
+local function problem_file(tk, si) return require("km.testing").problem_at_shape(tk, si, DIR) end
 
 -- The problem's name for the task's i-th output (docs/tasks.md: `out`, or `out0, out1, ...`).
 local function torch_name(tk, i) return #tk.outputs == 1 and "out" or "out" .. (i - 1) end
