@@ -102,21 +102,4 @@ function M.load(path, opts)
   return t
 end
 
--- The problem files among tasks loaded again at a precision (fp16, bf16; fp32 leaves them):
--- in place; a problem that cannot be loaded so moves to errors.
-function M.at_precision(tasks, errors, precision)
-  if not precision or precision == "fp32" then return tasks, errors end
-  local kept = {}
-  for _, t in ipairs(tasks) do
-    if t.reference.pytorch then
-      local t2, err = M.load(t.path, { precision = precision })
-      if t2 then kept[#kept + 1] = t2 else errors[#errors + 1] = err end
-    else
-      kept[#kept + 1] = t
-    end
-  end
-  for i = 1, math.max(#tasks, #kept) do tasks[i] = kept[i] end
-  return tasks, errors
-end
-
 return M

@@ -143,15 +143,12 @@ function M.collect_tasks(paths, filter, precision)
   local kbtask = require "km.kbtask"
   for _, p in ipairs(paths) do
     local f = io.open(p .. "/task.lua")
-    if kbtask.is_problem(p) then
-      local t, err = task_mod.load(p)
-      if t then insert(tasks, t) else insert(errors, err) end
-    elseif f then
-      f:close()
-      local t, err = task_mod.load(p)
+    if f then f:close() end
+    if f or kbtask.is_problem(p) then
+      local t, err = task_mod.load(kbtask.is_problem(p) and kbtask.key(p, precision) or p)
       if t then insert(tasks, t) else insert(errors, err) end
     else
-      local ts, es = task_mod.list(p)
+      local ts, es = task_mod.list(p, precision)
       if #ts == 0 and #es == 0 then insert(errors, p .. ": no tasks found") end
       for _, t in ipairs(ts) do insert(tasks, t) end
       for _, e in ipairs(es) do insert(errors, e) end
@@ -162,7 +159,7 @@ function M.collect_tasks(paths, filter, precision)
     for _, t in ipairs(tasks) do if t.name:match(filter) then insert(kept, t) end end
     tasks = kept
   end
-  return kbtask.at_precision(tasks, errors, precision)
+  return tasks, errors
 end
 
 ----------------------------------------------------------------------------------------

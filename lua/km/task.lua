@@ -259,8 +259,9 @@ function M.load(dir)
   return nil, file .. ": " .. tostring(res), "TASK_INVALID"
 end
 
--- Every task folder under dir (sorted by name); errors are returned alongside.
-function M.list(dir)
+-- Every task folder under dir (sorted by name); errors are returned alongside. precision
+-- (fp16, bf16): the precision KernelBench problem files in it load at (km.kbtask).
+function M.list(dir, precision)
   local p = io.popen("ls -1 '" .. dir:gsub("'", "'\\''") .. "' 2>/dev/null")
   local names = {}
   for name in p:lines() do names[#names + 1] = name end
@@ -271,7 +272,7 @@ function M.list(dir)
     local d = dir:gsub("/+$", "") .. "/" .. name
     if limits.realpath(d .. "/task.lua") -- exists; never opened here (a FIFO would block)
       or (name:match("%.py$") and limits.realpath(d)) then -- a KernelBench problem file
-      local t, err = M.load(d)
+      local t, err = M.load(name:match("%.py$") and require("km.kbtask").key(d, precision) or d)
       if t then tasks[#tasks + 1] = t else errors[#errors + 1] = err end
     end
   end

@@ -73,19 +73,20 @@ local function collect(args, precision)
   if #args == 0 then args = { "tasks" } end
   for _, a in ipairs(args) do
     if is_task(a) then
-      local t, err = task.load(a)
+      local kbtask = require "km.kbtask"
+      local t, err = task.load(kbtask.is_problem(a) and kbtask.key(a, precision) or a)
       if t then tasks[#tasks + 1] = t else errors[#errors + 1] = err end
     else
       local d = io.open(a .. "/.", "rb")
       if not d then return nil, a .. ": no such folder (nor a task folder or problem file)" end
       d:close()
-      local ts, es = task.list(a)
+      local ts, es = task.list(a, precision)
       for _, t in ipairs(ts) do tasks[#tasks + 1] = t end
       for _, e in ipairs(es) do errors[#errors + 1] = e end
       if #ts == 0 and #es == 0 then errors[#errors + 1] = a .. ": no tasks found (no folder with a task.lua in it)" end
     end
   end
-  return require("km.kbtask").at_precision(tasks, errors, precision)
+  return tasks, errors
 end
 
 local function forms(t)
