@@ -3,7 +3,9 @@
  *
  *   local nvrtc = require "km.nvrtc"
  *   local r, log, code = nvrtc.compile(src, { arch = "sm_90", defines = { BLOCK = 256 } })
- *   -- r = { cubin, ptx, log, arch, name, key, cached, ms, kernels = { k = { name, params } } }
+ *   -- r = { cubin, ptx, log, arch, name, key, cached, confined, ms, kernels = { k = { name, params } } }
+ *   nvrtc.confinement() -> "landlock" | nil, why, "UNCONFINED": NVRTC runs on a thread that
+ *   -- can read only the toolkit's include tree (km_confine_core.h)
  *   local rs = nvrtc.compile_many({ { src1, opts1 }, { src2, opts2 } }, { threads = 8 })
  *   -- rs[i] = compile's table, or { error = log, code = CODE, key, ms } when it failed
  *   -- a source that includes anything but toolkit headers, kmrun's built-ins or `headers`
@@ -394,6 +396,8 @@ static void push_program(lua_State *L, const reqbuild *rb, const km_nvrtc_out *o
   lua_setfield(L, -2, "key");
   lua_pushboolean(L, o->cached);
   lua_setfield(L, -2, "cached");
+  lua_pushboolean(L, o->confined);
+  lua_setfield(L, -2, "confined");
   lua_pushnumber(L, ms);
   lua_setfield(L, -2, "ms");
   push_kernels(L, &o->kernels);
@@ -619,6 +623,17 @@ static int nvrtc_version(lua_State *L) {
   return 1;
 }
 
+/* confinement() -> "landlock" | nil, why: whether compiles run confined to the toolkit's
+ * include tree (km_confine_core.h) */
+static int nvrtc_confinement(lua_State *L) {
+  const char *why = NULL;
+  if (km_nvrtc_confinement(&why)) {
+    lua_pushliteral(L, "landlock");
+    return 1;
+  }
+  return km_fail(L, "UNCONFINED", "%s", why ? why : "no confinement");
+}
+
 static int nvrtc_cache_dir(lua_State *L) {
   char dir[4096];
   resolve_cache_dir(L, dir, sizeof dir);
@@ -648,6 +663,7 @@ int luaopen_km_nvrtc(lua_State *L) {
                                  {"key", nvrtc_key},
                                  {"parse_kernels", nvrtc_parse_kernels},
                                  {"cache_dir", nvrtc_cache_dir},
+                                 {"confinement", nvrtc_confinement},
                                  {"set_cache_dir", nvrtc_set_cache_dir},
                                  {NULL, NULL}};
   if (luaL_newmetatable(L, KM_NVRTC_OUT_MT)) {

@@ -9,12 +9,14 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <pthread.h>
 
 #include <nvrtc.h>
 
 #include "km.h"
 #include "km_nvrtc_core.h"
 #include "km_scrub_core.h"
+#include "km_confine_core.h"
 
 /* ======================================================================================
  * Growable byte buffer: the key material and the cache entry are built in one of these.
@@ -728,7 +730,7 @@ int km_nvrtc_key(const km_nvrtc_req *r, char key[KM_SHA256_HEX]) {
  * The cache: <dir>/<key[0:2]>/<key>, holding
  *   magic "KMNVRTC\0" | u32 format | key (64 ASCII) | SHA-256 of payload (32) |
  *   u64 payload length | payload
- *   payload = u32 flags (1 cubin, 2 ptx) | blob cubin | blob ptx | blob log |
+ *   payload = u32 flags (1 cubin, 2 ptx, 4 compiled confined) | blob cubin | blob ptx | blob log |
  *             u32 nkernels { blob name | u32 nparams { blob name | blob type | blob kind } }
  * Anything that fails to verify is a miss; the caller recompiles and overwrites.
  * ==================================================================================== */
@@ -753,7 +755,7 @@ int km_nvrtc_cache_path(const char *dir, const char *key, char *buf, size_t n) {
 }
 
 static void put_payload(kbuf *b, const km_nvrtc_out *o) {
-  kb_u32(b, (o->cubin ? 1u : 0u) | (o->ptx ? 2u : 0u));
+  kb_u32(b, (o->cubin ? 1u : 0u) | (o->ptx ? 2u : 0u) | (o->confined ? 4u : 0u));
   kb_blob(b, o->cubin, o->cubin_len);
   kb_blob(b, o->ptx, o->ptx_len);
   kb_blob(b, o->log, o->log_len);
@@ -776,6 +778,7 @@ static int get_payload(const uint8_t *p, size_t n, km_nvrtc_out *o) {
   size_t len;
   const char *s;
   uint32_t flags = (uint32_t)kc_uint(&c, 4);
+  o->confined = (flags & 4) != 0;
   s = kc_blob(&c, &len);
   if (!c.bad && (flags & 1)) { if (!(o->cubin = dupn(s, len))) return KM_ENOMEM; o->cubin_len = len; }
   s = kc_blob(&c, &len);
@@ -991,6 +994,82 @@ static int fetch(nvrtcProgram prog, int is_virtual, int want_ptx, km_nvrtc_out *
   return 0;
 }
 
+/* ---- the closed world below the preprocessor (km_confine_core.h) ----
+ * nvrtcCompileProgram runs on a thread that can read only the toolkit's include tree, so
+ * whatever names a file — a macro-named include in a toolkit header, __has_include,
+ * #include_next — can open nothing else: the log can never quote a host file, and
+ * __has_include of one answers no. NVRTC loads libnvrtc-builtins on its first compile, so
+ * one fixed source is compiled unconfined first, once per process. Where the kernel has no
+ * Landlock, compiles run unconfined (only the include check above guards them) and
+ * out->confined is 0; KM_REQUIRE_CONFINED=1 refuses them instead. */
+static pthread_once_t warm_once = PTHREAD_ONCE_INIT;
+static void warm_nvrtc(void) {
+  nvrtcProgram p = NULL;
+  if (nvrtcCreateProgram(&p, "extern \"C\" __global__ void km_warm(void) {}\n", "km_warm.cu", 0, NULL, NULL))
+    return;
+  nvrtcCompileProgram(p, 0, NULL);
+  nvrtcDestroyProgram(&p);
+}
+
+typedef struct compile_job {
+  nvrtcProgram prog;
+  char *const *argv;
+  size_t argc;
+  nvrtcResult res;
+} compile_job;
+
+static void compile_job_run(void *p) {
+  compile_job *j = p;
+  j->res = nvrtcCompileProgram(j->prog, (int)j->argc, (const char *const *)j->argv);
+}
+
+int km_nvrtc_confinement(const char **why) { return km_confine_abi(why) > 0; }
+
+/* -> NVRTC's result, or (nvrtcResult)-1 with o filled when the compile was refused. */
+static nvrtcResult compile_confined(const km_nvrtc_req *r, nvrtcProgram prog, char *const *argv,
+                                    size_t argc, km_nvrtc_out *o) {
+  compile_job j = {prog, argv, argc, NVRTC_SUCCESS};
+  const char *why = NULL;
+  if (!km_confine_abi(&why)) {
+    const char *req = getenv("KM_REQUIRE_CONFINED");
+    if (req && *req && strcmp(req, "0")) goto refuse;
+    compile_job_run(&j);
+    return j.res;
+  }
+  char inc[4096];
+  if (km_nvrtc_include_dir(r, inc, sizeof inc)) { why = "the include folder's name is too long"; goto refuse; }
+  pthread_once(&warm_once, warm_nvrtc);
+  const char *dirs[] = {inc};
+  if (km_confine_run(dirs, 1, compile_job_run, &j, &why)) goto refuse;
+  o->confined = 1;
+  return j.res;
+refuse:
+  o->result = KM_NVRTC_REFUSED;
+  snprintf(o->code, sizeof o->code, "%s", "UNCONFINED");
+  snprintf(o->message, sizeof o->message, "UNCONFINED: the compile could not be confined to the toolkit's headers (%s)", why);
+  return (nvrtcResult)-1;
+}
+
+/* NVRTC says why a file could not be opened ("cannot open source file "/etc/x": Permission
+ * denied"): under confinement that tells which host files exist. The reason is cut, so a
+ * file outside the world reads the same whether or not it exists. */
+static void cut_open_reasons(char *log, size_t *len) {
+  static const char pat[] = "cannot open source file \"";
+  char *w = log, *r = log, *end = log + *len;
+  while (r < end) {
+    char *hit = strstr(r, pat);
+    if (!hit) { memmove(w, r, (size_t)(end - r)); w += end - r; break; }
+    char *q = strchr(hit + sizeof pat - 1, '"');
+    char *stop = q ? q + 1 : end;
+    memmove(w, r, (size_t)(stop - r));
+    w += stop - r;
+    r = stop;
+    if (q && *r == ':') r += strcspn(r, "\n"); /* ": Permission denied" up to the line's end */
+  }
+  *w = '\0';
+  *len = (size_t)(w - log);
+}
+
 static int run_nvrtc(const km_nvrtc_req *r, char *const *argv, size_t argc, km_nvrtc_out *o) {
   const char **hnames = NULL, **hsrcs = NULL;
   if (r->nheaders) {
@@ -1010,13 +1089,15 @@ static int run_nvrtc(const km_nvrtc_req *r, char *const *argv, size_t argc, km_n
   if (res) { set_failure(o, res, "nvrtcCreateProgram", NULL); return 0; }
 
   int rc = 0;
-  res = nvrtcCompileProgram(prog, (int)argc, (const char *const *)argv);
+  res = compile_confined(r, prog, argv, argc, o);
+  if (res == (nvrtcResult)-1) goto done; /* refused: o says why */
   size_t n = 0;
   nvrtcResult lr = nvrtcGetProgramLogSize(prog, &n);
   if (!(o->log = malloc(n + 1))) { rc = KM_ENOMEM; goto done; }
   o->log[0] = o->log[n] = '\0';
   if (lr == NVRTC_SUCCESS && n > 0 && nvrtcGetProgramLog(prog, o->log) != NVRTC_SUCCESS) o->log[0] = '\0';
   o->log_len = strlen(o->log);
+  cut_open_reasons(o->log, &o->log_len);
   if (res) { set_failure(o, res, NULL, res == NVRTC_ERROR_COMPILATION ? NULL : o->log); goto done; }
   rc = fetch(prog, !strncmp(r->arch, "compute_", 8), r->want_ptx, o);
 done:

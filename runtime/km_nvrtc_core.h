@@ -12,7 +12,7 @@
 
 /* Bumped whenever the key derivation, the entry layout or the signature scanner changes,
  * so old entries are simply never looked up again. */
-#define KM_NVRTC_FORMAT 1
+#define KM_NVRTC_FORMAT 2 /* 2: compiled confined; entries of 1 may quote host files */
 
 /* ---- kernel signatures ---- */
 
@@ -83,6 +83,7 @@ typedef struct km_nvrtc_out {
   size_t log_len;
   char key[KM_SHA256_HEX];
   int cached;         /* 1: read from the cache, NVRTC not run */
+  int confined;       /* 1: NVRTC ran confined to the toolkit's include tree (km_confine_core.h) */
   int cache_status;   /* 0, or the KM_E* of a failed cache write (never fatal) */
   km_nvrtc_kernels kernels;
 } km_nvrtc_out;
@@ -105,6 +106,9 @@ int km_nvrtc_key(const km_nvrtc_req *req, char key[KM_SHA256_HEX]);
 /* The final NVRTC option list for req: -arch, --std, -I, sorted -D, then req->options.
  * *argv is one malloc'd block (free it with free()); returns 0, KM_EINVAL or KM_ENOMEM. */
 int km_nvrtc_options(const km_nvrtc_req *req, char ***argv, size_t *argc);
+
+/* 1 when compiles run confined to the toolkit's include tree (Landlock); 0 with *why. */
+int km_nvrtc_confinement(const char **why);
 
 /* "13.0"; an empty string when NVRTC cannot say. */
 void km_nvrtc_version(char buf[32]);
