@@ -1,0 +1,135 @@
+/* km_sampling_core.c — the stop rule, the pacing of queued samples and the protocol key
+ * (km_sampling_core.h). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "km_sampling_core.h"
+#include "km_stats_core.h"
+
+/* ==== the stop rule ==== */
+
+void km_stop_rule_default(km_stop_rule *r) {
+  r->min_samples = 20;
+  r->max_samples = 300;
+  r->max_noise = 0.002;
+  r->min_ms = 0;
+  r->max_ms = 2000;
+}
+
+int km_stop_rule_valid(const km_stop_rule *r) {
+  if (!r || r->min_samples < 1 || r->max_samples < r->min_samples) return -1;
+  if (!(r->max_noise >= 0) || !(r->min_ms >= 0) || !(r->max_ms > 0)) return -1; /* NaN fails too */
+  return 0;
+}
+
+const char *km_stop_name(km_stop s) {
+  switch (s) {
+  case KM_STOP_NOISE: return "noise";
+  case KM_STOP_MAX_SAMPLES: return "max_samples";
+  case KM_STOP_MAX_TIME: return "max_time";
+  default: return NULL;
+  }
+}
+
+void km_sampler_init(km_sampler *s, const km_stop_rule *r, double *samples, double *sorted) {
+  memset(s, 0, sizeof *s);
+  s->rule = *r;
+  s->samples = samples;
+  s->sorted = sorted;
+  s->noise = INFINITY;
+}
+
+km_stop km_sampler_add(km_sampler *s, double ms, double elapsed_ms, int hold) {
+  if (s->stop != KM_SAMPLE_ON || s->n >= s->rule.max_samples) return s->stop;
+  s->samples[s->n] = ms;
+  int i = s->n; /* insertion keeps `sorted` sorted: O(n) a sample, no sort per check */
+  while (i > 0 && s->sorted[i - 1] > ms) { s->sorted[i] = s->sorted[i - 1]; i--; }
+  s->sorted[i] = ms;
+  s->n++;
+  s->sum_ms += ms;
+  s->noise = km_stats_rel_noise(s->sorted, s->n);
+  const km_stop_rule *r = &s->rule;
+  int timeout_n = r->min_samples < 3 ? r->min_samples : 3;
+  if (!hold && s->n >= r->min_samples && s->sum_ms >= r->min_ms && s->noise <= r->max_noise)
+    s->stop = KM_STOP_NOISE;
+  else if (s->n >= r->max_samples)
+    s->stop = KM_STOP_MAX_SAMPLES;
+  else if (elapsed_ms > r->max_ms && s->n >= timeout_n)
+    s->stop = KM_STOP_MAX_TIME;
+  return s->stop;
+}
+
+/* ==== pacing ==== */
+
+int km_sampler_plan(const km_sampler *s, int queued, const km_pace *p) {
+  const km_stop_rule *r = &s->rule;
+  int done = s->n;
+  if (s->stop != KM_SAMPLE_ON || queued >= r->max_samples) return queued;
+  int max_lead = p->max_lead > 1 ? p->max_lead : 2;
+  /* ahead of the host: while it wakes for sample i and enqueues one, the rest must run */
+  int lead = KM_FIRST_LEAD;
+  if (p->sample_ms > 0) {
+    double need = 1 + ceil((p->host_ms + p->slack_ms) / p->sample_ms);
+    lead = need > max_lead ? max_lead : (int)need;
+    if (lead < 2) lead = 2;
+  }
+  if (lead > max_lead) lead = max_lead;
+  /* the most the rule may need */
+  int may = r->max_samples;
+  if (!p->hold) {
+    if (done < r->min_samples) {
+      may = r->min_samples;
+    } else if (isfinite(s->noise) && r->max_noise > 0) {
+      double ratio = s->noise / r->max_noise; /* noise ~ 1/sqrt(n) */
+      double want = ceil(done * ratio * ratio);
+      may = want > r->max_samples ? r->max_samples : (int)want;
+      if (may < done + 2) may = done + 2; /* one to run while the host decides */
+    }
+    if (s->sum_ms < r->min_ms && done > 0) { /* nvbench's min-time: the mean says how many more */
+      double more = ceil((r->min_ms - s->sum_ms) / (s->sum_ms / done));
+      double m = done + more + 1;
+      if (m > may) may = m > r->max_samples ? r->max_samples : (int)m;
+    }
+  }
+  /* none that would finish after max_ms */
+  if (p->sample_ms > 0) {
+    double left = (r->max_ms - p->elapsed_ms) / p->sample_ms;
+    double tcap = done + 1 + (left > 0 ? floor(left) : 0);
+    if (tcap < may) may = (int)tcap;
+  }
+  if (may > r->max_samples) may = r->max_samples;
+  int target = done + lead < may ? done + lead : may;
+  if (target < done + 1) target = done + 1; /* always progress */
+  if (target > r->max_samples) target = r->max_samples;
+  return target > queued ? target : queued;
+}
+
+/* ==== the protocol key ==== */
+
+/* Shortest %g form that reads back as the same double. */
+static void fmt_num(char *out, size_t cap, double v) {
+  for (int prec = 6; prec <= 17; prec++) {
+    snprintf(out, cap, "%.*g", prec, v);
+    if (strtod(out, NULL) == v) return;
+  }
+}
+
+int km_timing_protocol_key(const km_timing_protocol *p, char *buf, size_t cap) {
+  if (!p) return -1;
+  char wms[32], noise[32], minms[32], maxms[32], flush[40];
+  fmt_num(wms, sizeof wms, p->warmup_ms);
+  fmt_num(noise, sizeof noise, p->stop.max_noise);
+  fmt_num(minms, sizeof minms, p->stop.min_ms);
+  fmt_num(maxms, sizeof maxms, p->stop.max_ms);
+  const char *mode = p->mode ? p->mode : "cold";
+  flush[0] = 0;
+  if (!strcmp(mode, "cold")) {
+    if (p->flush_bytes > 0) snprintf(flush, sizeof flush, " flush=%lld", p->flush_bytes);
+    else snprintf(flush, sizeof flush, " flush=2xL2");
+  }
+  return snprintf(buf, cap, "km.timing/%d mode=%s rep=%d warmup=%d,%sms stop=noise<=%s,n=%d..%d,min_ms=%s,max_ms=%s%s energy=%d",
+                  KM_TIMING_PROTOCOL_VERSION, mode, p->rep, p->warmup, wms, noise, p->stop.min_samples,
+                  p->stop.max_samples, minms, maxms, flush, p->energy ? 1 : 0);
+}

@@ -1,0 +1,93 @@
+/* km_sampling_core.h — when timing stops, how far it queues ahead, and the name of the
+ * protocol it follows (pure C: no lua_State, no driver; km.timing and the C API's km_time
+ * are its two bindings).
+ *
+ * Ownership: a km_sampler works in two arrays of rule.max_samples doubles that its caller
+ * owns and keeps alive while the sampler is used; nothing here allocates.
+ *
+ * The stop rule is nvbench's noise criterion applied to the median: sampling stops at the
+ * first sample count n with n >= min_samples, the samples' summed time >= min_ms and the
+ * median's relative standard error (km_stats_rel_noise) <= max_noise; or at max_samples; or
+ * once max_ms of wall time have passed and at least min(min_samples, 3) samples are in. */
+#ifndef KM_SAMPLING_CORE_H
+#define KM_SAMPLING_CORE_H
+
+#include <stddef.h>
+
+/* Bumped whenever a change could move a timing: results of different versions are not
+ * comparable. 1: fixed batches of 16, double-buffered (48 samples at least). 2: the stop
+ * rule evaluated at every sample, adaptive queueing ahead. */
+#define KM_TIMING_PROTOCOL_VERSION 2
+
+typedef struct km_stop_rule {
+  int min_samples, max_samples; /* 20, 300 */
+  double max_noise;             /* relative standard error of the median; 0.002 */
+  double min_ms;                /* summed sample time a noise stop needs; 0 */
+  double max_ms;                /* wall time after which sampling stops; 2000 */
+} km_stop_rule;
+
+typedef enum { KM_SAMPLE_ON = 0, KM_STOP_NOISE, KM_STOP_MAX_SAMPLES, KM_STOP_MAX_TIME } km_stop;
+
+/* The defaults above. */
+void km_stop_rule_default(km_stop_rule *r);
+/* 0 when the rule can be used (1 <= min_samples <= max_samples, max_noise >= 0,
+ * min_ms >= 0, max_ms > 0), else -1. */
+int km_stop_rule_valid(const km_stop_rule *r);
+/* "noise", "max_samples", "max_time", or NULL for KM_SAMPLE_ON. */
+const char *km_stop_name(km_stop s);
+
+typedef struct km_sampler {
+  km_stop_rule rule;
+  double *samples; /* in the order taken */
+  double *sorted;  /* the same, ascending */
+  int n;
+  double sum_ms, noise; /* noise: after the last add (infinity below 3 samples) */
+  km_stop stop;
+} km_sampler;
+
+void km_sampler_init(km_sampler *s, const km_stop_rule *r, double *samples, double *sorted);
+/* Adds one sample (ms) whose completion was seen elapsed_ms after sampling began and applies
+ * the rule. hold != 0 keeps a noise stop back (km.timing's energy window is still too short);
+ * the other stops still apply. Returns the decision, also kept in s->stop; once stopped, a
+ * further add changes nothing and returns the same stop. */
+km_stop km_sampler_add(km_sampler *s, double ms, double elapsed_ms, int hold);
+
+/* Pacing: what the binding has measured so far. */
+typedef struct km_pace {
+  double sample_ms;  /* GPU time per sample, flush and hook work included; <= 0: not known */
+  double host_ms;    /* host time to enqueue one sample */
+  double slack_ms;   /* host wake-up latency (and blocking reads) to cover */
+  double elapsed_ms; /* since sampling began */
+  int hold;          /* as for km_sampler_add */
+  int max_lead;      /* the most samples the binding can have in flight */
+} km_pace;
+
+#define KM_FIRST_LEAD 2 /* samples queued before any has been measured */
+
+/* How many samples should have been queued in all, given `queued` so far (never less than
+ * `queued`). Enough ahead of the last sample taken that the GPU does not wait for the host
+ * (1 + (host_ms + slack_ms) / sample_ms, at least 2), but never more than the rule may need:
+ * min_samples before the rule has been asked, then the count at which the noise, falling as
+ * 1/sqrt(n), is predicted to meet max_noise (or min_ms to be reached), plus one so the GPU
+ * has work while the host decides; none that would finish after max_ms; never above
+ * max_samples. A stopped sampler needs nothing more. */
+int km_sampler_plan(const km_sampler *s, int queued, const km_pace *p);
+
+/* ---- the protocol: everything that decides how a time is taken ---- */
+typedef struct km_timing_protocol {
+  const char *mode;   /* "cold", "warm" or "graph" */
+  int rep;            /* calls of the timed function per sample */
+  int warmup;         /* warm-up calls, at least */
+  double warmup_ms;   /* and at least this long */
+  long long flush_bytes; /* cold mode's L2 flush; 0: twice the device's L2 */
+  int energy;         /* sampling held on until an energy window is long enough */
+  km_stop_rule stop;
+} km_timing_protocol;
+
+/* Writes the protocol's key, a string naming every field that decides a timing (numbers in
+ * their shortest exact form), e.g. "km.timing/2 mode=cold rep=1 warmup=3,5ms
+ * stop=noise<=0.002,n=20..300,min_ms=0,max_ms=2000 flush=2xL2 energy=0". Returns the
+ * length it needs, as snprintf does (-1 on a NULL protocol). */
+int km_timing_protocol_key(const km_timing_protocol *p, char *buf, size_t cap);
+
+#endif

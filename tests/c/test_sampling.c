@@ -1,0 +1,314 @@
+/* test_sampling.c — the timing stop rule, the pacing of queued samples and the protocol key
+ * (km_sampling_core.c). */
+#include <math.h>
+#include <stdlib.h>
+#include "test.h"
+#include "km_sampling_core.h"
+#include "km_stats_core.h"
+
+#define MAXN 400
+
+/* A deterministic noisy series: 1 ms plus a pseudo-random spread of +-amp. */
+static double series(int i, double amp) {
+  unsigned x = (unsigned)i * 2654435761u + 12345u;
+  x ^= x >> 13; x *= 0x5bd1e995u; x ^= x >> 15;
+  return 1.0 + amp * ((double)(x % 10001) / 5000.0 - 1.0);
+}
+
+/* The first n >= min_samples at which the noise of the first n samples is <= target,
+ * computed the slow way (sort every prefix), independently of the sampler. */
+static int first_sufficient(double amp, int min_n, int max_n, double target) {
+  double buf[MAXN];
+  for (int n = 1; n <= max_n; n++) {
+    for (int i = 0; i < n; i++) buf[i] = series(i, amp);
+    qsort(buf, (size_t)n, sizeof(double), km_stats_cmp_double);
+    if (n >= min_n && km_stats_rel_noise(buf, n) <= target) return n;
+  }
+  return -1;
+}
+
+static km_stop_rule rule(int min_n, int max_n, double noise, double min_ms, double max_ms) {
+  km_stop_rule r = {min_n, max_n, noise, min_ms, max_ms};
+  return r;
+}
+
+TEST(defaults_and_validation) {
+  km_stop_rule r;
+  km_stop_rule_default(&r);
+  ASSERT_EQ_INT(r.min_samples, 20);
+  ASSERT_EQ_INT(r.max_samples, 300);
+  ASSERT_NEAR(r.max_noise, 0.002, 0);
+  ASSERT_NEAR(r.min_ms, 0, 0);
+  ASSERT_NEAR(r.max_ms, 2000, 0);
+  ASSERT_EQ_INT(km_stop_rule_valid(&r), 0);
+  km_stop_rule bad = rule(0, 10, 0.01, 0, 10);
+  ASSERT_EQ_INT(km_stop_rule_valid(&bad), -1);
+  bad = rule(10, 9, 0.01, 0, 10);
+  ASSERT_EQ_INT(km_stop_rule_valid(&bad), -1);
+  bad = rule(1, 9, NAN, 0, 10);
+  ASSERT_EQ_INT(km_stop_rule_valid(&bad), -1);
+  bad = rule(1, 9, 0.01, -1, 10);
+  ASSERT_EQ_INT(km_stop_rule_valid(&bad), -1);
+  bad = rule(1, 9, 0.01, 0, 0);
+  ASSERT_EQ_INT(km_stop_rule_valid(&bad), -1);
+  ASSERT_EQ_STR(km_stop_name(KM_STOP_NOISE), "noise");
+  ASSERT_EQ_STR(km_stop_name(KM_STOP_MAX_SAMPLES), "max_samples");
+  ASSERT_EQ_STR(km_stop_name(KM_STOP_MAX_TIME), "max_time");
+  ASSERT(km_stop_name(KM_SAMPLE_ON) == NULL);
+}
+
+/* The rule stops at exactly the first sufficient count, for several noise levels, and
+ * keeps sorted order and the sum as it goes. */
+TEST(stops_at_the_first_sufficient_count) {
+  double amps[] = {0.0005, 0.01, 0.02, 0.03};
+  for (int k = 0; k < 4; k++) {
+    int want = first_sufficient(amps[k], 20, 300, 0.002);
+    ASSERT(want >= 20);
+    double a[MAXN], b[MAXN];
+    km_stop_rule r = rule(20, 300, 0.002, 0, 1e9);
+    km_sampler s;
+    km_sampler_init(&s, &r, a, b);
+    int n = 0;
+    km_stop st = KM_SAMPLE_ON;
+    while (st == KM_SAMPLE_ON) {
+      st = km_sampler_add(&s, series(n, amps[k]), 0, 0);
+      n++;
+    }
+    ASSERT_EQ_INT(st, KM_STOP_NOISE);
+    ASSERT_EQ_INT(s.n, want);
+    ASSERT_EQ_INT(n, want);
+    for (int i = 1; i < s.n; i++) ASSERT(s.sorted[i - 1] <= s.sorted[i]);
+    double sum = 0;
+    for (int i = 0; i < s.n; i++) sum += s.samples[i];
+    ASSERT_NEAR(s.sum_ms, sum, 1e-9);
+    ASSERT(s.noise <= 0.002);
+    /* a later add is refused: n stays where the rule stopped */
+    ASSERT_EQ_INT(km_sampler_add(&s, 5.0, 0, 0), KM_STOP_NOISE);
+    ASSERT_EQ_INT(s.n, want);
+  }
+  /* the noisiest series needs more than min_samples, the quietest exactly min_samples */
+  ASSERT_EQ_INT(first_sufficient(0.0005, 20, 300, 0.002), 20);
+  ASSERT(first_sufficient(0.03, 20, 300, 0.002) > 20);
+}
+
+/* What the profile saw: a stable kernel stops at min_samples (20), not at a batching floor of 48. */
+TEST(a_stable_kernel_stops_at_min_samples) {
+  double a[MAXN], b[MAXN];
+  km_stop_rule r;
+  km_stop_rule_default(&r);
+  km_sampler s;
+  km_sampler_init(&s, &r, a, b);
+  for (int i = 0; i < 19; i++) ASSERT_EQ_INT(km_sampler_add(&s, 1.0 + 1e-5 * (i % 3), 1, 0), KM_SAMPLE_ON);
+  ASSERT_EQ_INT(km_sampler_add(&s, 1.0, 1, 0), KM_STOP_NOISE);
+  ASSERT_EQ_INT(s.n, 20);
+}
+
+TEST(min_time_holds_a_noise_stop) {
+  double a[MAXN], b[MAXN];
+  km_stop_rule r = rule(5, 300, 0.01, 10.0, 1e9); /* 10 ms of samples of 1 ms */
+  km_sampler s;
+  km_sampler_init(&s, &r, a, b);
+  for (int i = 0; i < 9; i++) ASSERT_EQ_INT(km_sampler_add(&s, 1.0, 0, 0), KM_SAMPLE_ON);
+  ASSERT_EQ_INT(km_sampler_add(&s, 1.0, 0, 0), KM_STOP_NOISE);
+  ASSERT_EQ_INT(s.n, 10);
+}
+
+TEST(max_samples_max_time_and_hold) {
+  double a[MAXN], b[MAXN];
+  /* noise never met: max_samples */
+  km_stop_rule r = rule(3, 30, 0.0, 0, 1e9);
+  km_sampler s;
+  km_sampler_init(&s, &r, a, b);
+  int n = 0;
+  while (km_sampler_add(&s, series(n, 0.05), 0, 0) == KM_SAMPLE_ON) n++;
+  ASSERT_EQ_INT(s.stop, KM_STOP_MAX_SAMPLES);
+  ASSERT_EQ_INT(s.n, 30);
+  /* past max_ms: stops once 3 samples are in, not before */
+  r = rule(20, 300, 0.0, 0, 100);
+  km_sampler_init(&s, &r, a, b);
+  ASSERT_EQ_INT(km_sampler_add(&s, 1, 150, 0), KM_SAMPLE_ON);
+  ASSERT_EQ_INT(km_sampler_add(&s, 1, 150, 0), KM_SAMPLE_ON);
+  ASSERT_EQ_INT(km_sampler_add(&s, 1, 150, 0), KM_STOP_MAX_TIME);
+  /* ... or once min_samples are in, when that is fewer */
+  r = rule(1, 300, 0.0, 0, 100);
+  km_sampler_init(&s, &r, a, b);
+  ASSERT_EQ_INT(km_sampler_add(&s, 1, 150, 0), KM_STOP_MAX_TIME);
+  /* hold: a met noise target does not stop, max_samples still does */
+  r = rule(2, 8, 0.5, 0, 1e9);
+  km_sampler_init(&s, &r, a, b);
+  for (int i = 0; i < 7; i++) ASSERT_EQ_INT(km_sampler_add(&s, 1.0, 0, 1), KM_SAMPLE_ON);
+  ASSERT_EQ_INT(km_sampler_add(&s, 1.0, 0, 1), KM_STOP_MAX_SAMPLES);
+  /* released, the same samples stop on noise */
+  km_sampler_init(&s, &r, a, b);
+  for (int i = 0; i < 2; i++) km_sampler_add(&s, 1.0, 0, 0);
+  ASSERT_EQ_INT(km_sampler_add(&s, 1.0, 0, 0), KM_STOP_NOISE);
+  ASSERT_EQ_INT(s.n, 3);
+}
+
+static km_pace pace(double sample_ms, double host_ms, double elapsed_ms) {
+  km_pace p = {sample_ms, host_ms, 0.2, elapsed_ms, 0, 63};
+  return p;
+}
+
+TEST(plan_queues_little_first_then_from_the_measured_time) {
+  double a[MAXN], b[MAXN];
+  km_stop_rule r;
+  km_stop_rule_default(&r);
+  r.min_samples = 100; /* the rule is not asked before 100: only the lead limits */
+  km_sampler s;
+  km_sampler_init(&s, &r, a, b);
+  km_pace p = pace(0, 0, 0);
+  ASSERT_EQ_INT(km_sampler_plan(&s, 0, &p), KM_FIRST_LEAD); /* nothing measured yet */
+  ASSERT_EQ_INT(km_sampler_plan(&s, 5, &p), 5);            /* never less than queued */
+  km_sampler_add(&s, 1.0, 1, 0);
+  /* 1 ms samples, 0.05 ms to enqueue one: 1 + ceil(0.25 / 1) = 2 ahead of the one taken */
+  p = pace(1.0, 0.05, 1);
+  ASSERT_EQ_INT(km_sampler_plan(&s, 2, &p), 3);
+  /* 10 us samples: 1 + ceil(0.25 / 0.01) = 26 ahead */
+  p = pace(0.01, 0.05, 1);
+  ASSERT_EQ_INT(km_sampler_plan(&s, 2, &p), 1 + 26);
+  /* never more than the binding can hold in flight */
+  p = pace(0.001, 0.05, 1);
+  p.max_lead = 8;
+  ASSERT_EQ_INT(km_sampler_plan(&s, 2, &p), 1 + 8);
+}
+
+TEST(plan_never_queues_past_what_the_rule_may_need) {
+  double a[MAXN], b[MAXN];
+  km_stop_rule r;
+  km_stop_rule_default(&r);
+  km_sampler s;
+  km_sampler_init(&s, &r, a, b);
+  km_pace p = pace(0.001, 0.05, 0); /* would want 63 ahead */
+  for (int i = 0; i < 15; i++) km_sampler_add(&s, series(i, 0.015), 0, 0);
+  ASSERT_EQ_INT(km_sampler_plan(&s, 15, &p), 20); /* before the rule is asked: min_samples */
+  for (int i = 15; i < 20; i++) km_sampler_add(&s, series(i, 0.015), 0, 0);
+  ASSERT_EQ_INT(s.stop, KM_SAMPLE_ON);
+  /* asked: the predicted count from noise ~ 1/sqrt(n) */
+  double ratio = s.noise / r.max_noise;
+  int predicted = (int)ceil(20 * ratio * ratio);
+  ASSERT(predicted > 22 && predicted < 20 + 63);
+  ASSERT_EQ_INT(km_sampler_plan(&s, 20, &p), predicted);
+  /* the prediction never leaves the GPU without one sample behind the one taken */
+  km_stop_rule r2 = rule(20, 300, 0.002, 0, 1e9);
+  km_sampler_init(&s, &r2, a, b);
+  for (int i = 0; i < 20; i++) km_sampler_add(&s, series(i, 0.0025), 0, 0);
+  if (s.stop == KM_SAMPLE_ON) ASSERT(km_sampler_plan(&s, 20, &p) >= 22);
+  /* max_samples caps everything */
+  km_stop_rule r3 = rule(2, 10, 0.0, 0, 1e9);
+  km_sampler_init(&s, &r3, a, b);
+  for (int i = 0; i < 4; i++) km_sampler_add(&s, series(i, 0.05), 0, 0);
+  ASSERT_EQ_INT(km_sampler_plan(&s, 4, &p), 10);
+  /* none that would finish after max_ms: 100 ms left of 30 ms samples -> 1 + 3 more */
+  km_stop_rule r4 = rule(20, 300, 0.002, 0, 200);
+  km_sampler_init(&s, &r4, a, b);
+  km_sampler_add(&s, 30, 100, 0);
+  p = pace(30, 0.05, 100);
+  p.slack_ms = 200; /* would want 8 ahead */
+  ASSERT_EQ_INT(km_sampler_plan(&s, 1, &p), 1 + 1 + 3);
+  /* a stopped sampler needs nothing more */
+  km_stop_rule r5 = rule(1, 300, 1.0, 0, 1e9);
+  km_sampler_init(&s, &r5, a, b);
+  km_sampler_add(&s, 1, 0, 0);
+  km_sampler_add(&s, 1, 0, 0);
+  km_sampler_add(&s, 1, 0, 0);
+  ASSERT_EQ_INT(s.stop, KM_STOP_NOISE);
+  ASSERT_EQ_INT(km_sampler_plan(&s, 3, &p), 3);
+}
+
+TEST(plan_with_min_time_and_hold) {
+  double a[MAXN], b[MAXN];
+  km_stop_rule r = rule(5, 300, 0.01, 50.0, 1e9); /* 50 ms of 1 ms samples */
+  km_sampler s;
+  km_sampler_init(&s, &r, a, b);
+  km_pace p = pace(1.0, 0.05, 0);
+  p.max_lead = 63;
+  p.slack_ms = 100; /* wants 63 ahead */
+  for (int i = 0; i < 10; i++) km_sampler_add(&s, 1.0, 0, 0);
+  /* noise is 0, but min_ms needs 40 more (+1 to run while the host decides) */
+  ASSERT_EQ_INT(km_sampler_plan(&s, 10, &p), 10 + 40 + 1);
+  /* hold (energy): no noise prediction, only the lead and max_samples */
+  km_stop_rule r2 = rule(5, 300, 0.01, 0, 1e9);
+  km_sampler_init(&s, &r2, a, b);
+  for (int i = 0; i < 10; i++) km_sampler_add(&s, 1.0, 0, 1);
+  p.hold = 1;
+  ASSERT_EQ_INT(km_sampler_plan(&s, 10, &p), 10 + 63);
+}
+
+/* The loop km.timing runs, simulated: queue what plan says, take samples one by one.
+ * A stable series stops at 20 with nothing queued beyond it; a noisy one stops where the
+ * rule says, with at most one sample queued beyond. */
+static void simulate(double amp, int *n_used, int *n_queued) {
+  double a[MAXN], b[MAXN];
+  km_stop_rule r = rule(20, 300, 0.002, 0, 1e9);
+  km_sampler s;
+  km_sampler_init(&s, &r, a, b);
+  km_pace p = pace(0, 0.02, 0);
+  int queued = km_sampler_plan(&s, 0, &p), taken = 0;
+  while (s.stop == KM_SAMPLE_ON && taken < queued) {
+    km_sampler_add(&s, series(taken, amp), 0, 0);
+    taken++;
+    p.sample_ms = 1.0;
+    queued = km_sampler_plan(&s, queued, &p);
+  }
+  *n_used = s.n;
+  *n_queued = queued;
+}
+
+TEST(simulated_loop_overshoot) {
+  int used, queued;
+  simulate(0.0005, &used, &queued);
+  ASSERT_EQ_INT(used, 20);
+  ASSERT_EQ_INT(queued, 20);
+  simulate(0.03, &used, &queued);
+  ASSERT_EQ_INT(used, first_sufficient(0.03, 20, 300, 0.002));
+  ASSERT(queued - used <= 1);
+}
+
+TEST(protocol_key) {
+  km_timing_protocol p = {"cold", 1, 3, 5, 0, 0, {20, 300, 0.002, 0, 2000}};
+  char k[256];
+  int len = km_timing_protocol_key(&p, k, sizeof k);
+  ASSERT_EQ_STR(k, "km.timing/2 mode=cold rep=1 warmup=3,5ms stop=noise<=0.002,n=20..300,min_ms=0,max_ms=2000 "
+                   "flush=2xL2 energy=0");
+  ASSERT_EQ_INT(len, (int)strlen(k));
+  char k2[256];
+  /* every field shows */
+  km_timing_protocol q = p;
+  q.mode = "warm";
+  km_timing_protocol_key(&q, k2, sizeof k2);
+  ASSERT_EQ_STR(k2, "km.timing/2 mode=warm rep=1 warmup=3,5ms stop=noise<=0.002,n=20..300,min_ms=0,max_ms=2000 energy=0");
+  q = p; q.flush_bytes = 100663296;
+  km_timing_protocol_key(&q, k2, sizeof k2);
+  ASSERT(strstr(k2, " flush=100663296 ") != NULL);
+  q = p; q.stop.max_noise = 0.1 + 0.2; /* shortest exact form: 17 digits here */
+  km_timing_protocol_key(&q, k2, sizeof k2);
+  ASSERT(strstr(k2, "noise<=0.30000000000000004,") != NULL);
+  km_timing_protocol variants[6];
+  for (int i = 0; i < 6; i++) variants[i] = p;
+  variants[0].rep = 2; variants[1].warmup = 4; variants[2].warmup_ms = 6; variants[3].energy = 1;
+  variants[4].stop.min_samples = 10; variants[5].stop.min_ms = 1;
+  for (int i = 0; i < 6; i++) {
+    km_timing_protocol_key(&variants[i], k2, sizeof k2);
+    ASSERT(strcmp(k, k2) != 0);
+  }
+  /* a short buffer is truncated, the needed length still returned */
+  char small[8];
+  ASSERT_EQ_INT(km_timing_protocol_key(&p, small, sizeof small), len);
+  ASSERT_EQ_INT((int)strlen(small), 7);
+  ASSERT_EQ_INT(km_timing_protocol_key(NULL, small, sizeof small), -1);
+}
+
+int main(void) {
+  RUN(defaults_and_validation);
+  RUN(stops_at_the_first_sufficient_count);
+  RUN(a_stable_kernel_stops_at_min_samples);
+  RUN(min_time_holds_a_noise_stop);
+  RUN(max_samples_max_time_and_hold);
+  RUN(plan_queues_little_first_then_from_the_measured_time);
+  RUN(plan_never_queues_past_what_the_rule_may_need);
+  RUN(plan_with_min_time_and_hold);
+  RUN(simulated_loop_overshoot);
+  RUN(protocol_key);
+  return DONE();
+}
