@@ -220,7 +220,8 @@ typedef struct km_time_opts {
                         the work captured once into a CUDA graph and replayed */
   int warmup;        /* calls before sampling; 0: 3 */
   int min_samples, max_samples; /* 0: 20 and 300 */
-  double target;     /* stop when the median's relative error is below it; 0: 0.002 */
+  double target;     /* stop when the median's relative error is at or below it; 0: 0.002 (the
+                        stop rule is km.timing's: docs/timing.md) */
   double max_ms;     /* stop after this much wall time; 0: 2000 */
 } km_time_opts;
 

@@ -29,6 +29,7 @@
 #include "kmrun.h"
 #include "km.h"
 #include "km_api.h"
+#include "km_sampling_core.h"
 #include "km_stats_core.h"
 #include "km_compare_core.h"
 #include "km_cuda.h"
@@ -646,9 +647,14 @@ km_status km_time(km_rt *h, km_work_fn fn, void *ud, const km_time_opts *opts, k
   if (opts) o = *opts;
   if (o.mode < KM_TIME_COLD || o.mode > KM_TIME_GRAPH) return fail(KMRUN_EINVAL, NULL, "km_time: unknown mode %d", (int)o.mode);
   int warmup = o.warmup > 0 ? o.warmup : 3;
-  int min_s = o.min_samples > 0 ? o.min_samples : 20, max_s = o.max_samples > 0 ? o.max_samples : 300;
-  if (max_s < min_s) max_s = min_s;
-  double target = o.target > 0 ? o.target : 0.002, max_ms = o.max_ms > 0 ? o.max_ms : 2000;
+  km_stop_rule rule; /* km.timing's stop rule (km_sampling_core), asked after every sample */
+  km_stop_rule_default(&rule);
+  if (o.min_samples > 0) rule.min_samples = o.min_samples;
+  if (o.max_samples > 0) rule.max_samples = o.max_samples;
+  if (rule.max_samples < rule.min_samples) rule.max_samples = rule.min_samples;
+  if (o.target > 0) rule.max_noise = o.target;
+  if (o.max_ms > 0) rule.max_ms = o.max_ms;
+  int max_s = rule.max_samples;
   const km_cuda_api *cu = km_cu;
   CUstream s = km_cuda_stream();
   CUresult r = CUDA_SUCCESS;
@@ -659,7 +665,7 @@ km_status km_time(km_rt *h, km_work_fn fn, void *ud, const km_time_opts *opts, k
   CUdeviceptr flush = 0;
   uint64_t flush_n = 0;
   CUfunction flush_fn = NULL;
-  double *samples = malloc(sizeof(double) * (size_t)max_s);
+  double *samples = malloc(sizeof(double) * (size_t)max_s * 2); /* in order taken, then sorted */
   if (!samples) return fail(KMRUN_ENOMEM, NULL, "km_time: out of memory");
   st = KMRUN_OK;
   if (o.mode == KM_TIME_GRAPH) { /* capture one call into a graph */
@@ -688,9 +694,10 @@ km_status km_time(km_rt *h, km_work_fn fn, void *ud, const km_time_opts *opts, k
     if ((st = CALL_ONCE())) goto done;
   if ((r = cu->cuStreamSynchronize(s)) != CUDA_SUCCESS) { st = cuda_fail(r, "warm-up"); goto done; }
   double t0 = now_ms();
-  int n = 0;
+  km_sampler smp;
+  km_sampler_init(&smp, &rule, samples, samples + max_s);
   unsigned flush_v = 0;
-  while (n < max_s) {
+  while (smp.stop == KM_SAMPLE_ON) {
     if (flush) {
       flush_v++;
       void *fargs[] = {&flush, &flush_n, &flush_v};
@@ -702,32 +709,21 @@ km_status km_time(km_rt *h, km_work_fn fn, void *ud, const km_time_opts *opts, k
     if ((r = cu->cuEventSynchronize(e1)) != CUDA_SUCCESS) { st = cuda_fail(r, "event synchronize"); goto done; }
     float ms = 0;
     if ((r = cu->cuEventElapsedTime(&ms, e0, e1)) != CUDA_SUCCESS) { st = cuda_fail(r, "event elapsed time"); goto done; }
-    samples[n++] = ms;
-    if (n >= min_s) {
-      double *sorted = malloc(sizeof(double) * (size_t)n);
-      if (!sorted) { st = fail(KMRUN_ENOMEM, NULL, "km_time: out of memory"); goto done; }
-      memcpy(sorted, samples, sizeof(double) * (size_t)n);
-      qsort(sorted, (size_t)n, sizeof(double), km_stats_cmp_double);
-      double noise = km_stats_rel_noise(sorted, n);
-      free(sorted);
-      if (noise < target) break;
-    }
-    if (now_ms() - t0 > max_ms && n >= 3) break;
+    km_sampler_add(&smp, ms, now_ms() - t0, 0);
   }
 #undef CALL_ONCE
   memset(out, 0, sizeof *out);
+  int n = smp.n;
+  const double *sorted = smp.sorted;
   out->n = n;
   out->total_ms = now_ms() - t0;
-  double sum = 0;
-  for (int i = 0; i < n; i++) sum += samples[i];
-  qsort(samples, (size_t)n, sizeof(double), km_stats_cmp_double);
-  out->median = km_stats_quantile(samples, n, 0.5);
-  out->p25 = km_stats_quantile(samples, n, 0.25);
-  out->p75 = km_stats_quantile(samples, n, 0.75);
-  out->min = n ? samples[0] : NAN;
-  out->max = n ? samples[n - 1] : NAN;
-  out->mean = n ? sum / n : NAN;
-  out->rel_noise = km_stats_rel_noise(samples, n);
+  out->median = km_stats_quantile(sorted, n, 0.5);
+  out->p25 = km_stats_quantile(sorted, n, 0.25);
+  out->p75 = km_stats_quantile(sorted, n, 0.75);
+  out->min = n ? sorted[0] : NAN;
+  out->max = n ? sorted[n - 1] : NAN;
+  out->mean = n ? smp.sum_ms / n : NAN;
+  out->rel_noise = smp.noise;
 done:
   if (e0) cu->cuEventDestroy(e0);
   if (e1) cu->cuEventDestroy(e1);

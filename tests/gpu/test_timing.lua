@@ -71,4 +71,93 @@ t.test("a failing function stops timing with its error", function()
   t.raises(function() timing.time(work(n), { mode = "hot" }) end, "unknown mode")
 end)
 
+-- Adaptive sampling (docs/timing.md): the stop rule is asked at every sample, so a stable
+-- kernel stops where the noise target is first met, not at a batching floor (48 before).
+t.test("a stable kernel stops on noise below 48 samples, with little queued past the stop", function()
+  local sp = timing.time(function() assert(spin{ grid = 1, block = 32 }(2000000)) end, { mode = "warm" })
+  local ax = timing.time(work(n))
+  for _, r in ipairs { sp, ax } do
+    t.diag(("%s: n %d (+%d queued past the stop), stop %s, noise %.5f, median %.4f ms, %.1f ms in all"):format(
+      r.mode, r.n, r.n_extra, r.stop, r.rel_noise, r.median, r.total_ms))
+    t.eq(r.stop, "noise")
+    t.ok(r.n >= 20 and r.n < 48, r.n)
+    t.ok(r.rel_noise <= 0.002, r.rel_noise)
+    t.ok(r.n_extra >= 0 and r.n_extra <= 2, r.n_extra) -- ~1 ms and ~0.2 ms samples: 1-2 ahead at most
+  end
+end)
+
+t.test("the adaptive median agrees with a long fixed-count run within 1%", function()
+  for _, mode in ipairs { "cold", "warm" } do
+    local adaptive = timing.time(work(n), { mode = mode })
+    local fixed = timing.time(work(n), { mode = mode, min_samples = 200, max_samples = 200 })
+    t.eq(fixed.n, 200)
+    t.eq(fixed.stop, fixed.rel_noise <= 0.002 and "noise" or "max_samples")
+    t.diag(("%s: adaptive %.5f ms (n %d)  fixed %.5f ms (n 200)  ratio %.4f"):format(mode, adaptive.median,
+      adaptive.n, fixed.median, adaptive.median / fixed.median))
+    t.ok(math.abs(adaptive.median / fixed.median - 1) < 0.01, adaptive.median / fixed.median)
+  end
+end)
+
+t.test("the protocol is recorded with the result; its key is protocol_key's", function()
+  local opts = { mode = "warm", min_samples = 10, target = 0.005 }
+  local r = timing.time(work(n // 4), opts)
+  t.eq(type(r.protocol), "table")
+  t.eq(r.protocol.key, timing.protocol_key(opts))
+  t.eq(r.protocol.version, 2)
+  t.eq(r.protocol.min_samples, 10)
+  t.eq(r.protocol.target, 0.005)
+  t.ok(r.n >= 10, r.n)
+  local c = timing.time(work(n // 4))
+  t.eq(c.protocol.key, timing.protocol_key())
+  t.ok(c.flush_bytes > 0 and c.protocol.flush_bytes == 0, c.flush_bytes)
+end)
+
+t.test("hooks run around every sample that ran (counted or queued past the stop) and every warm-up call", function()
+  local calls = { warmup = { 0, 0 }, sample = { 0, 0 } }
+  local r = timing.time(work(n // 4), {
+    before = function(phase) calls[phase][1] = calls[phase][1] + 1 end,
+    after = function(phase) calls[phase][2] = calls[phase][2] + 1 end,
+    samples = true,
+  })
+  t.eq(calls.sample[1], r.n + r.n_extra)
+  t.eq(calls.sample[2], r.n + r.n_extra)
+  t.ok(calls.warmup[1] >= 3 and calls.warmup[1] == calls.warmup[2], calls.warmup[1])
+  t.eq(#r.samples, r.n)
+  local sorted = { table.unpack(r.samples) }
+  table.sort(sorted)
+  t.eq(sorted[1], r.min)
+  t.eq(sorted[#sorted], r.max)
+  -- a hook's failure stops timing with it, as before
+  local k = 0
+  local bad, msg, code = timing.time(work(n // 4), { after = function(phase)
+    if phase == "sample" then k = k + 1 if k == 5 then return nil, "hook says no", "HOOK" end end
+  end })
+  t.eq(bad, nil)
+  t.eq(msg, "hook says no")
+  t.eq(code, "HOOK")
+end)
+
+t.test("min_ms holds a noise stop; max_ms stops a run whose noise target cannot be met", function()
+  local function spin_ms(cycles) return function() assert(spin{ grid = 1, block = 32 }(cycles)) end end
+  local clk = timing.sm_clock()
+  local one_ms = math.floor(clk * 1e3) -- cycles in ~1 ms
+  local r = timing.time(spin_ms(one_ms), { mode = "warm", min_ms = 60 })
+  t.diag(("min_ms 60: n %d, stop %s, summed %.1f ms"):format(r.n, r.stop, r.n * r.mean))
+  t.eq(r.stop, "noise")
+  t.ok(r.n * r.mean >= 60 and r.n < 70, r.n)
+  local q = timing.time(spin_ms(5 * one_ms), { mode = "warm", target = 0, max_ms = 60, warmup = 1, warmup_ms = 0 })
+  t.diag(("max_ms 60: n %d (+%d), stop %s, %.1f ms"):format(q.n, q.n_extra, q.stop, q.total_ms))
+  t.eq(q.stop, "max_time")
+  t.ok(q.n >= 3 and q.n < 20, q.n)
+  t.ok(q.total_ms < 120, q.total_ms) -- nothing queued that would finish long after max_ms
+end)
+
+t.test("graph mode and rep > 1 stop adaptively too", function()
+  local g = timing.time(work(n // 4), { mode = "graph", rep = 4 })
+  local w = timing.time(work(n // 4), { mode = "warm", rep = 4 })
+  t.diag(("graph rep 4: %.5f ms n %d; warm rep 4: %.5f ms n %d"):format(g.median, g.n, w.median, w.n))
+  t.ok(g.n < 48 and w.n < 48, g.n .. " " .. w.n)
+  t.ok(g.median / w.median > 0.8 and g.median / w.median < 1.25, g.median / w.median)
+end)
+
 t.done()
