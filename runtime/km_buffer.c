@@ -530,6 +530,48 @@ static int b_checksum(lua_State *L) {
   return 1;
 }
 
+/* buffer.digest({ { ptr, nbytes }, ... }) -> { d1, d2, ... }: the keyed digest (as
+ * b:checksum's, integers) of raw device ranges — memory kmrun does not own, such as a
+ * PyTorch model's parameters (km.judge's proof that a reference's state did not move). */
+static int l_digest(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  lua_Integer n = luaL_len(L, 1);
+  luaL_argcheck(L, n >= 0 && n <= (1 << 20), 1, "too many ranges");
+  km_cuda_util(L, "km_checksum");
+  /* boxed: freed by the collector if anything below raises */
+  uint64_t *box = lua_newuserdatauv(L, (size_t)(n ? n : 1) * 3 * sizeof(uint64_t), 0);
+  CUdeviceptr *ptrs = (CUdeviceptr *)box;
+  uint64_t *bytes = box + n, *out = box + 2 * n;
+  for (lua_Integer i = 1; i <= n; i++) {
+    lua_geti(L, 1, i);
+    luaL_argcheck(L, lua_istable(L, -1), 1, "each range is { ptr, nbytes }");
+    lua_geti(L, -1, 1);
+    lua_geti(L, -2, 2);
+    int okp, okn;
+    lua_Integer p = lua_tointegerx(L, -2, &okp), nb = lua_tointegerx(L, -1, &okn);
+    luaL_argcheck(L, okp && okn && p >= 0 && nb >= 0, 1, "each range is { ptr, nbytes } of integers");
+    ptrs[i - 1] = (CUdeviceptr)p;
+    bytes[i - 1] = (uint64_t)nb;
+    lua_pop(L, 3);
+  }
+  check(L, km_dev_digest(ptrs, bytes, (size_t)n, km_cuda_stream(), out), "digest");
+  lua_createtable(L, (int)n, 0);
+  for (lua_Integer i = 1; i <= n; i++) {
+    lua_pushinteger(L, (lua_Integer)out[i - 1]);
+    lua_rawseti(L, -2, i);
+  }
+  return 1;
+}
+
+/* buffer.live() -> count, bytes: device buffers allocated in this process now */
+static int l_live(lua_State *L) {
+  long long n, bytes;
+  km_devbuf_live(&n, &bytes);
+  lua_pushinteger(L, (lua_Integer)n);
+  lua_pushinteger(L, (lua_Integer)bytes);
+  return 2;
+}
+
 /* b:check_guards() -> true | false, "message naming the side and the first bad offset" */
 static int b_check_guards(lua_State *L) {
   km_buffer *b = buffer_check(L, 1);
@@ -650,7 +692,7 @@ int luaopen_km_buffer(lua_State *L) {
   lua_setfield(L, -2, "__metatable"); /* getmetatable(view) reveals nothing */
   lua_pop(L, 1);
   static const luaL_Reg fns[] = {{"new", l_new}, {"load", l_load}, {"view", l_view}, {"unwrap", l_unwrap},
-                                 {"revoke_views", l_revoke_views}, {NULL, NULL}};
+                                 {"revoke_views", l_revoke_views}, {"digest", l_digest}, {"live", l_live}, {NULL, NULL}};
   luaL_newlib(L, fns);
   lua_pushinteger(L, DEFAULT_GUARD);
   lua_setfield(L, -2, "DEFAULT_GUARD");

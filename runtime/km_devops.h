@@ -37,6 +37,8 @@ int km_devbuf_init(km_devbuf *b, km_dtype dt, const int64_t *shape, int ndim, si
 /* Allocates b (after km_devbuf_init) and fills both guard zones. */
 CUresult km_devbuf_alloc(km_devbuf *b);
 void km_devbuf_free(km_devbuf *b);
+/* How many km_devbufs are allocated in this process now, and their bytes (guards included). */
+void km_devbuf_live(long long *count, long long *bytes);
 /* Refills both guard zones. */
 CUresult km_devbuf_reset_guards(km_devbuf *b);
 /* Writes an element-sized bit pattern into every element. */
@@ -46,8 +48,13 @@ uint64_t km_devbuf_pattern(km_dtype dt, double v);
 /* dist 0: uniform [a, b) (integers: [a, b]); 1: normal(mean a, std b); 2: integers [a, b].
  * Element i depends only on (seed, i). */
 CUresult km_devbuf_random(const km_devbuf *b, int dist, double a, double c, uint64_t seed, CUstream s);
-/* Order-sensitive 64-bit hash of the bytes, computed on the GPU (synchronizes s). */
+/* Keyed 64-bit digest of the bytes, computed on the GPU (synchronizes s). The key is a
+ * per-process random, so a kernel cannot forge one, and values compare only within one
+ * process. No allocation after the first call in a context. */
 CUresult km_devbuf_checksum(const km_devbuf *b, CUstream s, uint64_t *out);
+/* The same digest of n device ranges (ptrs[i], bytes[i]) into out[i]: one launch per range,
+ * one synchronization. */
+CUresult km_dev_digest(const CUdeviceptr *ptrs, const uint64_t *bytes, size_t n, CUstream s, uint64_t *out);
 /* Reads both guard zones back. *ok = 1 when intact; otherwise *side is 0 (front) or 1
  * (back), *count the bytes overwritten and *offset the nearest bad byte's distance from
  * the data (front: bytes before the start; back: bytes past the end). */

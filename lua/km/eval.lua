@@ -272,7 +272,7 @@ function Pool:_warm()
     if not job.warmed then
       job.warmed = true
       local c = job.cand
-      if type(c) == "table" and type(c.source) == "string" and c.source ~= "" then
+      if type(c) == "table" and type(c.source) == "string" and c.source ~= "" and not verdict.oversized(c.source, c.launch) then
         self.compilers.submit(c.source, judge.compile_opts(self.device.arch, c.params or {}))
         sent = sent + 1
       end
@@ -303,7 +303,14 @@ function Pool:poll(ms)
   for _, s in ipairs(self.slots) do
     while not s.job and #self.queue > 0 do
       local job = table.remove(self.queue, 1)
-      local ok, why = self:_send(s, job)
+      local big = verdict.oversized(job.cand.source, job.cand.launch)
+      local ok, why = true, nil
+      if big then -- judged here: a frame that large is over km.proc's limit, and no worker needs it
+        job.verdict = verdict.finish(verdict.new { task = job.task_name, candidate = job.cand.name }, "compile_error", big)
+        done[#done + 1] = job
+      else
+        ok, why = self:_send(s, job)
+      end
       if not ok then
         job.verdict = { status = "error", task = job.task_name, candidate = job.cand.name, feedback = tostring(why) }
         done[#done + 1] = job

@@ -168,7 +168,9 @@ local function make_k(self, mod, params, state)
     local okn, n = pcall(function() return type(shape) == "number" and shape or task_mod.numel(shape) end)
     if not okn or math.type(n) ~= "integer" then error("k.scratch: shape must be an integer or a list of integers", 2) end
     if not b or b:dtype() ~= dtype or b:numel() ~= n then
-      if b then state.scratch_bytes = state.scratch_bytes - b:nbytes(); b:free() end
+      -- the slot is emptied before anything below can fail: a launch that catches the
+      -- failure (pcall) must not leave a freed buffer for the judge to trip on later
+      if b then state.scratch_bytes = state.scratch_bytes - b:nbytes(); b:free(); state.scratch[i] = nil end
       local okb, nb = pcall(buffer.new, dtype, shape)
       if not okb then error("k.scratch(" .. tostring(dtype) .. "): " .. tostring(nb), 2) end
       state.scratch_bytes = state.scratch_bytes + nb:nbytes()
@@ -223,6 +225,16 @@ local function make_k(self, mod, params, state)
   end })
 end
 
+-- Frees every scratch buffer a launch obtained (the end of its evaluation): its memory is
+-- back before the next candidate or baseline runs, whenever Lua's collector would have run.
+local function free_scratch(run)
+  for i, b in pairs(run.state.scratch) do
+    if not b:freed() then b:free() end
+    run.state.scratch[i] = nil
+  end
+  run.state.scratch_bytes = 0
+end
+
 -- The NVRTC options a source is judged with. km.eval compiles queued candidates in the
 -- driver with these same options to warm the shared cache, so this is the one place
 -- that says them: the two cannot drift apart (a drift would only cost cache misses).
@@ -233,6 +245,8 @@ end
 -- A compiled launch: kernels module + launch function + its scratch state; or nil,
 -- status, feedback, { log =, code = }.
 local function prepare(self, source, launch_src, params, label)
+  local big = verdict.oversized(source, launch_src)
+  if big then return nil, "compile_error", big, { log = big } end
   local prog, log, code = nvrtc.compile(source, M.compile_opts(self.device.arch, params, label))
   if not prog then
     return nil, "compile_error", feedback.compile(log or "", source, label .. ".cu"), { log = log, code = code }
@@ -307,10 +321,15 @@ end
 -- Launch code sees fresh views (revoked when it returns) and a fresh shape table.
 local function call_launch(self, run, io, sym, budget)
   if run.torch then -- a PyTorch reference (trusted): the model on the real buffers
+    local st = self.tasks[run.task_dir]
+    local moved, mtext = self:truth_check(st)
+    if moved then return false, moved, mtext end
     local ok, err = run.torch:forward(io, { empty_cache = true })
+    if st then st.truth_dirty = true end -- its buffers (running statistics) may have moved
     if not ok then return false, "launch_error", err end
     return true, {}
   end
+  if run.st then self:seal_truth(run.st) end -- trusted code done: what candidate code meets
   run.state.scratch_i = 0
   run.state.error_code = nil
   local ok, err = sandbox.call(run.fn, { budget = budget or 1e6, memory = self.opts.lua_memory },
@@ -353,7 +372,11 @@ function Judge:task_state(t)
     if self.on_hold then self.on_hold(nil) end
     if not prob then return nil, "the task's PyTorch reference does not load: " .. tostring(err) end
     st.prob = prob
-    ref = { torch = prob, state = { scratch = {}, launches = {}, scratch_bytes = 0, scratch_peak = 0 }, attrs = {} }
+    -- the reference's own state, copied to the host before any candidate code runs
+    local snap, serr = prob:snapshot()
+    if not snap then return nil, "the task's PyTorch reference cannot be snapshotted: " .. tostring(serr) end
+    st.truth_dirty = true
+    ref = { torch = prob, task_dir = t.dir, state = { scratch = {}, launches = {}, scratch_bytes = 0, scratch_peak = 0 }, attrs = {} }
   else
     local status, msg
     ref, status, msg = prepare(self, t.reference.source_text, t.reference.launch_text, {}, "reference")
@@ -363,6 +386,59 @@ function Judge:task_state(t)
   st.ref = ref
   self.tasks[t.dir] = st
   return st
+end
+
+----------------------------------------------------------------------------------------
+-- the truth out of reach: a PyTorch reference's own state (parameters, buffers, tensors it
+-- keeps) lives in this process's context, where a kernel can write. It is proven unchanged
+-- instead: sealed with keyed digests (buffer.digest: the key is this process's secret, so
+-- a kernel cannot forge one) whenever trusted code has run and candidate code is next, and
+-- checked before every use (the reference run, the parameters handed out as pristine
+-- inputs) and at the end of every evaluation. A change fails the candidate
+-- (inputs_modified) and the state is written back from the host snapshot taken at load.
+
+-- Seals the truth if trusted code ran since the last seal (a forward moves running stats).
+function Judge:seal_truth(st)
+  if not (st and st.prob and st.truth_dirty) then return end
+  local list = assert(st.prob:truth())
+  local ranges, names = {}, {}
+  for i, r in ipairs(list) do ranges[i], names[i] = { r[2], r[3] }, r[1] end
+  st.truth = { ranges = ranges, names = names, digests = #ranges > 0 and buffer.digest(ranges) or {} }
+  st.truth_dirty = false
+end
+
+-- nil, or the name of the first storage of the truth that moved since its seal.
+function Judge:truth_moved(st)
+  local tr = st and st.prob and not st.truth_dirty and st.truth
+  if not tr or #tr.ranges == 0 then return nil end
+  local now = buffer.digest(tr.ranges)
+  for i, d in ipairs(tr.digests) do if now[i] ~= d then return tr.names[i] end end
+end
+
+-- Writes the snapshot back and seals it again (after a candidate altered the truth).
+function Judge:restore_truth(st)
+  assert(st.prob:restore())
+  st.truth_dirty = true
+  self:seal_truth(st)
+end
+
+local function reference_state_text(name, where)
+  return fmt("Your kernel changed the PyTorch reference's own state on the GPU (%s, found changed at %s). "
+    .. "A kernel may write only its outputs and its scratch buffers; the reference's parameters and buffers "
+    .. "are read-only. Compute with the parameters passed to you in io.", name, where or "the end of the evaluation")
+end
+
+-- nil, or "inputs_modified", feedback: the check before the truth is used. The state is
+-- restored at once, so nothing computed from it afterwards sees the change, and the fault
+-- is kept (self.fault) for the verdict: a check that runs where no verdict can be returned
+-- (an input refresh inside timing) still fails the candidate.
+function Judge:truth_check(st, where)
+  local name = self:truth_moved(st)
+  if not name then return nil end
+  self:restore_truth(st)
+  local text = reference_state_text(name:gsub("^%a+:", ""), where)
+  self.fault = self.fault or { "inputs_modified", text }
+  return "inputs_modified", text
 end
 
 local function fill_input(b, spec, sym, seed)
@@ -417,7 +493,12 @@ function Judge:fill_inputs(t, sym, io, seed, keep_cache)
     if spec.role == "parameter" then params[spec.name] = io[spec.name] else ins[spec.name] = io[spec.name] end
   end
   local ok, err = st.prob:make_inputs(seed, ins, { keep_cache = keep_cache })
-  if ok and next(params) then ok, err = st.prob:write_params(params) end
+  if ok and next(params) then
+    -- parameters are handed out only from a truth proven unchanged since its seal (a change
+    -- is restored first, and recorded against the candidate)
+    self:truth_check(st, "an input refresh")
+    ok, err = st.prob:write_params(params)
+  end
   if not ok then error("the task's PyTorch inputs could not be made: " .. tostring(err), 0) end
 end
 
@@ -516,11 +597,14 @@ function Judge:verify(st, run, v, opts)
         if cs == "wrong_shape" then return done(cs, cmsg .. " (at " .. where .. ")") end
         return done(cs, feedback.launch(cs, cmsg, where))
       end
+      local ts, ttext = self:truth_check(st, where)
+      if ts then return done(ts, ttext) end
       self:pristine(t, sym, ref_in, trial_seed)
       local es, etext = evidence(t, cand, ref_in, run.state.scratch, where)
       if es then return done(es, etext) end
       local rs, rmsg
       ref_io, rs, rmsg = self:run_reference(st, ref_in, dims, sym)
+      if not ref_io and rs == "inputs_modified" then return done(rs, rmsg) end
       if not ref_io then
         if rs == "crashed" then self.pool:drop(false) return verdict.ERROR, "the task's reference failed at " .. where .. ": " .. tostring(rmsg), { context_lost = true } end
         return done(verdict.ERROR, "the task's reference failed at " .. where .. ": " .. tostring(rmsg))
@@ -611,10 +695,13 @@ function Judge:time_run(st, run, sym, opts, check)
     checked = checked + 1
     local okc, cs, cmsg = sync_status()
     if not okc then failure = { cs, feedback.launch(cs, cmsg, where) } return false end
+    local ts, ttext = self:truth_check(st, where)
+    if ts then failure = { ts, ttext } return false end
     self:pristine(t, sym, ref_in, cur_seed)
     local es, etext = evidence(t, cand, ref_in, run.state.scratch, where)
     if es then failure = { es, etext } return false end
     local ref_io, rs, rmsg = self:run_reference(st, ref_in, dims, sym)
+    if not ref_io and rs == "inputs_modified" then failure = { rs, rmsg } return false end
     if not ref_io then
       failure = { verdict.ERROR, "the task's reference failed while re-verifying a timed call: " .. tostring(rmsg) }
       return false
@@ -763,6 +850,8 @@ function Judge:baselines(st, sym, opts)
   if st.baselines[tk] then return st.baselines[tk] end
   local out = { errors = {} }
   st.baselines[tk] = out
+  self:truth_check(st, "the baselines") -- measured on the model as loaded, whatever ran before
+  st.truth_dirty = true                 -- and what they run may move its buffers
   local kb = require "km.kernelbench"
   local okt, info = kb.available()
   if not okt then out.errors.eager = "PyTorch is not available: " .. tostring(info) return out end
@@ -842,8 +931,9 @@ function Judge:measure(st, run, v, opts)
     local scand = task_mod.starter(t)
     local srun = prepare(self, scand.source, scand.launch, scand.params, "starter")
     if srun then
-      srun.task_outputs = t.outputs
+      srun.task_outputs, srun.st = t.outputs, st
       base_t = self:time_run(st, srun, sym, opts, false)
+      free_scratch(srun)
     end
     st.base_times[tk] = base_t or false
   end
@@ -915,7 +1005,16 @@ function Judge:eval(t, cand, opts)
   local dev = self.device
   local v = verdict.new { task = t.name, candidate = cand.name, params = cand.params,
     device = { name = dev.name, arch = dev.arch, uuid = dev.uuid, driver = dev.driver_version, nvrtc = dev.nvrtc } }
+  self.fault, self.run = nil, nil
   local function finish(status, text, extra)
+    -- the end of every evaluation: the truth checked (a change made by the last call, or by
+    -- the energy pass, is the candidate's too) and every scratch buffer it obtained freed
+    if not (extra and extra.context_lost) and status ~= "crashed" then
+      pcall(self.truth_check, self, st)
+      if self.fault and status ~= "timeout" then status, text = self.fault[1], self.fault[2] end
+    end
+    if self.run then pcall(free_scratch, self.run) self.run = nil end
+    self.fault = nil
     verdict.finish(v, status, text, extra)
     v.eval_cpu_s = os.clock() - t0
     v.eval_seconds = wall() - w0
@@ -925,7 +1024,8 @@ function Judge:eval(t, cand, opts)
   local run, status, msg, info = prepare(self, cand.source or "", cand.launch or "", cand.params or {}, "kernel")
   stage("prepare")
   if not run then return finish(status, msg, { compile_log = info and info.log }) end
-  run.task_outputs = t.outputs
+  run.task_outputs, run.st = t.outputs, st
+  self.run = run
   v.compile_log, v.compile_ms, v.cached_compile, v.kernels = run.prog.log, run.prog.ms, run.prog.cached, run.attrs
   -- the PyTorch baselines (once per task and shape; usually from the disk) before any of
   -- the candidate's code runs: nothing it leaves behind can slow them

@@ -534,6 +534,44 @@ class Problem:
             st.setdefault(k, b)
         return {k: v for k, v in st.items() if isinstance(v, torch.Tensor)}
 
+    # -- the truth: what the reference holds between calls (docs/eval.md, "Threat model") --
+    def _truth(self):
+        """Every tensor the reference keeps between calls, as {name: tensor}: the model's
+        state (parameters, buffers, non-persistent ones too), tensors kept as plain
+        attributes of any submodule (an LSTM's h0) or in a list/tuple attribute, and tensors
+        at the problem module's top level. A kernel that alters any of them changes what the
+        reference computes, so each is sealed and checked (km.judge)."""
+        out = {}
+        for k, v in self._state().items():
+            out["state:" + k] = v
+        for mname, m in self.model.named_modules():
+            for a, v in vars(m).items():
+                if a.startswith("_"):
+                    continue  # _parameters, _buffers: the state above
+                prefix = "attr:%s%s" % (mname + "." if mname else "", a)
+                if isinstance(v, torch.Tensor):
+                    out.setdefault(prefix, v)
+                elif isinstance(v, (list, tuple)):
+                    for j, x in enumerate(v):
+                        if isinstance(x, torch.Tensor):
+                            out.setdefault("%s[%d]" % (prefix, j), x)
+        for a, v in vars(self.module).items():
+            if isinstance(v, torch.Tensor):
+                out["global:" + a] = v
+        return out
+
+    def _truth_storages(self):
+        """(name, storage) of the truth's tensors, each storage once (views share one)."""
+        seen, res = set(), []
+        for name, t in sorted(self._truth().items()):
+            st = t.untyped_storage()
+            key = (st.data_ptr(), st.nbytes(), st.device)
+            if key in seen or st.nbytes() == 0:
+                continue
+            seen.add(key)
+            res.append((name, st))
+        return res
+
     def _tensor_desc(self, name, x, what):
         return {"name": name, "dtype": _kmdtype(x.dtype, "%s %s" % (what, name)),
                 "torch_dtype": _tname(x.dtype), "shape": list(x.shape)}
@@ -805,6 +843,45 @@ def write_params(i, bufs, stream=0):
         for key, name in p.names["params"].items():
             _buffer_for(bufs, name, state[key], p.device, "parameter").copy_(state[key])
     return True
+
+
+@_api
+def truth(i):
+    """[name, device pointer, bytes] of each storage the reference keeps on the GPU
+    between calls (Problem._truth), for km.judge's keyed digests."""
+    p = _problem(i)
+    return [[name, st.data_ptr(), st.nbytes()] for name, st in p._truth_storages()
+            if st.device.type == "cuda"]
+
+
+@_api
+def snapshot(i):
+    """Host copies of the reference's truth, taken before any candidate code runs; restore()
+    writes them back. Returns how many storages and bytes were copied."""
+    p = _problem(i, memory=True)
+    p.snap = {}
+    total = 0
+    with torch.no_grad():
+        for name, st in p._truth_storages():
+            p.snap[name] = (st, st.cpu() if st.device.type != "cpu" else st.clone())
+            total += st.nbytes()
+    return {"storages": len(p.snap), "bytes": total}
+
+
+@_api
+def restore(i):
+    """Writes the snapshot back into the reference's own storages (after a candidate altered
+    them), so the next candidate meets the model as it was loaded."""
+    p = _problem(i, memory=True)
+    snap = getattr(p, "snap", None)
+    if snap is None:
+        raise ProblemError("restore before snapshot", "PROBLEM_ERROR")
+    with torch.no_grad():
+        for name, (st, host) in snap.items():
+            st.copy_(host)
+        if p.device.type == "cuda":
+            torch.cuda.synchronize(p.device)
+    return len(snap)
 
 
 @_api

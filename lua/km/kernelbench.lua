@@ -9,6 +9,7 @@
 --   prob:write_params(io)                           -- the model's state_dict, into io.<param>
 --   prob:forward(io, { stream = s })                -- the model; outputs into io.<out>
 --   local run = prob:bind(io, { stream = s }); run() -- the same, checked once (for timing)
+--   prob:snapshot(); prob:truth(); prob:restore()   -- the reference's own state (km.judge)
 --   prob:release()                                  -- also on __gc / __close
 --
 -- `io` maps names to buffers: km.Buffer on the GPU, kb.host_buffer on the CPU, or anything
@@ -195,6 +196,23 @@ end
 function Problem:write_params(io, opts)
   local id = check(self)
   return call("write_params", id, describe(io, 2), stream_of(opts))
+end
+
+-- The storages the reference keeps on the GPU between calls (its parameters, buffers,
+-- tensor attributes, module-level tensors): { { name, ptr, nbytes }, ... }. km.judge seals
+-- them with keyed digests before candidate code runs and checks them before each use.
+function Problem:truth()
+  return call("truth", check(self))
+end
+
+-- Host copies of the truth (before any candidate code runs); restore() writes them back.
+-- -> { storages, bytes } | nil, message, code
+function Problem:snapshot()
+  return call("snapshot", check(self))
+end
+
+function Problem:restore()
+  return call("restore", check(self))
 end
 
 -- Waits for the problem's device (torch.cuda.synchronize); nothing to do on the CPU.

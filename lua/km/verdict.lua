@@ -43,6 +43,22 @@ function M.is_fatal(code) return code ~= nil and FATAL[code] == true end
 -- The status a failed launch or synchronisation gets, from its error code.
 function M.launch_status(code) return M.is_fatal(code) and "crashed" or "launch_error" end
 
+-- What a candidate may weigh: a CUDA source and a launch script over these are judged
+-- compile_error before anything is sent or compiled (a 300 MB source once made the pool
+-- raise: its frame was over km.proc's limit).
+M.MAX_SOURCE = 4 << 20
+M.MAX_LAUNCH = 1 << 20
+
+-- nil, or the feedback for a candidate whose source or launch script is too large.
+function M.oversized(source, launch)
+  if type(source) == "string" and #source > M.MAX_SOURCE then
+    return fmt("The kernel source is %d bytes, over the limit of %d bytes: send a smaller source.", #source, M.MAX_SOURCE)
+  end
+  if type(launch) == "string" and #launch > M.MAX_LAUNCH then
+    return fmt("launch.lua is %d bytes, over the limit of %d bytes: send a smaller launch script.", #launch, M.MAX_LAUNCH)
+  end
+end
+
 function M.new(fields)
   local v = { checks = {} }
   for k, x in pairs(fields or {}) do v[k] = x end

@@ -68,17 +68,20 @@ extern "C" __global__ void km_fill64(uint64_t *out, uint64_t n, uint64_t pattern
   for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) out[i] = pattern;
 }
 
-// Order-independent 64-bit checksum: sum over 8-byte words of splitmix64(word ^ f(position)),
-// plus the tail bytes. Any change to a word or a swap of two words changes it (w.h.p.).
-extern "C" __global__ void km_checksum(const uint8_t *p, uint64_t bytes, unsigned long long *out) {
+// Keyed 64-bit digest: sum over 8-byte words of splitmix64(word ^ splitmix64(position ^
+// key)), plus the tail bytes. Any change to a word or a swap of two words changes it
+// (w.h.p.); with the key secret (a per-process random, km_devops.c), a kernel that alters
+// bytes cannot choose alterations that keep the sum, as it could with a public function
+// (splitmix64 is invertible).
+extern "C" __global__ void km_checksum(const uint8_t *p, uint64_t bytes, uint64_t key, unsigned long long *out) {
   uint64_t words = bytes / 8, stride = (uint64_t)gridDim.x * blockDim.x;
   unsigned long long acc = 0;
   for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < words; i += stride)
-    acc += splitmix64(((const uint64_t *)p)[i] ^ splitmix64(i));
+    acc += splitmix64(((const uint64_t *)p)[i] ^ splitmix64(i ^ key));
   if (blockIdx.x == 0 && threadIdx.x == 0) {
     uint64_t tail = 0;
     for (uint64_t j = words * 8; j < bytes; j++) tail = (tail << 8) | p[j];
-    acc += splitmix64(tail ^ splitmix64(~words)) + bytes;
+    acc += splitmix64(tail ^ splitmix64(~words ^ key)) + bytes;
   }
   for (int off = 16; off > 0; off >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, off);
   if ((threadIdx.x & 31) == 0) atomicAdd(out, acc);

@@ -423,5 +423,34 @@ t.test("GPU workers and compile processes are started with clean_env", function(
   t.ok(compiler and compiler.clean == true, "the compile process: " .. json.encode(seen))
 end)
 
+-- Below the preprocessor (issue 16): a toolkit header (thrust's adl/gather.h) includes a
+-- file whose name the candidate builds with macros; the candidate's own #include lines are
+-- clean. NVRTC runs confined to the toolkit's tree, so the file is never read, and a file
+-- outside that exists and one that does not look the same (tests/c/test_confine.c has the
+-- unconfined control that shows this attack reading the file).
+t.test("a macro-named include inside a toolkit header cannot read a host file", function()
+  local conf, cwhy = nvrtc.confinement()
+  if not conf then t.diag("no confinement here: " .. tostring(cwhy)) return end
+  t.eq(conf, "landlock")
+  local secret = DIR .. "/host/detail/gather.h"
+  os.execute("mkdir -p " .. DIR .. "/host/detail")
+  write(secret, "kmrun_host_secret_SENTINEL_5521 = 1;\n")
+  local src = "#define THRUST_HOST_SYSTEM 99\n#define __THRUST_HOST_SYSTEM_NAMESPACE "
+    .. string.rep("../", 14) .. DIR:gsub("^/", "") .. "/host\n#include <thrust/system/detail/adl/gather.h>\n"
+    .. 'extern "C" __global__ void k(float *y) { y[0] = 1; }\n'
+  local r, log = nvrtc.compile(src, { arch = "sm_90", cache = false })
+  t.eq(r, nil)
+  t.ok(not log:find("SENTINEL_5521", 1, true), "the host file's bytes are not in the log")
+  t.ok(log:find("cannot open source file", 1, true), log:sub(1, 300))
+  t.ok(not log:find("Permission denied", 1, true), "no existence oracle")
+  local has, hlog = nvrtc.compile('#define P "' .. secret .. '"\n#if __has_include(P)\n#error yes\n#else\n#error no\n#endif\n',
+    { arch = "sm_90", cache = false })
+  t.eq(has, nil)
+  t.ok(hlog:find("#error directive: no", 1, true), "__has_include of a host path answers no: " .. hlog:sub(1, 200))
+  local ok = assert(nvrtc.compile('#include <cuda_fp16.h>\n#include <cooperative_groups.h>\n'
+    .. 'extern "C" __global__ void k(__half *y) { y[0] = __float2half(1.f); }\n', { arch = "sm_90", cache = false }))
+  t.eq(ok.confined, true, "toolkit headers compile, confined")
+end)
+
 os.execute("rm -rf " .. DIR)
 t.done()
