@@ -8,9 +8,11 @@
 -- to default, as verdicts do). Baselines go to the disk cache (KM_BASELINE_DIR), so a second
 -- run re-times only the starters. --max-s stops starting tasks after S seconds and reports
 -- what it has. Ratios are geometric means; "x eager" is the time over eager's (above 1: slower).
+-- Exit status: 0, 2 on usage errors, 3 where there is no GPU (the reason on stderr).
 local task = require "km.task"
 local eval = require "km.eval"
 local A = require "km.args"
+local EXIT = require("km.runner").EXIT
 
 local SPEC = A.spec {
   name = "bench/baselines_table.lua",
@@ -31,7 +33,7 @@ if #dirs == 0 then
 end
 
 local pool, why = eval.pool { gpus = { a.gpus[1] }, timeout = 300 }
-if not pool then io.stderr:write("bench/baselines_table.lua: no GPU: ", tostring(why), "\n") return 2 end
+if not pool then io.stderr:write("bench/baselines_table.lua: no GPU: ", tostring(why), "\n") return EXIT.NO_GPU end
 local t0 = os.time()
 local rows, by_level = {}, {}
 local function add(level, key, x)

@@ -4,13 +4,23 @@
 --   3. km.timing against an independent C event timer on the same cubin;
 --   4. run-to-run spread of km.timing's median.
 -- Usage: kmrun bench/core.lua [OUT.md]   (needs build/raw_bench: `make bench` builds it)
+-- Exit status: 0, 2 on usage errors, 3 where there is no GPU (the reason on stderr).
 local nvrtc, cuda = require "km.nvrtc", require "km.cuda"
 local buffer, timing = require "km.buffer", require "km.timing"
+local A = require "km.args"
+local EXIT = require("km.runner").EXIT
 
+local SPEC = A.spec {
+  name = "bench/core.lua", synopsis = "[OUT.md]",
+  about = "The C core's measures: NVRTC compile, launch cost against raw C, km.timing against a C timer, spread.",
+  positional = { { "out", "OUT.md", "also write the lines to this file" } },
+}
+local a, code = A.parse(SPEC, arg)
+if not a then return code end
 local ok, why = cuda.available()
-if not ok then io.stderr:write("bench: no GPU: ", why, "\n") return 2 end
+if not ok then io.stderr:write("bench/core.lua: no GPU: ", tostring(why), "\n") return EXIT.NO_GPU end
 
-local out_path = arg[1]
+local out_path = a.out
 local RAW = (arg[0]:match("^(.*)/bench/") or ".") .. "/build/raw_bench"
 local dev = cuda.device()
 local lines = {}

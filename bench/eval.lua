@@ -2,14 +2,24 @@
 -- KernelBench-style evaluation (torch load_inline, 5 checks, 100 timed trials) of the
 -- same kernel side by side in the same run.
 -- Usage: kmrun bench/eval.lua [OUT.md] [--no-torch]
+-- Exit status: 0, 2 on usage errors, 3 where there is no GPU (the reason on stderr).
 local task = require "km.task"
 local eval = require "km.eval"
 local json = require "km.json"
+local A = require "km.args"
+local EXIT = require("km.runner").EXIT
 
-local out_path, use_torch = nil, true
-for _, a in ipairs(arg) do
-  if a == "--no-torch" then use_torch = false else out_path = a end
-end
+local SPEC = A.spec {
+  name = "bench/eval.lua", synopsis = "[OUT.md] [options]",
+  about = "Seconds per evaluated candidate and candidates per GPU-hour, beside a KernelBench-style evaluation.",
+  positional = { { "out", "OUT.md", "also write the lines to this file" } },
+  options = { { "no-torch", nil, "leave out the KernelBench-style (torch load_inline) side" } },
+}
+local args, code = A.parse(SPEC, arg)
+if not args then return code end
+local out_path, use_torch = args.out, not args.no_torch
+local okg, why = require("km.cuda").available()
+if not okg then io.stderr:write("bench/eval.lua: no GPU: ", tostring(why), "\n") return EXIT.NO_GPU end
 local ROOT = arg[0]:match("^(.*)/bench/") or "."
 local lines = {}
 local function say(f, ...) local s = string.format(f, ...) print(s) lines[#lines + 1] = s end

@@ -2,7 +2,10 @@
 # On a GPU host with a carried build/: the headline run over every task (offline), the
 # same work as a sweep on one GPU and on all GPUs (timed), then report and reverify.
 # Usage: bash bench/gpu_sweeps.sh [GPUS_FOR_THE_MULTI_RUN]   (default 0,1)
+# Exit status 3 where there is no GPU (bench/need_gpu.lua says why).
 set -uo pipefail
+case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
+build/kmrun bench/need_gpu.lua "$0" || exit $?
 OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"
 K=build/kmrun

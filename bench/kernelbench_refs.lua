@@ -7,19 +7,27 @@
 --
 -- Prints one line per problem (ok / FAIL with the reason, seconds) and a summary. Problem
 -- files are read from a KernelBench checkout (never copied into this repository).
+-- Exit status: 0, 2 on usage errors, 3 where there is no GPU (the reason on stderr).
 local judge_mod = require "km.judge"
 local task = require "km.task"
 local timing = require "km.timing"
+local A = require "km.args"
+local EXIT = require("km.runner").EXIT
 
-local dirs, precision, max_s = {}, "fp32", math.huge
-local i = 1
-while arg[i] do
-  if arg[i] == "--precision" then precision = arg[i + 1]; i = i + 1
-  elseif arg[i] == "--max-s" then max_s = tonumber(arg[i + 1]); i = i + 1
-  else dirs[#dirs + 1] = arg[i] end
-  i = i + 1
-end
-if #dirs == 0 then io.stderr:write("usage: kmrun bench/kernelbench_refs.lua [--precision P] [--max-s S] DIR...\n") return 2 end
+local SPEC = A.spec {
+  name = "bench/kernelbench_refs.lua", synopsis = "[options] DIR...",
+  about = "Every KernelBench problem file under the folders given runs its PyTorch reference on this GPU.",
+  positional = { { "dirs", "DIR", "folders of problem files", required = true, many = true } },
+  options = {
+    { "precision", "P", "fp32, fp16 or bf16", default = "fp32" },
+    { "max-s", "S", "start no problem after S seconds", type = "seconds" },
+  },
+}
+local a, code = A.parse(SPEC, arg)
+if not a then return code end
+local dirs, precision, max_s = a.dirs, a.precision, a.max_s or math.huge
+local okg, why = require("km.cuda").available()
+if not okg then io.stderr:write("bench/kernelbench_refs.lua: no GPU: ", tostring(why), "\n") return EXIT.NO_GPU end
 
 local files = {}
 for _, d in ipairs(dirs) do

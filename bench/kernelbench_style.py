@@ -7,6 +7,7 @@ Prints one JSON line: compile_s, check_s, time_s, total_s, median_ms, correct.
 
 Usage: python3 bench/kernelbench_style.py KERNEL.cu N
 The kernel file holds `relu(const float*, float*, long long)` as in tasks/l1_relu.
+Exit status: 0, 2 on usage errors, 3 where torch or a CUDA device is missing (why on stderr).
 """
 import json
 import os
@@ -15,7 +16,17 @@ import sys
 import tempfile
 import time
 
-import torch
+if len(sys.argv) != 3 or sys.argv[1] in ("-h", "--help") or not sys.argv[2].isdigit():
+    print(__doc__.strip(), file=sys.stdout if sys.argv[1:2] in (["-h"], ["--help"]) else sys.stderr)
+    sys.exit(0 if sys.argv[1:2] in (["-h"], ["--help"]) else 2)
+try:
+    import torch
+except ImportError as e:
+    print(f"bench/kernelbench_style.py: no torch: {e}", file=sys.stderr)
+    sys.exit(3)
+if not torch.cuda.is_available():
+    print("bench/kernelbench_style.py: no GPU: torch.cuda.is_available() is False", file=sys.stderr)
+    sys.exit(3)
 from torch.utils.cpp_extension import load_inline
 
 src_path, n = sys.argv[1], int(sys.argv[2])

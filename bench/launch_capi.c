@@ -32,10 +32,13 @@ static double now_us(void) {
   } while (0)
 
 int main(int argc, char **argv) {
+  /* exit status: 0, 1 on a failure, 2 on usage errors, 3 where there is no GPU */
   if (argc != 3) { fprintf(stderr, "usage: launch_capi N CUBIN_OUT\n"); return 2; }
   long long n = atoll(argv[1]);
   km_rt *rt;
-  CK(km_open(KMRUN_VERSION_NUM, -1, &rt));
+  km_status st = km_open(KMRUN_VERSION_NUM, -1, &rt);
+  if (st == KMRUN_ENODEV) { fprintf(stderr, "launch_capi: no GPU: %s\n", km_errmsg()); return 3; }
+  CK(st);
   km_device_info dev;
   CK(km_device(rt, &dev));
   km_compile_opts o = {"tiny.cu", dev.arch, NULL, 0, NULL, 0};

@@ -3,8 +3,13 @@
 -- Run by bench/launch_overhead.sh (KMRUN_LIB names the library).
 local ffi = require "ffi"
 local kf = require "km.ffi"
-local N = tonumber(arg and arg[1]) or 200000
-local rt = assert(kf.open())
+-- Exit status: 0, 2 on usage errors, 3 where there is no GPU or no libkmrun (the reason on stderr).
+if arg and (arg[1] == "-h" or arg[1] == "--help") then print("usage: luajit launch_ffi.lua [N [direct]]") os.exit(0) end
+local N = tonumber(arg and arg[1] or "200000")
+if not N then io.stderr:write("launch_ffi.lua: N must be a number, got ", tostring(arg[1]), "\n") os.exit(2) end
+local okl, rt, why = pcall(kf.open) -- raises where libkmrun cannot be loaded
+if not okl then rt, why = nil, rt end
+if not rt then io.stderr:write("launch_ffi.lua: no GPU: ", tostring(why), "\n") os.exit(3) end
 local prog = assert(kf.compile([[
 extern "C" __global__ void tiny(float *p, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;

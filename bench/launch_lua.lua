@@ -3,8 +3,12 @@
 -- stock lua5.4 with km.so alike (bench/launch_overhead.sh runs both).
 local km = require "km"
 local cuda, nvrtc, buffer, timing = km.cuda, km.nvrtc, km.buffer, km.timing
-local N = tonumber(arg and arg[1]) or 200000
-assert(cuda.available())
+-- Exit status: 0, 2 on usage errors, 3 where there is no GPU (the reason on stderr).
+if arg and (arg[1] == "-h" or arg[1] == "--help") then print("usage: launch_lua.lua [N]   (default 200000)") os.exit(0) end
+local N = tonumber(arg and arg[1] or "200000")
+if not N then io.stderr:write("launch_lua.lua: N must be a number, got ", tostring(arg[1]), "\n") os.exit(2) end
+local okg, why = cuda.available()
+if not okg then io.stderr:write("launch_lua.lua: no GPU: ", tostring(why), "\n") os.exit(3) end
 local prog = assert(nvrtc.compile([[
 extern "C" __global__ void tiny(float *p, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;

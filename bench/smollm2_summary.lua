@@ -2,8 +2,20 @@
 -- server answered.   kmrun bench/smollm2_summary.lua RUN.sqlite USAGE.jsonl N_CTX
 local store = require "km.store"
 local json = require "km.json"
+local A = require "km.args"
 
-local path, usage_log, n_ctx = arg[1], arg[2], tonumber(arg[3])
+local SPEC = A.spec {
+  name = "bench/smollm2_summary.lua", synopsis = "RUN.sqlite USAGE.jsonl N_CTX",
+  about = "The numbers bench/smollm2.sh prints, from a run's store and the proxy's usage log.",
+  positional = {
+    { "store", "RUN.sqlite", "the run's store", required = true },
+    { "usage", "USAGE.jsonl", "tests/usage_proxy.py's log", required = true },
+    { "n_ctx", "N_CTX", "the server's context window (tokens)", required = true, type = "positive" },
+  },
+}
+local a, code = A.parse(SPEC, arg)
+if not a then return code end
+local path, usage_log, n_ctx = a.store, a.usage, a.n_ctx
 local db = assert(store.open(path, { readonly = true }))
 local eps = db:episodes {}
 

@@ -1,0 +1,174 @@
+-- Every file in bench/ runs as committed, on a CPU machine: each script parses, answers
+-- --help (exit 0), refuses bad arguments (exit 2), and where it needs a GPU says so on one
+-- line and exits 3 (kmrun's NO_GPU) instead of crashing; pytorch_cost.lua's --dry-run writes
+-- and loads both of its tasks. The driver is made unloadable (KM_LIBCUDA), so a GPU host
+-- takes the same paths. A file added to bench/ without an entry here fails the first test.
+local t = require "km.tap"
+local testing = require "km.testing"
+
+local ROOT = (arg[0]:match("^(.*)/tests/lua/") or ".")
+ROOT = io.popen("cd '" .. ROOT .. "' && pwd"):read("l")
+local KMRUN = io.popen("readlink -f " .. (arg[-1]:match("kmrun$") and arg[-1] or "build/kmrun")):read("l")
+local BUILD = KMRUN:gsub("/kmrun$", "")
+local NO_GPU = "KM_LIBCUDA=/nonexistent/libcuda.so.1 "
+
+-- runs `cmd` in the repository's root; -> output (stdout and stderr), exit status
+local function sh(cmd) return testing.sh("cd '" .. ROOT .. "' && " .. cmd) end
+local function kmrun(script, args, env) return sh((env or "") .. KMRUN .. " bench/" .. script .. " " .. (args or "")) end
+
+-- name -> kind; what each kind is checked for is below
+local FILES = {
+  ["core.lua"] = "gpu_lua", ["eval.lua"] = "gpu_lua", ["baselines_table.lua"] = "gpu_lua",
+  ["eager_timing.lua"] = "gpu_lua", ["kernelbench_refs.lua"] = "gpu_lua", ["pytorch_cost.lua"] = "gpu_lua",
+  ["need_gpu.lua"] = "gpu_lua", ["launch_lua.lua"] = "gpu_lua",
+  ["smollm2_summary.lua"] = "cpu_lua", ["launch_ffi.lua"] = "luajit",
+  ["gpu_run.sh"] = "gpu_sh", ["gpu_sweeps.sh"] = "gpu_sh", ["kernelbench_gpu.sh"] = "gpu_sh",
+  ["launch_overhead.sh"] = "gpu_sh", ["smollm2.sh"] = "cpu_sh",
+  ["kernelbench_style.py"] = "python", ["launch_capi.c"] = "c", ["raw_bench.c"] = "c",
+  ["kb_relu"] = "candidate", ["RESULTS.md"] = "doc",
+}
+-- the arguments a GPU script needs to get as far as its GPU check
+local GPU_ARGS = {
+  ["eager_timing.lua"] = "tasks/l1_relu/reference.py", ["kernelbench_refs.lua"] = "/tmp",
+  ["need_gpu.lua"] = "bench/need_gpu.lua", ["kernelbench_gpu.sh"] = "/tmp", ["launch_overhead.sh"] = BUILD,
+}
+-- scripts whose arguments km.args reads (an unknown option is exit status 2)
+local ARGS_PARSER = { ["core.lua"] = 1, ["eval.lua"] = 1, ["baselines_table.lua"] = 1, ["eager_timing.lua"] = 1,
+  ["kernelbench_refs.lua"] = 1, ["pytorch_cost.lua"] = 1, ["smollm2_summary.lua"] = 1 }
+
+t.test("every file in bench/ has a smoke test here", function()
+  local p = io.popen("ls -1 '" .. ROOT .. "/bench'")
+  local n = 0
+  for name in p:lines() do
+    n = n + 1
+    t.ok(FILES[name], "bench/" .. name .. " has no entry in tests/lua/test_bench_smoke.lua")
+  end
+  p:close()
+  t.ok(n >= 20, n)
+end)
+
+t.test("Lua scripts parse, answer --help and refuse an unknown option", function()
+  for name, kind in pairs(FILES) do
+    if kind:match("lua$") then
+      local fn, err = loadfile(ROOT .. "/bench/" .. name)
+      if kind == "luajit" then -- LuaJIT's syntax is Lua 5.1's; kmrun's parser reads these files too
+        t.ok(fn, tostring(err))
+      else
+        t.ok(fn, tostring(err))
+        local out, rc = kmrun(name, "--help")
+        t.eq(rc, 0, name .. " --help: " .. out)
+        t.ok(out:lower():find("usage", 1, true), name .. " --help: " .. out)
+        if ARGS_PARSER[name] then
+          out, rc = kmrun(name, "--no-such-option")
+          t.eq(rc, 2, name .. " --no-such-option: " .. out)
+          t.ok(out:find("unknown option --no-such-option", 1, true), name .. ": " .. out)
+        end
+      end
+    end
+  end
+end)
+
+t.test("Lua scripts that need a GPU say so and exit 3", function()
+  for name, kind in pairs(FILES) do
+    if kind == "gpu_lua" then
+      local out, rc = kmrun(name, GPU_ARGS[name], NO_GPU)
+      t.eq(rc, 3, name .. ": " .. out)
+      t.ok(out:find(": no GPU: ", 1, true), name .. ": " .. out)
+      t.ok(not out:find("stack traceback", 1, true), name .. ": " .. out)
+    end
+  end
+  local _, rc = kmrun("launch_lua.lua", "many", NO_GPU)
+  t.eq(rc, 2)
+end)
+
+t.test("pytorch_cost.lua --dry-run: its CUDA twin keeps the task's name and loads; the problem file loads with torch", function()
+  local out, rc = kmrun("pytorch_cost.lua", "--dry-run --n 2", NO_GPU)
+  t.ok(out:find("would judge 3 candidates against [^\n]*/cuda/l1_relu %(CUDA reference, shapes: 1%)"), out)
+  local okk, why = require("km.kernelbench").available()
+  if okk then
+    t.eq(rc, 0, out)
+    t.ok(out:find("would judge 3 candidates against [^\n]*/l1_relu%.py %(PyTorch reference, shapes: 1%)"), out)
+  else
+    t.diag("no torch (set KM_PYTHON for the problem file's half): " .. tostring(why))
+    t.eq(rc, 1, out)
+    t.ok(out:find("l1_relu.py: ", 1, true), out)
+  end
+  t.ok(not out:find("does not match the folder", 1, true), out)
+end)
+
+t.test("smollm2_summary.lua runs on an empty store and usage log", function()
+  local dir = testing.tmpdir()
+  local db = assert(require("km.store").open(dir .. "/run.sqlite"))
+  db:close()
+  testing.write(dir .. "/usage.jsonl", "")
+  local out, rc = kmrun("smollm2_summary.lua", ("'%s/run.sqlite' '%s/usage.jsonl' 8192"):format(dir, dir))
+  t.eq(rc, 0, out)
+  t.ok(out:find("server:  0 requests", 1, true), out)
+  t.ok(out:find("equal to the server: true", 1, true), out)
+  local _, rc2 = kmrun("smollm2_summary.lua", "only-one-arg")
+  t.eq(rc2, 2)
+  os.execute("rm -rf '" .. dir .. "'")
+end)
+
+t.test("launch_ffi.lua under LuaJIT: --help, and exit 3 without a GPU", function()
+  local luajit
+  for _, c in ipairs { BUILD .. "/carry/luajit", "/usr/bin/luajit" } do
+    if not luajit and io.open(c) then luajit = c end
+  end
+  if not luajit then return t.diag("no luajit here (make copies one into BUILD/carry where the host has it)") end
+  local env = ("LUA_PATH='%s/lua/?.lua;;' KMRUN_LIB='%s/lib/libkmrun.so' "):format(ROOT, BUILD)
+  local out, rc = sh(env .. luajit .. " bench/launch_ffi.lua --help")
+  t.eq(rc, 0, out)
+  out, rc = sh(NO_GPU .. env .. luajit .. " bench/launch_ffi.lua 10")
+  t.eq(rc, 3, out)
+  t.ok(out:find("launch_ffi.lua: no GPU: ", 1, true), out)
+end)
+
+t.test("shell scripts parse, answer --help, and say no GPU with exit 3 (smollm2.sh: no model server, exit 2)", function()
+  for name, kind in pairs(FILES) do
+    if kind:match("_sh$") then
+      local out, rc = sh("bash -n bench/" .. name)
+      t.eq(rc, 0, name .. ": " .. out)
+      out, rc = sh("bash bench/" .. name .. " --help")
+      t.eq(rc, 0, name .. " --help: " .. out)
+      t.ok(#out > 80 and not out:find("^#"), name .. " --help: " .. out)
+      if kind == "gpu_sh" then
+        out, rc = sh(NO_GPU .. "KMRUN=" .. KMRUN .. " bash bench/" .. name .. " " .. (GPU_ARGS[name] or ""))
+        t.eq(rc, 3, name .. ": " .. out)
+        t.ok(out:find("bench/" .. name .. ": no GPU: ", 1, true), name .. ": " .. out)
+      end
+    end
+  end
+  local out, rc = sh("bash bench/kernelbench_gpu.sh")
+  t.eq(rc, 2, out)
+  out, rc = sh("KM_LLAMA_PYTHON=/nonexistent/python bash bench/smollm2.sh")
+  t.eq(rc, 2, out)
+  t.ok(out:find("make model-deps", 1, true), out)
+end)
+
+t.test("kernelbench_style.py parses and answers --help; launch_capi says no GPU; raw_bench.c compiles", function()
+  local out, rc = sh("python3 -c 'import ast, sys; ast.parse(open(sys.argv[1]).read())' bench/kernelbench_style.py")
+  t.eq(rc, 0, out)
+  out, rc = sh("python3 bench/kernelbench_style.py --help")
+  t.eq(rc, 0, out)
+  t.ok(out:find("Usage: python3 bench/kernelbench_style.py KERNEL.cu N", 1, true), out)
+  out, rc = sh("python3 bench/kernelbench_style.py")
+  t.eq(rc, 2, out)
+  out, rc = sh(NO_GPU .. BUILD .. "/bench/launch_capi 10 /dev/null")
+  t.eq(rc, 3, out)
+  t.ok(out:find("launch_capi: no GPU: ", 1, true), out)
+  out, rc = sh(BUILD .. "/bench/launch_capi")
+  t.eq(rc, 2, out)
+  local cuda_home = os.getenv("CUDA_HOME") or "/usr/local/cuda"
+  out, rc = sh(("${CC:-cc} -std=gnu11 -Wall -Wextra -Werror -fsyntax-only -I'%s/include' bench/raw_bench.c"):format(cuda_home))
+  t.eq(rc, 0, out)
+end)
+
+t.test("bench/kb_relu is a candidate whose launch code parses", function()
+  t.ok(io.open(ROOT .. "/bench/kb_relu/kernel.cu"), "kernel.cu")
+  local fn, err = loadfile(ROOT .. "/bench/kb_relu/launch.lua", "t", {})
+  t.ok(fn, tostring(err))
+  t.eq(type(fn and fn()), "function")
+end)
+
+t.done()
