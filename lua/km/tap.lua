@@ -3,10 +3,13 @@
 --   local t = require "km.tap"
 --   t.test("adds", function() t.eq(1 + 1, 2) end)
 --   t.skip("needs a GPU", "no CUDA device")
+--   t.note("cold compile 41 ms")       -- a remark, on stdout; t.diag(...) says what failed, on stderr
 --   t.done()
 --
 -- Each test runs in a pcall; a full GC runs after it, so a __gc that misbehaves shows up
 -- in the test that caused it. t.done() prints the plan and exits non-zero on failure.
+-- Results go to stdout (what `prove` parses); diagnostics (t.diag, a failure's message and
+-- traceback) go to stderr, which `prove` shows, so a failure says why in `make test`'s output.
 local M = {}
 
 local fmt, tostring, type, pcall, select = string.format, tostring, type, pcall, select
@@ -49,13 +52,20 @@ function M.raises(fn, pattern, msg)
   return err
 end
 
-function M.diag(...)
+local function comment(f, ...)
   local parts = {}
   for i = 1, select("#", ...) do parts[i] = tostring((select(i, ...))) end
   for line in (table.concat(parts, " ") .. "\n"):gmatch("([^\n]*)\n") do
-    io.stdout:write("# ", line, "\n")
+    f:write("# ", line, "\n")
   end
 end
+
+-- What went wrong, on stderr: `prove` shows it (Test::More's diag).
+function M.diag(...) comment(io.stderr, ...) end
+
+-- A remark a passing test makes (a measurement, why a part was skipped), on stdout: `prove`
+-- keeps it out of the way and `prove -v` shows it (Test::More's note).
+function M.note(...) comment(io.stdout, ...) end
 
 function M.test(name, fn)
   current = name
@@ -73,6 +83,7 @@ function M.test(name, fn)
   else
     failed = failed + 1
     io.stdout:write(fmt("not ok %d - %s\n", n, name))
+    io.stdout:flush() -- the result line before its diagnostics
     M.diag(err)
   end
   io.stdout:flush()
@@ -106,7 +117,8 @@ function M.require_gpu()
   local okc, why = cuda.available()
   if okc then return cuda end
   if os.getenv("KM_REQUIRE_GPU") then
-    io.stdout:write("1..1\nnot ok 1 - a CUDA device is required\n# ", tostring(why), "\n")
+    io.stdout:write("1..1\nnot ok 1 - a CUDA device is required\n")
+    io.stderr:write("# ", tostring(why), "\n")
     os.exit(1)
   end
   M.skip_all("no CUDA device: " .. tostring(why))

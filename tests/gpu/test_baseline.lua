@@ -72,7 +72,7 @@ t.test("our task with reference.py: speedup over eager; torch.compile and the CU
   end
   t.ok(v.worker_start_seconds and v.worker_start_seconds > 0, "worker start reported")
   t.ok(v.baselines.compile.compile_seconds > 0)
-  t.diag(("l1_softplus starter: %.4f ms; eager %.4f ms, compile %.4f ms, CUDA reference %.4f ms"):format(
+  t.note(("l1_softplus starter: %.4f ms; eager %.4f ms, compile %.4f ms, CUDA reference %.4f ms"):format(
     v.timing.candidate.median, v.baselines.eager.median, v.baselines.compile.median, v.timing.reference.median))
   -- a fresh worker: both baselines from the disk, the very numbers
   local p2 = pool { timeout = 120 }

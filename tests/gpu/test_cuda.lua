@@ -14,7 +14,7 @@ end
 
 t.test("driver entry points resolve at the header's version and the device answers", function()
   local d = cuda.device()
-  t.diag(string.format("%s %s, %d SMs, %.1f GiB, L2 %d MiB, clock %d MHz, driver %s, %s",
+  t.note(string.format("%s %s, %d SMs, %.1f GiB, L2 %d MiB, clock %d MHz, driver %s, %s",
     d.name, d.arch, d.sm_count, d.total_mem / 2^30, d.l2_size >> 20, d.clock_mhz, d.driver_version, d.uuid))
   t.ok(#d.name > 0)
   t.ok(d.sm_count > 0)

@@ -232,7 +232,7 @@ t.test("a 1 GiB input is made on the GPU, and torch's cache is handed back", fun
   assert(p:make_inputs(1, io))
   assert(p:synchronize())
   local ms = (wall() - t0) * 1e3
-  t.diag(("make_inputs: %d MiB in %.1f ms"):format(io.x:nbytes() >> 20, ms))
+  t.note(("make_inputs: %d MiB in %.1f ms"):format(io.x:nbytes() >> 20, ms))
   t.ok(ms < 2000, "made on the GPU, not the CPU: " .. ms .. " ms")
   t.eq(python.eval("__import__('torch').cuda.memory_allocated()") < 64 << 20, true, "get_inputs()'s tensor freed")
   t.eq(python.eval("__import__('torch').cuda.memory_reserved()") < 64 << 20, true, "and its cache emptied")

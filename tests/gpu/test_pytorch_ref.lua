@@ -95,7 +95,7 @@ t.test("ReLU against PyTorch eager: correct, timed, speedup over eager", functio
   -- a plain kernel against torch.relu (which allocates its output each call): 2.2x measured
   t.ok(v.speedup > 0.5 and v.speedup < 5, tostring(v.speedup))
   t.ok(v.timing.candidate.checked_calls >= 1)
-  t.diag(("relu: candidate %.4f ms, eager %.4f ms"):format(v.timing.candidate.median, v.timing.reference.median))
+  t.note(("relu: candidate %.4f ms, eager %.4f ms"):format(v.timing.candidate.median, v.timing.reference.median))
 end)
 
 t.test("a model with parameters and a scalar input: the candidate reads them from io and s", function()

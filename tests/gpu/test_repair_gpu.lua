@@ -58,7 +58,7 @@ for _, x in ipairs(tasks) do
     for _, row in ipairs(db:episodes { task = x.name }) do e = db:episode(row.id) end
     local verdicts = {}
     for _, s in ipairs(e.steps) do if s.kind == "verdict" then verdicts[#verdicts + 1] = s.payload end end
-    t.diag(x.name .. ": " .. verdicts[1].status .. " then " .. tostring(verdicts[2] and verdicts[2].status) ..
+    t.note(x.name .. ": " .. verdicts[1].status .. " then " .. tostring(verdicts[2] and verdicts[2].status) ..
       (verdicts[2] and verdicts[2].speedup and string.format(" (%.2fx)", verdicts[2].speedup) or ""))
     t.ok(verdicts[1].status == "mismatch" or verdicts[1].status == "nan_inf", verdicts[1].status)
     t.eq(verdicts[2].status, "correct")

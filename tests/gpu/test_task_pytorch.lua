@@ -39,7 +39,7 @@ local function problem_file(tk, si) return require("km.testing").problem_at_shap
 local function torch_name(tk, i) return #tk.outputs == 1 and "out" or "out" .. (i - 1) end
 
 t.test("every task has a PyTorch reference", function()
-  for _, e in ipairs(errors) do t.diag(e) end
+  for _, e in ipairs(errors) do t.note(e) end
   t.eq(#errors, 0)
   t.ok(#tasks >= 40, #tasks .. " tasks")
   for _, tk in ipairs(tasks) do t.ok(tk.reference.pytorch_file, tk.name) end
@@ -100,14 +100,14 @@ for _, tk in ipairs(tasks) do
       local w, tol = worst[d.name], tk.tolerance[d.dtype]
       parts[i] = fmt("%s max abs %.2g rel %.2g (atol %g rtol %g)", d.name, w.abs, w.rel, tol.atol, tol.rtol)
     end
-    t.diag(fmt("%-28s %-4s %d shape sets x %d seeds  %s  %.1f s", tk.name, #fails == 0 and "ok" or "FAIL",
+    t.note(fmt("%-28s %-4s %d shape sets x %d seeds  %s  %.1f s", tk.name, #fails == 0 and "ok" or "FAIL",
       #tk.shapes, #SEEDS, table.concat(parts, "; "), wall() - t0))
-    for _, f in ipairs(fails) do t.diag("  " .. f) end
+    for _, f in ipairs(fails) do t.note("  " .. f) end
     t.eq(#fails, 0, "comparisons outside the tolerance")
   end)
   ::next_task::
 end
-t.diag(fmt("all tasks: %.1f s", wall() - t_all))
+t.note(fmt("all tasks: %.1f s", wall() - t_all))
 
 os.execute("rm -rf " .. DIR)
 t.done()

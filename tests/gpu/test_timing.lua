@@ -23,7 +23,7 @@ local function work(m) return function() assert(axpy{ grid = 132 * 8, block = 25
 t.test("a kernel doing twice the work takes about twice as long (cold mode)", function()
   local one = timing.time(work(n // 2))
   local two = timing.time(work(n))
-  t.diag(string.format("n/2: %.4f ms (n=%d, noise %.4f)   n: %.4f ms (n=%d, noise %.4f)   ratio %.3f  SM %.0f MHz",
+  t.note(string.format("n/2: %.4f ms (n=%d, noise %.4f)   n: %.4f ms (n=%d, noise %.4f)   ratio %.3f  SM %.0f MHz",
     one.median, one.n, one.rel_noise, two.median, two.n, two.rel_noise, two.median / one.median, two.sm_clock_mhz))
   t.ok(two.median / one.median > 1.7 and two.median / one.median < 2.3, two.median / one.median)
   t.ok(one.p25 <= one.median and one.median <= one.p75)
@@ -36,7 +36,7 @@ t.test("warm, cold and graph modes agree in order of magnitude; spin time matche
   local cold = timing.time(work(n))
   local warm = timing.time(work(n), { mode = "warm" })
   local graph = timing.time(work(n), { mode = "graph" })
-  t.diag(string.format("cold %.4f  warm %.4f  graph %.4f ms", cold.median, warm.median, graph.median))
+  t.note(string.format("cold %.4f  warm %.4f  graph %.4f ms", cold.median, warm.median, graph.median))
   for _, r in ipairs { warm, graph } do
     t.ok(r.median / cold.median > 0.5 and r.median / cold.median < 2, r.mode .. " " .. r.median)
   end
@@ -45,20 +45,20 @@ t.test("warm, cold and graph modes agree in order of magnitude; spin time matche
   local cycles = 2000000
   local sp = timing.time(function() assert(spin{ grid = 1, block = 32 }(cycles)) end, { mode = "warm" })
   local want = cycles / (clk * 1e3)
-  t.diag(string.format("spin %d cycles: %.4f ms, expected %.4f ms at %.0f MHz", cycles, sp.median, want, clk))
+  t.note(string.format("spin %d cycles: %.4f ms, expected %.4f ms at %.0f MHz", cycles, sp.median, want, clk))
   t.ok(math.abs(sp.median / want - 1) < 0.1, sp.median / want)
 end)
 
 t.test("the empty-kernel floor is small and measured once", function()
   local f = timing.floor()
-  t.diag(string.format("empty-kernel floor: %.2f us (n=%d)", f.median * 1e3, f.n))
+  t.note(string.format("empty-kernel floor: %.2f us (n=%d)", f.median * 1e3, f.n))
   t.ok(f.median > 0 and f.median < 0.05, f.median)
   t.eq(timing.floor(), f)
 end)
 
 t.test("measured peaks are plausible and cached", function()
   local p = timing.peaks()
-  t.diag(string.format("copy bandwidth %.0f GB/s, FP32 %.1f TFLOP/s", p.bandwidth_gbs, p.fp32_tflops))
+  t.note(string.format("copy bandwidth %.0f GB/s, FP32 %.1f TFLOP/s", p.bandwidth_gbs, p.fp32_tflops))
   t.ok(p.bandwidth_gbs > 300 and p.bandwidth_gbs < 20000, p.bandwidth_gbs)
   t.ok(p.fp32_tflops > 1 and p.fp32_tflops < 500, p.fp32_tflops)
   t.eq(timing.peaks(), p)
@@ -77,7 +77,7 @@ t.test("a stable kernel stops on noise below 48 samples, with little queued past
   local sp = timing.time(function() assert(spin{ grid = 1, block = 32 }(2000000)) end, { mode = "warm" })
   local ax = timing.time(work(n))
   for _, r in ipairs { sp, ax } do
-    t.diag(("%s: n %d (+%d queued past the stop), stop %s, noise %.5f, median %.4f ms, %.1f ms in all"):format(
+    t.note(("%s: n %d (+%d queued past the stop), stop %s, noise %.5f, median %.4f ms, %.1f ms in all"):format(
       r.mode, r.n, r.n_extra, r.stop, r.rel_noise, r.median, r.total_ms))
     t.eq(r.stop, "noise")
     t.ok(r.n >= 20 and r.n < 48, r.n)
@@ -92,7 +92,7 @@ t.test("the adaptive median agrees with a long fixed-count run within 1%", funct
     local fixed = timing.time(work(n), { mode = mode, min_samples = 200, max_samples = 200 })
     t.eq(fixed.n, 200)
     t.eq(fixed.stop, fixed.rel_noise <= 0.002 and "noise" or "max_samples")
-    t.diag(("%s: adaptive %.5f ms (n %d)  fixed %.5f ms (n 200)  ratio %.4f"):format(mode, adaptive.median,
+    t.note(("%s: adaptive %.5f ms (n %d)  fixed %.5f ms (n 200)  ratio %.4f"):format(mode, adaptive.median,
       adaptive.n, fixed.median, adaptive.median / fixed.median))
     t.ok(math.abs(adaptive.median / fixed.median - 1) < 0.01, adaptive.median / fixed.median)
   end
@@ -142,11 +142,11 @@ t.test("min_ms holds a noise stop; max_ms stops a run whose noise target cannot 
   local clk = timing.sm_clock()
   local one_ms = math.floor(clk * 1e3) -- cycles in ~1 ms
   local r = timing.time(spin_ms(one_ms), { mode = "warm", min_ms = 60 })
-  t.diag(("min_ms 60: n %d, stop %s, summed %.1f ms"):format(r.n, r.stop, r.n * r.mean))
+  t.note(("min_ms 60: n %d, stop %s, summed %.1f ms"):format(r.n, r.stop, r.n * r.mean))
   t.eq(r.stop, "noise")
   t.ok(r.n * r.mean >= 60 and r.n < 70, r.n)
   local q = timing.time(spin_ms(5 * one_ms), { mode = "warm", target = 0, max_ms = 60, warmup = 1, warmup_ms = 0 })
-  t.diag(("max_ms 60: n %d (+%d), stop %s, %.1f ms"):format(q.n, q.n_extra, q.stop, q.total_ms))
+  t.note(("max_ms 60: n %d (+%d), stop %s, %.1f ms"):format(q.n, q.n_extra, q.stop, q.total_ms))
   t.eq(q.stop, "max_time")
   t.ok(q.n >= 3 and q.n < 20, q.n)
   t.ok(q.total_ms < 120, q.total_ms) -- nothing queued that would finish long after max_ms
@@ -155,7 +155,7 @@ end)
 t.test("graph mode and rep > 1 stop adaptively too", function()
   local g = timing.time(work(n // 4), { mode = "graph", rep = 4 })
   local w = timing.time(work(n // 4), { mode = "warm", rep = 4 })
-  t.diag(("graph rep 4: %.5f ms n %d; warm rep 4: %.5f ms n %d"):format(g.median, g.n, w.median, w.n))
+  t.note(("graph rep 4: %.5f ms n %d; warm rep 4: %.5f ms n %d"):format(g.median, g.n, w.median, w.n))
   t.ok(g.n < 48 and w.n < 48, g.n .. " " .. w.n)
   t.ok(g.median / w.median > 0.8 and g.median / w.median < 1.25, g.median / w.median)
 end)

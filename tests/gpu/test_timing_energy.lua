@@ -30,7 +30,7 @@ end)
 
 t.test("clock fields: start, end, min <= max, clock_moved a boolean", function()
   local r = timing.time(work(2000000), { mode = "warm" })
-  t.diag(("SM clock start %.0f end %.0f min %.0f max %.0f MHz, moved %s; energy %s"):format(r.sm_clock_start_mhz,
+  t.note(("SM clock start %.0f end %.0f min %.0f max %.0f MHz, moved %s; energy %s"):format(r.sm_clock_start_mhz,
     r.sm_clock_mhz, r.sm_clock_min_mhz, r.sm_clock_max_mhz, tostring(r.clock_moved),
     r.energy_j and ("%.4f J/call over %.0f ms"):format(r.energy_j, r.energy_window_ms) or r.energy_unavailable))
   for _, k in ipairs { "sm_clock_start_mhz", "sm_clock_mhz", "sm_clock_min_mhz", "sm_clock_max_mhz" } do
@@ -47,7 +47,7 @@ t.test("energy per call where NVML is there; a reason where it is not or the win
     local r = timing.time(work(100000), { mode = "warm" })
     t.eq(r.energy_j, nil)
     t.ok(r.energy_unavailable and r.energy_unavailable:find("NVML", 1, true), tostring(r.energy_unavailable))
-    return t.diag("no NVML: " .. tostring(why))
+    return t.note("no NVML: " .. tostring(why))
   end
   local uuid = cuda.device().uuid
   local used, total = nvml.memory(uuid)
@@ -58,7 +58,7 @@ t.test("energy per call where NVML is there; a reason where it is not or the win
   for i = 1, 3 do
     local r = timing.time(work(2000000), { mode = "warm", energy = true })
     local watts = r.energy_j and r.energy_j * r.energy_calls / (r.energy_window_ms / 1e3)
-    t.diag(("%.4f ms/call, %s J/call over %s ms, %s calls (n=%d): %s W"):format(r.median, tostring(r.energy_j),
+    t.note(("%.4f ms/call, %s J/call over %s ms, %s calls (n=%d): %s W"):format(r.median, tostring(r.energy_j),
       tostring(r.energy_window_ms), tostring(r.energy_calls), r.n, tostring(watts)))
     t.ok(r.energy_j and r.energy_window_ms >= 100, tostring(r.energy_unavailable))
     t.ok(watts > 30 and watts < 1500, tostring(watts))
@@ -70,7 +70,7 @@ t.test("energy per call where NVML is there; a reason where it is not or the win
   t.ok(js[3] / js[1] < 1.15, "energy per call agrees across runs within 15%: " .. table.concat(js, " "))
   -- twice the cycles, about twice the energy per call
   local r2 = timing.time(work(4000000), { mode = "warm", energy = true })
-  t.diag(("twice the work: %.4f J/call vs %.4f"):format(r2.energy_j, js[2]))
+  t.note(("twice the work: %.4f J/call vs %.4f"):format(r2.energy_j, js[2]))
   t.ok(r2.energy_j / js[2] > 1.6 and r2.energy_j / js[2] < 2.4, r2.energy_j / js[2])
   -- a window of a few ms: no number, a reason
   local s = timing.time(work(10000), { mode = "warm", min_samples = 20, max_samples = 20 })

@@ -89,7 +89,7 @@ t.test("pytorch_cost.lua --dry-run: its CUDA twin keeps the task's name and load
     t.eq(rc, 0, out)
     t.ok(out:find("would judge 3 candidates against [^\n]*/l1_relu%.py %(PyTorch reference, shapes: 1%)"), out)
   else
-    t.diag("no torch (set KM_PYTHON for the problem file's half): " .. tostring(why))
+    t.note("no torch (set KM_PYTHON for the problem file's half): " .. tostring(why))
     t.eq(rc, 1, out)
     t.ok(out:find("l1_relu.py: ", 1, true), out)
   end

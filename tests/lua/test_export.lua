@@ -225,7 +225,7 @@ t.test("--validate says what is wrong, line by line", function()
 end)
 
 t.test("the lines parse with Python's json module too", function()
-  if not os.execute("command -v python3 >/dev/null 2>&1") then return t.diag("skipped: no python3") end
+  if not os.execute("command -v python3 >/dev/null 2>&1") then return t.note("skipped: no python3") end
   local out = export("--weights --reasoning")
   local py = dir .. "/check.py"
   write(py, [[

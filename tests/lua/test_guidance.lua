@@ -343,7 +343,7 @@ t.test("every ```cuda snippet compiles with NVRTC for sm_90", function()
       end
     end
   end
-  t.diag(("%d cuda snippets (%d with extern \"C\" kernels), %d fragments"):format(total, kernels, fragments))
+  t.note(("%d cuda snippets (%d with extern \"C\" kernels), %d fragments"):format(total, kernels, fragments))
   t.ok(total >= 20, "only " .. total .. " compiled snippets")
   t.ok(kernels >= total * 0.8, "most snippets should be complete kernels")
   nvrtc.set_cache_dir(nil)

@@ -377,7 +377,7 @@ t.test("the meta device: specs with no memory and no compute", function()
 end)
 
 t.test("a CUDA device asked where there is none: NO_CUDA, with the reason", function()
-  if require("km.cuda").available() then return t.diag("this machine has a GPU: nothing to check") end
+  if require("km.cuda").available() then return t.note("this machine has a GPU: nothing to check") end
   local p, err, code = kb.load(RELU, { device = "cuda" })
   t.eq(p, nil)
   t.eq(code, "NO_CUDA")

@@ -92,7 +92,7 @@ local function on_terminal(input, cmdline, env)
 end
 
 t.test("with no arguments on a terminal, an interactive prompt", function()
-  if not have_script() then return t.diag("skipped: util-linux's script (for a pseudo-terminal) is not installed") end
+  if not have_script() then return t.note("skipped: util-linux's script (for a pseudo-terminal) is not installed") end
   for _, env in ipairs { "KM_READLINE=0", "" } do
     local out = on_terminal('print(6*7)\n1+2\nerror("oops")\n=10\n', nil, env)
     t.ok(out:find("Ctrl-D to leave", 1, true), out)
@@ -105,7 +105,7 @@ t.test("with no arguments on a terminal, an interactive prompt", function()
 end)
 
 t.test("the prompt reads a statement over several lines, as lua does", function()
-  if not have_script() then return t.diag("skipped: util-linux's script is not installed") end
+  if not have_script() then return t.note("skipped: util-linux's script is not installed") end
   local out = on_terminal('for i = 1, 2 do\nprint("line" .. i)\nend\nlocal function f()\nreturn 5\nend print(f())\n', nil,
     "KM_READLINE=0")
   t.ok(out:find(">> ", 1, true), "a continuation prompt: " .. out)
@@ -117,9 +117,9 @@ t.test("the prompt reads a statement over several lines, as lua does", function(
 end)
 
 t.test("line editing and history through readline or libedit, when one is installed", function()
-  if not have_script() then return t.diag("skipped: util-linux's script is not installed") end
+  if not have_script() then return t.note("skipped: util-linux's script is not installed") end
   local have = sh("ldconfig -p | grep -E 'libreadline.so.8|libedit.so.2'")
-  if not have:find("lib", 1, true) then return t.diag("skipped: neither libreadline nor libedit is installed") end
+  if not have:find("lib", 1, true) then return t.note("skipped: neither libreadline nor libedit is installed") end
   -- up-arrow recalls the previous line: "1+20" runs twice
   local out = on_terminal("1+20\n\27[A\n")
   local _, n = out:gsub("[>\n] ?21\n", "")

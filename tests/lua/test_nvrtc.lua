@@ -241,7 +241,7 @@ t.test("a second compile is a cache hit with the same bytes, and fast", function
   t.eq(hit.key, first.key)
   same(hit.kernels, first.kernels, "kernels")
   local mw, mi = median(wall), median(inside)
-  t.diag(string.format("cold compile %.1f ms; cache hit median %.3f ms (call, CPU) / %.3f ms (core, wall); cubin %d bytes",
+  t.note(string.format("cold compile %.1f ms; cache hit median %.3f ms (call, CPU) / %.3f ms (core, wall); cubin %d bytes",
     first.ms, mw, mi, #first.cubin))
   t.ok(mi < 5, "hit takes " .. mi .. " ms")
   t.ok(mw < 5, "hit call takes " .. mw .. " ms")
@@ -512,7 +512,7 @@ t.test("compile_many beside a serial loop: 16 kernels of about fifty lines", fun
   local np = io.popen("nproc")
   local ncpu = tonumber(np:read("l")) or 1
   np:close()
-  t.diag(string.format("16 kernels: serial %.2f s (CPU %.2f s); compile_many on %d threads %.2f s (CPU %.2f s): %.2fx",
+  t.note(string.format("16 kernels: serial %.2f s (CPU %.2f s); compile_many on %d threads %.2f s (CPU %.2f s): %.2fx",
     serial, serial_cpu, math.min(16, ncpu), par, par_cpu, serial / par))
 end)
 

@@ -130,7 +130,7 @@ t.test("find: PATH first, then $CUDA_HOME/bin; a clear reason when there is none
 end)
 
 t.test("kmrun eval --sanitize without compute-sanitizer: the reason, exit status 2", function()
-  if io.open("/usr/local/cuda/bin/compute-sanitizer") then return t.diag("compute-sanitizer is installed here") end
+  if io.open("/usr/local/cuda/bin/compute-sanitizer") then return t.note("compute-sanitizer is installed here") end
   local KMRUN = arg[-1]:match("kmrun$") and arg[-1] or "build/kmrun"
   local root = arg[0]:match("^(.*)/tests/lua/") or "."
   local p = io.popen("PATH=/nonexistent CUDA_HOME=/nowhere " .. KMRUN .. " eval " .. root ..

@@ -309,7 +309,7 @@ t.test("a writer killed with SIGKILL loses no acknowledged step", function()
   local db = assert(store.open(path))
   t.eq(db:exec("PRAGMA integrity_check"), "ok")
   local e = assert(db:episode(ep))
-  t.diag(string.format("killed after %d acknowledged steps; %d stored", #acked, #e.steps))
+  t.note(string.format("killed after %d acknowledged steps; %d stored", #acked, #e.steps))
   t.eq(e.status, "running", "never finished")
   t.ok(#e.steps >= #acked, string.format("%d stored >= %d acknowledged", #e.steps, #acked))
   for i, s in ipairs(e.steps) do

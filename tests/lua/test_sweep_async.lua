@@ -88,7 +88,7 @@ t.test("4 implement episodes with 0.5 s replies overlap through start/poll (jobs
   t.eq(used[1]:pending(), 0, "every request was polled back")
   t.eq(#latencies, 4)
   for _, ms in ipairs(latencies) do t.ok(ms >= DELAY * 1000 - 10, "each reply took the delay: " .. ms .. " ms") end
-  t.diag(string.format("4 episodes x %.1f s model reply: %.2f s wall", DELAY, elapsed))
+  t.note(string.format("4 episodes x %.1f s model reply: %.2f s wall", DELAY, elapsed))
   t.ok(elapsed < 2 * DELAY, "overlapped: " .. elapsed .. " s, serial would be " .. 4 * DELAY .. " s")
 end)
 
@@ -104,7 +104,7 @@ t.test("control: a client without start runs the same episodes one after another
   end
   local res, elapsed = run(4, blocking)
   t.eq(res.correct, 4)
-  t.diag(string.format("without start/poll: %.2f s wall", elapsed))
+  t.note(string.format("without start/poll: %.2f s wall", elapsed))
   t.ok(elapsed >= 4 * DELAY, "serial: " .. elapsed .. " s")
 end)
 

@@ -67,7 +67,7 @@ end)
 
 t.test("on a terminal, a progress bar; elsewhere, a line per episode", function()
   if not os.execute("command -v script >/dev/null 2>&1") then
-    return t.diag("skipped: util-linux's script (for a pseudo-terminal) is not installed")
+    return t.note("skipped: util-linux's script (for a pseudo-terminal) is not installed")
   end
   local c2 = string.format("%s sweep --strategies %s/strategies/implement.lua --tasks %s/tests/tasks --provider offline " ..
     "--seeds 1 --store %s/bar.sqlite --worker-stderr null", KMRUN, ROOT, ROOT, dir)

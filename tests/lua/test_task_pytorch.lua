@@ -533,7 +533,7 @@ for _, tk in ipairs(tasks) do
         prob:release()
       end
     end
-    t.diag(fmt("%-28s %.2fs %d shape sets; values at %s", tk.name, wall() - t0, #tk.shapes, #lines > 0 and table.concat(lines, ", ") or "none"))
+    t.note(fmt("%-28s %.2fs %d shape sets; values at %s", tk.name, wall() - t0, #tk.shapes, #lines > 0 and table.concat(lines, ", ") or "none"))
   end)
   ::next_task::
 end

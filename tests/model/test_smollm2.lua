@@ -94,7 +94,7 @@ if not ready then
     (read_all(server_log) or ""):sub(-2000):gsub("\n", "\n# "), "\n")
   os.exit(1)
 end
-t.diag(string.format("llama-cpp-python server up in %.1f s (n_ctx %d)", llm.now() - t0, N_CTX))
+t.note(string.format("llama-cpp-python server up in %.1f s (n_ctx %d)", llm.now() - t0, N_CTX))
 
 local function served()
   local out = {}
@@ -111,7 +111,7 @@ t.test("the headline strategy on two level-1 tasks, every request within the con
   local t1 = llm.now()
   local out, rc = sh(env .. KMRUN .. " " .. ROOT .. "/strategies/repair_then_tune.lua " .. table.concat(dirs, " ") ..
     " --store " .. STORE .. " --rounds 2 --context " .. N_CTX .. " --max-tokens " .. MAX_TOKENS .. " --jobs 2")
-  t.diag(string.format("%.0f s", llm.now() - t1))
+  t.note(string.format("%.0f s", llm.now() - t1))
   t.ok(rc == 0 or rc == 1 or rc == 3, "exit status " .. tostring(rc) .. " (4: the model could not be used)\n" .. out)
   t.ok(out:find("model context " .. N_CTX .. " tokens", 1, true), out)
   local reqs = served()
@@ -149,7 +149,7 @@ t.test("the episodes' tokens and requests equal the server's own usage sums", fu
   t.eq(got.prompt, want.prompt, "prompt tokens")
   t.eq(got.completion, want.completion, "completion tokens")
   t.eq(got.cut, want.cut, "replies cut off")
-  t.diag(string.format("requests %d, prompt tokens %d, completion tokens %d, cut off %d", got.requests, got.prompt,
+  t.note(string.format("requests %d, prompt tokens %d, completion tokens %d, cut off %d", got.requests, got.prompt,
     got.completion, got.cut))
 end)
 
@@ -192,7 +192,7 @@ t.test("agent: tools with tool_choice auto, real tool calls, arguments parsed st
     end
   end
   t.eq(recorded, calls, "every tool call the server made is in the trajectory")
-  t.diag(string.format("%d model calls, %d tool calls (a 135M model may also answer in prose)", #reqs - n0, calls))
+  t.note(string.format("%d model calls, %d tool calls (a 135M model may also answer in prose)", #reqs - n0, calls))
 end)
 
 stop_all()
