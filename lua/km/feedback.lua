@@ -88,12 +88,72 @@ function M.too_fast(ms, bytes, mem_ms, gbs)
     ms, bytes, mem_ms, gbs)
 end
 
+----------------------------------------------------------------------------------------
+-- speedups, each named with the baseline it was divided by
+
+-- What a verdict's speedup_over can name: the words a model or a user reads, and where the
+-- verdict holds that baseline's time (v.timing[timing]). The one place this is spelled:
+-- feedback, episode lines, run summaries, kmrun eval and kmrun report ask here.
+M.BASELINES = {
+  pytorch_eager = { name = "PyTorch eager", short = "eager", over = "over eager", timing = "eager" },
+  cuda_reference = { name = "CUDA reference", short = "CUDA ref", over = "over the CUDA reference", timing = "reference" },
+}
+
+-- The row of v's speedup baseline and that baseline's median ms (from the verdict that
+-- holds the speedup); nil when the verdict has no speedup.
+function M.baseline(v)
+  local b = M.BASELINES[v and v.speedup_over or ""]
+  if not b or not v.speedup then return nil end
+  local t = v.timing and v.timing[b.timing]
+  return b, t and t.median
+end
+
+-- The words for a speedup over what `over` names (a speedup_over value): "over eager".
+function M.over(over)
+  local b = M.BASELINES[over or ""]
+  return b and b.over or "over an unnamed baseline"
+end
+
+-- "0.8100 ms; PyTorch eager 1.0200 ms; speedup 1.26x over eager", then the other
+-- baselines the verdict timed beside it, each with its own ratio.
+function M.speed(v)
+  local t = v.timing or {}
+  local c = t.candidate and t.candidate.median
+  if not c then return "not timed" end
+  local b, base_ms = M.baseline(v)
+  local out = {}
+  if b and base_ms then
+    out[1] = fmt("%.4f ms; %s %.4f ms; speedup %.2fx %s", c, b.name, base_ms, v.speedup, M.over(v.speedup_over))
+  elseif b then
+    out[1] = fmt("%.4f ms; speedup %.2fx %s", c, v.speedup, M.over(v.speedup_over))
+  else
+    out[1] = fmt("%.4f ms; no baseline was timed, so no speedup", c)
+  end
+  local beside = {}
+  if v.speedup_compile and t.compile then
+    beside[#beside + 1] = fmt("torch.compile%s %.4f ms: %.2fx", v.compile_mode and ("[" .. v.compile_mode .. "]") or "",
+      t.compile.median, v.speedup_compile)
+  end
+  if v.speedup_cuda_reference and v.speedup_over ~= "cuda_reference" and t.reference then
+    beside[#beside + 1] = fmt("CUDA reference %.4f ms: %.2fx", t.reference.median, v.speedup_cuda_reference)
+  end
+  if v.speedup_baseline and t.baseline then
+    beside[#beside + 1] = fmt("starter %.4f ms: %.2fx", t.baseline.median, v.speedup_baseline)
+  end
+  if #beside > 0 then out[2] = " (" .. concat(beside, "; ") .. ")" end
+  return concat(out)
+end
+
+-- A speedup in a column: "1.26x eager"; "-" when there is none.
+function M.speedup_cell(v)
+  local b = M.BASELINES[v and v.speedup_over or ""]
+  if not (v and v.speedup) then return "-" end
+  return fmt("%.2fx %s", v.speedup, b and b.short or "?")
+end
+
 function M.correct(nshapes, nseeds, v)
-  local t = v.timing
-  return fmt("Correct on %d shapes x %d seeds. %.4f ms vs %s %.4f ms (speedup %.2fx%s); %.0f%% of the roofline bound.",
-    nshapes, nseeds, t.candidate.median, v.speedup_over == "pytorch_eager" and "PyTorch eager" or "reference",
-    t.reference.median, v.speedup,
-    v.speedup_baseline and fmt(", %.2fx vs the starter", v.speedup_baseline) or "", 100 * v.roofline.fraction)
+  return fmt("Correct on %d shapes x %d seeds. %s; %.0f%% of the roofline bound.",
+    nshapes, nseeds, M.speed(v), 100 * ((v.roofline or {}).fraction or 0))
 end
 
 return M

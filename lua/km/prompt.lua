@@ -220,10 +220,10 @@ function M.verdict_text(v)
   local parts = { fmt("Verdict: %s.", v.status) }
   if v.feedback then insert(parts, v.feedback) end
   if v.status == "correct" and v.timing and v.timing.candidate then
-    insert(parts, fmt("Timing on the timed shape: candidate %.4f ms (p25 %.4f, p75 %.4f), reference %.4f ms%s. Roofline bound %.4f ms (%.0f%% reached).",
-      v.timing.candidate.median, v.timing.candidate.p25, v.timing.candidate.p75, v.timing.reference.median,
-      v.timing.baseline and fmt(", starter %.4f ms", v.timing.baseline.median) or "",
-      v.roofline and v.roofline.bound_ms or 0, v.roofline and 100 * v.roofline.fraction or 0))
+    -- every figure named with the baseline it was divided by (km.feedback.speed)
+    insert(parts, fmt("Timing on the timed shape (candidate median; p25 %.4f, p75 %.4f ms): %s. Roofline bound %.4f ms (%.0f%% reached).",
+      v.timing.candidate.p25 or v.timing.candidate.median, v.timing.candidate.p75 or v.timing.candidate.median,
+      require("km.feedback").speed(v), v.roofline and v.roofline.bound_ms or 0, v.roofline and 100 * v.roofline.fraction or 0))
   end
   return concat(parts, "\n")
 end

@@ -796,6 +796,21 @@ local function vs_cell(m)
   return concat(list, " + ")
 end
 
+-- The baseline the headline speedup and fast_p columns are over, for a header: "eager",
+-- "CUDA ref"; "vs" when they pool several (the vs column names it per row); nil for none.
+local function headline_over(r)
+  if not r then return nil end
+  if r.mixed then return "vs" end
+  local list = overs_of(r.all)
+  return list[1] and over_name(list[1]) or nil
+end
+
+-- "fast_1(eager)": a fast_p column header that names the baseline p multiplies.
+local function fast_head(r, p)
+  local over = headline_over(r)
+  return over and fmt("fast_%g(%s)", p, over) or fmt("fast_%g", p)
+end
+
 -- The columns of a report's tables: M.COLUMNS with fast_<p> for each threshold asked for,
 -- and "vs" when the headline speedups are over more than one baseline (r.mixed).
 local function columns(r)
@@ -803,7 +818,7 @@ local function columns(r)
   if r and r.mixed then cols[#cols + 1] = { "vs", vs_cell } end
   for _, p in ipairs(r and r.asked_thresholds or M.FAST_P) do
     if p ~= 0 then
-      cols[#cols + 1] = { fmt("fast_%g", p), function(m) return pct(fast_of(m, p)) end }
+      cols[#cols + 1] = { fast_head(r, p), function(m) return pct(fast_of(m, p)) end }
     end
   end
   for i = 3, #M.COLUMNS do cols[#cols + 1] = M.COLUMNS[i] end
@@ -1014,7 +1029,9 @@ function M.text(r)
     out[#out + 1] = align(table_cells(r, nil))
   end
   if #r.series > 0 then
-    out[#out + 1] = "\nstrategy x model (correct, fast_1, geomean speedup):\n"
+    local over = headline_over(r)
+    out[#out + 1] = fmt("\nstrategy x model (correct, fast_1, geomean speedup%s):\n",
+      over == "vs" and "; over the baselines of the vs column above" or over and (" over " .. over) or "")
     out[#out + 1] = align(matrix_cells(r))
     out[#out + 1] = "\npass@k over repeats (mean over tasks of the unbiased estimate; 95% bootstrap interval over tasks):\n"
     out[#out + 1] = align(pass_cells(r), 2)
@@ -1043,8 +1060,9 @@ function M.text(r)
   if (r.all.truncated or 0) > 0 then
     out[#out + 1] = fmt("replies cut off at max_tokens: %d of %d requests\n", r.all.truncated, r.all.requests)
   end
-  out[#out + 1] = "\nfast_p: share of all episodes correct and faster than p x the baseline the header names (fast_0 = correct);\n" ..
-    "speedups over correct episodes; compile@1: first candidate compiled; rounds: evaluations until correct;\n" ..
+  out[#out + 1] = "\nfast_p(B): share of all episodes correct and faster than p x baseline B (vs: the one the vs column names;\n" ..
+    "fast_0 = correct); geomean, median, p10, p90: the speedups over that same baseline;\n" ..
+    "speedups are over correct episodes; compile@1: first candidate compiled; rounds: evaluations until correct;\n" ..
     "reasoning: characters of model reasoning per episode that asked a model;\n" ..
     "X/ok: totals over all episodes per correct one; roofline: mean/median fraction of the bound.\n"
   return concat(out)
@@ -1075,11 +1093,20 @@ local function csv(rows)
   return concat(out, "\n") .. "\n"
 end
 
--- The numeric columns of a metrics row (fractions as fractions, not percentages).
+-- The baseline(s) a group's speedup and fast_p columns are over, as speedup_over keys
+-- joined by "+" ("pytorch_eager", "cuda_reference"); nil when none was timed.
+local function over_keys(m)
+  local list = overs_of(m)
+  return #list > 0 and concat(list, "+") or nil
+end
+
+-- The columns of a metrics row (fractions as fractions, not percentages). A value that is
+-- missing (no correct episode, no starter, no cost) stays nil at its own index: the CSV
+-- writes an empty cell there, and every later value keeps its column.
 local function metric_fields(r, m)
-  local head, vals = { "n", "correct", "correctness" }, { m.n, m.correct, m.correctness }
+  local head, vals = { "n", "correct", "correctness", "speedup_over" }, { m.n, m.correct, m.correctness, over_keys(m) }
   for _, p in ipairs(r.asked_thresholds) do
-    if p ~= 0 then head[#head + 1] = fmt("fast_%g", p); vals[#vals + 1] = fast_of(m, p) end
+    if p ~= 0 then head[#head + 1] = fmt("fast_%g", p); vals[#head] = fast_of(m, p) end
   end
   local more = {
     { "speedup_n", m.speedup.n }, { "speedup_geomean", m.speedup.geomean }, { "speedup_median", m.speedup.median },
@@ -1091,7 +1118,7 @@ local function metric_fields(r, m)
     { "gpu_seconds_total", m.gpu_seconds.total }, { "gpu_seconds_per_solved", m.gpu_seconds.per_solved },
     { "roofline_mean", m.roofline.mean }, { "roofline_median", m.roofline.median },
   }
-  for _, x in ipairs(more) do head[#head + 1] = x[1]; vals[#vals + 1] = x[2] end
+  for _, x in ipairs(more) do head[#head + 1] = x[1]; vals[#head] = x[2] end
   return head, vals
 end
 

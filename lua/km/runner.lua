@@ -298,15 +298,7 @@ function M.ctx(t, env)
   }
 
   -- candidates and verdicts
-  function ctx.compile(cand)
-    local nvrtc = require "km.nvrtc"
-    local prog, log_text = nvrtc.compile(cand.source or "", { arch = env.arch or "sm_90", defines = cand.params })
-    if not prog then return { status = "compile_error", feedback = "The kernel does not compile. NVRTC says:\n" .. tostring(log_text), compile_log = log_text } end
-    local sandbox = require "km.sandbox"
-    local fn, err = sandbox.load(cand.launch or "", "launch.lua")
-    if not fn then return { status = "compile_error", feedback = "launch.lua does not load: " .. tostring(err) } end
-    return { status = "compiled", feedback = "kernel.cu compiles and launch.lua loads (not run: no GPU).", compile_log = prog.log, kernels = prog.kernels }
-  end
+  function ctx.compile(cand) return M.compile_check(cand, env.arch) end
 
   function ctx.eval(cand, opts)
     opts = opts or {}
@@ -371,6 +363,23 @@ function M.ctx(t, env)
   return ctx
 end
 
+-- What a candidate gets where there is no GPU (ctx.eval without workers, kmrun eval):
+-- kernel.cu compiled by NVRTC for `arch` (default sm_90) and launch.lua loaded in the
+-- sandbox, nothing run. -> a verdict: compile_error, or compiled (exit status 3).
+function M.compile_check(cand, arch)
+  local nvrtc = require "km.nvrtc"
+  local src = cand.source or ""
+  local prog, log_text = nvrtc.compile(src, { arch = arch or "sm_90", defines = cand.params, name = "kernel.cu" })
+  if not prog then
+    return { status = "compile_error", feedback = require("km.feedback").compile(tostring(log_text), src, "kernel.cu"),
+      compile_log = log_text }
+  end
+  local fn, err = require("km.sandbox").load(cand.launch or "", "launch.lua")
+  if not fn then return { status = "compile_error", feedback = "launch.lua does not load: " .. tostring(err) } end
+  return { status = "compiled", feedback = "kernel.cu compiles and launch.lua loads (not run: no GPU).",
+    compile_log = prog.log, kernels = prog.kernels }
+end
+
 ----------------------------------------------------------------------------------------
 -- main
 
@@ -426,6 +435,19 @@ local function geomean(xs)
   local s = 0
   for _, x in ipairs(xs) do s = s + math.log(x) end
   return math.exp(s / #xs)
+end
+
+-- ", geomean speedup 1.26x over eager (3 correct)" for each baseline speedups were divided
+-- by (km.sweep's speedups_by: speedup_over -> list); "" when there are none.
+function M.speedup_summary(by)
+  local parts, keys = {}, {}
+  for over in pairs(by or {}) do keys[#keys + 1] = over end
+  table.sort(keys)
+  for _, over in ipairs(keys) do
+    local xs = by[over]
+    parts[#parts + 1] = fmt("%.2fx %s (%d correct)", geomean(xs), require("km.feedback").over(over), #xs)
+  end
+  return #parts > 0 and (", geomean speedup " .. concat(parts, ", ")) or ""
 end
 
 -- Shared by `kmrun STRATEGY.lua` and `kmrun sweep`: the store, GPU workers, guidance and a
@@ -511,9 +533,8 @@ function M.main(strategy, script, argv)
   local res = sweep.run { strategies = { { name = sname, fn = strategy, path = script } }, tasks = tasks,
     models = args.models or { false }, repeats = 1, jobs = args.jobs, store = env.db, pool = env.pool, args = args,
     make_client = env.make_client, guidance = env.guidance, argv = argv, name = sname, fresh = not M.interrupted_before(env.db), replay = args.replay }
-  local gm = res.speedups and geomean(res.speedups)
   print(fmt("summary: %d/%d correct%s, %.0f s, store %s%s%s", res.correct, res.ran,
-    gm and fmt(", geomean speedup %.2fx over the reference", gm) or "", res.seconds, out,
+    M.speedup_summary(res.speedups_by), res.seconds, out,
     env.pool and fmt(", %d GPU worker(s)", #env.pool.slots) or " (no GPU: compile checks only)",
     res.stopped and (", stopped: " .. tostring(res.stopped)) or ""))
   if res.interrupted then

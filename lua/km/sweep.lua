@@ -12,12 +12,35 @@
 -- Every step and every finish is a single SQLite statement in WAL mode, so a SIGKILL at any
 -- moment loses no finished episode and leaves none half-written.
 local runner = require "km.runner"
+local feedback = require "km.feedback"
 local wall = require("km.timing").wall
 
 local fmt, insert, concat = string.format, table.insert, table.concat
 local ipairs, pairs, type, tostring, pcall = ipairs, pairs, type, tostring, pcall
 
 local M = {}
+
+-- The short reason a failed episode's line carries: the first line that says something
+-- (a compile log's first error, else the feedback's or the error's first line), without
+-- a Lua chunk's "file:line:" prefix, cut to `width` characters.
+function M.reason(verdict, err, width)
+  width = width or 72
+  local text
+  if err then text = tostring(err)
+  elseif type(verdict) == "table" then
+    local log = type(verdict.compile_log) == "string" and verdict.compile_log or ""
+    text = log:match("error: ([^\n]+)") or verdict.feedback or verdict.why or verdict.error
+    if type(text) == "table" then text = text.message end
+  end
+  if type(text) ~= "string" then return nil end
+  local line = text:match("^%s*([^\n]*%S)") or ""
+  -- "The kernel does not compile. NVRTC says:" introduces the log: the next line is the news
+  if line:match(":$") then line = line .. " " .. (text:match("\n%s*([^\n]*%S)") or "") end
+  repeat local n line, n = line:gsub("^[%w_%./%-]+%.lua:%d+: ", "") until n == 0
+  line = line:gsub("%s+", " ")
+  if #line > width then line = line:sub(1, width - 3) .. "..." end
+  return line ~= "" and line or nil
+end
 
 -- The work list: every (strategy, task, model, repeat), in a fixed order.
 function M.plan(strategies, tasks, models, repeats)
@@ -127,7 +150,7 @@ function M.run(opts)
     shard = opts.shard and fmt("%d/%d", opts.shard[1], opts.shard[2]) or nil } }
 
   local tty = is_tty()
-  local total, finished, correct, speedups, stopped = #todo, 0, 0, {}, nil
+  local total, finished, correct, speedups, speedups_by, stopped = #todo, 0, 0, {}, {}, nil
   local t0 = wall()
   -- a line per finished episode: aligned columns under a header (or a bar on a terminal)
   local w = { task = 4, strategy = 8, model = 5 }
@@ -136,7 +159,7 @@ function M.run(opts)
     w.strategy = math.max(w.strategy, #item.strategy.name)
     w.model = math.max(w.model, #tostring(item.model or "-"))
   end
-  local line_fmt = fmt("%%-%ds  %%-%ds  %%-%ds  %%3s  %%-9s  %%s\n", w.task, w.strategy, w.model)
+  local line_fmt = fmt("%%-%ds  %%-%ds  %%-%ds  %%3s  %%-13s  %%s\n", w.task, w.strategy, w.model)
   local header_done = false
   local function progress(item, status, extra)
     if args.quiet then return end
@@ -152,7 +175,7 @@ function M.run(opts)
       if not header_done then
         header_done = true
         io.stdout:write(fmt(line_fmt, "task", "strategy", "model", "rep", "status",
-          fmt("%-12s %-5s %-11s %s", "result", "evals", "model calls", "seconds")))
+          fmt("%-14s %-5s %-11s %-7s %s", "speedup", "evals", "model calls", "seconds", "reason")))
       end
       io.stdout:write(fmt(line_fmt, item.task.name, item.strategy.name, tostring(item.model or "-"), item.rep, status,
         extra or ""))
@@ -163,11 +186,11 @@ function M.run(opts)
     local again_note = {}
     for st, n in pairs(redo) do again_note[#again_note + 1] = fmt("%d %s", n, st) end
     table.sort(again_note)
-    print(fmt("sweep: %d episodes planned, %d already finished, %d to run%s%s%s", #plan, #plan - #todo, #todo,
+    io.stdout:write(fmt("sweep: %d episodes planned, %d already finished, %d to run%s%s%s", #plan, #plan - #todo, #todo,
       abandoned > 0 and fmt(" (%d abandoned ones again)", abandoned) or "",
       #again_note > 0 and fmt(" (again: %s%s)", concat(again_note, ", "),
         (redo.compiled and not opts.rerun) and ", compile-only before, judged now" or "") or "",
-      opts.shard and fmt(", shard %d/%d", opts.shard[1], opts.shard[2]) or ""))
+      opts.shard and fmt(", shard %d/%d", opts.shard[1], opts.shard[2]) or ""), "\n")
   end
 
   local clients = {}
@@ -193,10 +216,10 @@ function M.run(opts)
     local co = coroutine.create(function()
       local t1 = wall()
       local ok, cand, verdict = pcall(item.strategy.fn, ctx)
-      local status
+      local status, err
       if not ok then
         db:append(ep, "note", { text = "strategy error", error = tostring(cand) })
-        status, cand, verdict = "error", nil, nil
+        status, err, cand, verdict = "error", cand, nil, nil
       else
         -- a strategy that gave up because the model failed ends on model_error (km.model)
         verdict = runner.final_verdict(ctx, verdict) or {}
@@ -204,6 +227,10 @@ function M.run(opts)
       end
       local summary = runner.summary(t, ctx, verdict, wall() - t1, usage0, client:usage())
       summary.sweep_key = item.key
+      -- why it did not end correct, in a line (the episode's line shows it; so does the store)
+      if status ~= "correct" and status ~= "compiled" then
+        summary.reason = M.reason(verdict, err) or (status == "error" and "the strategy returned no verdict") or nil
+      end
       db:finish_episode(ep, status, { final = cand and { candidate = cand, verdict = verdict } or nil, summary = summary })
       return status, verdict, ctx, summary
     end)
@@ -218,7 +245,7 @@ function M.run(opts)
       io.stderr:write("sweep: episode ", entry.item.key, " failed: ", tostring(res[2]), "\n")
       entry.dead = true
       finished = finished + 1
-      progress(entry.item, "error")
+      progress(entry.item, "error", fmt("%-14s %-5s %-11s %-7s %s", "-", "-", "-", "-", M.reason(nil, res[2]) or ""))
       return
     end
     if coroutine.status(entry.co) == "dead" then
@@ -228,11 +255,17 @@ function M.run(opts)
       if res[2] == "model_error" then model_errors = model_errors + 1 end
       if res[2] == "correct" then
         correct = correct + 1
-        if v and v.speedup then insert(speedups, v.speedup) end
+        if v and v.speedup then
+          insert(speedups, v.speedup)
+          -- kept apart by what each is over: a geomean across baselines means nothing
+          local over = v.speedup_over or "unnamed"
+          speedups_by[over] = speedups_by[over] or {}
+          insert(speedups_by[over], v.speedup)
+        end
       end
-      progress(entry.item, res[2], fmt("%-12s %-5d %-11d %.1f",
-        v and v.speedup and fmt("%.2fx", v.speedup) or (v and v.status or "-"),
-        sm and sm.evals or 0, sm and sm.model_calls or 0, sm and sm.seconds or 0))
+      progress(entry.item, res[2], (fmt("%-14s %-5d %-11d %-7.1f %s",
+        feedback.speedup_cell(res[2] == "correct" and v or nil), sm and sm.evals or 0, sm and sm.model_calls or 0,
+        sm and sm.seconds or 0, sm and sm.reason or ""):gsub("%s+$", "")))
       -- a model that cannot be reached, refuses the key or is out of budget stops the run
       -- cleanly: no new episodes start; the ones in flight finish
       local me = ctx and ctx.model_error
@@ -308,7 +341,7 @@ function M.run(opts)
     db:finish_run(run_id, stopped and "stopped" or "finished")
   end
   return { planned = #plan, ran = finished, correct = correct, seconds = wall() - t0, skipped = #plan - #todo,
-    speedups = speedups, stopped = stopped, model_errors = model_errors, interrupted = interrupted,
+    speedups = speedups, speedups_by = speedups_by, stopped = stopped, model_errors = model_errors, interrupted = interrupted,
     n_interrupted = n_interrupted, not_started = #todo - next_item + 1 }
 end
 

@@ -339,7 +339,7 @@ t.test("a missing file or a bad option: exit status 2 and a clear message", func
   t.eq(rc, 2, out)
   out, rc = sh(KMRUN .. " report")
   t.eq(rc, 2, out)
-  t.ok(out:find("usage: kmrun report", 1, true), out)
+  t.ok(out:find("see kmrun report --help", 1, true), out)
   out, rc = sh(KMRUN .. " report " .. A .. " --by colour")
   t.eq(rc, 2, out)
   t.ok(out:find("cannot group by 'colour'", 1, true), out)
@@ -695,6 +695,127 @@ t.test("stores from before speedup_over: speedup is over the CUDA reference unle
   t.eq(against(o.all, "compile", 0.1), nil, "0.1 is not a threshold asked for")
   t.eq(o.all.against.compile.untimed, 1)
   t.ok(report.text(o):find("against PyTorch eager (2 timed correct episode(s))", 1, true))
+end)
+
+-- A store where metrics are missing: "flop" has no correct episode, no cost and no
+-- starter; "good" has both. Every CSV value must sit under its own header: checked
+-- against the JSON report of the same group (issue 19: missing values shifted columns).
+local G = dir .. "/gaps.sqlite"
+do
+  local db = assert(store.open(G))
+  local run = db:begin_run { name = "gaps" }
+  for _, e in ipairs {
+    { "g_a", 1, "x", "correct", 2.0, 1, true, 100, 20, 0.5, 2, { correct = 1 }, 0.5 },
+    { "g_b", 1, "x", "correct", 0.5, 2, false, 100, 20, 0.25, 2, { mismatch = 1, correct = 1 }, 0.25 },
+  } do write_episode(db, run, e, { strategy = "good" }) end
+  for _, e in ipairs {
+    { "g_a", 1, "x", "mismatch", nil, nil, true, 100, 20, nil, 1, { mismatch = 1 }, nil },
+    { "g_b", 1, "x", "compile_error", nil, nil, false, 100, 20, nil, 1, { compile_error = 1 }, nil },
+  } do write_episode(db, run, e, { strategy = "flop" }) end
+  db:close()
+end
+
+-- The value at a CSV column's name in a JSON metrics object: fast_P is fast_p[P]; other
+-- names are paths whose parts are joined by "_" (speedup_baseline_geomean ->
+-- speedup_baseline.geomean), found by trying each split.
+local function json_at(o, name)
+  local fp = name:match("^fast_(.+)$")
+  if fp then return true, o.fast_p[fp] end
+  if o[name] ~= nil and type(o[name]) ~= "table" then return true, o[name] end
+  for i = #name - 1, 2, -1 do
+    if name:sub(i, i) == "_" and type(o[name:sub(1, i - 1)]) == "table" then
+      local found, v = json_at(o[name:sub(1, i - 1)], name:sub(i + 1))
+      if found then return true, v end
+    end
+  end
+  return false
+end
+
+local function csv_rows(text)
+  local rows = {}
+  for l in text:gmatch("[^\n]+") do
+    local row = {}
+    for c in (l .. ","):gmatch("([^,]*),") do row[#row + 1] = c end
+    rows[#rows + 1] = row
+  end
+  return rows
+end
+
+t.test("report --csv: a missing value is an empty cell, every value under its own header (checked against --json)", function()
+  local csvdir = dir .. "/gapcsv"
+  local out, rc = sh(KMRUN .. " report " .. G .. " --csv " .. csvdir .. " --by strategy")
+  t.eq(rc, 0, out)
+  local js = sh(KMRUN .. " report " .. G .. " --by strategy --json 2>/dev/null")
+  local o = assert(json.decode(js))
+  local groups = { all = o.all }
+  for _, g in ipairs(o.by.strategy) do groups[g.keys.strategy] = g end
+  local rows = csv_rows(slurp(csvdir .. "/by_strategy.csv"))
+  local head = rows[1]
+  t.eq(head[1], "strategy")
+  t.eq(#rows, 1 + 3, "good, flop, all")
+  local checked = 0
+  for k = 2, #rows do
+    local row = rows[k]
+    t.eq(#row, #head, "line " .. k .. " has the header's columns")
+    local g = assert(groups[row[1]], row[1])
+    for j = 2, #head do
+      local name, cell = head[j], row[j]
+      if name == "speedup_over" then
+        local want = {}
+        for key in pairs(g.speedup_over) do want[#want + 1] = key end
+        table.sort(want)
+        t.eq(cell, table.concat(want, "+"), row[1] .. " speedup_over")
+      else
+        local found, want = json_at(g, name)
+        t.ok(found, "the JSON report has " .. name)
+        if want == nil or want == json.null then
+          t.eq(cell, "", row[1] .. " " .. name .. " is missing: an empty cell")
+        else
+          t.ok(cell ~= "" and math.abs(tonumber(cell) - want) <= 1e-9 * math.max(1, math.abs(want)),
+            string.format("%s %s: CSV %q, JSON %s", row[1], name, cell, tostring(want)))
+        end
+      end
+      checked = checked + 1
+    end
+  end
+  t.ok(checked > 40, checked .. " values checked")
+  -- the shift that was: flop's speedup_geomean read as its compile rate
+  local flop
+  for k = 2, #rows do if rows[k][1] == "flop" then flop = rows[k] end end
+  for j, name in ipairs(head) do
+    if name == "speedup_geomean" then t.eq(flop[j], "") end
+    if name == "compile_first_rate" then t.eq(flop[j], "0.5") end
+  end
+end)
+
+t.test("report tables: the fast_p headers name their baseline, and the legend says how", function()
+  local out, rc = sh(KMRUN .. " report " .. K .. " --by strategy 2>/dev/null")
+  t.eq(rc, 0, out)
+  t.ok(out:find("fast_1(vs)", 1, true), "mixed baselines: the vs column names them: " .. out)
+  t.ok(out:find("fast_p(B): share of all episodes correct and faster than p x baseline B", 1, true), out)
+  -- a store whose speedups are all over eager
+  local E = dir .. "/eager.sqlite"
+  local db = assert(store.open(E))
+  local run = db:begin_run { name = "eager" }
+  for i, sp in ipairs { 2.0, 0.5 } do
+    local ep = assert(db:begin_episode(run, { task = "e" .. i, strategy = "agent", model = "m1" }))
+    local v = { status = "correct", speedup_over = "pytorch_eager", speedup = sp, speedup_eager = sp }
+    local ctx = { args = {}, stats = { evals = 1, model_calls = 1, failure_modes = { correct = 1 }, gpu_seconds = 1 } }
+    assert(db:finish_episode(ep, "correct", { final = { candidate = { name = "e" }, verdict = v },
+      summary = runner.summary({ level = 1, category = "x" }, ctx, v, 1) }))
+  end
+  db:close()
+  out, rc = sh(KMRUN .. " report " .. E .. " --by strategy 2>/dev/null")
+  t.eq(rc, 0, out)
+  t.ok(out:find("fast_1(eager)", 1, true) and out:find("fast_0.5(eager)", 1, true), out)
+  t.ok(out:find("strategy x model (correct, fast_1, geomean speedup over eager)", 1, true), out)
+  local first = out:match("^(.-)\nstrategy x model")
+  t.ok(first and not first:find("fast_1 ", 1, true), "no unlabelled fast_1 column: " .. out)
+  local csvdir = dir .. "/eagercsv"
+  sh(KMRUN .. " report " .. E .. " --by strategy --csv " .. csvdir)
+  local rows = csv_rows(slurp(csvdir .. "/by_strategy.csv"))
+  t.eq(rows[1][5], "speedup_over")
+  t.eq(rows[2][5], "pytorch_eager")
 end)
 
 -- Renders the page in headless Chromium (tests/report_shot.sh) when one is installed.

@@ -66,12 +66,19 @@ local function run(strategy_file, tasks, args, client_cfg)
   local a = assert(runner.parse_args(args or {}))
   a.quiet = true
   local G = require "km.guidance"
-  local res = sweep.run { strategies = { { name = strategy_file:gsub("%.lua$", ""), fn = fn } }, tasks = tasks,
+  -- what the run says on stderr (a stop's one line) is kept for the test, not shown
+  local errf = assert(io.open(DIR .. "/stderr", "w"))
+  local real_err = io.stderr
+  rawset(io, "stderr", errf)
+  local okr, res = pcall(sweep.run, { strategies = { { name = strategy_file:gsub("%.lua$", ""), fn = fn } }, tasks = tasks,
     models = { false }, repeats = 1, store = db, pool = testing.fake_pool(judge), args = a, fresh = true, jobs = a.jobs,
     guidance = G.load(ROOT .. "/guidance"),
-    make_client = function() return llm.new(client_cfg or { provider = "openai", base_url = server.base, model = "fake-model" }) end }
+    make_client = function() return llm.new(client_cfg or { provider = "openai", base_url = server.base, model = "fake-model" }) end })
+  rawset(io, "stderr", real_err)
+  errf:close()
   db:close()
-  return path, res
+  assert(okr, res)
+  return path, res, io.open(DIR .. "/stderr"):read("a")
 end
 
 local function episode(path)
@@ -313,8 +320,9 @@ end)
 t.test("an unreachable server stops the run cleanly, keeping what was done", function()
   local a = make_task("t_down_a", write_script("down", { "x" }))
   local b = make_task("t_down_b", write_script("down2", { "x" }))
-  local path, res = run("repair.lua", { a, b }, { "--jobs", "1" },
+  local path, res, err = run("repair.lua", { a, b }, { "--jobs", "1" },
     { provider = "openai", base_url = "http://127.0.0.1:9/v1", model = "m", connect_timeout = 2, max_retries = 0 })
+  t.ok(err:find("^kmrun: stopping: cannot connect to http://127.0.0.1:9/"), "one line says why: " .. err)
   t.ok(res.stopped and res.stopped:find("CONNECT", 1, true) or res.stopped:find("connect", 1, true), tostring(res.stopped))
   t.eq(res.ran, 1, "no new episode starts after the stop")
   local db = assert(store.open(path, { readonly = true }))
@@ -335,8 +343,9 @@ t.test("a wrong key gives one clear line and a clean stop", function()
   local tk2 = make_task("t_key2", write_script("key2", { "x" }))
   local src = io.open(tk2.dir .. "/task.lua"):read("a"):gsub("%]%]\"", "]] [[auth]]\"")
   local f = io.open(tk2.dir .. "/task.lua", "w"); f:write(src); f:close()
-  local path2, res2 = run("repair.lua", { assert(task.load(tk2.dir)) }, {},
+  local path2, res2, err2 = run("repair.lua", { assert(task.load(tk2.dir)) }, {},
     { provider = "openai", base_url = server.base, model = "m", api_key = "sk-wrong-key-123" })
+  t.ok(err2:find("kmrun: stopping: HTTP 401", 1, true) and not err2:find("sk-wrong-key-123", 1, true), err2)
   t.ok(res2.stopped and res2.stopped:find("HTTP 401", 1, true), tostring(res2.stopped))
   t.ok(not res2.stopped:find("sk-wrong-key-123", 1, true), "the key never appears")
   local db = assert(store.open(path2, { readonly = true }))

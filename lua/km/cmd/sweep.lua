@@ -89,8 +89,9 @@ local db, pool = env.db, env.pool
 local res = sweep.run { strategies = strategies, tasks = tasks, models = models, repeats = args["repeat"],
   jobs = args.jobs, rerun = args.rerun, store = db, pool = pool, args = args, make_client = env.make_client,
   guidance = env.guidance, shard = shard, argv = argv, name = "sweep" }
-print(string.format("sweep: %d run, %d correct, %d skipped as already finished, %.0f s; store %s%s",
-  res.ran, res.correct, res.skipped, res.seconds, store_path, pool and (", " .. #pool.slots .. " GPU worker(s)") or " (no GPU)"))
+print(string.format("sweep: %d run, %d correct%s, %d skipped as already finished, %.0f s; store %s%s",
+  res.ran, res.correct, runner.speedup_summary(res.speedups_by), res.skipped, res.seconds, store_path,
+  pool and (", " .. #pool.slots .. " GPU worker(s)") or " (no GPU)"))
 db:close()
 if pool then pool:close() end
 if res.interrupted then
