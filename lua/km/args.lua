@@ -430,16 +430,18 @@ function M.read(s, argv, first)
   return a
 end
 
--- "kmrun CMD: message" as one line on stderr; the usage after it when `usage`; returns 2.
+-- "kmrun CMD: message" as one line on stderr; with `usage` (an unknown option, a missing
+-- argument) the line ends "; see kmrun CMD --help" instead of a screenful of usage that
+-- would push the message out of sight. Returns 2.
 function M.fail(s, msg, usage)
-  io.stderr:write(s.name, ": ", (tostring(msg):gsub("%s*\n%s*", " ")), "\n")
-  if usage then io.stderr:write(M.usage(s)) end
+  io.stderr:write(s.name, ": ", (tostring(msg):gsub("%s*\n%s*", " ")),
+    usage and ("; see " .. s.name .. " --help") or "", "\n")
   return 2
 end
 
 -- Reads the arguments and answers the way every kmrun command does: --help prints the
--- usage on stdout (nil, 0); an unknown option or argument prints one line and the usage
--- on stderr (nil, 2); a bad value one line (nil, 2). Otherwise the result, with
+-- usage on stdout (nil, 0); an unknown option or argument prints one line ending "see
+-- CMD --help" on stderr (nil, 2); a bad value one line (nil, 2). Otherwise the result, with
 -- notes about old option names written to stderr.
 function M.parse(s, argv, first)
   local a, msg, kind = M.read(s, argv, first)
@@ -470,9 +472,8 @@ function M.parse_sub(overview, subs, argv)
   end
   local names = {}
   for k, sc in ipairs(subs) do names[k] = sc[1] end
-  io.stderr:write(fmt("%s: unknown subcommand '%s' (%s)\n", overview:match("usage: (kmrun %S+)") or "kmrun",
-    name, concat(names, ", ")))
-  io.stderr:write(overview)
+  local cmd = overview:match("usage: (kmrun %S+)") or "kmrun"
+  io.stderr:write(fmt("%s: unknown subcommand '%s' (%s); see %s --help\n", cmd, name, concat(names, ", "), cmd))
   return nil, 2
 end
 

@@ -157,8 +157,7 @@ function M.plan(argv)
   local a, msg, kind = args.read(M.SPEC, argv, 1)
   if not a then
     if kind == "help" then io.stdout:write(M.usage()) return 0 end
-    io.stderr:write("kmrun: ", msg, "\n")
-    if kind == "unknown" then io.stderr:write(M.usage()) end
+    io.stderr:write("kmrun: ", msg, kind == "unknown" and "; see kmrun --help" or "", "\n")
     return 2
   end
   local plan = { actions = {}, interactive = a.i, version = a.version, ignore_env = a.ignore_env, warnings = a.warnings }

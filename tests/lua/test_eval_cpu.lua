@@ -1,4 +1,6 @@
--- km.eval and `kmrun eval` without a GPU: a clear reason and exit status 2, never a crash.
+-- km.eval, `kmrun eval` and `kmrun reverify` without a GPU: a clear reason, never a crash;
+-- eval compiles the candidate (compile_error: exit 1; compiles: 'compiled', exit 3, as
+-- strategies do), reverify exits 3.
 local t = require "km.tap"
 local cuda = require "km.cuda"
 if cuda.available() then t.skip_all("a GPU is present: tests/gpu/test_eval.lua covers this") end
@@ -14,12 +16,59 @@ t.test("a pool without a GPU is nil, the reason, NO_GPU", function()
   t.ok(why:find("libcuda", 1, true), why)
 end)
 
-t.test("kmrun eval says why and exits 2", function()
-  local p = io.popen(KMRUN .. " eval " .. ROOT .. "/tasks/l1_relu starter 2>&1; echo rc=$?")
+local function sh(cmd)
+  local p = io.popen(cmd .. "; echo rc=$?")
   local out = p:read("a")
   p:close()
-  t.ok(out:find("no GPU to evaluate on", 1, true), out)
-  t.ok(out:find("rc=2", 1, true), out)
+  return out
+end
+
+t.test("kmrun eval without a GPU: compiles, says why, 'compiled' and exit 3", function()
+  local out = sh(KMRUN .. " eval " .. ROOT .. "/tasks/l1_relu starter 2>&1")
+  t.ok(out:find("no GPU: ", 1, true), out)
+  t.ok(out:find("\ncompiled  l1_relu"), out)
+  t.ok(out:find("kernel.cu compiles and launch.lua loads (not run: no GPU).", 1, true), out)
+  t.ok(out:find("rc=3", 1, true), out)
+  local js = sh(KMRUN .. " eval " .. ROOT .. "/tasks/l1_relu starter --json 2>/dev/null")
+  t.eq(require("km.json").decode(js:match("^(.*)rc=")).status, "compiled")
+end)
+
+t.test("kmrun eval without a GPU: a candidate that does not compile is compile_error, exit 1", function()
+  local d = os.tmpname()
+  os.remove(d)
+  os.execute("mkdir -p " .. d)
+  local f = assert(io.open(d .. "/kernel.cu", "w"))
+  f:write('extern "C" __global__ void relu(const float *x, float *y, int n) {\n  y[0] = x[0] +;\n}\n')
+  f:close()
+  f = assert(io.open(d .. "/launch.lua", "w"))
+  f:write("return function(k, io, s) k.relu{ grid = 1, block = 1 }(io.x, io.y, s.n) end\n")
+  f:close()
+  local out = sh(KMRUN .. " eval " .. ROOT .. "/tasks/l1_relu " .. d .. " 2>&1")
+  t.ok(out:find("\ncompile_error  l1_relu"), out)
+  t.ok(out:find("kernel.cu line 2:", 1, true), "the offending line, numbered: " .. out)
+  t.ok(out:find("rc=1", 1, true), out)
+  -- launch code that does not load is a compile error too
+  f = assert(io.open(d .. "/kernel.cu", "w"))
+  f:write('extern "C" __global__ void relu(const float *x, float *y, int n) { y[0] = x[0]; }\n')
+  f:close()
+  f = assert(io.open(d .. "/launch.lua", "w"))
+  f:write("return function(k, io, s) k.relu{ \n")
+  f:close()
+  out = sh(KMRUN .. " eval " .. ROOT .. "/tasks/l1_relu " .. d .. " 2>&1")
+  t.ok(out:find("\ncompile_error") and out:find("launch.lua does not load", 1, true), out)
+  t.ok(out:find("rc=1", 1, true), out)
+  os.execute("rm -rf " .. d)
+end)
+
+t.test("kmrun reverify without a GPU: one line and exit 3", function()
+  local st = os.tmpname()
+  os.remove(st)
+  st = st .. ".sqlite"
+  sh(KMRUN .. " implement " .. ROOT .. "/tests/tasks --provider offline --seeds 1 --quiet --store " .. st .. " >/dev/null 2>&1")
+  local out = sh(KMRUN .. " reverify " .. st .. " --tasks " .. ROOT .. "/tests/tasks 2>&1")
+  t.ok(out:find("kmrun reverify: no GPU: ", 1, true), out)
+  t.ok(out:find("rc=3", 1, true), out)
+  os.remove(st)
 end)
 
 t.test("kmrun eval rejects bad arguments with usage and exit 2", function()

@@ -1,6 +1,8 @@
 -- kmrun eval TASK_DIR CANDIDATE_DIR [--json] [--seeds N] [--no-timing] [--timeout S] [--gpus I] [--sanitize]
--- Judges a candidate in an isolated GPU worker and prints the verdict.
--- Exit status: 0 correct, 1 not correct, 2 usage or infrastructure error (no GPU included).
+-- Judges a candidate in an isolated GPU worker and prints the verdict; without a GPU it
+-- compiles the candidate and says so (as strategies do).
+-- Exit status: 0 correct, 1 not correct (a compile error included), 2 usage or
+-- infrastructure error, 3 no GPU: it compiles and its launch code loads, nothing was run.
 local task = require "km.task"
 local json = require "km.json"
 
@@ -9,7 +11,10 @@ local A = require "km.args"
 local SPEC = A.spec {
   name = "kmrun eval",
   synopsis = "TASK_DIR CANDIDATE_DIR [options]",
-  about = "Judges a candidate in an isolated GPU worker and prints the verdict.",
+  about = [[
+Judges a candidate in an isolated GPU worker and prints the verdict. Without a GPU the
+candidate is compiled (NVRTC, sm_90) and its launch code loaded in the sandbox: a compile
+error is a verdict (exit 1), a candidate that compiles is 'compiled' (exit 3).]],
   positional = {
     { "task_dir", "TASK_DIR", "a task folder (task.lua, reference, shapes, tolerance), or a KernelBench\n" ..
         "problem file (PROBLEM.py: class Model, get_inputs, get_init_inputs)", required = true, type = "path" },
@@ -30,7 +35,8 @@ local SPEC = A.spec {
         "no timing): status out_of_bounds or race when they find something" },
     table.unpack(require("km.baseline").OPTIONS),
   },
-  footer = "exit status: 0 correct, 1 not correct, 2 usage or infrastructure error",
+  footer = "exit status: 0 correct, 1 not correct (a compile error included), 2 usage or infrastructure\n" ..
+    "error, 3 no GPU: it compiles and its launch code loads, but nothing was run",
 }
 
 local a, code = A.parse(SPEC, arg)
@@ -75,31 +81,29 @@ if sanitize then -- the sanitized runs are slow: their own default timeout (km.s
 else
   local pool
   pool, why = eval.pool { gpus = { gpu }, timeout = timeout }
-  if not pool then io.stderr:write("kmrun eval: no GPU to evaluate on: ", tostring(why), "\n") return 2 end
-  opts.timeout = timeout
-  v = pool:eval(t, cand, opts)
-  pool:close()
+  if pool then
+    opts.timeout = timeout
+    v = pool:eval(t, cand, opts)
+    pool:close()
+  else -- compile only, as strategies do without a GPU (km.runner)
+    io.stderr:write("kmrun eval: no GPU: ", tostring(why), "\n",
+      "kmrun eval: checking that the candidate compiles (NVRTC, sm_90) without running it\n")
+    v = require("km.runner").compile_check(cand, "sm_90")
+  end
 end
 if as_json then
   print(json.encode(v, { pretty = true, nan = "null" }))
 else
   print(string.format("%s  %s  %s", v.status, t.name, cand.name or pos[2]))
   if v.timing and v.timing.candidate then
-    print(string.format("time %.4f ms  reference %.4f ms  speedup %.2fx over %s  roofline %.0f%%",
-      v.timing.candidate.median, v.timing.reference.median, v.speedup or 0,
-      v.speedup_over == "pytorch_eager" and "PyTorch eager" or "the CUDA reference", 100 * ((v.roofline or {}).fraction or 0)))
+    -- each speedup beside the time it was divided by (km.feedback.speed)
+    print(string.format("time %s; roofline %.0f%%", require("km.feedback").speed(v), 100 * ((v.roofline or {}).fraction or 0)))
     local parts = {}
-    if v.timing.eager then parts[#parts + 1] = string.format("eager %.4f ms (%.2fx)", v.timing.eager.median, v.speedup_eager) end
-    if v.timing.compile then
-      parts[#parts + 1] = string.format("torch.compile[%s] %.4f ms (%.2fx)", v.compile_mode or "?", v.timing.compile.median, v.speedup_compile)
-    end
-    if v.speedup_cuda_reference and v.speedup_over ~= "cuda_reference" then
-      parts[#parts + 1] = string.format("CUDA reference %.4f ms (%.2fx)", v.timing.reference.median, v.speedup_cuda_reference)
-    end
     for k, why in pairs(v.baselines and v.baselines.errors or {}) do parts[#parts + 1] = k .. ": not measured (" .. tostring(why) .. ")" end
     if #parts > 0 then print("baselines: " .. table.concat(parts, "  ")) end
   end
   print(v.feedback or "")
 end
 if v.status == "error" then return 2 end
+if v.status == "compiled" then return 3 end
 return v.status == "correct" and 0 or 1

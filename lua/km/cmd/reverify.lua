@@ -21,7 +21,7 @@ compares the status and speedup with the recorded ones.]],
   },
   footer = [[
 exit status: 0 when every recorded-correct solution still passes, 1 otherwise, 2 on usage
-errors, no GPU, or a store that is missing, not a kmrun store or damaged.]],
+errors or a store that is missing, not a kmrun store or damaged, 3 when there is no GPU.]],
 }
 local function fail(code, ...) return cli.fail("reverify", code, ...) end
 local a, code = A.parse(SPEC, arg)
@@ -60,7 +60,10 @@ if #jobs == 0 then io.stderr:write("kmrun reverify: no final solutions in ", pat
 
 local eval = require "km.eval"
 local pool, why = eval.pool { gpus = gpus }
-if not pool then io.stderr:write("kmrun reverify: no GPU: ", tostring(why), "\n") return 2 end
+if not pool then -- nothing can be judged here: 3, as for every command that found no GPU
+  io.stderr:write("kmrun reverify: no GPU: ", tostring(why), "\n")
+  return 3
+end
 local verdicts = pool:eval_many(jobs)
 local device = pool.device
 pool:close()
