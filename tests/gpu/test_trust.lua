@@ -40,8 +40,9 @@ def get_init_inputs():
 -- Honest: y = x W^T + b + shift + extra. The candidate has no copy of `extra` (it is not a
 -- parameter): it reads it where the reference keeps it, at EXTRA. TARGET/NBYTES: a storage
 -- of the reference the attack zeroes; SKIP_GEMM, SKIP_SHIFT, SKIP_EXTRA: what the attack
--- leaves out of its output, matching what the altered reference computes. FROM_CALL: the
--- attack starts at that call (0: the first).
+-- leaves out of its output while attacking, matching what the altered reference computes.
+-- FROM_CALL: the attack starts at that call (0: the first); before it, the kernel is
+-- honest. WRONG_SHIFT: a plain wrong answer (no attack).
 local SRC = [[
 #ifndef FROM_CALL
 #define FROM_CALL 0
@@ -52,8 +53,10 @@ extern "C" __global__ void lin(const float *x, const float *w, const float *b, c
   int i = blockIdx.y, j = blockIdx.x * blockDim.x + threadIdx.x;
   unsigned int c = calls;
   __syncthreads();
+  bool attacking = false;
 #ifdef TARGET
-  if (c >= FROM_CALL) {
+  attacking = c >= FROM_CALL;
+  if (attacking) {
     unsigned long long *t = (unsigned long long *)TARGET;
     long long tid = (long long)(blockIdx.y * gridDim.x + blockIdx.x) * blockDim.x + threadIdx.x;
     for (long long q = tid; q < NBYTES / 8; q += (long long)gridDim.x * gridDim.y * blockDim.x) t[q] = 0ull;
@@ -62,15 +65,21 @@ extern "C" __global__ void lin(const float *x, const float *w, const float *b, c
   if (i == 0 && j == 0) atomicAdd(&calls, 1u);
   if (i >= m || j >= n) return;
   float acc = 0.f;
-#ifndef SKIP_GEMM
+#ifdef SKIP_GEMM
+  if (!attacking)
+#endif
   for (int q = 0; q < k; q++) acc += x[i * k + q] * w[j * k + q];
-#endif
   acc += b[j];
-#ifndef SKIP_SHIFT
-  acc += shift[j];
+#ifdef SKIP_SHIFT
+  if (!attacking)
 #endif
-#ifndef SKIP_EXTRA
+  acc += shift[j];
+#ifdef SKIP_EXTRA
+  if (!attacking)
+#endif
   acc += ((const float *)EXTRA)[j];
+#ifdef WRONG_SHIFT
+  acc -= shift[j]; /* a plain wrong answer */
 #endif
   y[i * n + j] = acc;
 }
@@ -151,7 +160,7 @@ end)
 -- bad arguments, the failure caught (pcall), then a wrong kernel: a candidate verdict
 -- (mismatch), never `error`
 
-local WRONG = defs { SKIP_SHIFT = 1 }
+local WRONG = defs { WRONG_SHIFT = 1 }
 local BAD_CALLS = {
   scratch_dtype = [[k.scratch("f99", 16)]],
   scratch_shape = [[k.scratch("f32", -1)]],
