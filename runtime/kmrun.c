@@ -380,7 +380,8 @@ static int print_version(lua_State *L) {
       "if ok and nv.version then print('NVRTC ' .. nv.version()) end "
       "local okc, cu = pcall(require, 'km.cuda'); "
       "if okc then local a, why = cu.available(); "
-      "print(a and ('CUDA driver ' .. cu.driver_version()) or ('CUDA driver: ' .. tostring(why))) end";
+      "print(a and ('CUDA driver ' .. cu.driver_version()) or "
+      "('CUDA driver: none here (' .. tostring(why):gsub('^no CUDA driver: ', '') .. ')')) end";
   return run_string(L, probe);
 }
 

@@ -120,6 +120,45 @@ t.test("tasks: every subcommand answers --help; a bad --arch names itself", func
   t.ok(out:find("usage: kmrun tasks list", 1, true), out)
 end)
 
+t.test("tasks list: numeric order, aligned long names, '1 shape'; a file that is not a task; empty folders", function()
+  local suite = dir .. "/suite"
+  for _, name in ipairs { "2_b", "10_c", "1_a", "100_a_very_long_problem_name_that_is_wider_than_the_column" } do
+    os.execute("mkdir -p " .. suite .. " && cp -r " .. ROOT .. "/tests/tasks/t_rowsum " .. suite .. "/" .. name)
+    local f = assert(io.open(suite .. "/" .. name .. "/task.lua"))
+    local src = f:read("a"):gsub('name = "t_rowsum"', 'name = "' .. name .. '"')
+    f:close()
+    if name == "2_b" then src = src:gsub("shapes = %b{}", "shapes = { { rows = 3, cols = 1000 } }") end
+    f = assert(io.open(suite .. "/" .. name .. "/task.lua", "w"))
+    f:write(src)
+    f:close()
+  end
+  local out, err, rc = run(KMRUN .. " tasks list " .. suite)
+  t.eq(rc, 0, err)
+  local names, cols = {}, {}
+  for l in out:gmatch("[^\n]+") do
+    names[#names + 1] = l:match("^(%S+)")
+    cols[#cols + 1] = l:find(" L1 ", 1, true)
+  end
+  t.eq(table.concat(names, " "), "1_a 2_b 10_c 100_a_very_long_problem_name_that_is_wider_than_the_column", out)
+  for i = 2, #cols do t.eq(cols[i], cols[1], "the level column aligned: " .. out) end
+  t.ok(out:find("1 shape\n", 1, true) and not out:find("1 shapes", 1, true), out)
+  t.ok(out:find("4 shapes", 1, true), out)
+  -- a file that exists but is not a task: said so, not "no such folder"
+  out, err, rc = run(KMRUN .. " tasks list " .. ROOT .. "/README.md")
+  t.eq(rc, 2)
+  t.eq(lines(err), 1, err)
+  t.ok(err:find("README.md: a file, but not a task", 1, true) and not err:find("no such folder", 1, true), err)
+  -- a folder without tasks: one line, no empty tables, no "1 task(s), 1 failed"
+  local empty = dir .. "/empty"
+  os.execute("mkdir -p " .. empty)
+  for _, sub in ipairs { "list", "stats", "dedup", "check" } do
+    out, err, rc = run(KMRUN .. " tasks " .. sub .. " " .. empty)
+    t.eq(rc, 1, sub .. ": " .. out .. err)
+    t.eq(out, empty .. ": no tasks found (no folder with a task.lua in it, no PROBLEM.py)\n", sub)
+    t.eq(err, "", sub)
+  end
+end)
+
 t.test("kmrun --help and kmrun help: stdout, status 0, the commands listed", function()
   local out, err, rc = run(KMRUN .. " --help")
   t.eq(rc, 0); t.eq(err, "")

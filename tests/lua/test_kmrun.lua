@@ -53,6 +53,13 @@ t.test("-v names kmrun and Lua", function()
   t.ok(out:find("^kmrun %d+%.%d+%.%d+, Lua 5%.4"), out)
 end)
 
+t.test("-v without a driver says there is none, once", function()
+  if require("km.cuda").available() then return t.note("this machine has a CUDA driver") end
+  local out = sh(KMRUN .. " -v")
+  t.ok(out:find("\nCUDA driver: none here (cannot load libcuda.so.1", 1, true), out)
+  t.ok(not out:find("CUDA driver: no CUDA driver", 1, true), out)
+end)
+
 t.test("a missing script is a usage error", function()
   local out, rc = sh(KMRUN .. " /nonexistent/x.lua")
   t.eq(rc, 2)

@@ -68,8 +68,10 @@ local function is_task(dir)
   if f then f:close() return true end
 end
 
+-- -> tasks, errors (tasks that did not load), empty (folders with no task in them);
+-- or nil, message for a path that is not a folder, task or problem file.
 local function collect(args, precision)
-  local tasks, errors = {}, {}
+  local tasks, errors, empty = {}, {}, {}
   if #args == 0 then args = { "tasks" } end
   for _, a in ipairs(args) do
     if is_task(a) then
@@ -77,16 +79,27 @@ local function collect(args, precision)
       local t, err = task.load(kbtask.is_problem(a) and kbtask.key(a, precision) or a)
       if t then tasks[#tasks + 1] = t else errors[#errors + 1] = err end
     else
-      local d = io.open(a .. "/.", "rb")
-      if not d then return nil, a .. ": no such folder (nor a task folder or problem file)" end
-      d:close()
+      if not A.is_dir(a) then
+        local f = io.open(a, "rb")
+        if f then f:close() return nil, a .. ": a file, but not a task: name a folder of tasks, a task folder, or a problem file (PROBLEM.py)" end
+        return nil, a .. ": no such folder (nor a task folder or problem file)"
+      end
       local ts, es = task.list(a, precision)
       for _, t in ipairs(ts) do tasks[#tasks + 1] = t end
       for _, e in ipairs(es) do errors[#errors + 1] = e end
-      if #ts == 0 and #es == 0 then errors[#errors + 1] = a .. ": no tasks found (no folder with a task.lua in it)" end
+      if #ts == 0 and #es == 0 then empty[#empty + 1] = a .. ": no tasks found (no folder with a task.lua in it, no PROBLEM.py)" end
     end
   end
-  return tasks, errors
+  return tasks, errors, empty
+end
+
+-- "2_foo" before "10_foo": names compared with their runs of digits as numbers
+-- (KernelBench's problem files are numbered 1_ ... 100_).
+local function natural_less(a, b)
+  local ka, kb = a.name:gsub("%d+", function(d) return ("%012d"):format(tonumber(d)) end),
+    b.name:gsub("%d+", function(d) return ("%012d"):format(tonumber(d)) end)
+  if ka ~= kb then return ka < kb end
+  return a.name < b.name
 end
 
 local function forms(t)
@@ -124,6 +137,17 @@ end
 
 local function pct(x) return string.format("%.0f%%", 100 * x) end
 
+-- Folders that held no task at all: one line each and nothing else (no empty tables, no
+-- "0 task(s)" totals); true when that is all there was.
+local function nothing(tasks, errors, empty)
+  if #tasks > 0 or #errors > 0 then
+    for _, e in ipairs(empty) do io.stderr:write("kmrun tasks: ", e, "\n") end
+    return false
+  end
+  for _, e in ipairs(empty) do print(e) end
+  return true
+end
+
 local cmd, a = A.parse_sub(OVERVIEW, SUBS, arg)
 if not cmd then return a end
 local rest = a.dirs
@@ -138,10 +162,19 @@ end
 local arch, as_json, threshold, shingle = a.arch, a.json, a.threshold, a.shingle
 
 if cmd == "list" then
-  local tasks, errors = collect(rest)
+  local tasks, errors, empty = collect(rest)
   if not tasks then io.stderr:write("kmrun tasks ", cmd, ": ", errors, "\n") return 2 end
+  if nothing(tasks, errors, empty) then return 1 end
+  table.sort(tasks, natural_less)
+  local w = { name = 4, category = 8, forms = 5 }
   for _, t in ipairs(tasks) do
-    print(string.format("%-28s L%d %-14s %-26s %d shapes", t.name, t.level, t.category, forms(t), #t.shapes))
+    w.name, w.category = math.max(w.name, #t.name), math.max(w.category, #tostring(t.category))
+    w.forms = math.max(w.forms, #forms(t))
+  end
+  local line = string.format("%%-%ds  L%%-2s %%-%ds  %%-%ds  %%s", w.name, w.category, w.forms)
+  for _, t in ipairs(tasks) do
+    print(string.format(line, t.name, tostring(t.level), tostring(t.category), forms(t),
+      #t.shapes == 1 and "1 shape" or (#t.shapes .. " shapes")))
   end
   for _, e in ipairs(errors) do io.stderr:write("invalid: ", e, "\n") end
   return #errors == 0 and 0 or 1
@@ -154,8 +187,9 @@ elseif cmd == "check" then
       tostring(nvrtc.version and nvrtc.version() or "?"), ") compiles for\n")
     return 2
   end
-  local tasks, errors = collect(rest, a.precision)
+  local tasks, errors, empty = collect(rest, a.precision)
   if not tasks then io.stderr:write("kmrun tasks ", cmd, ": ", errors, "\n") return 2 end
+  if nothing(tasks, errors, empty) then return 1 end
   local bad = #errors
   for _, e in ipairs(errors) do print("FAIL " .. e) end
   -- problem files' references run on the GPU where there is one (one judge, this process)
@@ -189,8 +223,9 @@ elseif cmd == "check" then
   return bad == 0 and 0 or 1
 elseif cmd == "stats" then
   local dataset = require "km.dataset"
-  local tasks, errors = collect(rest)
+  local tasks, errors, empty = collect(rest)
   if not tasks then io.stderr:write("kmrun tasks ", cmd, ": ", errors, "\n") return 2 end
+  if nothing(tasks, errors, empty) then return 1 end
   for _, e in ipairs(errors) do io.stderr:write("invalid: ", e, "\n") end
   local s = dataset.task_stats(tasks)
   if as_json then
@@ -203,8 +238,9 @@ elseif cmd == "stats" then
   return #errors == 0 and 0 or 1
 else -- dedup
   local dedup = require "km.dedup"
-  local tasks, errors = collect(rest)
+  local tasks, errors, empty = collect(rest)
   if not tasks then io.stderr:write("kmrun tasks ", cmd, ": ", errors, "\n") return 2 end
+  if nothing(tasks, errors, empty) then return 1 end
   for _, e in ipairs(errors) do io.stderr:write("invalid: ", e, "\n") end
   local docs = {}
   for k, t in ipairs(tasks) do docs[k] = dedup.document(t, { shingle = shingle }) end
