@@ -61,6 +61,11 @@ M.OPTIONS = {
     type = "choice", choices = { "fp32", "fp16", "bf16" } },
   { "energy", nil, "measure joules per call of every timed candidate (NVML; ~0.3 s each)" },
   { "worker-stderr", "W", "the GPU workers' stderr: inherit or null", choices = { "inherit", "null" } },
+  { "rerun", "STATUSES", "run the strategy again for the episodes of this store that ended so:\n" ..
+      "compiled, failed, error, correct, or all (default: none; a finished\n" ..
+      "episode is kept, and a compile-only one is judged from its stored\n" ..
+      "candidate, without a model call, when a GPU is here)",
+    type = "choices", choices = { "compiled", "failed", "error", "correct", "all" } },
   { "quiet", nil, "no per-episode lines" },
   { "set", "NAME=VALUE", "a strategy's own option, read as ctx.args.NAME (may be repeated)", type = "list",
     key = "set_list" },
@@ -422,12 +427,15 @@ M.EXIT = { OK = 0, NOT_ALL_CORRECT = 1, USAGE = 2, NO_GPU = 3, MODEL = 4 }
 
 -- The exit status for a finished (or interrupted) run: 128 + the signal when interrupted;
 -- MODEL when the model could not be used (the run was stopped by it, or an episode ended
--- on a model error); NO_GPU when candidates were only compiled; else 0 or 1.
+-- on a model error); NO_GPU when candidates were only compiled (now, or before and still
+-- not judged); else 0 or 1 over every planned episode, those finished in earlier runs of
+-- the same store too (res.before, km.sweep).
 function M.exit_status(res, pool)
   if res.interrupted then return require("km.signal").exit_status(res.interrupted) end
   if res.stopped or (res.model_errors or 0) > 0 then return M.EXIT.MODEL end
-  if not pool then return M.EXIT.NO_GPU end
-  return (res.correct == res.ran) and M.EXIT.OK or M.EXIT.NOT_ALL_CORRECT
+  local before = res.before or { n = 0, correct = 0, compiled = 0 }
+  if not pool and (res.ran > 0 or before.compiled > 0) then return M.EXIT.NO_GPU end
+  return (res.correct + before.correct == res.ran + before.n) and M.EXIT.OK or M.EXIT.NOT_ALL_CORRECT
 end
 
 local function geomean(xs)
@@ -529,30 +537,33 @@ function M.main(strategy, script, argv)
       env.pool and (env.pool.device.name .. " x" .. #env.pool.slots) or "no GPU", tostring(env.cfg.model or "-"),
       env.cfg.provider, out))
   end
+  -- the same command again resumes: finished episodes are kept (km.sweep)
   local sweep = require "km.sweep"
   local res = sweep.run { strategies = { { name = sname, fn = strategy, path = script } }, tasks = tasks,
     models = args.models or { false }, repeats = 1, jobs = args.jobs, store = env.db, pool = env.pool, args = args,
-    make_client = env.make_client, guidance = env.guidance, argv = argv, name = sname, fresh = not M.interrupted_before(env.db), replay = args.replay }
-  print(fmt("summary: %d/%d correct%s, %.0f s, store %s%s%s", res.correct, res.ran,
-    M.speedup_summary(res.speedups_by), res.seconds, out,
+    make_client = env.make_client, guidance = env.guidance, argv = argv, name = sname, rerun = args.rerun, replay = args.replay }
+  local before = res.before
+  local by = {}
+  for _, src in ipairs { res.speedups_by, before.speedups_by } do
+    for over, xs in pairs(src) do
+      by[over] = by[over] or {}
+      for _, x in ipairs(xs) do insert(by[over], x) end
+    end
+  end
+  print(fmt("summary: %d/%d correct%s%s, %.0f s, store %s%s%s", res.correct + before.correct, res.ran + before.n,
+    before.n > 0 and fmt(" (%d finished in earlier runs of this store)", before.n) or "",
+    M.speedup_summary(by), res.seconds, out,
     env.pool and fmt(", %d GPU worker(s)", #env.pool.slots) or " (no GPU: compile checks only)",
     res.stopped and (", stopped: " .. tostring(res.stopped)) or ""))
   if res.interrupted then
-    io.stderr:write(fmt("kmrun: interrupted (%s): %d episode(s) marked interrupted in %s; the same command with this store resumes them\n",
-      res.interrupted, res.n_interrupted or 0, out))
+    io.stderr:write(fmt("kmrun: interrupted (%s): %d episode(s) marked interrupted in %s; %s resumes the run%s\n",
+      res.interrupted, res.n_interrupted or 0, out,
+      args.store and "the same command" or ("the same command with --store " .. out),
+      " (finished episodes are kept)"))
   end
   env.db:close()
   if env.pool then env.pool:close() end
   return M.exit_status(res, env.pool)
-end
-
--- Whether a store holds episodes an interrupted (or killed) run left: then the same
--- command resumes them instead of running every task again.
-function M.interrupted_before(db)
-  for _, e in ipairs(db:episodes {} or {}) do
-    if e.status == "interrupted" or e.status == "running" then return true end
-  end
-  return false
 end
 
 return M

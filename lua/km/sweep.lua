@@ -8,7 +8,9 @@
 -- Resuming: an episode is identified by (strategy, task, model, repeat) — the repeat is
 -- the store's rep column. Finished episodes in the output store are skipped; one left
 -- "running" by a killed sweep is marked "abandoned" and run again; one only compiled (no
--- GPU then) is judged when a GPU is here, and opts.rerun names other statuses to redo.
+-- GPU then) is judged from its stored candidate when a GPU is here (no model call: its
+-- steps are copied into the new episode, then the verdict), and opts.rerun names the
+-- statuses whose episodes run the strategy again.
 -- Every step and every finish is a single SQLite statement in WAL mode, so a SIGKILL at any
 -- moment loses no finished episode and leaves none half-written.
 local runner = require "km.runner"
@@ -99,10 +101,39 @@ local function yielding_client(client)
   end })
 end
 
+-- The strategy that judges a compile-only episode's stored candidate where there is a GPU:
+-- the earlier episode's steps are copied (its prompts and model turns stay whole for
+-- exports), then the candidate is judged. No model call.
+local function judge_stored(db, earlier)
+  return function(ctx)
+    local ep = db:episode(earlier.id)
+    for _, st in ipairs(ep and ep.steps or {}) do
+      ctx.log(st.kind, st.payload, { started_at = st.started_at, duration_ms = st.duration_ms })
+    end
+    ctx.log("note", { text = "compile-only before (episode " .. tostring(earlier.uuid) ..
+      "): its stored candidate judged here, without a model call", judged_from = earlier.uuid })
+    local cand = earlier.final.candidate
+    return cand, ctx.eval(cand)
+  end
+end
+
+-- The model's cost an episode judged from a stored candidate carries over from the one it
+-- was judged from (the report counts only a key's latest episode).
+local CARRIED = { "model_calls", "tokens", "requests", "dollars", "latency_ms", "truncated", "reasoning_chars",
+  "max_reasoning_chars", "forms" }
+
+local function has_candidate(e)
+  local f = e.final
+  return type(f) == "table" and type(f.candidate) == "table" and type(f.candidate.source) == "string"
+end
+
 -- Runs the sweep. opts: strategies = { {name, fn, path} }, tasks, models (list of names or
 -- { false } for the default), repeats, jobs, store (open km.Store), pool (or nil), args
 -- (runner options), make_client(model) -> client, guidance, shard = {i, n}, out (path),
--- rerun (statuses whose episodes run again; default { "compiled" } with a pool).
+-- rerun (statuses whose episodes run the strategy again, "all" for every one; without it,
+-- compile-only ones are judged from their stored candidate when there is a pool), fresh
+-- (ignore what the store holds). The result counts what ran now; before = { n, correct,
+-- compiled, speedups_by } counts the planned episodes finished in earlier runs.
 function M.run(opts)
   local db, pool, args = opts.store, opts.pool, opts.args
   -- the model as the store names it (the default client's model, or its provider), so a
@@ -118,12 +149,9 @@ function M.run(opts)
   -- resume: what is already finished in this store. The latest episode of each key
   -- decides; the statuses in `rerun` run again: by default "compiled" when a GPU is here,
   -- so a sweep first run without one has its episodes judged (docs/sweeps.md).
-  local rerun = {}
-  if opts.rerun then
-    for _, st in ipairs(opts.rerun) do rerun[st] = true end
-  elseif pool then
-    rerun.compiled = true
-  end
+  local rerun, judge = {}, false
+  for _, st in ipairs(opts.rerun or {}) do rerun[st] = true end
+  if not opts.rerun and pool then judge = true end
   local latest, abandoned = {}, 0
   for _, e in ipairs(opts.fresh and {} or db:episodes {}) do
     local key = fmt("%s|%s|%s|%d", e.strategy or "", e.task or "", e.model or "-", e.rep or 0)
@@ -131,19 +159,35 @@ function M.run(opts)
       db:finish_episode(e.id, "abandoned", { summary = { note = "left running by an interrupted sweep; run again" } })
       abandoned = abandoned + 1
     elseif e.status ~= "abandoned" and e.status ~= "interrupted" and e.status ~= "model_error" then
-      latest[key] = e.status
+      latest[key] = e
     end
   end
-  local done, again = {}, {}
-  for key, st in pairs(latest) do
-    if rerun[st] then again[key] = st else done[key] = st end
-  end
   local todo, redo = {}, {}
+  local before = { n = 0, correct = 0, compiled = 0, speedups_by = {} }
   for _, item in ipairs(plan) do
-    if not done[item.key] then
+    local e = latest[item.key]
+    local st = e and e.status
+    if e and (rerun.all or rerun[st]) then
       insert(todo, item)
-      local st = again[item.key]
-      if st then redo[st] = (redo[st] or 0) + 1 end
+      redo[st] = (redo[st] or 0) + 1
+    elseif e and st == "compiled" and judge and has_candidate(e) then
+      item.judged_from = e
+      insert(todo, item)
+      redo[st] = (redo[st] or 0) + 1
+    elseif e then
+      before.n = before.n + 1
+      if st == "compiled" then before.compiled = before.compiled + 1 end
+      local sm = type(e.summary) == "table" and e.summary or {}
+      if st == "correct" then
+        before.correct = before.correct + 1
+        if tonumber(sm.speedup) then
+          local over = sm.speedup_over or "unnamed"
+          before.speedups_by[over] = before.speedups_by[over] or {}
+          insert(before.speedups_by[over], tonumber(sm.speedup))
+        end
+      end
+    else
+      insert(todo, item)
     end
   end
   local run_id = db:begin_run { name = opts.name or "sweep", config = { args = opts.argv, planned = #plan, todo = #todo,
@@ -189,7 +233,7 @@ function M.run(opts)
     io.stdout:write(fmt("sweep: %d episodes planned, %d already finished, %d to run%s%s%s", #plan, #plan - #todo, #todo,
       abandoned > 0 and fmt(" (%d abandoned ones again)", abandoned) or "",
       #again_note > 0 and fmt(" (again: %s%s)", concat(again_note, ", "),
-        (redo.compiled and not opts.rerun) and ", compile-only before, judged now" or "") or "",
+        (redo.compiled and judge) and ", compile-only before, judged now from their stored code" or "") or "",
       opts.shard and fmt(", shard %d/%d", opts.shard[1], opts.shard[2]) or ""), "\n")
   end
 
@@ -213,9 +257,10 @@ function M.run(opts)
       guidance = opts.guidance, args = args, arch = pool and pool.device.arch or "sm_90" }
     local ctx = runner.ctx(t, env)
     local usage0 = client:usage()
+    local fn = item.judged_from and judge_stored(db, item.judged_from) or item.strategy.fn
     local co = coroutine.create(function()
       local t1 = wall()
-      local ok, cand, verdict = pcall(item.strategy.fn, ctx)
+      local ok, cand, verdict = pcall(fn, ctx)
       local status, err
       if not ok then
         db:append(ep, "note", { text = "strategy error", error = tostring(cand) })
@@ -227,6 +272,11 @@ function M.run(opts)
       end
       local summary = runner.summary(t, ctx, verdict, wall() - t1, usage0, client:usage())
       summary.sweep_key = item.key
+      if item.judged_from then
+        local earlier = type(item.judged_from.summary) == "table" and item.judged_from.summary or {}
+        for _, k in ipairs(CARRIED) do if earlier[k] ~= nil then summary[k] = earlier[k] end end
+        summary.judged_from = item.judged_from.uuid
+      end
       -- why it did not end correct, in a line (the episode's line shows it; so does the store)
       if status ~= "correct" and status ~= "compiled" then
         summary.reason = M.reason(verdict, err) or (status == "error" and "the strategy returned no verdict") or nil
@@ -340,7 +390,7 @@ function M.run(opts)
     if stopped then io.stderr:write("kmrun: stopping: ", tostring(stopped), "\n") end
     db:finish_run(run_id, stopped and "stopped" or "finished")
   end
-  return { planned = #plan, ran = finished, correct = correct, seconds = wall() - t0, skipped = #plan - #todo,
+  return { planned = #plan, ran = finished, correct = correct, seconds = wall() - t0, skipped = #plan - #todo, before = before,
     speedups = speedups, speedups_by = speedups_by, stopped = stopped, model_errors = model_errors, interrupted = interrupted,
     n_interrupted = n_interrupted, not_started = #todo - next_item + 1 }
 end

@@ -260,7 +260,7 @@ t.test("kmrun sweep reads positional task folders; --out is now --store", functi
   t.ok(err:find("--shard: '3/2' wants I/N with 1 <= I <= N", 1, true), err)
   out, err, rc = run(KMRUN .. " sweep --strategies implement --rerun bogus tests/tasks --store " .. st)
   t.eq(rc, 2)
-  t.ok(err:find("--rerun: 'bogus' is not one of compiled, failed, error or correct", 1, true), err)
+  t.ok(err:find("--rerun: 'bogus' is not one of compiled, failed, error, correct or all", 1, true), err)
 end)
 
 t.test("bad values name themselves: export --format, eval --seeds", function()

@@ -72,7 +72,7 @@ t.test("compile-only episodes are judged by the same sweep once a GPU is here", 
   res, text = run(path, pool)
   t.eq(res.ran, 4, text)
   t.eq(res.correct, 4)
-  t.ok(text:find("(again: 4 compiled, compile-only before, judged now)", 1, true), text)
+  t.ok(text:find("(again: 4 compiled, compile-only before, judged now from their stored code)", 1, true), text)
   t.eq(statuses(path), "compiled,compiled,compiled,compiled,correct,correct,correct,correct")
   -- and then they are finished
   res = run(path, testing.fake_pool(judge))

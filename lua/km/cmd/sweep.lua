@@ -17,10 +17,6 @@ local options = {
       if not i or i < 1 or i > n then return nil, "wants I/N with 1 <= I <= N" end
       return { i, n }
     end },
-  { "rerun", "STATUSES", "run again the episodes that ended so: compiled, failed, error,\n" ..
-      "correct (default: compiled ones when a GPU is here, so episodes a sweep\n" ..
-      "only compiled without one are judged)",
-    type = "choices", choices = { "compiled", "failed", "error", "correct" } },
 }
 for _, o in ipairs(runner.OPTIONS) do
   if o[1] == "store" then -- a sweep resumes from its store: it is named, never a timestamp
