@@ -20,11 +20,11 @@ local type = type
 
 -- Bump when what a record means changes (the timing protocol, the fields): older records
 -- are then not found.
-M.PROTOCOL = 1
+M.PROTOCOL = 2 -- 2: keyed by the timing protocol (km.timing's protocol_key)
 
 function M.dir() return jc.dir("baselines", "KM_BASELINE_DIR") end
 
-local KEY_FIELDS = { "source", "task", "shape", "precision", "device", "torch", "mode" }
+local KEY_FIELDS = { "source", "task", "shape", "precision", "device", "torch", "mode", "timing" }
 
 -- The key of a baseline: the SHA-256 of the fields in a fixed order, each a string.
 function M.key(parts) return jc.key("baseline", M.PROTOCOL, parts, KEY_FIELDS) end

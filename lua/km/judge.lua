@@ -144,6 +144,9 @@ local function copy(t)
   return c
 end
 
+-- The scratch state of a launch that has not run yet.
+local function fresh_state() return { scratch = {}, launches = {}, scratch_bytes = 0, scratch_peak = 0 } end
+
 ----------------------------------------------------------------------------------------
 -- stage 1: prepare — compile, load, and the launch environment
 
@@ -504,17 +507,38 @@ end
 
 -- Runs the reference on ref_in's buffers plus fresh poisoned outputs (which the caller
 -- returns to the pool). -> ref_io (ref_in's names and the outputs) or nil, status, message
-function Judge:run_reference(st, ref_in, dims, sym)
+function Judge:run_reference(st, ref_in, dims, sym, which)
   local t = st.task
   local io = copy(ref_in)
   for _, spec in ipairs(t.outputs) do io[spec.name] = self.pool:get(spec.dtype, dims[spec.name]):poison() end
-  local ok, s, msg = call_launch(self, st.ref, io, sym, 1e8)
+  local ok, s, msg = call_launch(self, which or st.ref, io, sym, 1e8)
   if ok then ok, s, msg = sync_status() end -- the reference's returned outputs are not used
   if not ok then
     if s ~= "crashed" then for _, spec in ipairs(t.outputs) do self.pool:put(io[spec.name]) end end
     return nil, s, msg
   end
   return io
+end
+
+-- Checks of timed calls use the fastest reference known to be right: a task whose
+-- reference is a naive CUDA kernel and which also has a PyTorch model (reference.py, loaded
+-- for the baselines) re-verifies timed calls against PyTorch eager (cuBLAS, cuDNN) once
+-- eager agreed with the CUDA reference, within the task's tolerance, on the timed shape's
+-- first trial of this worker (st.fast_ref; false when it did not or cannot). Verification
+-- itself always uses the task's own reference.
+function Judge:try_fast_reference(st, ref_in, ref_io, dims, sym)
+  if st.fast_ref ~= nil or st.prob or not st.torch_model then return end
+  st.fast_ref = false
+  local run = { torch = st.torch_model, task_dir = st.task.dir, state = fresh_state() }
+  local fast_io = self:run_reference(st, ref_in, dims, sym, run)
+  if not fast_io then return end
+  local agree = true
+  for _, spec in ipairs(st.task.outputs) do
+    local tol = st.task.tolerance[spec.dtype]
+    if agree and not compare.allclose(fast_io[spec.name], ref_io[spec.name], { atol = tol.atol, rtol = tol.rtol }).ok then agree = false end
+    self.pool:put(fast_io[spec.name])
+  end
+  if agree then st.fast_ref = run end
 end
 
 -- Rejects a reference whose output cannot tell right from wrong.
@@ -616,6 +640,7 @@ function Judge:verify(st, run, v, opts)
         end
         st.checked = true
       end
+      if si == 1 and seed == 1 and opts.timing ~= false then self:try_fast_reference(st, ref_in, ref_io, dims, sym) end
       local judged = setmetatable(outs, { __index = cand })
       local later = si > 1 and "shape" or seed > 1 and "seed" or nil
       local ms, mtext, mname = compare_outputs(t, judged, ref_io, dims, where, later, v.checks, si, seed)
@@ -657,14 +682,23 @@ end
 ----------------------------------------------------------------------------------------
 -- stage 3: measure — what is timed is verified
 
-local SUMMARY_FIELDS = { "median", "p25", "p75", "min", "n", "rel_noise", "mode", "sm_clock_mhz", "clock_moved",
-  "sm_clock_start_mhz", "sm_clock_min_mhz", "sm_clock_max_mhz", "energy_j", "energy_unavailable", "checked_calls" }
+local SUMMARY_FIELDS = { "median", "mean", "p25", "p75", "min", "n", "n_extra", "stop", "rel_noise", "mode",
+  "sm_clock_mhz", "clock_moved", "sm_clock_start_mhz", "sm_clock_min_mhz", "sm_clock_max_mhz", "energy_j",
+  "energy_unavailable", "checked_calls", "cached" }
+-- A timing summary: the fields above and the protocol's key (a record read from disk holds
+-- the key already).
 local function summary(r)
   if not r then return nil end
   local s = {}
   for _, k in ipairs(SUMMARY_FIELDS) do s[k] = r[k] end
+  s.protocol = type(r.protocol) == "table" and r.protocol.key or r.protocol
   return s
 end
+
+-- The options every timing of an evaluation is taken with (time_run's): their protocol key
+-- is part of every cached timing's key, so a number is divided only by one timed the same way.
+local function time_opts(opts) return { mode = opts.mode or "cold", max_ms = opts.max_ms or 2000 } end
+M.time_opts = time_opts
 
 -- Times `run` on the timed shape. Every call — warm-up and timed — gets fresh input values
 -- (same buffers, a new unpredictable seed) and poisoned outputs, both outside the timed
@@ -700,7 +734,7 @@ function Judge:time_run(st, run, sym, opts, check)
     self:pristine(t, sym, ref_in, cur_seed)
     local es, etext = evidence(t, cand, ref_in, run.state.scratch, where)
     if es then failure = { es, etext } return false end
-    local ref_io, rs, rmsg = self:run_reference(st, ref_in, dims, sym)
+    local ref_io, rs, rmsg = self:run_reference(st, ref_in, dims, sym, st.fast_ref)
     if not ref_io and rs == "inputs_modified" then failure = { rs, rmsg } return false end
     if not ref_io then
       failure = { verdict.ERROR, "the task's reference failed while re-verifying a timed call: " .. tostring(rmsg) }
@@ -743,8 +777,9 @@ function Judge:time_run(st, run, sym, opts, check)
       if not okb then failure = { verdict.ERROR, "the PyTorch reference failed while timed: " .. tostring(e) } return nil, tostring(e) end
     end
   end
-  local res, err, code = timing.time(timed, { mode = opts.mode or "cold", max_ms = opts.max_ms or 2000,
-    before = hooks.before, after = hooks.after })
+  local topts = time_opts(opts)
+  topts.before, topts.after = hooks.before, hooks.after
+  local res, err, code = timing.time(timed, topts)
   -- torch's cache may still hold the last outputs: back to the driver before a candidate runs
   if run.torch then run.torch:forward(cand, { empty_cache = true }) end
   -- the last timed call is always re-verified
@@ -785,6 +820,19 @@ function M.speedups(v, cand_t, t)
   local c = cand_t.median
   local bl = t.baselines
   local eager, compiled = bl and bl.eager, bl and bl.compile
+  -- a number is divided only by one timed by the same protocol
+  local want = type(cand_t.protocol) == "table" and cand_t.protocol.key or cand_t.protocol
+  local function same(x)
+    local p = x and (type(x.protocol) == "table" and x.protocol.key or x.protocol)
+    if x and want and p and p ~= want then
+      v.protocol_mismatch = v.protocol_mismatch or {}
+      v.protocol_mismatch[#v.protocol_mismatch + 1] = p
+      return nil
+    end
+    return x
+  end
+  eager, compiled = same(eager), same(compiled)
+  t = { cuda_reference = same(t.cuda_reference), baselines = bl, starter = same(t.starter) }
   if t.cuda_reference then v.speedup_cuda_reference = t.cuda_reference.median / c end
   if eager then v.speedup_eager = eager.median / c end
   if compiled then v.speedup_compile, v.compile_mode = compiled.median / c, compiled.mode end
@@ -808,7 +856,6 @@ end
 -- own input and output names. opts.compile_mode: torch.compile's mode (default KM_COMPILE_MODE,
 -- else km.kernelbench's; "off": none); opts.eager == false: no eager baseline for a task whose reference is CUDA.
 
-local function fresh_state() return { scratch = {}, launches = {}, scratch_bytes = 0, scratch_peak = 0 } end
 
 -- The task's PyTorch model: st.prob, or its reference.py loaded now. -> problem | nil, why
 function Judge:torch_model(st)
@@ -860,7 +907,8 @@ function Judge:baselines(st, sym, opts)
   local baseline = require "km.baseline"
   local task_text = t.dir and not t.reference.pytorch and task_mod.read_file(t.dir .. "/task.lua") or ""
   local parts = { source = source, task = task_text or "", shape = tk, precision = t.reference.precision or "fp32",
-    device = tostring(self.device.uuid or self.device.name), torch = tostring(info.version) }
+    device = tostring(self.device.uuid or self.device.name), torch = tostring(info.version),
+    timing = timing.protocol_key(time_opts(opts)) }
   local list, held = {}, false
   if want_eager then list[#list + 1] = "eager" end
   if mode ~= "off" then list[#list + 1] = "compile" end
@@ -908,6 +956,29 @@ function Judge:baselines(st, sym, opts)
   return out
 end
 
+-- A timing that does not change between runs (the CUDA reference's, the starter's), read
+-- from the baselines' disk cache (km.baseline) or measured by `measure` and kept there,
+-- keyed by what was timed (`source`: the texts that decide it), the task, shape, precision,
+-- GPU, NVRTC and the timing protocol. -> summary record | nil, status, message
+function Judge:cached_timing(st, sym, opts, what, source, measure)
+  local baseline = require "km.baseline"
+  local t = st.task
+  local parts = { source = source, task = t.dir and task_mod.read_file(t.dir .. "/task.lua") or "",
+    shape = task_mod.fmt_shape(sym), precision = t.reference.precision or "fp32",
+    device = tostring(self.device.uuid or self.device.name), torch = "nvrtc " .. tostring(self.device.nvrtc),
+    mode = what, timing = timing.protocol_key(time_opts(opts)) }
+  local okk, key = pcall(baseline.key, parts)
+  local rec = okk and baseline.get(key) or nil
+  if rec then rec.cached = true return rec end
+  local res, s, e = measure()
+  if not res then return nil, s, e end
+  rec = baseline_record(res)
+  rec.measured_at = os.date("!%Y-%m-%dT%H:%M:%SZ")
+  if okk then baseline.put(key, rec) end
+  rec.cached = false
+  return rec
+end
+
 function Judge:measure(st, run, v, opts)
   local t = st.task
   local sym = copy(t.shapes[1])
@@ -920,21 +991,29 @@ function Judge:measure(st, run, v, opts)
     st.times[tk] = ref_t
   elseif not ref_t then
     local s, e
-    ref_t, s, e = self:time_run(st, st.ref, sym, opts, false)
+    ref_t, s, e = self:cached_timing(st, sym, opts, "cuda_reference", t.reference.source_text .. "\0" .. t.reference.launch_text,
+      function() return self:time_run(st, st.ref, sym, opts, false) end)
     if not ref_t then return verdict.ERROR, "timing the reference failed (" .. tostring(s) .. "): " .. tostring(e) end
     st.times[tk] = ref_t
   end
   local cand_t, cs, cmsg = self:time_run(st, run, sym, opts, true)
   if not cand_t then return cs, cmsg, { context_lost = cs == "crashed" or nil } end
+  v.kernel_seconds = (cand_t.mean or cand_t.median) * cand_t.n / 1e3 -- the candidate's own timed GPU time
   local base_t = st.base_times[tk]
   if base_t == nil and opts.baseline ~= false and t.starter then
     local scand = task_mod.starter(t)
-    local srun = prepare(self, scand.source, scand.launch, scand.params, "starter")
-    if srun then
-      srun.task_outputs, srun.st = t.outputs, st
-      base_t = self:time_run(st, srun, sym, opts, false)
-      free_scratch(srun)
-    end
+    local ptext = {}
+    for k, x in pairs(scand.params or {}) do ptext[#ptext + 1] = tostring(k) .. "=" .. tostring(x) end
+    table.sort(ptext)
+    base_t = self:cached_timing(st, sym, opts, "starter", scand.source .. "\0" .. scand.launch .. "\0" .. concat(ptext, ","),
+      function()
+        local srun = prepare(self, scand.source, scand.launch, scand.params, "starter")
+        if not srun then return nil end
+        srun.task_outputs, srun.st = t.outputs, st
+        local r = self:time_run(st, srun, sym, opts, false)
+        free_scratch(srun)
+        return r
+      end)
     st.base_times[tk] = base_t or false
   end
   -- how each kernel was launched and the occupancy that gives
@@ -961,7 +1040,9 @@ function Judge:measure(st, run, v, opts)
   -- energy costs a pass of a few hundred ms (NVML's counter steps every ~100 ms): asked for
   -- by `kmrun eval` (default) and `--energy` in runs and sweeps
   if opts.energy then
+    local e0 = wall()
     local j, why = self:energy(st, run, sym, opts)
+    v.energy_seconds = wall() - e0
     v.timing.candidate.energy_j, v.timing.candidate.energy_unavailable = j, not j and why or nil
   else
     v.timing.candidate.energy_j = nil
@@ -1038,6 +1119,7 @@ function Judge:eval(t, cand, opts)
   end
   s, text, extra = self:measure(st, run, v, opts)
   stage("measure")
+  if v.energy_seconds then stages.measure, stages.energy = stages.measure - v.energy_seconds, v.energy_seconds end
   if s then return finish(s, text, extra) end
   return finish("correct", feedback.correct(#t.shapes, opts.seeds or 3, v))
 end

@@ -24,13 +24,14 @@ end)
 
 t.test("keys: one per task content, shape, precision, device, torch version and mode", function()
   local parts = { source = "class Model: ...", task = "return {}", shape = "n=1024", precision = "fp32",
-    device = "GPU-1234", torch = "2.11.0", mode = "eager" }
+    device = "GPU-1234", torch = "2.11.0", mode = "eager", timing = "cold" }
   local k = baseline.key(parts)
   t.ok(k:match("^%x+$") and #k == 64, k)
   t.eq(baseline.key(parts), k, "the same parts, the same key")
   local seen = { [k] = "base" }
   for field, other in pairs { source = "class Model: pass", task = "return { }", shape = "n=2048", precision = "fp16",
-    device = "GPU-5678", torch = "2.12.0", mode = "compile:default" } do
+    device = "GPU-5678", torch = "2.12.0", mode = "compile:default",
+    timing = require("km.timing").protocol_key { mode = "warm" } } do
     local p2 = {}
     for f, v in pairs(parts) do p2[f] = v end
     p2[field] = other
@@ -39,15 +40,15 @@ t.test("keys: one per task content, shape, precision, device, torch version and 
     seen[k2] = field
   end
   -- length-prefixed: moving text from one field to the next is another key
-  local a = baseline.key { source = "ab", task = "c", shape = "", precision = "fp32", device = "d", torch = "t", mode = "eager" }
-  local b = baseline.key { source = "a", task = "bc", shape = "", precision = "fp32", device = "d", torch = "t", mode = "eager" }
+  local a = baseline.key { source = "ab", task = "c", shape = "", precision = "fp32", device = "d", torch = "t", mode = "eager", timing = "cold" }
+  local b = baseline.key { source = "a", task = "bc", shape = "", precision = "fp32", device = "d", torch = "t", mode = "eager", timing = "cold" }
   t.ok(a ~= b, "field boundaries are part of the key")
   t.raises(function() baseline.key { source = "x" } end, "field 'task' must be a string")
 end)
 
 t.test("records: put then get, atomically; corrupt or foreign files are missing", function()
   local dir = DIR .. "/cache"
-  local k = baseline.key { source = "s", task = "", shape = "n=1", precision = "fp32", device = "d", torch = "t", mode = "eager" }
+  local k = baseline.key { source = "s", task = "", shape = "n=1", precision = "fp32", device = "d", torch = "t", mode = "eager", timing = "cold" }
   t.eq(baseline.get(k, dir), nil, "nothing yet")
   t.ok(baseline.put(k, { median = 0.125, n = 40, mode = "cold" }, dir))
   local rec = baseline.get(k, dir)
@@ -58,7 +59,7 @@ t.test("records: put then get, atomically; corrupt or foreign files are missing"
   local left = io.popen("ls " .. dir):read("a")
   t.eq(left, k .. ".json\n", "one file, no temporary left behind")
   -- a record copied under another key's name is not that key's
-  local k2 = baseline.key { source = "s2", task = "", shape = "n=1", precision = "fp32", device = "d", torch = "t", mode = "eager" }
+  local k2 = baseline.key { source = "s2", task = "", shape = "n=1", precision = "fp32", device = "d", torch = "t", mode = "eager", timing = "cold" }
   os.execute(("cp %s/%s.json %s/%s.json"):format(dir, k, dir, k2))
   t.eq(baseline.get(k2, dir), nil, "a record whose key is not its name")
   testing.write(dir .. "/" .. k .. ".json", "{\"median\": 0.1, \"key\": \"" .. k) -- cut short

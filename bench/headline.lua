@@ -1,0 +1,90 @@
+-- bench/headline.lua — `make demo`'s command (repair_then_tune over tasks/, torch.compile
+-- baselines in default mode) on one GPU, twice in one run: with empty caches (compile,
+-- baselines, timings, task specs: a fresh XDG_CACHE_HOME) and again with them warm. For
+-- each pass: evaluations, wall seconds, evaluations per GPU-hour, the stages' seconds summed
+-- over the verdicts (stage_seconds), the candidates' own timed kernel seconds
+-- (kernel_seconds) and the measure stage over them (harness overhead).
+-- Usage: kmrun bench/headline.lua [OUT.md] [--tasks DIR] [--compile-mode M]
+-- Exit status: 0, 2 on usage errors, 3 where there is no GPU (the reason on stderr).
+local A = require "km.args"
+local EXIT = require("km.runner").EXIT
+
+local SPEC = A.spec {
+  name = "bench/headline.lua", synopsis = "[OUT.md] [options]",
+  about = "make demo's command with empty and with warm caches: evaluations per GPU-hour and where the time goes.",
+  positional = { { "out", "OUT.md", "also write the lines to this file" } },
+  options = { { "tasks", "DIR", "the task folder (default tasks/)" },
+    { "compile-mode", "MODE", "torch.compile's mode for baselines (default: default, as make demo)" } },
+}
+local args, code = A.parse(SPEC, arg)
+if not args then return code end
+local okg, why = require("km.cuda").available()
+if not okg then io.stderr:write("bench/headline.lua: no GPU: ", tostring(why), "\n") return EXIT.NO_GPU end
+local store = require "km.store"
+
+local ROOT = arg[0]:match("^(.*)/bench/") or "."
+local KMRUN = arg[-1]
+local TASKS = args.tasks or (ROOT .. "/tasks")
+local MODE = args.compile_mode or "default"
+local lines = {}
+local function say(f, ...) local s = string.format(f, ...) print(s) lines[#lines + 1] = s end
+local function wall() local p = io.popen("date +%s.%N"); local v = tonumber(p:read("l")); p:close(); return v end
+local dev = require("km.cuda").device()
+
+-- Sums over the store's verdicts: evaluations, stage seconds by name, kernel seconds.
+local function summarize(path)
+  local db = assert(store.open(path))
+  local sum = { evals = 0, stages = {}, kernel = 0, timed = 0, samples = 0, correct = 0, episodes = 0 }
+  for _, e in ipairs(assert(db:episodes())) do
+    sum.episodes = sum.episodes + 1
+    if e.status == "correct" then sum.correct = sum.correct + 1 end
+    local ep = assert(db:episode(e.id))
+    for _, st in ipairs(ep.steps or {}) do
+      local v = type(st.payload) == "table" and (st.payload.verdict or st.payload) or nil
+      if type(v) == "table" and type(v.stage_seconds) == "table" then
+        sum.evals = sum.evals + 1
+        for k, s in pairs(v.stage_seconds) do sum.stages[k] = (sum.stages[k] or 0) + s end
+        if type(v.kernel_seconds) == "number" then
+          sum.kernel, sum.timed = sum.kernel + v.kernel_seconds, sum.timed + 1
+          local c = v.timing and v.timing.candidate
+          if c and c.n then sum.samples = sum.samples + c.n end
+        end
+      end
+    end
+  end
+  db:close()
+  return sum
+end
+
+local tmp = os.tmpname(); os.remove(tmp)
+assert(os.execute("mkdir -p " .. tmp .. "/cache"))
+say("# make demo's command, empty then warm caches")
+say("")
+say("GPU: %s (%s), driver %s, NVRTC %s, date %s", dev.name, dev.arch, dev.driver_version, require("km.nvrtc").version(),
+  os.date("!%Y-%m-%d %H:%M UTC"))
+say("")
+say("| pass | episodes correct | evaluations | wall s | evaluations per GPU-hour | task | prepare | baselines | verify | measure | energy | kernel s (timed) | samples per timed eval | measure / kernel |")
+say("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+for _, pass in ipairs { "empty", "warm" } do
+  local st = tmp .. "/" .. pass .. ".sqlite"
+  local cmd = ("XDG_CACHE_HOME=%s/cache KM_CACHE_DIR= KM_BASELINE_DIR= %s %s/strategies/repair_then_tune.lua %s --compile-mode %s --store %s > %s/%s.log 2>&1")
+    :format(tmp, KMRUN, ROOT, TASKS, MODE, st, tmp, pass)
+  local t0 = wall()
+  os.execute(cmd)
+  local secs = wall() - t0
+  local s = summarize(st)
+  local g = s.stages
+  local function f(x) return x and ("%.1f"):format(x) or "-" end
+  say("| %s | %d/%d | %d | %.1f | %.0f | %s | %s | %s | %s | %s | %s | %.2f (%d) | %.1f | %s |", pass, s.correct, s.episodes, s.evals,
+    secs, s.evals / secs * 3600, f(g.task), f(g.prepare), f(g.baselines), f(g.verify), f(g.measure), f(g.energy),
+    s.kernel, s.timed, s.timed > 0 and s.samples / s.timed or 0, s.kernel > 0 and ("%.2fx"):format((g.measure or 0) / s.kernel) or "-")
+end
+say("")
+say("Stage columns are seconds summed over the verdicts; kernel s is the candidates' own timed GPU time (n x mean per")
+say("timed evaluation); measure / kernel is the harness overhead of the measure stage. Logs: %s", tmp)
+if args.out then
+  local f = assert(io.open(args.out, "w"))
+  f:write(table.concat(lines, "\n"), "\n")
+  f:close()
+end
+return EXIT.OK
