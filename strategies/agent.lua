@@ -1,5 +1,7 @@
 -- agent: the model drives through tool calls — compile, run_tests, benchmark,
 -- read_guidance, submit — until it submits or runs out of turns.
+--
+-- --set turns=15  model turns before the episode ends without a submission (default 3 x --rounds)
 local prompt = require "km.prompt"
 
 local function code_args(desc)
@@ -29,7 +31,7 @@ return function(ctx)
     return cand, ctx.eval(cand)
   end
   local final, final_v
-  for _ = 1, (ctx.args.rounds or 5) * 3 do
+  for _ = 1, ctx.args.turns or (ctx.args.rounds or 5) * 3 do
     -- tool_choice: servers such as llama.cpp's ignore tools unless asked to use them
     local reply = ctx.llm:chat(messages, { tools = TOOLS, tool_choice = "auto" })
     if not reply then break end -- a model error: the episode ends on it (km.model)

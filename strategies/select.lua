@@ -1,5 +1,7 @@
 -- select: best-of-N. Draw --samples candidates (in parallel), from every model in
 -- --models if given, judge them all, keep the fastest correct one.
+--
+-- --set draw_temperature=0.8  the sampling temperature of the drafts (higher: more varied)
 local prompt = require "km.prompt"
 local steps = require "km.steps"
 
@@ -14,7 +16,7 @@ return function(ctx)
     local list = {}
     for i = 1, n do list[i] = messages end
     for _, model in ipairs(ctx.models()) do
-      for _, r in ipairs(model:chat_many(list, { temperature = 0.8 })) do
+      for _, r in ipairs(model:chat_many(list, { temperature = ctx.args.draw_temperature or 0.8 })) do
         local cand = r[1] and prompt.extract(r[1].content)
         if cand then cand.origin = model:config().model; cands[#cands + 1] = cand end
       end

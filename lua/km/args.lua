@@ -103,9 +103,13 @@ local function opt_label(o)
   return label
 end
 
--- The usage text (ends with a newline).
+-- The usage text (ends with a newline). Rows are grouped under their section: an option's
+-- `section` (default "options"), the spec's `rows` ({ section, label, help }: lines that
+-- are not options, such as a strategy's --set NAME=VALUE), in `section_order` when the
+-- spec gives one, else in the order they first appear. `title`: a line before the usage.
 function M.usage(s)
   local out = { "usage: " .. s.name .. (s.synopsis and (" " .. s.synopsis) or "") }
+  if s.title then table.insert(out, 1, s.title) end
   for _, more in ipairs(s.more_synopses or {}) do out[#out + 1] = "       " .. s.name .. " " .. more end
   if s.about then out[#out + 1] = s.about:gsub("\n$", "") end
   local rows = {}
@@ -120,10 +124,20 @@ function M.usage(s)
         if type(d) == "table" then d = concat(d, ",") end
         help = help .. " (default " .. tostring(d) .. ")"
       end
-      rows[#rows + 1] = { "options", opt_label(o), help }
+      rows[#rows + 1] = { o.section or "options", opt_label(o), help }
     end
   end
-  if not s.no_help then rows[#rows + 1] = { "options", "-h, --help", "print this help and exit" } end
+  for _, r in ipairs(s.rows or {}) do rows[#rows + 1] = r end
+  if not s.no_help then rows[#rows + 1] = { s.help_section or "options", "-h, --help", "print this help and exit" } end
+  -- grouped by section, stably
+  local rank, n = {}, 0
+  for _, name in ipairs(s.section_order or {}) do n = n + 1; rank[name] = n end
+  for _, r in ipairs(rows) do if not rank[r[1]] then n = n + 1; rank[r[1]] = n end end
+  for i, r in ipairs(rows) do r.i = i end
+  table.sort(rows, function(a, b)
+    if rank[a[1]] ~= rank[b[1]] then return rank[a[1]] < rank[b[1]] end
+    return a.i < b.i
+  end)
   local w = 0
   for _, r in ipairs(rows) do if #r[2] <= 26 then w = math.max(w, #r[2]) end end
   local section
@@ -140,7 +154,7 @@ function M.usage(s)
     for k = 2, #lines do out[#out + 1] = "  " .. rep(" ", w) .. "  " .. lines[k] end
   end
   if s.footer then out[#out + 1] = s.footer:gsub("\n$", "") end
-  return concat(out, "\n") .. "\n"
+  return (concat(out, "\n"):gsub(" +\n", "\n")) .. "\n"
 end
 
 ----------------------------------------------------------------------------------------

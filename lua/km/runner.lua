@@ -77,15 +77,80 @@ Exit status: 0 when every episode ended correct, 1 otherwise, 2 on usage errors,
 there was no GPU (candidates were only compiled), 4 when the model could not be used (the
 run was stopped by it, or an episode ended on a model error), 130 on Ctrl-C (143 on SIGTERM).]]
 
--- The spec of `kmrun STRATEGY` for the strategy file at `script`.
+-- What a strategy file says of itself: its description (the leading comment's first
+-- paragraph, as one line), its own options (comment lines `-- --set NAME=DEFAULT  what`,
+-- read as ctx.args.NAME) and the runner options it reads (ctx.args.KEY in its source).
+-- -> { description, sets = { { name, default, help } }, reads = { option, ... },
+-- unknown = { NAME, ... } (ctx.args names neither an option nor declared) } | nil, why
+function M.strategy_info(path)
+  local src, err = task_mod.read_file(path)
+  if not src then return nil, err end
+  local info = { sets = {}, reads = {}, unknown = {} }
+  local words, in_para = {}, true
+  for line in (src .. "\n"):gmatch("([^\n]*)\n") do
+    local c = line:match("^%-%-(.*)$")
+    if not c or line:match("^%-%-%[") then break end
+    local name, default, help = c:match("^%s*%-%-set%s+([%a_][%w_]*)=(%S*)%s*(.*)$")
+    if name then
+      in_para = false
+      info.sets[#info.sets + 1] = { name = name, default = default, help = help }
+    elseif c:match("^%s*$") then
+      in_para = false
+    elseif in_para then
+      words[#words + 1] = c:match("^%s*(.-)%s*$")
+    elseif #info.sets > 0 and c:match("^%s%s+%S") then -- a --set line's continuation
+      local last = info.sets[#info.sets]
+      last.help = last.help .. " " .. c:match("^%s*(.-)%s*$")
+    end
+  end
+  info.description = #words > 0 and concat(words, " ") or nil
+  local declared, seen = {}, {}
+  for _, st in ipairs(info.sets) do declared[st.name] = true end
+  local by_key = {}
+  for _, o in ipairs(M.OPTIONS) do by_key[o.key or (o[1]:gsub("%-", "_"))] = o end
+  for key in src:gmatch("ctx%.args%.([%a_][%w_]*)") do
+    if not seen[key] then
+      seen[key] = true
+      if by_key[key] then info.reads[#info.reads + 1] = by_key[key]
+      elseif not declared[key] then info.unknown[#info.unknown + 1] = key end
+    end
+  end
+  return info
+end
+
+-- The spec of `kmrun STRATEGY` for the strategy file at `script`: its help starts with the
+-- strategy's own description and lists the options it reads and its own --set options
+-- before the options every strategy run takes.
 function M.spec(script)
   local name = tostring(script or "STRATEGY"):match("([^/]+)%.lua$") or tostring(script or "STRATEGY")
+  local info = script and M.strategy_info(script) or { sets = {}, reads = {} }
+  local reads, own, common = name .. " reads", name .. "'s own options (--set NAME=VALUE, read as ctx.args.NAME)",
+    "options of every strategy run"
+  local options, picked = {}, {}
+  for _, o in ipairs(info.reads) do picked[o] = true end
+  for _, o in ipairs(M.OPTIONS) do
+    local c = {}
+    for k, v in pairs(o) do c[k] = v end
+    c.section = picked[o] and reads or common
+    options[#options + 1] = c
+  end
+  local rows = {}
+  for _, st in ipairs(info.sets) do
+    rows[#rows + 1] = { own, "--set " .. st.name .. "=" .. st.default, st.help }
+  end
+  if #rows == 0 then rows[1] = { own, "none", "" } end
   return require("km.args").spec {
     name = "kmrun " .. name,
+    -- "repair: ask, judge, ..." (the file's own name before the colon gives way to the
+    -- name it runs under: a copy keeps its description)
+    title = info.description and (name .. ": " .. info.description:gsub("^[%a_][%w_]*:%s+", "")),
     synopsis = "[TASKS...] [options]",
     about = "Runs the strategy over every task; each episode is recorded in the run's store.",
     positional = { { "task_args", "TASKS", "task folders, or folders of task folders (default ./tasks)", many = true } },
-    options = M.OPTIONS,
+    options = options,
+    rows = rows,
+    section_order = { "arguments", reads, own, common },
+    help_section = common,
     footer = M.EXIT_STATUS,
   }
 end
@@ -102,7 +167,7 @@ function M.finish_args(a)
     local k, v = kv:match("^([%a_][%w_]*)=(.*)$")
     if not k then return nil, "--set: '" .. kv .. "' wants NAME=VALUE" end
     for _, o in ipairs(M.OPTIONS) do
-      if o.key == k then return nil, "--set: " .. k .. " is an option of its own: use --" .. o[1] end
+      if (o.key or o[1]:gsub("%-", "_")) == k then return nil, "--set: " .. k .. " is an option of its own: use --" .. o[1] end
     end
     a[k] = tonumber(v) or v
   end
