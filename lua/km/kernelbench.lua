@@ -95,10 +95,38 @@ function M.available()
         if ok then ok, why, code = call("torch_info") end
       end
     end
+    if not ok and code == "NO_TORCH" then
+      -- the bridge named the Python it ran in; say how to name another
+      local env = os.getenv("KM_PYTHON")
+      why = why .. (env and ("; point KM_PYTHON (now " .. env .. ") at a python that has torch (docs/pytorch.md)")
+        or "; set KM_PYTHON to a python that has torch (docs/pytorch.md)")
+    end
     state = ok and { ok = true, info = ok } or { why = why, code = code }
   end
   if state.ok then return true, state.info end
   return nil, state.why, state.code
+end
+
+-- Problem files that failed to load because PyTorch is not available all fail alike: one
+-- line for them instead of one each. errors: a list of "PATH: why" strings (task.list's);
+-- returns the others, and the line (nil when none failed so). Asks km.kernelbench whether
+-- PyTorch is there only when a problem file is among the errors.
+function M.fold_errors(errors)
+  local any = false
+  for _, e in ipairs(errors) do if tostring(e):find("%.py: ") then any = true break end end
+  if not any then return errors end
+  local ok, why = M.available()
+  if ok then return errors end
+  local kept, files = {}, {}
+  local tail = ": " .. why
+  for _, e in ipairs(errors) do
+    local path = #e > #tail and e:sub(-#tail) == tail and e:sub(1, #e - #tail)
+    if path then files[#files + 1] = path:match("[^/]+$") else kept[#kept + 1] = e end
+  end
+  if #files == 0 then return errors end
+  local names = table.concat(files, ", ", 1, math.min(#files, 3)) .. (#files > 3 and fmt(" and %d more", #files - 3) or "")
+  return kept, fmt("%s (%s): %s", #files == 1 and "1 KernelBench problem file" or (#files .. " KernelBench problem files"),
+    names, why)
 end
 
 -- The buffers a call needs, as the bridge reads them: name -> { ptr, dtype, shape }.

@@ -206,8 +206,10 @@ function M.task_dirs(named, who)
   return named
 end
 
--- Every task named on the command line, loaded; errors listed. precision (fp16, bf16): the
--- precision KernelBench problem files run at (tasks with a CUDA reference keep theirs).
+-- Every task named on the command line, loaded; errors listed (problem files that cannot
+-- load for want of PyTorch as one entry: km.kernelbench.fold_errors). precision (fp16,
+-- bf16): the precision KernelBench problem files run at (tasks with a CUDA reference keep
+-- theirs).
 function M.collect_tasks(paths, filter, precision)
   local tasks, errors = {}, {}
   local kbtask = require "km.kbtask"
@@ -229,7 +231,30 @@ function M.collect_tasks(paths, filter, precision)
     for _, t in ipairs(tasks) do if t.name:match(filter) then insert(kept, t) end end
     tasks = kept
   end
-  return tasks, errors
+  local folded, line = require("km.kernelbench").fold_errors(errors)
+  if line then insert(folded, line) end
+  return tasks, folded
+end
+
+-- Offline (no model configured) a strategy's only candidate is the task's starter: a task
+-- without one (a KernelBench problem file) can only end no_code. Such tasks are refused up
+-- front: returns the tasks that have a starter and a line naming those left out, or nil and
+-- the line when none has one. Online (or replaying), the tasks as they are.
+function M.offline_tasks(tasks, args)
+  local ok, client = pcall(M.setup_client, args)
+  if not ok or not client or client:config().provider ~= "offline" then return tasks end
+  local kept, without = {}, {}
+  for _, t in ipairs(tasks) do
+    if t.starter then insert(kept, t) else insert(without, t.name) end
+  end
+  if #without == 0 then return tasks end
+  local names = concat(without, ", ", 1, math.min(#without, 3)) .. (#without > 3 and fmt(" and %d more", #without - 3) or "")
+  local why = fmt("offline (no model configured: set OPENAI_BASE_URL or ANTHROPIC_API_KEY, or KM_MODEL, or --provider), " ..
+    "and %s %s no starter to stand in for a model's candidate (%s): %s", #without == 1 and "1 task" or (#without .. " tasks"),
+    #without == 1 and "has" or "have", names,
+    #kept == 0 and "every episode could only end no_code, so nothing is run" or "they are left out")
+  if #kept == 0 then return nil, why end
+  return kept, why
 end
 
 ----------------------------------------------------------------------------------------
@@ -593,6 +618,10 @@ function M.main(strategy, script, argv)
   local tasks, errors = M.collect_tasks(args.tasks, args.filter, args.precision)
   for _, e in ipairs(errors) do io.stderr:write("kmrun: skipping invalid task: ", e, "\n") end
   if #tasks == 0 then io.stderr:write("kmrun: no valid tasks\n") return 2 end
+  local owhy
+  tasks, owhy = M.offline_tasks(tasks, args)
+  if owhy then io.stderr:write("kmrun: ", owhy, "\n") end
+  if not tasks then return 2 end
   local out = args.store or ("runs/" .. os.date("%Y%m%d-%H%M%S") .. ".sqlite")
   local env, why, scode = M.setup(args, out)
   if not env then io.stderr:write("kmrun: ", why, "\n") return scode end

@@ -76,6 +76,10 @@ end
 local tasks, errors = runner.collect_tasks(task_dirs, args.filter, args.precision)
 for _, e in ipairs(errors) do io.stderr:write("kmrun sweep: skipping invalid task: ", e, "\n") end
 if #tasks == 0 then io.stderr:write("kmrun sweep: no valid tasks\n") return 2 end
+local owhy
+tasks, owhy = runner.offline_tasks(tasks, args)
+if owhy then io.stderr:write("kmrun sweep: ", owhy, "\n") end
+if not tasks then return 2 end
 local models = args.models or { false }
 local shard = args.shard
 
