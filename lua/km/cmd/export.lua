@@ -26,8 +26,9 @@ local SPEC = A.spec {
   options = {
     { "format", "F", "sft: trajectory examples in the OpenAI chat fine-tuning format, with tool calls\n" ..
         "direct: task prompt -> final solution pairs (the same format)\n" ..
-        "jsonl: whole episodes with every step (kmrun's own format)",
-      choices = { "sft", "direct", "jsonl" }, default = "sft" },
+        "jsonl: whole episodes with every step (kmrun's own format)\n" ..
+        "(default sft; --validate without it tells the format from the file)",
+      choices = { "sft", "direct", "jsonl" } },
     { "verified", nil, "only episodes whose final candidate was judged correct (the default of\n" ..
         "sft and direct, whose lines are training data; jsonl writes every episode unless given)" },
     { "all", nil, "sft, direct: every episode with model turns, failed ones too" },
@@ -59,19 +60,47 @@ local SPEC = A.spec {
         "any key but messages and tools in the examples", type = "path" },
     { "out", "FILE", "write the lines there (default: standard output)", type = "path" },
     { "validate", "FILE", "check FILE against --format (sft and direct: the OpenAI chat\n" ..
-        "fine-tuning format) and say what is wrong, line by line", type = "file" },
+        "fine-tuning format; jsonl: kmrun's episode lines; without --format, the\n" ..
+        "format of its first line) and say what is wrong, line by line", type = "file" },
   },
   footer = [[
-exit status: 0 written (or valid), 1 --validate found problems, 2 usage error or a store
-that is missing, not a kmrun store or damaged]],
+exit status: 0 written (or valid), 1 --validate found problems, or nothing to write (a line
+says why and what to do), 2 usage error or a store that is missing, not a kmrun store or
+damaged]],
 }
 
 local args, acode = A.parse(SPEC, arg)
 if not args then return acode end
 local function bad(msg) io.stderr:write("kmrun export: ", msg, "\n") return 2 end
 
+-- The format of a file to validate, from its first line that is a JSON object: kmrun's
+-- episode lines (jsonl) carry uuid, status and steps; chat examples (sft, direct) messages.
+-- nil when no line says.
+local function detect_format(path)
+  local f = io.open(path, "rb")
+  if not f then return nil end
+  local found
+  for line in f:lines() do
+    local obj = line:match("%S") and json.decode(line)
+    if type(obj) == "table" then
+      if obj.messages ~= nil then found = "sft"
+      elseif obj.steps ~= nil and obj.uuid ~= nil then found = "jsonl" end
+      break
+    end
+  end
+  f:close()
+  return found
+end
+
 if args.validate then
   if args.store then return A.fail(SPEC, "--validate checks a file: give no store with it") end
+  if not args.format then
+    local found = detect_format(args.validate)
+    args.format = found or "sft"
+    io.stderr:write("kmrun export: ", args.validate, ": ", found == "jsonl" and "kmrun episode lines (jsonl)"
+      or found and "chat examples (sft/direct)" or "format not recognised; checked as sft",
+      found and "; checked as such" or "", " (--format sft|direct|jsonl chooses)\n")
+  end
   local r, verr = sft.validate_file(args.validate, args.format == "jsonl" and "episode" or "chat")
   if not r then return bad(args.validate .. ": " .. verr) end
   local shown = 0
@@ -90,6 +119,7 @@ if args.validate then
   return 1
 end
 if not args.store then return A.fail(SPEC, "missing RUN.sqlite", true) end
+args.format = args.format or "sft"
 
 -- Training lines are verified by default; --all takes failed episodes too.
 if args.all and args.verified then return A.fail(SPEC, "--all and --verified contradict each other") end
@@ -146,6 +176,18 @@ local function writable(rec)
 end
 
 local written, skipped = 0, 0
+-- why episodes were not written, counted (the line when nothing was): no model turns,
+-- not judged correct (and of those, only compiled), below --min-speedup, over --max-reasoning
+local why = { no_model = 0, unverified = 0, compiled = 0, speedup = 0, reasoning = 0 }
+local function count_why(rec)
+  if filters.verified and not rec.correct then
+    why.unverified = why.unverified + 1
+    if rec.status == "compiled" then why.compiled = why.compiled + 1 end
+  end
+  if filters.min_speedup and not (rec.speedup and rec.speedup >= filters.min_speedup) then why.speedup = why.speedup + 1 end
+  if filters.max_reasoning and rec.max_reasoning > filters.max_reasoning then why.reasoning = why.reasoning + 1 end
+  if not writable(rec) then why.no_model = why.no_model + 1 end
+end
 local function emit(obj, rec, stratum)
   out:write(json.encode(obj, { nan = "null" }), "\n")
   written = written + 1
@@ -202,7 +244,7 @@ local function run()
       local rec = ep and dataset.examine(ep)
       local obj = rec and dataset.passes(rec, filters) and line_for(rec, row.id)
       if failed then return end
-      if obj then emit(obj, rec) elseif rec then skipped = skipped + 1 end
+      if obj then emit(obj, rec) elseif rec then skipped = skipped + 1; count_why(rec) end
     end
     return
   end
@@ -218,6 +260,7 @@ local function run()
       pool[#pool + 1] = rec
     elseif rec then
       skipped = skipped + 1
+      count_why(rec)
     end
   end
   local picked, report = dataset.sample(pool, { n = n_sample, keys = keys, seed = seed })
@@ -241,4 +284,27 @@ if #unreadable > 0 then io.stderr:write("kmrun export: ", cli.skipped_note(path,
 io.stderr:write(string.format("kmrun export: %d episode(s) written, %d skipped (%s)\n", written, skipped,
   (sampling and "filters, no model turns, or not drawn" or "filters, or no model turns") ..
     (args.weights and ", or no passing turn" or "")))
-return 0
+if written > 0 then return 0 end
+
+-- Nothing written: why, and what to do, in a line each
+local fmt = string.format
+local parts, todo = {}, {}
+if why.no_model > 0 then
+  parts[#parts + 1] = fmt("%d had no model turns (an offline run: its candidates are the tasks' starters)", why.no_model)
+  todo[#todo + 1] = "run a strategy with a model (KM_MODEL, OPENAI_BASE_URL; docs/llm.md) for training lines"
+end
+if why.unverified > 0 then
+  parts[#parts + 1] = fmt("%d not judged correct%s", why.unverified,
+    why.compiled > 0 and fmt(" (%d only compiled: there was no GPU)", why.compiled) or "")
+  if why.compiled > 0 then
+    todo[#todo + 1] = "on a GPU host the same strategy command with this store judges compile-only episodes (no model call)"
+  end
+  if why.no_model < why.unverified then todo[#todo + 1] = "--all takes episodes that did not end correct too" end
+end
+if why.speedup > 0 then parts[#parts + 1] = fmt("%d below --min-speedup", why.speedup) end
+if why.reasoning > 0 then parts[#parts + 1] = fmt("%d over --max-reasoning", why.reasoning) end
+if args.format ~= "jsonl" and #rows > 0 then todo[#todo + 1] = "--format jsonl writes the episodes as they are" end
+io.stderr:write("kmrun export: nothing written: ", #rows == 0 and "the store holds no episode"
+  or fmt("of %d episode(s), %s", #rows, #parts > 0 and table.concat(parts, "; ") or "none was drawn"), "\n",
+  #todo > 0 and ("kmrun export: to get lines: " .. table.concat(todo, "; ") .. "\n") or "")
+return 1
