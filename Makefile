@@ -198,9 +198,10 @@ $(BUILD)/raw_bench: bench/raw_bench.c
 # The main job: every task through the headline strategy. Offline (the task starters)
 # unless a model is configured; without a GPU it only compiles (exit status 3, accepted).
 # torch.compile baselines in its default mode: max-autotune (the default elsewhere) would
-# spend minutes per task on a first run.
+# spend minutes per task on a first run. Only the program is built (the library, benches
+# and examples of `make all` are not used here: most of a first demo's build time).
 demo: deps
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory $(BUILD)/kmrun
 	$(BUILD)/kmrun strategies/repair_then_tune.lua tasks/ --compile-mode default || test $$? -eq 3
 
 bench: all $(BUILD)/raw_bench
