@@ -42,9 +42,10 @@
  * Ctrl-C); it repeats every millisecond until the run notices. Bounded library functions
  * that work step by step also stop at the deadline.
  *
- * The bounded library: string.find/match/gmatch/gsub are lstrlib's matcher (Lua 5.4.4,
- * MIT licence, copied below) with every step charged; utf8.codes' iterator is lutf8lib's
- * with its skip loop charged; the other functions that loop or copy (string.byte, char,
+ * The bounded library has no patterns: string.find finds plain text only (`plain` must be
+ * true), and string.match/gmatch/gsub and utf8.codes are not offered (a call says so): a
+ * backtracking matcher needs a step meter inside it, and the tree holds only code written
+ * here. The other functions that loop or copy (string.byte, char,
  * format, lower, upper, rep, reverse, sub; table.concat, insert, move, pack, remove, sort,
  * unpack; utf8.char, codepoint, len, offset; tonumber) charge their work from their
  * arguments and then call Lua's own function. string.pack/packsize/unpack and dump are
@@ -80,7 +81,6 @@
 
 #define ALLOC_BYTES_PER_UNIT 64  /* an allocation of 64 bytes costs one unit */
 #define COPY_BYTES_PER_UNIT 8    /* copying or scanning 8 bytes costs one unit */
-#define STEP_CHUNK 1024          /* pattern steps charged in batches */
 #define HOOK_STEP 1000           /* instructions between count hooks */
 
 /* ==================================================================================== */
@@ -665,63 +665,6 @@ static int u_codepoint(lua_State *L) { return s_bytes_of_arg1(L, o_codepoint); }
 static int u_len(lua_State *L) { return s_bytes_of_arg1(L, o_ulen); }
 static int u_offset(lua_State *L) { return s_bytes_of_arg1(L, o_offset); }
 
-/* lutf8lib's decoder and codes() iterator (Lua 5.4.4), the skip loop charged */
-#define MAXUNICODE 0x10FFFFu
-#define MAXUTF 0x7FFFFFFFu
-#define iscont(p) ((*(p) & 0xC0) == 0x80)
-
-static const char *utf8_decode(const char *s, unsigned *val, int strict) {
-  static const unsigned limits[] = {~(unsigned)0, 0x80, 0x800, 0x10000u, 0x200000u, 0x4000000u};
-  unsigned int c = (unsigned char)s[0];
-  unsigned res = 0;
-  if (c < 0x80) res = c;
-  else {
-    int count = 0;
-    for (; c & 0x40; c <<= 1) {
-      unsigned int cc = (unsigned char)s[++count];
-      if ((cc & 0xC0) != 0x80) return NULL;
-      res = (res << 6) | (cc & 0x3F);
-    }
-    res |= ((unsigned)(c & 0x7F) << (count * 5));
-    if (count > 5 || res > MAXUTF || res < limits[count]) return NULL;
-    s += count;
-  }
-  if (strict && (res > MAXUNICODE || (0xD800u <= res && res <= 0xDFFFu))) return NULL;
-  if (val) *val = res;
-  return s + 1;
-}
-
-static int iter_aux(lua_State *L, int strict) {
-  size_t len;
-  const char *s = luaL_checklstring(L, 1, &len);
-  lua_Unsigned n = (lua_Unsigned)lua_tointeger(L, 2);
-  if (n < len) {
-    lua_Unsigned from = n;
-    while (iscont(s + n)) {
-      n++;
-      if (((n - from) & 4095) == 0) charge(L, 4096 / COPY_BYTES_PER_UNIT);
-    }
-  }
-  if (n >= len) return 0;
-  unsigned code;
-  const char *next = utf8_decode(s + n, &code, strict);
-  if (next == NULL) return luaL_error(L, "invalid UTF-8 code");
-  lua_pushinteger(L, (lua_Integer)n + 1);
-  lua_pushinteger(L, code);
-  return 2;
-}
-static int iter_strict(lua_State *L) { charge(L, 1); return iter_aux(L, 1); }
-static int iter_lax(lua_State *L) { charge(L, 1); return iter_aux(L, 0); }
-
-static int u_codes(lua_State *L) {
-  int lax = lua_toboolean(L, 2);
-  luaL_checkstring(L, 1);
-  lua_pushcfunction(L, lax ? iter_lax : iter_strict);
-  lua_pushvalue(L, 1);
-  lua_pushinteger(L, 0);
-  return 3;
-}
-
 /* ---- base ---- */
 
 static int b_tonumber(lua_State *L) {
@@ -761,538 +704,57 @@ static int b_xpcall(lua_State *L) {
   return 2;                                         /* false, h(err) */
 }
 
-/* ==================================================================================== */
-/* Pattern matching: lstrlib.c of Lua 5.4.4 (MIT licence, Copyright (C) 1994-2022         */
-/* Lua.org, PUC-Rio), with every step charged to the run                                 */
-/* ==================================================================================== */
-
-#define LUA_MAXCAPTURES 32
-#define CAP_UNFINISHED (-1)
-#define CAP_POSITION (-2)
-#define MAXCCALLS 200
-#define L_ESC '%'
-#define SPECIALS "^$*+?.([%-"
-#define uchar(c) ((unsigned char)(c))
-
-typedef struct MatchState {
-  const char *src_init;
-  const char *src_end;
-  const char *p_end;
-  lua_State *L;
-  int matchdepth;
-  unsigned char level;
-  size_t steps; /* not yet charged */
-  struct {
-    const char *init;
-    ptrdiff_t len;
-  } capture[LUA_MAXCAPTURES];
-} MatchState;
-
-static void flush_steps(MatchState *ms) {
-  lua_Integer n = (lua_Integer)ms->steps;
-  ms->steps = 0;
-  charge(ms->L, n);
-}
-#define STEP(ms, n) do { (ms)->steps += (size_t)(n); if ((ms)->steps >= STEP_CHUNK) flush_steps(ms); } while (0)
-
-static const char *match(MatchState *ms, const char *s, const char *p);
-
-static int check_capture(MatchState *ms, int l) {
-  l -= '1';
-  if (l < 0 || l >= ms->level || ms->capture[l].len == CAP_UNFINISHED)
-    return luaL_error(ms->L, "invalid capture index %%%d", l + 1);
-  return l;
-}
-
-static int capture_to_close(MatchState *ms) {
-  int level = ms->level;
-  for (level--; level >= 0; level--)
-    if (ms->capture[level].len == CAP_UNFINISHED) return level;
-  return luaL_error(ms->L, "invalid pattern capture");
-}
-
-static const char *classend(MatchState *ms, const char *p) {
-  switch (*p++) {
-  case L_ESC: {
-    if (p == ms->p_end) luaL_error(ms->L, "malformed pattern (ends with '%%')");
-    return p + 1;
-  }
-  case '[': {
-    const char *start = p;
-    if (*p == '^') p++;
-    do {
-      if (p == ms->p_end) luaL_error(ms->L, "malformed pattern (missing ']')");
-      if (*(p++) == L_ESC && p < ms->p_end) p++;
-    } while (*p != ']');
-    STEP(ms, p - start);
-    return p + 1;
-  }
-  default: return p;
-  }
-}
-
-static int match_class(int c, int cl) {
-  int res;
-  switch (tolower(cl)) {
-  case 'a': res = isalpha(c); break;
-  case 'c': res = iscntrl(c); break;
-  case 'd': res = isdigit(c); break;
-  case 'g': res = isgraph(c); break;
-  case 'l': res = islower(c); break;
-  case 'p': res = ispunct(c); break;
-  case 's': res = isspace(c); break;
-  case 'u': res = isupper(c); break;
-  case 'w': res = isalnum(c); break;
-  case 'x': res = isxdigit(c); break;
-  case 'z': res = (c == 0); break;
-  default: return (cl == c);
-  }
-  return (islower(cl) ? res : !res);
-}
-
-static int matchbracketclass(MatchState *ms, int c, const char *p, const char *ec) {
-  int sig = 1;
-  STEP(ms, ec - p);
-  if (*(p + 1) == '^') {
-    sig = 0;
-    p++;
-  }
-  while (++p < ec) {
-    if (*p == L_ESC) {
-      p++;
-      if (match_class(c, uchar(*p))) return sig;
-    } else if ((*(p + 1) == '-') && (p + 2 < ec)) {
-      p += 2;
-      if (uchar(*(p - 2)) <= c && c <= uchar(*p)) return sig;
-    } else if (uchar(*p) == c) return sig;
-  }
-  return !sig;
-}
-
-static int singlematch(MatchState *ms, const char *s, const char *p, const char *ep) {
-  if (s >= ms->src_end) return 0;
-  int c = uchar(*s);
-  switch (*p) {
-  case '.': return 1;
-  case L_ESC: return match_class(c, uchar(*(p + 1)));
-  case '[': return matchbracketclass(ms, c, p, ep - 1);
-  default: return (uchar(*p) == c);
-  }
-}
-
-static const char *matchbalance(MatchState *ms, const char *s, const char *p) {
-  if (p >= ms->p_end - 1) luaL_error(ms->L, "malformed pattern (missing arguments to '%%b')");
-  if (*s != *p) return NULL;
-  int b = *p, e = *(p + 1), cont = 1;
-  while (++s < ms->src_end) {
-    STEP(ms, 1);
-    if (*s == e) {
-      if (--cont == 0) return s + 1;
-    } else if (*s == b) cont++;
-  }
-  return NULL;
-}
-
-static const char *max_expand(MatchState *ms, const char *s, const char *p, const char *ep) {
-  ptrdiff_t i = 0;
-  while (singlematch(ms, s + i, p, ep)) {
-    i++;
-    STEP(ms, 1);
-  }
-  while (i >= 0) {
-    const char *res = match(ms, (s + i), ep + 1);
-    if (res) return res;
-    i--;
-  }
-  return NULL;
-}
-
-static const char *min_expand(MatchState *ms, const char *s, const char *p, const char *ep) {
-  for (;;) {
-    const char *res = match(ms, s, ep + 1);
-    if (res != NULL) return res;
-    else if (singlematch(ms, s, p, ep)) s++;
-    else return NULL;
-  }
-}
-
-static const char *start_capture(MatchState *ms, const char *s, const char *p, int what) {
-  const char *res;
-  int level = ms->level;
-  if (level >= LUA_MAXCAPTURES) luaL_error(ms->L, "too many captures");
-  ms->capture[level].init = s;
-  ms->capture[level].len = what;
-  ms->level = level + 1;
-  if ((res = match(ms, s, p)) == NULL) ms->level--;
-  return res;
-}
-
-static const char *end_capture(MatchState *ms, const char *s, const char *p) {
-  int l = capture_to_close(ms);
-  const char *res;
-  ms->capture[l].len = s - ms->capture[l].init;
-  if ((res = match(ms, s, p)) == NULL) ms->capture[l].len = CAP_UNFINISHED;
-  return res;
-}
-
-static const char *match_capture(MatchState *ms, const char *s, int l) {
-  size_t len;
-  l = check_capture(ms, l);
-  len = ms->capture[l].len;
-  STEP(ms, len / COPY_BYTES_PER_UNIT + 1);
-  if ((size_t)(ms->src_end - s) >= len && memcmp(ms->capture[l].init, s, len) == 0) return s + len;
-  else return NULL;
-}
-
-static const char *match(MatchState *ms, const char *s, const char *p) {
-  if (ms->matchdepth-- == 0) luaL_error(ms->L, "pattern too complex");
-init:
-  STEP(ms, 1);
-  if (p != ms->p_end) {
-    switch (*p) {
-    case '(': {
-      if (*(p + 1) == ')') s = start_capture(ms, s, p + 2, CAP_POSITION);
-      else s = start_capture(ms, s, p + 1, CAP_UNFINISHED);
-      break;
-    }
-    case ')': {
-      s = end_capture(ms, s, p + 1);
-      break;
-    }
-    case '$': {
-      if ((p + 1) != ms->p_end) goto dflt;
-      s = (s == ms->src_end) ? s : NULL;
-      break;
-    }
-    case L_ESC: {
-      switch (*(p + 1)) {
-      case 'b': {
-        s = matchbalance(ms, s, p + 2);
-        if (s != NULL) {
-          p += 4;
-          goto init;
-        }
-        break;
-      }
-      case 'f': {
-        const char *ep;
-        char previous;
-        p += 2;
-        if (*p != '[') luaL_error(ms->L, "missing '[' after '%%f' in pattern");
-        ep = classend(ms, p);
-        previous = (s == ms->src_init) ? '\0' : *(s - 1);
-        if (!matchbracketclass(ms, uchar(previous), p, ep - 1) && matchbracketclass(ms, uchar(*s), p, ep - 1)) {
-          p = ep;
-          goto init;
-        }
-        s = NULL;
-        break;
-      }
-      case '0': case '1': case '2': case '3': case '4':
-      case '5': case '6': case '7': case '8': case '9': {
-        s = match_capture(ms, s, uchar(*(p + 1)));
-        if (s != NULL) {
-          p += 2;
-          goto init;
-        }
-        break;
-      }
-      default: goto dflt;
-      }
-      break;
-    }
-    default:
-    dflt: {
-      const char *ep = classend(ms, p);
-      if (!singlematch(ms, s, p, ep)) {
-        if (*ep == '*' || *ep == '?' || *ep == '-') {
-          p = ep + 1;
-          goto init;
-        } else s = NULL;
-      } else {
-        switch (*ep) {
-        case '?': {
-          const char *res;
-          if ((res = match(ms, s + 1, ep + 1)) != NULL) s = res;
-          else {
-            p = ep + 1;
-            goto init;
-          }
-          break;
-        }
-        case '+': s++; /* FALLTHROUGH */
-        case '*': s = max_expand(ms, s, p, ep); break;
-        case '-': s = min_expand(ms, s, p, ep); break;
-        default:
-          s++;
-          p = ep;
-          goto init;
-        }
-      }
-      break;
-    }
-    }
-  }
-  ms->matchdepth++;
-  return s;
-}
-
-static size_t get_onecapture(MatchState *ms, int i, const char *s, const char *e, const char **cap) {
-  if (i >= ms->level) {
-    if (i != 0) luaL_error(ms->L, "invalid capture index %%%d", i + 1);
-    *cap = s;
-    return e - s;
-  } else {
-    ptrdiff_t capl = ms->capture[i].len;
-    *cap = ms->capture[i].init;
-    if (capl == CAP_UNFINISHED) luaL_error(ms->L, "unfinished capture");
-    else if (capl == CAP_POSITION) lua_pushinteger(ms->L, (ms->capture[i].init - ms->src_init) + 1);
-    return capl;
-  }
-}
-
-static void push_onecapture(MatchState *ms, int i, const char *s, const char *e) {
-  const char *cap;
-  ptrdiff_t l = get_onecapture(ms, i, s, e, &cap);
-  if (l != CAP_POSITION) lua_pushlstring(ms->L, cap, l);
-}
-
-static int push_captures(MatchState *ms, const char *s, const char *e) {
-  int nlevels = (ms->level == 0 && s) ? 1 : ms->level;
-  luaL_checkstack(ms->L, nlevels, "too many captures");
-  for (int i = 0; i < nlevels; i++) push_onecapture(ms, i, s, e);
-  return nlevels;
-}
-
-static int nospecials(const char *p, size_t l) {
-  size_t upto = 0;
-  do {
-    if (strpbrk(p + upto, SPECIALS)) return 0;
-    upto += strlen(p + upto) + 1;
-  } while (upto <= l);
-  return 1;
-}
-
-static void prepstate(MatchState *ms, lua_State *L, const char *s, size_t ls, const char *p, size_t lp) {
-  ms->L = L;
-  ms->matchdepth = MAXCCALLS;
-  ms->src_init = s;
-  ms->src_end = s + ls;
-  ms->p_end = p + lp;
-  ms->steps = 0;
-}
-
-static void reprepstate(MatchState *ms) { ms->level = 0; }
-
-static int str_find_aux(lua_State *L, int find) {
+/* ---- string.find, plain only ----
+ * Launch code gets no patterns: string.find(s, text [, init], true) finds text literally
+ * (what a launch script might want: a kernel's name, a flag), charged by the bytes it scans;
+ * string.find without plain, match, gmatch and gsub are not in the sandbox (docs/security.md:
+ * Lua's own matcher backtracks without bound, and the tree holds only code written here). */
+static int s_find(lua_State *L) {
   size_t ls, lp;
   const char *s = luaL_checklstring(L, 1, &ls);
   const char *p = luaL_checklstring(L, 2, &lp);
   size_t init = posrelatI(luaL_optinteger(L, 3, 1), ls) - 1;
-  charge(L, BYTES(lp));
-  if (init > ls) {
-    lua_pushnil(L);
-    return 1;
-  }
-  if (find && (lua_toboolean(L, 4) || nospecials(p, lp))) {
-    /* a plain search, in linear time (glibc's two-way memmem) */
-    charge(L, BYTES(ls - init + lp));
-    const char *s2 = lp == 0 ? s + init : memmem(s + init, ls - init, p, lp);
-    if (s2) {
-      lua_pushinteger(L, (s2 - s) + 1);
-      lua_pushinteger(L, (s2 - s) + lp);
-      return 2;
-    }
-  } else {
-    MatchState ms;
-    const char *s1 = s + init;
-    int anchor = (*p == '^');
-    if (anchor) {
-      p++;
-      lp--;
-    }
-    prepstate(&ms, L, s, ls, p, lp);
-    do {
-      const char *res;
-      reprepstate(&ms);
-      if ((res = match(&ms, s1, p)) != NULL) {
-        flush_steps(&ms);
-        if (find) {
-          lua_pushinteger(L, (s1 - s) + 1);
-          lua_pushinteger(L, res - s);
-          return push_captures(&ms, NULL, 0) + 2;
-        } else return push_captures(&ms, s1, res);
-      }
-    } while (s1++ < ms.src_end && !anchor);
-    flush_steps(&ms);
-  }
-  lua_pushnil(L);
-  return 1;
-}
-
-static int s_find(lua_State *L) { return str_find_aux(L, 1); }
-static int s_match(lua_State *L) { return str_find_aux(L, 0); }
-
-typedef struct GMatchState {
-  const char *src;
-  const char *p;
-  const char *lastmatch;
-  MatchState ms;
-} GMatchState;
-
-static int gmatch_aux(lua_State *L) {
-  GMatchState *gm = (GMatchState *)lua_touserdata(L, lua_upvalueindex(3));
-  const char *src;
-  gm->ms.L = L;
-  gm->ms.steps = 0;
-  for (src = gm->src; src <= gm->ms.src_end; src++) {
-    const char *e;
-    reprepstate(&gm->ms);
-    if ((e = match(&gm->ms, src, gm->p)) != NULL && e != gm->lastmatch) {
-      gm->src = gm->lastmatch = e;
-      flush_steps(&gm->ms);
-      return push_captures(&gm->ms, src, e);
-    }
-  }
-  flush_steps(&gm->ms);
-  return 0;
-}
-
-static int s_gmatch(lua_State *L) {
-  size_t ls, lp;
-  const char *s = luaL_checklstring(L, 1, &ls);
-  const char *p = luaL_checklstring(L, 2, &lp);
-  size_t init = posrelatI(luaL_optinteger(L, 3, 1), ls) - 1;
-  GMatchState *gm;
-  lua_settop(L, 2);
-  gm = (GMatchState *)lua_newuserdatauv(L, sizeof(GMatchState), 0);
-  if (init > ls) init = ls + 1;
-  prepstate(&gm->ms, L, s, ls, p, lp);
-  gm->src = s + init;
-  gm->p = p;
-  gm->lastmatch = NULL;
-  lua_pushcclosure(L, gmatch_aux, 3);
-  return 1;
-}
-
-static void add_s(MatchState *ms, luaL_Buffer *b, const char *s, const char *e) {
-  size_t l;
-  lua_State *L = ms->L;
-  const char *news = lua_tolstring(L, 3, &l);
-  const char *p;
-  while ((p = (char *)memchr(news, L_ESC, l)) != NULL) {
-    luaL_addlstring(b, news, p - news);
-    p++;
-    if (*p == L_ESC) luaL_addchar(b, *p);
-    else if (*p == '0') luaL_addlstring(b, s, e - s);
-    else if (isdigit(uchar(*p))) {
-      const char *cap;
-      ptrdiff_t resl = get_onecapture(ms, *p - '1', s, e, &cap);
-      if (resl == CAP_POSITION) luaL_addvalue(b);
-      else luaL_addlstring(b, cap, resl);
-    } else luaL_error(L, "invalid use of '%c' in replacement string", L_ESC);
-    l -= p + 1 - news;
-    news = p + 1;
-  }
-  luaL_addlstring(b, news, l);
-}
-
-static int add_value(MatchState *ms, luaL_Buffer *b, const char *s, const char *e, int tr) {
-  lua_State *L = ms->L;
-  switch (tr) {
-  case LUA_TFUNCTION: {
-    int n;
-    lua_pushvalue(L, 3);
-    n = push_captures(ms, s, e);
-    lua_call(L, n, 1);
-    break;
-  }
-  case LUA_TTABLE: {
-    push_onecapture(ms, 0, s, e);
-    lua_gettable(L, 3);
-    break;
-  }
-  default: {
-    add_s(ms, b, s, e);
-    return 1;
-  }
-  }
-  if (!lua_toboolean(L, -1)) {
-    lua_pop(L, 1);
-    luaL_addlstring(b, s, e - s);
-    return 0;
-  } else if (!lua_isstring(L, -1))
-    return luaL_error(L, "invalid replacement value (a %s)", luaL_typename(L, -1));
-  else {
-    luaL_addvalue(b);
-    return 1;
-  }
-}
-
-static int s_gsub(lua_State *L) {
-  size_t srcl, lp;
-  const char *src = luaL_checklstring(L, 1, &srcl);
-  const char *p = luaL_checklstring(L, 2, &lp);
-  const char *lastmatch = NULL;
-  int tr = lua_type(L, 3);
-  lua_Integer max_s = luaL_optinteger(L, 4, srcl + 1);
-  int anchor = (*p == '^');
-  lua_Integer n = 0;
-  int changed = 0;
-  MatchState ms;
-  luaL_Buffer b;
-  luaL_argexpected(L, tr == LUA_TNUMBER || tr == LUA_TSTRING || tr == LUA_TFUNCTION || tr == LUA_TTABLE, 3,
-                   "string/function/table");
-  charge(L, BYTES(lp));
-  luaL_buffinit(L, &b);
-  if (anchor) {
-    p++;
-    lp--;
-  }
-  prepstate(&ms, L, src, srcl, p, lp);
-  while (n < max_s) {
-    const char *e;
-    size_t before = luaL_bufflen(&b);
-    reprepstate(&ms);
-    if ((e = match(&ms, src, p)) != NULL && e != lastmatch) {
-      n++;
-      flush_steps(&ms); /* a function replacement runs Lua: charge what came before */
-      changed = add_value(&ms, &b, src, e, tr) | changed;
-      src = lastmatch = e;
-    } else if (src < ms.src_end) luaL_addchar(&b, *src++);
-    else break;
-    STEP(&ms, (luaL_bufflen(&b) - before) / COPY_BYTES_PER_UNIT);
-    if (anchor) break;
-  }
-  if (!changed) lua_pushvalue(L, 1);
-  else {
-    STEP(&ms, (size_t)(ms.src_end - src) / COPY_BYTES_PER_UNIT);
-    luaL_addlstring(&b, src, ms.src_end - src);
-    luaL_pushresult(&b);
-  }
-  flush_steps(&ms);
-  lua_pushinteger(L, n);
+  if (!lua_toboolean(L, 4))
+    return luaL_error(L, "string.find: patterns are not offered to launch code; "
+                         "find text with string.find(s, text, init, true)");
+  if (init > ls) { luaL_pushfail(L); return 1; }
+  charge(L, BYTES(ls - init));
+  const char *hit = lp == 0 ? s + init : memmem(s + init, ls - init, p, lp);
+  if (!hit) { luaL_pushfail(L); return 1; }
+  lua_pushinteger(L, (lua_Integer)(hit - s) + 1);
+  lua_pushinteger(L, (lua_Integer)(hit - s + lp));
   return 2;
+}
+
+static int s_unoffered(lua_State *L) {
+  return luaL_error(L, "%s is not offered to launch code (no patterns in the sandbox)",
+                    lua_tostring(L, lua_upvalueindex(1)));
 }
 
 /* ---- assembling the library ---- */
 
 static const luaL_Reg string_fns[] = {
     {"byte", s_byte}, {"char", s_char}, {"find", s_find}, {"format", s_format},
-    {"gmatch", s_gmatch}, {"gsub", s_gsub}, {"len", NULL}, {"lower", s_lower},
-    {"match", s_match}, {"rep", s_rep}, {"reverse", s_reverse}, {"sub", s_sub},
+    {"len", NULL}, {"lower", s_lower}, {"rep", s_rep}, {"reverse", s_reverse}, {"sub", s_sub},
     {"upper", s_upper}, {NULL, NULL}};
 static const luaL_Reg table_fns[] = {
     {"concat", t_concat}, {"insert", t_insert}, {"move", t_move}, {"pack", t_pack},
     {"remove", t_remove}, {"sort", t_sort}, {"unpack", t_unpack}, {NULL, NULL}};
 static const luaL_Reg utf8_fns[] = {
-    {"char", u_utfchar}, {"codepoint", u_codepoint}, {"codes", u_codes}, {"len", u_len},
+    {"char", u_utfchar}, {"codepoint", u_codepoint}, {"len", u_len},
     {"offset", u_offset}, {NULL, NULL}};
 
 static void push_strlib(lua_State *L) {
   luaL_newlib(L, string_fns);
   lua_pushcfunction(L, o_len); /* O(1): Lua's own */
   lua_setfield(L, -2, "len");
+  /* present, so that a script that reaches for them learns why they fail */
+  static const char *const unoffered[] = {"match", "gmatch", "gsub", NULL};
+  for (int i = 0; unoffered[i]; i++) {
+    lua_pushfstring(L, "string.%s", unoffered[i]);
+    lua_pushcclosure(L, s_unoffered, 1);
+    lua_setfield(L, -2, unoffered[i]);
+  }
 }
 
 /* limits.lib() -> fresh tables of bounded functions */

@@ -137,14 +137,8 @@ t.test("every bounded library call stops at the budget, in milliseconds", functi
   local cases = {
     "table.move({}, 1, 1 << 40, 2)",
     "table.move({}, 1, math.maxinteger, 2, {})",
-    -- polynomial backtracking: 20 stars over 3000 characters
-    "string.find(('a'):rep(3000), ('a*'):rep(20) .. 'b')",
-    "string.match(('a'):rep(3000), ('a-'):rep(20) .. 'b')",
-    "for w in string.gmatch(('a'):rep(3000), ('a*'):rep(20) .. 'b') do end",
-    "string.gsub(('a'):rep(3000), ('a*'):rep(20) .. 'b', '')",
-    "string.find(('a'):rep(100000), '[' .. ('a'):rep(100000) .. ']*b')",
-    "string.find(('('):rep(100000), '%b()')",
-    "string.find(('a'):rep(30), ('a?'):rep(30) .. ('a'):rep(30))", -- 2^30 steps
+    -- plain find scans are charged: 4 MiB searched a thousand times
+    "local s = ('a'):rep(1 << 22) for i = 1, 1000 do string.find(s, 'b', 1, true) end",
     "string.rep('', 1 << 62)",
     "string.rep('x', 1 << 30)",
     "string.rep('', 1 << 40, '')",
@@ -154,7 +148,6 @@ t.test("every bounded library call stops at the budget, in milliseconds", functi
     "string.byte(('x'):rep(999999), 1, -1)",
     "string.upper(('x'):rep(1 << 21)) string.lower(('x'):rep(1 << 21)) string.reverse(('x'):rep(1 << 21))",
     "utf8.len(('x'):rep(1 << 21)) utf8.len(('x'):rep(1 << 21))",
-    "local f = utf8.codes('a' .. ('\\x80'):rep(1 << 21)) for i = 1, 10 do pcall(f, 'a' .. ('\\x80'):rep(1 << 21), 1) end",
     "tonumber(('1'):rep(1 << 21)) tonumber(('1'):rep(1 << 21))",
     -- a table whose border (#) is 2^62 with 63 elements
     "local t = {} for i = 62, 0, -1 do t[1 << i] = i end table.insert(t, 1, 'x')",
@@ -173,13 +166,32 @@ t.test("every bounded library call stops at the budget, in milliseconds", functi
   host_untouched()
 end)
 
-t.test("string methods are bounded too: ('x'):rep, s:find, s:gsub", function()
+t.test("string methods are bounded too: ('x'):rep, s:find", function()
   refused("('x'):rep(1 << 30)", "BUDGET", "instruction budget exceeded", 0.5)
   refused("('x'):rep(1 << 40)", "ERROR", "resulting string too large", 0.5) -- Lua's own check, before any work
   refused("(''):rep(1 << 62)", "BUDGET", "instruction budget exceeded", 0.5)
-  refused("(('a'):rep(3000)):find(('a*'):rep(20) .. 'b')", "BUDGET", "instruction budget exceeded", 0.5)
-  refused("local s = ('a'):rep(3000) s:gsub(('a*'):rep(20) .. 'b', '%0')", "BUDGET", "instruction budget exceeded", 0.5)
+  refused("local s = ('a'):rep(1 << 22) for i = 1, 1000 do s:find('b', 1, true) end", "BUDGET", "instruction budget exceeded", 0.5)
   host_untouched()
+end)
+
+-- No patterns in the sandbox (docs/security.md): a backtracking matcher would need a step
+-- meter inside it, and the tree holds only code written here. Plain find is offered.
+t.test("no patterns: find is plain only; match, gmatch, gsub and utf8.codes are not offered", function()
+  refused("string.find(('a'):rep(3000), ('a*'):rep(20) .. 'b')", "ERROR", "patterns are not offered", 0.5)
+  refused("(('a'):rep(30)):find('a?')", "ERROR", "patterns are not offered", 0.5)
+  refused("string.match('abc', 'b')", "ERROR", "string.match is not offered", 0.5)
+  refused("for w in ('a b'):gmatch('%a') do end", "ERROR", "string.gmatch is not offered", 0.5)
+  refused("string.gsub('abc', 'b', 'x')", "ERROR", "string.gsub is not offered", 0.5)
+  refused("utf8.codes('abc')", "ERROR", "attempt to call a nil value", 0.5)
+  local fn = assert(sandbox.load([[return function()
+    local a, b = string.find("kernel_v2.cu", ".cu", 1, true)
+    local c = ("xyz"):find("q", 1, true)
+    local d, e = ("a.b"):find(".", 2, true)
+    return a, b, c, d, e, ("abc"):find("", 2, true)
+  end]], "plain.lua"))
+  local ok, a, b, c, d, e, f = sandbox.call(fn, {})
+  t.ok(ok, a)
+  t.eq(a, 10); t.eq(b, 12); t.eq(c, nil); t.eq(d, 2); t.eq(e, 2); t.eq(f, 2)
 end)
 
 t.test("an instruction on long operands cannot run long: the deadline and the object cap", function()
@@ -268,79 +280,51 @@ t.test("nested calls: an inner budget does not kill the outer call; the outer pa
   host_untouched()
 end)
 
-t.test("an honest launch function: strings, patterns, tables, utf8 and math as Lua's", function()
+t.test("an honest launch function: strings, tables, utf8 and math as Lua's", function()
   local fn = assert(sandbox.load([[return function(k, io, s)
     local r = {}
     r[#r + 1] = string.format("%s=%d %5.2f %q", "n", s.n, 3.14159, "a\nb")
-    r[#r + 1] = ("key = value"):gsub("(%w+) = (%w+)", "%2 = %1")
-    r[#r + 1] = select(2, ("hello world from lua"):gsub("%w+", function(w) return w:upper() end))
-    local words = {}
-    for w in ("one two  three"):gmatch("%a+") do words[#words + 1] = w end
-    r[#r + 1] = table.concat(words, ",")
-    r[#r + 1] = table.concat({ ("THE (quick) fox"):find("%((%a+)%)") }, ":")
-    r[#r + 1] = tostring(("  trim  "):match("^%s*(.-)%s*$"))
+    r[#r + 1] = table.concat({ ("THE (quick) fox"):find("(quick)", 1, true) }, ":")
     local t = { 5, 3, 9, 1 }
     table.sort(t, function(a, b) return a > b end)
     table.insert(t, 1, 0); table.remove(t); t = table.move(t, 1, #t, 2, { -1 })
     r[#r + 1] = table.concat(t, " ")
-    r[#r + 1] = utf8.char(72, 228, 8364) .. utf8.len("häll€")
-    for p, c in utf8.codes("aé") do r[#r + 1] = p .. ":" .. c end
+    r[#r + 1] = utf8.char(72, 228, 8364) .. utf8.len("häll€") .. utf8.codepoint("é")
     r[#r + 1] = ("x"):rep(3, "-") .. ("abc"):sub(2) .. ("abc"):byte(3) .. string.char(65, 66)
     r[#r + 1] = tostring(math.floor(k.cdiv(s.n, 256))) .. tostring(tonumber("ff", 16)) .. tostring(tonumber(" 10 "))
     r[#r + 1] = tostring(select("#", table.unpack({ 1, 2, 3 }))) .. tostring(unpack({ 4 }))
-    r[#r + 1] = ("%bxy"):len() .. tostring(("f(a(b)c)"):match("%b()")) .. tostring(("THE END"):find("%f[%a]%a+$"))
+    r[#r + 1] = ("AbC"):upper() .. ("AbC"):lower() .. ("abc"):reverse() .. ("%bxy"):len()
     return table.concat(r, "|")
   end]]))
   local ok, v = sandbox.call(fn, { budget = 1e6 }, { cdiv = function(a, b) return (a + b - 1) // b end }, {}, { n = 1000 })
   t.eq(ok, true, tostring(v))
-  t.eq(v, 'n=1000  3.14 "a\\\nb"|value = key|4|one,two,three|5:11:quick|trim|-1 0 9 5 3|Hä€5|1:97|2:233|'
-    .. "x-x-xbc99AB|425510|34|4(a(b)c)5")
+  t.eq(v, 'n=1000  3.14 "a\\\nb"|5:11|-1 0 9 5 3|Hä€5233|x-x-xbc99AB|425510|34|ABCabccba4')
   host_untouched()
 end)
 
-t.test("the bounded pattern functions answer as Lua's own", function()
+t.test("plain find answers as Lua's own plain find", function()
   local cases = {
-    { "hello world", "o" }, { "hello world", "l+" }, { "hello world", "(h)(e)" }, { "hello", "()ll()" },
-    { "  x  ", "^%s*(.-)%s*$" }, { "key=val; k2=v2", "(%w+)=(%w+)" }, { "abc", "" }, { "abc", "^" },
-    { "abc", "$" }, { "a.b", "%." }, { "a+b", "a+b", 1, true }, { "THE (quick) fox", "%((%a+)%)" },
-    { "f(a(b)c)d", "%b()" }, { "hello", "%f[%l]%l+" }, { "aaa", "a-b" }, { "aaab", "a-b" }, { "abab", "(ab)%1" },
-    { "x = 10, y = 20", "(%a)%s*=%s*(%d+)" }, { "hello", "l", -2 }, { "hello", "l", 10 }, { "", "x*" },
-    { "[test]", "[%[%]]" }, { "a1b2c3", "[^%d]" }, { "0x1F", "^0[xX](%x+)$" }, { "äöü", "[\128-\255]+" },
+    { "hello world", "o" }, { "hello world", "l" }, { "hello", "ll" }, { "abc", "" }, { "abc", "", 4 }, { "abc", "", 5 },
+    { "a.b", "." }, { "a+b", "a+b" }, { "f(a(b)c)d", "(b)" }, { "hello", "l", -2 }, { "hello", "l", 10 },
+    { "", "x" }, { "", "" }, { "aaa", "aa", 2 }, { "äöü", "ö" }, { "x%y", "%" }, { "abc", "abcd" }, { "hello", "o", -100 },
   }
-  local src = [[return function(cases)
+  local fn = assert(sandbox.load([[return function(cases)
     local out = {}
     for i, c in ipairs(cases) do
-      local r = { string.find(c[1], c[2], c[3], c[4]) }
-      r[#r + 1] = "|"
-      for _, v in ipairs { string.match(c[1], c[2], c[3]) } do r[#r + 1] = v end
-      r[#r + 1] = "|"
-      if not c[4] then
-        for a, b in string.gmatch(c[1], c[2]) do r[#r + 1] = tostring(a) .. "/" .. tostring(b) end
-        r[#r + 1] = "|"
-        local g, n = string.gsub(c[1], c[2], "<%0>")
-        r[#r + 1] = g; r[#r + 1] = n
-        g, n = string.gsub(c[1], c[2], function(x) return x and #tostring(x) end, 2)
-        r[#r + 1] = g; r[#r + 1] = n
-      end
+      local r = { string.find(c[1], c[2], c[3], true) }
       for j = 1, #r do r[j] = tostring(r[j]) end
       out[i] = table.concat(r, ",")
     end
     return out
-  end]]
-  local fn = assert(sandbox.load(src))
-  local ok, inside = sandbox.call(fn, { budget = 1e7 }, cases)
-  t.eq(ok, true, tostring(inside))
-  local host = load(src, "=host", "t", _G)()(cases)
-  for i = 1, #cases do t.eq(inside[i], host[i], cases[i][1] .. " ~ " .. cases[i][2]) end
-  -- the same errors
-  local bad = assert(sandbox.load("return function(p) return pcall(string.find, 'x', p) end"))
-  for _, p in ipairs { "[a", "%", "(()", "%b", "%g(", "(%1)", "%f" } do
-    local _, _, err_in = sandbox.call(bad, nil, p)
-    local _, err_host = pcall(string.find, "x", p)
-    t.eq(err_in, err_host, p)
+  end]]))
+  local ok, inside = sandbox.call(fn, { budget = 1e6 }, cases)
+  t.ok(ok, tostring(inside))
+  for i, c in ipairs(cases) do
+    local r = { string.find(c[1], c[2], c[3], true) }
+    for j = 1, #r do r[j] = tostring(r[j]) end
+    t.eq(inside[i], table.concat(r, ","), ("find(%q, %q, %s, true)"):format(c[1], c[2], tostring(c[3])))
   end
 end)
-
 t.test("source text is bounded; syntax errors, binary chunks and non-functions are refused", function()
   local fn, err, code = sandbox.load("return function( end", "bad.lua")
   t.eq(fn, nil)
