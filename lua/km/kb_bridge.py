@@ -305,6 +305,13 @@ def host_write(i, values):
     return True
 
 
+@_api
+def host_fill(i, value):
+    """Every element of host buffer i set to value (km.lint's constant candidates)."""
+    _hosts[i].fill_(value)
+    return True
+
+
 # ---- problems ----
 
 def _is_lua_name(s):
@@ -332,8 +339,12 @@ def _describe(x):
 
 
 class Problem:
-    def __init__(self, path, precision, device, seed, tf32, names=None):
+    def __init__(self, path, precision, device, seed, tf32, names=None, overrides=None):
         self.path = path
+        self.tf32 = tf32
+        self.overrides = overrides  # {name: int}: module-level sizes set after the file ran
+        self._heldout = None     # (info, variant) from heldout(); None: not derived yet
+        self.current = None      # the variant the last make_inputs() used (None: this one)
         self.names_given = names  # {"inputs": [...], "outputs": [...]}: a task's own names
         self.name = os.path.splitext(os.path.basename(path))[0]
         self.precision = precision
@@ -342,6 +353,7 @@ class Problem:
         self.seed = seed
         self.names = None        # input, output and parameter names, fixed by the first spec
         self.input_meta = None   # the inputs' shapes and dtypes (meta tensors), from spec
+        self.output_meta = None  # the outputs' shapes and dtypes (meta tensors), from spec
         self.bound = None        # (input views, output views, stream) from bind()
         self.scalars = {}        # non-tensor inputs from the last get_inputs(), by position
         self.compiled = None     # torch.compile(model), from compile()
@@ -384,7 +396,8 @@ class Problem:
         except SyntaxError as e:
             raise ProblemError("%s: syntax error at line %s: %s" % (self.path, e.lineno, e.msg),
                                "SYNTAX_ERROR")
-        modname = "kmrun_kb_%d_%s" % (_next_id[0] + 1, "".join(c if c.isalnum() else "_" for c in self.name))
+        modname = "kmrun_kb_%d_%s%s" % (_next_id[0] + 1, "".join(c if c.isalnum() else "_" for c in self.name),
+                                        "_heldout" if self.overrides else "")
         mod = types.ModuleType(modname)
         mod.__file__ = self.path
         sys.modules[modname] = mod  # dataclasses, pickling and typing look modules up here
@@ -400,6 +413,8 @@ class Problem:
             exec(code, mod.__dict__)
         except BaseException as e:
             raise self._fail("importing it", e, "IMPORT_ERROR")
+        if self.overrides:  # the held-out sizes: read by get_inputs()/get_init_inputs() when called
+            mod.__dict__.update(self.overrides)
         missing = [n for n in ("Model", "get_inputs", "get_init_inputs") if n not in mod.__dict__]
         if missing:
             raise ProblemError("%s: not a KernelBench problem: no %s (a problem file defines "
@@ -558,6 +573,10 @@ class Problem:
         for a, v in vars(self.module).items():
             if isinstance(v, torch.Tensor):
                 out["global:" + a] = v
+        variant = self._heldout[1] if self._heldout else None
+        if variant is not None:  # the model at the held-out sizes is the reference there
+            for k, v in variant._truth().items():
+                out["heldout:" + k] = v
         return out
 
     def _truth_storages(self):
@@ -605,6 +624,7 @@ class Problem:
             d["kind"] = "parameter" if key in pkeys else "buffer"
             params.append(d)
         outputs = [self._tensor_desc(n, o, "output") for n, o in zip(self.names["outputs"], outs)]
+        self.output_meta = [torch.empty(tuple(o.shape), dtype=o.dtype, device="meta") for o in outs]
         return {"name": self.name, "path": self.path, "seed": seed, "precision": self.precision,
                 "device": str(self.device), "init_args": self.init_args, "inputs": ins,
                 "params": params, "outputs": outputs,
@@ -613,6 +633,181 @@ class Problem:
     def ensure_names(self):
         if self.names is None:
             self.spec(self.seed)
+
+    def close(self):
+        """Drops this problem's module (and its held-out variant's)."""
+        self.bound = self.compiled = None
+        sys.modules.pop(self.module.__name__, None)
+        variant = self._heldout[1] if self._heldout else None
+        if variant is not None:
+            variant.close()
+        self._heldout = None
+
+    # -- the held-out shape (docs/tasks.md, "The held-out shape") --
+    def heldout(self):
+        """(info, variant): the problem at its held-out sizes. info is {"rule", "sizes":
+        {name: [own, held-out]}, "spec"} or {"why": ...}; variant is that Problem on this
+        problem's device (None when there is none). Derived once, by HELDOUT_RULES."""
+        if self._heldout is None:
+            self._heldout = self._derive_heldout()
+        return self._heldout
+
+    def _derive_heldout(self):
+        if self.names_given is not None or self.overrides:
+            return {"why": "not a problem file as it is"}, None
+        sizes = _size_names(self.module)
+        if not sizes:
+            return {"why": "get_inputs() and get_init_inputs() read no module-level integer of %d or "
+                           "more" % HELDOUT_MIN}, None
+        base = self.spec(self.seed)
+        tried = []
+        for rule, over in _heldout_tries(sizes):
+            try:
+                v = Problem(self.path, self.precision, str(self.device), self.seed, self.tf32,
+                            None, overrides=over)
+            except ProblemError as e:
+                tried.append("%s: %s" % (rule, _short(e)))
+                continue
+            try:
+                vs = v.spec(self.seed)
+                why = _same_problem(base, vs)
+            except ProblemError as e:
+                why = _short(e)
+            if why is None:
+                info = {"rule": rule, "sizes": {k: [sizes[k], over[k]] for k in over},
+                        "spec": {k: vs[k] for k in ("inputs", "params", "outputs")}}
+                return info, v
+            v.close()
+            tried.append("%s: %s" % (rule, why))
+        return {"why": "no held-out sizes work: " + "; ".join(tried)}, None
+
+
+# The held-out rule. Module-level integers of HELDOUT_MIN or more that get_inputs() or
+# get_init_inputs() read (batch sizes, dimensions, channels, lengths) are the problem's sizes;
+# smaller ones (kernel sizes, strides, padding, groups, layer and head counts) define the
+# operator and are kept. The first of these tries that builds, runs, keeps the problem's
+# names, dtypes and number inputs, changes some tensor's shape and needs no more memory than
+# the problem's own sizes is the held-out shape:
+#   odd    every size n -> (3n // 4) | 1         (16 -> 13, 128 -> 97, 4096 -> 3073)
+#   mult8  every size n -> 3n // 4 rounded down to a multiple of min(8, n's largest power of
+#          two) (sizes that must divide one another: 4096 -> 3072, 128 -> 96)
+#   first  the first size read (usually the batch) -> (3n // 4) | 1, the rest kept
+HELDOUT_MIN = 16
+
+
+def _odd(n):
+    return (3 * n // 4) | 1
+
+
+def _mult8(n):
+    g = min(n & -n, 8)
+    m = (3 * n // 4) // g * g
+    return m if m >= g else n
+
+
+def _heldout_tries(sizes):
+    names = list(sizes)
+    tries = [("odd", {k: _odd(sizes[k]) for k in names}),
+             ("mult8", {k: _mult8(sizes[k]) for k in names}),
+             ("first", {names[0]: _odd(sizes[names[0]])})]
+    out, seen = [], set()
+    for rule, over in tries:
+        over = {k: v for k, v in over.items() if v != sizes[k]}
+        key = tuple(sorted(over.items()))
+        if over and key not in seen:
+            seen.add(key)
+            out.append((rule, over))
+    return out
+
+
+def _code_names(code, out):
+    out.extend(code.co_names)
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            _code_names(c, out)
+
+
+def _size_names(mod):
+    """{name: value} of the module-level sizes get_inputs()/get_init_inputs() read, in the
+    order they are first read."""
+    sizes = {}
+    for fn in ("get_inputs", "get_init_inputs"):
+        code = getattr(mod.__dict__.get(fn), "__code__", None)
+        found = []
+        if code is not None:
+            _code_names(code, found)
+        for n in found:
+            v = mod.__dict__.get(n)
+            if type(v) is int and v >= HELDOUT_MIN and n not in sizes:
+                sizes[n] = v
+    return sizes
+
+
+def _spec_bytes(spec):
+    total = 0
+    for group in ("inputs", "params", "outputs"):
+        for d in spec[group]:
+            if "shape" in d:
+                size = torch.empty((), dtype=getattr(torch, d["torch_dtype"])).element_size()
+                total += _numel(d["shape"]) * size
+    return total
+
+
+def _same_problem(base, held):
+    """None when held is base at other sizes (names, dtypes, number inputs kept; some tensor's
+    shape changed; no more memory), else why not."""
+    changed = False
+    for group in ("inputs", "params", "outputs"):
+        a, b = base[group], held[group]
+        if [d["name"] for d in a] != [d["name"] for d in b]:
+            return "its %s are not the problem's (%s)" % (group, ", ".join(d["name"] for d in b))
+        for x, y in zip(a, b):
+            if ("scalar" in x) != ("scalar" in y) or x.get("dtype") != y.get("dtype"):
+                return "%s %s changes kind or dtype" % (group[:-1], x["name"])
+            if x.get("shape") != y.get("shape"):
+                changed = True
+    if not changed:
+        return "no tensor's shape changes"
+    if _spec_bytes(held) > _spec_bytes(base):
+        return "it needs more memory than the problem's own sizes"
+    return None
+
+
+def _short(e, limit=200):
+    return str(e).strip().splitlines()[-1][:limit] if str(e).strip() else type(e).__name__
+
+
+def _matches(p, bufs):
+    """Whether bufs' tensors have p's element counts (by name), so p is the variant to use."""
+    p.ensure_names()
+    for k, name in enumerate(p.names["inputs"]):
+        m = p.input_meta[k]
+        if m is not None and name in bufs and _numel(bufs[name]["shape"]) != m.numel():
+            return False
+    for name, m in zip(p.names["outputs"], p.output_meta or []):
+        if name in bufs and _numel(bufs[name]["shape"]) != m.numel():
+            return False
+    if any(n in bufs for n in p.names["params"].values()):
+        state = p._state()
+        for key, name in p.names["params"].items():
+            if name in bufs and _numel(bufs[name]["shape"]) != state[key].numel():
+                return False
+    return True
+
+
+def _variant(p, bufs):
+    """The problem itself, or its held-out variant where bufs have the held-out shapes (the
+    judge verifies every shape set; a problem file's second is the held-out one)."""
+    cur = p.current or p
+    if _matches(cur, bufs):
+        return cur
+    if cur is not p and _matches(p, bufs):
+        return p
+    if p.names_given is None and not p.overrides:
+        v = p.heldout()[1]
+        if v is not None and _matches(v, bufs):
+            return v
+    return p
 
 
 class _nullctx:
@@ -688,15 +883,21 @@ def load(path, precision="fp32", device="cpu", seed=42, tf32=False, names=None):
 
 @_api
 def spec(i, seed):
-    return _problem(i).spec(seed)
+    """The problem's spec; a problem file's (loaded without names) adds "heldout": its
+    held-out sizes and spec there ({"rule", "sizes", "spec"}), or {"why"} there are none."""
+    p = _problem(i)
+    s = p.spec(seed)
+    if p.names_given is None:
+        s["heldout"] = p.heldout()[0]
+    return s
 
 
 @_api
 def make_inputs(i, seed, bufs, stream=0, release=True):
     """get_inputs() under the seed, each tensor written into bufs[name] (bufs: name ->
     {ptr, dtype, shape}). Returns the non-tensor inputs by name."""
-    p = _problem(i, memory=True)
-    p.ensure_names()
+    base = _problem(i, memory=True)
+    p = base.current = _variant(base, bufs)
     with _stream_ctx(p, stream):
         xs = p._inputs(seed)
         if len(xs) != len(p.names["inputs"]):
@@ -720,8 +921,7 @@ def forward(i, bufs, stream=0, empty_cache=False):
     """The model on the inputs in bufs; each output written into bufs[out name]. Inputs
     that are numbers are the last get_inputs()'s. empty_cache: hand torch's cached blocks
     (which still hold the outputs' values) back to the driver afterwards."""
-    p = _problem(i, memory=True)
-    p.ensure_names()
+    p = _variant(_problem(i, memory=True), bufs)
     with _stream_ctx(p, stream):
         args = _args(p, bufs)
         outs, _ = p._forward(args)
@@ -752,8 +952,8 @@ def bind(i, bufs, stream=0, variant="eager"):
     """Checks and wraps io once for run_bound(): the inputs' and outputs' views and the
     stream are kept, so each later call is the model and nothing else (for timing).
     variant: "eager" (the model) or "compile" (what compile() made of it)."""
-    p = _problem(i, memory=True)
-    p.ensure_names()
+    base = _problem(i, memory=True)
+    p = _variant(base, bufs)
     if variant == "compile":
         if p.compiled is None:
             raise ProblemError("bind(variant='compile') before compile()")
@@ -767,7 +967,7 @@ def bind(i, bufs, stream=0, variant="eager"):
         outs, _ = p._forward(args, model)
     views = [_buffer_for(bufs, name, o, p.device, "output")
              for name, o in zip(p.names["outputs"], outs)]
-    p.bound = (model, args, views, stream)
+    base.bound = (model, args, views, stream)
     return True
 
 
@@ -782,8 +982,8 @@ def compile_model(i, bufs, mode="max-autotune-no-cudagraphs", stream=0, fallback
     (inductor compiles on the first call); where that fails, mode `fallback` is tried.
     Returns {"mode": used, "asked": mode, "seconds": compile time, "failed": [why, ...]};
     every mode failing is a ProblemError (COMPILE_FAILED) listing why each failed."""
-    p = _problem(i, memory=True)
-    p.ensure_names()
+    base = _problem(i, memory=True)
+    p = _variant(base, bufs)
     modes = [mode] + ([fallback] if fallback and fallback != mode else [])
     failed = []
     args = _args(p, bufs)
@@ -805,9 +1005,9 @@ def compile_model(i, bufs, mode="max-autotune-no-cudagraphs", stream=0, fallback
             except Exception:
                 pass
             continue
-        p.compiled = cm
-        p.compile_info = {"mode": m, "asked": mode, "seconds": time.perf_counter() - t0,
-                          "failed": failed}
+        p.compiled = base.compiled = cm
+        p.compile_info = base.compile_info = {"mode": m, "asked": mode,
+                                              "seconds": time.perf_counter() - t0, "failed": failed}
         return p.compile_info
     raise ProblemError("torch.compile failed in every mode tried: " + "; ".join(failed),
                        "COMPILE_FAILED")
@@ -836,8 +1036,7 @@ def run_bound(i, copy=True):
 @_api
 def write_params(i, bufs, stream=0):
     """Copies the model's parameters and buffers into bufs[name] (device to device)."""
-    p = _problem(i, memory=True)
-    p.ensure_names()
+    p = _variant(_problem(i, memory=True), bufs)
     state = p._state()
     with _stream_ctx(p, stream), torch.no_grad():
         for key, name in p.names["params"].items():
@@ -859,6 +1058,8 @@ def snapshot(i):
     """Host copies of the reference's truth, taken before any candidate code runs; restore()
     writes them back. Returns how many storages and bytes were copied."""
     p = _problem(i, memory=True)
+    if p.names_given is None:
+        p.heldout()  # the model at the held-out sizes is built now, before any candidate code
     p.snap = {}
     total = 0
     with torch.no_grad():
@@ -888,8 +1089,7 @@ def restore(i):
 def release(i, empty_cache=False):
     p = _problems.pop(i, None)
     if p is not None:
-        p.bound = p.compiled = None
-        sys.modules.pop(p.module.__name__, None)
+        p.close()
         if empty_cache and p.device.type == "cuda":
             torch.cuda.empty_cache()
     _views.clear()

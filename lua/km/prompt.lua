@@ -67,9 +67,12 @@ function M.interface(t)
   for _, io in ipairs(t.outputs) do insert(out, io_line(io, "output")) end
   local shapes = {}
   for i, s in ipairs(t.shapes) do
-    -- a problem file has one shape set: its own sizes (number inputs, if any, in s)
-    local text = next(s) and task_mod.fmt_shape(s) or "the sizes above"
-    shapes[i] = text .. (i == 1 and " (timed)" or "")
+    -- a problem file's own sizes (number inputs, if any, in s); its held-out shape is
+    -- verified but never shown (docs/tasks.md, "The held-out shape")
+    if not (t.heldout and t.heldout.shape == i) then
+      local text = next(s) and task_mod.fmt_shape(s) or "the sizes above"
+      shapes[#shapes + 1] = text .. (i == 1 and " (timed)" or "")
+    end
   end
   insert(out, "- shapes checked: " .. concat(shapes, "; "))
   local tols = {}
@@ -86,11 +89,18 @@ local function reference_text(t, heading)
   local r = t.reference
   if r.pytorch then
     local scalars = {}
-    for k in pairs(t.shapes[1] or {}) do scalars[#scalars + 1] = "`s." .. k .. "`" end
+    for _, k in ipairs(t.scalars or {}) do scalars[#scalars + 1] = "`s." .. k .. "`" end
     table.sort(scalars)
+    local sizes, is_scalar = {}, {}
+    for _, k in ipairs(t.scalars or {}) do is_scalar[k] = true end
+    if t.scalars then
+      for k in pairs(t.shapes[1] or {}) do if not is_scalar[k] then sizes[#sizes + 1] = "`s." .. k .. "`" end end
+    end
+    table.sort(sizes)
     return heading .. " (PyTorch, KernelBench's form; it defines the expected output)\n```python\n" ..
       (r.source_text or "") .. "\n```\nThe model's inputs, parameters and outputs are the buffers in `io` listed " ..
-      "under Interface" .. (#scalars > 0 and ("; its number inputs are " .. concat(scalars, ", ")) or "") .. "."
+      "under Interface" .. (#scalars > 0 and ("; its number inputs are " .. concat(scalars, ", ")) or "") ..
+      (#sizes > 0 and ("; its sizes are " .. concat(sizes, ", ") .. " (read them: kernels are checked at other sizes too)") or "") .. "."
   end
   return heading .. "\n```cuda\n" .. r.source_text .. "\n```\n```lua\n" .. r.launch_text .. "\n```"
 end

@@ -176,6 +176,11 @@ local function row_of(ep)
     requests = num(s.requests) or 0, model_calls = num(s.model_calls) or 0, truncated = num(s.truncated) or 0,
     reasoning_chars = num(s.reasoning_chars) or 0, reasoning_tokens = tok.reasoning and num(tok.reasoning) or 0,
     model_errors = type(s.model_errors) == "table" and s.model_errors or {},
+    -- the task's lint (km.lint.brief) and the shape set the final verdict failed at
+    lint_flagged = type(s.lint) == "table" and s.lint.flagged == true,
+    lint_reasons = type(s.lint) == "table" and type(s.lint.reasons) == "table" and s.lint.reasons or {},
+    failed_shape = type(v.failed_at) == "table" and math.tointeger(v.failed_at.shape) or nil,
+    heldout_shape = math.tointeger(s.heldout_shape),
   }
 end
 
@@ -287,6 +292,19 @@ function M.metrics(rows, thresholds)
     end
   end
   m.correctness = ratio(m.correct, m.n)
+  -- the generalization gap: of the episodes whose final candidate passed the first (timed)
+  -- shape, the share that failed a later one (for a problem file, its held-out shape)
+  local g = { passed_first = 0, failed_later = 0, failed_heldout = 0 }
+  for _, r in ipairs(rows) do
+    local later = r.failed_shape and r.failed_shape > 1
+    if r.correct or later then g.passed_first = g.passed_first + 1 end
+    if later then
+      g.failed_later = g.failed_later + 1
+      if r.heldout_shape and r.failed_shape == r.heldout_shape then g.failed_heldout = g.failed_heldout + 1 end
+    end
+  end
+  g.gap = ratio(g.failed_later, g.passed_first)
+  m.generalization = g
   -- the headline: each episode's own `speedup` (eager where its task has a PyTorch
   -- reference); m.speedup_over counts what it is against, m.against keeps baselines apart
   m.fast_p = fast_points(rows, "speedup", thresholds)
@@ -577,9 +595,24 @@ function M.build(episodes, info, opts)
     if not ok then error("report.build: " .. why, 2) end
   end
   local th = M.thresholds(opts.fast_p)
-  local rows = {}
-  for i, ep in ipairs(episodes) do rows[i] = row_of(ep) end
-  local r = { info = info or {}, episodes = #rows, rows = rows, all = M.metrics(rows, th), by = {}, thresholds = th,
+  -- tasks kmrun tasks lint flagged are left out unless asked (opts.include_degenerate):
+  -- their verdicts (an all-zeros kernel may pass) say nothing about the kernels
+  local rows, deg = {}, { episodes = 0, tasks = {}, reasons = {}, included = opts.include_degenerate == true }
+  local seen_task = {}
+  for _, ep in ipairs(episodes) do
+    local row = row_of(ep)
+    if row.lint_flagged then
+      deg.episodes = deg.episodes + 1
+      if not seen_task[row.task] then
+        seen_task[row.task] = true
+        deg.tasks[#deg.tasks + 1] = tostring(row.task)
+        for _, why in ipairs(row.lint_reasons) do deg.reasons[why] = (deg.reasons[why] or 0) + 1 end
+      end
+    end
+    if not row.lint_flagged or deg.included then rows[#rows + 1] = row end
+  end
+  sort(deg.tasks)
+  local r = { info = info or {}, episodes = #rows, degenerate = deg, rows = rows, all = M.metrics(rows, th), by = {}, thresholds = th,
     asked_thresholds = opts.fast_p or M.FAST_P }
   for i, b in ipairs(by) do
     local groups, dims = grouped(rows, b, th)
@@ -648,6 +681,8 @@ local function metrics_json(m, key)
     requests = m.requests, model_calls = m.model_calls, truncated = m.truncated,
     reasoning = { chars = m.reasoning.chars, per_episode = N(m.reasoning.per_episode), tokens = m.tokens.reasoning },
     model_errors = json.object(m.model_errors),
+    generalization = { passed_first = m.generalization.passed_first, failed_later = m.generalization.failed_later,
+      failed_heldout = m.generalization.failed_heldout, gap = N(m.generalization.gap) },
   }
   if key then o.group = key end
   return o
@@ -702,7 +737,19 @@ function M.json(r, opts)
   local o = {
     files = json.array { table.unpack(info.files or {}) },
     episodes = r.episodes,
-    left_out = { superseded = info.superseded or 0, unfinished = info.unfinished or 0 },
+    left_out = { superseded = info.superseded or 0, unfinished = info.unfinished or 0,
+      degenerate = (r.degenerate and not r.degenerate.included) and r.degenerate.episodes or 0 },
+    degenerate = r.degenerate and { episodes = r.degenerate.episodes, included = r.degenerate.included,
+      tasks = json.array { table.unpack(r.degenerate.tasks) }, reasons = json.object(r.degenerate.reasons) } or NULL,
+    generalization_by_level = (function()
+      local list = json.array {}
+      for _, g in ipairs(r.levels or {}) do
+        local x = g.metrics.generalization
+        list[#list + 1] = { level = g.key, passed_first = x.passed_first, failed_later = x.failed_later,
+          failed_heldout = x.failed_heldout, gap = N(x.gap) }
+      end
+      return list
+    end)(),
     runs = info.runs or 0,
     fast_p_thresholds = json.array { table.unpack(r.thresholds or M.FAST_P) },
     all = metrics_json(r.all, "all"),
@@ -918,6 +965,16 @@ local function header_lines(r)
   local notes = {}
   if (info.superseded or 0) > 0 then notes[#notes + 1] = fmt("%d earlier attempt(s) of the same task/strategy/model/repeat", info.superseded) end
   if (info.unfinished or 0) > 0 then notes[#notes + 1] = fmt("%d unfinished (still running or killed)", info.unfinished) end
+  local deg = r.degenerate
+  if deg and deg.episodes > 0 then
+    local reasons = {}
+    for why, n in pairs(deg.reasons) do reasons[#reasons + 1] = fmt("%s %d", why, n) end
+    sort(reasons)
+    local text = fmt("%d episode(s) of %d task(s) that kmrun tasks lint flagged (%s: %s)", deg.episodes, #deg.tasks,
+      concat(reasons, ", "), concat(deg.tasks, " "))
+    if deg.included then lines[#lines + 1] = "included: " .. text
+    else notes[#notes + 1] = text .. "; --include-degenerate counts them" end
+  end
   if #notes > 0 then lines[#lines + 1] = "left out: " .. concat(notes, "; ") end
   local compiled = r.all.status.compiled or 0
   if compiled > 0 then
@@ -1039,6 +1096,18 @@ function M.text(r)
   if #r.baselines > 0 then
     out[#out + 1] = "\nfast_p against each baseline (" .. M.BASELINE_NOTE .. "):\n"
     out[#out + 1] = align(baseline_cells(r), 4)
+  end
+  local gen = {}
+  for _, g in ipairs(r.levels or {}) do
+    local x = g.metrics.generalization
+    if x.passed_first > 0 then
+      gen[#gen + 1] = fmt("  level %-4s %4d passed the timed shape, %d failed a later one (%s)%s\n", tostring(g.key),
+        x.passed_first, x.failed_later, pct(x.gap), x.failed_heldout > 0 and fmt(", %d at the held-out shape", x.failed_heldout) or "")
+    end
+  end
+  if #gen > 0 then
+    out[#out + 1] = "\ngeneralization gap (final candidates that passed the timed shape and failed another):\n"
+    for _, l in ipairs(gen) do out[#out + 1] = l end
   end
   out[#out + 1] = "\nfailure modes (every verdict met on the way, summed):\n"
   local cells = {}

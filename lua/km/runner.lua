@@ -67,6 +67,7 @@ M.OPTIONS = {
       "candidate, without a model call, when a GPU is here)",
     type = "choices", choices = { "compiled", "failed", "error", "correct", "all" } },
   { "quiet", nil, "no per-episode lines" },
+  { "allow-degenerate", nil, "run tasks that kmrun tasks lint flagged (they are skipped otherwise)" },
   { "set", "NAME=VALUE", "a strategy's own option, read as ctx.args.NAME (may be repeated)", type = "list",
     key = "set_list" },
 }
@@ -500,6 +501,7 @@ function M.summary(t, ctx, verdict, seconds)
   }
   -- tokens, requests, dollars, latency, truncated replies, reasoning: summed per request
   for k, v in pairs(require("km.model").summary(st)) do s[k] = v end
+  require("km.lint").annotate_summary(s, t) -- the task's lint result and held-out shape
   return s
 end
 
@@ -622,6 +624,8 @@ function M.main(strategy, script, argv)
   tasks, owhy = M.offline_tasks(tasks, args)
   if owhy then io.stderr:write("kmrun: ", owhy, "\n") end
   if not tasks then return 2 end
+  tasks = require("km.lint").gate(tasks, { skip = true, allow = args.allow_degenerate, who = "kmrun" })
+  if #tasks == 0 then io.stderr:write("kmrun: every task was flagged by kmrun tasks lint (--allow-degenerate runs them)\n") return 2 end
   local out = args.store or ("runs/" .. os.date("%Y%m%d-%H%M%S") .. ".sqlite")
   local env, why, scode = M.setup(args, out)
   if not env then io.stderr:write("kmrun: ", why, "\n") return scode end

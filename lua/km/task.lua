@@ -259,22 +259,33 @@ function M.load(dir)
   return nil, file .. ": " .. tostring(res), "TASK_INVALID"
 end
 
--- Every task folder under dir (sorted by name); errors are returned alongside. precision
--- (fp16, bf16): the precision KernelBench problem files in it load at (km.kbtask).
-function M.list(dir, precision)
+-- The tasks under dir, unloaded: each task folder (with a task.lua) and problem file (.py),
+-- sorted by name; a problem file named at the precision (km.kbtask.key).
+function M.entries(dir, precision)
   local p = io.popen("ls -1 '" .. dir:gsub("'", "'\\''") .. "' 2>/dev/null")
   local names = {}
   for name in p:lines() do names[#names + 1] = name end
   p:close()
   sort(names)
-  local tasks, errors = {}, {}
+  local out = {}
   for _, name in ipairs(names) do
     local d = dir:gsub("/+$", "") .. "/" .. name
-    if limits.realpath(d .. "/task.lua") -- exists; never opened here (a FIFO would block)
-      or (name:match("%.py$") and limits.realpath(d)) then -- a KernelBench problem file
-      local t, err = M.load(name:match("%.py$") and require("km.kbtask").key(d, precision) or d)
-      if t then tasks[#tasks + 1] = t else errors[#errors + 1] = err end
-    end
+    if limits.realpath(d .. "/task.lua") then out[#out + 1] = d -- exists; never opened here (a FIFO would block)
+    elseif name:match("%.py$") and limits.realpath(d) then out[#out + 1] = require("km.kbtask").key(d, precision) end
+  end
+  return out
+end
+
+-- Every task folder under dir (sorted by name); errors are returned alongside. precision
+-- (fp16, bf16): the precision KernelBench problem files in it load at (km.kbtask).
+-- progress(k, n, path): called before each task loads.
+function M.list(dir, precision, progress)
+  local tasks, errors = {}, {}
+  local list = M.entries(dir, precision)
+  for k, d in ipairs(list) do
+    if progress then progress(k, #list, d) end
+    local t, err = M.load(d)
+    if t then tasks[#tasks + 1] = t else errors[#errors + 1] = err end
   end
   return tasks, errors
 end

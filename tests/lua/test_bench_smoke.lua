@@ -23,7 +23,7 @@ local FILES = {
   ["need_gpu.lua"] = "gpu_lua", ["launch_lua.lua"] = "gpu_lua", ["headline.lua"] = "gpu_lua",
   ["smollm2_summary.lua"] = "cpu_lua", ["launch_ffi.lua"] = "luajit",
   ["gpu_run.sh"] = "gpu_sh", ["gpu_sweeps.sh"] = "gpu_sh", ["kernelbench_gpu.sh"] = "gpu_sh",
-  ["launch_overhead.sh"] = "gpu_sh", ["smollm2.sh"] = "cpu_sh",
+  ["kernelbench_lint.sh"] = "gpu_sh", ["launch_overhead.sh"] = "gpu_sh", ["smollm2.sh"] = "cpu_sh",
   ["kernelbench_style.py"] = "python", ["launch_capi.c"] = "c", ["raw_bench.c"] = "c",
   ["kb_relu"] = "candidate", ["RESULTS.md"] = "doc",
 }
@@ -31,6 +31,7 @@ local FILES = {
 local GPU_ARGS = {
   ["eager_timing.lua"] = "tasks/l1_relu/reference.py", ["kernelbench_refs.lua"] = "/tmp",
   ["need_gpu.lua"] = "bench/need_gpu.lua", ["kernelbench_gpu.sh"] = "/tmp", ["launch_overhead.sh"] = BUILD,
+  ["kernelbench_lint.sh"] = "/tmp",
 }
 -- scripts whose arguments km.args reads (an unknown option is exit status 2)
 local ARGS_PARSER = { ["core.lua"] = 1, ["eval.lua"] = 1, ["baselines_table.lua"] = 1, ["eager_timing.lua"] = 1,
@@ -87,7 +88,7 @@ t.test("pytorch_cost.lua --dry-run: its CUDA twin keeps the task's name and load
   local okk, why = require("km.kernelbench").available()
   if okk then
     t.eq(rc, 0, out)
-    t.ok(out:find("would judge 3 candidates against [^\n]*/l1_relu%.py %(PyTorch reference, shapes: 1%)"), out)
+    t.ok(out:find("would judge 3 candidates against [^\n]*/l1_relu%.py %(PyTorch reference, shapes: 2%)"), out) -- its own and the held-out
   else
     t.note("no torch (set KM_PYTHON for the problem file's half): " .. tostring(why))
     t.eq(rc, 1, out)
@@ -140,6 +141,8 @@ t.test("shell scripts parse, answer --help, and say no GPU with exit 3 (smollm2.
     end
   end
   local out, rc = sh("bash bench/kernelbench_gpu.sh")
+  t.eq(rc, 2, out)
+  out, rc = sh("bash bench/kernelbench_lint.sh")
   t.eq(rc, 2, out)
   out, rc = sh("KM_LLAMA_PYTHON=/nonexistent/python bash bench/smollm2.sh")
   t.eq(rc, 2, out)

@@ -68,6 +68,7 @@ else
 end
 local t, err = task.load(pos[1])
 if not t then io.stderr:write("kmrun eval: ", err, "\n") return 2 end
+require("km.lint").gate({ t }, { who = "kmrun eval" }) -- a flagged task: a warning, the verdict still given
 local cand, cerr
 if pos[2] == "starter" then cand, cerr = task.starter(t)
 else cand, cerr = task.candidate(pos[2]) end

@@ -26,6 +26,7 @@ table per grouping with an "all" row, the strategy x model table and pass@k over
     { "csv", "DIR", "also write every table as a CSV file in DIR (created when absent)", type = "path" },
     { "heatmap", "MODE", "what colours the per-task map: speedup or status", choices = { "speedup", "status" },
       default = "speedup" },
+    { "include-degenerate", nil, "count episodes of tasks that kmrun tasks lint flagged (left out by default)" },
   },
   footer = [[
 exit status: 0 done, 1 no finished episodes in the files, 2 usage error, or a file that is
@@ -70,7 +71,8 @@ if #episodes == 0 then
     ": nothing to report")
 end
 
-local r = report.build(episodes, info, { by = by, fast_p = fast_p })
+local r = report.build(episodes, info, { by = by, fast_p = fast_p,
+  include_degenerate = a.include_degenerate })
 if html_out then
   local f, err = io.open(html_out, "w")
   if not f then return fail(2, "cannot write ", tostring(err)) end

@@ -80,6 +80,8 @@ local owhy
 tasks, owhy = runner.offline_tasks(tasks, args)
 if owhy then io.stderr:write("kmrun sweep: ", owhy, "\n") end
 if not tasks then return 2 end
+tasks = require("km.lint").gate(tasks, { skip = true, allow = args.allow_degenerate, who = "kmrun sweep" })
+if #tasks == 0 then io.stderr:write("kmrun sweep: every task was flagged by kmrun tasks lint (--allow-degenerate runs them)\n") return 2 end
 local models = args.models or { false }
 local shard = args.shard
 

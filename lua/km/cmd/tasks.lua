@@ -3,6 +3,7 @@
 --   kmrun tasks check [DIR|TASK...]   load, compile reference and starter (NVRTC), load launch code
 --   kmrun tasks stats [DIR] [--json]  the suite's mix (docs/datasets.md)
 --   kmrun tasks dedup [DIR] [--threshold 0.8] [--json]   near-duplicate tasks (MinHash)
+--   kmrun tasks lint [DIR|TASK...] [--precision fp32,fp16,bf16] [--json]   degenerate tasks (km.lint)
 local task = require "km.task"
 local sandbox = require "km.sandbox"
 
@@ -13,6 +14,7 @@ usage: kmrun tasks list [DIR | TASK_DIR ...]
        kmrun tasks check [DIR | TASK_DIR ...] [--arch sm_XX]
        kmrun tasks stats [DIR | TASK_DIR ...] [--json]
        kmrun tasks dedup [DIR | TASK_DIR ...] [--threshold X] [--shingle K] [--json]
+       kmrun tasks lint [DIR | TASK_DIR ...] [--precision fp32,fp16,bf16] [--json] [--cpu]
   list    one line per task: name, level, category, spec forms, shapes
   check   validates every task without a GPU: task.lua fields, reference and starter
           compile with NVRTC (arch sm_90 unless --arch), launch code loads in the sandbox,
@@ -22,9 +24,12 @@ usage: kmrun tasks list [DIR | TASK_DIR ...]
   dedup   pairs of tasks whose description + reference are near duplicates (shingles and
           MinHash, verified by exact Jaccard; default threshold 0.8, shingles of 4 tokens),
           most similar first, and per category the largest cluster's share
+  lint    tasks that cannot tell a right kernel from a wrong one: trivial outputs (zeros, a
+          constant, an input) that pass, outputs that ignore the inputs, sit below the
+          tolerance or hold NaN, references that are non-deterministic or too short to time
 DIR defaults to ./tasks. `kmrun tasks SUBCOMMAND --help` shows a subcommand's options.
-exit status: 0 all tasks valid, 1 some invalid (or none found), 2 usage error or a folder
-that does not exist
+exit status: 0 all tasks valid, 1 some invalid (or none found; lint: some flagged), 2 usage
+error or a folder that does not exist
 ]]
 
 local DIRS = { "dirs", "DIR", "a folder of task folders or KernelBench problem files (PROBLEM.py), or\n" ..
@@ -60,6 +65,24 @@ verified by exact Jaccard), most similar first, and per category the largest clu
     { "shingle", "K", "tokens per shingle (default 4)", type = "positive" },
     { "json", nil, "print one JSON object" },
   }) },
+  { "lint", sub_spec("lint", [[
+For every task x shape set x precision, runs the reference and trivial candidates (zeros, a
+constant at the output's mean, an input passed through, the reference on other inputs)
+through the judge's comparison (the task's atol + rtol; NaN never passes) and flags, with a
+reason: a trivial output passes; the output does not depend on the inputs; most of it is
+below the tolerance's resolution, or it holds NaN/Inf; two runs of the reference disagree;
+the reference is too short to time (GPU only). With a GPU it runs there through the judge;
+without one PyTorch references run on the CPU, and what could not be checked (CUDA-only
+references, timing, sizes too large) is said. Results are kept (KM_LINT_DIR, else
+~/.cache/kmrun/lint) by content, precision and torch version; kmrun eval, strategies and
+sweeps read them (docs/tasks.md, "Linting tasks").
+Exit status: 0 nothing flagged, 1 something flagged (or no task found), 2 usage error.]], {
+    { "precision", "P[,P...]", "problem files at these precisions (default fp32): fp32, fp16, bf16",
+      type = "choices", choices = { "fp32", "fp16", "bf16" } },
+    { "json", nil, "print one JSON object: { results = [...], reasons = {...} }" },
+    { "cpu", nil, "run references on the CPU even where there is a GPU" },
+    { "no-cache", nil, "lint again even where a result is kept" },
+  }) },
 }
 
 local function is_task(dir)
@@ -68,28 +91,122 @@ local function is_task(dir)
   if f then f:close() return true end
 end
 
+local function is_tty()
+  return os.getenv("TERM") and os.getenv("TERM") ~= "dumb" and os.execute("test -t 2") == true
+end
+
+-- Progress on stderr while tasks load (KernelBench level 3 takes minutes on a cold cache):
+-- on a terminal one line rewritten in place ("[12/50] 41_GRUBidirectional.py"); otherwise a
+-- line for each load that took a second or more, so logs show where the time went.
+local function progress_meter()
+  local tty, t0, last = is_tty(), nil, nil
+  local wall = require("km.timing").wall
+  local function finish_last()
+    if last and not tty and wall() - t0 >= 1 then
+      io.stderr:write(string.format("kmrun tasks: [%d/%d] %s: %.1f s\n", last[1], last[2], last[3], wall() - t0))
+    end
+  end
+  return function(k, n, path)
+    finish_last()
+    if not k then
+      if tty and last then io.stderr:write("\r\27[K") end
+      last = nil
+      return
+    end
+    last, t0 = { k, n, path }, wall()
+    if tty then io.stderr:write(string.format("\r\27[K[%d/%d] loading %s", k, n, path)) end
+  end
+end
+
+-- Builds the specs of problem files not yet kept on disk (km.kbtask.cached) in parallel child
+-- processes (`kmrun tasks check --no-gpu`: loading fills the cache), up to a quarter of the
+-- machine's cores and 8, when there are at least 4; the loads after read them from disk.
+local function prebuild_specs(paths, progress)
+  local cold = {}
+  local kbtask = require "km.kbtask"
+  for _, p in ipairs(paths) do if kbtask.is_problem(p) and not kbtask.cached(p) then cold[#cold + 1] = p end end
+  if #cold < 4 or not package.km_exe or os.getenv("KM_SPEC_JOBS") == "1" then return end
+  local np = io.popen("nproc 2>/dev/null")
+  local cores = tonumber(np and np:read("l") or "") or 1
+  if np then np:close() end
+  local jobs = math.min(#cold, 8, tonumber(os.getenv("KM_SPEC_JOBS") or "") or math.max(1, cores // 4))
+  if jobs < 2 then return end
+  local q = function(x) return "'" .. x:gsub("'", "'\\''") .. "'" end
+  local pids = {}
+  for j = 1, jobs do
+    local groups = { by = {} }
+    for k = j, #cold, jobs do groups.by[#groups.by + 1] = cold[k] end
+    -- each child at one precision: the files' own tags say which
+    local by_prec = {}
+    for _, p in ipairs(groups.by) do
+      local file, tag = p:match("^(.*%.py)#(%w+)$")
+      tag = tag or "fp32"
+      by_prec[tag] = by_prec[tag] or {}
+      table.insert(by_prec[tag], file or p)
+    end
+    for prec, files in pairs(by_prec) do
+      local args = {}
+      for i, f in ipairs(files) do args[i] = q(f) end
+      local cmd = string.format("KM_SPEC_JOBS=1 %s tasks check --no-gpu --precision %s %s >/dev/null 2>&1 & echo $!",
+        q(package.km_exe), prec, table.concat(args, " "))
+      local h = io.popen(cmd)
+      local pid = h and tonumber(h:read("l") or "")
+      if h then h:close() end
+      if pid then pids[#pids + 1] = pid end
+    end
+  end
+  -- wait for the children, showing how many specs are built
+  local wall = require("km.timing").wall
+  local t0, tty = wall(), is_tty()
+  while true do
+    local alive = 0
+    for _, pid in ipairs(pids) do
+      if os.execute("kill -0 " .. pid .. " 2>/dev/null") == true then alive = alive + 1 end
+    end
+    local done = 0
+    for _, p in ipairs(cold) do if kbtask.cached(p) then done = done + 1 end end
+    if tty then
+      io.stderr:write(string.format("\r\27[K[%d/%d] problem specs built (%d in parallel)", done, #cold, jobs))
+    end
+    if alive == 0 then break end
+    os.execute("sleep 0.5")
+  end
+  if tty then io.stderr:write("\r\27[K") end
+  if not tty then
+    io.stderr:write(string.format("kmrun tasks: %d problem spec(s) built in %.1f s (%d in parallel)\n", #cold, wall() - t0, jobs))
+  end
+end
+
 -- -> tasks, errors (tasks that did not load), empty (folders with no task in them);
--- or nil, message for a path that is not a folder, task or problem file.
+-- or nil, message for a path that is not a folder, task or problem file. Progress goes to
+-- stderr while they load.
 local function collect(args, precision)
   local tasks, errors, empty = {}, {}, {}
   if #args == 0 then args = { "tasks" } end
+  local kbtask = require "km.kbtask"
+  local paths = {}
   for _, a in ipairs(args) do
     if is_task(a) then
-      local kbtask = require "km.kbtask"
-      local t, err = task.load(kbtask.is_problem(a) and kbtask.key(a, precision) or a)
-      if t then tasks[#tasks + 1] = t else errors[#errors + 1] = err end
+      paths[#paths + 1] = kbtask.is_problem(a) and kbtask.key(a, precision) or a
     else
       if not A.is_dir(a) then
         local f = io.open(a, "rb")
         if f then f:close() return nil, a .. ": a file, but not a task: name a folder of tasks, a task folder, or a problem file (PROBLEM.py)" end
         return nil, a .. ": no such folder (nor a task folder or problem file)"
       end
-      local ts, es = task.list(a, precision)
-      for _, t in ipairs(ts) do tasks[#tasks + 1] = t end
-      for _, e in ipairs(es) do errors[#errors + 1] = e end
-      if #ts == 0 and #es == 0 then empty[#empty + 1] = a .. ": no tasks found (no folder with a task.lua in it, no PROBLEM.py)" end
+      local list = task.entries(a, precision)
+      for _, p in ipairs(list) do paths[#paths + 1] = p end
+      if #list == 0 then empty[#empty + 1] = a .. ": no tasks found (no folder with a task.lua in it, no PROBLEM.py)" end
     end
   end
+  local progress = progress_meter()
+  prebuild_specs(paths, progress)
+  for k, p in ipairs(paths) do
+    progress(k, #paths, p)
+    local t, err = task.load(p)
+    if t then tasks[#tasks + 1] = t else errors[#errors + 1] = err end
+  end
+  progress(nil)
   return tasks, errors, empty
 end
 
@@ -236,6 +353,59 @@ elseif cmd == "stats" then
     if #errors > 0 then io.stdout:write(string.format("%d invalid task(s) left out\n", #errors)) end
   end
   return #errors == 0 and 0 or 1
+elseif cmd == "lint" then
+  local lint = require "km.lint"
+  local precisions = a.precision or { "fp32" }
+  local results, bad = {}, 0
+  local backend, no_gpu
+  local seen_folder = {} -- a task folder has its own dtypes: linted once, whatever the precision
+  local progress = progress_meter()
+  for pi, prec in ipairs(precisions) do
+    local tasks, errors, empty = collect(rest, prec)
+    if not tasks then io.stderr:write("kmrun tasks lint: ", errors, "\n") return 2 end
+    if pi == 1 and nothing(tasks, errors, empty) then return 1 end
+    for _, e in ipairs(errors) do
+      bad = bad + 1
+      io.stderr:write("invalid: ", e, "\n")
+    end
+    table.sort(tasks, natural_less)
+    for k, t in ipairs(tasks) do
+      if t.reference.pytorch or not seen_folder[t.dir] then
+        seen_folder[t.dir] = true
+        progress(k, #tasks, t.name .. "@" .. prec)
+        local res = not a.no_cache and lint.cached(t) or nil
+        if res and (a.cpu and res.where ~= "cpu") then res = nil end
+        if res then res.cached = true end
+        if not res then
+          if not backend then backend, no_gpu = lint.backend { cpu = a.cpu } end
+          local ok, r = pcall(lint.run, t, { backend = backend })
+          if not ok then
+            r = { task = t.name, path = t.path or t.dir, precision = t.reference.precision or "fp32", level = t.level,
+              where = backend.where, shapes = #t.shapes, flags = {}, unchecked = { "lint failed: " .. tostring(r) } }
+          elseif not r.context_lost then
+            lint.put(t, r)
+          end
+          res = r
+          if r.context_lost then backend = nil end -- a fresh judge (and context) for the next task
+        end
+        if t.reference.pytorch == nil then res.precision = "own" end
+        results[#results + 1] = res
+      end
+    end
+  end
+  progress(nil)
+  local flagged = 0
+  for _, r in ipairs(results) do if lint.flagged(r) then flagged = flagged + 1 end end
+  if a.json then
+    io.stdout:write(lint.json(results, { flagged = flagged, invalid = bad, where = backend and backend.where or nil,
+      no_gpu = no_gpu }), "\n")
+  else
+    io.stdout:write(lint.format(results))
+    if no_gpu then
+      print("no GPU here (" .. tostring(no_gpu) .. "): references ran on the CPU; timing and CUDA-only references not checked")
+    end
+  end
+  return (flagged == 0 and bad == 0) and 0 or 1
 else -- dedup
   local dedup = require "km.dedup"
   local tasks, errors, empty = collect(rest)

@@ -1,0 +1,505 @@
+-- km.lint — can a task tell a right kernel from a wrong one? (DESIGN.md, "Tasks can be wrong
+-- too"; docs/tasks.md, "Linting tasks")
+--
+--   local lint = require "km.lint"
+--   local res = lint.run(t, { backend = lint.backend() })   -- one task at its precision
+--   res.flags        -- { { reason, shape, output, detail }, ... }; empty: nothing found
+--   res.unchecked    -- { "what could not be checked here, and why", ... }
+--   lint.cached(t)   -- the last result kept for this task (content, precision, torch), or nil
+--   tasks = lint.gate(tasks, { allow = false, skip = true, who = "kmrun sweep" })
+--
+-- For every shape set, the reference runs twice on one seed and once on another; its outputs
+-- and trivial candidates (zeros, a constant at the output's mean, an input passed through,
+-- the reference on other inputs) go through the judge's comparison (km.compare, atol + rtol
+-- of the task's tolerance, NaN never passes). Trivial candidates are judged on outputs of at
+-- least MIN_ELEMENTS elements (a 1-element output equals its own mean). With a GPU the
+-- judge's own path runs the reference (km.judge: inputs made on the GPU) and times it on the
+-- timed shape; without one a PyTorch reference runs on the CPU (km.kernelbench, host
+-- memory), and what could not be checked is said: CUDA-only references, timing, sizes over
+-- CPU_MAX_BYTES.
+local compare = require "km.compare"
+local task_mod = require "km.task"
+local json = require "km.json"
+
+local M = {}
+
+local fmt, concat = string.format, table.concat
+local ipairs, pairs, type, tostring, pcall = ipairs, pairs, type, tostring, pcall
+
+M.VERSION = 1          -- bump when what a result holds or how it is decided changes
+M.MIN_ELEMENTS = 64    -- trivial candidates are judged on outputs at least this large
+M.BELOW_SHARE = 0.9    -- below_tolerance: at least this share of the output is within atol of 0
+M.TOO_SHORT_MS = 0.01  -- too_short: the reference's median under this (and under 4 empty kernels)
+M.CPU_MAX_BYTES = 256 << 20 -- a shape whose buffers pass this is not run on the CPU
+M.SEEDS = { 101, 202 } -- the reference runs on the first twice, on the second once
+
+-- The reasons, one row each: key, what a table prints, what it means.
+M.REASONS = {
+  { key = "trivial_zeros", short = "zeros pass", text = "an all-zeros output passes the tolerance" },
+  { key = "trivial_constant", short = "constant passes", text = "a constant output (the reference's mean) passes" },
+  { key = "trivial_input", short = "input passes", text = "an input passed through unchanged passes" },
+  { key = "input_independent", short = "input-independent",
+    text = "the output does not depend on the inputs (the reference on other inputs passes)" },
+  { key = "below_tolerance", short = "below tolerance",
+    text = "most of the output is within atol of zero (below the tolerance's resolution)" },
+  { key = "nan_inf", short = "NaN/Inf", text = "the reference's output holds NaN or Inf" },
+  { key = "nondeterministic", short = "non-deterministic", text = "two runs of the reference on the same inputs disagree beyond the tolerance" },
+  { key = "too_short", short = "too short", text = "the reference runs too briefly to time meaningfully (speedups there are noise)" },
+  { key = "reference_error", short = "reference fails", text = "the reference does not run" },
+}
+M.REASON = {}
+for _, r in ipairs(M.REASONS) do M.REASON[r.key] = r end
+-- A candidate must pass every shape set, so these flag a task only where they hold at every
+-- shape they were judged on; at some shapes only (a sum over an axis of length 1 is its input)
+-- they are notes.
+M.EVERY_SHAPE = { trivial_zeros = true, trivial_constant = true, trivial_input = true,
+  input_independent = true, below_tolerance = true }
+
+----------------------------------------------------------------------------------------
+-- backends: where the reference runs. Each opens a task (-> session | nil, why), runs the
+-- reference on a shape and seed (-> { outs, ins } | nil, why, "SKIP" when it was not tried),
+-- and makes, compares and frees the values checked.
+
+local function numel_of(spec, sym) return task_mod.numel(task_mod.shape_of(spec, sym)) end
+local function bytes_of(t, sym)
+  local n = 0
+  for _, list in ipairs { t.inputs, t.outputs } do
+    for _, spec in ipairs(list) do n = n + numel_of(spec, sym) * task_mod.DTYPE_BYTES[spec.dtype] end
+  end
+  return n
+end
+
+-- With a GPU: the judge in this process (as `kmrun tasks check`).
+local function gpu_backend(judge, device)
+  local buffer = require "km.buffer"
+  local B = { where = "cuda", device = device }
+  function B.open(t)
+    local st, err = judge:task_state(t)
+    if not st then return nil, err end
+    return { t = t, st = st }
+  end
+  function B.run(s, sym, seed)
+    local ok, res, why = pcall(function()
+      local cand, ref_in, dims = judge:trial_io(s.t, sym, seed)
+      judge.pool:put_all(cand)
+      judge:pristine(s.t, sym, ref_in, seed)
+      local ref_io, rs, rmsg = judge:run_reference(s.st, ref_in, dims, sym)
+      if not ref_io then judge.pool:put_all(ref_in) return nil, tostring(rs) .. ": " .. tostring(rmsg) end
+      local outs = {}
+      for _, o in ipairs(s.t.outputs) do outs[o.name] = ref_io[o.name] end
+      return { ins = ref_in, outs = outs }
+    end)
+    if not ok then return nil, tostring(res) end
+    return res, why
+  end
+  function B.release(_, r)
+    judge.pool:put_all(r.ins)
+    for _, b in pairs(r.outs) do judge.pool:put(b) end
+  end
+  function B.compare(a, b, tol) return compare.allclose(a, b, { atol = tol.atol, rtol = tol.rtol }) end
+  function B.zeros(like) return buffer.new(like:dtype(), like:shape()):zero() end
+  function B.const(like, v) return buffer.new(like:dtype(), like:shape()):fill(v) end
+  function B.sample(b, n) return b:to_table(n) end
+  function B.free(b) b:free() end
+  function B.time(s, sym)
+    local res, st, msg = judge:time_run(s.st, s.st.ref, sym, { mode = "cold", max_ms = 500 }, false)
+    if not res then return nil, tostring(st) .. ": " .. tostring(msg) end
+    judge._floor = judge._floor or require("km.timing").floor()
+    return res.median, judge._floor and judge._floor.median
+  end
+  function B.close(s)
+    if s.st.prob then s.st.prob:release { empty_cache = true } end
+    judge.tasks[s.t.dir] = nil
+    judge.pool:drop(true)
+    local alive, msg = require("km.cuda").synchronize()
+    if not alive then return "the GPU context was lost (" .. tostring(msg) .. ")" end
+  end
+  return B
+end
+
+-- Without a GPU: a PyTorch reference on the CPU, in host memory; values are byte strings
+-- (km.compare compares them in C by dtype).
+local function cpu_backend()
+  local kb = require "km.kernelbench"
+  local python = require "km.python"
+  local B = { where = "cpu" }
+  local function bytes(h)
+    return assert(python.eval(fmt("__import__('ctypes').string_at(%d, %d)", h:ptr(), h:nbytes())))
+  end
+  function B.open(t)
+    local ok, why = kb.available()
+    if not ok then return nil, "PyTorch is not available here: " .. tostring(why) end
+    local r = t.reference
+    if r.pytorch then
+      local prob, err = kb.load(r.pytorch, { device = "cpu", precision = r.precision })
+      if not prob then return nil, err end
+      return { t = t, prob_of = function() return prob end, probs = { prob } }
+    end
+    if not r.pytorch_file then return nil, "a CUDA-only reference runs only on a GPU" end
+    -- a task's reference.py at shape set si: the file with that set's symbols assigned after it
+    local s = { t = t, probs = {}, by_shape = {} }
+    local names = { inputs = {}, outputs = {} }
+    for i, spec in ipairs(t.inputs) do names.inputs[i] = spec.name end
+    for i, spec in ipairs(t.outputs) do names.outputs[i] = spec.name end
+    function s.prob_of(sym)
+      local key = task_mod.fmt_shape(sym)
+      if s.by_shape[key] then return s.by_shape[key] end
+      local keys = {}
+      for k in pairs(sym) do keys[#keys + 1] = k end
+      table.sort(keys)
+      local lines = { r.pytorch_text, "\n# a shape set of " .. t.name .. " (km.lint)" }
+      for _, k in ipairs(keys) do lines[#lines + 1] = fmt("%s = %s", k, tostring(sym[k])) end
+      local path = os.tmpname() .. ".py"
+      local f = assert(io.open(path, "wb"))
+      f:write(concat(lines, "\n"), "\n")
+      f:close()
+      local prob, err = kb.load(path, { device = "cpu", names = names })
+      os.remove(path)
+      if not prob then return nil, err end
+      s.by_shape[key] = prob
+      s.probs[#s.probs + 1] = prob
+      return prob
+    end
+    return s
+  end
+  function B.run(s, sym, seed)
+    local t = s.t
+    local nb = bytes_of(t, sym)
+    if nb > M.CPU_MAX_BYTES then
+      return nil, fmt("%.0f MiB of buffers, over the CPU's limit of %d MiB", nb / 2^20, M.CPU_MAX_BYTES >> 20), "SKIP"
+    end
+    local prob, perr = s.prob_of(sym)
+    if not prob then return nil, perr end
+    local hosts, ins, params, outs_h = {}, {}, {}, {}
+    local function free_all() for _, h in pairs(hosts) do h:free() end end
+    for _, spec in ipairs(t.inputs) do
+      local h, err = kb.host_buffer(spec.dtype, task_mod.shape_of(spec, sym))
+      if not h then free_all() return nil, err end
+      hosts[spec.name] = h
+      if spec.role == "parameter" then params[spec.name] = h else ins[spec.name] = h end
+    end
+    for _, spec in ipairs(t.outputs) do
+      local h, err = kb.host_buffer(spec.dtype, task_mod.shape_of(spec, sym))
+      if not h then free_all() return nil, err end
+      hosts[spec.name], outs_h[spec.name] = h, h
+    end
+    local ok, err = prob:make_inputs(seed, ins)
+    if ok and next(params) then ok, err = prob:write_params(params) end
+    if ok then ok, err = prob:forward(hosts) end
+    if not ok then free_all() return nil, tostring(err) end
+    local r = { ins = {}, outs = {}, samples = {} }
+    for _, spec in ipairs(t.inputs) do r.ins[spec.name] = { dtype = spec.dtype, bytes = bytes(hosts[spec.name]) } end
+    for _, spec in ipairs(t.outputs) do
+      r.outs[spec.name] = { dtype = spec.dtype, bytes = bytes(outs_h[spec.name]),
+        sample = outs_h[spec.name]:to_table(1 << 16) }
+    end
+    free_all()
+    return r
+  end
+  function B.release() end
+  function B.compare(a, b, tol)
+    if #a.bytes ~= #b.bytes or a.dtype ~= b.dtype then return { ok = false } end
+    return compare.allclose(a.bytes, b.bytes, { atol = tol.atol, rtol = tol.rtol, dtype = a.dtype })
+  end
+  function B.zeros(like) return { dtype = like.dtype, bytes = ("\0"):rep(#like.bytes) } end
+  function B.const(like, v)
+    local n = #like.bytes // task_mod.DTYPE_BYTES[like.dtype]
+    local h = assert(kb.host_buffer(like.dtype, { n }))
+    assert(python.call("km_kb_bridge", "host_fill", json.encode(json.array { h.id, v })))
+    local out = { dtype = like.dtype, bytes = bytes(h) }
+    h:free()
+    return out
+  end
+  function B.sample(v) return v.sample or {} end
+  function B.free() end
+  function B.time() return nil, "timing needs a GPU" end
+  function B.close(s) for _, p in ipairs(s.probs) do p:release() end end
+  return B
+end
+
+-- The backend for this machine: the judge on the GPU where there is one (unless opts.cpu),
+-- else the CPU. -> backend, nil | backend, "why there is no GPU"
+function M.backend(opts)
+  opts = opts or {}
+  if not opts.cpu then
+    local okj, judge, why = pcall(function() return require("km.judge").new() end)
+    if okj and judge then
+      local d = require("km.cuda").device()
+      return gpu_backend(judge, d and d.name or "GPU")
+    end
+    return cpu_backend(), okj and tostring(why or "no GPU") or tostring(judge)
+  end
+  return cpu_backend(), "--cpu"
+end
+
+----------------------------------------------------------------------------------------
+-- the checks
+
+local function is_int_dtype(dt) return dt:match("^[iu]") ~= nil end
+
+-- The mean of a sample of values (NaN and Inf left out), or nil.
+local function mean_of(xs)
+  local s, n = 0, 0
+  for _, x in ipairs(xs) do
+    if x == x and x ~= math.huge and x ~= -math.huge then s, n = s + x, n + 1 end
+  end
+  return n > 0 and s / n or nil
+end
+
+local function g(x) return fmt("%.3g", x) end
+
+-- Lints one task (at the precision it was loaded at) with backend B. -> result:
+-- { task, path, precision, level, where, device, flags, unchecked, shapes, reference_ms }
+function M.run(t, opts)
+  opts = opts or {}
+  local B = opts.backend or M.backend()
+  local res = { task = t.name, path = t.path or t.dir, precision = t.reference.precision or "fp32",
+    level = t.level, where = B.where, device = B.device, flags = {}, unchecked = {}, shapes = #t.shapes,
+    heldout = t.heldout and t.heldout.shape or nil, version = M.VERSION }
+  local function flag(reason, si, output, detail)
+    res.flags[#res.flags + 1] = { reason = reason, shape = si, heldout = (res.heldout == si) or nil,
+      output = output, detail = detail }
+  end
+  local judged = {} -- shapes the trivial candidates were judged on
+  local s, why = B.open(t)
+  if not s then
+    res.unchecked[#res.unchecked + 1] = "the reference: " .. tostring(why)
+    return res
+  end
+  for si, sym in ipairs(t.shapes) do
+    local label = (res.heldout == si) and fmt("shape %d (held-out)", si) or fmt("shape %d", si)
+    local a, aerr, acode = B.run(s, sym, M.SEEDS[1])
+    if not a then
+      if acode == "SKIP" then res.unchecked[#res.unchecked + 1] = label .. ": " .. aerr
+      else flag("reference_error", si, nil, aerr) end
+    else
+      local a2 = B.run(s, sym, M.SEEDS[1])
+      local b = B.run(s, sym, M.SEEDS[2])
+      for _, o in ipairs(t.outputs) do
+        local tol = t.tolerance[o.dtype]
+        local y = a.outs[o.name]
+        local n = numel_of(o, sym)
+        local zeros = B.zeros(y)
+        local z = B.compare(y, zeros, { atol = tol.atol, rtol = 0 }) -- |y| <= atol, element by element
+        local bad_values = (z.nan or 0) + (z.inf or 0)
+        if bad_values > 0 then
+          flag("nan_inf", si, o.name, fmt("%d NaN, %d Inf of %d", z.nan or 0, z.inf or 0, n))
+        else
+          if a2 then
+            local d = B.compare(a2.outs[o.name], y, tol)
+            if not d.ok then flag("nondeterministic", si, o.name, fmt("%d of %d elements differ, max |diff| %s", d.mismatches or 0, n, g(d.max_abs or 0))) end
+          end
+          if n >= M.MIN_ELEMENTS then
+            judged[si] = true
+            local zr = B.compare(zeros, y, tol)
+            if zr.ok then flag("trivial_zeros", si, o.name, fmt("max |y| %s, atol %g", g(z.max_abs or 0), tol.atol))
+            elseif (n - (z.mismatches or 0)) / n >= M.BELOW_SHARE then
+              flag("below_tolerance", si, o.name, fmt("%.1f%% of elements within atol %g of 0", 100 * (n - z.mismatches) / n, tol.atol))
+            end
+            local m = mean_of(B.sample(y, 1 << 16))
+            if m and not zr.ok then
+              if is_int_dtype(o.dtype) then m = math.floor(m + 0.5) end
+              local c = B.const(y, m)
+              if B.compare(c, y, tol).ok then flag("trivial_constant", si, o.name, fmt("the constant %s", g(m))) end
+              B.free(c)
+            end
+            for _, spec in ipairs(t.inputs) do
+              if spec.dtype == o.dtype and numel_of(spec, sym) == n and spec.role ~= "parameter" then
+                if B.compare(a.ins[spec.name], y, tol).ok then flag("trivial_input", si, o.name, "input " .. spec.name) end
+              end
+            end
+            if b and B.compare(b.outs[o.name], y, tol).ok then
+              flag("input_independent", si, o.name, fmt("seeds %d and %d agree", M.SEEDS[1], M.SEEDS[2]))
+            end
+          end
+        end
+        B.free(zeros)
+      end
+      if a2 then B.release(s, a2) end
+      if b then B.release(s, b) end
+      B.release(s, a)
+    end
+  end
+  -- timing: the timed shape, as the judge times the reference
+  local ms, floor = B.time(s, t.shapes[1])
+  if not ms then res.unchecked[#res.unchecked + 1] = "timing: " .. tostring(floor)
+  else
+    res.reference_ms, res.floor_ms = ms, floor
+    local limit = math.max(M.TOO_SHORT_MS, 4 * (floor or 0))
+    if ms < limit then flag("too_short", 1, nil, fmt("median %.4f ms < %.4f ms", ms, limit)) end
+  end
+  local lost = B.close(s)
+  if lost then res.unchecked[#res.unchecked + 1] = lost; res.context_lost = true end
+  -- reasons that hold at only some of the judged shapes are notes, not flags
+  local at = {}
+  for _, f in ipairs(res.flags) do
+    if M.EVERY_SHAPE[f.reason] then at[f.reason] = at[f.reason] or {}; at[f.reason][f.shape] = true end
+  end
+  local partial = {}
+  for reason, shapes in pairs(at) do
+    for si in pairs(judged) do if not shapes[si] then partial[reason] = true end end
+  end
+  local flags = {}
+  res.notes = {}
+  for _, f in ipairs(res.flags) do
+    if partial[f.reason] then
+      res.notes[#res.notes + 1] = fmt("%s at shape %d only (%s%s): other shapes catch it", M.REASON[f.reason].short,
+        f.shape, f.output and (f.output .. ", ") or "", f.detail or "")
+    else
+      flags[#flags + 1] = f
+    end
+  end
+  res.flags = flags
+  return res
+end
+
+-- true when a result flags anything
+function M.flagged(res) return type(res) == "table" and type(res.flags) == "table" and #res.flags > 0 end
+
+-- The distinct reasons of a result, in REASONS' order.
+function M.reasons(res)
+  local seen, out = {}, {}
+  for _, f in ipairs(res and res.flags or {}) do seen[f.reason] = true end
+  for _, r in ipairs(M.REASONS) do if seen[r.key] then out[#out + 1] = r.key end end
+  return out
+end
+
+----------------------------------------------------------------------------------------
+-- the cache: results kept like task specs (km.jsoncache), keyed by the task's content, its
+-- precision, where it ran (cuda | cpu) and the torch version
+
+local torch_version_memo
+function M.torch_version()
+  if torch_version_memo == nil then
+    local python = require "km.python"
+    local v
+    if python.available() then
+      v = python.eval("(lambda m: m.version('torch'))(__import__('importlib.metadata', fromlist=['version']))")
+    end
+    torch_version_memo = type(v) == "string" and v or "none"
+  end
+  return torch_version_memo
+end
+
+-- What decides a task's lint result: its files' texts, shapes and tolerance.
+local function content(t)
+  local r = t.reference
+  local parts = { r.source_text or "", r.launch_text or "", r.pytorch_text or "" }
+  if t.dir and not r.pytorch then parts[#parts + 1] = task_mod.read_file(t.dir .. "/task.lua") or "" end
+  for i, sym in ipairs(t.shapes) do parts[#parts + 1] = i .. task_mod.fmt_shape(sym) end
+  local tols = {}
+  for dt, tol in pairs(t.tolerance) do tols[#tols + 1] = fmt("%s:%.17g:%.17g", dt, tol.atol, tol.rtol) end
+  table.sort(tols)
+  parts[#parts + 1] = concat(tols, ",")
+  return concat(parts, "\0")
+end
+
+local function cache_key(t, where)
+  local jc = require "km.jsoncache"
+  return jc.key("lint", M.VERSION, { content = content(t), precision = t.reference.precision or "fp32",
+    where = where, torch = M.torch_version() }, { "content", "precision", "where", "torch" })
+end
+
+local function cache_dir() return require("km.jsoncache").dir("lint", "KM_LINT_DIR") end
+
+function M.put(t, res)
+  return require("km.jsoncache").put(cache_dir(), cache_key(t, res.where), { result = M.encodable(res) })
+end
+
+-- The kept result for t: the GPU's where there is one, else the CPU's; nil when never linted.
+function M.cached(t)
+  local dir = cache_dir()
+  if not dir then return nil end
+  local f = io.open(dir .. "/.", "rb")
+  if not f then return nil end -- nothing was ever linted here: no Python started to ask
+  f:close()
+  local jc = require "km.jsoncache"
+  for _, where in ipairs { "cuda", "cpu" } do
+    local rec = jc.get(dir, cache_key(t, where))
+    if rec and type(rec.result) == "table" then return rec.result end
+  end
+end
+
+-- A result as JSON values (arrays stay arrays when empty).
+function M.encodable(res)
+  local out = {}
+  for k, v in pairs(res) do out[k] = v end
+  out.flags = json.array(res.flags or {})
+  out.unchecked = json.array(res.unchecked or {})
+  out.notes = json.array(res.notes or {})
+  return out
+end
+
+-- What an episode's summary keeps of a task's lint (docs/store.md): nil when never linted.
+function M.brief(res)
+  if type(res) ~= "table" then return nil end
+  return { flagged = M.flagged(res), reasons = json.array(M.reasons(res)), where = res.where,
+    unchecked = #(res.unchecked or {}) }
+end
+
+-- Called by km.runner.summary: the task's lint and held-out shape into an episode summary.
+function M.annotate_summary(s, t)
+  if t.lint then s.lint = t.lint end
+  if t.heldout then s.heldout_shape = t.heldout.shape end
+end
+
+-- Before a run: each task's kept lint result as t.lint (M.brief); a warning for each flagged
+-- task; with opts.skip, flagged tasks left out unless opts.allow (--allow-degenerate).
+-- -> the tasks to run
+function M.gate(tasks, opts)
+  opts = opts or {}
+  local who = opts.who or "kmrun"
+  local kept, skipped = {}, 0
+  for _, t in ipairs(tasks) do
+    local ok, res = pcall(M.cached, t)
+    t.lint = ok and M.brief(res) or nil
+    if t.lint and t.lint.flagged then
+      local reasons = concat(M.reasons(res), ", ")
+      local dropped = opts.skip and not opts.allow
+      io.stderr:write(fmt("%s: %s (%s): kmrun tasks lint flagged it (%s)%s\n", who, t.name,
+        t.reference.precision or "fp32", reasons,
+        dropped and "; skipped (--allow-degenerate runs it)" or "; its verdicts prove little"))
+      if dropped then skipped = skipped + 1 else kept[#kept + 1] = t end
+    else
+      kept[#kept + 1] = t
+    end
+  end
+  return kept, skipped
+end
+
+----------------------------------------------------------------------------------------
+-- output
+
+-- A table: one line per task (ok / FLAGGED / unchecked), a line per flag under it.
+function M.format(results)
+  local out, w = {}, 8
+  for _, r in ipairs(results) do w = math.max(w, #r.task + #r.precision + 1) end
+  local nflag = 0
+  for _, r in ipairs(results) do
+    local name = r.task .. "@" .. r.precision
+    local state = M.flagged(r) and "FLAGGED" or "ok"
+    if M.flagged(r) then nflag = nflag + 1 end
+    local extra = r.reference_ms and fmt("  reference %.4f ms", r.reference_ms) or ""
+    out[#out + 1] = fmt("%-7s  %-" .. w .. "s  %s%s%s", state, name, r.where,
+      r.heldout and fmt(", %d shapes (held-out %d)", r.shapes, r.heldout) or fmt(", %d shape%s", r.shapes, r.shapes == 1 and "" or "s"), extra)
+    for _, f in ipairs(r.flags) do
+      out[#out + 1] = fmt("         %-17s shape %s%s%s  %s", M.REASON[f.reason].short, tostring(f.shape),
+        f.heldout and " (held-out)" or "", f.output and ("  " .. f.output) or "", f.detail or "")
+    end
+    for _, u in ipairs(r.notes or {}) do out[#out + 1] = "         note: " .. u end
+    for _, u in ipairs(r.unchecked) do out[#out + 1] = "         not checked: " .. u end
+  end
+  out[#out + 1] = fmt("%d task-precision(s) linted, %d flagged", #results, nflag)
+  return concat(out, "\n") .. "\n"
+end
+
+function M.json(results, extra)
+  local list = {}
+  for i, r in ipairs(results) do list[i] = M.encodable(r) end
+  local o = { results = json.array(list), reasons = {} }
+  for _, r in ipairs(M.REASONS) do o.reasons[r.key] = r.text end
+  for k, v in pairs(extra or {}) do o[k] = v end
+  return json.encode(o, { nan = "null" })
+end
+
+return M
