@@ -1,4 +1,4 @@
-/* km_api.h — how a Lua state gets kmrun's modules and library, said once (kmrun_api.c) for
+/* km_api.h — how a Lua state gets kmrun's modules and library, said once (km_api.c) for
  * the three hosts that set one up: the kmrun program (kmrun.c), km_run_script in libkmrun,
  * and `require "km"` from a stock lua5.4 (km_lua_module.c). Private: not in kmrun.h, not
  * exported from libkmrun.so.
@@ -19,8 +19,9 @@ void km_api_find_dir(const char *dir, const char *const *cands, size_t ncands, c
 void km_api_find_paths(char *libdir, size_t nl, char *exe, size_t ne);
 
 #ifdef LUA_VERSION_NUM
-/* Every built-in km.* module, and km itself, into package.preload (kept when already there). */
-void km_api_preload(lua_State *L);
+/* Every built-in km.* module, and km itself (open_km: luaopen_km), into package.preload
+ * (kept when already there). */
+void km_api_preload(lua_State *L, lua_CFunction open_km);
 /* Adds KM_PATH's folders (':'-separated), then libdir when it is not "", to a package.path
  * being built in b: "D/?.lua;D/?/init.lua" each, ';' between. */
 void km_api_add_path(luaL_Buffer *b, const char *libdir);

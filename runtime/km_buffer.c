@@ -220,21 +220,7 @@ static int b_zero(lua_State *L) {
   return 1;
 }
 
-/* b:poison() -> b: NaN for floats (a payload no arithmetic produces), a sentinel for ints,
- * so an output element that a kernel never wrote cannot pass a compare by luck. */
-uint64_t km_poison_pattern(km_dtype dt) {
-  switch (dt) {
-  case KM_F32: return 0x7fc0dead;
-  case KM_F64: return 0x7ff8deaddeadbeefull;
-  case KM_F16: return 0x7e5a;
-  case KM_BF16: return 0x7fda;
-  case KM_I8: case KM_U8: return 0x5a;
-  case KM_I32: return 0x5adeadbe;
-  case KM_I64: return 0x5adeadbeefdeadbeull;
-  default: return 0;
-  }
-}
-
+/* b:poison() -> b: km_poison_pattern (km_dtype_core.c) in every element */
 static int b_poison(lua_State *L) {
   km_buffer *b = buffer_check(L, 1);
   fill_pattern(L, b, km_poison_pattern(b->dtype));

@@ -1,9 +1,10 @@
 /* km_cuda.c — `require "km.cuda"`: the CUDA driver, loaded at run time.
  *
- * libcuda.so.1 is opened with dlopen and every entry point comes from cuGetProcAddress at
- * the CUDA_VERSION of the cuda.h we compile against (km_cuda.h), so kmrun starts on
- * machines with no driver and available() says why. One process-wide context: the primary
- * context of the device chosen by use(i) or KM_DEVICE (default 0).
+ * The driver itself — libcuda.so.1 opened with dlopen, every entry point from
+ * cuGetProcAddress, the one process-wide context (the primary context of the device chosen
+ * by use(i) or KM_DEVICE, default 0), the stream launches go to — is km_driver.c's, in plain
+ * C; this file is its Lua binding, so kmrun starts on machines with no driver and
+ * available() says why.
  *
  * How a module is loaded, a kernel found and described and a launch issued is km_kernel.c's,
  * shared with the C API; this file turns Lua values into the parameter array and back.
@@ -34,171 +35,6 @@
 #define KM_GRAPH_MT "km.Graph"
 #define KM_SCALAR_MT "km.Scalar"
 
-/* ==== driver loading ==== */
-
-static km_cuda_api api;
-const km_cuda_api *km_cu = NULL;
-static int load_state = 0; /* 0 not tried, 1 ok, -1 failed */
-static char load_why[512];
-static int chosen_device = -1;
-static CUdevice cu_device;
-static CUcontext cu_ctx;
-static CUstream current_stream = NULL; /* where launches go unless told otherwise */
-
-const char *km_cuda_errname(CUresult r) {
-  const char *s = NULL;
-  if (km_cu && km_cu->cuGetErrorName(r, &s) == CUDA_SUCCESS && s) return s;
-  return "CUDA_ERROR_UNKNOWN";
-}
-
-const char *km_cuda_errstr(CUresult r) {
-  const char *s = NULL;
-  if (km_cu && km_cu->cuGetErrorString(r, &s) == CUDA_SUCCESS && s) return s;
-  return "unknown CUDA error";
-}
-
-char *km_cuda_msg(CUresult r, const char *what, char *msg, size_t n) {
-  snprintf(msg, n, "%s: %s: %s", km_cuda_errname(r), what, km_cuda_errstr(r));
-  return msg;
-}
-
-static int env_device(void) {
-  const char *e = getenv("KM_DEVICE");
-  return e && *e ? atoi(e) : 0;
-}
-
-static void load_driver(void) {
-  const char *lib = getenv("KM_LIBCUDA");
-  if (!lib || !*lib) lib = "libcuda.so.1";
-  void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
-  if (!h) {
-    snprintf(load_why, sizeof load_why, "no CUDA driver: cannot load %s (%s)", lib, dlerror());
-    return;
-  }
-  __typeof__(&cuGetProcAddress) gpa = (__typeof__(&cuGetProcAddress))dlsym(h, "cuGetProcAddress_v2");
-  if (!gpa) {
-    snprintf(load_why, sizeof load_why,
-             "CUDA driver too old: %s has no cuGetProcAddress_v2 (CUDA 12 or newer needed)", lib);
-    return;
-  }
-  /* Resolve each name as cuda.h spells it before its _vN macro; the driver returns the
-   * version matching CUDA_VERSION, which is the prototype km_cuda_api holds. */
-#define KM_CUDA_RESOLVE(name)                                                             \
-  {                                                                                       \
-    CUdriverProcAddressQueryResult st;                                                    \
-    void *fp = NULL;                                                                      \
-    CUresult r = gpa(#name, &fp, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &st);         \
-    if (r != CUDA_SUCCESS || !fp || st != CU_GET_PROC_ADDRESS_SUCCESS) {                  \
-      snprintf(load_why, sizeof load_why,                                                 \
-               "CUDA driver lacks %s for CUDA %d.%d (driver too old? status %d)", #name,  \
-               CUDA_VERSION / 1000, CUDA_VERSION % 1000 / 10, (int)st);                   \
-      return;                                                                             \
-    }                                                                                     \
-    memcpy(&api.name, &fp, sizeof fp);                                                    \
-  }
-  KM_CUDA_FUNCS(KM_CUDA_RESOLVE)
-#undef KM_CUDA_RESOLVE
-  km_cu = &api; /* error names work from here on */
-  CUresult r = api.cuInit(0);
-  if (r != CUDA_SUCCESS) {
-    snprintf(load_why, sizeof load_why, "cuInit failed: %s: %s", km_cuda_errname(r), km_cuda_errstr(r));
-    km_cu = NULL;
-    return;
-  }
-  int count = 0;
-  r = api.cuDeviceGetCount(&count);
-  if (r != CUDA_SUCCESS || count == 0) {
-    snprintf(load_why, sizeof load_why, "no CUDA device (%s)",
-             r != CUDA_SUCCESS ? km_cuda_errname(r) : "count is 0");
-    km_cu = NULL;
-    return;
-  }
-  int dev = chosen_device >= 0 ? chosen_device : env_device();
-  if (dev < 0 || dev >= count) {
-    snprintf(load_why, sizeof load_why, "device %d requested but %d device(s) visible", dev, count);
-    km_cu = NULL;
-    return;
-  }
-  if ((r = api.cuDeviceGet(&cu_device, dev)) != CUDA_SUCCESS ||
-      (r = api.cuDevicePrimaryCtxRetain(&cu_ctx, cu_device)) != CUDA_SUCCESS ||
-      (r = api.cuCtxSetCurrent(cu_ctx)) != CUDA_SUCCESS) {
-    snprintf(load_why, sizeof load_why, "cannot create a context on device %d: %s: %s", dev,
-             km_cuda_errname(r), km_cuda_errstr(r));
-    km_cu = NULL;
-    return;
-  }
-  chosen_device = dev;
-  load_state = 1;
-}
-
-static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER;
-
-const km_cuda_api *km_cuda_get(const char **why) {
-  pthread_mutex_lock(&load_lock);
-  if (load_state == 0) {
-    load_state = -1;
-    load_driver();
-  }
-  pthread_mutex_unlock(&load_lock);
-  if (load_state == 1) {
-    /* The context is per thread: make it current for callers on other threads. */
-    CUcontext cur = NULL;
-    if (api.cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur != cu_ctx) api.cuCtxSetCurrent(cu_ctx);
-    return &api;
-  }
-  if (why) *why = load_why;
-  return NULL;
-}
-
-/* The compute capability of the context this process already holds; 0 when it holds none.
- * Never loads the driver or creates a context: km.nvrtc asks this for its default arch,
- * and the driver process (which compiles too) must never open CUDA. */
-int km_cuda_current_arch(int *major, int *minor) {
-  if (load_state != 1 || !km_cuda_get(NULL)) return 0;
-  api.cuDeviceGetAttribute(major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, cu_device);
-  api.cuDeviceGetAttribute(minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, cu_device);
-  return 1;
-}
-
-int km_cuda_fail(lua_State *L, CUresult r, const char *what) {
-  char msg[KM_CUDA_MSG];
-  return km_fail(L, km_cuda_errname(r), "%s", km_cuda_msg(r, what, msg, sizeof msg));
-}
-
-int km_cuda_raise(lua_State *L, CUresult r, const char *what) {
-  char msg[KM_CUDA_MSG];
-  return luaL_error(L, "%s", km_cuda_msg(r, what, msg, sizeof msg));
-}
-
-const km_cuda_api *km_cuda_check(lua_State *L) {
-  const char *why = NULL;
-  const km_cuda_api *a = km_cuda_get(&why);
-  if (!a) luaL_error(L, "CUDA unavailable: %s", why);
-  return a;
-}
-
-CUstream km_cuda_stream(void) { return current_stream; }
-CUstream km_cuda_set_stream(CUstream s) {
-  CUstream old = current_stream;
-  current_stream = s;
-  return old;
-}
-
-const km_cuda_api *km_cuda_use(int dev, const char **why) {
-  static char msg[160];
-  if (dev >= 0 && load_state == 1 && dev != chosen_device) {
-    snprintf(msg, sizeof msg, "device %d requested but device %d is already in use in this process", dev,
-             chosen_device);
-    *why = msg;
-    return NULL;
-  }
-  if (dev >= 0) {
-    if (load_state == -1) load_state = 0; /* let a new choice retry */
-    chosen_device = dev;
-  }
-  return km_cuda_get(why);
-}
-
 /* ==== module-level functions ==== */
 
 static int l_available(lua_State *L) {
@@ -214,14 +50,12 @@ static int l_available(lua_State *L) {
 
 static int l_use(lua_State *L) {
   int dev = (int)luaL_checkinteger(L, 1);
-  if (load_state == 1 && dev != chosen_device)
+  if (km_cuda_loaded() && dev != km_cuda_device_index())
     return luaL_error(L, "km.cuda.use(%d): device %d is already in use in this process; "
                          "choose the device before the first CUDA call (or set KM_DEVICE)",
-                      dev, chosen_device);
-  if (load_state == -1) load_state = 0; /* let a new choice retry */
-  chosen_device = dev;
+                      dev, km_cuda_device_index());
   const char *why = NULL;
-  if (!km_cuda_get(&why)) return km_fail(L, "CUDA_UNAVAILABLE", "%s", why);
+  if (!km_cuda_use(dev, &why)) return km_fail(L, "CUDA_UNAVAILABLE", "%s", why);
   lua_pushboolean(L, 1);
   return 1;
 }
@@ -229,7 +63,7 @@ static int l_use(lua_State *L) {
 static int l_driver_version(lua_State *L) {
   km_cuda_check(L);
   int v = 0;
-  api.cuDriverGetVersion(&v);
+  km_cu->cuDriverGetVersion(&v);
   lua_pushfstring(L, "%d.%d", v / 1000, v % 1000 / 10);
   return 1;
 }
@@ -240,7 +74,7 @@ static int l_device_count(lua_State *L) {
     return 1;
   }
   int n = 0;
-  api.cuDeviceGetCount(&n);
+  km_cu->cuDeviceGetCount(&n);
   lua_pushinteger(L, n);
   return 1;
 }
@@ -253,9 +87,9 @@ static void set_int(lua_State *L, const char *k, lua_Integer v) {
 /* cuda.device([i]) -> properties of device i (default: the one in use), km_devinfo_read's. */
 static int l_device(lua_State *L) {
   km_cuda_check(L);
-  int idx = (int)luaL_optinteger(L, 1, chosen_device);
+  int idx = (int)luaL_optinteger(L, 1, km_cuda_device_index());
   CUdevice d;
-  CUresult r = api.cuDeviceGet(&d, idx);
+  CUresult r = km_cu->cuDeviceGet(&d, idx);
   if (r != CUDA_SUCCESS) return km_cuda_fail(L, r, "cuDeviceGet");
   km_devinfo di;
   km_devinfo_read(d, &di);
@@ -282,7 +116,7 @@ static int l_device(lua_State *L) {
 static int l_mem_info(lua_State *L) {
   km_cuda_check(L);
   size_t fr = 0, tot = 0;
-  CUresult r = api.cuMemGetInfo(&fr, &tot);
+  CUresult r = km_cu->cuMemGetInfo(&fr, &tot);
   if (r != CUDA_SUCCESS) return km_cuda_fail(L, r, "cuMemGetInfo");
   lua_pushinteger(L, (lua_Integer)fr);
   lua_pushinteger(L, (lua_Integer)tot);
@@ -291,7 +125,7 @@ static int l_mem_info(lua_State *L) {
 
 static int l_synchronize(lua_State *L) {
   km_cuda_check(L);
-  CUresult r = api.cuCtxSynchronize();
+  CUresult r = km_cu->cuCtxSynchronize();
   if (r != CUDA_SUCCESS) return km_cuda_fail(L, r, "synchronize");
   lua_pushboolean(L, 1);
   return 1;
@@ -460,7 +294,7 @@ static int function_attributes(lua_State *L) {
   lua_createtable(L, 0, 10);
   for (size_t i = 0; i < sizeof attrs / sizeof *attrs; i++) {
     int v = 0;
-    api.cuFuncGetAttribute(&v, attrs[i].a, f->fn);
+    km_cu->cuFuncGetAttribute(&v, attrs[i].a, f->fn);
     set_int(L, attrs[i].k, v);
   }
   set_int(L, "nparams", f->nparams);
@@ -485,9 +319,9 @@ static int function_occupancy(lua_State *L) {
   int block = (int)luaL_checkinteger(L, 2);
   size_t dyn = (size_t)luaL_optinteger(L, 3, 0);
   int blocks = 0;
-  CUresult r = api.cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, f->fn, block, dyn);
+  CUresult r = km_cu->cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, f->fn, block, dyn);
   if (r != CUDA_SUCCESS) return km_cuda_fail(L, r, "occupancy");
-  int maxthreads = km_devinfo_attr(cu_device, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR);
+  int maxthreads = km_devinfo_attr(km_cuda_device(), CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR);
   lua_pushinteger(L, blocks);
   lua_pushnumber(L, maxthreads ? (double)blocks * block / maxthreads : 0.0);
   return 2;
@@ -496,7 +330,7 @@ static int function_occupancy(lua_State *L) {
 static int function_set_max_dynamic_shared(lua_State *L) {
   km_function *f = function_check(L, 1);
   int bytes = (int)luaL_checkinteger(L, 2);
-  CUresult r = api.cuFuncSetAttribute(f->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes);
+  CUresult r = km_cu->cuFuncSetAttribute(f->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes);
   if (r != CUDA_SUCCESS) return km_cuda_fail(L, r, "setting max dynamic shared memory");
   lua_settop(L, 1);
   return 1;
@@ -593,7 +427,7 @@ static void read_cfg(lua_State *L, int cfg, km_kernel_cfg *c) {
   read_dim3(L, cfg, "block", c->block, 1);
   c->shared = (unsigned)km_optfield_int(L, cfg, "shared", 0);
   lua_getfield(L, cfg, "stream");
-  c->stream = lua_isnil(L, -1) ? current_stream : km_stream_opt(L, lua_gettop(L));
+  c->stream = lua_isnil(L, -1) ? km_cuda_stream() : km_stream_opt(L, lua_gettop(L));
   lua_pop(L, 1);
 }
 
@@ -727,7 +561,7 @@ typedef struct { CUevent e; } km_event;
 typedef struct { CUgraph g; CUgraphExec exec; } km_graph;
 
 CUstream km_stream_opt(lua_State *L, int idx) {
-  if (lua_isnoneornil(L, idx)) return current_stream;
+  if (lua_isnoneornil(L, idx)) return km_cuda_stream();
   km_stream *s = luaL_checkudata(L, idx, KM_STREAM_MT);
   if (!s->s) luaL_error(L, "attempt to use a freed km.Stream");
   return s->s;
@@ -735,7 +569,7 @@ CUstream km_stream_opt(lua_State *L, int idx) {
 
 static int stream_release(lua_State *L) {
   km_stream *s = luaL_checkudata(L, 1, KM_STREAM_MT);
-  if (s->s && km_cu) api.cuStreamDestroy(s->s);
+  if (s->s && km_cu) km_cu->cuStreamDestroy(s->s);
   s->s = NULL;
   return 0;
 }
@@ -745,21 +579,21 @@ static int l_stream(lua_State *L) {
   km_stream *s = lua_newuserdatauv(L, sizeof *s, 0);
   s->s = NULL;
   luaL_setmetatable(L, KM_STREAM_MT);
-  CUresult r = api.cuStreamCreate(&s->s, CU_STREAM_NON_BLOCKING);
+  CUresult r = km_cu->cuStreamCreate(&s->s, CU_STREAM_NON_BLOCKING);
   if (r != CUDA_SUCCESS) { s->s = NULL; return km_cuda_fail(L, r, "creating a stream"); }
   return 1;
 }
 
 static int stream_synchronize(lua_State *L) {
   CUstream s = km_stream_opt(L, 1);
-  CUresult r = api.cuStreamSynchronize(s);
+  CUresult r = km_cu->cuStreamSynchronize(s);
   if (r != CUDA_SUCCESS) return km_cuda_fail(L, r, "stream synchronize");
   lua_pushboolean(L, 1);
   return 1;
 }
 
 static int stream_query(lua_State *L) {
-  CUresult r = api.cuStreamQuery(km_stream_opt(L, 1));
+  CUresult r = km_cu->cuStreamQuery(km_stream_opt(L, 1));
   if (r == CUDA_SUCCESS || r == CUDA_ERROR_NOT_READY) {
     lua_pushboolean(L, r == CUDA_SUCCESS);
     return 1;
@@ -775,7 +609,7 @@ static km_event *event_check(lua_State *L, int idx) {
 
 static int event_release(lua_State *L) {
   km_event *e = luaL_checkudata(L, 1, KM_EVENT_MT);
-  if (e->e && km_cu) api.cuEventDestroy(e->e);
+  if (e->e && km_cu) km_cu->cuEventDestroy(e->e);
   e->e = NULL;
   return 0;
 }
@@ -785,14 +619,14 @@ static int l_event(lua_State *L) {
   km_event *e = lua_newuserdatauv(L, sizeof *e, 0);
   e->e = NULL;
   luaL_setmetatable(L, KM_EVENT_MT);
-  CUresult r = api.cuEventCreate(&e->e, CU_EVENT_DEFAULT);
+  CUresult r = km_cu->cuEventCreate(&e->e, CU_EVENT_DEFAULT);
   if (r != CUDA_SUCCESS) { e->e = NULL; return km_cuda_fail(L, r, "creating an event"); }
   return 1;
 }
 
 static int event_record(lua_State *L) {
   km_event *e = event_check(L, 1);
-  CUresult r = api.cuEventRecord(e->e, km_stream_opt(L, 2));
+  CUresult r = km_cu->cuEventRecord(e->e, km_stream_opt(L, 2));
   if (r != CUDA_SUCCESS) return km_cuda_fail(L, r, "event record");
   lua_settop(L, 1);
   return 1;
@@ -800,7 +634,7 @@ static int event_record(lua_State *L) {
 
 static int event_synchronize(lua_State *L) {
   km_event *e = event_check(L, 1);
-  CUresult r = api.cuEventSynchronize(e->e);
+  CUresult r = km_cu->cuEventSynchronize(e->e);
   if (r != CUDA_SUCCESS) return km_cuda_fail(L, r, "event synchronize");
   lua_pushboolean(L, 1);
   return 1;
@@ -810,7 +644,7 @@ static int event_synchronize(lua_State *L) {
 static int event_elapsed(lua_State *L) {
   km_event *a = event_check(L, 1), *b = event_check(L, 2);
   float ms = 0;
-  CUresult r = api.cuEventElapsedTime(&ms, a->e, b->e);
+  CUresult r = km_cu->cuEventElapsedTime(&ms, a->e, b->e);
   if (r != CUDA_SUCCESS) return km_cuda_fail(L, r, "event elapsed time");
   lua_pushnumber(L, ms);
   return 1;
@@ -819,8 +653,8 @@ static int event_elapsed(lua_State *L) {
 static int graph_release(lua_State *L) {
   km_graph *g = luaL_checkudata(L, 1, KM_GRAPH_MT);
   if (km_cu) {
-    if (g->exec) api.cuGraphExecDestroy(g->exec);
-    if (g->g) api.cuGraphDestroy(g->g);
+    if (g->exec) km_cu->cuGraphExecDestroy(g->exec);
+    if (g->g) km_cu->cuGraphDestroy(g->g);
   }
   g->exec = NULL;
   g->g = NULL;
@@ -837,33 +671,32 @@ static int l_capture(lua_State *L) {
   CUstream s;
   int own = lua_isnoneornil(L, 2);
   if (own) {
-    CUresult r = api.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING);
+    CUresult r = km_cu->cuStreamCreate(&s, CU_STREAM_NON_BLOCKING);
     if (r != CUDA_SUCCESS) return km_cuda_fail(L, r, "creating a capture stream");
   } else s = km_stream_opt(L, 2);
   km_graph *g = lua_newuserdatauv(L, sizeof *g, 0); /* [fn, stream?, graph] */
   g->g = NULL;
   g->exec = NULL;
   luaL_setmetatable(L, KM_GRAPH_MT);
-  CUresult r = api.cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL);
+  CUresult r = km_cu->cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL);
   if (r != CUDA_SUCCESS) {
-    if (own) api.cuStreamDestroy(s);
+    if (own) km_cu->cuStreamDestroy(s);
     return km_cuda_fail(L, r, "begin capture");
   }
-  CUstream saved = current_stream;
-  current_stream = s;
+  CUstream saved = km_cuda_set_stream(s);
   lua_pushvalue(L, 1);
   int status = lua_pcall(L, 0, 0, 0);
-  current_stream = saved;
+  km_cuda_set_stream(saved);
   CUgraph graph = NULL;
-  CUresult re = api.cuStreamEndCapture(s, &graph);
-  if (own) api.cuStreamDestroy(s);
+  CUresult re = km_cu->cuStreamEndCapture(s, &graph);
+  if (own) km_cu->cuStreamDestroy(s);
   if (status != LUA_OK) {
-    if (graph) api.cuGraphDestroy(graph);
+    if (graph) km_cu->cuGraphDestroy(graph);
     return lua_error(L); /* re-raise fn's error */
   }
   if (re != CUDA_SUCCESS) return km_cuda_fail(L, re, "capturing a graph (was work sent to another stream?)");
   g->g = graph;
-  r = api.cuGraphInstantiateWithFlags(&g->exec, graph, 0);
+  r = km_cu->cuGraphInstantiateWithFlags(&g->exec, graph, 0);
   if (r != CUDA_SUCCESS) { g->exec = NULL; return km_cuda_fail(L, r, "instantiating a graph"); }
   return 1;
 }
@@ -871,54 +704,15 @@ static int l_capture(lua_State *L) {
 static int graph_launch(lua_State *L) {
   km_graph *g = luaL_checkudata(L, 1, KM_GRAPH_MT);
   if (!g->exec) return luaL_error(L, "attempt to use a freed km.Graph");
-  CUresult r = api.cuGraphLaunch(g->exec, km_stream_opt(L, 2));
+  CUresult r = km_cu->cuGraphLaunch(g->exec, km_stream_opt(L, 2));
   if (r != CUDA_SUCCESS) return km_cuda_fail(L, r, "graph launch");
   lua_pushboolean(L, 1);
   return 1;
 }
 
-/* ==== kmrun's own kernels (runtime/kernels/km_util.cu, embedded) ==== */
-
-extern const char km_util_fatbin[];
-static CUmodule util_module;
-
-CUresult km_cuda_util_get(const char *name, CUfunction *fn) {
-  if (!km_cuda_get(NULL)) return CUDA_ERROR_NOT_INITIALIZED;
-  if (!util_module) {
-    CUresult r = api.cuModuleLoadData(&util_module, km_util_fatbin);
-    if (r != CUDA_SUCCESS) {
-      util_module = NULL;
-      return r;
-    }
-  }
-  return api.cuModuleGetFunction(fn, util_module, name);
-}
-
-CUfunction km_cuda_util(lua_State *L, const char *name) {
-  km_cuda_check(L);
-  int loaded = util_module != NULL;
-  CUfunction fn;
-  CUresult r = km_cuda_util_get(name, &fn);
-  if (r != CUDA_SUCCESS) km_cuda_raise(L, r, loaded ? name : "loading kmrun's utility kernels");
-  return fn;
-}
-
-/* Launches a utility kernel over n items with a grid sized for the device. */
-CUresult km_cuda_util_launch(CUfunction fn, uint64_t n, CUstream s, void **args) {
-  static int sms = 0;
-  if (!sms) sms = km_devinfo_attr(cu_device, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
-  uint64_t blocks = (n + 255) / 256;
-  uint64_t cap = (uint64_t)(sms > 0 ? sms : 1) * 8;
-  if (blocks > cap) blocks = cap;
-  if (blocks < 1) blocks = 1;
-  return api.cuLaunchKernel(fn, (unsigned)blocks, 1, 1, 256, 1, 1, 0, s, args, NULL);
-}
-
-CUdevice km_cuda_device(void) { return cu_device; }
-
 /* cuda.current_stream() -> the stream launches go to now (nil: the default stream) */
 static int l_current_stream(lua_State *L) {
-  lua_pushlightuserdata(L, current_stream);
+  lua_pushlightuserdata(L, km_cuda_stream());
   return 1;
 }
 

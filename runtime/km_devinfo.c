@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "km_cuda.h"
+#include "km_driver.h"
 #include "km_devinfo.h"
 
 int km_devinfo_attr(CUdevice d, CUdevice_attribute a) {

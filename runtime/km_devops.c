@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "km.h"
-#include "km_cuda.h"
+#include "km_driver.h"
 #include "km_devops.h"
 
 /* ==== buffers ==== */

@@ -25,6 +25,22 @@ int km_dtype_parse(const char *name) {
   return -1;
 }
 
+/* The poison a buffer is filled with: NaN for floats (a payload no arithmetic produces), a
+ * sentinel for ints, so an output element a kernel never wrote cannot pass a compare by luck. */
+uint64_t km_poison_pattern(km_dtype dt) {
+  switch (dt) {
+  case KM_F32: return 0x7fc0dead;
+  case KM_F64: return 0x7ff8deaddeadbeefull;
+  case KM_F16: return 0x7e5a;
+  case KM_BF16: return 0x7fda;
+  case KM_I8: case KM_U8: return 0x5a;
+  case KM_I32: return 0x5adeadbe;
+  case KM_I64: return 0x5adeadbeefdeadbeull;
+  default: return 0;
+  }
+}
+
+
 /* ---- IEEE half and bfloat16 ---- */
 
 double km_half_to_double(uint16_t h) {

@@ -2,7 +2,7 @@
  * implementation behind km.cuda's Module and Function and the C API's km_mod / km_kern. */
 #include <stdio.h>
 
-#include "km_cuda.h"
+#include "km_driver.h"
 #include "km_kernel.h"
 
 /* r, with msg worded as every CUDA failure is (km_cuda_msg). */

@@ -715,7 +715,7 @@ static int s_find(lua_State *L) {
   const char *p = luaL_checklstring(L, 2, &lp);
   size_t init = posrelatI(luaL_optinteger(L, 3, 1), ls) - 1;
   if (!lua_toboolean(L, 4))
-    return luaL_error(L, "string.find: patterns are not offered to launch code; "
+    return luaL_error(L, "string.find: patterns are not offered in the sandbox (launch code, task files); "
                          "find text with string.find(s, text, init, true)");
   if (init > ls) { luaL_pushfail(L); return 1; }
   charge(L, BYTES(ls - init));
@@ -727,7 +727,7 @@ static int s_find(lua_State *L) {
 }
 
 static int s_unoffered(lua_State *L) {
-  return luaL_error(L, "%s is not offered to launch code (no patterns in the sandbox)",
+  return luaL_error(L, "%s is not offered in the sandbox (no patterns in launch code or task files)",
                     lua_tostring(L, lua_upvalueindex(1)));
 }
 

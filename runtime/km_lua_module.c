@@ -30,7 +30,7 @@ static int km_index(lua_State *L) {
 }
 
 int luaopen_km(lua_State *L) {
-  km_api_preload(L);
+  km_api_preload(L, luaopen_km);
   char libdir[PATH_MAX], exe[PATH_MAX];
   km_api_find_paths(libdir, sizeof libdir, exe, sizeof exe);
   lua_getglobal(L, "package");              /* [package] */
@@ -45,7 +45,7 @@ int luaopen_km(lua_State *L) {
   }
   lua_pop(L, 2);                            /* [] */
   lua_createtable(L, 0, 4);                 /* [km] */
-  lua_pushstring(L, km_version());
+  lua_pushstring(L, KMRUN_VERSION);
   lua_setfield(L, -2, "version");
   lua_pushstring(L, LUA_RELEASE);
   lua_setfield(L, -2, "lua_release");

@@ -1,9 +1,11 @@
-/* km_util.c — shared helpers for the Lua bindings (see km.h). */
+/* km_util.c — shared helpers for the Lua bindings (km.h), and the Lua side of the driver
+ * (km_cuda.h): a failed CUDA call as nil, message, code or as an error. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <lua.h>
 #include <lauxlib.h>
 #include "km.h"
+#include "km_cuda.h"
 
 int km_fail(lua_State *L, const char *code, const char *fmt, ...) {
   va_list ap;
@@ -70,4 +72,32 @@ int km_optfield_bool(lua_State *L, int idx, const char *name, int def) {
   int v = lua_toboolean(L, -1);
   lua_pop(L, 1);
   return v;
+}
+
+/* ---- the Lua side of the driver ---- */
+
+int km_cuda_fail(lua_State *L, CUresult r, const char *what) {
+  char msg[KM_CUDA_MSG];
+  return km_fail(L, km_cuda_errname(r), "%s", km_cuda_msg(r, what, msg, sizeof msg));
+}
+
+int km_cuda_raise(lua_State *L, CUresult r, const char *what) {
+  char msg[KM_CUDA_MSG];
+  return luaL_error(L, "%s", km_cuda_msg(r, what, msg, sizeof msg));
+}
+
+const km_cuda_api *km_cuda_check(lua_State *L) {
+  const char *why = NULL;
+  const km_cuda_api *a = km_cuda_get(&why);
+  if (!a) luaL_error(L, "CUDA unavailable: %s", why);
+  return a;
+}
+
+CUfunction km_cuda_util(lua_State *L, const char *name) {
+  km_cuda_check(L);
+  int loaded = km_cuda_util_loaded();
+  CUfunction fn;
+  CUresult r = km_cuda_util_get(name, &fn);
+  if (r != CUDA_SUCCESS) km_cuda_raise(L, r, loaded ? name : "loading kmrun's utility kernels");
+  return fn;
 }

@@ -32,6 +32,8 @@
 #include "km.h"
 #include "km_api.h"
 
+int luaopen_km(lua_State *L); /* km_lua_module.c */
+
 static const char *progname = "kmrun";
 
 /* ---- paths ---- */
@@ -473,7 +475,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   luaL_openlibs(L);
-  km_api_preload(L); /* km.* and km itself (require "km": as from a stock lua5.4 with km.so) */
+  km_api_preload(L, luaopen_km); /* km.* and km itself (require "km": as from a stock lua5.4 with km.so) */
   lua_pushboolean(L, 1);
   lua_setfield(L, LUA_REGISTRYINDEX, "LUA_NOENV");
   char libdir[PATH_MAX];
