@@ -64,6 +64,18 @@ t.test("without PyTorch: one line for every problem file, naming the Python and 
   t.ok(err:find("point KM_PYTHON (now python3) at a python that has torch", 1, true), err)
 end)
 
+t.test("without PyTorch: kmrun tasks list/check/stats/lint say it in one line too", function()
+  for _, sub in ipairs { "list", "check", "stats", "lint" } do
+    local out, rc = testing.sh(string.format("(cd %s && env -u KM_PYTHON PYTHONPATH=%s/notorch %s tasks %s level1 2>&1)",
+      dir, dir, KMRUN, sub))
+    t.ok(rc ~= 0, sub .. ": " .. out)
+    local n = 0
+    for _ in out:gmatch("PyTorch is not importable") do n = n + 1 end
+    t.eq(n, 1, sub .. ": " .. out)
+    t.ok(out:find("3 KernelBench problem files (19_ReLU.py, 20_ReLU_again.py, 21_ReLU_thrice.py)", 1, true), sub .. ": " .. out)
+  end
+end)
+
 local okk, why = require("km.kernelbench").available()
 local offline_test = okk and t.test or function(name) t.skip(name, "PyTorch not available (KM_PYTHON): " .. tostring(why)) end
 offline_test("offline over problem files: refused up front with the reason", function()

@@ -256,6 +256,17 @@ local function pct(x) return string.format("%.0f%%", 100 * x) end
 
 -- Folders that held no task at all: one line each and nothing else (no empty tables, no
 -- "0 task(s)" totals); true when that is all there was.
+-- The errors as printed: without PyTorch, every problem file's "not importable" is one line
+-- naming the Python tried and KM_PYTHON (km.kernelbench.fold_errors), not one per file.
+local function shown(errors)
+  local kept, line = require("km.kernelbench").fold_errors(errors)
+  if not line then return errors end
+  local out = {}
+  for i, e in ipairs(kept) do out[i] = e end
+  out[#out + 1] = line
+  return out
+end
+
 local function nothing(tasks, errors, empty)
   if #tasks > 0 or #errors > 0 then
     for _, e in ipairs(empty) do io.stderr:write("kmrun tasks: ", e, "\n") end
@@ -293,7 +304,7 @@ if cmd == "list" then
     print(string.format(line, t.name, tostring(t.level), tostring(t.category), forms(t),
       #t.shapes == 1 and "1 shape" or (#t.shapes .. " shapes")))
   end
-  for _, e in ipairs(errors) do io.stderr:write("invalid: ", e, "\n") end
+  for _, e in ipairs(shown(errors)) do io.stderr:write("invalid: ", e, "\n") end
   return #errors == 0 and 0 or 1
 elseif cmd == "check" then
   -- an architecture NVRTC does not know would fail every task alike: say so once
@@ -308,7 +319,7 @@ elseif cmd == "check" then
   if not tasks then io.stderr:write("kmrun tasks ", cmd, ": ", errors, "\n") return 2 end
   if nothing(tasks, errors, empty) then return 1 end
   local bad = #errors
-  for _, e in ipairs(errors) do print("FAIL " .. e) end
+  for _, e in ipairs(shown(errors)) do print("FAIL " .. e) end
   -- problem files' references run on the GPU where there is one (one judge, this process)
   local judge, no_run
   local timing = require "km.timing"
@@ -343,7 +354,7 @@ elseif cmd == "stats" then
   local tasks, errors, empty = collect(rest)
   if not tasks then io.stderr:write("kmrun tasks ", cmd, ": ", errors, "\n") return 2 end
   if nothing(tasks, errors, empty) then return 1 end
-  for _, e in ipairs(errors) do io.stderr:write("invalid: ", e, "\n") end
+  for _, e in ipairs(shown(errors)) do io.stderr:write("invalid: ", e, "\n") end
   local s = dataset.task_stats(tasks)
   if as_json then
     s.invalid = #errors
@@ -364,10 +375,8 @@ elseif cmd == "lint" then
     local tasks, errors, empty = collect(rest, prec)
     if not tasks then io.stderr:write("kmrun tasks lint: ", errors, "\n") return 2 end
     if pi == 1 and nothing(tasks, errors, empty) then return 1 end
-    for _, e in ipairs(errors) do
-      bad = bad + 1
-      io.stderr:write("invalid: ", e, "\n")
-    end
+    bad = bad + #errors
+    for _, e in ipairs(shown(errors)) do io.stderr:write("invalid: ", e, "\n") end
     table.sort(tasks, natural_less)
     for k, t in ipairs(tasks) do
       if t.reference.pytorch or not seen_folder[t.dir] then
@@ -411,7 +420,7 @@ else -- dedup
   local tasks, errors, empty = collect(rest)
   if not tasks then io.stderr:write("kmrun tasks ", cmd, ": ", errors, "\n") return 2 end
   if nothing(tasks, errors, empty) then return 1 end
-  for _, e in ipairs(errors) do io.stderr:write("invalid: ", e, "\n") end
+  for _, e in ipairs(shown(errors)) do io.stderr:write("invalid: ", e, "\n") end
   local docs = {}
   for k, t in ipairs(tasks) do docs[k] = dedup.document(t, { shingle = shingle }) end
   local r = dedup.find(docs, { threshold = threshold })
