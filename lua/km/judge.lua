@@ -529,6 +529,10 @@ end
 function Judge:try_fast_reference(st, ref_in, ref_io, dims, sym)
   if st.fast_ref ~= nil or st.prob or not st.torch_model then return end
   st.fast_ref = false
+  -- only a model that keeps nothing on the GPU between calls (our tasks' reference.py take
+  -- their weights as inputs): a model with state would be a truth to seal (st.prob's is)
+  local held = st.torch_model:truth()
+  if not held or #held > 0 then return end
   local run = { torch = st.torch_model, task_dir = st.task.dir, state = fresh_state() }
   local fast_io = self:run_reference(st, ref_in, dims, sym, run)
   if not fast_io then return end
