@@ -92,25 +92,56 @@ local function key_of(ep)
   return concat({ tostring(ep.task), tostring(ep.strategy), tostring(ep.model), tostring(ep.rep) }, "\0")
 end
 
+-- The judge's stages (km.judge: verdict.stage_seconds), in the order they run.
+M.STAGES = { "task", "prepare", "baselines", "verify", "measure", "energy" }
+
+-- Where one episode's GPU time went, from its verdict steps: judged (verdicts that came from
+-- the judge: they carry eval_seconds or stage_seconds; a compile-only or no-candidate verdict
+-- does not), recorded (of those, the ones with stage_seconds: stores from before the field
+-- have none), stages (seconds per stage, summed over the recorded ones), kernel (the
+-- candidates' own timed GPU seconds, verdict.kernel_seconds) and timed (verdicts with it).
+local function eval_cost(steps)
+  local c = { judged = 0, recorded = 0, stages = {}, kernel = 0, timed = 0 }
+  for _, st in ipairs(steps or {}) do
+    local v = st.kind == "verdict" and type(st.payload) == "table" and st.payload or nil
+    if v and type(v.verdict) == "table" then v = v.verdict end
+    local ss = v and type(v.stage_seconds) == "table" and v.stage_seconds or nil
+    if v and (ss or finite(v.eval_seconds)) then
+      c.judged = c.judged + 1
+      if ss then
+        c.recorded = c.recorded + 1
+        for k, x in pairs(ss) do
+          if finite(x) then c.stages[k] = (c.stages[k] or 0) + x end
+        end
+        if finite(v.kernel_seconds) then c.kernel, c.timed = c.kernel + v.kernel_seconds, c.timed + 1 end
+      end
+    end
+  end
+  return c
+end
+
 -- Reads the episodes of every file; keeps the final episode per (task, strategy, model, seed).
 -- Returns the list (ordered by task, strategy, model, seed) and
 -- info = { files, runs, read, superseded, unfinished, notes }, or nil, message, CODE (NOT_FOUND,
 -- NOT_A_STORE or the store's code) naming the file. Each file is checked first (km.cli:
 -- damaged pages, not a kmrun store); rows whose stored JSON does not parse are left out,
--- and info.notes says so, one line per file.
+-- and info.notes says so, one line per file. Each kept episode's verdict steps are read for
+-- its GPU time (ep.cost, eval_cost above); an episode whose steps cannot be read has none.
 function M.load(paths)
   if type(paths) == "string" then paths = { paths } end
   if type(paths) ~= "table" then error("report.load: expected a list of paths", 2) end
   local info = { files = {}, runs = 0, read = 0, superseded = 0, unfinished = 0, notes = {} }
-  local latest, order = {}, 0
-  for _, path in ipairs(paths) do
+  local latest, order, dbs = {}, 0, {}
+  local function close_all() for _, db in ipairs(dbs) do db:close() end end
+  for fi, path in ipairs(paths) do
     local db, err, code = cli.open_store(path)
-    if not db then return nil, err, code end
+    if not db then close_all() return nil, err, code end
+    dbs[fi] = db
     info.files[#info.files + 1] = path
     local runs, rskipped, rcode = cli.read_list(db, path, "runs")
-    if not runs then db:close() return nil, rskipped, rcode end
+    if not runs then close_all() return nil, rskipped, rcode end
     local episodes, skipped, ecode = cli.read_list(db, path, "episodes")
-    if not episodes then db:close() return nil, skipped, ecode end
+    if not episodes then close_all() return nil, skipped, ecode end
     if #rskipped > 0 then info.notes[#info.notes + 1] = cli.skipped_note(path, rskipped, "run(s)") end
     if #skipped > 0 then info.notes[#info.notes + 1] = cli.skipped_note(path, skipped, "episode(s)") end
     info.runs = info.runs + #runs
@@ -120,7 +151,7 @@ function M.load(paths)
       if ep.status == "running" or ep.status == "interrupted" then
         info.unfinished = info.unfinished + 1
       else
-        ep.file, ep.order = path, order
+        ep.file, ep.order, ep.file_index = path, order, fi
         local k = key_of(ep)
         local prev = latest[k]
         if not prev then
@@ -132,11 +163,23 @@ function M.load(paths)
         end
       end
     end
-    db:close()
   end
   local list = {}
   for _, ep in pairs(latest) do list[#list + 1] = ep end
   sort(list, function(a, b) return key_of(a) < key_of(b) end)
+  -- the GPU time of the episodes that count (their steps; the others are never read)
+  local unread = {}
+  for _, ep in ipairs(list) do
+    local full = dbs[ep.file_index]:episode(ep.id)
+    if full then ep.cost = eval_cost(full.steps) else unread[ep.file] = (unread[ep.file] or 0) + 1 end
+  end
+  close_all()
+  for _, path in ipairs(info.files) do
+    if unread[path] then
+      info.notes[#info.notes + 1] = fmt("%s: the steps of %d episode(s) do not parse: their GPU time is left out", path, unread[path])
+      unread[path] = nil
+    end
+  end
   return list, info
 end
 
@@ -181,6 +224,7 @@ local function row_of(ep)
     lint_reasons = type(s.lint) == "table" and type(s.lint.reasons) == "table" and s.lint.reasons or {},
     failed_shape = type(v.failed_at) == "table" and math.tointeger(v.failed_at.shape) or nil,
     heldout_shape = math.tointeger(s.heldout_shape),
+    cost = ep.cost, -- the GPU time of its verdicts (eval_cost); nil where its steps were not read
   }
 end
 
@@ -239,6 +283,37 @@ local function against_baselines(rows, correct, thresholds)
 end
 
 -- The numbers for one group of rows; fast_p at `thresholds` (default M.FAST_P).
+-- Where the judged evaluations' GPU time went, summed over rows: judged, recorded (verdicts
+-- with stage_seconds), stages = { task = s, ... } and seconds (their total), kernel (the
+-- candidates' own timed seconds) over timed verdicts; then the harness overhead (measure
+-- stage / kernel, all stages / kernel) and evaluations per GPU-hour (recorded evaluations
+-- per hour of summed stage seconds: one GPU kept busy). Every sum and ratio is nil when no
+-- verdict recorded it (a store from before stage_seconds): not recorded is not zero.
+local function gpu_time(rows)
+  local g = { judged = 0, recorded = 0, timed = 0, unread = 0 }
+  local stages, kernel, total = {}, 0, 0
+  for _, r in ipairs(rows) do
+    local c = r.cost
+    if not c then g.unread = g.unread + 1
+    else
+      g.judged, g.recorded, g.timed = g.judged + c.judged, g.recorded + c.recorded, g.timed + c.timed
+      for k, x in pairs(c.stages) do stages[k] = (stages[k] or 0) + x; total = total + x end
+      kernel = kernel + c.kernel
+    end
+  end
+  if g.recorded > 0 then
+    g.stages, g.seconds = stages, total
+    for _, k in ipairs(M.STAGES) do stages[k] = stages[k] or 0 end
+    g.evals_per_gpu_hour = total > 0 and g.recorded / total * 3600 or nil
+  end
+  if g.timed > 0 then
+    g.kernel = kernel
+    g.measure_over_kernel = ratio(stages.measure or 0, kernel)
+    g.stages_over_kernel = ratio(total, kernel)
+  end
+  return g
+end
+
 function M.metrics(rows, thresholds)
   thresholds = thresholds or M.thresholds()
   local m = { n = #rows, correct = 0, status = {}, failure_modes = {},
@@ -321,6 +396,7 @@ function M.metrics(rows, thresholds)
   m.roofline = { n = #rs, mean = mean(rs), median = quantile(rs, 0.5) }
   -- reasoning length (ConCuR: it tracks difficulty): characters per episode that asked a model
   m.reasoning.per_episode = ratio(m.reasoning.chars, m.reasoning.episodes)
+  m.gpu_time = gpu_time(rows)
   return m
 end
 
@@ -659,6 +735,26 @@ local function points_json(points)
   return pts
 end
 
+-- What a group's GPU time is: recorded, partly recorded (some judged verdicts lack
+-- stage_seconds, or some episodes' steps did not parse), not recorded (a store from before the
+-- field), or no GPU evaluations (nothing went through the judge: a compile-only run).
+function M.gpu_time_state(g)
+  if g.judged == 0 and g.unread == 0 then return "no GPU evaluations" end
+  if g.recorded == 0 then return "not recorded" end
+  if g.recorded < g.judged or g.unread > 0 then return "partly recorded" end
+  return "recorded"
+end
+
+local function gpu_time_json(g)
+  local st = {}
+  for _, k in ipairs(M.STAGES) do st[k] = NULL end
+  for k, x in pairs(g.stages or {}) do st[k] = N(x) end
+  return { state = M.gpu_time_state(g), judged = g.judged, recorded = g.recorded, timed = g.timed,
+    episodes_unread = g.unread, stage_seconds = st, seconds = N(g.seconds), kernel_seconds = N(g.kernel),
+    measure_over_kernel = N(g.measure_over_kernel), stages_over_kernel = N(g.stages_over_kernel),
+    evals_per_gpu_hour = N(g.evals_per_gpu_hour) }
+end
+
 local function metrics_json(m, key)
   local against = {}
   for k, a in pairs(m.against) do
@@ -683,6 +779,7 @@ local function metrics_json(m, key)
     model_errors = json.object(m.model_errors),
     generalization = { passed_first = m.generalization.passed_first, failed_later = m.generalization.failed_later,
       failed_heldout = m.generalization.failed_heldout, gap = N(m.generalization.gap) },
+    gpu_time = gpu_time_json(m.gpu_time),
   }
   if key then o.group = key end
   return o
@@ -833,6 +930,8 @@ M.COLUMNS = {
       if not m.roofline.mean then return "-" end
       return fmt("%.0f%%/%.0f%%", 100 * m.roofline.mean, 100 * m.roofline.median)
     end },
+  { "evals/GPU-h", function(m) local x = m.gpu_time.evals_per_gpu_hour return x and fmt("%.0f", x) or "-" end },
+  { "measure/kernel", function(m) return times(m.gpu_time.measure_over_kernel) end },
 }
 
 -- What a group's headline speedups are against: "eager", "CUDA ref", "eager 4 + CUDA ref 1".
@@ -924,6 +1023,76 @@ local function modes_line(fm)
   return #parts > 0 and concat(parts, ", ") or "-"
 end
 
+-- seconds as the GPU-time lines print them
+local function secs(x)
+  if not x then return "-" end
+  return fmt(abs(x) < 10 and "%.2f" or "%.1f", x)
+end
+
+-- One line for the header: where the judged evaluations' GPU time went, or why that is unknown.
+local function gpu_time_line(g)
+  local state = M.gpu_time_state(g)
+  if state == "no GPU evaluations" then return "GPU time: no evaluation was judged on a GPU" end
+  if state == "not recorded" then
+    return fmt("GPU time: not recorded (%d judged evaluation(s) without stage_seconds and kernel_seconds: written " ..
+      "before verdicts carried them)", g.judged)
+  end
+  local line = fmt("GPU time: %s s in the judge's stages over %d evaluation(s) (%s per GPU-hour)", secs(g.seconds),
+    g.recorded, g.evals_per_gpu_hour and fmt("%.0f", g.evals_per_gpu_hour) or "-")
+  if g.kernel then
+    line = line .. fmt("; the candidates' own timed kernels %s s over %d: harness overhead measure/kernel %s, " ..
+      "all stages/kernel %s", secs(g.kernel), g.timed, times(g.measure_over_kernel), times(g.stages_over_kernel))
+  else
+    line = line .. "; no candidate was timed"
+  end
+  if state == "partly recorded" then
+    local parts = {}
+    if g.recorded < g.judged then parts[#parts + 1] = fmt("recorded for %d of %d judged evaluation(s)", g.recorded, g.judged) end
+    if g.unread > 0 then parts[#parts + 1] = fmt("%d episode(s) whose steps could not be read", g.unread) end
+    line = line .. " (" .. concat(parts, "; ") .. ")"
+  end
+  return line
+end
+
+-- GPU time by stage: a row per series and one for all. raw: numbers (CSV), else text.
+local function gpu_cells(r, raw)
+  local head = { "strategy", "model", "judged", "recorded" }
+  for _, k in ipairs(M.STAGES) do head[#head + 1] = raw and ("stage_seconds_" .. k) or k end
+  for _, h in ipairs(raw and { "seconds", "kernel_seconds", "measure_over_kernel", "stages_over_kernel",
+    "evals_per_gpu_hour", "state" } or { "stages", "kernel", "measure/kernel", "stages/kernel", "evals/GPU-h" }) do
+    head[#head + 1] = h
+  end
+  local cells = { head }
+  local function add(strategy, model, g)
+    -- a value not recorded stays nil at its own index (an empty CSV cell), so later ones keep their column
+    local state, st = M.gpu_time_state(g), g.stages or {}
+    local vals = { g.judged, g.recorded }
+    for i, k in ipairs(M.STAGES) do vals[2 + i] = st[k] end
+    local n = 2 + #M.STAGES
+    vals[n + 1], vals[n + 2], vals[n + 3], vals[n + 4], vals[n + 5] = g.seconds, g.kernel, g.measure_over_kernel,
+      g.stages_over_kernel, g.evals_per_gpu_hour
+    local row = { strategy, model }
+    for i = 1, n + 5 do
+      local x = vals[i]
+      if raw then row[2 + i] = x
+      elseif i <= 2 then row[2 + i] = tostring(x)
+      elseif i <= n + 2 then row[2 + i] = secs(x)
+      elseif i <= n + 4 then row[2 + i] = times(x)
+      else row[2 + i] = x and fmt("%.0f", x) or "-" end
+    end
+    if raw then row[n + 8] = state
+    elseif state == "not recorded" then row[4] = "0 (not recorded)" end
+    cells[#cells + 1] = row
+  end
+  for _, x in ipairs(r.series) do add(x.strategy, x.model, x.metrics.gpu_time) end
+  add("all", "", r.all.gpu_time)
+  return cells
+end
+
+M.GPU_TIME_NOTE = "seconds summed over the judged evaluations' stages (km.judge's stage_seconds); kernel: the " ..
+  "candidates' own timed GPU seconds (kernel_seconds); measure/kernel and stages/kernel: harness overhead; " ..
+  "evals/GPU-h: evaluations per hour of summed stage seconds (one GPU kept busy)"
+
 -- What the headline speedup and fast_p are against, and which baselines fast_p is also
 -- given against; a warning when the headline pools several baselines.
 local function baseline_lines(r)
@@ -981,6 +1150,7 @@ local function header_lines(r)
     lines[#lines + 1] = fmt("note: %d episode(s) were compile-only (no GPU); they count as not correct", compiled)
   end
   for _, l in ipairs(baseline_lines(r)) do lines[#lines + 1] = l end
+  lines[#lines + 1] = gpu_time_line(r.all.gpu_time)
   return lines
 end
 
@@ -1097,6 +1267,10 @@ function M.text(r)
     out[#out + 1] = "\nfast_p against each baseline (" .. M.BASELINE_NOTE .. "):\n"
     out[#out + 1] = align(baseline_cells(r), 4)
   end
+  if M.gpu_time_state(r.all.gpu_time) ~= "no GPU evaluations" then
+    out[#out + 1] = "\nGPU time by stage (" .. M.GPU_TIME_NOTE .. "):\n"
+    out[#out + 1] = align(gpu_cells(r), 2)
+  end
   local gen = {}
   for _, g in ipairs(r.levels or {}) do
     local x = g.metrics.generalization
@@ -1133,7 +1307,9 @@ function M.text(r)
     "fast_0 = correct); geomean, median, p10, p90: the speedups over that same baseline;\n" ..
     "speedups are over correct episodes; compile@1: first candidate compiled; rounds: evaluations until correct;\n" ..
     "reasoning: characters of model reasoning per episode that asked a model;\n" ..
-    "X/ok: totals over all episodes per correct one; roofline: mean/median fraction of the bound.\n"
+    "X/ok: totals over all episodes per correct one; roofline: mean/median fraction of the bound;\n" ..
+    "evals/GPU-h: judged evaluations per hour of their summed stage seconds; measure/kernel: the measure stage's\n" ..
+    "seconds over the candidates' own timed kernel seconds (harness overhead); - where not recorded.\n"
   return concat(out)
 end
 
@@ -1186,7 +1362,15 @@ local function metric_fields(r, m)
     { "dollars_total", m.dollars.total }, { "dollars_per_solved", m.dollars.per_solved },
     { "gpu_seconds_total", m.gpu_seconds.total }, { "gpu_seconds_per_solved", m.gpu_seconds.per_solved },
     { "roofline_mean", m.roofline.mean }, { "roofline_median", m.roofline.median },
+    { "gpu_time_judged", m.gpu_time.judged }, { "gpu_time_recorded", m.gpu_time.recorded },
   }
+  local g = m.gpu_time
+  for _, k in ipairs(M.STAGES) do more[#more + 1] = { "gpu_time_stage_seconds_" .. k, g.stages and g.stages[k] } end
+  for _, x in ipairs { { "gpu_time_seconds", g.seconds }, { "gpu_time_kernel_seconds", g.kernel },
+    { "gpu_time_measure_over_kernel", g.measure_over_kernel }, { "gpu_time_stages_over_kernel", g.stages_over_kernel },
+    { "gpu_time_evals_per_gpu_hour", g.evals_per_gpu_hour } } do
+    more[#more + 1] = x
+  end
   for _, x in ipairs(more) do head[#head + 1] = x[1]; vals[#head] = x[2] end
   return head, vals
 end
@@ -1240,6 +1424,7 @@ function M.csv_files(r)
     end
     add("fast_p_curve_by_level.csv", rows)
     add("fast_p_by_baseline.csv", baseline_cells(r, true))
+    add("gpu_time.csv", gpu_cells(r, true))
   end
   do
     local rows = { { "task", "strategy", "model", "repeats", "correct", "status", "speedup_median" } }
@@ -1807,6 +1992,11 @@ function M.html(r, opts)
     o[#o + 1] = "<h2>fast_p against each baseline</h2>"
     o[#o + 1] = html_cells(baseline_cells(r), 4, false)
     o[#o + 1] = fmt('<p class="note">%s.</p>', esc(M.BASELINE_NOTE))
+  end
+  if M.gpu_time_state(r.all.gpu_time) ~= "no GPU evaluations" then
+    o[#o + 1] = "<h2>GPU time by stage</h2>"
+    o[#o + 1] = html_cells(gpu_cells(r), 2, true)
+    o[#o + 1] = fmt('<p class="note">%s.</p>', esc(M.GPU_TIME_NOTE))
   end
   for _, b in ipairs(r.by) do
     o[#o + 1] = fmt("<h2>By %s</h2>", esc(b.name))

@@ -818,6 +818,145 @@ t.test("report tables: the fast_p headers name their baseline, and the legend sa
   t.eq(rows[2][5], "pytorch_eager")
 end)
 
+-- GPU time (issue 17): verdict steps as km.runner logs them (kind "verdict", the verdict as
+-- the payload). Strategy "new": verdicts that carry stage_seconds and kernel_seconds, a
+-- no-candidate verdict (not judged) and an earlier attempt that a later one supersedes;
+-- strategy "old": judged verdicts from before those fields (eval_seconds only).
+local GT, GO = dir .. "/gputime.sqlite", dir .. "/gputime_old.sqlite"
+local function gpu_episode(db, run, task, strategy, verdicts)
+  local ep = assert(db:begin_episode(run, { task = task, strategy = strategy, model = "m1", rep = 1 }))
+  for _, v in ipairs(verdicts) do assert(db:append(ep, "verdict", v, { duration_ms = 5 })) end
+  local last = verdicts[#verdicts]
+  assert(db:finish_episode(ep, last.status == "correct" and "correct" or "failed", { final = { verdict = last },
+    summary = { status = last.status, speedup = last.speedup, level = 1, evals = #verdicts } }))
+end
+do
+  local db = assert(store.open(GT))
+  local run = db:begin_run { name = "gpu time" }
+  -- the earlier attempt of new/t2: left out, with its 1000 s
+  gpu_episode(db, run, "t2", "new", { { status = "mismatch", eval_seconds = 1000, stage_seconds = { task = 1000 } } })
+  gpu_episode(db, run, "t1", "new", {
+    { status = "no_code", feedback = "no code block" },
+    { status = "mismatch", eval_seconds = 2.1, stage_seconds = { task = 1.0, prepare = 0.5, verify = 0.5 } },
+    { status = "correct", speedup = 2, eval_seconds = 4.1, kernel_seconds = 1.5,
+      stage_seconds = { task = 0.1, prepare = 0.2, baselines = 0.3, verify = 0.4, measure = 3.0 } },
+  })
+  gpu_episode(db, run, "t2", "new", {
+    { status = "correct", speedup = 1.5, eval_seconds = 4.1, kernel_seconds = 0.5,
+      stage_seconds = { task = 0.2, prepare = 0.3, baselines = 0.1, verify = 0.4, measure = 2.0, energy = 1.0 } },
+  })
+  gpu_episode(db, run, "t1", "old", { { status = "mismatch", eval_seconds = 3 }, { status = "correct", speedup = 1.2, eval_seconds = 5 } })
+  db:finish_run(run)
+  db:close()
+  db = assert(store.open(GO))
+  run = db:begin_run { name = "before stage_seconds" }
+  gpu_episode(db, run, "t1", "old", { { status = "mismatch", eval_seconds = 3 }, { status = "correct", speedup = 1.2, eval_seconds = 5 } })
+  gpu_episode(db, run, "t2", "old", { { status = "correct", speedup = 0.9, eval_seconds = 4 } })
+  db:finish_run(run)
+  db:close()
+end
+
+t.test("GPU time: stage seconds, kernel seconds, harness overhead and evaluations per GPU-hour per group", function()
+  local eps, info = assert(report.load { GT })
+  t.eq(info.superseded, 1)
+  local r = report.build(eps, info, { by = { "strategy" } })
+  local new, old = group(r.by[1].groups, "new").metrics.gpu_time, group(r.by[1].groups, "old").metrics.gpu_time
+  t.eq(new.judged, 3, "the no-candidate verdict was not judged; the superseded attempt is not counted")
+  t.eq(new.recorded, 3)
+  t.eq(new.timed, 2)
+  local want = { task = 1.3, prepare = 1.0, baselines = 0.4, verify = 1.3, measure = 5.0, energy = 1.0 }
+  for k, x in pairs(want) do t.near(new.stages[k], x, 1e-9, k) end
+  t.near(new.seconds, 10.0, 1e-9)
+  t.near(new.kernel, 2.0, 1e-9)
+  t.near(new.measure_over_kernel, 2.5, 1e-9)
+  t.near(new.stages_over_kernel, 5.0, 1e-9)
+  t.near(new.evals_per_gpu_hour, 3 / 10 * 3600, 1e-6)
+  t.eq(report.gpu_time_state(new), "recorded")
+  -- the old strategy's verdicts predate the fields: not recorded, never zero
+  t.eq(old.judged, 2)
+  t.eq(old.recorded, 0)
+  t.eq(report.gpu_time_state(old), "not recorded")
+  t.eq(old.stages, nil); t.eq(old.seconds, nil); t.eq(old.kernel, nil)
+  t.eq(old.evals_per_gpu_hour, nil); t.eq(old.measure_over_kernel, nil)
+  -- overall: the recorded sums, said to cover 3 of 5 judged evaluations
+  local all = r.all.gpu_time
+  t.eq(report.gpu_time_state(all), "partly recorded")
+  t.eq(all.judged, 5); t.eq(all.recorded, 3)
+  t.near(all.seconds, 10.0, 1e-9)
+  t.near(all.evals_per_gpu_hour, 1080, 1e-6)
+end)
+
+t.test("GPU time in the text, JSON, CSV and HTML reports; an older store says not recorded", function()
+  local out, rc = sh(KMRUN .. " report " .. GT .. " --by strategy 2>/dev/null")
+  t.eq(rc, 0, out)
+  t.ok(out:find("GPU time: 10.0 s in the judge's stages over 3 evaluation(s) (1080 per GPU-hour); the candidates' " ..
+    "own timed kernels 2.00 s over 2: harness overhead measure/kernel 2.50x, all stages/kernel 5.00x " ..
+    "(recorded for 3 of 5 judged evaluation(s))", 1, true), out)
+  local sec = out:match("\nGPU time by stage %b():\n(.-)\n\n")
+  t.ok(sec, out)
+  local lines = {}
+  for l in sec:gmatch("[^\n]+") do lines[#lines + 1] = l end
+  t.eq(#lines, 5, "header, rule, new, old, all: " .. sec)
+  t.ok(lines[1]:match("^strategy%s+model%s+judged%s+recorded%s+task%s+prepare%s+baselines%s+verify%s+measure%s+energy%s+" ..
+    "stages%s+kernel%s+measure/kernel%s+stages/kernel%s+evals/GPU%-h$"), lines[1])
+  t.ok(lines[3]:match("^new%s+m1%s+3%s+3%s+1%.30%s+1%.00%s+0%.40%s+1%.30%s+5%.00%s+1%.00%s+10%.0%s+2%.00%s+2%.50x%s+5%.00x%s+1080$"), lines[3])
+  t.ok(lines[4]:match("^old%s+m1%s+2%s+0 %(not recorded%)%s+%-%s+%-%s+%-%s+%-%s+%-%s+%-%s+%-%s+%-%s+%-%s+%-%s+%-$"), lines[4])
+  t.ok(lines[5]:match("^all%s+5%s+3%s+1%.30"), lines[5])
+  -- the main table: evals/GPU-h and measure/kernel per group, "-" where not recorded
+  t.ok(out:find("evals/GPU-h  measure/kernel\n", 1, true), out)
+  t.ok(out:match("\nnew%s[^\n]-%s1080%s+2%.50x\n"), out)
+  t.ok(out:match("\nold%s[^\n]-%s%-%s+%-\n"), out)
+
+  local o = assert(json.decode((sh(KMRUN .. " report " .. GT .. " --by strategy --json 2>/dev/null"))))
+  local g
+  for _, x in ipairs(o.by.strategy) do if x.keys.strategy == "old" then g = x.gpu_time end end
+  t.eq(g.state, "not recorded")
+  t.eq(g.judged, 2); t.eq(g.recorded, 0)
+  t.eq(g.seconds, json.null); t.eq(g.kernel_seconds, json.null); t.eq(g.evals_per_gpu_hour, json.null)
+  t.eq(g.stage_seconds.measure, json.null)
+  t.eq(o.all.gpu_time.state, "partly recorded")
+  t.near(o.all.gpu_time.stage_seconds.measure, 5.0, 1e-9)
+  t.near(o.all.gpu_time.measure_over_kernel, 2.5, 1e-9)
+
+  local csvdir = dir .. "/gpucsv"
+  out, rc = sh(KMRUN .. " report " .. GT .. " --by strategy --csv " .. csvdir)
+  t.eq(rc, 0, out)
+  local rows = csv_rows(slurp(csvdir .. "/gpu_time.csv"))
+  local col = {}
+  for j, h in ipairs(rows[1]) do col[h] = j end
+  t.eq(rows[2][1], "new"); t.eq(rows[3][1], "old"); t.eq(rows[4][1], "all")
+  t.near(tonumber(rows[2][col.stage_seconds_measure]), 5.0, 1e-9)
+  t.near(tonumber(rows[2][col.evals_per_gpu_hour]), 1080, 1e-6)
+  t.eq(rows[3][col.stage_seconds_measure], "", "not recorded: an empty cell, not 0")
+  t.eq(rows[3][col.seconds], ""); t.eq(rows[3][col.kernel_seconds], "")
+  t.eq(rows[3][col.state], "not recorded")
+  t.eq(rows[4][col.state], "partly recorded")
+  rows = csv_rows(slurp(csvdir .. "/by_strategy.csv"))
+  for j, h in ipairs(rows[1]) do col[h] = j end
+  t.ok(col.gpu_time_evals_per_gpu_hour and col.gpu_time_measure_over_kernel, table.concat(rows[1], ","))
+  t.near(tonumber(rows[2][col.gpu_time_evals_per_gpu_hour]), 1080, 1e-6)
+  t.eq(rows[3][col.gpu_time_evals_per_gpu_hour], "")
+
+  local page = dir .. "/gpu.html"
+  out, rc = sh(KMRUN .. " report " .. GT .. " --by strategy --html " .. page)
+  t.eq(rc, 0, out)
+  local html = slurp(page)
+  t.ok(html:find("<h2>GPU time by stage</h2>", 1, true), "the HTML has the stage table")
+  t.ok(html:find("<td>0 (not recorded)</td>", 1, true), "and says what was not recorded")
+  t.ok(html:find("(recorded for 3 of 5 judged evaluation(s))", 1, true), "the header line")
+
+  -- a store from before stage_seconds: one line, no number
+  out, rc = sh(KMRUN .. " report " .. GO .. " 2>/dev/null")
+  t.eq(rc, 0, out)
+  t.ok(out:find("GPU time: not recorded (3 judged evaluation(s) without stage_seconds and kernel_seconds", 1, true), out)
+  sec = out:match("\nGPU time by stage %b():\n(.-)\n\n")
+  t.ok(sec and not sec:find("%d%.%d"), "no seconds printed as if measured: " .. tostring(sec))
+  -- a run that judged nothing on a GPU (the stores above without verdict steps)
+  out = sh(KMRUN .. " report " .. A .. " 2>/dev/null")
+  t.ok(out:find("GPU time: no evaluation was judged on a GPU", 1, true), out)
+  t.ok(not out:find("GPU time by stage", 1, true), out)
+end)
+
 -- Renders the page in headless Chromium (tests/report_shot.sh) when one is installed.
 local function have_chromium()
   local want = os.getenv("CHROMIUM")
