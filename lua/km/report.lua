@@ -1823,14 +1823,39 @@ local function speedup_color(x)
   return fmt("#%02x%02x%02x", floor(r_ + 0.5), floor(g + 0.5), floor(b + 0.5))
 end
 
+-- The per-task map's title and rotated column labels: sizes in px, and the width of a
+-- label's character taken generously (0.62 em: wider than a sans-serif's average) so the
+-- space kept for a label is never less than it takes.
+local HEAT_TITLE_Y, HEAT_TITLE_SIZE, HEAT_LABEL_SIZE, HEAT_LABEL_MAX = 20, 15, 11, 200
+local HEAT_CHAR, HEAT_ASCENT = 0.62 * HEAT_LABEL_SIZE, 0.8 * HEAT_LABEL_SIZE
+local SIN30, COS30 = 0.5, math.sqrt(3) / 2
+
 -- 6. the per-task map: a row per task, a column per series; colour = the median speedup of
 -- the correct repeats (mode "speedup") or the final status (mode "status")
 function M.svg_heatmap(r, mode)
   mode = mode or "speedup"
   local tasks, nser = r.heatmap.tasks, #r.series
-  local LABEL, CW, CH, TOPM = 190, 0, 15, 70
+  local LABEL, CW, CH = 190, 0, 15
   local width = 980
   CW = nser > 0 and min(110, (width - LABEL - 20) / nser) or 0
+  -- The column labels are rotated 30 degrees up from their anchor (cx - 4, TOPM - 6), so a
+  -- label w wide reaches w sin 30 + its ascent cos 30 above it: the top margin is the title's
+  -- bottom plus the tallest label, so the two never overlap. Labels are cut to fit the width
+  -- to their right and at most LABEL_MAX wide (the margin stays bounded).
+  local title_bottom = HEAT_TITLE_Y + 0.3 * HEAT_TITLE_SIZE
+  local labels, rise = {}, 0
+  for j, x in ipairs(r.series) do
+    local ax = LABEL + (j - 0.5) * CW - 4
+    local room = min(HEAT_LABEL_MAX, CW * 1.9, (width - 4 - ax) / COS30)
+    local label, fit = x.label, max(2, floor(room / HEAT_CHAR))
+    local valid = utf8.len(label) ~= nil
+    if (valid and utf8.len(label) or #label) > fit then
+      label = label:sub(1, (valid and utf8.offset(label, fit) or fit) - 1) .. "…"
+    end
+    labels[j] = { ax, label }
+    rise = max(rise, (utf8.len(label) or #label) * HEAT_CHAR * SIN30 + HEAT_ASCENT * COS30)
+  end
+  local TOPM = ceil(title_bottom + 4 + rise + 6)
   local height = TOPM + max(1, #tasks) * CH + 40
   local title = mode == "status" and "Final status by task" or "Speedup by task (median of the correct repeats)"
   local s = {
@@ -1838,18 +1863,16 @@ function M.svg_heatmap(r, mode)
       width, height, width, height, esc(title)),
     fmt("<title>%s</title>", esc(title)),
     fmt('<rect x="0" y="0" width="%d" height="%d" fill="#ffffff"/>', width, height),
-    fmt('<text x="%d" y="20" text-anchor="middle" font-size="15" font-weight="bold">%s</text>', width // 2, esc(title)),
+    fmt('<text x="%d" y="%d" text-anchor="middle" font-size="%d" font-weight="bold">%s</text>', width // 2, HEAT_TITLE_Y,
+      HEAT_TITLE_SIZE, esc(title)),
   }
   if #tasks == 0 then
     s[#s + 1] = fmt('<text x="%d" y="%d" text-anchor="middle" font-size="16" fill="#888">no data</text>', width // 2, height // 2)
     return svg_close(s)
   end
-  for j, x in ipairs(r.series) do
-    local cx = LABEL + (j - 0.5) * CW
-    local label = x.label
-    if #label * 6 > CW * 1.9 then label = label:sub(1, floor(CW * 1.9 / 6) - 1) .. "…" end
-    s[#s + 1] = fmt('<text x="%s" y="%d" text-anchor="start" font-size="11" transform="rotate(-30 %s %d)">%s</text>',
-      n2(cx - 4), TOPM - 6, n2(cx - 4), TOPM - 6, esc(label))
+  for _, l in ipairs(labels) do
+    s[#s + 1] = fmt('<text x="%s" y="%d" text-anchor="start" font-size="%d" transform="rotate(-30 %s %d)">%s</text>',
+      n2(l[1]), TOPM - 6, HEAT_LABEL_SIZE, n2(l[1]), TOPM - 6, esc(l[2]))
   end
   for i, t in ipairs(tasks) do
     local y = TOPM + (i - 1) * CH

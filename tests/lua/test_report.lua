@@ -965,6 +965,96 @@ local function have_chromium()
   return rc == 0
 end
 
+-- The per-task map with long series labels (issue 19): the rotated labels must clear the title.
+local HM = dir .. "/heatmap.sqlite"
+do
+  local db = assert(store.open(HM))
+  local run = db:begin_run { name = "long labels" }
+  for _, st in ipairs { "repair_then_tune_with_a_long_name", "select" } do
+    for _, m in ipairs { "a-rather-long-model-name-2025-preview", "m2" } do
+      write_episode(db, run, EPS[1], { strategy = st, model = m })
+      write_episode(db, run, EPS[3], { strategy = st, model = m })
+    end
+  end
+  db:finish_run(run)
+  db:close()
+end
+
+-- The title's text box and each rotated label's, from the SVG's own numbers: a label of n
+-- characters at font size f is taken as n x 0.6 f wide with an ascent of 0.75 f (a sans-serif
+-- average is about 0.5 f), turned 30 degrees up about its anchor.
+local function heatmap_boxes(svg)
+  local ty, tf = svg:match('<text x="%d+" y="([%d.]+)" text%-anchor="middle" font%-size="(%d+)" font%-weight="bold">')
+  local title = { bottom = tonumber(ty) + 0.25 * tonumber(tf) }
+  local labels = {}
+  for x, y, f, text in svg:gmatch('<text x="([%d.]+)" y="([%d.]+)" text%-anchor="start" font%-size="(%d+)" ' ..
+    'transform="rotate%(%-30 [%d.]+ [%d.]+%)">([^<]*)</text>') do
+    x, y, f = tonumber(x), tonumber(y), tonumber(f)
+    local w = utf8.len(text) * 0.6 * f
+    labels[#labels + 1] = { text = text, top = y - w * 0.5 - 0.75 * f * math.sqrt(3) / 2, right = x + w * math.sqrt(3) / 2,
+      anchor_y = y }
+  end
+  return title, labels, tonumber(svg:match('width="(%d+)"'))
+end
+
+t.test("the per-task map keeps its rotated column labels clear of its title", function()
+  local eps, info = assert(report.load { HM })
+  local r = report.build(eps, info)
+  t.eq(#r.series, 4)
+  for _, mode in ipairs { "speedup", "status" } do
+    local svg = report.svg_heatmap(r, mode)
+    local title, labels, width = heatmap_boxes(svg)
+    t.eq(#labels, 4, svg)
+    local first_row = tonumber(svg:match('<rect x="[%d.]+" y="([%d.]+)" width="[%d.]+" height="15"'))
+    for _, l in ipairs(labels) do
+      t.ok(l.top > title.bottom, string.format("%s: label %q reaches y=%.1f, the title ends at y=%.1f", mode, l.text,
+        l.top, title.bottom))
+      t.ok(l.right <= width, string.format("label %q ends at x=%.1f, past the width %d", l.text, l.right, width))
+      t.ok(l.anchor_y < first_row, "the labels sit above the first row")
+    end
+    t.ok(svg:find("repair_then_tune_with_a_long_name / a-rather", 1, true), "a long label is kept, or cut with an ellipsis")
+  end
+end)
+
+if have_chromium() then
+  t.test("rendered in Chromium, no column label's box meets the title's", function()
+    local eps, info = assert(report.load { HM })
+    local page = dir .. "/heatmap.html"
+    local f = assert(io.open(page, "w"))
+    f:write("<!DOCTYPE html><html><body>", report.svg_heatmap(report.build(eps, info)), [[
+<script>
+var svg = document.getElementById("chart-heatmap"), out = [];
+var texts = svg.querySelectorAll("text");
+for (var i = 0; i < texts.length; i++) {
+  var b = texts[i].getBoundingClientRect(), s = svg.getBoundingClientRect();
+  out.push([texts[i].getAttribute("font-weight") === "bold" ? "T" : (texts[i].getAttribute("transform") ? "L" : "-"),
+    (b.top - s.top).toFixed(1), (b.bottom - s.top).toFixed(1), (b.right - s.left).toFixed(1)].join(":"));
+}
+document.body.setAttribute("data-boxes", out.join(" "));
+</script></body></html>]])
+    f:close()
+    local browser = os.getenv("CHROMIUM") or "chromium"
+    local dom = sh(string.format("cd %s && p=$(mktemp -d) && timeout 90 %s --headless --no-sandbox --disable-gpu " ..
+      "--no-first-run --disable-extensions --disable-background-networking --disable-component-update " ..
+      "--user-data-dir=$p --dump-dom file://%s 2>/dev/null; rm -rf $p", dir, browser, page))
+    local boxes = dom:match('data%-boxes="([^"]*)"')
+    t.ok(boxes, dom:sub(1, 400))
+    local title_bottom, labels = nil, 0
+    for kind, top, bottom, right in boxes:gmatch("(%S):([%d.-]+):([%d.-]+):([%d.-]+)") do
+      if kind == "T" then title_bottom = tonumber(bottom) end
+    end
+    t.ok(title_bottom, boxes)
+    for kind, top, _, right in boxes:gmatch("(%S):([%d.-]+):([%d.-]+):([%d.-]+)") do
+      if kind == "L" then
+        labels = labels + 1
+        t.ok(tonumber(top) > title_bottom, string.format("a label's box starts at y=%s, the title's ends at %s", top, title_bottom))
+        t.ok(tonumber(right) <= 980, "inside the chart: " .. right)
+      end
+    end
+    t.eq(labels, 4, boxes)
+  end)
+end
+
 if have_chromium() then
   t.test("headless Chromium renders the six charts", function()
     local page, shot = dir .. "/shot.html", dir .. "/shot.png"
