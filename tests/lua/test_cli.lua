@@ -11,16 +11,24 @@ local ROOT = io.popen("readlink -f " .. (arg[0]:match("^(.*)/tests/lua/") or "."
 
 local dir = os.tmpname()
 os.remove(dir)
-os.execute("mkdir -p " .. dir)
+os.execute("mkdir -p " .. dir .. "/io")
 
--- Runs a command line; returns stdout, stderr, exit status.
+-- Runs a command line; returns stdout, stderr, exit status. The outputs go to a folder of
+-- their own (io/), never into `dir`, whose contents some tests read as a task folder. A
+-- command the shell could not start (126: not executable, e.g. build/kmrun being relinked
+-- while the tests run; 127: not found) or one killed by a signal fails the test here, saying
+-- so, rather than as a wrong status three assertions later.
 local function run(cmd, cwd)
-  local o, e = dir .. "/stdout", dir .. "/stderr"
+  local o, e = dir .. "/io/stdout", dir .. "/io/stderr"
   local full = string.format("cd '%s' && %s >%s 2>%s", cwd or ROOT, cmd, o, e)
-  local ok, _, code = os.execute(full)
+  local ok, how, code = os.execute(full)
   local rc = ok and 0 or code
   local function slurp(p) local f = io.open(p) local s = f and f:read("a") or "" if f then f:close() end return s end
-  return slurp(o), slurp(e), rc
+  local out, err = slurp(o), slurp(e)
+  if how == "signal" or rc == 126 or rc == 127 then
+    t.ok(false, string.format("%s: %s (%s %d): %s", cmd, how == "signal" and "killed" or "could not be run", how, rc, err))
+  end
+  return out, err, rc
 end
 
 local function lines(s)
@@ -94,7 +102,7 @@ t.test("tasks: every subcommand answers --help; a bad --arch names itself", func
     t.eq(rc, 0, err)
     t.ok(out:find("^usage: kmrun tasks " .. sub), out)
     out, err, rc = run(KMRUN .. " tasks " .. sub .. " /nonexistent")
-    t.eq(rc, 2, sub)
+    t.eq(rc, 2, sub .. ": " .. out .. err)
     t.ok(err:find("no such folder", 1, true), err)
   end
   local out, err, rc = run(KMRUN .. " tasks check --arch bogus tests/tasks")
@@ -109,9 +117,12 @@ t.test("tasks: every subcommand answers --help; a bad --arch names itself", func
   out, err, rc = run(KMRUN .. " tasks dedup --threshold 2 tests/tasks")
   t.eq(rc, 2)
   t.ok(err:find("--threshold: '2' wants a number from 0 to 1", 1, true), err)
-  out, err, rc = run(KMRUN .. " tasks check " .. dir)
-  t.eq(rc, 1, "a folder with no tasks is not a pass")
-  t.ok(out:find("no tasks found", 1, true), out)
+  -- a folder of its own: what other tests leave in `dir` (stores, copied tasks) is not read
+  local none = dir .. "/no_tasks"
+  os.execute("mkdir -p " .. none)
+  out, err, rc = run(KMRUN .. " tasks check " .. none)
+  t.eq(rc, 1, "a folder with no tasks is not a pass: " .. out .. err)
+  t.ok(out:find("no tasks found", 1, true), out .. err)
   out, err, rc = run(KMRUN .. " tasks")
   t.eq(rc, 2)
   t.ok(err:find("usage: kmrun tasks list", 1, true), err)
@@ -285,6 +296,14 @@ t.test("bad values name themselves: export --format, eval --seeds", function()
   out, err, rc = run(KMRUN .. " export x.sqlite --sample=-1")
   t.eq(rc, 2)
   t.ok(err:find("--sample: '-1' wants a whole number", 1, true), err)
+end)
+
+t.test("a command the shell cannot start fails with that reason, not as a wrong exit status", function()
+  local f = assert(io.open(dir .. "/not_executable", "w"))
+  f:write("#!/bin/sh\nexit 0\n")
+  f:close()
+  t.raises(function() run(dir .. "/not_executable") end, "could not be run (exit 126)")
+  t.raises(function() run(dir .. "/no_such_program") end, "could not be run (exit 127)")
 end)
 
 os.execute("rm -rf " .. dir)
