@@ -263,7 +263,7 @@ function Pool:_warm()
   if batch == nil then batch = WARM_BATCH end
   if not batch or not self.cache_dir or not self.device then return 0 end
   if not self.compilers then
-    local ncpu = tonumber(io.popen("nproc 2>/dev/null"):read("l") or "") or 2
+    local ncpu = require("km.sys").cpu_count()
     self.compilers = M.compilers(self.opts.compilers or math.max(1, math.min(8, ncpu - #self.slots)), self.cache_dir)
   end
   local sent = 0

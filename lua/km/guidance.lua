@@ -181,13 +181,12 @@ end
 M.default_dir = default_dir
 
 local function list_md(dir)
-  local p = io.popen("ls -1 '" .. dir:gsub("'", "'\\''") .. "' 2>/dev/null")
-  if not p then return nil end
+  local all = require("km.sys").readdir(dir)
+  if not all then return nil end
   local names = {}
-  for name in p:lines() do
+  for _, name in ipairs(all) do
     if name:match("%.md$") and name ~= "README.md" then names[#names + 1] = name end
   end
-  if not p:close() then return nil end
   sort(names)
   return names
 end

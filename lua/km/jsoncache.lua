@@ -12,6 +12,7 @@
 -- see half of one; one that does not parse, or whose key is not its name, reads as missing.
 local json = require "km.json"
 local hash = require "km.hash"
+local sys = require "km.sys"
 
 local M = {}
 
@@ -66,8 +67,8 @@ function M.put(dir, key, rec)
   local out = {}
   for k, v in pairs(rec) do out[k] = v end
   out.key = key
-  local okd = os.execute("mkdir -p '" .. dir:gsub("'", "'\\''") .. "' 2>/dev/null")
-  if not okd then return nil, "cannot create " .. dir end
+  local okd, derr = sys.mkdir(dir)
+  if not okd then return nil, derr end
   local tmp = fmt("%s.%d.%d.tmp", path, math.random(1 << 30), os.time())
   local f, err = io.open(tmp, "wb")
   if not f then return nil, err end

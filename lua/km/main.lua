@@ -117,13 +117,9 @@ end
 function M.strategy_names()
   local seen, out = {}, {}
   for _, d in ipairs(M.strategy_dirs()) do
-    local p = io.popen("ls '" .. d:gsub("'", "'\\''") .. "' 2>/dev/null")
-    if p then
-      for f in p:lines() do
-        local n = f:match("^([%w_%-]+)%.lua$")
-        if n and not seen[n] then seen[n] = true; out[#out + 1] = n end
-      end
-      p:close()
+    for _, f in ipairs(require("km.sys").readdir(d) or {}) do
+      local n = f:match("^([%w_%-]+)%.lua$")
+      if n and not seen[n] then seen[n] = true; out[#out + 1] = n end
     end
   end
   table.sort(out)

@@ -4,6 +4,7 @@
 local M = {}
 
 local read_all = require("km.task").read_file
+local sys = require "km.sys"
 
 -- Small file helpers the tests share: a fresh folder, a whole file's bytes (nil when it
 -- cannot be read), a file written whole.
@@ -12,11 +13,13 @@ M.read = read_all
 function M.tmpdir()
   local d = os.tmpname()
   os.remove(d)
-  assert(os.execute("mkdir -p " .. d))
+  assert(sys.mkdir(d))
   return d
 end
 
--- A shell command's stdout and stderr, and its exit status.
+-- A shell command's stdout and stderr, and its exit status. The one shell-out left in
+-- lua/km: tests hand it whole command lines (pipes, redirections, `cd x &&`) to run kmrun
+-- the way a user's shell does, so a shell is what they ask for.
 function M.sh(cmd)
   local p = io.popen(cmd .. " 2>&1; echo \"rc=$?\"")
   local out = p:read("a")
@@ -50,29 +53,40 @@ end
 -- every answer served } or nil, why. opts.context: the server's context window (tokens).
 function M.fake_llm_server(root, opts)
   opts = opts or {}
-  if not os.execute("command -v python3 >/dev/null 2>&1") then return nil, "python3 not found" end
-  local dir = os.tmpname()
-  os.remove(dir)
-  os.execute("mkdir -p " .. dir)
-  local port_file, log, pid_file = dir .. "/port", dir .. "/requests.jsonl", dir .. "/pid"
-  os.execute(string.format("python3 %s/tests/fake_llm_server.py %s --log %s --idle 60%s >/dev/null 2>&1 & echo $! > %s",
-    root, port_file, log, opts.context and (" --context " .. opts.context) or "", pid_file))
+  local dir = M.tmpdir()
+  local port_file, log = dir .. "/port", dir .. "/requests.jsonl"
+  local argv = { "python3", root .. "/tests/fake_llm_server.py", port_file, "--log", log, "--idle", "60" }
+  if opts.context then
+    argv[#argv + 1] = "--context"
+    argv[#argv + 1] = tostring(opts.context)
+  end
+  local pid, why, code = sys.spawn(argv, { stdout = "null", stderr = "null" })
+  if not pid then
+    sys.rmtree(dir)
+    return nil, code == "NOT_FOUND" and "python3 not found" or why
+  end
   local port
   for _ = 1, 200 do
     port = tonumber(read_all(port_file) or "")
-    if port then break end
-    os.execute("sleep 0.05")
+    if port or sys.wait(pid) ~= false then break end -- up, or already gone
+    sys.sleep(0.05)
   end
-  local pid = (read_all(pid_file) or ""):match("%d+")
+  local function stop()
+    if sys.wait(pid) == false then
+      sys.kill(pid, "TERM")
+      sys.wait(pid, true)
+    end
+    sys.rmtree(dir)
+  end
   if not port then
-    if pid then os.execute("kill " .. pid) end
+    stop()
     return nil, "the fake server did not start"
   end
   local json = require "km.json"
   return {
     base = "http://127.0.0.1:" .. port .. "/v1",
     dir = dir,
-    stop = function() if pid then os.execute("kill " .. pid .. " 2>/dev/null") end os.execute("rm -rf " .. dir) end,
+    stop = stop,
     requests = function()
       local out = {}
       for line in (read_all(log) or ""):gmatch("[^\n]+") do out[#out + 1] = json.decode(line) end

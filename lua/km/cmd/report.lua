@@ -80,7 +80,8 @@ if html_out then
   f:close()
 end
 if a.csv then
-  os.execute("mkdir -p '" .. a.csv:gsub("'", "'\\''") .. "'")
+  local okd, derr = require("km.sys").mkdir(a.csv)
+  if not okd then return fail(2, tostring(derr)) end
   for _, cf in ipairs(report.csv_files(r)) do
     local f, err = io.open(a.csv .. "/" .. cf[1], "w")
     if not f then return fail(2, "cannot write ", tostring(err)) end

@@ -6,6 +6,7 @@
 --   kmrun tasks lint [DIR|TASK...] [--precision fp32,fp16,bf16] [--json]   degenerate tasks (km.lint)
 local task = require "km.task"
 local sandbox = require "km.sandbox"
+local sys = require "km.sys"
 
 local A = require "km.args"
 
@@ -92,7 +93,7 @@ local function is_task(dir)
 end
 
 local function is_tty()
-  return os.getenv("TERM") and os.getenv("TERM") ~= "dumb" and os.execute("test -t 2") == true
+  return os.getenv("TERM") and os.getenv("TERM") ~= "dumb" and sys.isatty(io.stderr)
 end
 
 -- Progress on stderr while tasks load (KernelBench level 3 takes minutes on a cold cache):
@@ -126,12 +127,9 @@ local function prebuild_specs(paths, progress)
   local kbtask = require "km.kbtask"
   for _, p in ipairs(paths) do if kbtask.is_problem(p) and not kbtask.cached(p) then cold[#cold + 1] = p end end
   if #cold < 4 or not package.km_exe or os.getenv("KM_SPEC_JOBS") == "1" then return end
-  local np = io.popen("nproc 2>/dev/null")
-  local cores = tonumber(np and np:read("l") or "") or 1
-  if np then np:close() end
+  local cores = sys.cpu_count()
   local jobs = math.min(#cold, 8, tonumber(os.getenv("KM_SPEC_JOBS") or "") or math.max(1, cores // 4))
   if jobs < 2 then return end
-  local q = function(x) return "'" .. x:gsub("'", "'\\''") .. "'" end
   local pids = {}
   for j = 1, jobs do
     local groups = { by = {} }
@@ -145,13 +143,9 @@ local function prebuild_specs(paths, progress)
       table.insert(by_prec[tag], file or p)
     end
     for prec, files in pairs(by_prec) do
-      local args = {}
-      for i, f in ipairs(files) do args[i] = q(f) end
-      local cmd = string.format("KM_SPEC_JOBS=1 %s tasks check --no-gpu --precision %s %s >/dev/null 2>&1 & echo $!",
-        q(package.km_exe), prec, table.concat(args, " "))
-      local h = io.popen(cmd)
-      local pid = h and tonumber(h:read("l") or "")
-      if h then h:close() end
+      local argv = { package.km_exe, "tasks", "check", "--no-gpu", "--precision", prec }
+      for _, f in ipairs(files) do argv[#argv + 1] = f end
+      local pid = sys.spawn(argv, { env = { KM_SPEC_JOBS = "1" }, stdout = "null", stderr = "null" })
       if pid then pids[#pids + 1] = pid end
     end
   end
@@ -161,7 +155,7 @@ local function prebuild_specs(paths, progress)
   while true do
     local alive = 0
     for _, pid in ipairs(pids) do
-      if os.execute("kill -0 " .. pid .. " 2>/dev/null") == true then alive = alive + 1 end
+      if sys.wait(pid) == false then alive = alive + 1 end -- true once reaped, nil after
     end
     local done = 0
     for _, p in ipairs(cold) do if kbtask.cached(p) then done = done + 1 end end
@@ -169,7 +163,7 @@ local function prebuild_specs(paths, progress)
       io.stderr:write(string.format("\r\27[K[%d/%d] problem specs built (%d in parallel)", done, #cold, jobs))
     end
     if alive == 0 then break end
-    os.execute("sleep 0.5")
+    sys.sleep(0.5)
   end
   if tty then io.stderr:write("\r\27[K") end
   if not tty then
