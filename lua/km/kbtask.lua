@@ -20,8 +20,8 @@ local M = {}
 local fmt = string.format
 local ipairs, type = ipairs, type
 
-local task_mod = require "km.task"
-local SIZES, numel = task_mod.DTYPE_BYTES, task_mod.numel
+local shape = require "km.shape"
+local SIZES, numel = shape.DTYPE_BYTES, shape.numel
 
 -- true when path names a problem file (a .py file), whatever its folder
 -- ("file.py#fp16" names the problem at a precision: the form a task travels to a worker in)

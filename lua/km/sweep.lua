@@ -13,7 +13,7 @@
 -- statuses whose episodes run the strategy again.
 -- Every step and every finish is a single SQLite statement in WAL mode, so a SIGKILL at any
 -- moment loses no finished episode and leaves none half-written.
-local runner = require "km.runner"
+local episode_ctx = require "km.ctx"
 local feedback = require "km.feedback"
 local wall = require("km.timing").wall
 
@@ -74,7 +74,7 @@ function M.shard(list, i, n)
 end
 
 local function is_tty()
-  return os.getenv("TERM") and os.getenv("TERM") ~= "dumb" and os.execute("test -t 1") == true
+  return os.getenv("TERM") and os.getenv("TERM") ~= "dumb" and require("km.sys").isatty(io.stdout)
 end
 
 -- A pool as ctx.eval sees it inside a coroutine: eval yields until the verdict is back.
@@ -255,7 +255,7 @@ function M.run(opts)
     local ep = db:begin_episode(run_id, { task = t.name, strategy = item.strategy.name, model = item.model, rep = item.rep })
     local env = { store = db, episode = ep, pool = pool and yielding_pool(pool) or nil, client = yielding_client(client),
       guidance = opts.guidance, args = args, arch = pool and pool.device.arch or "sm_90" }
-    local ctx = runner.ctx(t, env)
+    local ctx = episode_ctx.new(t, env)
     local usage0 = client:usage()
     local fn = item.judged_from and judge_stored(db, item.judged_from) or item.strategy.fn
     local co = coroutine.create(function()
@@ -267,10 +267,10 @@ function M.run(opts)
         status, err, cand, verdict = "error", cand, nil, nil
       else
         -- a strategy that gave up because the model failed ends on model_error (km.model)
-        verdict = runner.final_verdict(ctx, verdict) or {}
+        verdict = episode_ctx.final_verdict(ctx, verdict) or {}
         status = require("km.model").episode_status(verdict)
       end
-      local summary = runner.summary(t, ctx, verdict, wall() - t1, usage0, client:usage())
+      local summary = episode_ctx.summary(t, ctx, verdict, wall() - t1, usage0, client:usage())
       summary.sweep_key = item.key
       if item.judged_from then
         local earlier = type(item.judged_from.summary) == "table" and item.judged_from.summary or {}
@@ -379,7 +379,7 @@ function M.run(opts)
     -- (same store) runs them again
     for _, e in ipairs(running) do
       if not e.dead then
-        local sm = runner.summary(e.item.task, e.ctx, nil, wall() - e.t0)
+        local sm = episode_ctx.summary(e.item.task, e.ctx, nil, wall() - e.t0)
         sm.sweep_key, sm.note = e.item.key, "interrupted by " .. interrupted .. "; the same command resumes it"
         db:finish_episode(e.ep, "interrupted", { summary = sm })
         n_interrupted = n_interrupted + 1

@@ -13,6 +13,8 @@
 -- at most MAX_FILE bytes.
 local sandbox = require "km.sandbox"
 local limits = require "km.limits"
+local sys = require "km.sys"
+local shape = require "km.shape"
 
 local M = {}
 
@@ -20,15 +22,16 @@ local type, pairs, ipairs, tostring, tonumber, load = type, pairs, ipairs, tostr
 local fmt, concat, sort = string.format, table.concat, table.sort
 
 local MAX_FILE = 16 << 20                                   -- bytes of one file a task names
-local MAX_SHAPES, MAX_IO, MAX_EXPR = 64, 64, 4096           -- shape sets, inputs/outputs, expression bytes
+local MAX_SHAPES, MAX_IO = 64, 64                            -- shape sets, inputs/outputs
 local FILE_OPTS = { budget = 1e7, memory = 64 << 20, time = 2 } -- task.lua, params.lua
-local EXPR_OPTS = { budget = 1e5, memory = 16 << 20, time = false } -- no loops: bounded by the budget
 M.MAX_FILE = MAX_FILE
 
 local LEVELS = { [1] = true, [2] = true, [3] = true }
--- the dtypes a task may use, with their sizes in bytes
-local DTYPES = { f32 = 4, f64 = 8, f16 = 2, bf16 = 2, i8 = 1, i32 = 4, i64 = 8, u8 = 1 }
+-- the dtypes a task may use (with their sizes in bytes) and shape expressions: km.shape,
+-- which km.kbtask uses too; kept here under their old names
+local DTYPES = shape.DTYPE_BYTES
 M.DTYPE_BYTES = DTYPES
+M.eval_expr, M.fmt_shape, M.shape_of, M.numel = shape.eval_expr, shape.fmt_shape, shape.shape_of, shape.numel
 local INITS = { uniform = true, normal = true, int = true }
 
 local function read_file(path)
@@ -65,61 +68,6 @@ local function run_file(text, file)
   if not ok then return nil, (code == "LOAD" and "syntax: " or "evaluation: ") .. v end
   if type(v) ~= "table" then return nil, "return value: must return a table, got " .. type(v) end
   return sandbox.data(v)
-end
-
--- Evaluates an expression over shape symbols: a number stays a number; a string is Lua,
--- run in the sandbox with its own copy of math.
-local expr_cache, expr_count = {}, 0
-function M.eval_expr(e, sym)
-  if type(e) == "number" then return e end
-  if type(e) ~= "string" then error("expression must be a number or a string, got " .. type(e), 2) end
-  local chunk = expr_cache[e]
-  if not chunk then
-    if #e > MAX_EXPR then error(fmt("expression of %d bytes: the limit is %d", #e, MAX_EXPR), 2) end
-    local err
-    local body = e:gsub("()([%a_][%w_]*)", function(pos, w)
-      if w == "math" or w == "and" or w == "or" or w == "not" or e:sub(pos - 1, pos - 1) == "." then return w end
-      return "s." .. w
-    end)
-    chunk, err = load("local s = ...; return " .. body, "=(expr " .. e .. ")", "t", { math = sandbox.env().math })
-    if not chunk then error("bad expression '" .. e .. "': " .. err, 2) end
-    if expr_count >= 4096 then expr_cache, expr_count = {}, 0 end
-    expr_cache[e], expr_count = chunk, expr_count + 1
-  end
-  local ok, v = sandbox.call(chunk, EXPR_OPTS, sym)
-  if not ok or type(v) ~= "number" then
-    error(fmt("expression '%s' does not evaluate to a number with %s: %s", e, M.fmt_shape(sym), tostring(v)), 2)
-  end
-  if math.type(v) == "float" and v == math.floor(v) and math.abs(v) < 2^62 then v = math.tointeger(v) end
-  return v
-end
-
-function M.fmt_shape(sym)
-  local keys = {}
-  for k in pairs(sym) do keys[#keys + 1] = k end
-  sort(keys)
-  local parts = {}
-  for i, k in ipairs(keys) do parts[i] = k .. "=" .. tostring(sym[k]) end
-  return "{" .. concat(parts, ", ") .. "}"
-end
-
--- The concrete dimensions of an input/output under one shape binding.
-function M.shape_of(io, sym)
-  local dims = {}
-  for i, d in ipairs(io.shape) do
-    local v = M.eval_expr(d, sym)
-    if math.type(v) ~= "integer" or v < 0 then
-      error(fmt("%s: dimension %d ('%s') is %s, not a non-negative integer", io.name, i, tostring(d), tostring(v)), 2)
-    end
-    dims[i] = v
-  end
-  return dims
-end
-
-function M.numel(dims)
-  local n = 1
-  for _, d in ipairs(dims) do n = n * d end
-  return n
 end
 
 local function fail(file, field, why)
@@ -262,11 +210,7 @@ end
 -- The tasks under dir, unloaded: each task folder (with a task.lua) and problem file (.py),
 -- sorted by name; a problem file named at the precision (km.kbtask.key).
 function M.entries(dir, precision)
-  local p = io.popen("ls -1 '" .. dir:gsub("'", "'\\''") .. "' 2>/dev/null")
-  local names = {}
-  for name in p:lines() do names[#names + 1] = name end
-  p:close()
-  sort(names)
+  local names = sys.readdir(dir) or {}
   local out = {}
   for _, name in ipairs(names) do
     local d = dir:gsub("/+$", "") .. "/" .. name

@@ -1,8 +1,8 @@
 -- kmrun sweep --strategies A,B [TASKS...] --store FILE [options] — tasks x strategies x models
 -- x repeats, concurrent and resumable (km.sweep). Options: SPEC below and km.runner.OPTIONS.
 local runner = require "km.runner"
+local setup = require "km.setup"
 local sweep = require "km.sweep"
-local store = require "km.store"
 
 local A = require "km.args"
 local main = require "km.main"
@@ -49,7 +49,7 @@ if not args then return A.fail(SPEC, ferr) end
 if not args.strategies then return A.fail(SPEC, "--strategies is required (e.g. --strategies repair,tune)") end
 local store_path = args.store
 if not store_path then return A.fail(SPEC, "--store is required (the sweep's store, e.g. runs/sweep.sqlite)") end
-local task_dirs, derr = runner.task_dirs(args.tasks, "kmrun sweep")
+local task_dirs, derr = setup.task_dirs(args.tasks, "kmrun sweep")
 if not task_dirs then io.stderr:write(derr, "\n") return 2 end
 
 local function exists(p)
@@ -73,11 +73,11 @@ for _, name in ipairs(args.strategies) do
   end
   strategies[#strategies + 1] = { name = path:match("([^/]+)%.lua$") or path, fn = fn, path = path }
 end
-local tasks, errors = runner.collect_tasks(task_dirs, args.filter, args.precision)
+local tasks, errors = setup.collect_tasks(task_dirs, args.filter, args.precision)
 for _, e in ipairs(errors) do io.stderr:write("kmrun sweep: skipping invalid task: ", e, "\n") end
 if #tasks == 0 then io.stderr:write("kmrun sweep: no valid tasks\n") return 2 end
 local owhy
-tasks, owhy = runner.offline_tasks(tasks, args)
+tasks, owhy = setup.offline_tasks(tasks, args)
 if owhy then io.stderr:write("kmrun sweep: ", owhy, "\n") end
 if not tasks then return 2 end
 tasks = require("km.lint").gate(tasks, { skip = true, allow = args.allow_degenerate, who = "kmrun sweep" })
@@ -85,7 +85,7 @@ if #tasks == 0 then io.stderr:write("kmrun sweep: every task was flagged by kmru
 local models = args.models or { false }
 local shard = args.shard
 
-local env, why, scode = runner.setup(args, store_path)
+local env, why, scode = setup.run(args, store_path)
 if not env then io.stderr:write("kmrun sweep: ", why, "\n") return scode end
 local db, pool = env.db, env.pool
 local res = sweep.run { strategies = strategies, tasks = tasks, models = models, repeats = args["repeat"],

@@ -1,0 +1,380 @@
+-- The layers hold: no require circle among lua/km modules (lazy requires inside functions
+-- count as edges), no include circle among runtime/ C files, at most two shell-outs left in
+-- lua/km (each saying why), and docs/architecture.md's generated graphs are the real ones.
+--
+--   build/kmrun tests/lua/test_layers.lua --update-doc   rewrites the doc's generated blocks
+local t = require "km.tap"
+local sys = require "km.sys"
+
+local fmt, concat, sort = string.format, table.concat, table.sort
+
+local function read(path)
+  local f = assert(io.open(path, "rb"))
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
+local function sorted_keys(set)
+  local out = {}
+  for k in pairs(set or {}) do out[#out + 1] = k end
+  sort(out)
+  return out
+end
+
+----------------------------------------------------------------------------------------
+-- reading Lua: a small lexer, so requires in comments and strings do not count
+
+-- -> list of { kind = "name" | "string" | "punct", value, pos }
+local function tokens(src)
+  local toks, i, n = {}, 1, #src
+  local function add(kind, value, pos) toks[#toks + 1] = { kind = kind, value = value, pos = pos } end
+  while i <= n do
+    local c = src:sub(i, i)
+    if c:match("%s") then
+      i = i + 1
+    elseif src:sub(i, i + 1) == "--" then
+      local eq = src:match("^%[(=*)%[", i + 2)
+      if eq then
+        local _, e = src:find("]" .. eq .. "]", i + 2, true)
+        i = (e or n) + 1
+      else
+        i = (src:find("\n", i, true) or n) + 1
+      end
+    elseif c == "[" and src:match("^%[=*%[", i) then
+      local eq = src:match("^%[(=*)%[", i)
+      local s0 = i + #eq + 2
+      local b, e = src:find("]" .. eq .. "]", s0, true)
+      add("string", src:sub(s0, (b or n + 1) - 1), i)
+      i = (e or n) + 1
+    elseif c == '"' or c == "'" then
+      local j = i + 1
+      while j <= n do
+        local d = src:sub(j, j)
+        if d == "\\" then j = j + 2 elseif d == c then break else j = j + 1 end
+      end
+      add("string", src:sub(i + 1, j - 1), i)
+      i = j + 1
+    elseif c:match("[%a_]") then
+      local w = src:match("^[%w_]+", i)
+      add("name", w, i)
+      i = i + #w
+    elseif c:match("%d") then
+      i = i + #src:match("^[%w_.]+", i)
+    else
+      add("punct", c, i)
+      i = i + 1
+    end
+  end
+  return toks
+end
+
+local function line_of(src, pos)
+  local _, k = src:sub(1, pos):gsub("\n", "")
+  return k + 1
+end
+
+-- Every module a source requires by a literal name: require "m", require("m"), require 'm',
+-- pcall(require, "m"); wherever it stands. -> list of { name, line }
+local function requires(src)
+  local toks, out = tokens(src), {}
+  local function is(k, kind, value) local x = toks[k] return x and x.kind == kind and (value == nil or x.value == value) end
+  for k, tok in ipairs(toks) do
+    if tok.kind == "name" and tok.value == "require" and not is(k - 1, "punct", ".") and not is(k - 1, "punct", ":") then
+      local s = is(k + 1, "string") and toks[k + 1] or (is(k + 1, "punct", "(") and is(k + 2, "string") and toks[k + 2])
+        or (is(k - 2, "name", "pcall") and is(k - 1, "punct", "(") and is(k + 1, "punct", ",") and is(k + 2, "string")
+          and toks[k + 2])
+      if s then out[#out + 1] = { name = s.value, line = line_of(src, s.pos) } end
+    end
+  end
+  return out
+end
+
+-- Calls of io.popen and os.execute. -> list of line numbers
+local function shell_outs(src)
+  local toks, out = tokens(src), {}
+  for k = 1, #toks - 2 do
+    local a, b, c = toks[k], toks[k + 1], toks[k + 2]
+    if a.kind == "name" and b.value == "." and c.kind == "name" and
+      ((a.value == "io" and c.value == "popen") or (a.value == "os" and c.value == "execute")) then
+      out[#out + 1] = line_of(src, a.pos)
+    end
+  end
+  return out
+end
+
+----------------------------------------------------------------------------------------
+-- the graphs
+
+local ROOT = "lua/km"
+
+-- -> mods (name -> path), adj (name -> { dep -> "file:line" }) over every lua/km/*.lua and
+-- lua/km/cmd/*.lua; deps are km.* names, Lua modules or C ones
+local function lua_graph()
+  local mods, adj = {}, {}
+  for _, sub in ipairs { "", "/cmd" } do
+    for _, f in ipairs(assert(sys.readdir(ROOT .. sub))) do
+      if f:match("%.lua$") then
+        mods["km" .. sub:gsub("/", ".") .. "." .. f:gsub("%.lua$", "")] = ROOT .. sub .. "/" .. f
+      end
+    end
+  end
+  for name, path in pairs(mods) do
+    adj[name] = {}
+    for _, r in ipairs(requires(read(path))) do
+      if r.name:match("^km%.") and r.name ~= name and not adj[name][r.name] then
+        adj[name][r.name] = path .. ":" .. r.line
+      end
+    end
+  end
+  return mods, adj
+end
+
+-- The first cycle found (depth first, names in order): { a, b, ..., a } or nil. Only edges
+-- to keys of adj count.
+local function find_cycle(adj)
+  local state, stack, at = {}, {}, {}
+  local function visit(v)
+    state[v] = 1
+    stack[#stack + 1] = v
+    at[v] = #stack
+    for _, w in ipairs(sorted_keys(adj[v])) do
+      if adj[w] then
+        if state[w] == 1 then
+          local cyc = {}
+          for k = at[w], #stack do cyc[#cyc + 1] = stack[k] end
+          cyc[#cyc + 1] = w
+          return cyc
+        elseif not state[w] then
+          local c = visit(w)
+          if c then return c end
+        end
+      end
+    end
+    state[v] = 2
+    stack[#stack] = nil
+    return nil
+  end
+  for _, v in ipairs(sorted_keys(adj)) do
+    if not state[v] then
+      local c = visit(v)
+      if c then return c end
+    end
+  end
+  return nil
+end
+
+local function cycle_text(cyc, adj)
+  local parts = {}
+  for k = 1, #cyc - 1 do parts[k] = fmt("%s -> %s (%s)", cyc[k], cyc[k + 1], adj[cyc[k]][cyc[k + 1]]) end
+  return concat(parts, "\n  ")
+end
+
+-- A module's layer: 0 when it requires no Lua module of lua/km, else one above the highest
+-- it requires (defined only without cycles).
+local function layers(adj)
+  local layer = {}
+  local function of(v)
+    if layer[v] then return layer[v] end
+    local l = 0
+    for w in pairs(adj[v]) do if adj[w] then l = math.max(l, of(w) + 1) end end
+    layer[v] = l
+    return l
+  end
+  for v in pairs(adj) do of(v) end
+  return layer
+end
+
+-- The doc's Lua block: one line per module, by layer then name; C modules after a bar.
+local function lua_graph_text()
+  local _, adj = lua_graph()
+  local layer = layers(adj)
+  local names = sorted_keys(adj)
+  sort(names, function(a, b) if layer[a] ~= layer[b] then return layer[a] < layer[b] end return a < b end)
+  local lines = {}
+  for _, v in ipairs(names) do
+    local lua_deps, c_deps = {}, {}
+    for _, w in ipairs(sorted_keys(adj[v])) do
+      if adj[w] then lua_deps[#lua_deps + 1] = w:gsub("^km%.", "") else c_deps[#c_deps + 1] = w:gsub("^km%.", "") end
+    end
+    local line = fmt("L%d %-14s %s%s", layer[v], v:gsub("^km%.", ""), concat(lua_deps, " "),
+      #c_deps > 0 and ((#lua_deps > 0 and " " or "") .. "| C: " .. concat(c_deps, " ")) or "")
+    lines[#lines + 1] = line:gsub("%s+$", "")
+  end
+  return concat(lines, "\n")
+end
+
+-- runtime/*.c: its kind (binding: defines luaopen_km_*; plain C: no lua.h; glue: the rest)
+-- and the runtime/*.c files whose header it includes (X.h with an X.c beside it).
+local function c_graph()
+  local files, adj, kind = {}, {}, {}
+  for _, f in ipairs(assert(sys.readdir("runtime"))) do
+    if f:match("%.c$") then files[f:gsub("%.c$", "")] = true end
+  end
+  for name in pairs(files) do
+    local src = read("runtime/" .. name .. ".c")
+    adj[name] = {}
+    for h in src:gmatch('#include%s+"([%w_]+)%.h"') do
+      if files[h] and h ~= name and sys.realpath("runtime/" .. h .. ".h") then adj[name][h] = "runtime/" .. name .. ".c" end
+    end
+    kind[name] = src:match("int%s+luaopen_km_[%w_]*%s*%(") and "binding"
+      or (src:match("#include%s+<lua%.h>") or src:match("#include%s+<lauxlib%.h>")) and "glue" or "plain C"
+  end
+  return adj, kind
+end
+
+local function c_graph_text()
+  local adj, kind = c_graph()
+  local lines = {}
+  for _, k in ipairs { "plain C", "binding", "glue" } do
+    lines[#lines + 1] = k .. ":"
+    for _, v in ipairs(sorted_keys(adj)) do
+      if kind[v] == k then
+        local deps = sorted_keys(adj[v])
+        lines[#lines + 1] = fmt("  %-20s %s", v, #deps > 0 and ("-> " .. concat(deps, " ")) or "")
+        lines[#lines] = lines[#lines]:gsub("%s+$", "")
+      end
+    end
+  end
+  return concat(lines, "\n")
+end
+
+----------------------------------------------------------------------------------------
+-- docs/architecture.md's generated blocks
+
+local DOC = "docs/architecture.md"
+local BLOCKS = { lua = lua_graph_text, runtime = c_graph_text }
+
+local function block_pattern(which)
+  return "(<!%-%- generated: " .. which .. " graph %(tests/lua/test_layers%.lua %-%-update%-doc%) %-%->\n```\n)(.-)(\n```\n<!%-%- end: "
+    .. which .. " graph %-%->)"
+end
+
+local function doc_block(doc, which)
+  local _, body = doc:match(block_pattern(which))
+  return body
+end
+
+if arg and arg[1] == "--update-doc" then
+  local doc = read(DOC)
+  for which, gen in pairs(BLOCKS) do
+    local text = gen()
+    local n
+    doc, n = doc:gsub(block_pattern(which), function(a, _, c) return a .. text .. c end)
+    assert(n == 1, DOC .. ": no " .. which .. " graph block")
+  end
+  local f = assert(io.open(DOC, "wb"))
+  f:write(doc)
+  f:close()
+  print("updated " .. DOC)
+  return
+end
+
+----------------------------------------------------------------------------------------
+-- the checker checks
+
+t.test("requires are found at the top, inside functions and through pcall; not in comments or strings", function()
+  local src = [==[
+local a = require "km.a"
+local b = require("km.b")
+local function f() return require('km.c').x end
+local ok, d = pcall(require, "km.d")
+-- local e = require "km.e"
+--[[ require "km.f" ]]
+local s = "require 'km.g'"
+local l = [[ require "km.h" ]]
+local m = obj.require "km.i"
+]==]
+  local got = {}
+  for _, r in ipairs(requires(src)) do got[#got + 1] = r.name .. ":" .. r.line end
+  t.eq(concat(got, " "), "km.a:1 km.b:2 km.c:3 km.d:4")
+  t.eq(concat(shell_outs('local p = io.popen("ls")\n-- os.execute("x")\nos.execute("y")'), " "), "1 3")
+end)
+
+t.test("a cycle is found and printed with the edges that make it; a DAG has none", function()
+  local adj = { ["km.a"] = { ["km.b"] = "a.lua:1" }, ["km.b"] = { ["km.c"] = "b.lua:7", ["km.json"] = "b.lua:2" },
+    ["km.c"] = { ["km.a"] = "c.lua:3" } }
+  local cyc = find_cycle(adj)
+  t.eq(concat(cyc, " "), "km.a km.b km.c km.a")
+  t.eq(cycle_text(cyc, adj), "km.a -> km.b (a.lua:1)\n  km.b -> km.c (b.lua:7)\n  km.c -> km.a (c.lua:3)")
+  adj["km.c"] = { ["km.json"] = "c.lua:3" }
+  t.eq(find_cycle(adj), nil)
+  local l = layers(adj)
+  t.eq(fmt("%d %d %d", l["km.a"], l["km.b"], l["km.c"]), "2 1 0")
+end)
+
+----------------------------------------------------------------------------------------
+-- the tree
+
+t.test("no require circle among lua/km modules (lazy requires count)", function()
+  local mods, adj = lua_graph()
+  t.ok(mods["km.runner"] and mods["km.sweep"] and mods["km.cmd.sweep"], "the modules are read")
+  t.ok(adj["km.task"]["km.kbtask"], "lazy requires are read (km.task loads problem files through km.kbtask)")
+  local cyc = find_cycle(adj)
+  if cyc then t.diag("require circle:\n  " .. cycle_text(cyc, adj)) end
+  t.eq(cyc and concat(cyc, " -> "), nil, "a require circle")
+end)
+
+t.test("the scheduler does not require the command, nor the problem-file loader the task loader", function()
+  local _, adj = lua_graph()
+  t.eq(adj["km.sweep"]["km.runner"], nil, "km.sweep requires km.runner")
+  t.eq(adj["km.ctx"]["km.runner"], nil, "km.ctx requires km.runner")
+  t.eq(adj["km.setup"]["km.runner"], nil, "km.setup requires km.runner")
+  t.eq(adj["km.kbtask"]["km.task"], nil, "km.kbtask requires km.task")
+end)
+
+t.test("no include circle among runtime/ C files", function()
+  local adj = c_graph()
+  local cyc = find_cycle(adj)
+  if cyc then t.diag("include circle:\n  " .. cycle_text(cyc, adj)) end
+  t.eq(cyc and concat(cyc, " -> "), nil, "an include circle")
+end)
+
+t.test("at most two shell-outs in lua/km, each with a comment saying why", function()
+  local found = {}
+  for _, sub in ipairs { "", "/cmd" } do
+    for _, f in ipairs(assert(sys.readdir(ROOT .. sub))) do
+      if f:match("%.lua$") then
+        local path = ROOT .. sub .. "/" .. f
+        local src = read(path)
+        local lines = {}
+        for line in (src .. "\n"):gmatch("([^\n]*)\n") do lines[#lines + 1] = line end
+        for _, n in ipairs(shell_outs(src)) do
+          found[#found + 1] = path .. ":" .. n
+          local why = false
+          for k = math.max(1, n - 6), n do why = why or (lines[k]:match("%-%-.*shell") ~= nil) end
+          t.ok(why, path .. ":" .. n .. ": a shell-out without a comment (within 6 lines above) saying why a shell")
+        end
+      end
+    end
+  end
+  t.ok(#found <= 2, "shell-outs: " .. concat(found, ", "))
+end)
+
+t.test(DOC .. " holds the lua/km module graph as it is", function()
+  local doc = read(DOC)
+  local got, want = doc_block(doc, "lua"), lua_graph_text()
+  t.ok(got, DOC .. ": no generated lua graph block")
+  if got ~= want then t.diag("the graph is now:\n" .. want .. "\n(build/kmrun tests/lua/test_layers.lua --update-doc)") end
+  t.eq(got, want, "the doc's lua graph")
+end)
+
+t.test(DOC .. " holds the runtime/ layers and includes as they are", function()
+  local doc = read(DOC)
+  local got, want = doc_block(doc, "runtime"), c_graph_text()
+  t.ok(got, DOC .. ": no generated runtime graph block")
+  if got ~= want then t.diag("the runtime graph is now:\n" .. want .. "\n(build/kmrun tests/lua/test_layers.lua --update-doc)") end
+  t.eq(got, want, "the doc's runtime graph")
+end)
+
+t.test(DOC .. " names the modules its prose points to", function()
+  local doc = read(DOC)
+  local mods = lua_graph()
+  for _, m in ipairs { "km.runner", "km.setup", "km.ctx", "km.sweep", "km.eval", "km.judge", "km.verdict",
+    "km.model", "km.task", "km.kbtask", "km.shape", "km.sys" } do
+    t.ok(mods[m] or package.preload[m], m .. " is no longer a module")
+    t.ok(doc:find("`" .. m .. "`", 1, true), DOC .. " does not name `" .. m .. "`")
+  end
+end)
+
+t.done()
