@@ -94,6 +94,8 @@ end
 
 -- The judge's stages (km.judge: verdict.stage_seconds), in the order they run.
 M.STAGES = { "task", "prepare", "baselines", "verify", "measure", "energy" }
+local STAGE = {}
+for _, k in ipairs(M.STAGES) do STAGE[k] = true end
 
 -- Where one episode's GPU time went, from its verdict steps: judged (verdicts that came from
 -- the judge: they carry eval_seconds or stage_seconds; a compile-only or no-candidate verdict
@@ -110,8 +112,11 @@ local function eval_cost(steps)
       c.judged = c.judged + 1
       if ss then
         c.recorded = c.recorded + 1
-        for k, x in pairs(ss) do
-          if finite(x) then c.stages[k] = (c.stages[k] or 0) + x end
+        for _, k in ipairs(M.STAGES) do
+          if finite(ss[k]) then c.stages[k] = (c.stages[k] or 0) + ss[k] end
+        end
+        for k, x in pairs(ss) do -- a stage a later judge adds
+          if not STAGE[k] and type(k) == "string" and finite(x) then c.stages[k] = (c.stages[k] or 0) + x end
         end
         if finite(v.kernel_seconds) then c.kernel, c.timed = c.kernel + v.kernel_seconds, c.timed + 1 end
       end
@@ -167,19 +172,14 @@ function M.load(paths)
   local list = {}
   for _, ep in pairs(latest) do list[#list + 1] = ep end
   sort(list, function(a, b) return key_of(a) < key_of(b) end)
-  -- the GPU time of the episodes that count (their steps; the others are never read)
-  local unread = {}
+  -- the GPU time of the episodes that count (their steps; the others are never read). An
+  -- episode whose steps do not parse keeps no cost: its group's GPU time is "partly recorded"
+  -- and says how many (the episode itself still counts).
   for _, ep in ipairs(list) do
     local full = dbs[ep.file_index]:episode(ep.id)
-    if full then ep.cost = eval_cost(full.steps) else unread[ep.file] = (unread[ep.file] or 0) + 1 end
+    if full then ep.cost = eval_cost(full.steps) end
   end
   close_all()
-  for _, path in ipairs(info.files) do
-    if unread[path] then
-      info.notes[#info.notes + 1] = fmt("%s: the steps of %d episode(s) do not parse: their GPU time is left out", path, unread[path])
-      unread[path] = nil
-    end
-  end
   return list, info
 end
 
@@ -297,7 +297,11 @@ local function gpu_time(rows)
     if not c then g.unread = g.unread + 1
     else
       g.judged, g.recorded, g.timed = g.judged + c.judged, g.recorded + c.recorded, g.timed + c.timed
-      for k, x in pairs(c.stages) do stages[k] = (stages[k] or 0) + x; total = total + x end
+      -- in a fixed order (pairs' order varies between runs, and so would the last bits of the sums)
+      local keys = {}
+      for k in pairs(c.stages) do keys[#keys + 1] = k end
+      sort(keys)
+      for _, k in ipairs(keys) do stages[k] = (stages[k] or 0) + c.stages[k]; total = total + c.stages[k] end
       kernel = kernel + c.kernel
     end
   end
@@ -1026,7 +1030,7 @@ end
 -- seconds as the GPU-time lines print them
 local function secs(x)
   if not x then return "-" end
-  return fmt(abs(x) < 10 and "%.2f" or "%.1f", x)
+  return fmt(abs(x) < 9.995 and "%.2f" or "%.1f", x) -- 9.999... is "10.0", not "10.00"
 end
 
 -- One line for the header: where the judged evaluations' GPU time went, or why that is unknown.
