@@ -113,6 +113,7 @@ int km_confine_run(const char *const *dirs, size_t ndirs, void (*fn)(void *), vo
   pthread_attr_setstacksize(&at, (size_t)64 << 20); /* NVRTC's front end recurses deeply on templates */
   int e = pthread_create(&t, &at, thread_main, &j);
   pthread_attr_destroy(&at);
+  if (e) e = pthread_create(&t, NULL, thread_main, &j); /* no room for 64 MiB (ulimit -v): the default */
   if (e) { if (why) *why = "no thread could be started"; return KM_ENOMEM; }
   pthread_join(t, NULL);
   if (!j.ran) { if (why) *why = j.why; return KM_EREFUSED; }

@@ -308,6 +308,9 @@ elseif cmd == "check" then
     io.stderr:write("kmrun tasks check: --arch: '", arch, "' is not an architecture this NVRTC (",
       tostring(nvrtc.version and nvrtc.version() or "?"), ") compiles for\n")
     return 2
+  elseif not probe then -- nothing would compile here, whatever the tasks hold
+    io.stderr:write("kmrun tasks check: NVRTC cannot compile here: ", (tostring(plog):match("[^\n]+") or "?"), "\n")
+    return 2
   end
   local tasks, errors, empty = collect(rest, a.precision)
   if not tasks then io.stderr:write("kmrun tasks ", cmd, ": ", errors, "\n") return 2 end
