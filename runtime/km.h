@@ -38,6 +38,14 @@ lua_Integer km_optfield_int(lua_State *L, int idx, const char *field, lua_Intege
 lua_Number km_optfield_num(lua_State *L, int idx, const char *field, lua_Number def);
 const char *km_optfield_str(lua_State *L, int idx, const char *field, const char *def);
 int km_optfield_bool(lua_State *L, int idx, const char *field, int def);
+
+/* argv (the table at argv_idx: the program, then its arguments) and envp (this process's
+ * environment, only km_scrub_env_allowed entries when clean, overridden by the name = value
+ * table at env_idx when that is a table; 0: none) for posix_spawn. Pushes three values that
+ * own both arrays and their strings (nothing leaks if anything raises); they are valid until
+ * those are popped. Raises on a bad argv or env. */
+void km_spawn_args(lua_State *L, int argv_idx, int env_idx, int clean, const char ***argv,
+                   const char ***envp);
 #endif
 
 #endif

@@ -94,46 +94,10 @@ static int l_spawn(lua_State *L) {
   const char *errmode = km_optfield_str(L, 2, "stderr", "inherit");
   int clean = km_optfield_bool(L, 2, "clean_env", 0);
   /* argv and envp live in userdata boxes: nothing to free if anything below raises */
-  const char **argv = lua_newuserdatauv(L, sizeof(char *) * (size_t)(argc + 1), 0);
-  for (int i = 0; i < argc; i++) {
-    lua_rawgeti(L, 1, i + 1);
-    argv[i] = luaL_checkstring(L, -1);
-    lua_pop(L, 1); /* still referenced by the argv table */
-  }
-  argv[argc] = NULL;
-  int nenv = 0;
-  while (environ[nenv]) nenv++;
-  int extra = 0;
-  if (!lua_isnoneornil(L, 2) && lua_getfield(L, 2, "env") == LUA_TTABLE) {
-    for (lua_pushnil(L); lua_next(L, -2); lua_pop(L, 1)) extra++;
-  } else if (!lua_isnoneornil(L, 2)) lua_pop(L, 1), lua_pushnil(L);
+  if (!lua_isnoneornil(L, 2)) lua_getfield(L, 2, "env"); /* a table, or ignored */
   else lua_pushnil(L);
-  int envt = lua_gettop(L);
-  const char **envp = lua_newuserdatauv(L, sizeof(char *) * (size_t)(nenv + extra + 1), 0);
-  lua_newtable(L); /* anchors the "NAME=value" strings until the spawn */
-  int anchor = lua_gettop(L);
-  int k = 0;
-  if (extra) {
-    for (lua_pushnil(L); lua_next(L, envt); lua_pop(L, 1)) {
-      if (lua_type(L, -2) != LUA_TSTRING) luaL_error(L, "spawn: env keys must be strings");
-      const char *name = lua_tostring(L, -2);
-      const char *val = luaL_tolstring(L, -1, NULL);
-      envp[k++] = lua_pushfstring(L, "%s=%s", name, val);
-      lua_rawseti(L, anchor, k);
-      lua_pop(L, 1);
-    }
-  }
-  for (int i = 0; i < nenv; i++) {
-    /* clean_env: only the allow-list passes, never a key (km_scrub_env_allowed) */
-    if (clean && !km_scrub_env_allowed(environ[i])) continue;
-    /* the table's entries override inherited ones */
-    const char *eq = strchr(environ[i], '=');
-    int shadowed = 0;
-    for (int j = 0; j < k && eq; j++)
-      if (!strncmp(envp[j], environ[i], (size_t)(eq - environ[i]) + 1)) shadowed = 1;
-    if (!shadowed) envp[k++] = environ[i];
-  }
-  envp[k] = NULL;
+  const char **argv, **envp;
+  km_spawn_args(L, 1, 3, clean, &argv, &envp);
 
   km_proc *p = lua_newuserdatauv(L, sizeof *p, 0);
   p->pid = -1;

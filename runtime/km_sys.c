@@ -210,44 +210,12 @@ static int l_spawn(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   if (!lua_isnoneornil(L, 2)) luaL_checktype(L, 2, LUA_TTABLE);
   lua_settop(L, 2);
-  int argc = (int)lua_rawlen(L, 1);
-  if (argc < 1) return luaL_argerror(L, 1, "argv must hold at least the program");
   const char *outmode = fd_mode(L, "stdout"), *errmode = fd_mode(L, "stderr");
-  const char **argv = lua_newuserdatauv(L, sizeof(char *) * (size_t)(argc + 1), 0);
-  for (int i = 0; i < argc; i++) {
-    lua_rawgeti(L, 1, i + 1);
-    argv[i] = luaL_checkstring(L, -1);
-    lua_pop(L, 1); /* still referenced by the argv table */
-  }
-  argv[argc] = NULL;
-  int nenv = 0, extra = 0;
-  while (environ[nenv]) nenv++;
   if (lua_istable(L, 2)) lua_getfield(L, 2, "env");
   else lua_pushnil(L);
-  if (!lua_isnil(L, 4) && !lua_istable(L, 4)) luaL_error(L, "spawn: env must be a table");
-  /* [argv, opts, box, env|nil] */
-  if (lua_istable(L, 4))
-    for (lua_pushnil(L); lua_next(L, 4); lua_pop(L, 1)) extra++;
-  const char **envp = lua_newuserdatauv(L, sizeof(char *) * (size_t)(nenv + extra + 1), 0);
-  lua_newtable(L); /* anchors the "NAME=value" strings until the spawn */
-  int anchor = lua_gettop(L), k = 0;
-  if (extra) {
-    for (lua_pushnil(L); lua_next(L, 4); lua_pop(L, 1)) {
-      if (lua_type(L, -2) != LUA_TSTRING) luaL_error(L, "spawn: env keys must be strings");
-      const char *val = luaL_tolstring(L, -1, NULL); /* [.., key, value, str] */
-      envp[k++] = lua_pushfstring(L, "%s=%s", lua_tostring(L, -3), val);
-      lua_rawseti(L, anchor, k);
-      lua_pop(L, 1);
-    }
-  }
-  for (int i = 0; i < nenv; i++) { /* inherited, unless the table overrides the name */
-    const char *eq = strchr(environ[i], '=');
-    int shadowed = 0;
-    for (int j = 0; j < extra && eq; j++)
-      if (!strncmp(envp[j], environ[i], (size_t)(eq - environ[i]) + 1)) shadowed = 1;
-    if (!shadowed) envp[k++] = environ[i];
-  }
-  envp[k] = NULL;
+  if (!lua_isnil(L, 3) && !lua_istable(L, 3)) luaL_error(L, "spawn: env must be a table");
+  const char **argv, **envp;
+  km_spawn_args(L, 1, 3, 0, &argv, &envp);
 
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);

@@ -1,11 +1,13 @@
 /* km_util.c — shared helpers for the Lua bindings (km.h), and the Lua side of the driver
  * (km_cuda.h): a failed CUDA call as nil, message, code or as an error. */
 #include <stdarg.h>
+#include <string.h>
 #include <stdio.h>
 #include <lua.h>
 #include <lauxlib.h>
 #include "km.h"
 #include "km_cuda.h"
+#include "km_scrub_core.h"
 
 int km_fail(lua_State *L, const char *code, const char *fmt, ...) {
   va_list ap;
@@ -100,4 +102,52 @@ CUfunction km_cuda_util(lua_State *L, const char *name) {
   CUresult r = km_cuda_util_get(name, &fn);
   if (r != CUDA_SUCCESS) km_cuda_raise(L, r, loaded ? name : "loading kmrun's utility kernels");
   return fn;
+}
+
+/* ---- argv and envp for posix_spawn (km.proc, km.sys) ---- */
+
+extern char **environ;
+
+void km_spawn_args(lua_State *L, int argv_idx, int env_idx, int clean, const char ***argv_out,
+                   const char ***envp_out) {
+  argv_idx = lua_absindex(L, argv_idx);
+  int has_env = env_idx != 0 && lua_istable(L, env_idx);
+  if (has_env) env_idx = lua_absindex(L, env_idx);
+  int argc = (int)lua_rawlen(L, argv_idx);
+  if (argc < 1) luaL_argerror(L, argv_idx, "argv must hold at least the program");
+  const char **argv = lua_newuserdatauv(L, sizeof(char *) * (size_t)(argc + 1), 0);
+  for (int i = 0; i < argc; i++) {
+    lua_rawgeti(L, argv_idx, i + 1);
+    argv[i] = luaL_checkstring(L, -1);
+    lua_pop(L, 1); /* still referenced by the argv table */
+  }
+  argv[argc] = NULL;
+  int nenv = 0, extra = 0;
+  while (environ[nenv]) nenv++;
+  if (has_env)
+    for (lua_pushnil(L); lua_next(L, env_idx); lua_pop(L, 1)) extra++;
+  const char **envp = lua_newuserdatauv(L, sizeof(char *) * (size_t)(nenv + extra + 1), 0);
+  lua_newtable(L); /* anchors the "NAME=value" strings until the spawn */
+  int anchor = lua_gettop(L), k = 0;
+  if (has_env)
+    for (lua_pushnil(L); lua_next(L, env_idx); lua_pop(L, 1)) {
+      if (lua_type(L, -2) != LUA_TSTRING) luaL_error(L, "spawn: env keys must be strings");
+      const char *val = luaL_tolstring(L, -1, NULL); /* [.., key, value, str] */
+      envp[k++] = lua_pushfstring(L, "%s=%s", lua_tostring(L, -3), val);
+      lua_rawseti(L, anchor, k);
+      lua_pop(L, 1);
+    }
+  for (int i = 0; i < nenv; i++) {
+    /* clean: only the allow-list passes, never a key (km_scrub_env_allowed) */
+    if (clean && !km_scrub_env_allowed(environ[i])) continue;
+    /* the table's entries override inherited ones */
+    const char *eq = strchr(environ[i], '=');
+    int shadowed = 0;
+    for (int j = 0; j < extra && eq; j++)
+      if (!strncmp(envp[j], environ[i], (size_t)(eq - environ[i]) + 1)) shadowed = 1;
+    if (!shadowed) envp[k++] = environ[i];
+  }
+  envp[k] = NULL;
+  *argv_out = argv;
+  *envp_out = envp;
 }
