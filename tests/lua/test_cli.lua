@@ -306,5 +306,15 @@ t.test("a command the shell cannot start fails with that reason, not as a wrong 
   t.raises(function() run(dir .. "/no_such_program") end, "could not be run (exit 127)")
 end)
 
+-- a trivial kernel that does not compile for a reason other than the architecture (here:
+-- no toolkit headers where CUDA_HOME says) means nothing compiles: exit 2 saying so, not
+-- "the architecture is fine" followed by every task failing (exit 1)
+t.test("tasks check when NVRTC cannot compile at all: one line and exit 2", function()
+  local out, err, rc = run("env CUDA_HOME=" .. dir .. "/no_toolkit " .. KMRUN .. " tasks check " .. ROOT .. "/tests/tasks --arch sm_90")
+  t.eq(rc, 2, out .. err)
+  t.ok(err:find("NVRTC cannot compile here", 1, true), err)
+  t.ok(not out:find("FAIL", 1, true), out)
+end)
+
 os.execute("rm -rf " .. dir)
 t.done()
