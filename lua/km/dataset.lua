@@ -9,6 +9,7 @@
 --   local picked, report = dataset.sample(recs, { n = 100, keys = keys, seed = 1 })
 --   io.stderr:write(dataset.format_report(report))
 local scrub = require "km.scrub"
+local statuses = require "km.statuses"
 
 local M = {}
 
@@ -176,14 +177,19 @@ function M.passes(rec, filters)
   return true
 end
 
--- Statuses that are not failures: a correct kernel, or one only compiled (no GPU).
-local NOT_FAILURE = { correct = true, compiled = true }
--- Failure statuses by the stage of the pipeline they come from; the bucket is the latest
--- stage met (a trajectory that went from a compile error to a mismatch to correct is a
--- numeric repair). Every other status is "other" (launch_error, crashed, timeout,
--- out_of_bounds, wrong_shape, inputs_modified, too_fast, no_code, error, ...).
-local STAGE = { compile_error = 1, load_error = 1, mismatch = 3, nan_inf = 3 }
+-- A status's row (km.statuses) says whether it is a failure (correct and compiled are not)
+-- and where it arose. Failures are bucketed by stage; the bucket is the latest stage met
+-- (a trajectory that went from a compile error to a mismatch to correct is a numeric
+-- repair): 1 compile (the compile stage: compile_error, load_error), 3 numeric (the rows
+-- marked numeric: mismatch, nan_inf), else 2 other (launch_error, crashed, timeout,
+-- out_of_bounds, wrong_shape, inputs_modified, too_fast, no_code, error, an unknown status).
 local STAGE_NAME = { "compile", "other", "numeric" }
+local function stage_of(status)
+  local row = statuses.get(status)
+  if row and row.numeric then return 3 end
+  if row and row.stage == "compile" then return 1 end
+  return 2
+end
 
 -- The failure-mode bucket of an episode: "clean" when no failing status was met on the
 -- way, else "repaired-<stage>" when the final candidate is correct, "failed-<stage>" when
@@ -193,11 +199,11 @@ function M.failure_bucket(rec)
   local stage = 0
   if type(modes) == "table" then
     for status, count in pairs(modes) do
-      if not NOT_FAILURE[status] and (tonumber(count) or 0) > 0 then stage = max(stage, STAGE[status] or 2) end
+      if statuses.failure(status) and (tonumber(count) or 0) > 0 then stage = max(stage, stage_of(status)) end
     end
   end
-  if not rec.correct and rec.status and not NOT_FAILURE[rec.status] then
-    stage = max(stage, STAGE[rec.status] or 2)
+  if not rec.correct and rec.status and statuses.failure(rec.status) then
+    stage = max(stage, stage_of(rec.status))
   end
   if stage == 0 then return "clean" end
   return (rec.correct and "repaired-" or "failed-") .. STAGE_NAME[stage]

@@ -22,13 +22,11 @@ local type, pairs, ipairs, tostring, error, setmetatable = type, pairs, ipairs, 
 local fmt, concat, sort = string.format, table.concat, table.sort
 local huge = math.huge
 
--- The judge's statuses (km.verdict), plus two a strategy may use: too_slow (a correct
--- kernel well short of the reference or the roofline) and no_code (the reply held no code).
-M.STATUSES = { table.unpack(require("km.verdict").STATUSES) }
-M.STATUSES[#M.STATUSES + 1] = "too_slow"
-M.STATUSES[#M.STATUSES + 1] = "no_code"
-local KNOWN_STATUS = {}
-for _, s in ipairs(M.STATUSES) do KNOWN_STATUS[s] = true end
+-- The statuses a guide may name: the rows of km.statuses marked `guide` (the judge's, plus
+-- two a strategy may use: too_slow, a correct kernel well short of the reference or the
+-- roofline, and no_code, the reply held no code).
+local statuses = require("km.verdict").statuses
+M.STATUSES = statuses.names("guide")
 
 -- Task categories in use; the loader only checks a category's spelling, the tests check
 -- that every guide's category is one of these.
@@ -102,8 +100,8 @@ function VALIDATE.statuses(path, ln, val, g)
   for _, item in ipairs(split_list(path, ln, "statuses", val)) do
     local name, mark = item:match("^([a-z_]+)([?!]?)$")
     if not name then bad(path, ln, "statuses: '" .. item .. "' is not a status (a name, optionally followed by ? or !)") end
-    if not KNOWN_STATUS[name] then
-      bad(path, ln, "statuses: unknown status '" .. name .. "' (known: " .. concat(M.STATUSES, ", ") .. ")")
+    if not statuses.prop(name, "guide") then
+      bad(path, ln, "statuses: unknown status '" .. name .. "' (known: " .. concat(statuses.names("guide"), ", ") .. ")")
     end
     if set[name] then bad(path, ln, "statuses: '" .. name .. "' is listed twice") end
     set[name] = mark == "?" and M.WEAK or mark == "!" and M.PRIMARY or M.NORMAL

@@ -17,6 +17,7 @@
 --   model.no_candidate(ctx, why)      -- the verdict of a round that produced no candidate
 --   model.summary(ctx.stats)          -- the accounting fields of the episode's summary
 local context = require "km.context"
+local statuses = require "km.statuses"
 
 local fmt = string.format
 local ipairs, pairs, type, tostring, math = ipairs, pairs, type, tostring, math
@@ -32,10 +33,9 @@ M.OVERFLOW_RETRIES = 3 -- sends again after a server's context_length_exceeded
 local STOP = { CONNECT = true, HTTP_401 = true, HTTP_403 = true, BUDGET_EXCEEDED = true }
 function M.stops_run(code) return code ~= nil and STOP[code] == true end
 
--- Statuses of a round that produced no candidate (besides the judge's, km.verdict):
--- no_code (the reply held none), truncated (the reply was cut off at its length limit
--- before the code was complete), model_error (the call failed; the code says how).
-M.NO_CANDIDATE = { "no_code", "truncated", "model_error" }
+-- Statuses of a round that produced no candidate: the rows of km.statuses at the model
+-- stage (no_code, truncated, model_error).
+M.NO_CANDIDATE = statuses.names(function(row) return row.stage == "model" end)
 
 function M.new_stats()
   return { model_calls = 0, requests = 0, prompt_tokens = 0, completion_tokens = 0, reasoning_tokens = 0,
@@ -208,9 +208,7 @@ end
 
 -- The episode's store status for its final verdict.
 function M.episode_status(verdict)
-  local s = verdict and verdict.status
-  if s == "correct" or s == "compiled" or s == "model_error" then return s end
-  return "failed"
+  return statuses.episode_status(verdict and verdict.status)
 end
 
 -- The accounting fields of an episode's summary (docs/store.md).

@@ -11,6 +11,7 @@ local nvrtc = require "km.nvrtc"
 local sandbox = require "km.sandbox"
 local task_mod = require "km.task"
 local context = require "km.context"
+local statuses = require "km.statuses"
 
 local fmt, concat, insert = string.format, table.concat, table.insert
 local ipairs, pairs, type, tostring = ipairs, pairs, type, tostring
@@ -245,12 +246,11 @@ M.KEEP_NO_CODE = 1500
 M.KEEP_PROSE = 1200
 M.KEEP_FEEDBACK = 4000
 
-local NO_CANDIDATE = { no_code = true, truncated = true, model_error = true }
 
 -- The reply as the conversation keeps it (km.context.shorten): whole when short.
 function M.kept_reply(text, verdict)
   text = tostring(text or "")
-  if verdict and NO_CANDIDATE[verdict.status] then return context.shorten(text, M.KEEP_NO_CODE) end
+  if verdict and statuses.prop(verdict.status, "stage") == "model" then return context.shorten(text, M.KEEP_NO_CODE) end
   local code = 0
   for b in text:gmatch("```[^\n]*\n.-```") do code = code + #b end
   return context.shorten(text, code + M.KEEP_PROSE)

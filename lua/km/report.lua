@@ -14,6 +14,7 @@ local M = {}
 
 local json = require "km.json"
 local cli = require "km.cli"
+local statuses = require "km.statuses"
 
 local fmt, concat, sort, insert = string.format, table.concat, table.sort, table.insert
 local floor, ceil, log, exp, huge = math.floor, math.ceil, math.log, math.exp, math.huge
@@ -153,7 +154,7 @@ function M.load(paths)
     for _, ep in ipairs(episodes) do
       info.read = info.read + 1
       order = order + 1
-      if ep.status == "running" or ep.status == "interrupted" then
+      if statuses.prop(ep.status, "unfinished") then
         info.unfinished = info.unfinished + 1
       else
         ep.file, ep.order, ep.file_index = path, order, fi
@@ -1810,12 +1811,8 @@ function M.svg_cost(r)
   return svg_close(s)
 end
 
--- Colours of final statuses in the per-task map.
-local STATUS_COLORS = {
-  correct = "#2a9d5c", compiled = "#9ecae1", compile_error = "#e6550d", load_error = "#fd8d3c", launch_error = "#fdae6b",
-  mismatch = "#d62728", nan_inf = "#ad494a", timeout = "#7b4173", crashed = "#843c39", out_of_bounds = "#a55194",
-  race = "#ce6dbd", inputs_modified = "#8c6d31", wrong_shape = "#bd9e39", no_code = "#969696", error = "#525252",
-}
+-- The colour of a final status in the per-task map: its row's (km.statuses), else grey.
+local function status_colour(status) return statuses.prop(status, "colour") or "#bdbdbd" end
 
 -- The colour of a speedup on a diverging scale: red below the reference, white at 1x,
 -- blue above, saturating at 1/4x and 4x.
@@ -1887,7 +1884,7 @@ function M.svg_heatmap(r, mode)
       if c then
         local fill, text
         if mode == "status" then
-          fill, text = STATUS_COLORS[c.status] or "#bdbdbd", ""
+          fill, text = status_colour(c.status), ""
         elseif c.correct > 0 and c.speedup then
           fill, text = speedup_color(c.speedup), fmt("%.2fx", c.speedup)
         elseif c.correct > 0 then
@@ -1915,7 +1912,7 @@ function M.svg_heatmap(r, mode)
         if c and not seen[c.status] then
           seen[c.status] = true
           s[#s + 1] = fmt('<rect x="%s" y="%d" width="10" height="10" fill="%s"/><text x="%s" y="%d" font-size="11">%s</text>',
-            n2(x), ly - 9, STATUS_COLORS[c.status] or "#bdbdbd", n2(x + 13), ly, esc(c.status))
+            n2(x), ly - 9, status_colour(c.status), n2(x + 13), ly, esc(c.status))
           x = x + 24 + #c.status * 6
         end
       end

@@ -3,6 +3,7 @@
 local prompt = require "km.prompt"
 local search = require "km.search"
 local task_mod = require "km.task"
+local statuses = require "km.statuses"
 
 local fmt, insert = string.format, table.insert
 local ipairs, pairs, math = ipairs, pairs, math
@@ -21,8 +22,11 @@ function M.repair(ctx, messages, rounds)
     local reply, why
     cand, reply, why = ctx.propose(messages)
     verdict = ctx.eval(cand, { why = why }) -- no candidate: no_code, truncated or model_error
-    if verdict.status == "model_error" then return nil, verdict, round end
-    if verdict.status == "correct" or verdict.status == "compiled" or ctx.offline or round == rounds then
+    -- a fatal status (model_error) ends without a candidate; one that stops (correct,
+    -- compiled) ends with it (their rows in km.statuses)
+    local row = statuses.get(verdict.status) or {}
+    if row.fatal then return nil, verdict, round end
+    if row.stops or ctx.offline or round == rounds then
       return cand, verdict, round
     end
     prompt.append_feedback(messages, reply, verdict, ctx.guidance:for_verdict(ctx.task, verdict))

@@ -15,6 +15,7 @@
 -- moment loses no finished episode and leaves none half-written.
 local episode_ctx = require "km.ctx"
 local feedback = require "km.feedback"
+local statuses = require "km.statuses"
 local wall = require("km.timing").wall
 
 local fmt, insert, concat = string.format, table.insert, table.concat
@@ -158,7 +159,7 @@ function M.run(opts)
     if e.status == "running" then
       db:finish_episode(e.id, "abandoned", { summary = { note = "left running by an interrupted sweep; run again" } })
       abandoned = abandoned + 1
-    elseif e.status ~= "abandoned" and e.status ~= "interrupted" and e.status ~= "model_error" then
+    elseif not statuses.prop(e.status, "rerun") then -- abandoned, interrupted, model_error run again
       latest[key] = e
     end
   end
@@ -278,7 +279,7 @@ function M.run(opts)
         summary.judged_from = item.judged_from.uuid
       end
       -- why it did not end correct, in a line (the episode's line shows it; so does the store)
-      if status ~= "correct" and status ~= "compiled" then
+      if statuses.failure(status) then
         summary.reason = M.reason(verdict, err) or (status == "error" and "the strategy returned no verdict") or nil
       end
       db:finish_episode(ep, status, { final = cand and { candidate = cand, verdict = verdict } or nil, summary = summary })

@@ -14,18 +14,19 @@ local M = {}
 local fmt = string.format
 local ipairs, pairs, type, tostring = ipairs, pairs, type, tostring
 
+-- Every status is a row of km.statuses (name, stage, colour, failure, fatal, meaning, ...);
+-- this module owns it and hands it on as verdict.statuses.
+local statuses = require "km.statuses"
+M.statuses = statuses
+
 -- What the judge can say about a candidate, in the order a candidate meets them.
-M.STATUSES = { "compile_error", "load_error", "launch_error", "timeout", "crashed", "wrong_shape",
-  "mismatch", "nan_inf", "inputs_modified", "out_of_bounds", "race", "too_fast", "correct" }
+M.STATUSES = statuses.names(function(row) return row.judge and row.stage ~= "run" end)
 -- Not about the candidate: the task or kmrun failed (a reference that does not build, an
 -- internal error). Never counted against a candidate, never counted as solved.
 M.ERROR = "error"
 
-local KNOWN = {}
-for _, s in ipairs(M.STATUSES) do KNOWN[s] = true end
-KNOWN[M.ERROR] = true
-
-function M.known(status) return KNOWN[status] == true end
+-- A status the judge may give (its row says judge; rows added at run time count).
+function M.known(status) return statuses.prop(status, "judge") == true end
 
 -- CUDA errors after which the context is unusable: the worker must be replaced.
 local FATAL = {
@@ -67,7 +68,7 @@ end
 
 -- Sets the status (one of the fixed set, else raises: a programming error) and feedback.
 function M.finish(v, status, feedback, extra)
-  if not KNOWN[status] then error("km.verdict: unknown status '" .. tostring(status) .. "'", 2) end
+  if not M.known(status) then error("km.verdict: unknown status '" .. tostring(status) .. "'", 2) end
   v.status = status
   v.feedback = feedback
   for k, x in pairs(extra or {}) do v[k] = x end

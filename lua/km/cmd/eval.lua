@@ -105,6 +105,5 @@ else
   end
   print(v.feedback or "")
 end
-if v.status == "error" then return 2 end
-if v.status == "compiled" then return 3 end
-return v.status == "correct" and 0 or 1
+-- the exit status is the verdict's row's (km.statuses): correct 0, error 2, compiled 3, else 1
+return require("km.statuses").prop(v.status, "exit") or 1
