@@ -379,7 +379,7 @@ function Judge:task_state(t)
     local snap, serr = prob:snapshot()
     if not snap then return nil, "the task's PyTorch reference cannot be snapshotted: " .. tostring(serr) end
     st.truth_dirty = true
-    ref = { torch = prob, task_dir = t.dir, state = { scratch = {}, launches = {}, scratch_bytes = 0, scratch_peak = 0 }, attrs = {} }
+    ref = { torch = prob, task_dir = t.dir, state = fresh_state(), attrs = {} }
   else
     local status, msg
     ref, status, msg = prepare(self, t.reference.source_text, t.reference.launch_text, {}, "reference")
@@ -693,13 +693,16 @@ end
 local SUMMARY_FIELDS = { "median", "mean", "p25", "p75", "min", "n", "n_extra", "stop", "rel_noise", "mode",
   "sm_clock_mhz", "clock_moved", "sm_clock_start_mhz", "sm_clock_min_mhz", "sm_clock_max_mhz", "energy_j",
   "energy_unavailable", "checked_calls", "cached" }
--- A timing summary: the fields above and the protocol's key (a record read from disk holds
--- the key already).
+-- The protocol key of a timing: a fresh result holds km.timing's protocol table, a summary
+-- or a record read from disk the key alone.
+local function protocol_of(r) return r and (type(r.protocol) == "table" and r.protocol.key or r.protocol) end
+
+-- A timing summary: the fields above and the protocol's key.
 local function summary(r)
   if not r then return nil end
   local s = {}
   for _, k in ipairs(SUMMARY_FIELDS) do s[k] = r[k] end
-  s.protocol = type(r.protocol) == "table" and r.protocol.key or r.protocol
+  s.protocol = protocol_of(r)
   return s
 end
 
@@ -829,9 +832,9 @@ function M.speedups(v, cand_t, t)
   local bl = t.baselines
   local eager, compiled = bl and bl.eager, bl and bl.compile
   -- a number is divided only by one timed by the same protocol
-  local want = type(cand_t.protocol) == "table" and cand_t.protocol.key or cand_t.protocol
+  local want = protocol_of(cand_t)
   local function same(x)
-    local p = x and (type(x.protocol) == "table" and x.protocol.key or x.protocol)
+    local p = protocol_of(x)
     if x and want and p and p ~= want then
       v.protocol_mismatch = v.protocol_mismatch or {}
       v.protocol_mismatch[#v.protocol_mismatch + 1] = p
@@ -864,6 +867,18 @@ end
 -- own input and output names. opts.compile_mode: torch.compile's mode (default KM_COMPILE_MODE,
 -- else km.kernelbench's; "off": none); opts.eager == false: no eager baseline for a task whose reference is CUDA.
 
+
+-- The fields of a cached timing's key (km.baseline.key) for `sym`: what was timed (`source`:
+-- the texts that decide it), the task's own task.lua (a problem file has none), the shape,
+-- precision, GPU, the software that ran it (`torch`: torch's or NVRTC's version), `mode`
+-- (which timing; the caller may set it later) and the timing protocol.
+local function timing_key(self, st, sym, opts, source, torch, mode)
+  local t = st.task
+  return { source = source, task = t.dir and not t.reference.pytorch and task_mod.read_file(t.dir .. "/task.lua") or "",
+    shape = task_mod.fmt_shape(sym), precision = t.reference.precision or "fp32",
+    device = tostring(self.device.uuid or self.device.name), torch = torch, mode = mode,
+    timing = timing.protocol_key(time_opts(opts)) }
+end
 
 -- The task's PyTorch model: st.prob, or its reference.py loaded now. -> problem | nil, why
 function Judge:torch_model(st)
@@ -913,10 +928,7 @@ function Judge:baselines(st, sym, opts)
   local prob, why = self:torch_model(st)
   if not prob then out.errors.eager = "the task's reference.py does not load: " .. tostring(why) return out end
   local baseline = require "km.baseline"
-  local task_text = t.dir and not t.reference.pytorch and task_mod.read_file(t.dir .. "/task.lua") or ""
-  local parts = { source = source, task = task_text or "", shape = tk, precision = t.reference.precision or "fp32",
-    device = tostring(self.device.uuid or self.device.name), torch = tostring(info.version),
-    timing = timing.protocol_key(time_opts(opts)) }
+  local parts = timing_key(self, st, sym, opts, source, tostring(info.version))
   local list, held = {}, false
   if want_eager then list[#list + 1] = "eager" end
   if mode ~= "off" then list[#list + 1] = "compile" end
@@ -970,11 +982,7 @@ end
 -- GPU, NVRTC and the timing protocol. -> summary record | nil, status, message
 function Judge:cached_timing(st, sym, opts, what, source, measure)
   local baseline = require "km.baseline"
-  local t = st.task
-  local parts = { source = source, task = t.dir and task_mod.read_file(t.dir .. "/task.lua") or "",
-    shape = task_mod.fmt_shape(sym), precision = t.reference.precision or "fp32",
-    device = tostring(self.device.uuid or self.device.name), torch = "nvrtc " .. tostring(self.device.nvrtc),
-    mode = what, timing = timing.protocol_key(time_opts(opts)) }
+  local parts = timing_key(self, st, sym, opts, source, "nvrtc " .. tostring(self.device.nvrtc), what)
   local okk, key = pcall(baseline.key, parts)
   local rec = okk and baseline.get(key) or nil
   if rec then rec.cached = true return rec end
@@ -1094,7 +1102,8 @@ function Judge:eval(t, cand, opts)
   local dev = self.device
   local v = verdict.new { task = t.name, candidate = cand.name, params = cand.params,
     device = { name = dev.name, arch = dev.arch, uuid = dev.uuid, driver = dev.driver_version, nvrtc = dev.nvrtc } }
-  self.fault, self.run = nil, nil
+  self.fault = nil
+  local run -- the candidate's launch, once prepared: its scratch is freed when the evaluation ends
   local function finish(status, text, extra)
     -- the end of every evaluation: the truth checked (a change made by the last call, or by
     -- the energy pass, is the candidate's too) and every scratch buffer it obtained freed
@@ -1102,7 +1111,7 @@ function Judge:eval(t, cand, opts)
       pcall(self.truth_check, self, st)
       if self.fault and status ~= "timeout" then status, text = self.fault[1], self.fault[2] end
     end
-    if self.run then pcall(free_scratch, self.run) self.run = nil end
+    if run then pcall(free_scratch, run) end
     self.fault = nil
     verdict.finish(v, status, text, extra)
     v.eval_cpu_s = os.clock() - t0
@@ -1110,11 +1119,11 @@ function Judge:eval(t, cand, opts)
     v.stage_seconds = stages
     return v
   end
-  local run, status, msg, info = prepare(self, cand.source or "", cand.launch or "", cand.params or {}, "kernel")
+  local status, msg, info
+  run, status, msg, info = prepare(self, cand.source or "", cand.launch or "", cand.params or {}, "kernel")
   stage("prepare")
   if not run then return finish(status, msg, { compile_log = info and info.log }) end
   run.task_outputs, run.st = t.outputs, st
-  self.run = run
   v.compile_log, v.compile_ms, v.cached_compile, v.kernels = run.prog.log, run.prog.ms, run.prog.cached, run.attrs
   -- the PyTorch baselines (once per task and shape; usually from the disk) before any of
   -- the candidate's code runs: nothing it leaves behind can slow them
