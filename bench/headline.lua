@@ -20,7 +20,7 @@ local args, code = A.parse(SPEC, arg)
 if not args then return code end
 local okg, why = require("km.cuda").available()
 if not okg then io.stderr:write("bench/headline.lua: no GPU: ", tostring(why), "\n") return EXIT.NO_GPU end
-local store = require "km.store"
+local report = require "km.report"
 
 local ROOT = arg[0]:match("^(.*)/bench/") or "."
 local KMRUN = arg[-1]
@@ -31,28 +31,16 @@ local function say(f, ...) local s = string.format(f, ...) print(s) lines[#lines
 local function wall() local p = io.popen("date +%s.%N"); local v = tonumber(p:read("l")); p:close(); return v end
 local dev = require("km.cuda").device()
 
--- Sums over the store's verdicts: evaluations, stage seconds by name, kernel seconds.
+-- A pass's numbers from its store, as kmrun report sums them (km.report: the verdict steps'
+-- stage_seconds and kernel_seconds, report.gpu_time): episodes and how many are correct, the
+-- judged evaluations that recorded their stages, stage seconds, kernel seconds and samples.
 local function summarize(path)
-  local db = assert(store.open(path))
-  local sum = { evals = 0, stages = {}, kernel = 0, timed = 0, samples = 0, correct = 0, episodes = 0 }
-  for _, e in ipairs(assert(db:episodes())) do
-    sum.episodes = sum.episodes + 1
-    if e.status == "correct" then sum.correct = sum.correct + 1 end
-    local ep = assert(db:episode(e.id))
-    for _, st in ipairs(ep.steps or {}) do
-      local v = type(st.payload) == "table" and (st.payload.verdict or st.payload) or nil
-      if type(v) == "table" and type(v.stage_seconds) == "table" then
-        sum.evals = sum.evals + 1
-        for k, s in pairs(v.stage_seconds) do sum.stages[k] = (sum.stages[k] or 0) + s end
-        if type(v.kernel_seconds) == "number" then
-          sum.kernel, sum.timed = sum.kernel + v.kernel_seconds, sum.timed + 1
-          local c = v.timing and v.timing.candidate
-          if c and c.n then sum.samples = sum.samples + c.n end
-        end
-      end
-    end
-  end
-  db:close()
+  local eps = assert(report.load(path))
+  local sum = { episodes = #eps, correct = 0 }
+  for _, e in ipairs(eps) do if e.status == "correct" then sum.correct = sum.correct + 1 end end
+  local g = report.gpu_time(eps)
+  sum.evals, sum.stages = g.recorded, g.stages or {}
+  sum.kernel, sum.timed, sum.samples = g.kernel or 0, g.timed, g.samples
   return sum
 end
 

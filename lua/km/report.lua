@@ -102,9 +102,10 @@ for _, k in ipairs(M.STAGES) do STAGE[k] = true end
 -- the judge: they carry eval_seconds or stage_seconds; a compile-only or no-candidate verdict
 -- does not), recorded (of those, the ones with stage_seconds: stores from before the field
 -- have none), stages (seconds per stage, summed over the recorded ones), kernel (the
--- candidates' own timed GPU seconds, verdict.kernel_seconds) and timed (verdicts with it).
+-- candidates' own timed GPU seconds, verdict.kernel_seconds), timed (verdicts with it) and
+-- samples (the timed samples behind those seconds).
 local function eval_cost(steps)
-  local c = { judged = 0, recorded = 0, stages = {}, kernel = 0, timed = 0 }
+  local c = { judged = 0, recorded = 0, stages = {}, kernel = 0, timed = 0, samples = 0 }
   for _, st in ipairs(steps or {}) do
     local v = st.kind == "verdict" and type(st.payload) == "table" and st.payload or nil
     if v and type(v.verdict) == "table" then v = v.verdict end
@@ -119,7 +120,11 @@ local function eval_cost(steps)
         for k, x in pairs(ss) do -- a stage a later judge adds
           if not STAGE[k] and type(k) == "string" and finite(x) then c.stages[k] = (c.stages[k] or 0) + x end
         end
-        if finite(v.kernel_seconds) then c.kernel, c.timed = c.kernel + v.kernel_seconds, c.timed + 1 end
+        if finite(v.kernel_seconds) then
+          c.kernel, c.timed = c.kernel + v.kernel_seconds, c.timed + 1
+          local cand = type(v.timing) == "table" and type(v.timing.candidate) == "table" and v.timing.candidate
+          if cand and finite(cand.n) then c.samples = c.samples + cand.n end
+        end
       end
     end
   end
@@ -286,18 +291,19 @@ end
 -- The numbers for one group of rows; fast_p at `thresholds` (default M.FAST_P).
 -- Where the judged evaluations' GPU time went, summed over rows: judged, recorded (verdicts
 -- with stage_seconds), stages = { task = s, ... } and seconds (their total), kernel (the
--- candidates' own timed seconds) over timed verdicts; then the harness overhead (measure
+-- candidates' own timed seconds) and samples over timed verdicts; then the harness overhead (measure
 -- stage / kernel, all stages / kernel) and evaluations per GPU-hour (recorded evaluations
 -- per hour of summed stage seconds: one GPU kept busy). Every sum and ratio is nil when no
 -- verdict recorded it (a store from before stage_seconds): not recorded is not zero.
-local function gpu_time(rows)
-  local g = { judged = 0, recorded = 0, timed = 0, unread = 0 }
+function M.gpu_time(rows)
+  local g = { judged = 0, recorded = 0, timed = 0, unread = 0, samples = 0 }
   local stages, kernel, total = {}, 0, 0
   for _, r in ipairs(rows) do
     local c = r.cost
     if not c then g.unread = g.unread + 1
     else
       g.judged, g.recorded, g.timed = g.judged + c.judged, g.recorded + c.recorded, g.timed + c.timed
+      g.samples = g.samples + (c.samples or 0)
       -- in a fixed order (pairs' order varies between runs, and so would the last bits of the sums)
       local keys = {}
       for k in pairs(c.stages) do keys[#keys + 1] = k end
@@ -401,7 +407,7 @@ function M.metrics(rows, thresholds)
   m.roofline = { n = #rs, mean = mean(rs), median = quantile(rs, 0.5) }
   -- reasoning length (ConCuR: it tracks difficulty): characters per episode that asked a model
   m.reasoning.per_episode = ratio(m.reasoning.chars, m.reasoning.episodes)
-  m.gpu_time = gpu_time(rows)
+  m.gpu_time = M.gpu_time(rows)
   return m
 end
 

@@ -838,11 +838,11 @@ do
   gpu_episode(db, run, "t1", "new", {
     { status = "no_code", feedback = "no code block" },
     { status = "mismatch", eval_seconds = 2.1, stage_seconds = { task = 1.0, prepare = 0.5, verify = 0.5 } },
-    { status = "correct", speedup = 2, eval_seconds = 4.1, kernel_seconds = 1.5,
+    { status = "correct", speedup = 2, eval_seconds = 4.1, kernel_seconds = 1.5, timing = { candidate = { n = 24 } },
       stage_seconds = { task = 0.1, prepare = 0.2, baselines = 0.3, verify = 0.4, measure = 3.0 } },
   })
   gpu_episode(db, run, "t2", "new", {
-    { status = "correct", speedup = 1.5, eval_seconds = 4.1, kernel_seconds = 0.5,
+    { status = "correct", speedup = 1.5, eval_seconds = 4.1, kernel_seconds = 0.5, timing = { candidate = { n = 20 } },
       stage_seconds = { task = 0.2, prepare = 0.3, baselines = 0.1, verify = 0.4, measure = 2.0, energy = 1.0 } },
   })
   gpu_episode(db, run, "t1", "old", { { status = "mismatch", eval_seconds = 3 }, { status = "correct", speedup = 1.2, eval_seconds = 5 } })
@@ -868,6 +868,7 @@ t.test("GPU time: stage seconds, kernel seconds, harness overhead and evaluation
   for k, x in pairs(want) do t.near(new.stages[k], x, 1e-9, k) end
   t.near(new.seconds, 10.0, 1e-9)
   t.near(new.kernel, 2.0, 1e-9)
+  t.eq(new.samples, 44, "the timed samples behind the kernel seconds (bench/headline.lua reads them)")
   t.near(new.measure_over_kernel, 2.5, 1e-9)
   t.near(new.stages_over_kernel, 5.0, 1e-9)
   t.near(new.evals_per_gpu_hour, 3 / 10 * 3600, 1e-6)
