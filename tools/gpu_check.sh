@@ -23,9 +23,16 @@ if [ $# -gt 0 ]; then tests=("$@"); else
   tests=(build/tests/test_confine tests/lua/test_closed_world.lua tests/lua/test_truth.lua tests/gpu/test_*.lua)
 fi
 start=$(date +%s)
-prove -v --timer --exec tests/exec "${tests[@]}" > "$OUT/tests.log" 2>&1
-rc=$?
-grep -v "^ok \|^\[" "$OUT/tests.log" | grep -v "^# *stack traceback\|^# *\[C\]\|tap.lua\|^# *tests/" | tail -120
-grep -E "^\[[0-9:]+\] .* ok|^\[[0-9:]+\].*(ms|wallclock)" "$OUT/tests.log" | tail -40
+if command -v prove >/dev/null; then
+  prove -v --timer --exec tests/exec "${tests[@]}" > "$OUT/tests.log" 2>&1
+  rc=$?
+  # the reply shows the end of the output: failures, diagnostics and the summary
+  grep -v "^ok \|^\[" "$OUT/tests.log" | grep -v "^# *stack traceback\|^# *\[C\]\|tap.lua\|^# *tests/" | tail -120
+  grep -E "^\[[0-9:]+\] .* ok|^\[[0-9:]+\].*(ms|wallclock)" "$OUT/tests.log" | tail -40
+else # no perl's prove on the host: each file on its own
+  rc=0
+  for t in "${tests[@]}"; do echo "== $t"; tests/exec "$t" || rc=1; done > "$OUT/tests.log" 2>&1
+  grep -v "^ok " "$OUT/tests.log" | tail -150
+fi
 echo "gpu_check: $(( $(date +%s) - start )) s, prove exit $rc"
 exit $rc
