@@ -21,7 +21,7 @@ local FILES = {
   ["core.lua"] = "gpu_lua", ["eval.lua"] = "gpu_lua", ["baselines_table.lua"] = "gpu_lua",
   ["eager_timing.lua"] = "gpu_lua", ["kernelbench_refs.lua"] = "gpu_lua", ["pytorch_cost.lua"] = "gpu_lua",
   ["need_gpu.lua"] = "gpu_lua", ["launch_lua.lua"] = "gpu_lua", ["headline.lua"] = "gpu_lua",
-  ["smollm2_summary.lua"] = "cpu_lua", ["launch_ffi.lua"] = "luajit",
+  ["smollm2_summary.lua"] = "cpu_lua", ["kernelbench_lint_table.lua"] = "cpu_lua", ["launch_ffi.lua"] = "luajit",
   ["gpu_run.sh"] = "gpu_sh", ["gpu_sweeps.sh"] = "gpu_sh", ["kernelbench_gpu.sh"] = "gpu_sh",
   ["kernelbench_lint.sh"] = "gpu_sh", ["launch_overhead.sh"] = "gpu_sh", ["smollm2.sh"] = "cpu_sh",
   ["kernelbench_style.py"] = "python", ["launch_capi.c"] = "c", ["raw_bench.c"] = "c",
@@ -165,6 +165,32 @@ t.test("kernelbench_style.py parses and answers --help; launch_capi says no GPU;
   local cuda_home = os.getenv("CUDA_HOME") or "/usr/local/cuda"
   out, rc = sh(("${CC:-cc} -std=gnu11 -Wall -Wextra -Werror -fsyntax-only -I'%s/include' bench/raw_bench.c"):format(cuda_home))
   t.eq(rc, 0, out)
+end)
+
+t.test("kernelbench_lint_table.lua: per level and precision, flagged names and reasons; cut-off problems listed, never counted", function()
+  local dir = testing.tmpdir()
+  sh("mkdir -p '" .. dir .. "/level1' '" .. dir .. "/level2'")
+  local function put(path, text) testing.write(dir .. "/" .. path, text) end
+  put("level1/19_ReLU.json", '{"results":[{"task":"19_ReLU","precision":"fp32","flags":[{"reason":"trivial_input"}]},'
+    .. '{"task":"19_ReLU","precision":"fp16","flags":[]}]}')
+  put("level1/19_ReLU.err", "")
+  put("level1/23_Softmax.json", '{"results":[{"task":"23_Softmax","precision":"fp32","flags":[{"reason":"trivial_zeros"},{"reason":"input_independent"}]}]}')
+  put("level1/23_Softmax.err", "")
+  put("level2/7_Big.json", "")
+  put("level2/7_Big.err", "7_Big: deadline\n")
+  local out, rc = kmrun("kernelbench_lint_table.lua", "'" .. dir .. "' '" .. dir .. "/t.md' H200 4")
+  t.eq(rc, 0, out)
+  t.ok(out:find("| 1 | fp32 | 2 | 2 | zeros pass 1, input passes 1, input-independent 1 | 19_ReLU, 23_Softmax |", 1, true), out)
+  t.ok(out:find("| 1 | fp16 | 1 | 0 |  |  |", 1, true), out)
+  t.ok(out:find("| 2 | fp32 | 0 | 0 |", 1, true), out)
+  t.ok(out:find("Not linted, level 2: 1: 7_Big (7_Big: deadline)", 1, true), out)
+  t.ok(out:find("Not linted, level 1: none", 1, true), out)
+  t.ok(out:find("4 problems at a time", 1, true), out)
+  local f = io.open(dir .. "/t.md")
+  t.ok(f and f:read("a") == out, "OUT.md holds the printed table")
+  if f then f:close() end
+  out, rc = kmrun("kernelbench_lint_table.lua", "")
+  t.eq(rc, 2, out)
 end)
 
 t.test("bench/kb_relu is a candidate whose launch code parses", function()
