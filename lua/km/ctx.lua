@@ -1,12 +1,13 @@
 -- km.ctx — the ctx a strategy sees in one episode, and what the episode leaves in the store:
--- its summary and the verdict it ends with. Built by km.sweep's scheduler for every episode
--- of `kmrun STRATEGY` and `kmrun sweep` (km.runner re-exports these under its old names).
+-- its summary and the verdict it ends with. Built by km.episode for every episode of
+-- `kmrun STRATEGY` and `kmrun sweep` (km.runner re-exports these under its old names).
 --
---   local ctx = require("km.ctx").new(task, { store, episode, pool, client, guidance, args, arch })
+--   local ctx = require("km.ctx").new(task, { store, episode, pool, client, client_for, guidance, args, arch })
 --
 -- Everything a strategy does through ctx lands in the store:
 --   ctx.task       the task (km.task)           ctx.args     parsed command-line options
 --   ctx.llm        the model client; :chat(messages, opts), :chat_many(list, opts)
+--   ctx.models()   a client per model of --models (else { ctx.llm }), from the same factory
 --   ctx.propose(messages [, opts]) -> candidate | nil, reply, why  (asks the model; offline:
 --                  the task's starter, and says so)
 --   ctx.eval(candidate [, opts]) -> verdict      (isolated GPU workers; no GPU: compile only)
@@ -23,19 +24,14 @@ local ipairs, pairs, type, tostring, setmetatable = ipairs, pairs, type, tostrin
 
 local M = {}
 
--- Builds the ctx for one episode. env: { store, episode, pool (or nil), client, guidance, args }
-function M.new(t, env)
-  local store, ep = env.store, env.episode
-  local ctx = { task = t, args = env.args, gpu = env.pool ~= nil, stats = model.new_stats() }
-  local st0 = ctx.stats
-  st0.evals, st0.gpu_seconds, st0.failure_modes = 0, 0, {}
-  local function log(kind, payload, extra)
-    if store then store:append(ep, kind, payload or {}, extra) end
-  end
-  ctx.log = log
-  ctx.say = function(f, ...) if not env.args.quiet then io.stdout:write(fmt(f, ...), "\n") io.stdout:flush() end end
+----------------------------------------------------------------------------------------
+-- the ctx's parts
 
-  -- the model: every call within the context, recorded, counted per request (km.model)
+-- ctx.llm, ctx.models(), ctx.budget, ctx.offline: every call within the context, recorded,
+-- counted per request (km.model). ctx.models() gets its clients from the episode's client
+-- factory (env.client_for(name): the run's, so --base-url, prices, budgets and replay hold
+-- for it as for ctx.llm, and its requests yield as ctx.llm's do).
+local function model_part(ctx, env, log)
   local function wrap(client) return model.wrap(ctx, client, log, env.args) end
   local client = env.client
   local cfg = client and client:config() or { provider = "offline" }
@@ -44,31 +40,32 @@ function M.new(t, env)
   ctx.budget = setmetatable({}, { __index = function(_, k) return (client and client:usage() or {})[k] end })
   -- every model named by --models (comma-separated), each recorded; else just ctx.llm
   function ctx.models()
-    if not env.args.models then return { ctx.llm } end
-    local list = {}
     local names = env.args.models
+    if not names or not env.client_for then return { ctx.llm } end
     if type(names) ~= "table" then
-      names = {}
-      for name in tostring(env.args.models):gmatch("[^,]+") do names[#names + 1] = name end
+      local list = {}
+      for name in tostring(names):gmatch("[^,]+") do list[#list + 1] = name end
+      names = list
     end
-    for _, name in ipairs(names) do
-      local c = require("km.llm").new { provider = cfg.provider ~= "offline" and cfg.provider or nil, model = name }
-      list[#list + 1] = wrap(c)
-    end
+    local list = {}
+    for _, name in ipairs(names) do list[#list + 1] = wrap(env.client_for(name)) end
     return list
   end
+end
 
-  -- guidance, recording what was shown
-  local lib = env.guidance
+-- ctx.guidance: the guidance library, recording what was shown.
+local function guidance_part(lib, log)
   local shown = {}
-  ctx.guidance = {
+  local function record(list, reason)
+    local ids = {}
+    for i, g in ipairs(list) do ids[i] = g.id; shown[g.id] = true end
+    log("guidance", { ids = ids, reason = reason })
+    return list
+  end
+  return {
     for_task = function(_, task, opts)
       if not lib then return {} end
-      local list = lib:for_task(task, opts)
-      local ids = {}
-      for i, g in ipairs(list) do ids[i] = g.id; shown[g.id] = true end
-      log("guidance", { ids = ids, reason = "task" })
-      return list
+      return record(lib:for_task(task, opts), "task")
     end,
     for_verdict = function(_, task, verdict, opts)
       if not lib then return {} end
@@ -76,24 +73,29 @@ function M.new(t, env)
       opts.exclude = opts.exclude or shown
       if opts.status_only == nil then opts.status_only = true end
       opts.limit = opts.limit or 2
-      local list = lib:for_verdict(task, verdict, opts)
-      local ids = {}
-      for i, g in ipairs(list) do ids[i] = g.id; shown[g.id] = true end
-      log("guidance", { ids = ids, reason = verdict.status })
-      return list
+      return record(lib:for_verdict(task, verdict, opts), verdict.status)
     end,
     search = function(_, words) return lib and lib:search(words) or {} end,
     get = function(_, id) return lib and lib:get(id) end,
     lib = lib,
   }
+end
 
-  -- candidates and verdicts
-  function ctx.compile(cand) return M.compile_check(cand, env.arch) end
+-- Counts a verdict in the episode's stats.
+local function count_verdict(st, v, secs, gpu)
+  st.evals = st.evals + 1
+  if st.compile_ok_first == nil then st.compile_ok_first = v.status ~= "compile_error" end
+  if v.status == "correct" and not st.rounds_to_correct then st.rounds_to_correct = st.evals end
+  st.failure_modes[v.status] = (st.failure_modes[v.status] or 0) + 1
+  if gpu then st.gpu_seconds = st.gpu_seconds + (v.eval_seconds or secs) end
+end
 
-  function ctx.eval(cand, opts)
+-- ctx.eval: the candidate judged by the GPU workers (compiled only without them); no
+-- candidate: the round's no_code, truncated or model_error (km.model), counted like a verdict.
+local function eval_part(ctx, t, env, log)
+  return function(cand, opts)
     opts = opts or {}
     if type(cand) ~= "table" then
-      -- no candidate: no_code, truncated or model_error (km.model), counted like a verdict
       local v = model.no_candidate(ctx, opts.why)
       ctx.stats.failure_modes[v.status] = (ctx.stats.failure_modes[v.status] or 0) + 1
       log("verdict", v)
@@ -103,27 +105,24 @@ function M.new(t, env)
     local v
     local t0 = wall()
     if env.pool then
-      local o = { seeds = opts.seeds or env.args.seeds, timing = opts.timing, timeout = opts.timeout or env.args.timeout, baseline = opts.baseline,
-        energy = opts.energy or env.args.energy }
+      local o = { seeds = opts.seeds or env.args.seeds, timing = opts.timing, timeout = opts.timeout or env.args.timeout,
+        baseline = opts.baseline, energy = opts.energy or env.args.energy }
       require("km.baseline").judge_opts(env.args, o)
       v = env.pool:eval(t, cand, o)
     else
       v = ctx.compile(cand)
     end
-    local st = ctx.stats
-    st.evals = st.evals + 1
-    if st.compile_ok_first == nil then st.compile_ok_first = v.status ~= "compile_error" end
-    if v.status == "correct" and not st.rounds_to_correct then st.rounds_to_correct = st.evals end
-    st.failure_modes[v.status] = (st.failure_modes[v.status] or 0) + 1
     local secs = wall() - t0
-    if env.pool then st.gpu_seconds = st.gpu_seconds + (v.eval_seconds or secs) end
+    count_verdict(ctx.stats, v, secs, env.pool ~= nil)
     log("verdict", v, { duration_ms = secs * 1e3 })
     if v.timing then log("timing", { timing = v.timing, speedup = v.speedup, roofline = v.roofline }) end
     return v
   end
+end
 
-  -- Asks the model for a candidate; offline, the task's starter stands in.
-  function ctx.propose(messages, opts)
+-- ctx.propose: asks the model for a candidate; offline, the task's starter stands in.
+local function propose_part(ctx, t, log)
+  return function(messages, opts)
     opts = opts or {}
     if ctx.offline then
       local cand = task_mod.starter(t)
@@ -149,7 +148,28 @@ function M.new(t, env)
     cand.origin = "model"
     return cand, reply
   end
+end
 
+----------------------------------------------------------------------------------------
+-- the ctx
+
+-- Builds the ctx for one episode. env: { store, episode, pool (or nil), client,
+-- client_for (name -> client: ctx.models()'s), guidance, args, arch }
+function M.new(t, env)
+  local store, ep = env.store, env.episode
+  local ctx = { task = t, args = env.args, gpu = env.pool ~= nil, stats = model.new_stats() }
+  local st0 = ctx.stats
+  st0.evals, st0.gpu_seconds, st0.failure_modes = 0, 0, {}
+  local function log(kind, payload, extra)
+    if store then store:append(ep, kind, payload or {}, extra) end
+  end
+  ctx.log = log
+  ctx.say = function(f, ...) if not env.args.quiet then io.stdout:write(fmt(f, ...), "\n") io.stdout:flush() end end
+  model_part(ctx, env, log)
+  ctx.guidance = guidance_part(env.guidance, log)
+  function ctx.compile(cand) return M.compile_check(cand, env.arch) end
+  ctx.eval = eval_part(ctx, t, env, log)
+  ctx.propose = propose_part(ctx, t, log)
   return ctx
 end
 
