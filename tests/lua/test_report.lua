@@ -1056,6 +1056,25 @@ document.body.setAttribute("data-boxes", out.join(" "));
   end)
 end
 
+t.test("km.report is a facade: each public name is its concern's module's own", function()
+  local owner = {
+    report_load = { "load" },
+    report_metrics = { "build", "metrics", "gpu_time", "gpu_time_state", "pass_at", "pass_at_k", "heatmap",
+      "fast_p_curve", "baselines_with_data", "thresholds", "dims", "quantile", "FAST_P", "BASELINES", "STAGES" },
+    report_text = { "text", "COLUMNS", "GPU_TIME_NOTE", "BASELINE_NOTE" },
+    report_json = { "json" },
+    report_csv = { "csv_files" },
+    report_svg = { "svg_fastp", "svg_levels", "svg_speedup", "svg_rounds", "svg_cost", "svg_heatmap" },
+    report_html = { "html" },
+  }
+  for mod, names in pairs(owner) do
+    local m = require("km." .. mod)
+    for _, k in ipairs(names) do t.ok(report[k] ~= nil and report[k] == m[k], "report." .. k .. " is km." .. mod .. "." .. k) end
+  end
+  -- the helpers the modules share stay off the facade
+  for _, k in ipairs { "finite", "pct", "table_cells", "esc" } do t.eq(report[k], nil, k) end
+end)
+
 if have_chromium() then
   t.test("headless Chromium renders the six charts", function()
     local page, shot = dir .. "/shot.html", dir .. "/shot.png"
