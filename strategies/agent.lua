@@ -23,7 +23,7 @@ local function candidate(args)
 end
 
 return function(ctx)
-  local messages = prompt.implement(ctx.task, { forms = ctx.args.forms or { "description", "math" } })
+  local messages = prompt.implement(ctx.task, { forms = ctx.args.forms })
   messages[#messages].content = messages[#messages].content ..
     "\n\nUse the tools to compile, test and time your kernel; call submit with the final version."
   if ctx.offline then
@@ -31,7 +31,7 @@ return function(ctx)
     return cand, ctx.eval(cand)
   end
   local final, final_v
-  for _ = 1, ctx.args.turns or (ctx.args.rounds or 5) * 3 do
+  for _ = 1, ctx.args.turns or ctx.args.rounds * 3 do
     -- tool_choice: servers such as llama.cpp's ignore tools unless asked to use them
     local reply = ctx.llm:chat(messages, { tools = TOOLS, tool_choice = "auto" })
     if not reply then break end -- a model error: the episode ends on it (km.model)

@@ -3,7 +3,7 @@ local prompt = require "km.prompt"
 
 return function(ctx)
   local messages = prompt.implement(ctx.task, {
-    forms = ctx.args.forms or { "description", "math" },
+    forms = ctx.args.forms,
     guides = ctx.guidance:for_task(ctx.task, { limit = 2 }),
   })
   local cand, _, why = ctx.propose(messages)

@@ -4,12 +4,12 @@ local prompt = require "km.prompt"
 local steps = require "km.steps"
 
 return function(ctx)
-  local messages = prompt.implement(ctx.task, { forms = ctx.args.forms or { "description", "math" } })
-  local best, best_v, rounds = steps.repair(ctx, messages, ctx.args.rounds or 5)
+  local messages = prompt.implement(ctx.task, { forms = ctx.args.forms })
+  local best, best_v, rounds = steps.repair(ctx, messages, ctx.args.rounds)
   if not best_v or best_v.status ~= "correct" or ctx.offline then return best, best_v end
   local reply = { content = prompt.candidate_text(best) }
   local verdict = best_v
-  for _ = 1, ctx.args.rounds or 5 do
+  for _ = 1, ctx.args.rounds do
     prompt.append_feedback(messages, reply, verdict, ctx.guidance:for_verdict(ctx.task, verdict),
       string.format("It is correct and reaches %.0f%% of the roofline bound. Make it faster; reply with the whole candidate.",
         100 * ((verdict.roofline or {}).fraction or 0)))

@@ -2,9 +2,9 @@
 local prompt = require "km.prompt"
 
 return function(ctx)
-  local messages = prompt.implement(ctx.task, { forms = ctx.args.forms or { "description", "math" } })
+  local messages = prompt.implement(ctx.task, { forms = ctx.args.forms })
   local cand, verdict
-  local rounds = ctx.args.rounds or 5
+  local rounds = ctx.args.rounds
   for round = 1, rounds do
     local reply, why
     cand, reply, why = ctx.propose(messages)

@@ -6,10 +6,10 @@ local steps = require "km.steps"
 
 return function(ctx)
   local messages = prompt.implement(ctx.task, {
-    forms = ctx.args.forms or { "description", "math" },
+    forms = ctx.args.forms,
     guides = ctx.guidance:for_task(ctx.task, { limit = 2 }),
   })
-  local cand, verdict = steps.repair(ctx, messages, ctx.args.rounds or 5)
+  local cand, verdict = steps.repair(ctx, messages, ctx.args.rounds)
   if not verdict or verdict.status ~= "correct" then return cand, verdict end
   return steps.tune(ctx, cand, verdict, { method = ctx.args.method or "bandit", budget = ctx.args.tune_budget or 8 })
 end

@@ -6,13 +6,13 @@ local prompt = require "km.prompt"
 local steps = require "km.steps"
 
 return function(ctx)
-  local messages = prompt.implement(ctx.task, { forms = ctx.args.forms or { "description", "math" } })
+  local messages = prompt.implement(ctx.task, { forms = ctx.args.forms })
   local cands = {}
   if ctx.offline then
     local cand = ctx.propose(messages)
     cands[1] = cand
   else
-    local n = ctx.args.samples or 4
+    local n = ctx.args.samples
     local list = {}
     for i = 1, n do list[i] = messages end
     for _, model in ipairs(ctx.models()) do

@@ -204,7 +204,7 @@ function M.summary(t, ctx, verdict, seconds)
     speedup_cuda_reference = verdict and verdict.speedup_cuda_reference,
     compile_mode = verdict and verdict.compile_mode,
     roofline = verdict and verdict.roofline and verdict.roofline.fraction,
-    level = t.level, category = t.category, forms = ctx.args.forms or { "description", "math" },
+    level = t.level, category = t.category, forms = ctx.args.forms,
     evals = st.evals, model_calls = st.model_calls, compile_ok_first = st.compile_ok_first,
     rounds_to_correct = st.rounds_to_correct, failure_modes = st.failure_modes,
     seconds = seconds, gpu_seconds = st.gpu_seconds,

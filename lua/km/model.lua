@@ -1,4 +1,4 @@
--- km.model — the model client as a strategy sees it (ctx.llm, built by km.runner):
+-- km.model — the model client as a strategy sees it (ctx.llm and ctx.models(), built by km.ctx):
 --
 --   * every request kept within the model's context window (km.context: older rounds
 --     summarised, long texts shortened, the reply's room shrunk) and sent with the run's
@@ -29,7 +29,7 @@ M.DEFAULT_TEMPERATURE = 0.2
 M.OVERFLOW_RETRIES = 3 -- sends again after a server's context_length_exceeded
 
 -- Failure codes after which a run starts no new episode: the server is not there, it
--- refuses the key, or the run's budget is spent (km.sweep).
+-- refuses the key, or the run's budget is spent (km.episode says so as ep.stop; km.sweep stops).
 local STOP = { CONNECT = true, HTTP_401 = true, HTTP_403 = true, BUDGET_EXCEEDED = true }
 function M.stops_run(code) return code ~= nil and STOP[code] == true end
 

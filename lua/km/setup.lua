@@ -1,21 +1,108 @@
--- km.setup — what `kmrun STRATEGY` (km.runner) and `kmrun sweep` (km/cmd/sweep.lua) set up
--- before any episode runs: the tasks named on the command line, the model clients (a
--- recorded run replayed, budgets, prices), and the store, GPU workers and guidance of a run.
--- Both commands call it; neither calls the other (km.runner re-exports these under its old
--- names).
+-- km.setup — what `kmrun STRATEGY` (km.runner) and `kmrun sweep` (km/cmd/sweep.lua) share:
+-- the options every strategy run takes (one table, defaults in it, read by km.args), the
+-- tasks named on the command line, the model clients (a recorded run replayed, budgets,
+-- prices), the store, GPU workers and guidance of a run, and what a run ends with (its exit
+-- status, its geomean speedups). Both commands call it; neither calls the other (km.runner
+-- re-exports these under its old names).
 --
---   local dirs = assert(setup.task_dirs(args.tasks, "kmrun sweep"))
---   local tasks, errors = setup.collect_tasks(dirs, args.filter, args.precision)
---   local env = assert(setup.run(args, "runs/x.sqlite"))  -- { db, pool, guidance, make_client, cfg }
+--   local a = assert(setup.finish_args(args.read(spec, argv)))   -- spec built on setup.OPTIONS
+--   local tasks, code = setup.tasks(a, { name = "kmrun sweep" }) -- nil, exit status on failure
+--   local env = assert(setup.run(a, "runs/x.sqlite"))  -- { db, pool, guidance, make_client, cfg }
+--   ... sweep.run { ..., make_client = env.make_client } ...
+--   return setup.exit_status(res, env.pool)
 local task_mod = require "km.task"
 local kbtask = require "km.kbtask"
+local context = require "km.context"
+local model = require "km.model"
 local json = require "km.json"
 local sys = require "km.sys"
 
 local fmt, concat, insert = string.format, table.concat, table.insert
-local ipairs, pairs, type, tostring, pcall = ipairs, pairs, type, tostring, pcall
+local ipairs, pairs, type, tostring, tonumber, pcall = ipairs, pairs, type, tostring, tonumber, pcall
 
 local M = {}
+
+----------------------------------------------------------------------------------------
+-- options
+
+-- The options every strategy takes (kmrun STRATEGY and kmrun sweep), in km.args' form: a
+-- default stated here is the one the parser fills in (strategies read ctx.args.rounds, not
+-- `ctx.args.rounds or 5`). A strategy's own options travel as --set NAME=VALUE
+-- (ctx.args.NAME). Add new ones here: an option no spec declares is refused.
+M.OPTIONS = {
+  { "tasks", "DIR[,DIR]", "task folders, or folders of task folders (as the TASKS arguments)", type = "list" },
+  { "store", "FILE", "the run's store (default runs/<timestamp>.sqlite)", type = "path", old = { "out" } },
+  { "models", "M[,M...]", "model names (else KM_MODEL); several: one episode per model",
+    type = "list", aliases = { "model" } },
+  { "provider", "P", "openai, anthropic, replay or offline (default: from the environment)",
+    choices = { "openai", "anthropic", "replay", "offline" } },
+  { "base-url", "URL", "the model server (else OPENAI_BASE_URL)" },
+  { "replay", "FILE", "replay the model turns recorded in FILE (.sqlite or .jsonl)", type = "file" },
+  { "llm-timeout", "S", "seconds before a model request is given up", type = "seconds", default = 600 },
+  { "context", "N", fmt("the model's context window in tokens (default: the server's model list, else %d)",
+    context.DEFAULT_SIZE), type = "positive" },
+  -- no parser default for these two: a strategy's own value stands unless the option is given
+  { "max-tokens", "N", fmt("room for each reply (default: the strategy's, else %d)", model.DEFAULT_MAX_TOKENS),
+    type = "positive" },
+  { "temperature", "T", fmt("sampling temperature (default: the strategy's, else %g)", model.DEFAULT_TEMPERATURE),
+    type = "nonneg" },
+  { "rounds", "N", "repair/optimize rounds", type = "positive", default = 5 },
+  { "samples", "N", "candidates drawn per round by best-of-N strategies", type = "positive", default = 4 },
+  { "method", "M", "the tuner's search: exhaustive, random, anneal or bandit (default per strategy)",
+    choices = { "exhaustive", "random", "anneal", "bandit" } },
+  { "tune-budget", "N", "points the tuner may measure (default per strategy)", type = "positive" },
+  { "forms", "LIST", "spec forms shown to the model: description,math,reference", type = "choices",
+    choices = { "description", "math", "reference" }, default = { "description", "math" } },
+  { "gpus", "LIST", "GPUs to use, e.g. 0,1 (default: every visible GPU, one worker each)", type = "ints",
+    aliases = { "gpu" } },
+  { "seeds", "N", "seeds per shape", type = "positive", default = 3 },
+  { "timeout", "S", "seconds per candidate before it is stopped", type = "seconds", default = 120 },
+  { "jobs", "N", "episodes in flight at once (default 2 per GPU worker)", type = "positive" },
+  { "budget-requests", "N", "stop cleanly after N model requests", type = "positive" },
+  { "budget-tokens", "N", "stop cleanly after N tokens", type = "positive" },
+  { "budget-dollars", "X", "stop cleanly after X dollars (needs --prices)", type = "nonneg" },
+  { "prices", "FILE", 'JSON { "model": { "input": $ per 1M tokens, "output": $ per 1M tokens } }', type = "file" },
+  { "filter", "PATTERN", "only tasks whose name matches the Lua pattern", type = "pattern" },
+  { "precision", "P", "KernelBench problem files at fp32 (default), fp16 or bf16 (KernelBench's casts)",
+    type = "choice", choices = { "fp32", "fp16", "bf16" } },
+  { "energy", nil, "measure joules per call of every timed candidate (NVML; ~0.3 s each)" },
+  { "worker-stderr", "W", "the GPU workers' stderr: inherit or null", choices = { "inherit", "null" } },
+  { "rerun", "STATUSES", "run the strategy again for the episodes of this store that ended so:\n" ..
+      "compiled, failed, error, correct, or all (default: none; a finished\n" ..
+      "episode is kept, and a compile-only one is judged from its stored\n" ..
+      "candidate, without a model call, when a GPU is here)",
+    type = "choices", choices = { "compiled", "failed", "error", "correct", "all" } },
+  { "quiet", nil, "no per-episode lines" },
+  { "allow-degenerate", nil, "run tasks that kmrun tasks lint flagged (they are skipped otherwise)" },
+  { "set", "NAME=VALUE", "a strategy's own option, read as ctx.args.NAME (may be repeated)", type = "list",
+    key = "set_list" },
+}
+for _, o in ipairs(require("km.baseline").OPTIONS) do M.OPTIONS[#M.OPTIONS + 1] = o end
+
+-- The option a ctx.args key names, or nil.
+function M.option(key)
+  for _, o in ipairs(M.OPTIONS) do
+    if (o.key or o[1]:gsub("%-", "_")) == key then return o end
+  end
+end
+
+-- After parsing: tasks from both places, --set values as fields, the first model as the
+-- client's default. Returns a, or nil, message.
+function M.finish_args(a)
+  local tasks = {}
+  for _, d in ipairs(a.task_args or {}) do tasks[#tasks + 1] = d end
+  for _, d in ipairs(a.tasks or {}) do tasks[#tasks + 1] = d end
+  a.tasks = tasks
+  if a.models and #a.models > 0 then a.model = a.models[1] else a.models = nil end
+  for _, kv in ipairs(a.set_list or {}) do
+    local k, v = kv:match("^([%a_][%w_]*)=(.*)$")
+    if not k then return nil, "--set: '" .. kv .. "' wants NAME=VALUE" end
+    local o = M.option(k)
+    if o then return nil, "--set: " .. k .. " is an option of its own: use --" .. o[1] end
+    a[k] = tonumber(v) or v
+  end
+  return a
+end
 
 ----------------------------------------------------------------------------------------
 -- tasks
@@ -90,8 +177,33 @@ function M.offline_tasks(tasks, args)
   return kept, why
 end
 
+
+-- The tasks a command runs, from its parsed options: named (else ./tasks), loaded, those
+-- an offline run cannot serve left out, and those kmrun tasks lint flags gated. Says on
+-- stderr what it skipped; returns the tasks, or nil and the exit status (2) when none is
+-- left. who: { name = "kmrun repair" (for the task folders' errors), prefix = "kmrun" }.
+function M.tasks(args, who)
+  local prefix = who.prefix or who.name
+  local dirs, derr = M.task_dirs(args.tasks, who.name)
+  if not dirs then io.stderr:write(derr, "\n") return nil, 2 end
+  args.tasks = dirs
+  local tasks, errors = M.collect_tasks(dirs, args.filter, args.precision)
+  for _, e in ipairs(errors) do io.stderr:write(prefix, ": skipping invalid task: ", e, "\n") end
+  if #tasks == 0 then io.stderr:write(prefix, ": no valid tasks\n") return nil, 2 end
+  local owhy
+  tasks, owhy = M.offline_tasks(tasks, args)
+  if owhy then io.stderr:write(prefix, ": ", owhy, "\n") end
+  if not tasks then return nil, 2 end
+  tasks = require("km.lint").gate(tasks, { skip = true, allow = args.allow_degenerate, who = prefix })
+  if #tasks == 0 then
+    io.stderr:write(prefix, ": every task was flagged by kmrun tasks lint (--allow-degenerate runs them)\n")
+    return nil, 2
+  end
+  return tasks
+end
+
 ----------------------------------------------------------------------------------------
--- the model client, recorded
+-- the model clients
 
 
 -- Loads recorded replies (for --replay) from a store or a JSONL export.
@@ -202,7 +314,6 @@ function M.run(args, out)
   if cfg.provider == "offline" then
     io.stderr:write("kmrun: offline: no model configured (set OPENAI_BASE_URL or ANTHROPIC_API_KEY, or KM_MODEL); strategies use each task's starter\n")
   elseif cfg.provider ~= "replay" then
-    local context = require "km.context"
     local source = "--context"
     if not args.context then
       args.context = context.size_from_models(probe.models and probe:models(), cfg.model)
@@ -211,10 +322,54 @@ function M.run(args, out)
     end
     if not args.quiet then
       io.stderr:write(fmt("kmrun: model context %d tokens (%s); replies up to %d tokens\n", args.context, source,
-        args.max_tokens or require("km.model").DEFAULT_MAX_TOKENS))
+        args.max_tokens or model.DEFAULT_MAX_TOKENS))
     end
   end
   return { db = db, pool = pool, guidance = guidance, make_client = make_client, cfg = cfg }
+end
+
+----------------------------------------------------------------------------------------
+-- the end of a run
+
+-- Exit statuses of kmrun STRATEGY and kmrun sweep (README, docs/strategies.md).
+M.EXIT = { OK = 0, NOT_ALL_CORRECT = 1, USAGE = 2, NO_GPU = 3, MODEL = 4 }
+
+M.EXIT_STATUS = [[
+Exit status: 0 when every episode ended correct, 1 otherwise, 2 on usage errors, 3 when
+there was no GPU (candidates were only compiled), 4 when the model could not be used (the
+run was stopped by it, or an episode ended on a model error), 130 on Ctrl-C (143 on SIGTERM).]]
+
+-- The exit status for a finished (or interrupted) run: 128 + the signal when interrupted;
+-- MODEL when the model could not be used (the run was stopped by it, or an episode ended
+-- on a model error); NO_GPU when candidates were only compiled (now, or before and still
+-- not judged); else 0 or 1 over every planned episode, those finished in earlier runs of
+-- the same store too (res.before, km.sweep).
+function M.exit_status(res, pool)
+  if res.interrupted then return require("km.signal").exit_status(res.interrupted) end
+  if res.stopped or (res.model_errors or 0) > 0 then return M.EXIT.MODEL end
+  local before = res.before or { n = 0, correct = 0, compiled = 0 }
+  if not pool and (res.ran > 0 or before.compiled > 0) then return M.EXIT.NO_GPU end
+  return (res.correct + before.correct == res.ran + before.n) and M.EXIT.OK or M.EXIT.NOT_ALL_CORRECT
+end
+
+local function geomean(xs)
+  if #xs == 0 then return nil end
+  local s = 0
+  for _, x in ipairs(xs) do s = s + math.log(x) end
+  return math.exp(s / #xs)
+end
+
+-- ", geomean speedup 1.26x over eager (3 correct)" for each baseline speedups were divided
+-- by (km.sweep's speedups_by: speedup_over -> list); "" when there are none.
+function M.speedup_summary(by)
+  local parts, keys = {}, {}
+  for over in pairs(by or {}) do keys[#keys + 1] = over end
+  table.sort(keys)
+  for _, over in ipairs(keys) do
+    local xs = by[over]
+    parts[#parts + 1] = fmt("%.2fx %s (%d correct)", geomean(xs), require("km.feedback").over(over), #xs)
+  end
+  return #parts > 0 and (", geomean speedup " .. concat(parts, ", ")) or ""
 end
 
 return M

@@ -1,5 +1,5 @@
 -- km.steps — building blocks strategies share: the repair loop, the tuner, the final pick.
--- Each takes the ctx (km.runner) so everything it does is recorded.
+-- Each takes the ctx (km.ctx) so everything it does is recorded.
 local prompt = require "km.prompt"
 local search = require "km.search"
 local task_mod = require "km.task"

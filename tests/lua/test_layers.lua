@@ -319,6 +319,8 @@ t.test("the scheduler does not require the command, nor the problem-file loader 
   local _, adj = lua_graph()
   t.eq(adj["km.sweep"]["km.runner"], nil, "km.sweep requires km.runner")
   t.eq(adj["km.ctx"]["km.runner"], nil, "km.ctx requires km.runner")
+  t.eq(adj["km.episode"]["km.runner"], nil, "km.episode requires km.runner")
+  t.eq(adj["km.cmd.sweep"]["km.runner"], nil, "kmrun sweep requires km.runner")
   t.eq(adj["km.setup"]["km.runner"], nil, "km.setup requires km.runner")
   t.eq(adj["km.kbtask"]["km.task"], nil, "km.kbtask requires km.task")
 end)
@@ -370,7 +372,7 @@ end)
 t.test(DOC .. " names the modules its prose points to", function()
   local doc = read(DOC)
   local mods = lua_graph()
-  for _, m in ipairs { "km.runner", "km.setup", "km.ctx", "km.sweep", "km.eval", "km.judge", "km.verdict",
+  for _, m in ipairs { "km.runner", "km.setup", "km.episode", "km.ctx", "km.sweep", "km.eval", "km.judge", "km.verdict",
     "km.model", "km.task", "km.kbtask", "km.shape", "km.sys" } do
     t.ok(mods[m] or package.preload[m], m .. " is no longer a module")
     t.ok(doc:find("`" .. m .. "`", 1, true), DOC .. " does not name `" .. m .. "`")

@@ -1,6 +1,6 @@
 -- kmrun sweep --strategies A,B [TASKS...] --store FILE [options] — tasks x strategies x models
--- x repeats, concurrent and resumable (km.sweep). Options: SPEC below and km.runner.OPTIONS.
-local runner = require "km.runner"
+-- x repeats, concurrent and resumable (km.sweep). Options: SPEC below and km.setup.OPTIONS
+-- (every strategy run's, shared with `kmrun STRATEGY`).
 local setup = require "km.setup"
 local sweep = require "km.sweep"
 
@@ -18,7 +18,7 @@ local options = {
       return { i, n }
     end },
 }
-for _, o in ipairs(runner.OPTIONS) do
+for _, o in ipairs(setup.OPTIONS) do
   if o[1] == "store" then -- a sweep resumes from its store: it is named, never a timestamp
     local c = {}
     for k, v in pairs(o) do c[k] = v end
@@ -36,7 +36,7 @@ store. The same command again skips finished episodes (and judges compile-only o
 a GPU is here); merge shards with `kmrun merge`.]],
   positional = { { "task_args", "TASKS", "task folders, or folders of task folders (default ./tasks)", many = true } },
   options = options,
-  footer = runner.EXIT_STATUS,
+  footer = setup.EXIT_STATUS,
 }
 
 local argv = {}
@@ -44,13 +44,11 @@ for i = 1, #arg do argv[i] = arg[i] end
 local args, code = A.parse(SPEC, argv)
 if not args then return code end
 local ferr
-args, ferr = runner.finish_args(args)
+args, ferr = setup.finish_args(args)
 if not args then return A.fail(SPEC, ferr) end
 if not args.strategies then return A.fail(SPEC, "--strategies is required (e.g. --strategies repair,tune)") end
 local store_path = args.store
 if not store_path then return A.fail(SPEC, "--store is required (the sweep's store, e.g. runs/sweep.sqlite)") end
-local task_dirs, derr = setup.task_dirs(args.tasks, "kmrun sweep")
-if not task_dirs then io.stderr:write(derr, "\n") return 2 end
 
 local function exists(p)
   local f = io.open(p, "rb")
@@ -73,15 +71,8 @@ for _, name in ipairs(args.strategies) do
   end
   strategies[#strategies + 1] = { name = path:match("([^/]+)%.lua$") or path, fn = fn, path = path }
 end
-local tasks, errors = setup.collect_tasks(task_dirs, args.filter, args.precision)
-for _, e in ipairs(errors) do io.stderr:write("kmrun sweep: skipping invalid task: ", e, "\n") end
-if #tasks == 0 then io.stderr:write("kmrun sweep: no valid tasks\n") return 2 end
-local owhy
-tasks, owhy = setup.offline_tasks(tasks, args)
-if owhy then io.stderr:write("kmrun sweep: ", owhy, "\n") end
-if not tasks then return 2 end
-tasks = require("km.lint").gate(tasks, { skip = true, allow = args.allow_degenerate, who = "kmrun sweep" })
-if #tasks == 0 then io.stderr:write("kmrun sweep: every task was flagged by kmrun tasks lint (--allow-degenerate runs them)\n") return 2 end
+local tasks, tcode = setup.tasks(args, { name = "kmrun sweep" })
+if not tasks then return tcode end
 local models = args.models or { false }
 local shard = args.shard
 
@@ -90,9 +81,9 @@ if not env then io.stderr:write("kmrun sweep: ", why, "\n") return scode end
 local db, pool = env.db, env.pool
 local res = sweep.run { strategies = strategies, tasks = tasks, models = models, repeats = args["repeat"],
   jobs = args.jobs, rerun = args.rerun, store = db, pool = pool, args = args, make_client = env.make_client,
-  guidance = env.guidance, shard = shard, argv = argv, name = "sweep" }
+  guidance = env.guidance, shard = shard, argv = argv, name = "sweep", replay = args.replay }
 print(string.format("sweep: %d run, %d correct%s, %d skipped as already finished, %.0f s; store %s%s",
-  res.ran, res.correct, runner.speedup_summary(res.speedups_by), res.skipped, res.seconds, store_path,
+  res.ran, res.correct, setup.speedup_summary(res.speedups_by), res.skipped, res.seconds, store_path,
   pool and (", " .. #pool.slots .. " GPU worker(s)") or " (no GPU)"))
 db:close()
 if pool then pool:close() end
@@ -100,4 +91,4 @@ if res.interrupted then
   io.stderr:write(string.format("kmrun sweep: interrupted (%s): %d episode(s) marked interrupted; the same command resumes them\n",
     res.interrupted, res.n_interrupted or 0))
 end
-return runner.exit_status(res, pool)
+return setup.exit_status(res, pool)
