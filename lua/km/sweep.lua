@@ -63,7 +63,6 @@ function M.shard(list, i, n)
   return out
 end
 
-
 -- The models as the store names them (the default client's model, or its provider), so a
 -- resumed sweep recognises the episodes it already finished.
 local function model_labels(models, make_client)

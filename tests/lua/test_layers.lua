@@ -1,6 +1,9 @@
 -- The layers hold: no require circle among lua/km modules (lazy requires inside functions
 -- count as edges), no include circle among runtime/ C files, at most two shell-outs left in
 -- lua/km (each saying why), and docs/architecture.md's generated graphs are the real ones.
+-- The orchestration layer stays small: no function in km.sweep, km.episode, km.runner,
+-- km.setup or km.ctx over 80 lines, km.runner (the command) requires at most 6 modules, and
+-- the defaults of the options every strategy takes are stated once (km.setup's table).
 --
 --   build/kmrun tests/lua/test_layers.lua --update-doc   rewrites the doc's generated blocks
 local t = require "km.tap"
@@ -100,6 +103,33 @@ local function shell_outs(src)
       out[#out + 1] = line_of(src, a.pos)
     end
   end
+  return out
+end
+
+-- Every function of a source, from the words that open and close blocks: { name, first,
+-- last, lines } (a function's lines count the functions inside it).
+local OPENS = { ["function"] = true, ["if"] = true, ["do"] = true, ["repeat"] = true }
+local CLOSES = { ["end"] = true, ["until"] = true }
+local function functions(src)
+  local lines = {}
+  for l in (src .. "\n"):gmatch("([^\n]*)\n") do lines[#lines + 1] = l end
+  local toks, stack, out, line, at = tokens(src), {}, {}, 1, 1
+  for k, tok in ipairs(toks) do
+    local _, nl = src:sub(at, tok.pos):gsub("\n", "")
+    line, at = line + nl, tok.pos + 1
+    local after_dot = k > 1 and toks[k - 1].kind == "punct" and (toks[k - 1].value == "." or toks[k - 1].value == ":")
+    if tok.kind == "name" and not after_dot and OPENS[tok.value] then
+      stack[#stack + 1] = { word = tok.value, line = line }
+    elseif tok.kind == "name" and not after_dot and CLOSES[tok.value] then
+      local open = assert(table.remove(stack), "unbalanced block at line " .. line)
+      if open.word == "function" then
+        local text = lines[open.line]
+        local name = text:match("function%s+([%w_%.:]+)") or text:match("([%w_%.]+)%s*=%s*function") or "(anonymous)"
+        out[#out + 1] = { name = name, first = open.line, last = line, lines = line - open.line + 1 }
+      end
+    end
+  end
+  assert(#stack == 0, "unclosed block")
   return out
 end
 
@@ -376,6 +406,73 @@ t.test(DOC .. " names the modules its prose points to", function()
     "km.model", "km.task", "km.kbtask", "km.shape", "km.sys" } do
     t.ok(mods[m] or package.preload[m], m .. " is no longer a module")
     t.ok(doc:find("`" .. m .. "`", 1, true), DOC .. " does not name `" .. m .. "`")
+  end
+end)
+
+----------------------------------------------------------------------------------------
+-- the orchestration layer stays small (issue 20)
+
+local MAX_LINES, MAX_RUNNER_REQUIRES = 80, 6
+local ORCHESTRATION = { "sweep", "episode", "runner", "setup", "ctx" }
+
+t.test("the function reader finds functions and their lengths; not in comments or strings", function()
+  local src = [==[
+-- local function commented() end
+local s = "function end if do"
+local l = [[ function ]]
+local function f(x)
+  if x then
+    for i = 1, 2 do x = x + i end
+  end
+  repeat x = x - 1 until x < 0
+  return function() return x end
+end
+function M.g() return t.end_ end
+]==]
+  local got = {}
+  for _, f in ipairs(functions(src)) do got[#got + 1] = fmt("%s:%d-%d", f.name, f.first, f.last) end
+  t.eq(concat(got, " "), "(anonymous):9-9 f:4-10 M.g:11-11")
+end)
+
+t.test("no function in km.sweep, km.episode, km.runner, km.setup or km.ctx is over " .. MAX_LINES .. " lines", function()
+  local over, longest = {}, {}
+  for _, m in ipairs(ORCHESTRATION) do
+    local path = ROOT .. "/" .. m .. ".lua"
+    local top = { lines = 0, name = "-" }
+    for _, f in ipairs(functions(read(path))) do
+      if f.lines > top.lines then top = f end
+      if f.lines > MAX_LINES then over[#over + 1] = fmt("%s:%d %s (%d lines)", path, f.first, f.name, f.lines) end
+    end
+    longest[#longest + 1] = fmt("%s %s %d", m, top.name, top.lines)
+  end
+  t.note("the longest function of each: " .. concat(longest, ", "))
+  t.eq(concat(over, ", "), "", "functions over " .. MAX_LINES .. " lines")
+end)
+
+t.test("km.runner requires at most " .. MAX_RUNNER_REQUIRES .. " modules; km.sweep runs episodes through km.episode", function()
+  local _, adj = lua_graph()
+  local deps = sorted_keys(adj["km.runner"])
+  t.note("km.runner requires " .. #deps .. ": " .. concat(deps, " "))
+  t.ok(#deps <= MAX_RUNNER_REQUIRES, "km.runner requires " .. #deps .. ": " .. concat(deps, " "))
+  t.ok(adj["km.sweep"]["km.episode"], "km.sweep requires km.episode")
+end)
+
+t.test("the options' defaults are stated once: in km.setup's table, filled in by the parser", function()
+  local setup = require "km.setup"
+  local a = assert(setup.finish_args(assert(require("km.args").read(require("km.runner").spec(), {}))))
+  for key, want in pairs { rounds = 5, samples = 4, seeds = 3, timeout = 120, llm_timeout = 600 } do
+    t.eq(a[key], want, key)
+    t.eq(setup.option(key).default, want, key .. " in the table")
+  end
+  t.eq(concat(a.forms, ","), "description,math")
+  -- the strategies read them as the parser leaves them, with no second default beside
+  for _, f in ipairs(assert(sys.readdir("strategies"))) do
+    if f:match("%.lua$") then
+      local src = read("strategies/" .. f)
+      for _, key in ipairs { "rounds", "samples", "forms", "seeds", "timeout" } do
+        t.eq(src:find("ctx%.args%." .. key .. "%s+or%s"), nil, f .. " states a default for ctx.args." .. key)
+      end
+    end
   end
 end)
 
