@@ -211,14 +211,17 @@ KMRUN_API km_status km_allclose(km_buf *got, km_buf *want, const km_tolerance *t
 KMRUN_API km_status km_allclose_host(km_dtype dtype, const void *got, const void *want, uint64_t n,
                                      const km_tolerance *tol, km_compare_result *out);
 
-/* ==== timing (CUDA events; median of samples, noise-aware stopping) ==== */
+/* ==== timing (CUDA events; median of samples, noise-aware stopping) ====
+ * km_time runs the timing loop km.timing runs (one core: docs/timing.md), with km.timing's
+ * protocol: what km_time_opts does not set (warm-up 5 ms at least, rep 1, min_ms 0, a flush of
+ * twice the L2) is at km.timing's defaults, so equal options time alike in C and in Lua. */
 
 typedef enum km_time_mode { KM_TIME_COLD, KM_TIME_WARM, KM_TIME_GRAPH } km_time_mode;
 
 typedef struct km_time_opts {
   km_time_mode mode; /* COLD: L2 flushed before each sample; WARM: back to back; GRAPH:
                         the work captured once into a CUDA graph and replayed */
-  int warmup;        /* calls before sampling; 0: 3 */
+  int warmup;        /* calls before sampling (and at least 5 ms of them); 0: 3 */
   int min_samples, max_samples; /* 0: 20 and 300 */
   double target;     /* stop when the median's relative error is at or below it; 0: 0.002 (the
                         stop rule is km.timing's: docs/timing.md) */
@@ -240,6 +243,10 @@ KMRUN_API km_status km_time(km_rt *rt, km_work_fn fn, void *ud, const km_time_op
 /* Times one launch of k (km_launch's arguments): for bindings that cannot pass callbacks. */
 KMRUN_API km_status km_time_launch(km_rt *rt, km_kern *k, const km_launch_cfg *cfg, void **args,
                                    const km_time_opts *opts, km_time_result *out);
+/* The protocol key of the timings km_time takes with opts (NULL: the defaults), the string
+ * km.timing's results carry as protocol.key: equal keys, comparable timings. 256 bytes hold
+ * it; KMRUN_EINVAL when buf is smaller. Needs no GPU. */
+KMRUN_API km_status km_time_protocol_key(const km_time_opts *opts, char *buf, size_t cap);
 
 /* ==== trajectory store (docs/store.md) ==== */
 

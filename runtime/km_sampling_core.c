@@ -106,7 +106,17 @@ int km_sampler_plan(const km_sampler *s, int queued, const km_pace *p) {
   return target > queued ? target : queued;
 }
 
-/* ==== the protocol key ==== */
+/* ==== the protocol ==== */
+
+void km_timing_protocol_default(km_timing_protocol *p) {
+  p->mode = "cold";
+  p->rep = 1;
+  p->warmup = 3;
+  p->warmup_ms = 5;
+  p->flush_bytes = 0;
+  p->energy = 0;
+  km_stop_rule_default(&p->stop);
+}
 
 /* Shortest %g form that reads back as the same double. */
 static void fmt_num(char *out, size_t cap, double v) {

@@ -1,6 +1,6 @@
 /* km_sampling_core.h — when timing stops, how far it queues ahead, and the name of the
- * protocol it follows (pure C: no lua_State, no driver; km.timing and the C API's km_time
- * are its two bindings).
+ * protocol it follows (pure C: no lua_State, no driver; the timing loop, km_timer_core.c,
+ * asks it, for km.timing and the C API's km_time alike).
  *
  * Ownership: a km_sampler works in two arrays of rule.max_samples doubles that its caller
  * owns and keeps alive while the sampler is used; nothing here allocates.
@@ -83,6 +83,10 @@ typedef struct km_timing_protocol {
   int energy;         /* sampling held on until an energy window is long enough */
   km_stop_rule stop;
 } km_timing_protocol;
+
+/* The defaults both bindings start from: cold, rep 1, warm-up 3 calls and 5 ms, flush twice
+ * the L2, no energy window, km_stop_rule_default. */
+void km_timing_protocol_default(km_timing_protocol *p);
 
 /* Writes the protocol's key, a string naming every field that decides a timing (numbers in
  * their shortest exact form), e.g. "km.timing/2 mode=cold rep=1 warmup=3,5ms

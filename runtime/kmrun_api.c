@@ -30,7 +30,6 @@
 #include "km.h"
 #include "km_api.h"
 #include "km_sampling_core.h"
-#include "km_stats_core.h"
 #include "km_compare_core.h"
 #include "km_cuda.h"
 #include "km_devinfo.h"
@@ -38,6 +37,8 @@
 #include "km_kernel.h"
 #include "km_nvrtc_core.h"
 #include "km_store_core.h"
+#include "km_timer_core.h"
+#include "km_timer_gpu.h"
 
 _Static_assert(sizeof(void *) == 8, "kmrun handles need 64-bit pointers");
 _Static_assert(KMRUN_VERSION_NUM == KMRUN_VERSION_MAJOR * 10000 + KMRUN_VERSION_MINOR * 100 + KMRUN_VERSION_PATCH,
@@ -623,10 +624,42 @@ km_status km_allclose_host(km_dtype dtype, const void *got, const void *want, ui
 
 /* ==== timing ==== */
 
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+/* km_time's options as the timing core's protocol: km.timing's defaults (km_sampling_core),
+ * with what km_time_opts sets (0: the default; max_samples below min_samples is raised to it). */
+static km_status time_protocol(const km_time_opts *opts, km_timing_protocol *p, const char *fn) {
+  km_time_opts o;
+  memset(&o, 0, sizeof o);
+  if (opts) o = *opts;
+  static const char *const MODES[] = {"cold", "warm", "graph"};
+  if (o.mode < KM_TIME_COLD || o.mode > KM_TIME_GRAPH) return fail(KMRUN_EINVAL, NULL, "%s: unknown mode %d", fn, (int)o.mode);
+  km_timing_protocol_default(p);
+  p->mode = MODES[o.mode];
+  if (o.warmup > 0) p->warmup = o.warmup;
+  if (o.min_samples > 0) p->stop.min_samples = o.min_samples;
+  if (o.max_samples > 0) p->stop.max_samples = o.max_samples;
+  if (p->stop.max_samples < p->stop.min_samples) p->stop.max_samples = p->stop.min_samples;
+  if (o.target > 0) p->stop.max_noise = o.target;
+  if (o.max_ms > 0) p->stop.max_ms = o.max_ms;
+  return KMRUN_OK;
+}
+
+km_status km_time_protocol_key(const km_time_opts *opts, char *buf, size_t cap) {
+  km_timing_protocol p;
+  km_status st = time_protocol(opts, &p, "km_time_protocol_key");
+  if (st) return st;
+  if (!buf) return fail(KMRUN_EINVAL, NULL, "km_time_protocol_key: buf is NULL");
+  int len = km_timing_protocol_key(&p, buf, cap);
+  if (len < 0 || (size_t)len >= cap)
+    return fail(KMRUN_EINVAL, NULL, "km_time_protocol_key: the key needs %d bytes, buf has %zu", len + 1, cap);
+  return KMRUN_OK;
+}
+
+typedef struct { km_work_fn fn; void *ud; km_status st; } time_work;
+
+static int time_call(void *ud, km_timer_phase phase) {
+  (void)phase;
+  time_work *w = ud;
+  return (w->st = w->fn(w->ud)) != KMRUN_OK;
 }
 
 typedef struct { CUfunction fn; const char *name; int nparams; const km_launch_cfg *cfg; void **args; } one_launch;
@@ -636,102 +669,40 @@ static km_status launch_work(void *ud) {
   return launch_fn(l->fn, l->name, l->nparams, l->cfg, l->args);
 }
 
+/* The loop is the timing core's (km_timer_core.c), km.timing's too. */
 km_status km_time(km_rt *h, km_work_fn fn, void *ud, const km_time_opts *opts, km_time_result *out) {
   GET(rt, rt_obj, h, H_RT, "km_time");
   (void)rt;
   if (!fn || !out) return fail(KMRUN_EINVAL, NULL, "km_time: fn and out are required");
   km_status st = need_cuda();
   if (st) return st;
-  km_time_opts o;
-  memset(&o, 0, sizeof o);
-  if (opts) o = *opts;
-  if (o.mode < KM_TIME_COLD || o.mode > KM_TIME_GRAPH) return fail(KMRUN_EINVAL, NULL, "km_time: unknown mode %d", (int)o.mode);
-  int warmup = o.warmup > 0 ? o.warmup : 3;
-  km_stop_rule rule; /* km.timing's stop rule (km_sampling_core), asked after every sample */
-  km_stop_rule_default(&rule);
-  if (o.min_samples > 0) rule.min_samples = o.min_samples;
-  if (o.max_samples > 0) rule.max_samples = o.max_samples;
-  if (rule.max_samples < rule.min_samples) rule.max_samples = rule.min_samples;
-  if (o.target > 0) rule.max_noise = o.target;
-  if (o.max_ms > 0) rule.max_ms = o.max_ms;
-  int max_s = rule.max_samples;
-  const km_cuda_api *cu = km_cu;
-  CUstream s = km_cuda_stream();
-  CUresult r = CUDA_SUCCESS;
-  CUgraph graph = NULL;
-  CUgraphExec exec = NULL;
-  CUstream cap = NULL;
-  CUevent e0 = NULL, e1 = NULL;
-  CUdeviceptr flush = 0;
-  uint64_t flush_n = 0;
-  CUfunction flush_fn = NULL;
-  double *samples = malloc(sizeof(double) * (size_t)max_s * 2); /* in order taken, then sorted */
-  if (!samples) return fail(KMRUN_ENOMEM, NULL, "km_time: out of memory");
-  st = KMRUN_OK;
-  if (o.mode == KM_TIME_GRAPH) { /* capture one call into a graph */
-    if ((r = cu->cuStreamCreate(&cap, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS) { st = cuda_fail(r, "creating a capture stream"); goto done; }
-    if ((r = cu->cuStreamBeginCapture(cap, CU_STREAM_CAPTURE_MODE_GLOBAL)) != CUDA_SUCCESS) { st = cuda_fail(r, "begin capture"); goto done; }
-    CUstream saved = km_cuda_set_stream(cap);
-    km_status fst = fn(ud);
-    km_cuda_set_stream(saved);
-    r = cu->cuStreamEndCapture(cap, &graph);
-    if (fst) { st = fst; goto done; }
-    if (r != CUDA_SUCCESS) { st = cuda_fail(r, "capturing a graph"); goto done; }
-    if ((r = cu->cuGraphInstantiateWithFlags(&exec, graph, 0)) != CUDA_SUCCESS) { exec = NULL; st = cuda_fail(r, "instantiating a graph"); goto done; }
+  km_timing_protocol p;
+  if ((st = time_protocol(opts, &p, "km_time"))) return st;
+  double *buf = malloc(sizeof(double) * KM_TIMER_BUF(p.stop.max_samples));
+  if (!buf) return fail(KMRUN_ENOMEM, NULL, "km_time: out of memory");
+  km_timer_gpu gpu;
+  km_timer_gpu_init(&gpu);
+  time_work w = {fn, ud, KMRUN_OK};
+  km_timer_work work = {time_call, NULL, NULL, &w, 0};
+  km_timer_result r;
+  int rc = km_timer_run(km_timer_gpu_ops(0), &gpu, &p, &work, buf, &r);
+  km_timer_gpu_release(&gpu);
+  if (rc == KM_TIMER_EWORK) st = w.st;
+  else if (rc == KM_TIMER_EDEV) st = cuda_fail((CUresult)r.err, r.what);
+  else if (rc != KM_TIMER_OK) st = fail(KMRUN_EINVAL, NULL, "km_time: bad options");
+  else {
+    memset(out, 0, sizeof *out);
+    out->median = r.median;
+    out->mean = r.mean;
+    out->min = r.min;
+    out->max = r.max;
+    out->p25 = r.p25;
+    out->p75 = r.p75;
+    out->rel_noise = r.rel_noise;
+    out->total_ms = r.total_ms;
+    out->n = r.n;
   }
-  if (o.mode == KM_TIME_COLD) {
-    int l2 = 0;
-    cu->cuDeviceGetAttribute(&l2, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, km_cuda_device());
-    size_t fbytes = (size_t)2 * (size_t)(l2 > 0 ? l2 : (1 << 24));
-    flush_n = fbytes / 16;
-    if ((r = km_cuda_util_get("km_flush", &flush_fn)) != CUDA_SUCCESS) { st = cuda_fail(r, "loading km_flush"); goto done; }
-    if ((r = cu->cuMemAlloc(&flush, fbytes)) != CUDA_SUCCESS) { flush = 0; st = cuda_fail(r, "allocating the L2 flush buffer"); goto done; }
-  }
-  if ((r = cu->cuEventCreate(&e0, CU_EVENT_DEFAULT)) != CUDA_SUCCESS) { e0 = NULL; st = cuda_fail(r, "creating an event"); goto done; }
-  if ((r = cu->cuEventCreate(&e1, CU_EVENT_DEFAULT)) != CUDA_SUCCESS) { e1 = NULL; st = cuda_fail(r, "creating an event"); goto done; }
-#define CALL_ONCE() (exec ? cu_result(cu->cuGraphLaunch(exec, s), "graph launch") : fn(ud))
-  for (int i = 0; i < warmup; i++)
-    if ((st = CALL_ONCE())) goto done;
-  if ((r = cu->cuStreamSynchronize(s)) != CUDA_SUCCESS) { st = cuda_fail(r, "warm-up"); goto done; }
-  double t0 = now_ms();
-  km_sampler smp;
-  km_sampler_init(&smp, &rule, samples, samples + max_s);
-  unsigned flush_v = 0;
-  while (smp.stop == KM_SAMPLE_ON) {
-    if (flush) {
-      flush_v++;
-      void *fargs[] = {&flush, &flush_n, &flush_v};
-      if ((r = km_cuda_util_launch(flush_fn, flush_n, s, fargs)) != CUDA_SUCCESS) { st = cuda_fail(r, "flushing L2"); goto done; }
-    }
-    if ((r = cu->cuEventRecord(e0, s)) != CUDA_SUCCESS) { st = cuda_fail(r, "event record"); goto done; }
-    if ((st = CALL_ONCE())) goto done;
-    if ((r = cu->cuEventRecord(e1, s)) != CUDA_SUCCESS) { st = cuda_fail(r, "event record"); goto done; }
-    if ((r = cu->cuEventSynchronize(e1)) != CUDA_SUCCESS) { st = cuda_fail(r, "event synchronize"); goto done; }
-    float ms = 0;
-    if ((r = cu->cuEventElapsedTime(&ms, e0, e1)) != CUDA_SUCCESS) { st = cuda_fail(r, "event elapsed time"); goto done; }
-    km_sampler_add(&smp, ms, now_ms() - t0, 0);
-  }
-#undef CALL_ONCE
-  memset(out, 0, sizeof *out);
-  int n = smp.n;
-  const double *sorted = smp.sorted;
-  out->n = n;
-  out->total_ms = now_ms() - t0;
-  out->median = km_stats_quantile(sorted, n, 0.5);
-  out->p25 = km_stats_quantile(sorted, n, 0.25);
-  out->p75 = km_stats_quantile(sorted, n, 0.75);
-  out->min = n ? sorted[0] : NAN;
-  out->max = n ? sorted[n - 1] : NAN;
-  out->mean = n ? smp.sum_ms / n : NAN;
-  out->rel_noise = smp.noise;
-done:
-  if (e0) cu->cuEventDestroy(e0);
-  if (e1) cu->cuEventDestroy(e1);
-  if (flush) cu->cuMemFree(flush);
-  if (exec) cu->cuGraphExecDestroy(exec);
-  if (graph) cu->cuGraphDestroy(graph);
-  if (cap) cu->cuStreamDestroy(cap);
-  free(samples);
+  free(buf);
   return st;
 }
 

@@ -1,0 +1,221 @@
+/* km_timer_core.c — the timing loop (km_timer_core.h): capture, warm-up, queued samples put to
+ * the stop rule one by one, clocks, energy, statistics. */
+#include <math.h>
+#include <string.h>
+
+#include "km_timer_core.h"
+#include "km_sampling_core.h"
+#include "km_stats_core.h"
+
+#define SLACK_MS 0.2      /* host wake-up latency the queue covers */
+#define ENERGY_SLACK_MS 5 /* with an energy window: one NVML energy read costs ~3 ms */
+#define CLOCK_MOVED 0.02
+#define WARMUP_MAX 100000 /* warm-up calls at most, however short they are */
+
+/* Sample i uses slot i % SLOTS; at most SLOTS - 1 samples are in flight, so a slot is reused
+ * only after its sample has been read, and sample i - 1's end event is still there when
+ * sample i is read. */
+#define EV(i, end) (2 * ((i) % KM_TIMER_SLOTS) + (end))
+
+const char *km_timer_phase_name(km_timer_phase ph) {
+  switch (ph) {
+  case KM_TIMER_CAPTURE: return "capture";
+  case KM_TIMER_WARMUP: return "warmup";
+  default: return "sample";
+  }
+}
+
+typedef struct { double lo, hi; } clock_span;
+
+static void clock_note(clock_span *c, double mhz) {
+  if (!(mhz > 0)) return; /* NaN: the probe failed */
+  if (!(c->lo <= mhz)) c->lo = mhz;
+  if (!(c->hi >= mhz)) c->hi = mhz;
+}
+
+/* What enqueueing a sample needs. */
+typedef struct {
+  const km_timer_ops *ops;
+  void *dev;
+  const km_timer_work *w;
+  km_timer_result *out;
+  int cold, captured, per_sample_launches;
+} run;
+
+static int dev_fail(run *r, int err, const char *what) {
+  r->out->err = err;
+  r->out->what = what;
+  return KM_TIMER_EDEV;
+}
+
+static int hook(run *r, int (*h)(void *, km_timer_phase), km_timer_phase ph) {
+  return h && h(r->w->ud, ph) ? KM_TIMER_EWORK : 0;
+}
+
+/* One launch of the timed thing: the captured graph's replay, or a call of the work. */
+static int launch(run *r, km_timer_phase ph) {
+  if (r->captured) {
+    int e = r->ops->replay(r->dev);
+    return e ? dev_fail(r, e, "graph launch") : 0;
+  }
+  return r->w->call(r->w->ud, ph) ? KM_TIMER_EWORK : 0;
+}
+
+/* Enqueues sample i: before hook, L2 flush, start event, the calls, end event, after hook. */
+static int enqueue(run *r, int i) {
+  const km_timer_ops *o = r->ops;
+  int e, rc;
+  if ((rc = hook(r, r->w->before, KM_TIMER_SAMPLE))) return rc;
+  if (r->cold && (e = o->flush(r->dev))) return dev_fail(r, e, "timing");
+  if ((e = o->record(r->dev, EV(i, 0)))) return dev_fail(r, e, "timing");
+  for (int k = 0; k < r->per_sample_launches; k++)
+    if ((rc = launch(r, KM_TIMER_SAMPLE))) return rc;
+  if ((e = o->record(r->dev, EV(i, 1)))) return dev_fail(r, e, "timing");
+  return hook(r, r->w->after, KM_TIMER_SAMPLE);
+}
+
+/* Samples completed: all before i (waited for in order), then those from i on whose end
+ * events have been reached (in stream order), up to `queued`. */
+static int done_through(run *r, int i, int queued) {
+  while (i < queued && r->ops->query(r->dev, EV(i, 1)) == 0) i++;
+  return i;
+}
+
+/* Waits for sample i to finish. With an energy window, polls the energy counter every pause
+ * meanwhile instead of blocking, telling it at each poll how many calls had completed. The
+ * wait is on the host only: the GPU's timeline is the same as with a blocking wait. */
+static int wait_sample(run *r, int i, int queued, int energy, int per_sample) {
+  const km_timer_ops *o = r->ops;
+  if (!energy) return o->wait(r->dev, EV(i, 1));
+  for (;;) {
+    int q = o->query(r->dev, EV(i, 1));
+    if (q == 0) break;
+    if (q != KM_TIMER_PENDING) return q;
+    o->energy_poll(r->dev, (double)done_through(r, i, queued) * per_sample);
+    o->pause(r->dev);
+  }
+  o->energy_poll(r->dev, (double)done_through(r, i + 1, queued) * per_sample);
+  return 0;
+}
+
+int km_timer_run(const km_timer_ops *ops, void *dev, const km_timing_protocol *p, const km_timer_work *w,
+                 double *buf, km_timer_result *out) {
+  if (!out) return KM_TIMER_EINVAL;
+  memset(out, 0, sizeof *out);
+  out->sm_clock_start = out->sm_clock_end = out->sm_clock_min = out->sm_clock_max = NAN;
+  out->energy_j = NAN;
+  out->energy_why = "not measured";
+  if (!ops || !p || !p->mode || !w || !w->call || !buf || km_stop_rule_valid(&p->stop) || p->rep < 1 || p->warmup < 0)
+    return KM_TIMER_EINVAL;
+  int cold = !strcmp(p->mode, "cold"), graph_mode = !strcmp(p->mode, "graph");
+  int rep = p->rep, max_n = p->stop.max_samples, e, rc;
+  run r = {ops, dev, w, out, cold, 0, rep};
+
+  /* graph mode: capture rep calls once, then time replays */
+  int calls_per_launch = 1; /* calls of the work in one launch of the timed thing */
+  if (graph_mode && !w->is_graph) {
+    const char *what = "begin capture";
+    if ((e = ops->capture_begin(dev, &what))) return dev_fail(&r, e, what);
+    int failed = 0;
+    for (int k = 0; k < rep && !failed; k++) failed = w->call(w->ud, KM_TIMER_CAPTURE);
+    what = "capturing a graph (was work sent to another stream?)";
+    e = ops->capture_end(dev, !failed, &what);
+    if (failed) return KM_TIMER_EWORK;
+    if (e) return dev_fail(&r, e, what);
+    r.captured = 1;
+    calls_per_launch = rep;
+  }
+  r.per_sample_launches = (w->is_graph || r.captured) && graph_mode ? 1 : rep;
+  int per_sample_calls = r.per_sample_launches * calls_per_launch;
+  if (cold && (e = ops->flush_prepare(dev, p->flush_bytes, &out->flush_bytes)))
+    return dev_fail(&r, e, "allocating the L2 flush buffer");
+
+  /* warmup: at least `warmup` calls and `warmup_ms` of wall time */
+  double t0 = ops->now_ms(dev);
+  for (int i = 0; i < p->warmup || (ops->now_ms(dev) - t0 < p->warmup_ms && i < WARMUP_MAX); i++) {
+    if ((rc = hook(&r, w->before, KM_TIMER_WARMUP)) || (rc = launch(&r, KM_TIMER_WARMUP)) ||
+        (rc = hook(&r, w->after, KM_TIMER_WARMUP)))
+      return rc;
+    if (((i & 7) == 7 || i + 1 >= p->warmup) && (e = ops->sync(dev))) return dev_fail(&r, e, "warmup");
+  }
+  if ((e = ops->sync(dev))) return dev_fail(&r, e, "warmup");
+
+  clock_span clk = {NAN, NAN};
+  double clock_start = ops->sm_clock ? ops->sm_clock(dev) : NAN;
+  clock_note(&clk, clock_start);
+  const char *energy_why = "not measured";
+  int window = ops->energy_begin && ops->energy_begin(dev, &energy_why) == 0;
+  int want_energy = p->energy && window;
+
+  /* The stop rule (km_sampling_core) is asked at every sample, in order, so n is the first
+   * count that satisfies it, whatever was queued. Samples are queued ahead as far as
+   * km_sampler_plan says: enough that the GPU does not wait while the host reads, decides
+   * and enqueues (sized from the measured time per sample and per enqueue), never more than
+   * the rule may need. Samples queued beyond the stop (n_extra) ran, hooks and all, and are
+   * waited for, but do not enter the statistics. */
+  km_sampler smp;
+  km_sampler_init(&smp, &p->stop, buf, buf + max_n);
+  km_pace pace = {0, 0, want_energy ? ENERGY_SLACK_MS : SLACK_MS, 0, 0, KM_TIMER_SLOTS - 1};
+  int queued = 0, taken = 0;
+  double start = ops->now_ms(dev);
+  for (;;) {
+    pace.elapsed_ms = ops->now_ms(dev) - start;
+    pace.hold = want_energy && !ops->energy_enough(dev);
+    int target = km_sampler_plan(&smp, queued, &pace);
+    if (target > queued) {
+      double h0 = ops->now_ms(dev);
+      int k = target - queued;
+      for (; queued < target; queued++)
+        if ((rc = enqueue(&r, queued))) return rc;
+      double h = (ops->now_ms(dev) - h0) / k;
+      pace.host_ms = pace.host_ms > 0 ? 0.75 * pace.host_ms + 0.25 * h : h;
+    }
+    if (smp.stop != KM_SAMPLE_ON || taken >= queued) break;
+    if (ops->read_clock && taken % 16 == 0) { /* e.g. NVML's SM clock, read while samples run */
+      double mhz = NAN;
+      if (ops->read_clock(dev, &mhz) == 0) clock_note(&clk, mhz);
+    }
+    if ((e = wait_sample(&r, taken, queued, window, per_sample_calls))) return dev_fail(&r, e, "timing");
+    double seen = ops->now_ms(dev) - start;
+    do { /* every sample completed so far, in order, each one put to the rule */
+      float ms = 0, gap = 0;
+      if ((e = ops->elapsed(dev, EV(taken, 0), EV(taken, 1), &ms))) return dev_fail(&r, e, "timing");
+      /* end to end: the GPU's time per sample, flush and hook work included */
+      if (taken > 0 && ops->elapsed(dev, EV(taken - 1, 1), EV(taken, 1), &gap) == 0 && gap > 0)
+        pace.sample_ms = pace.sample_ms > 0 ? 0.75 * pace.sample_ms + 0.25 * gap : gap;
+      else if (taken == 0)
+        pace.sample_ms = ms; /* the work alone: a first guess */
+      taken++;
+      int hold = want_energy && !ops->energy_enough(dev);
+      if (km_sampler_add(&smp, (double)ms / per_sample_calls, seen, hold) != KM_SAMPLE_ON) break;
+    } while (taken < queued && ops->query(dev, EV(taken, 1)) == 0);
+  }
+  if (queued > taken && (e = wait_sample(&r, queued - 1, queued, window, per_sample_calls)))
+    return dev_fail(&r, e, "timing");
+  out->total_ms = ops->now_ms(dev) - start;
+  if (window && ops->energy_end(dev, &out->energy_j, &out->energy_ms, &out->energy_calls, &energy_why) != 0)
+    out->energy_j = NAN;
+  out->energy_why = out->energy_j == out->energy_j ? NULL : energy_why;
+  double clock_end = ops->sm_clock ? ops->sm_clock(dev) : NAN;
+  clock_note(&clk, clock_end);
+
+  int n = smp.n;
+  const double *sorted = smp.sorted;
+  out->n = n;
+  out->n_extra = queued - n;
+  out->stop = smp.stop;
+  out->samples = smp.samples;
+  out->median = km_stats_quantile(sorted, n, 0.5);
+  out->p25 = km_stats_quantile(sorted, n, 0.25);
+  out->p75 = km_stats_quantile(sorted, n, 0.75);
+  out->min = n ? sorted[0] : NAN;
+  out->max = n ? sorted[n - 1] : NAN;
+  out->mean = n ? smp.sum_ms / n : NAN;
+  out->rel_noise = smp.noise;
+  out->sm_clock_start = clock_start;
+  out->sm_clock_end = clock_end;
+  out->sm_clock_min = clk.lo;
+  out->sm_clock_max = clk.hi;
+  out->clock_moved = clk.hi > clk.lo * (1 + CLOCK_MOVED);
+  return KM_TIMER_OK;
+}

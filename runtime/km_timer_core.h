@@ -1,0 +1,100 @@
+/* km_timer_core.h — the one timing loop. km.timing (km_timing.c) and the C API's km_time
+ * (kmrun_api.c) are thin bindings over it; docs/timing.md says what it does and why.
+ *
+ * Pure C: no lua_State, no driver. The device is reached through a km_timer_ops table:
+ * km_timer_gpu.c's drives CUDA events on the launch stream, the L2 flush, graph capture,
+ * the SM clock probe and NVML; tests/c/test_timer.c's is a simulated GPU on a fake clock.
+ * The stop rule, the pacing of queued samples and the protocol are km_sampling_core.h's.
+ *
+ * Ownership: the caller owns everything a run touches: the ops' device state, the work's
+ * state and the sample buffer (KM_TIMER_BUF(max_samples) doubles). km_timer_run allocates
+ * nothing and keeps nothing once it returns, so a callback may leave it by longjmp (a Lua
+ * error) and nothing leaks that the caller's own unwinding does not release.
+ *
+ * One run: in graph mode, `rep` calls of the work are captured into a graph once (unless the
+ * work already launches a graph) and its replays are timed; then warm-up calls (at least
+ * `warmup` and `warmup_ms`); then samples. A sample is before(sample), the L2 flush (cold
+ * mode), start event, the timed calls, end event, after(sample), all enqueued. Samples are
+ * queued ahead as far as km_sampler_plan says and put to the stop rule one at a time, in
+ * order, so n is the first count that satisfies it whatever was queued; samples queued past
+ * the stop (n_extra) run and are waited for but are not counted. */
+#ifndef KM_TIMER_CORE_H
+#define KM_TIMER_CORE_H
+
+#include <stddef.h>
+
+#include "km_sampling_core.h"
+
+#define KM_TIMER_SLOTS 64                  /* samples in flight at most: SLOTS - 1 */
+#define KM_TIMER_EVENTS (2 * KM_TIMER_SLOTS) /* (start, end) event pairs, by slot */
+#define KM_TIMER_PENDING (-1)              /* ops->query: the event is not reached yet */
+#define KM_TIMER_BUF(max_samples) (2 * (size_t)(max_samples)) /* doubles a run needs */
+
+typedef enum { KM_TIMER_CAPTURE, KM_TIMER_WARMUP, KM_TIMER_SAMPLE } km_timer_phase;
+
+/* "capture", "warmup", "sample" */
+const char *km_timer_phase_name(km_timer_phase ph);
+
+/* The device. Operations return 0 or the device's own error code (a CUresult on the GPU),
+ * which the loop hands back with what it was doing; `dev` is the ops' state. Events are
+ * numbered 0 .. KM_TIMER_EVENTS-1 and made on first use. */
+typedef struct km_timer_ops {
+  double (*now_ms)(void *dev);                 /* host monotonic clock */
+  void (*pause)(void *dev);                    /* ~200 us of host sleep while polling */
+  int (*record)(void *dev, int ev);            /* enqueue event ev */
+  int (*query)(void *dev, int ev);             /* 0: reached; KM_TIMER_PENDING; or an error */
+  int (*wait)(void *dev, int ev);              /* block until ev is reached */
+  int (*elapsed)(void *dev, int from, int to, float *ms);
+  int (*sync)(void *dev);                      /* wait for everything enqueued */
+  int (*flush_prepare)(void *dev, long long want, size_t *bytes); /* want 0: twice the L2 */
+  int (*flush)(void *dev);                     /* enqueue the L2 flush */
+  int (*capture_begin)(void *dev, const char **what); /* graph mode: capture what is enqueued */
+  int (*capture_end)(void *dev, int keep, const char **what); /* keep: make it replayable */
+  int (*replay)(void *dev);                    /* enqueue the captured graph */
+  /* Optional (NULL: not measured). sm_clock probes synchronously (MHz, NaN on failure);
+   * read_clock is a cheap reading taken while samples run (NVML). */
+  double (*sm_clock)(void *dev);
+  int (*read_clock)(void *dev, double *mhz);
+  /* An energy window over the samples (km_nvml.h): 0 when open, else *why says why not. */
+  int (*energy_begin)(void *dev, const char **why);
+  void (*energy_poll)(void *dev, double calls_done);
+  int (*energy_enough)(void *dev);
+  int (*energy_end)(void *dev, double *j_per_call, double *span_ms, double *calls, const char **why);
+} km_timer_ops;
+
+/* What is timed. call enqueues one call of the work; before and after (optional) run around
+ * every warm-up call and every sample (counted or queued past the stop), outside the timed
+ * window, never during a capture. Each returns 0, or non-zero to stop timing: the run then
+ * returns KM_TIMER_EWORK and the binding knows why. */
+typedef struct km_timer_work {
+  int (*call)(void *ud, km_timer_phase phase);
+  int (*before)(void *ud, km_timer_phase phase);
+  int (*after)(void *ud, km_timer_phase phase);
+  void *ud;
+  int is_graph; /* call launches a graph already: graph mode replays it as is, once a sample */
+} km_timer_work;
+
+enum { KM_TIMER_OK = 0, KM_TIMER_EDEV = -1, KM_TIMER_EWORK = -2, KM_TIMER_EINVAL = -3 };
+
+typedef struct km_timer_result {
+  double median, mean, min, max, p25, p75; /* ms per call of the work */
+  double rel_noise, total_ms;
+  int n, n_extra;         /* samples counted; samples queued past the stop (run, not counted) */
+  km_stop stop;
+  const double *samples;  /* the n counted samples in the order taken (the caller's buffer) */
+  size_t flush_bytes;     /* cold mode: bytes written before each sample */
+  double sm_clock_start, sm_clock_end, sm_clock_min, sm_clock_max; /* MHz; NaN: not measured */
+  int clock_moved;        /* max > min by more than 2%: not all samples ran at one clock */
+  double energy_j, energy_ms, energy_calls; /* energy_j NaN: energy_why says why */
+  const char *energy_why;
+  int err;                /* KM_TIMER_EDEV: the device's error code ... */
+  const char *what;       /* ... and what the run was doing ("timing", "warmup", ...) */
+} km_timer_result;
+
+/* Times w under protocol p (valid: km_stop_rule_valid, rep >= 1, warmup >= 0) into *out.
+ * buf holds KM_TIMER_BUF(p->stop.max_samples) doubles. Returns KM_TIMER_OK; KM_TIMER_EDEV
+ * (out->err, out->what); KM_TIMER_EWORK (the work or a hook stopped it); KM_TIMER_EINVAL. */
+int km_timer_run(const km_timer_ops *ops, void *dev, const km_timing_protocol *p, const km_timer_work *w,
+                 double *buf, km_timer_result *out);
+
+#endif

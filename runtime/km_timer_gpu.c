@@ -1,0 +1,296 @@
+/* km_timer_gpu.c — the timing core's device on CUDA (km_timer_gpu.h). */
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "km_timer_gpu.h"
+#include "km_driver.h"
+#include "km_nvml.h"
+#include "km_timer_core.h"
+
+/* ==== the L2 flush scratch (the process's) ==== */
+
+static pthread_mutex_t flush_lock = PTHREAD_MUTEX_INITIALIZER;
+static CUdeviceptr flush_buf;
+static size_t flush_bytes_alloc;
+static unsigned flush_counter;
+
+static CUresult ensure_flush(size_t bytes) {
+  if (flush_buf && flush_bytes_alloc >= bytes) return CUDA_SUCCESS;
+  if (flush_buf) km_cu->cuMemFree(flush_buf), flush_buf = 0;
+  CUresult r = km_cu->cuMemAlloc(&flush_buf, bytes);
+  if (r == CUDA_SUCCESS) flush_bytes_alloc = bytes;
+  else flush_buf = 0, flush_bytes_alloc = 0;
+  return r;
+}
+
+/* ==== ops ==== */
+
+static double now_ms(void *dev) {
+  (void)dev;
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static void pause_200us(void *dev) {
+  (void)dev;
+  struct timespec ts = {0, 200000};
+  nanosleep(&ts, NULL);
+}
+
+static int record(void *dev, int ev) {
+  km_timer_gpu *g = dev;
+  CUresult r;
+  while (g->made <= ev) {
+    if ((r = km_cu->cuEventCreate(&g->ev[g->made], CU_EVENT_DEFAULT)) != CUDA_SUCCESS) return r;
+    g->made++;
+  }
+  return km_cu->cuEventRecord(g->ev[ev], g->s);
+}
+
+static int query(void *dev, int ev) {
+  km_timer_gpu *g = dev;
+  CUresult r = km_cu->cuEventQuery(g->ev[ev]);
+  return r == CUDA_ERROR_NOT_READY ? KM_TIMER_PENDING : (int)r;
+}
+
+static int wait_event(void *dev, int ev) { return km_cu->cuEventSynchronize(((km_timer_gpu *)dev)->ev[ev]); }
+
+static int elapsed(void *dev, int from, int to, float *ms) {
+  km_timer_gpu *g = dev;
+  return km_cu->cuEventElapsedTime(ms, g->ev[from], g->ev[to]);
+}
+
+static int sync_stream(void *dev) { return km_cu->cuStreamSynchronize(((km_timer_gpu *)dev)->s); }
+
+static int flush_prepare(void *dev, long long want, size_t *bytes) {
+  km_timer_gpu *g = dev;
+  int l2 = 0;
+  km_cu->cuDeviceGetAttribute(&l2, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, km_cuda_device());
+  size_t fbytes = want > 0 ? (size_t)want : (size_t)2 * (size_t)(l2 > 0 ? l2 : (1 << 24));
+  fbytes = (fbytes + 15) & ~(size_t)15;
+  *bytes = fbytes;
+  g->flush_n = fbytes / 16;
+  CUresult r = km_cuda_util_get("km_flush", &g->flush_fn);
+  if (r != CUDA_SUCCESS) return r;
+  pthread_mutex_lock(&flush_lock);
+  r = ensure_flush(fbytes);
+  pthread_mutex_unlock(&flush_lock);
+  return r;
+}
+
+static int flush(void *dev) {
+  km_timer_gpu *g = dev;
+  pthread_mutex_lock(&flush_lock);
+  unsigned v = ++flush_counter;
+  void *args[] = {&flush_buf, &g->flush_n, &v};
+  CUresult r = km_cuda_util_launch(g->flush_fn, g->flush_n, g->s, args);
+  pthread_mutex_unlock(&flush_lock);
+  return r;
+}
+
+/* Work sent to the legacy default stream during the capture fails it (global mode), so
+ * nothing escapes it unseen. */
+static int capture_begin(void *dev, const char **what) {
+  km_timer_gpu *g = dev;
+  CUresult r = km_cu->cuStreamCreate(&g->cap, CU_STREAM_NON_BLOCKING);
+  if (r != CUDA_SUCCESS) {
+    g->cap = NULL;
+    *what = "creating a capture stream";
+    return r;
+  }
+  if ((r = km_cu->cuStreamBeginCapture(g->cap, CU_STREAM_CAPTURE_MODE_GLOBAL)) != CUDA_SUCCESS) {
+    km_cu->cuStreamDestroy(g->cap);
+    g->cap = NULL;
+    *what = "begin capture";
+    return r;
+  }
+  g->saved = km_cuda_set_stream(g->cap);
+  return CUDA_SUCCESS;
+}
+
+static int capture_end(void *dev, int keep, const char **what) {
+  km_timer_gpu *g = dev;
+  if (!g->cap) return CUDA_ERROR_INVALID_VALUE;
+  km_cuda_set_stream(g->saved);
+  CUgraph graph = NULL;
+  CUresult r = km_cu->cuStreamEndCapture(g->cap, &graph);
+  km_cu->cuStreamDestroy(g->cap);
+  g->cap = NULL;
+  if (r != CUDA_SUCCESS || !keep) {
+    if (graph) km_cu->cuGraphDestroy(graph);
+    return r;
+  }
+  g->graph = graph;
+  if ((r = km_cu->cuGraphInstantiateWithFlags(&g->exec, graph, 0)) != CUDA_SUCCESS) {
+    g->exec = NULL;
+    *what = "instantiating a graph";
+  }
+  return r;
+}
+
+static int replay(void *dev) {
+  km_timer_gpu *g = dev;
+  return km_cu->cuGraphLaunch(g->exec, g->s);
+}
+
+static double sm_clock(void *dev) {
+  (void)dev;
+  return km_timer_gpu_sm_clock();
+}
+
+static int read_clock(void *dev, double *mhz) {
+  km_timer_gpu *g = dev;
+  unsigned v = 0;
+  const char *why;
+  if (!g->nvml || km_nvml_sm_clock(g->nvml, &v, &why) != 0) return -1;
+  *mhz = v;
+  return 0;
+}
+
+/* NVML's handle of the device this process's context is on, looked up once by UUID. */
+static km_nvml_dev nvml_device(const char **why) {
+  static int done;
+  static km_nvml_dev dev;
+  static const char *err;
+  if (!done) {
+    done = 1;
+    CUuuid u;
+    memset(&u, 0, sizeof u);
+    if (km_cu->cuDeviceGetUuid(&u, km_cuda_device()) != CUDA_SUCCESS) err = "cuDeviceGetUuid failed";
+    else {
+      const unsigned char *b = (const unsigned char *)u.bytes;
+      char s[64];
+      snprintf(s, sizeof s, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+               b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+      if (km_nvml_device(s, 0, &dev, &err) != 0) dev = NULL;
+    }
+  }
+  *why = err;
+  return dev;
+}
+
+static int energy_begin(void *dev, const char **why) {
+  km_timer_gpu *g = dev;
+  const char *nvml_why = NULL;
+  g->nvml = nvml_device(&nvml_why);
+  if (!g->nvml) {
+    *why = nvml_why ? nvml_why : "NVML unavailable";
+    return -1;
+  }
+  km_energy_begin(&g->ew, g->nvml);
+  if (g->ew.status) *why = g->ew.why;
+  return g->ew.status;
+}
+
+static void energy_poll(void *dev, double calls) { km_energy_poll(&((km_timer_gpu *)dev)->ew, calls); }
+static int energy_enough(void *dev) { return km_energy_enough(&((km_timer_gpu *)dev)->ew); }
+static int energy_end(void *dev, double *j, double *span_ms, double *calls, const char **why) {
+  return km_energy_end(&((km_timer_gpu *)dev)->ew, j, span_ms, calls, why);
+}
+
+static const km_timer_ops OPS_FULL = {now_ms, pause_200us, record, query, wait_event, elapsed, sync_stream,
+                                      flush_prepare, flush, capture_begin, capture_end, replay,
+                                      sm_clock, read_clock, energy_begin, energy_poll, energy_enough, energy_end};
+static const km_timer_ops OPS_PLAIN = {now_ms, pause_200us, record, query, wait_event, elapsed, sync_stream,
+                                       flush_prepare, flush, capture_begin, capture_end, replay,
+                                       NULL, NULL, NULL, NULL, NULL, NULL};
+
+const km_timer_ops *km_timer_gpu_ops(int clocks_and_energy) { return clocks_and_energy ? &OPS_FULL : &OPS_PLAIN; }
+
+void km_timer_gpu_init(km_timer_gpu *g) {
+  memset(g, 0, sizeof *g);
+  g->s = km_cuda_stream();
+}
+
+void km_timer_gpu_release(km_timer_gpu *g) {
+  if (g->cap) { /* a capture left open (a run that did not come back) */
+    CUgraph graph = NULL;
+    km_cuda_set_stream(g->saved);
+    if (km_cu->cuStreamEndCapture(g->cap, &graph) == CUDA_SUCCESS && graph) km_cu->cuGraphDestroy(graph);
+    km_cu->cuStreamDestroy(g->cap);
+    g->cap = NULL;
+  }
+  for (int i = 0; i < g->made; i++) km_cu->cuEventDestroy(g->ev[i]);
+  g->made = 0;
+  if (g->exec) km_cu->cuGraphExecDestroy(g->exec);
+  if (g->graph) km_cu->cuGraphDestroy(g->graph);
+  g->exec = NULL;
+  g->graph = NULL;
+}
+
+/* ==== clocks and ceilings ==== */
+
+double km_timer_gpu_sm_clock(void) {
+  CUfunction fn;
+  if (km_cuda_util_get("km_clock_probe", &fn) != CUDA_SUCCESS) return NAN;
+  CUdeviceptr out;
+  if (km_cu->cuMemAlloc(&out, 16) != CUDA_SUCCESS) return NAN;
+  long long cycles = 400000; /* ~0.2 ms at 2 GHz: %globaltimer ticks are coarse */
+  void *args[] = {&cycles, &out};
+  unsigned long long v[2] = {0, 0};
+  CUresult r = km_cu->cuLaunchKernel(fn, 1, 1, 1, 32, 1, 1, 0, km_cuda_stream(), args, NULL);
+  if (r == CUDA_SUCCESS) r = km_cu->cuStreamSynchronize(km_cuda_stream());
+  if (r == CUDA_SUCCESS) r = km_cu->cuMemcpyDtoH(v, out, 16);
+  km_cu->cuMemFree(out);
+  if (r != CUDA_SUCCESS || v[1] == 0) return NAN;
+  return (double)v[0] / (double)v[1] * 1000.0;
+}
+
+/* Best (minimum) event time of `reps` launches of fn over `n` items, in ms. */
+static CUresult best_ms(CUfunction fn, uint64_t n, void **args, int reps, unsigned grid, double *out) {
+  CUevent a, b;
+  CUresult r = km_cu->cuEventCreate(&a, CU_EVENT_DEFAULT);
+  if (r != CUDA_SUCCESS) return r;
+  if ((r = km_cu->cuEventCreate(&b, CU_EVENT_DEFAULT)) != CUDA_SUCCESS) { km_cu->cuEventDestroy(a); return r; }
+  CUstream s = km_cuda_stream();
+  double best = INFINITY;
+  for (int i = 0; i < reps && r == CUDA_SUCCESS; i++) {
+    float ms = 0;
+    r = km_cu->cuEventRecord(a, s);
+    if (r == CUDA_SUCCESS) r = grid ? km_cu->cuLaunchKernel(fn, grid, 1, 1, 256, 1, 1, 0, s, args, NULL)
+                                    : km_cuda_util_launch(fn, n, s, args);
+    if (r == CUDA_SUCCESS) r = km_cu->cuEventRecord(b, s);
+    if (r == CUDA_SUCCESS) r = km_cu->cuEventSynchronize(b);
+    if (r == CUDA_SUCCESS) r = km_cu->cuEventElapsedTime(&ms, a, b);
+    if (r == CUDA_SUCCESS && i > 0 && ms < best) best = ms; /* the first run warms up */
+  }
+  km_cu->cuEventDestroy(a);
+  km_cu->cuEventDestroy(b);
+  *out = best;
+  return r;
+}
+
+CUresult km_timer_gpu_peaks(double *bandwidth_gbs, double *fp32_tflops, const char **what) {
+  CUfunction copy_fn, fma_fn;
+  CUresult r = km_cuda_util_get("km_copy", &copy_fn);
+  if (r == CUDA_SUCCESS) r = km_cuda_util_get("km_fma", &fma_fn);
+  if (r != CUDA_SUCCESS) { *what = "peaks: loading kmrun's kernels"; return r; }
+  size_t bytes = (size_t)512 << 20;
+  CUdeviceptr src, dst;
+  *what = "peaks: allocating";
+  if ((r = km_cu->cuMemAlloc(&src, bytes)) != CUDA_SUCCESS) return r;
+  if ((r = km_cu->cuMemAlloc(&dst, bytes)) != CUDA_SUCCESS) { km_cu->cuMemFree(src); return r; }
+  km_cu->cuMemsetD32(src, 0x3f800000, bytes / 4);
+  uint64_t n = bytes / 16;
+  void *cargs[] = {&dst, &src, &n};
+  double copy_ms = 0, fma_ms = 0;
+  r = best_ms(copy_fn, n, cargs, 6, 0, &copy_ms);
+  int sms = 0;
+  km_cu->cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, km_cuda_device());
+  int iters = 4096;
+  float a = 0.999f, bb = 0.001f;
+  void *fargs[] = {&dst, &iters, &a, &bb};
+  unsigned grid = (unsigned)sms * 8;
+  if (r == CUDA_SUCCESS) r = best_ms(fma_fn, 0, fargs, 6, grid, &fma_ms);
+  km_cu->cuMemFree(src);
+  km_cu->cuMemFree(dst);
+  *what = "peaks";
+  if (r != CUDA_SUCCESS) return r;
+  *bandwidth_gbs = 2.0 * (double)bytes / (copy_ms * 1e-3) / 1e9;
+  *fp32_tflops = (double)grid * 256 * iters * 16 / (fma_ms * 1e-3) / 1e12;
+  return CUDA_SUCCESS;
+}

@@ -1,0 +1,44 @@
+/* km_timer_gpu.h — the timing core's device on CUDA (km_timer_core.h's ops): event pairs on
+ * the launch stream, the L2 flush, graph capture and replay, the SM clock probe, NVML's SM
+ * clock and energy window; and the measured ceilings (peaks). Plain C over km_driver.h and
+ * km_nvml.h: no lua_State. km.timing (km_timing.c) and km_time (kmrun_api.c) time through it.
+ *
+ * Ownership: a km_timer_gpu belongs to its caller (on the stack, or in a Lua userdata that
+ * releases it when closed); km_timer_gpu_release frees what a run made in it (events, the
+ * captured graph, a capture left open) and may be called again. The L2 flush scratch belongs
+ * to the process: made on first use, grown when a larger flush is asked for, kept. */
+#ifndef KM_TIMER_GPU_H
+#define KM_TIMER_GPU_H
+
+#include "km_driver.h"
+#include "km_nvml.h"
+#include "km_timer_core.h"
+
+typedef struct km_timer_gpu {
+  CUstream s;                       /* the stream timed: km_cuda_stream() at init */
+  CUevent ev[KM_TIMER_EVENTS];
+  int made;                         /* events made so far, in order */
+  CUfunction flush_fn;
+  uint64_t flush_n;                 /* 16-byte words flushed */
+  CUstream cap, saved;              /* graph mode: the capturing stream, the one it replaced */
+  CUgraph graph;
+  CUgraphExec exec;
+  km_nvml_dev nvml;                 /* NULL: no NVML */
+  km_energy_window ew;
+} km_timer_gpu;
+
+/* The driver must be loaded (km_cuda_get). */
+void km_timer_gpu_init(km_timer_gpu *g);
+void km_timer_gpu_release(km_timer_gpu *g);
+
+/* The ops: with clocks and energy (km.timing reports them) or without (km_time does not). */
+const km_timer_ops *km_timer_gpu_ops(int clocks_and_energy);
+
+/* The SM clock in MHz while a kernel runs (clock64 against %globaltimer); NaN on failure. */
+double km_timer_gpu_sm_clock(void);
+
+/* This device's measured ceilings: a 16-byte copy of 2 x 512 MiB (bytes read and written)
+ * and 8 FMA chains per thread on every SM. CUDA_SUCCESS, or the failure with *what. */
+CUresult km_timer_gpu_peaks(double *bandwidth_gbs, double *fp32_tflops, const char **what);
+
+#endif

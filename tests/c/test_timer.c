@@ -1,0 +1,575 @@
+/* test_timer.c — the timing loop (km_timer_core.c) driven through its ops by a simulated GPU on
+ * a fake clock: where it stops, how far it queues ahead, the order of hooks, flushes, events
+ * and calls, graph capture, failures, clocks and the energy window. The CUDA ops
+ * (km_timer_gpu.c) are the GPU tests' (tests/gpu/test_timing*.lua).
+ *
+ * The simulated GPU runs what is enqueued in order: work arriving while it is busy starts when
+ * the queue before it is done, an event is reached when the GPU gets to it, and the host's
+ * clock moves only when it waits (and wakes wake_ms late), pauses, or pays host_ms for each
+ * call or flush it enqueues. */
+#include <math.h>
+#include <stdlib.h>
+#include "test.h"
+#include "km_sampling_core.h"
+#include "km_stats_core.h"
+#include "km_timer_core.h"
+
+#define MAXN 400
+#define LOGMAX 20000
+
+typedef struct {
+  double now, gpu;          /* host clock; when the GPU's queue runs dry */
+  double host_ms;           /* host time each enqueued call or flush costs */
+  double wake_ms;           /* host wake-up latency after a blocking wait */
+  double ev_at[KM_TIMER_EVENTS];
+  int ev_made[KM_TIMER_EVENTS];
+  int pending[KM_TIMER_SLOTS]; /* a sample's end recorded, not yet read */
+  int slot_reused;          /* an event recorded over a sample not yet read */
+  int in_flight, max_in_flight;
+  int sampling;             /* the first sample has been enqueued */
+  double idle;              /* GPU time idle since then, waiting for the host */
+  double (*dur)(int k);     /* the k-th timed call's duration in the sample phase (ms) */
+  double warm_ms, flush_ms;
+  int sample_calls, warm_calls, capture_calls, replays;
+  /* failure injection: the N-th operation of a kind fails (0: never) */
+  int fail_record, records, fail_sync, syncs, fail_call, fail_before, befores, fail_after, afters;
+  int fail_flush_prepare, fail_capture_begin;
+  /* clocks and energy */
+  double clocks[2];
+  int sm_probes, clock_reads;
+  double energy_at;        /* energy_enough once the host clock passes it */
+  int polls, pauses;
+  double last_poll_calls;
+  int poll_went_back;
+  char log[LOGMAX];
+  int len;
+} fake;
+
+static void note(fake *f, char c) {
+  if (f->len < LOGMAX - 1) f->log[f->len++] = c, f->log[f->len] = 0;
+}
+
+/* GPU work of ms, enqueued now; then the host pays for enqueueing it. */
+static void run_gpu(fake *f, double ms) {
+  double start = f->gpu > f->now ? f->gpu : f->now;
+  if (f->sampling && start > f->gpu) f->idle += start - f->gpu;
+  f->gpu = start + ms;
+  f->now += f->host_ms;
+}
+
+/* ---- ops ---- */
+
+static double f_now(void *d) { return ((fake *)d)->now; }
+static void f_pause(void *d) { fake *f = d; f->now += 0.2; f->pauses++; }
+
+static int f_record(void *d, int ev) {
+  fake *f = d;
+  if (f->fail_record && ++f->records == f->fail_record) return 700;
+  int slot = ev / 2;
+  if (ev % 2 == 0) {
+    if (f->pending[slot]) f->slot_reused = 1;
+    f->sampling = 1;
+  } else {
+    f->pending[slot] = 1;
+    if (++f->in_flight > f->max_in_flight) f->max_in_flight = f->in_flight;
+  }
+  f->ev_made[ev] = 1;
+  f->ev_at[ev] = f->gpu > f->now ? f->gpu : f->now;
+  if (f->sampling && f->ev_at[ev] > f->gpu) f->idle += f->ev_at[ev] - f->gpu;
+  f->gpu = f->ev_at[ev];
+  note(f, ev % 2 ? 'E' : 'S');
+  return 0;
+}
+
+static int f_query(void *d, int ev) {
+  fake *f = d;
+  if (!f->ev_made[ev]) return 400;
+  return f->ev_at[ev] <= f->now ? 0 : KM_TIMER_PENDING;
+}
+
+static int f_wait(void *d, int ev) {
+  fake *f = d;
+  if (!f->ev_made[ev]) return 400;
+  if (f->ev_at[ev] > f->now) f->now = f->ev_at[ev] + f->wake_ms;
+  note(f, 'W');
+  return 0;
+}
+
+static int f_elapsed(void *d, int from, int to, float *ms) {
+  fake *f = d;
+  if (!f->ev_made[from] || !f->ev_made[to] || f->ev_at[to] > f->now) return 600;
+  if (to == from + 1 && from % 2 == 0 && f->pending[from / 2]) f->pending[from / 2] = 0, f->in_flight--;
+  *ms = (float)(f->ev_at[to] - f->ev_at[from]);
+  return 0;
+}
+
+static int f_sync(void *d) {
+  fake *f = d;
+  if (f->fail_sync && ++f->syncs == f->fail_sync) return 999;
+  if (f->gpu > f->now) f->now = f->gpu;
+  note(f, 'Y');
+  return 0;
+}
+
+static int f_flush_prepare(void *d, long long want, size_t *bytes) {
+  fake *f = d;
+  if (f->fail_flush_prepare) return 2;
+  *bytes = want > 0 ? (size_t)want : 100 << 20;
+  note(f, 'P');
+  return 0;
+}
+
+static int f_flush(void *d) {
+  fake *f = d;
+  run_gpu(f, f->flush_ms);
+  note(f, 'F');
+  return 0;
+}
+
+static int capturing;
+static int f_capture_begin(void *d, const char **what) {
+  fake *f = d;
+  if (f->fail_capture_begin) { *what = "creating a capture stream"; return 1; }
+  capturing = 1;
+  note(f, 'G');
+  return 0;
+}
+
+static int f_capture_end(void *d, int keep, const char **what) {
+  fake *f = d;
+  capturing = 0;
+  note(f, keep ? 'g' : 'x');
+  return 0;
+}
+
+static int f_replay(void *d) {
+  fake *f = d;
+  f->replays++;
+  for (int k = 0; k < f->capture_calls; k++)
+    run_gpu(f, f->sampling ? f->dur(f->sample_calls++) : f->warm_ms);
+  note(f, 'R');
+  return 0;
+}
+
+static double f_sm_clock(void *d) { fake *f = d; return f->clocks[f->sm_probes++ % 2]; }
+static int f_read_clock(void *d, double *mhz) { fake *f = d; f->clock_reads++; *mhz = 1050; return 0; }
+static int f_energy_begin(void *d, const char **why) { (void)d; (void)why; return 0; }
+static void f_energy_poll(void *d, double calls) {
+  fake *f = d;
+  f->polls++;
+  if (calls < f->last_poll_calls) f->poll_went_back = 1;
+  f->last_poll_calls = calls;
+}
+static int f_energy_enough(void *d) { fake *f = d; return f->now >= f->energy_at; }
+static int f_energy_end(void *d, double *j, double *ms, double *calls, const char **why) {
+  fake *f = d;
+  (void)why;
+  *j = 0.5, *ms = f->now, *calls = f->last_poll_calls;
+  return 0;
+}
+
+static const km_timer_ops OPS = {f_now, f_pause, f_record, f_query, f_wait, f_elapsed, f_sync,
+                                 f_flush_prepare, f_flush, f_capture_begin, f_capture_end, f_replay,
+                                 NULL, NULL, NULL, NULL, NULL, NULL};
+static const km_timer_ops OPS_EXTRAS = {f_now, f_pause, f_record, f_query, f_wait, f_elapsed, f_sync,
+                                        f_flush_prepare, f_flush, f_capture_begin, f_capture_end, f_replay,
+                                        f_sm_clock, f_read_clock, f_energy_begin, f_energy_poll,
+                                        f_energy_enough, f_energy_end};
+
+/* ---- the work and hooks ---- */
+
+static int w_call(void *ud, km_timer_phase ph) {
+  fake *f = ud;
+  if (ph == KM_TIMER_CAPTURE) {
+    if (capturing == 0) return 1; /* captured outside a capture: a loop bug */
+    f->capture_calls++;
+    note(f, 'c');
+    return f->fail_call < 0 ? 1 : 0;
+  }
+  if (ph == KM_TIMER_WARMUP) {
+    f->warm_calls++;
+    run_gpu(f, f->warm_ms);
+    note(f, 'w');
+    return 0;
+  }
+  if (f->fail_call > 0 && f->sample_calls + 1 == f->fail_call) return 1;
+  run_gpu(f, f->dur(f->sample_calls++));
+  note(f, 'C');
+  return 0;
+}
+
+static int w_before(void *ud, km_timer_phase ph) {
+  fake *f = ud;
+  if (capturing) return 1;
+  note(f, ph == KM_TIMER_SAMPLE ? 'B' : 'b');
+  return f->fail_before && ++f->befores == f->fail_before;
+}
+
+static int w_after(void *ud, km_timer_phase ph) {
+  fake *f = ud;
+  note(f, ph == KM_TIMER_SAMPLE ? 'A' : 'a');
+  return f->fail_after && ++f->afters == f->fail_after;
+}
+
+/* ---- series ---- */
+
+/* 1 ms plus a pseudo-random spread of +-amp, in steps of 1/1024 ms so every sum and every
+ * difference of event times is exact (the samples the loop reads equal the series). */
+static double g_amp;
+static double noisy(int i) {
+  unsigned x = (unsigned)i * 2654435761u + 12345u;
+  x ^= x >> 13; x *= 0x5bd1e995u; x ^= x >> 15;
+  double u = (double)(x % 10001) / 5000.0 - 1.0;
+  return 1.0 + floor(g_amp * u * 1024) / 1024;
+}
+static double one_ms(int i) { (void)i; return 1.0; }
+static double ten_ms(int i) { (void)i; return 10.0; }
+static double quarter_ms(int i) { (void)i; return 0.25; }
+static double tiny(int i) { (void)i; return 1.0 / 1024; }
+
+/* The first n >= min_n at which the series' first n samples meet the target, found by sorting
+ * every prefix: independent of the sampler and of the loop. */
+static int first_sufficient(double (*dur)(int), int min_n, int max_n, double target) {
+  double buf[MAXN];
+  for (int n = 1; n <= max_n; n++) {
+    for (int i = 0; i < n; i++) buf[i] = dur(i);
+    qsort(buf, (size_t)n, sizeof(double), km_stats_cmp_double);
+    if (n >= min_n && km_stats_rel_noise(buf, n) <= target) return n;
+  }
+  return -1;
+}
+
+static km_timing_protocol proto(const char *mode, int rep, int min_n, int max_n, double target) {
+  km_timing_protocol p;
+  km_timing_protocol_default(&p);
+  p.mode = mode;
+  p.rep = rep;
+  p.warmup = 2;
+  p.warmup_ms = 0;
+  p.stop.min_samples = min_n;
+  p.stop.max_samples = max_n;
+  p.stop.max_noise = target;
+  p.stop.max_ms = 1e9;
+  return p;
+}
+
+static fake *fresh(double (*dur)(int)) {
+  static fake f;
+  memset(&f, 0, sizeof f);
+  f.dur = dur;
+  f.warm_ms = 1;
+  f.flush_ms = 0.5;
+  f.energy_at = INFINITY;
+  capturing = 0;
+  return &f;
+}
+
+static int count(const fake *f, char c) {
+  int k = 0;
+  for (int i = 0; i < f->len; i++) k += f->log[i] == c;
+  return k;
+}
+
+static double buf[KM_TIMER_BUF(MAXN)];
+
+static int run(fake *f, const km_timer_ops *ops, const km_timing_protocol *p, int hooks, int is_graph,
+               km_timer_result *r) {
+  km_timer_work w = {w_call, hooks ? w_before : NULL, hooks ? w_after : NULL, f, is_graph};
+  return km_timer_run(ops, f, p, &w, buf, r);
+}
+
+/* ==== where it stops ==== */
+
+TEST(stops_at_the_first_sufficient_count) {
+  double amps[] = {0.01, 0.02, 0.03};
+  for (int k = 0; k < 3; k++) {
+    g_amp = amps[k];
+    int want = first_sufficient(noisy, 20, 300, 0.002);
+    ASSERT(want >= 20 && want < 300);
+    fake *f = fresh(noisy);
+    f->host_ms = 0.001, f->wake_ms = 0.1;
+    km_timing_protocol p = proto("warm", 1, 20, 300, 0.002);
+    km_timer_result r;
+    ASSERT_EQ_INT(run(f, &OPS, &p, 0, 0, &r), KM_TIMER_OK);
+    ASSERT_EQ_INT(r.stop, KM_STOP_NOISE);
+    ASSERT_EQ_INT(r.n, want);
+    for (int i = 0; i < r.n; i++) ASSERT_NEAR(r.samples[i], noisy(i), 0);
+    /* statistics of exactly the counted samples */
+    double s[MAXN];
+    for (int i = 0; i < r.n; i++) s[i] = noisy(i);
+    qsort(s, (size_t)r.n, sizeof(double), km_stats_cmp_double);
+    ASSERT_NEAR(r.median, km_stats_quantile(s, r.n, 0.5), 0);
+    ASSERT_NEAR(r.p25, km_stats_quantile(s, r.n, 0.25), 0);
+    ASSERT_NEAR(r.p75, km_stats_quantile(s, r.n, 0.75), 0);
+    ASSERT_NEAR(r.min, s[0], 0);
+    ASSERT_NEAR(r.max, s[r.n - 1], 0);
+    ASSERT_NEAR(r.rel_noise, km_stats_rel_noise(s, r.n), 1e-15);
+    /* samples queued past the stop ran (and were waited for) but are not counted */
+    ASSERT_EQ_INT(count(f, 'E'), r.n + r.n_extra);
+    ASSERT_EQ_INT(f->sample_calls, r.n + r.n_extra);
+    ASSERT(r.n_extra >= 0 && r.n_extra <= 2);
+    ASSERT(f->gpu <= f->now); /* nothing left running */
+    /* queued ahead: the GPU waited for the host once at most, a wake-up after sample
+     * min_samples (nothing is queued past it before the rule has been asked) */
+    ASSERT(f->idle <= f->wake_ms + 1e-9);
+  }
+}
+
+TEST(a_stable_kernel_stops_at_min_samples_with_nothing_extra) {
+  fake *f = fresh(one_ms);
+  f->host_ms = 0.001, f->wake_ms = 0.1;
+  km_timing_protocol p = proto("warm", 1, 20, 300, 0.002);
+  km_timer_result r;
+  ASSERT_EQ_INT(run(f, &OPS, &p, 0, 0, &r), KM_TIMER_OK);
+  ASSERT_EQ_INT(r.stop, KM_STOP_NOISE);
+  ASSERT_EQ_INT(r.n, 20);
+  ASSERT_EQ_INT(r.n_extra, 0);
+  ASSERT_NEAR(r.median, 1.0, 0);
+  ASSERT_NEAR(r.mean, 1.0, 0);
+  ASSERT_NEAR(r.total_ms, 20.1, 1e-9); /* back to back, and the host's wake-up after the last */
+  ASSERT_NEAR(f->idle, 0, 0);          /* the GPU never waited for the host */
+}
+
+TEST(max_samples_and_max_time) {
+  g_amp = 0.3;
+  fake *f = fresh(noisy);
+  km_timing_protocol p = proto("warm", 1, 5, 50, 0.0001);
+  km_timer_result r;
+  ASSERT_EQ_INT(run(f, &OPS, &p, 0, 0, &r), KM_TIMER_OK);
+  ASSERT_EQ_INT(r.stop, KM_STOP_MAX_SAMPLES);
+  ASSERT_EQ_INT(r.n, 50);
+  ASSERT_EQ_INT(r.n_extra, 0); /* never queued past max_samples */
+  /* 10 ms samples, max_ms 35: the fourth ends at 40 ms, past it; nothing queued that would
+   * finish after max_ms */
+  f = fresh(ten_ms);
+  p = proto("warm", 1, 20, 300, 0);
+  p.stop.max_ms = 35;
+  ASSERT_EQ_INT(run(f, &OPS, &p, 0, 0, &r), KM_TIMER_OK);
+  ASSERT_EQ_INT(r.stop, KM_STOP_MAX_TIME);
+  ASSERT_EQ_INT(r.n, 4);
+  ASSERT_EQ_INT(r.n_extra, 0);
+  ASSERT_NEAR(r.total_ms, 40, 0);
+}
+
+TEST(min_ms_holds_a_noise_stop) {
+  fake *f = fresh(one_ms);
+  km_timing_protocol p = proto("warm", 1, 20, 300, 0.002);
+  p.stop.min_ms = 45;
+  km_timer_result r;
+  ASSERT_EQ_INT(run(f, &OPS, &p, 0, 0, &r), KM_TIMER_OK);
+  ASSERT_EQ_INT(r.stop, KM_STOP_NOISE);
+  ASSERT_EQ_INT(r.n, 45);
+  ASSERT(r.n_extra <= 2);
+}
+
+/* ==== queueing ahead ==== */
+
+TEST(never_more_than_slots_minus_one_in_flight_and_no_slot_reused_early) {
+  fake *f = fresh(tiny);
+  f->host_ms = 0.0001; /* 0.2 ms of slack / 1 us samples: the lead wants hundreds */
+  km_timing_protocol p = proto("warm", 1, 250, 250, 0.002);
+  km_timer_result r;
+  ASSERT_EQ_INT(run(f, &OPS, &p, 0, 0, &r), KM_TIMER_OK);
+  ASSERT_EQ_INT(r.n, 250);
+  ASSERT_EQ_INT(r.n_extra, 0);
+  ASSERT_EQ_INT(f->max_in_flight, KM_TIMER_SLOTS - 1);
+  ASSERT_EQ_INT(f->slot_reused, 0);
+}
+
+TEST(the_first_plan_queues_two_then_paces_from_measured_times) {
+  fake *f = fresh(one_ms);
+  km_timing_protocol p = proto("warm", 1, 20, 300, 0.002);
+  km_timer_result r;
+  ASSERT_EQ_INT(run(f, &OPS, &p, 0, 0, &r), KM_TIMER_OK);
+  /* after warm-up (2 calls, synced): two samples, then the first wait */
+  const char *s = strstr(f->log, "YY");
+  ASSERT(s != NULL);
+  ASSERT(!strncmp(s + 2, "SCESCEW", 7));
+}
+
+/* ==== what a sample is, in order ==== */
+
+TEST(hooks_flush_events_and_calls_in_order_cold) {
+  fake *f = fresh(quarter_ms);
+  km_timing_protocol p = proto("cold", 2, 4, 4, 0.002);
+  km_timer_result r;
+  ASSERT_EQ_INT(run(f, &OPS, &p, 1, 0, &r), KM_TIMER_OK);
+  ASSERT_EQ_INT(r.n, 4);
+  ASSERT_EQ_INT(r.n_extra, 0);
+  ASSERT_NEAR(r.median, 0.25, 0); /* per call: the sample / rep */
+  ASSERT_EQ_INT(r.flush_bytes, 100 << 20);
+  /* the log without waits: flush scratch, warm-up calls with their hooks (synced after the
+   * last warm-up call and once more), then each sample: before, flush, start, rep calls, end,
+   * after */
+  char no_wait[LOGMAX];
+  int k = 0;
+  for (int i = 0; i < f->len; i++)
+    if (f->log[i] != 'W') no_wait[k++] = f->log[i];
+  no_wait[k] = 0;
+  ASSERT_EQ_STR(no_wait, "PbwabwaYYBFSCCEABFSCCEABFSCCEABFSCCEA");
+  ASSERT_EQ_INT(f->warm_calls, 2);
+}
+
+TEST(warm_mode_does_not_flush_and_warmup_lasts_warmup_ms) {
+  fake *f = fresh(one_ms);
+  km_timing_protocol p = proto("warm", 1, 3, 3, 0.002);
+  p.warmup = 2;
+  p.warmup_ms = 5; /* 1 ms calls: the 5th ends at 5 ms */
+  km_timer_result r;
+  ASSERT_EQ_INT(run(f, &OPS, &p, 0, 0, &r), KM_TIMER_OK);
+  ASSERT_EQ_INT(count(f, 'F') + count(f, 'P'), 0);
+  ASSERT_EQ_INT(f->warm_calls, 5);
+  ASSERT_EQ_INT(r.flush_bytes, 0);
+}
+
+TEST(graph_mode_captures_rep_calls_once_and_times_replays) {
+  fake *f = fresh(quarter_ms);
+  km_timing_protocol p = proto("graph", 3, 4, 4, 0.002);
+  km_timer_result r;
+  ASSERT_EQ_INT(run(f, &OPS, &p, 1, 0, &r), KM_TIMER_OK);
+  ASSERT(!strncmp(f->log, "Gcccg", 5)); /* no hook during the capture */
+  ASSERT_EQ_INT(f->capture_calls, 3);
+  ASSERT_EQ_INT(count(f, 'C') + count(f, 'w'), 0); /* after the capture, only replays */
+  ASSERT_EQ_INT(f->replays, 2 + 4);                /* 2 warm-up, one per sample */
+  ASSERT(strstr(f->log, "BSREA") != NULL);
+  ASSERT_NEAR(r.median, 0.25, 0); /* a replay of 3 calls / 3 */
+  /* a graph already: replayed as is, once a sample, whatever rep says */
+  f = fresh(quarter_ms);
+  ASSERT_EQ_INT(run(f, &OPS, &p, 0, 1, &r), KM_TIMER_OK);
+  ASSERT_EQ_INT(count(f, 'G'), 0);
+  ASSERT_EQ_INT(f->sample_calls, 4);
+  ASSERT_NEAR(r.median, 0.25, 0);
+  /* ... and rep times a sample in the other modes */
+  f = fresh(quarter_ms);
+  p.mode = "warm";
+  ASSERT_EQ_INT(run(f, &OPS, &p, 0, 1, &r), KM_TIMER_OK);
+  ASSERT_EQ_INT(f->sample_calls, 12);
+  ASSERT_NEAR(r.median, 0.25, 0);
+}
+
+/* ==== failures ==== */
+
+TEST(a_failing_call_or_hook_stops_timing_there) {
+  fake *f = fresh(one_ms);
+  f->fail_call = 5;
+  km_timing_protocol p = proto("cold", 1, 20, 300, 0.002);
+  km_timer_result r;
+  ASSERT_EQ_INT(run(f, &OPS, &p, 1, 0, &r), KM_TIMER_EWORK);
+  ASSERT_EQ_INT(count(f, 'B'), 5);
+  ASSERT_EQ_INT(count(f, 'C'), 4);
+  ASSERT_EQ_INT(f->log[f->len - 1], 'S'); /* nothing after the failed call */
+  f = fresh(one_ms);
+  f->fail_after = 2 + 7; /* 2 warm-up calls, then the 7th sample */
+  ASSERT_EQ_INT(run(f, &OPS, &p, 1, 0, &r), KM_TIMER_EWORK);
+  ASSERT_EQ_INT(count(f, 'A'), 7);
+  ASSERT_EQ_INT(f->log[f->len - 1], 'A');
+  f = fresh(one_ms);
+  f->fail_before = 1; /* the first warm-up call's */
+  ASSERT_EQ_INT(run(f, &OPS, &p, 1, 0, &r), KM_TIMER_EWORK);
+  ASSERT_EQ_STR(f->log, "Pb");
+  /* a call failing during the capture ends the capture without keeping it */
+  f = fresh(one_ms);
+  f->fail_call = -1;
+  p.mode = "graph";
+  ASSERT_EQ_INT(run(f, &OPS, &p, 1, 0, &r), KM_TIMER_EWORK);
+  ASSERT_EQ_STR(f->log, "Gcx");
+}
+
+TEST(device_failures_say_what_was_being_done) {
+  km_timing_protocol p = proto("cold", 1, 20, 300, 0.002);
+  km_timer_result r;
+  fake *f = fresh(one_ms);
+  f->fail_record = 7;
+  ASSERT_EQ_INT(run(f, &OPS, &p, 0, 0, &r), KM_TIMER_EDEV);
+  ASSERT_EQ_INT(r.err, 700);
+  ASSERT_EQ_STR(r.what, "timing");
+  f = fresh(one_ms);
+  f->fail_sync = 1;
+  ASSERT_EQ_INT(run(f, &OPS, &p, 0, 0, &r), KM_TIMER_EDEV);
+  ASSERT_EQ_INT(r.err, 999);
+  ASSERT_EQ_STR(r.what, "warmup");
+  f = fresh(one_ms);
+  f->fail_flush_prepare = 1;
+  ASSERT_EQ_INT(run(f, &OPS, &p, 0, 0, &r), KM_TIMER_EDEV);
+  ASSERT_EQ_STR(r.what, "allocating the L2 flush buffer");
+  f = fresh(one_ms);
+  f->fail_capture_begin = 1;
+  p.mode = "graph";
+  ASSERT_EQ_INT(run(f, &OPS, &p, 0, 0, &r), KM_TIMER_EDEV);
+  ASSERT_EQ_STR(r.what, "creating a capture stream");
+  /* misuse */
+  p = proto("warm", 0, 20, 300, 0.002);
+  ASSERT_EQ_INT(run(f, &OPS, &p, 0, 0, &r), KM_TIMER_EINVAL);
+  p = proto("warm", 1, 30, 20, 0.002);
+  ASSERT_EQ_INT(run(f, &OPS, &p, 0, 0, &r), KM_TIMER_EINVAL);
+}
+
+/* ==== clocks and energy ==== */
+
+TEST(clocks_are_probed_around_the_samples_and_read_while_they_run) {
+  fake *f = fresh(one_ms);
+  f->clocks[0] = 1000, f->clocks[1] = 1100;
+  f->energy_at = 0;
+  km_timing_protocol p = proto("warm", 1, 40, 40, 0.002);
+  km_timer_result r;
+  ASSERT_EQ_INT(run(f, &OPS_EXTRAS, &p, 0, 0, &r), KM_TIMER_OK);
+  ASSERT_EQ_INT(f->sm_probes, 2);
+  ASSERT_NEAR(r.sm_clock_start, 1000, 0);
+  ASSERT_NEAR(r.sm_clock_end, 1100, 0);
+  ASSERT_NEAR(r.sm_clock_min, 1000, 0);
+  ASSERT_NEAR(r.sm_clock_max, 1100, 0);
+  ASSERT_EQ_INT(r.clock_moved, 1);
+  ASSERT_EQ_INT(f->clock_reads, 3); /* samples 0, 16, 32 */
+  /* without the optional ops: nothing measured, and said so */
+  f = fresh(one_ms);
+  ASSERT_EQ_INT(run(f, &OPS, &p, 0, 0, &r), KM_TIMER_OK);
+  ASSERT(isnan(r.sm_clock_start) && isnan(r.sm_clock_max) && isnan(r.energy_j));
+  ASSERT_EQ_INT(r.clock_moved, 0);
+  ASSERT_EQ_STR(r.energy_why, "not measured");
+}
+
+TEST(an_energy_window_polls_while_waiting_and_holds_a_noise_stop) {
+  /* open but not asked for: polled while waiting, no hold */
+  fake *f = fresh(one_ms);
+  km_timing_protocol p = proto("warm", 1, 20, 300, 0.002);
+  km_timer_result r;
+  ASSERT_EQ_INT(run(f, &OPS_EXTRAS, &p, 0, 0, &r), KM_TIMER_OK);
+  ASSERT_EQ_INT(r.n, 20);
+  ASSERT(f->polls > 0 && f->pauses > 0);
+  ASSERT_EQ_INT(count(f, 'W'), 0); /* polled, never blocked */
+  ASSERT_EQ_INT(f->poll_went_back, 0);
+  ASSERT_NEAR(f->last_poll_calls, 20, 0);
+  ASSERT_NEAR(r.energy_j, 0.5, 0);
+  ASSERT(r.energy_why == NULL);
+  /* asked for: the noise stop waits until the window is long enough */
+  f = fresh(one_ms);
+  f->energy_at = 60;
+  p.energy = 1;
+  ASSERT_EQ_INT(run(f, &OPS_EXTRAS, &p, 0, 0, &r), KM_TIMER_OK);
+  ASSERT_EQ_INT(r.stop, KM_STOP_NOISE);
+  ASSERT(r.n >= 55 && r.n <= 62);
+  /* max_samples still stops it */
+  f = fresh(one_ms);
+  f->energy_at = 1e9;
+  p.stop.max_samples = 30;
+  ASSERT_EQ_INT(run(f, &OPS_EXTRAS, &p, 0, 0, &r), KM_TIMER_OK);
+  ASSERT_EQ_INT(r.stop, KM_STOP_MAX_SAMPLES);
+  ASSERT_EQ_INT(r.n, 30);
+}
+
+int main(void) {
+  RUN(stops_at_the_first_sufficient_count);
+  RUN(a_stable_kernel_stops_at_min_samples_with_nothing_extra);
+  RUN(max_samples_and_max_time);
+  RUN(min_ms_holds_a_noise_stop);
+  RUN(never_more_than_slots_minus_one_in_flight_and_no_slot_reused_early);
+  RUN(the_first_plan_queues_two_then_paces_from_measured_times);
+  RUN(hooks_flush_events_and_calls_in_order_cold);
+  RUN(warm_mode_does_not_flush_and_warmup_lasts_warmup_ms);
+  RUN(graph_mode_captures_rep_calls_once_and_times_replays);
+  RUN(a_failing_call_or_hook_stops_timing_there);
+  RUN(device_failures_say_what_was_being_done);
+  RUN(clocks_are_probed_around_the_samples_and_read_while_they_run);
+  RUN(an_energy_window_polls_while_waiting_and_holds_a_noise_stop);
+  return DONE();
+}
