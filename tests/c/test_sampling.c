@@ -273,6 +273,11 @@ TEST(protocol_key) {
                    "flush=2xL2 energy=0");
   ASSERT_EQ_INT(len, (int)strlen(k));
   char k2[256];
+  /* the defaults both bindings start from are these */
+  km_timing_protocol d;
+  km_timing_protocol_default(&d);
+  km_timing_protocol_key(&d, k2, sizeof k2);
+  ASSERT_EQ_STR(k2, k);
   /* every field shows */
   km_timing_protocol q = p;
   q.mode = "warm";

@@ -58,4 +58,61 @@ t.test("misuse raises, in timing.time before any CUDA call too", function()
   t.raises(function() timing.time(function() end, { mode = "hot" }) end, "unknown mode 'hot'")
 end)
 
+-- The C API's km_time runs the same loop (km_timer_core.c) under the protocol its options
+-- give: km_time_protocol_key, called as an embedding host calls it (LuaJIT's FFI, km.ffi),
+-- names the same protocol km.timing does for equal options, with no GPU.
+local testing = require "km.testing"
+local KMRUN = os.getenv("KMRUN") or arg[-1] or "build/kmrun"
+local sys = require "km.sys"
+local BUILD = sys.realpath(KMRUN:match("^(.*)/kmrun$") or "build") or "build"
+local ROOT = sys.realpath(package.km_libdir:match("^(.*)/lua$") or ".") or "."
+local function luajit()
+  if select(2, testing.sh("command -v luajit >/dev/null")) == 0 then return "luajit" end
+  local carried = BUILD .. "/carry/luajit"
+  if select(2, testing.sh("test -x " .. carried)) == 0 then return "LD_LIBRARY_PATH=" .. BUILD .. "/carry " .. carried end
+end
+local lib_built = select(2, testing.sh("test -f " .. BUILD .. "/lib/libkmrun.so")) == 0
+local jit = luajit()
+if jit and lib_built then
+  t.test("km_time_protocol_key (C API) gives km.timing's key for the same options", function()
+    local host = [[
+package.path = "ROOT/lua/?.lua;" .. package.path
+local ffi = require "ffi"
+local C = require("km.ffi").load("BUILD/lib/libkmrun.so")
+local function key(mode, warmup, min_n, max_n, target, max_ms, cap)
+  local o = ffi.new("km_time_opts")
+  o.mode, o.warmup, o.min_samples, o.max_samples, o.target, o.max_ms = mode, warmup, min_n, max_n, target, max_ms
+  local buf = ffi.new("char[256]")
+  local st = C.km_time_protocol_key(o, buf, cap or 256)
+  return st == 0 and ffi.string(buf) or ffi.string(C.km_status_name(st)) .. ": " .. ffi.string(C.km_errmsg())
+end
+local buf = ffi.new("char[256]")
+assert(C.km_time_protocol_key(nil, buf, 256) == 0)
+print(ffi.string(buf))
+print(key(0, 0, 0, 0, 0, 0))
+print(key(1, 7, 10, 50, 0.005, 600))
+print(key(2, 0, 30, 10, 0, 0))
+print(key(3, 0, 0, 0, 0, 0))
+print(key(0, 0, 0, 0, 0, 0, 16))
+]]
+    local dir = testing.tmpdir()
+    testing.write(dir .. "/host.lua", (host:gsub("ROOT", ROOT):gsub("BUILD", BUILD)))
+    local out, rc = testing.sh("cd / && " .. jit .. " " .. dir .. "/host.lua")
+    testing.sh("rm -rf " .. dir)
+    t.eq(rc, 0, out)
+    local lines = {}
+    for l in out:gmatch("[^\n]+") do lines[#lines + 1] = l end
+    t.eq(lines[1], DEFAULT, "NULL options")
+    t.eq(lines[2], DEFAULT, "zeroed options")
+    t.eq(lines[3], timing.protocol_key { mode = "warm", warmup = 7, min_samples = 10, max_samples = 50, target = 0.005,
+      max_ms = 600 })
+    -- km_time raises max_samples to min_samples where km.timing would refuse the pair
+    t.eq(lines[4], timing.protocol_key { mode = "graph", min_samples = 30, max_samples = 30 })
+    t.eq(lines[5], "KMRUN_EINVAL: km_time_protocol_key: unknown mode 3")
+    t.ok(lines[6]:match("^KMRUN_EINVAL: km_time_protocol_key: the key needs %d+ bytes, buf has 16$"), lines[6])
+  end)
+else
+  t.skip("km_time_protocol_key (C API) gives km.timing's key", not jit and "no luajit on this host" or "no build/lib/libkmrun.so")
+end
+
 t.done()
