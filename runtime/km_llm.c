@@ -5,8 +5,11 @@
  *   local entries = c:chat_many({ msgs1, msgs2, msgs3 }, opts) -- concurrent, in order
  *   local req = c:start(messages, opts)       -- at once; c:poll(ms) hands back finished ones
  *   c:pending()   c:usage()   c:config()   c:close()
+ *   llm.providers()                           -- the providers' table, a row each
  *
- * Requests are OpenAI chat completions or Anthropic Messages over libcurl's multi interface:
+ * Providers are rows of km_llm_providers[] (km_llm_core.c): this file reads a client's row
+ * (its variables, URLs, headers, flags, body and parse functions) and names no provider.
+ * Requests (OpenAI chat completions, Anthropic Messages) go over libcurl's multi interface:
  * every HTTP attempt of a client (all n of a call, all entries of chat_many, every request
  * started and not yet polled, their retries) runs in one event loop, so N candidates cost
  * the time of the slowest, not the sum. chat is start plus "turn the loop until it is done".
@@ -48,12 +51,6 @@
 #define MAX_BODY (64u << 20)      /* a reply larger than this is refused, not buffered */
 #define MAX_N 128                 /* choices per call */
 
-enum { P_OPENAI, P_ANTHROPIC, P_REPLAY, P_OFFLINE };
-static const char *const PROVIDERS[] = {"openai", "anthropic", "replay", "offline", NULL};
-
-#define OFFLINE_MSG \
-  "offline: no model configured (set OPENAI_BASE_URL or ANTHROPIC_API_KEY, or KM_MODEL)"
-
 /* uservalues of a client */
 enum { UV_PRICES = 1, UV_REPLIES = 2, UV_INFLIGHT = 3 };
 
@@ -61,8 +58,9 @@ typedef struct request request;
 
 typedef struct {
   int open;
-  int provider;
-  char *base_url, *url, *api_key, *model, *anthropic_version; /* malloc'd; NULL if none */
+  km_llm_api api;              /* the provider's row */
+  const km_llm_provider *p;    /* &km_llm_providers[api] */
+  char *base_url, *url, *api_key, *model, *version; /* malloc'd; NULL if none */
   double timeout, connect_timeout, backoff_base;
   int max_retries;
   km_llm_budget budget;
@@ -137,7 +135,7 @@ static int client_release(lua_State *L) {
   free_str(&c->url, 0);
   free_str(&c->api_key, 1);
   free_str(&c->model, 0);
-  free_str(&c->anthropic_version, 0);
+  free_str(&c->version, 0);
   c->open = 0;
   return 0;
 }
@@ -151,31 +149,48 @@ static const char *cfg_or_env(lua_State *L, int idx, const char *field, const ch
 }
 
 static int env_set(const char *name) {
-  const char *v = getenv(name);
+  const char *v = name ? getenv(name) : NULL;
   return v && *v;
 }
 
-static int pick_provider(lua_State *L, int cfg) {
-  const char *p = km_optfield_str(L, cfg, "provider", NULL);
-  if (p) {
-    for (int i = 0; PROVIDERS[i]; i++)
-      if (!strcmp(p, PROVIDERS[i])) return i;
-    luaL_error(L, "km.llm: unknown provider '%s' (openai, anthropic, replay or offline)", p);
+/* The first row with one of these flags, or -1. */
+static int row_with(unsigned flags) {
+  for (size_t i = 0; i < km_llm_n_providers; i++)
+    if (km_llm_providers[i].flags & flags) return (int)i;
+  return -1;
+}
+
+/* cfg.provider's row, else the row the rules of km_llm_core.h pick: replies, then the
+ * environment (rows in table order), then a model or server named, then the fallback. */
+static km_llm_api pick_provider(lua_State *L, int cfg) {
+  const char *name = km_optfield_str(L, cfg, "provider", NULL);
+  if (name) {
+    int i = km_llm_provider_find(name);
+    if (i < 0) {
+      char list[256];
+      km_llm_provider_list(0, list, sizeof list);
+      luaL_error(L, "km.llm: unknown provider '%s' (%s)", name, list);
+    }
+    return (km_llm_api)i;
   }
   int has_replies = 0;
   if (!lua_isnoneornil(L, cfg)) {
     has_replies = lua_getfield(L, cfg, "replies") != LUA_TNIL;
     lua_pop(L, 1);
   }
-  if (has_replies) return P_REPLAY;
-  int openai_env = env_set("OPENAI_BASE_URL") || env_set("OPENAI_API_KEY");
-  if (env_set("ANTHROPIC_API_KEY") && !openai_env) return P_ANTHROPIC;
-  if (openai_env || env_set("KM_MODEL")) return P_OPENAI;
-  /* A config table that names a server or a model means one: the OpenAI-compatible API. */
-  if (km_optfield_str(L, cfg, "base_url", NULL) || km_optfield_str(L, cfg, "api_key", NULL) ||
-      km_optfield_str(L, cfg, "model", NULL))
-    return P_OPENAI;
-  return P_OFFLINE;
+  int i = has_replies ? row_with(KM_LLM_REPLAYS) : -1;
+  for (size_t k = 0; i < 0 && k < km_llm_n_providers; k++) {
+    const km_llm_provider *p = &km_llm_providers[k];
+    if (((p->flags & KM_LLM_PICK_KEY) && env_set(p->key_env)) ||
+        ((p->flags & KM_LLM_PICK_URL) && env_set(p->url_env)))
+      i = (int)k;
+  }
+  if (i < 0 && (env_set("KM_MODEL") || km_optfield_str(L, cfg, "base_url", NULL) ||
+                km_optfield_str(L, cfg, "api_key", NULL) || km_optfield_str(L, cfg, "model", NULL)))
+    i = row_with(KM_LLM_PICK_NAMED);
+  if (i < 0) i = row_with(KM_LLM_FALLBACK);
+  if (i < 0) luaL_error(L, "km.llm: no provider to fall back on"); /* a table without one */
+  return (km_llm_api)i;
 }
 
 static char *xstrdup(lua_State *L, const char *s) {
@@ -185,25 +200,15 @@ static char *xstrdup(lua_State *L, const char *s) {
   return p;
 }
 
-/* The endpoint for a base URL: OpenAI appends /chat/completions; Anthropic's base has no
- * /v1 by convention (its SDKs), but one that has it is accepted too. */
-static char *endpoint(lua_State *L, int provider, const char *base) {
-  size_t n = strlen(base);
-  while (n && base[n - 1] == '/') n--;
-  const char *suffix;
-  if (provider == P_OPENAI)
-    suffix = n >= 17 && !memcmp(base + n - 17, "/chat/completions", 17) ? "" : "/chat/completions";
-  else if (n >= 12 && !memcmp(base + n - 12, "/v1/messages", 12)) suffix = "";
-  else suffix = n >= 3 && !memcmp(base + n - 3, "/v1", 3) ? "/messages" : "/v1/messages";
-  size_t m = n + strlen(suffix) + 1;
-  char *url = malloc(m);
-  if (!url) {
-    luaL_error(L, "km.llm: out of memory");
-    return NULL;
-  }
-  memcpy(url, base, n);
-  memcpy(url + n, suffix, m - n);
-  return url;
+/* Pushes a provider's URL for a base (km_llm_url). */
+static const char *push_url(lua_State *L, km_llm_api api, const char *base, const char *path,
+                            int whole) {
+  size_t n = km_llm_url(api, base, path, whole, NULL, 0);
+  luaL_Buffer b;
+  char *dst = luaL_buffinitsize(L, &b, n + 1);
+  km_llm_url(api, base, path, whole, dst, n + 1);
+  luaL_pushresultsize(&b, n);
+  return lua_tostring(L, -1);
 }
 
 /* Appends "name: prefix value". The line may hold the key: it is wiped before it is freed,
@@ -236,18 +241,18 @@ static int l_new(lua_State *L) {
   const int cfg = 1;
   if (!lua_isnoneornil(L, cfg)) luaL_checktype(L, cfg, LUA_TTABLE);
   lua_settop(L, 1);
-  int provider = pick_provider(L, cfg);
-  const char *key_env = provider == P_ANTHROPIC ? "ANTHROPIC_API_KEY" : "OPENAI_API_KEY";
-  const char *url_env = provider == P_ANTHROPIC ? "ANTHROPIC_BASE_URL" : "OPENAI_BASE_URL";
-  const char *base = cfg_or_env(L, cfg, "base_url", url_env);
-  if (!base) base = provider == P_ANTHROPIC ? "https://api.anthropic.com" : "https://api.openai.com/v1";
-  const char *key = cfg_or_env(L, cfg, "api_key", key_env);
+  km_llm_api api = pick_provider(L, cfg);
+  const km_llm_provider *pv = &km_llm_providers[api];
+  const char *base = cfg_or_env(L, cfg, "base_url", pv->url_env);
+  if (!base) base = pv->base_url;
+  const char *key = cfg_or_env(L, cfg, "api_key", pv->key_env);
   if (key && !*key) key = NULL; /* api_key = "": no key, whatever the environment says */
   /* The key joins the process's secrets: scrubbed from logs, the store, request bodies and
    * exports from now on (km_scrub_core.h), not only from this client's replies. */
   if (key && km_scrub_add(key, strlen(key))) return luaL_error(L, "km.llm: out of memory");
   const char *model = cfg_or_env(L, cfg, "model", "KM_MODEL");
-  const char *version = km_optfield_str(L, cfg, "anthropic_version", "2023-06-01");
+  const char *version =
+      pv->version_field ? km_optfield_str(L, cfg, pv->version_field, pv->version_default) : NULL;
   double timeout = positive(L, cfg, "timeout", 600, 0);
   double connect_timeout = positive(L, cfg, "connect_timeout", 10, 0);
   double backoff = positive(L, cfg, "backoff_base", 1, 1);
@@ -303,7 +308,8 @@ static int l_new(lua_State *L) {
   lua_pushvalue(L, 3);
   lua_setiuservalue(L, -2, UV_REPLIES);
   c->open = 1;
-  c->provider = provider;
+  c->api = api;
+  c->p = pv;
   c->timeout = timeout;
   c->connect_timeout = connect_timeout;
   c->backoff_base = backoff;
@@ -313,11 +319,12 @@ static int l_new(lua_State *L) {
   c->rng = ((uint64_t)time(NULL) << 20) ^ (uint64_t)getpid() ^ (uint64_t)(uintptr_t)c;
   if (!c->rng) c->rng = 88172645463325252ULL;
   c->model = xstrdup(L, model);
-  if (provider == P_OPENAI || provider == P_ANTHROPIC) {
+  if (pv->body) { /* a provider that talks HTTP */
     c->base_url = xstrdup(L, base);
     c->api_key = xstrdup(L, key);
-    c->url = endpoint(L, provider, base);
-    if (provider == P_ANTHROPIC) c->anthropic_version = xstrdup(L, version);
+    c->url = xstrdup(L, push_url(L, api, base, pv->path, 1));
+    lua_pop(L, 1);
+    c->version = xstrdup(L, version);
     add_header(L, c, "Content-Type", "", "application/json");
     add_header(L, c, "Accept", "", "application/json");
     /* "Expect:" with no value: otherwise curl waits up to a second for "100 Continue"
@@ -325,12 +332,8 @@ static int l_new(lua_State *L) {
     struct curl_slist *h = curl_slist_append(c->headers, "Expect:");
     if (!h) luaL_error(L, "km.llm: out of memory");
     c->headers = h;
-    if (provider == P_ANTHROPIC) {
-      add_header(L, c, "anthropic-version", "", version);
-      if (key) add_header(L, c, "x-api-key", "", key);
-    } else if (key) {
-      add_header(L, c, "Authorization", "Bearer ", key);
-    }
+    if (pv->version_header && version) add_header(L, c, pv->version_header, "", version);
+    if (key && pv->auth_header) add_header(L, c, pv->auth_header, pv->auth_prefix, key);
     c->multi = curl_multi_init();
     if (!c->multi) luaL_error(L, "km.llm: cannot create a curl multi handle");
   }
@@ -742,7 +745,7 @@ static void attempt_done(client *c, job *j, CURLcode rc, double now) {
   long status = 0;
   curl_easy_getinfo(j->easy, CURLINFO_RESPONSE_CODE, &status);
   km_llm_net net = net_of(rc, j);
-  km_llm_api api = c->provider == P_ANTHROPIC ? KM_LLM_ANTHROPIC : KM_LLM_OPENAI;
+  km_llm_api api = c->api;
   j->finished = now;
   j->wall_finished = wall();
   if (net == KM_LLM_NET_OK && status >= 200 && status <= 299) {
@@ -1053,7 +1056,7 @@ static int push_network(lua_State *L, client *c, request *req) {
   if (w0 < INFINITY) set_num(L, "started_at", w0);
   if (w1 > 0) set_num(L, "ended_at", w1);
   set_str(L, "model", model ? model : c->model);
-  set_str(L, "provider", PROVIDERS[c->provider]);
+  set_str(L, "provider", c->p->name);
   set_int(L, "attempts", attempts);
   set_num(L, "dollars", dollars);
   return 1;
@@ -1167,14 +1170,14 @@ static int replay_one(lua_State *L, client *c) {
   lua_setfield(L, o, "usage");
   lua_settop(L, o);
   if (lua_getfield(L, o, "model") == LUA_TNIL) {
-    lua_pushstring(L, c->model ? c->model : "replay");
+    lua_pushstring(L, c->model ? c->model : c->p->name);
     lua_setfield(L, o, "model");
   }
   lua_settop(L, o);
   lua_getfield(L, o, "model");
   double dollars = price_of(L, c, lua_tostring(L, -1), in, out);
   lua_settop(L, o);
-  set_str(L, "provider", "replay");
+  set_str(L, "provider", c->p->name);
   set_int(L, "attempts", 0);
   if (lua_getfield(L, o, "latency_ms") == LUA_TNIL) {
     lua_pushnumber(L, 0);
@@ -1194,6 +1197,17 @@ static int replay_one(lua_State *L, client *c) {
 
 static int push_refused(lua_State *L, const char *which) {
   return km_fail(L, "BUDGET_EXCEEDED", "budget exceeded: %s", which);
+}
+
+/* The outcome of one request to a provider that sends nothing: the next recorded reply, or
+ * the provider's failure (offline: OFFLINE, naming what would configure a model). */
+static int local_answer(lua_State *L, client *c) {
+  const km_llm_provider *p = c->p;
+  if (p->flags & KM_LLM_REPLAYS) return replay_one(L, c);
+  char hints[256];
+  km_llm_provider_list(1, hints, sizeof hints);
+  return km_fail(L, p->fail_code ? p->fail_code : "UNSUPPORTED",
+                 p->fail_format ? p->fail_format : "no model configured (set %s)", hints);
 }
 
 /* Moves the 1 or 3 values at the top into a new table { reply = } or { error =, code = },
@@ -1222,8 +1236,8 @@ static void outcome_table(lua_State *L, int nret) {
  * counted: chat_many decides every entry before any is sent. The client is at index 1. */
 static request *prepare(lua_State *L, client *c, const km_llm_message *msgs, size_t n_msgs,
                         const km_llm_params *p, long long reserved) {
-  int network = c->provider == P_OPENAI || c->provider == P_ANTHROPIC;
-  size_t per = c->provider == P_ANTHROPIC ? (size_t)p->n : 1;
+  int network = c->p->body != NULL;
+  size_t per = network && (c->p->flags & KM_LLM_PER_N) ? (size_t)p->n : 1;
   request *r = lua_newuserdatauv(L, sizeof *r, 1); /* [.., handle] */
   memset(r, 0, sizeof *r);
   luaL_setmetatable(L, REQUEST_MT);
@@ -1232,9 +1246,7 @@ static request *prepare(lua_State *L, client *c, const km_llm_message *msgs, siz
   spent.requests += reserved;
   const char *refused = km_llm_budget_check(&c->budget, &spent, (long long)per);
   if (refused || !network) {
-    int nret = refused ? push_refused(L, refused)
-               : c->provider == P_OFFLINE ? km_fail(L, "OFFLINE", OFFLINE_MSG)
-                                          : replay_one(L, c);
+    int nret = refused ? push_refused(L, refused) : local_answer(L, c);
     outcome_table(L, nret);
     lua_setiuservalue(L, h, 1);
     lua_settop(L, h); /* replay_one can leave working values below its results */
@@ -1243,12 +1255,11 @@ static request *prepare(lua_State *L, client *c, const km_llm_message *msgs, siz
   }
   if (!(r->jobs = calloc(per, sizeof *r->jobs))) luaL_error(L, "km.llm: out of memory");
   r->n_jobs = r->left = per;
-  km_llm_api api = c->provider == P_ANTHROPIC ? KM_LLM_ANTHROPIC : KM_LLM_OPENAI;
   for (size_t k = 0; k < per; k++) {
     job *j = &r->jobs[k];
     j->owner = r;
     char err[256];
-    if (km_llm_build_request(api, msgs, n_msgs, p, &j->body, err, sizeof err))
+    if (km_llm_build_request(c->api, msgs, n_msgs, p, &j->body, err, sizeof err))
       luaL_error(L, "km.llm: %s", err);
     if (setup_easy(c, j)) luaL_error(L, "km.llm: cannot set up a curl handle");
     j->state = J_WAIT;
@@ -1415,12 +1426,10 @@ static int do_chat(lua_State *L, int many) {
   if (many) lua_createtable(L, (int)count, 0); /* [.., results] */
   int results = lua_gettop(L);
 
-  if (c->provider == P_OFFLINE || c->provider == P_REPLAY) {
+  if (!c->p->body) {
     for (lua_Integer i = 1; i <= count; i++) {
       const char *which = km_llm_budget_check(&c->budget, &c->spent, 1);
-      int nret = which ? push_refused(L, which)
-                 : c->provider == P_OFFLINE ? km_fail(L, "OFFLINE", OFFLINE_MSG)
-                                            : replay_one(L, c);
+      int nret = which ? push_refused(L, which) : local_answer(L, c);
       if (!many) return nret;
       store_entry(L, results, i, nret);
     }
@@ -1471,17 +1480,9 @@ static int l_chat_many(lua_State *L) { return do_chat(L, 1); }
  * have no list: nil, "...", "UNSUPPORTED". */
 static int l_models(lua_State *L) {
   client *c = client_check(L, 1);
-  if (c->provider != P_OPENAI && c->provider != P_ANTHROPIC)
-    return km_fail(L, "UNSUPPORTED", "a %s client has no model list", PROVIDERS[c->provider]);
-  size_t n = strlen(c->base_url);
-  while (n && c->base_url[n - 1] == '/') n--;
-  const char *suffix = "/models";
-  if (c->provider == P_ANTHROPIC && !(n >= 3 && !memcmp(c->base_url + n - 3, "/v1", 3))) suffix = "/v1/models";
-  luaL_Buffer url;
-  luaL_buffinit(L, &url);
-  luaL_addlstring(&url, c->base_url, n);
-  luaL_addstring(&url, suffix);
-  luaL_pushresult(&url); /* [self, url] */
+  if (!c->p->body || !c->p->models_path)
+    return km_fail(L, "UNSUPPORTED", "a %s client has no model list", c->p->name);
+  push_url(L, c->api, c->base_url, c->p->models_path, 0); /* [self, url] */
   /* A boxed job owns the handle and the body: a raise below frees them through __gc. */
   request *r = lua_newuserdatauv(L, sizeof *r, 1); /* [self, url, box] */
   memset(r, 0, sizeof *r);
@@ -1516,8 +1517,7 @@ static int l_models(lua_State *L) {
   }
   if (status < 200 || status > 299) {
     char line[sizeof j->msg], code[32];
-    km_llm_http_error(c->provider == P_ANTHROPIC ? KM_LLM_ANTHROPIC : KM_LLM_OPENAI, status, j->resp,
-                      j->resp_n, c->api_key != NULL, line, sizeof line);
+    km_llm_http_error(c->api, status, j->resp, j->resp_n, c->api_key != NULL, line, sizeof line);
     km_llm_scrub(line, strlen(line), c->api_key);
     snprintf(code, sizeof code, "HTTP_%ld", status);
     request_release(r);
@@ -1552,7 +1552,7 @@ static int l_usage(lua_State *L) {
 static int l_config(lua_State *L) {
   client *c = client_check(L, 1);
   lua_createtable(L, 0, 12);
-  set_str(L, "provider", PROVIDERS[c->provider]);
+  set_str(L, "provider", c->p->name);
   set_str(L, "base_url", c->base_url);
   set_str(L, "url", c->url);
   set_str(L, "model", c->model);
@@ -1562,7 +1562,7 @@ static int l_config(lua_State *L) {
   set_num(L, "connect_timeout", c->connect_timeout);
   set_int(L, "max_retries", c->max_retries);
   set_num(L, "backoff_base", c->backoff_base);
-  set_str(L, "anthropic_version", c->anthropic_version);
+  if (c->p->version_field) set_str(L, c->p->version_field, c->version);
   lua_createtable(L, 0, 3);
   if (c->budget.requests >= 0) set_int(L, "requests", c->budget.requests);
   if (c->budget.tokens >= 0) set_int(L, "tokens", c->budget.tokens);
@@ -1575,7 +1575,7 @@ static int l_tostring(lua_State *L) {
   client *c = luaL_checkudata(L, 1, KM_LLM_MT);
   if (!c->open) lua_pushliteral(L, "km.llm.Client (closed)");
   else
-    lua_pushfstring(L, "km.llm.Client (%s%s%s, model %s)", PROVIDERS[c->provider],
+    lua_pushfstring(L, "km.llm.Client (%s%s%s, model %s)", c->p->name,
                     c->base_url ? " " : "", c->base_url ? c->base_url : "",
                     c->model ? c->model : "unset");
   return 1;
@@ -1594,6 +1594,46 @@ static int l_json_strict(lua_State *L) {
   lua_pushboolean(L, 0);
   lua_pushstring(L, why);
   return 2;
+}
+
+/* llm.providers() -> { { name, network, per_n, replay, models, key_env, url_env, base_url,
+ * hint, picked = { "replies" | "key_env" | "url_env" | "named" | "fallback", ... } }, ... }:
+ * the rows of km_llm_providers[], in order (what --provider accepts, and how each is chosen
+ * when none is named). */
+static int l_providers(lua_State *L) {
+  lua_createtable(L, (int)km_llm_n_providers, 0);
+  for (size_t i = 0; i < km_llm_n_providers; i++) {
+    const km_llm_provider *p = &km_llm_providers[i];
+    lua_createtable(L, 0, 10);
+    set_str(L, "name", p->name);
+    lua_pushboolean(L, p->body != NULL);
+    lua_setfield(L, -2, "network");
+    lua_pushboolean(L, (p->flags & KM_LLM_PER_N) != 0);
+    lua_setfield(L, -2, "per_n");
+    lua_pushboolean(L, (p->flags & KM_LLM_REPLAYS) != 0);
+    lua_setfield(L, -2, "replay");
+    lua_pushboolean(L, p->body && p->models_path);
+    lua_setfield(L, -2, "models");
+    set_str(L, "key_env", p->key_env);
+    set_str(L, "url_env", p->url_env);
+    set_str(L, "base_url", p->base_url);
+    set_str(L, "hint", p->hint);
+    static const struct {
+      unsigned flag;
+      const char *word;
+    } picks[] = {{KM_LLM_REPLAYS, "replies"}, {KM_LLM_PICK_KEY, "key_env"}, {KM_LLM_PICK_URL, "url_env"},
+                 {KM_LLM_PICK_NAMED, "named"}, {KM_LLM_FALLBACK, "fallback"}};
+    lua_newtable(L);
+    lua_Integer k = 0;
+    for (size_t j = 0; j < sizeof picks / sizeof *picks; j++)
+      if (p->flags & picks[j].flag) {
+        lua_pushstring(L, picks[j].word);
+        lua_rawseti(L, -2, ++k);
+      }
+    lua_setfield(L, -2, "picked");
+    lua_rawseti(L, -2, (lua_Integer)i + 1);
+  }
+  return 1;
 }
 
 /* Monotonic seconds: for strategies that time their own steps. */
@@ -1624,7 +1664,11 @@ int luaopen_km_llm(lua_State *L) {
   lua_pushcfunction(L, request_tostring);
   lua_setfield(L, -2, "__tostring");
   lua_pop(L, 1);
-  static const luaL_Reg fns[] = {{"new", l_new}, {"now", l_now}, {"json_strict", l_json_strict}, {NULL, NULL}};
+  static const luaL_Reg fns[] = {{"new", l_new},
+                                 {"now", l_now},
+                                 {"json_strict", l_json_strict},
+                                 {"providers", l_providers},
+                                 {NULL, NULL}};
   luaL_newlib(L, fns);
   return 1;
 }

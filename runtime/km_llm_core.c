@@ -1,4 +1,5 @@
-/* km_llm_core.c — request building, response parsing, retry policy, cost (km_llm_core.h).
+/* km_llm_core.c — the providers' table, request building, response parsing, retry policy,
+ * cost (km_llm_core.h).
  *
  * cJSON builds and reads the JSON trees: request bodies are small and every string in them
  * is a C string from the binding, so cJSON's NUL-terminated strings lose nothing here. */
@@ -28,6 +29,8 @@ static void set_err(char *err, size_t errn, const char *fmt, ...) {
 }
 
 void km_llm_free(void *p) { cJSON_free(p); }
+
+static const km_llm_provider *provider_of(km_llm_api api);
 
 /* ---- a growable string, for joining text blocks ---- */
 
@@ -62,9 +65,11 @@ static void sb_adds(sbuf *b, const char *s) { sb_add(b, s, strlen(s)); }
 /* cJSON's builders return NULL on a failed allocation and its Add* calls then quietly add
  * nothing; a request with a hole would still print and be sent. Every node goes through
  * put(), which remembers any failure, so the caller can refuse the whole tree. */
-typedef struct {
+struct km_llm_body {
   int oom;
-} bld;
+  cJSON *root; /* the body's object */
+};
+typedef km_llm_body bld;
 
 /* Adds item to parent (under key when parent is an object); returns item or NULL. */
 static cJSON *put(bld *b, cJSON *parent, const char *key, cJSON *item) {
@@ -149,8 +154,9 @@ static int put_tools(bld *b, cJSON *root, const km_llm_params *p, int anthropic,
   return KM_OK;
 }
 
-static int openai_body(bld *b, cJSON *root, const km_llm_message *msgs, size_t n_msgs,
-                       const km_llm_params *p, char *err, size_t errn) {
+static int openai_body(bld *b, const km_llm_message *msgs, size_t n_msgs, const km_llm_params *p,
+                       char *err, size_t errn) {
+  cJSON *root = b->root;
   if (p->model) put_str(b, root, "model", p->model);
   cJSON *arr = put(b, root, "messages", cJSON_CreateArray());
   for (size_t i = 0; arr && i < n_msgs; i++) {
@@ -257,8 +263,9 @@ static void turn_block(turns *t, const char *role, cJSON *block) {
   t->last_role = role;
 }
 
-static int anthropic_body(bld *b, cJSON *root, const km_llm_message *msgs, size_t n_msgs,
+static int anthropic_body(bld *b, const km_llm_message *msgs, size_t n_msgs,
                           const km_llm_params *p, char *err, size_t errn) {
+  cJSON *root = b->root;
   if (p->model) put_str(b, root, "model", p->model);
   put_num(b, root, "max_tokens",
           (double)(p->max_tokens > 0 ? p->max_tokens : KM_LLM_DEFAULT_MAX_TOKENS));
@@ -357,14 +364,17 @@ int km_llm_build_request(km_llm_api api, const km_llm_message *msgs, size_t n_ms
                          const km_llm_params *p, char **json_out, char *err, size_t errn) {
   *json_out = NULL;
   set_err(err, errn, "%s", "");
+  const km_llm_provider *pv = provider_of(api);
+  if (!pv || !pv->body) {
+    set_err(err, errn, "provider %s sends no requests", pv ? pv->name : "?");
+    return KM_EINVAL;
+  }
   int rc = check_roles(msgs, n_msgs, err, errn);
   if (rc) return rc;
-  bld b = {0};
-  cJSON *root = cJSON_CreateObject();
+  bld b = {0, cJSON_CreateObject()};
+  cJSON *root = b.root;
   if (!root) b.oom = 1;
-  else
-    rc = api == KM_LLM_ANTHROPIC ? anthropic_body(&b, root, msgs, n_msgs, p, err, errn)
-                                 : openai_body(&b, root, msgs, n_msgs, p, err, errn);
+  else rc = pv->body(&b, msgs, n_msgs, p, err, errn);
   if (!rc && root) rc = merge_extra(&b, root, p->extra, err, errn);
   char *text = !rc && !b.oom ? cJSON_PrintUnformatted(root) : NULL;
   cJSON_Delete(root);
@@ -678,17 +688,100 @@ int km_llm_parse_response(km_llm_api api, const char *body, size_t n, km_llm_res
                           char *err, size_t errn) {
   memset(r, 0, sizeof *r);
   set_err(err, errn, "%s", "");
+  const km_llm_provider *pv = provider_of(api);
+  if (!pv || !pv->parse) {
+    set_err(err, errn, "provider %s reads no replies", pv ? pv->name : "?");
+    return KM_EINVAL;
+  }
   cJSON *root;
   int rc = parse_root(body, n, &root, err, errn);
   if (rc) return rc;
-  rc = api == KM_LLM_ANTHROPIC ? parse_anthropic(root, body, n, r, err, errn)
-                               : parse_openai(root, body, n, r, err, errn);
+  rc = pv->parse(root, body, n, r, err, errn);
   const char *model = get_str(root, "model");
   if (!rc && model && !(r->model = dup_s(model))) rc = KM_ENOMEM;
   cJSON_Delete(root);
   if (rc == KM_ENOMEM) set_err(err, errn, "out of memory reading the response");
   if (rc) km_llm_response_free(r);
   return rc;
+}
+
+/* ---- providers ----
+ *
+ * One row per provider; km_llm.c reads them and names none. A server that speaks one of
+ * the APIs below (an OpenAI-compatible host, a proxy) is a row with its own name, variables
+ * and base URL and the same body and parse functions; another API is a pair of them. */
+
+const km_llm_provider km_llm_providers[] = {
+    /* OpenAI chat completions: OpenAI itself, vLLM, SGLang, llama.cpp, Ollama, ... The
+     * base carries its /v1 by convention, so there is no prefix. */
+    {.name = "openai", .flags = KM_LLM_PICK_URL | KM_LLM_PICK_KEY | KM_LLM_PICK_NAMED,
+     .key_env = "OPENAI_API_KEY", .url_env = "OPENAI_BASE_URL",
+     .base_url = "https://api.openai.com/v1", .hint = "OPENAI_BASE_URL",
+     .prefix = "", .path = "/chat/completions", .models_path = "/models",
+     .auth_header = "Authorization", .auth_prefix = "Bearer ",
+     .body = openai_body, .parse = parse_openai},
+    /* Anthropic Messages: its base has no /v1 by convention (its SDKs); one that has it is
+     * accepted too. No n: n choices are n requests. */
+    {.name = "anthropic", .flags = KM_LLM_PICK_KEY | KM_LLM_PER_N,
+     .key_env = "ANTHROPIC_API_KEY", .url_env = "ANTHROPIC_BASE_URL",
+     .base_url = "https://api.anthropic.com", .hint = "ANTHROPIC_API_KEY",
+     .prefix = "/v1", .path = "/messages", .models_path = "/models",
+     .auth_header = "x-api-key", .auth_prefix = "",
+     .version_header = "anthropic-version", .version_field = "anthropic_version",
+     .version_default = "2023-06-01",
+     .body = anthropic_body, .parse = parse_anthropic},
+    /* Recorded replies, played back in order. */
+    {.name = "replay", .flags = KM_LLM_REPLAYS},
+    /* No model: every request fails with OFFLINE, so a strategy's other parts still run. */
+    {.name = "offline", .flags = KM_LLM_FALLBACK, .fail_code = "OFFLINE",
+     .fail_format = "offline: no model configured (set %s, or KM_MODEL)"},
+};
+const size_t km_llm_n_providers = sizeof km_llm_providers / sizeof *km_llm_providers;
+
+static const km_llm_provider *provider_of(km_llm_api api) {
+  return (size_t)api < km_llm_n_providers ? &km_llm_providers[api] : NULL;
+}
+
+int km_llm_provider_find(const char *name) {
+  for (size_t i = 0; name && i < km_llm_n_providers; i++)
+    if (!strcmp(name, km_llm_providers[i].name)) return (int)i;
+  return -1;
+}
+
+void km_llm_provider_list(int hints, char *out, size_t outn) {
+  if (!outn) return;
+  const char *items[16];
+  size_t n = 0;
+  for (size_t i = 0; i < km_llm_n_providers && n < sizeof items / sizeof *items; i++) {
+    const char *s = hints ? km_llm_providers[i].hint : km_llm_providers[i].name;
+    if (s) items[n++] = s;
+  }
+  size_t o = 0;
+  out[0] = '\0';
+  for (size_t i = 0; i < n && o < outn; i++) {
+    const char *sep = i == 0 ? "" : i + 1 == n ? " or " : ", ";
+    int k = snprintf(out + o, outn - o, "%s%s", sep, items[i]);
+    if (k < 0) break;
+    o += (size_t)k;
+  }
+}
+
+static int ends_with(const char *s, size_t n, const char *tail) {
+  size_t k = strlen(tail);
+  return n >= k && !memcmp(s + n - k, tail, k);
+}
+
+size_t km_llm_url(km_llm_api api, const char *base, const char *path, int whole, char *out,
+                  size_t outn) {
+  const km_llm_provider *pv = provider_of(api);
+  const char *prefix = pv && pv->prefix ? pv->prefix : "";
+  size_t n = strlen(base);
+  while (n && base[n - 1] == '/') n--;
+  const char *a = prefix, *b = path; /* what goes after the base */
+  if (whole && ends_with(base, n, path) && ends_with(base, n - strlen(path), prefix)) a = b = "";
+  else if (ends_with(base, n, prefix)) a = "";
+  int k = snprintf(out, outn, "%.*s%s%s", (int)n, base, a, b);
+  return k < 0 ? 0 : (size_t)k;
 }
 
 /* ---- errors, keys ---- */
@@ -767,7 +860,8 @@ void km_llm_error_code(const char *body, size_t n, char *out, size_t outn) {
 
 void km_llm_http_error(km_llm_api api, long status, const char *body, size_t n, int has_key,
                        char *out, size_t outn) {
-  const char *var = api == KM_LLM_ANTHROPIC ? "ANTHROPIC_API_KEY" : "OPENAI_API_KEY";
+  const km_llm_provider *pv = provider_of(api);
+  const char *var = pv && pv->key_env ? pv->key_env : "the API key";
   if (status == 401 && has_key) {
     snprintf(out, outn, "HTTP 401: the server rejected the API key (check %s)", var);
   } else if (status == 401) {

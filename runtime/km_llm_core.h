@@ -5,6 +5,10 @@
  * No lua_State and no network here: runtime/km_llm.c moves bytes with libcurl and
  * translates Lua tables; tests/c/test_llm_core.c tests this file directly.
  *
+ * Providers are rows of one table, km_llm_providers[] (below): a provider's name, where its
+ * configuration comes from, its URLs and headers, when it is picked, and the functions that
+ * write its requests and read its replies. Adding a provider is adding a row.
+ *
  * Ownership: inputs are borrowed for the duration of a call. km_llm_build_request returns
  * text the caller frees with km_llm_free; km_llm_parse_response fills a response whose
  * strings the response owns until km_llm_response_free (safe on a zeroed or half-filled one).
@@ -18,6 +22,8 @@
 
 #include "km.h"
 
+/* A provider: the index of its row in km_llm_providers[] (below). The two HTTP APIs' rows
+ * have names; every function that takes a km_llm_api takes any row's index. */
 typedef enum { KM_LLM_OPENAI = 0, KM_LLM_ANTHROPIC = 1 } km_llm_api;
 
 /* Anthropic requires max_tokens; this is sent when the caller gives none. */
@@ -64,12 +70,13 @@ typedef struct {
                                        options (top_p, reasoning_effort, thinking, ...) */
 } km_llm_params;
 
-/* Builds the request body. Anthropic: system messages join into the top-level `system`,
+/* Builds the request body with the provider's body function, then sets p->extra's members
+ * and scrubs the process's secrets (km_scrub_core.h). Anthropic: system messages join into the top-level `system`,
  * assistant tool calls become tool_use blocks (arguments that are not a JSON object become
  * {}), tool results become tool_result blocks in a user message, and consecutive turns of
  * one role merge (the API wants user/assistant alternation).
- * KM_EINVAL with err set for an unknown role, unparsable tool parameters or an extra that
- * is not a JSON object. */
+ * KM_EINVAL with err set for an unknown role, unparsable tool parameters, an extra that
+ * is not a JSON object, or a provider that sends no requests (replay, offline). */
 int km_llm_build_request(km_llm_api api, const km_llm_message *msgs, size_t n_msgs,
                          const km_llm_params *p, char **json_out, char *err, size_t errn);
 void km_llm_free(void *p);
@@ -98,12 +105,77 @@ typedef struct {
   int has_usage, has_reasoning_tokens;
 } km_llm_response;
 
-/* Parses a 2xx body. KM_ECORRUPT with err saying what was wrong: not JSON (or cut off), not
- * an object, no choices / an empty choice list, a choice without a message, no content
- * list (Anthropic), an error object where a reply should be. KM_ENOMEM. */
+/* Parses a 2xx body with the provider's parse function. KM_ECORRUPT with err saying what
+ * was wrong: not JSON (or cut off), not an object, no choices / an empty choice list, a
+ * choice without a message, no content list (Anthropic), an error object where a reply
+ * should be. KM_EINVAL for a provider that reads no replies. KM_ENOMEM. */
 int km_llm_parse_response(km_llm_api api, const char *body, size_t n, km_llm_response *out,
                           char *err, size_t errn);
 void km_llm_response_free(km_llm_response *r);
+
+/* ---- providers ---- */
+
+struct cJSON;
+/* A request body being built (km_llm_core.c): a body function adds its members to it. */
+typedef struct km_llm_body km_llm_body;
+
+/* When a provider is picked without being named (llm.new without cfg.provider), in this
+ * order: a config with replies picks the KM_LLM_REPLAYS row; else the first row, in table
+ * order, whose KM_LLM_PICK_KEY / KM_LLM_PICK_URL variable is set; else, when a model or a
+ * server is named anyway (KM_MODEL, cfg.model, cfg.base_url, cfg.api_key), the
+ * KM_LLM_PICK_NAMED row; else the KM_LLM_FALLBACK row. */
+enum {
+  KM_LLM_PER_N = 1 << 0,      /* the API has no n: n choices are n requests, run side by side */
+  KM_LLM_REPLAYS = 1 << 1,    /* answers from recorded replies (cfg.replies) */
+  KM_LLM_PICK_KEY = 1 << 2,   /* picked when key_env is set */
+  KM_LLM_PICK_URL = 1 << 3,   /* picked when url_env is set */
+  KM_LLM_PICK_NAMED = 1 << 4, /* picked when a model or server is named with no provider */
+  KM_LLM_FALLBACK = 1 << 5,   /* picked when nothing else is */
+};
+
+typedef struct {
+  const char *name;          /* cfg.provider, config().provider, reply.provider */
+  unsigned flags;            /* KM_LLM_* above */
+  /* configuration: a config table's field wins over the environment */
+  const char *key_env;       /* the API key (cfg.api_key); NULL: none */
+  const char *url_env;       /* the base URL (cfg.base_url); NULL: none */
+  const char *base_url;      /* the default base URL */
+  const char *hint;          /* the variable a user sets to get this provider (the offline
+                                message lists every row's); NULL: none */
+  /* URLs (km_llm_url): base, then prefix unless the base ends in it, then the path */
+  const char *prefix;        /* a version path the base may leave out ("/v1"); "" none */
+  const char *path;          /* the requests' path ("/chat/completions") */
+  const char *models_path;   /* the model list's ("/models"); NULL: it has none */
+  /* headers: "auth_header: auth_prefix KEY" when there is a key, and a version header
+     whose value is cfg[version_field] or version_default */
+  const char *auth_header, *auth_prefix;
+  const char *version_header, *version_field, *version_default;
+  /* the wire format; NULL for a provider that sends nothing (replay, offline) */
+  int (*body)(km_llm_body *b, const km_llm_message *msgs, size_t n_msgs, const km_llm_params *p,
+              char *err, size_t errn);
+  int (*parse)(const struct cJSON *root, const char *body, size_t n, km_llm_response *out,
+               char *err, size_t errn);
+  /* a provider that sends nothing and replays nothing fails every request: its code and a
+     message format whose one %s is the hints of every row ("A or B") */
+  const char *fail_code, *fail_format;
+} km_llm_provider;
+
+extern const km_llm_provider km_llm_providers[];
+extern const size_t km_llm_n_providers;
+
+/* The row named `name`'s index, or -1. */
+int km_llm_provider_find(const char *name);
+
+/* Every row's name (hints = 0) or hint (hints = 1), in table order, as a list in words:
+ * "openai, anthropic, replay or offline". Cut to fit outn. */
+void km_llm_provider_list(int hints, char *out, size_t outn);
+
+/* The URL of `path` on the provider's server at `base` (trailing slashes dropped): base +
+ * path when base ends in the prefix, else base + prefix + path; with `whole`, base itself
+ * when it already ends in prefix + path. Written to out as snprintf does (cut to fit outn,
+ * out may be NULL when outn is 0); returns its length. */
+size_t km_llm_url(km_llm_api api, const char *base, const char *path, int whole, char *out,
+                  size_t outn);
 
 /* ---- errors, keys ---- */
 
@@ -117,7 +189,8 @@ void km_llm_error_text(const char *body, size_t n, char *out, size_t outn);
 void km_llm_error_code(const char *body, size_t n, char *out, size_t outn);
 
 /* One line for an HTTP error status: "HTTP 404: <server text>". 401 and 403 get a fixed
- * line naming the variable to check and no server text (servers echo parts of keys). */
+ * line naming the variable to check (the provider's key_env) and no server text (servers
+ * echo parts of keys). */
 void km_llm_http_error(km_llm_api api, long status, const char *body, size_t n, int has_key,
                        char *out, size_t outn);
 

@@ -528,7 +528,76 @@ TEST(server_error_code) {
   }
 }
 
+/* ---- the providers' table ---- */
+
+TEST(provider_rows) {
+  ASSERT_EQ_STR(km_llm_providers[KM_LLM_OPENAI].name, "openai");
+  ASSERT_EQ_STR(km_llm_providers[KM_LLM_ANTHROPIC].name, "anthropic");
+  int fallbacks = 0;
+  for (size_t i = 0; i < km_llm_n_providers; i++) {
+    const km_llm_provider *p = &km_llm_providers[i];
+    ASSERT(p->name && *p->name);
+    ASSERT_EQ_INT(km_llm_provider_find(p->name), (int)i);
+    /* each row is one of three kinds: talks HTTP, replays, or fails every request */
+    if (p->body) ASSERT(p->parse && p->path && p->prefix && p->base_url);
+    else ASSERT((p->flags & KM_LLM_REPLAYS) || (p->fail_code && p->fail_format));
+    if (p->flags & KM_LLM_FALLBACK) fallbacks++;
+  }
+  ASSERT_EQ_INT(fallbacks, 1);
+  ASSERT_EQ_INT(km_llm_provider_find("gemini"), -1);
+  ASSERT_EQ_INT(km_llm_provider_find(NULL), -1);
+  char list[256];
+  km_llm_provider_list(0, list, sizeof list);
+  ASSERT_EQ_STR(list, "openai, anthropic, replay or offline");
+  km_llm_provider_list(1, list, sizeof list);
+  ASSERT_EQ_STR(list, "OPENAI_BASE_URL or ANTHROPIC_API_KEY");
+  char tiny[8];
+  km_llm_provider_list(0, tiny, sizeof tiny);
+  ASSERT_EQ_STR(tiny, "openai,");
+  /* a provider that sends nothing builds and reads nothing */
+  km_llm_message m[] = {{"user", "x", NULL, 0, NULL}};
+  km_llm_params q = {0};
+  char *text = NULL, err[128];
+  ASSERT_EQ_INT(km_llm_build_request((km_llm_api)km_llm_provider_find("replay"), m, 1, &q, &text, err, sizeof err),
+                KM_EINVAL);
+  ASSERT_EQ_STR(err, "provider replay sends no requests");
+  km_llm_response r;
+  ASSERT_EQ_INT(km_llm_parse_response((km_llm_api)km_llm_provider_find("offline"), "{}", 2, &r, err, sizeof err),
+                KM_EINVAL);
+}
+
+TEST(provider_urls) {
+  char out[256];
+  static const struct {
+    km_llm_api api;
+    const char *base, *want, *models;
+  } cases[] = {
+      {KM_LLM_OPENAI, "http://h:8000/v1", "http://h:8000/v1/chat/completions", "http://h:8000/v1/models"},
+      {KM_LLM_OPENAI, "http://h/v1/", "http://h/v1/chat/completions", "http://h/v1/models"},
+      {KM_LLM_OPENAI, "http://h/v1/chat/completions", "http://h/v1/chat/completions",
+       "http://h/v1/chat/completions/models"},
+      {KM_LLM_ANTHROPIC, "https://api.anthropic.com", "https://api.anthropic.com/v1/messages",
+       "https://api.anthropic.com/v1/models"},
+      {KM_LLM_ANTHROPIC, "http://p/v1//", "http://p/v1/messages", "http://p/v1/models"},
+      {KM_LLM_ANTHROPIC, "http://p/v1/messages", "http://p/v1/messages", "http://p/v1/messages/v1/models"},
+      {KM_LLM_ANTHROPIC, "http://p/messages", "http://p/messages/v1/messages", "http://p/messages/v1/models"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    const km_llm_provider *p = &km_llm_providers[cases[i].api];
+    size_t n = km_llm_url(cases[i].api, cases[i].base, p->path, 1, out, sizeof out);
+    ASSERT_EQ_STR(out, cases[i].want);
+    ASSERT_EQ_INT(n, strlen(cases[i].want));
+    km_llm_url(cases[i].api, cases[i].base, p->models_path, 0, out, sizeof out);
+    ASSERT_EQ_STR(out, cases[i].models);
+  }
+  /* the length without writing, as snprintf */
+  ASSERT_EQ_INT(km_llm_url(KM_LLM_OPENAI, "http://h/v1", "/chat/completions", 1, NULL, 0),
+                strlen("http://h/v1/chat/completions"));
+}
+
 int main(void) {
+  RUN(provider_rows);
+  RUN(provider_urls);
   RUN(openai_request_fields);
   RUN(json_strict);
   RUN(server_error_code);
