@@ -58,6 +58,7 @@
  * back (within max_samples and max_ms) until there are enough. Without NVML,
  * energy_unavailable says why. */
 #include <math.h>
+#include <stddef.h>
 #include <string.h>
 #include <time.h>
 
@@ -220,6 +221,50 @@ static int l_protocol(lua_State *L) {
   return 1;
 }
 
+/* The result table of a run: [..] -> [.., result] */
+static void push_result(lua_State *L, const km_timer_result *r, const km_timing_protocol *proto, int keep) {
+  static const struct { const char *name; size_t off; } NUMS[] = {
+      {"median", offsetof(km_timer_result, median)}, {"mean", offsetof(km_timer_result, mean)},
+      {"min", offsetof(km_timer_result, min)}, {"max", offsetof(km_timer_result, max)},
+      {"p25", offsetof(km_timer_result, p25)}, {"p75", offsetof(km_timer_result, p75)},
+      {"rel_noise", offsetof(km_timer_result, rel_noise)}, {"total_ms", offsetof(km_timer_result, total_ms)},
+      {"sm_clock_mhz", offsetof(km_timer_result, sm_clock_end)},
+      {"sm_clock_start_mhz", offsetof(km_timer_result, sm_clock_start)},
+      {"sm_clock_min_mhz", offsetof(km_timer_result, sm_clock_min)},
+      {"sm_clock_max_mhz", offsetof(km_timer_result, sm_clock_max)}};
+  int cold = !strcmp(proto->mode, "cold");
+  lua_createtable(L, 0, 26);
+  for (size_t i = 0; i < sizeof NUMS / sizeof NUMS[0]; i++) {
+    lua_pushnumber(L, *(const double *)((const char *)r + NUMS[i].off));
+    lua_setfield(L, -2, NUMS[i].name);
+  }
+  lua_pushinteger(L, r->n); lua_setfield(L, -2, "n");
+  lua_pushinteger(L, r->n_extra); lua_setfield(L, -2, "n_extra");
+  lua_pushstring(L, km_stop_name(r->stop)); lua_setfield(L, -2, "stop");
+  lua_pushstring(L, proto->mode); lua_setfield(L, -2, "mode");
+  lua_pushinteger(L, proto->rep); lua_setfield(L, -2, "rep");
+  lua_pushboolean(L, r->clock_moved); lua_setfield(L, -2, "clock_moved");
+  if (r->energy_j == r->energy_j) {
+    lua_pushnumber(L, r->energy_j); lua_setfield(L, -2, "energy_j");
+    lua_pushnumber(L, r->energy_ms); lua_setfield(L, -2, "energy_window_ms");
+    lua_pushnumber(L, r->energy_calls); lua_setfield(L, -2, "energy_calls");
+    if (cold) { lua_pushboolean(L, 1); lua_setfield(L, -2, "energy_includes_flush"); }
+  } else {
+    lua_pushstring(L, r->energy_why); lua_setfield(L, -2, "energy_unavailable");
+  }
+  if (cold) { lua_pushinteger(L, (lua_Integer)r->flush_bytes); lua_setfield(L, -2, "flush_bytes"); }
+  push_protocol(L, proto);
+  lua_setfield(L, -2, "protocol");
+  if (keep) {
+    lua_createtable(L, r->n, 0);
+    for (int i = 0; i < r->n; i++) {
+      lua_pushnumber(L, r->samples[i]);
+      lua_rawseti(L, -2, i + 1);
+    }
+    lua_setfield(L, -2, "samples");
+  }
+}
+
 /* ==== timing.time ==== */
 
 /* The sample buffer and the device state live in userdata, so an error inside fn or a hook
@@ -253,45 +298,7 @@ static int l_time(lua_State *L) {
   if (rc != KM_TIMER_OK) return luaL_error(L, "timing: bad arguments to the timing core");
   km_timer_gpu_release(gpu);
 
-  int cold = !strcmp(proto.mode, "cold");
-  lua_createtable(L, 0, 26);
-  lua_pushnumber(L, r.median); lua_setfield(L, -2, "median");
-  lua_pushnumber(L, r.mean); lua_setfield(L, -2, "mean");
-  lua_pushnumber(L, r.min); lua_setfield(L, -2, "min");
-  lua_pushnumber(L, r.max); lua_setfield(L, -2, "max");
-  lua_pushnumber(L, r.p25); lua_setfield(L, -2, "p25");
-  lua_pushnumber(L, r.p75); lua_setfield(L, -2, "p75");
-  lua_pushinteger(L, r.n); lua_setfield(L, -2, "n");
-  lua_pushinteger(L, r.n_extra); lua_setfield(L, -2, "n_extra");
-  lua_pushstring(L, km_stop_name(r.stop)); lua_setfield(L, -2, "stop");
-  lua_pushnumber(L, r.rel_noise); lua_setfield(L, -2, "rel_noise");
-  lua_pushstring(L, proto.mode); lua_setfield(L, -2, "mode");
-  lua_pushinteger(L, proto.rep); lua_setfield(L, -2, "rep");
-  lua_pushnumber(L, r.total_ms); lua_setfield(L, -2, "total_ms");
-  lua_pushnumber(L, r.sm_clock_end); lua_setfield(L, -2, "sm_clock_mhz");
-  lua_pushnumber(L, r.sm_clock_start); lua_setfield(L, -2, "sm_clock_start_mhz");
-  lua_pushnumber(L, r.sm_clock_min); lua_setfield(L, -2, "sm_clock_min_mhz");
-  lua_pushnumber(L, r.sm_clock_max); lua_setfield(L, -2, "sm_clock_max_mhz");
-  lua_pushboolean(L, r.clock_moved); lua_setfield(L, -2, "clock_moved");
-  if (r.energy_j == r.energy_j) {
-    lua_pushnumber(L, r.energy_j); lua_setfield(L, -2, "energy_j");
-    lua_pushnumber(L, r.energy_ms); lua_setfield(L, -2, "energy_window_ms");
-    lua_pushnumber(L, r.energy_calls); lua_setfield(L, -2, "energy_calls");
-    if (cold) { lua_pushboolean(L, 1); lua_setfield(L, -2, "energy_includes_flush"); }
-  } else {
-    lua_pushstring(L, r.energy_why); lua_setfield(L, -2, "energy_unavailable");
-  }
-  if (cold) { lua_pushinteger(L, (lua_Integer)r.flush_bytes); lua_setfield(L, -2, "flush_bytes"); }
-  push_protocol(L, &proto);
-  lua_setfield(L, -2, "protocol");
-  if (keep) {
-    lua_createtable(L, r.n, 0);
-    for (int i = 0; i < r.n; i++) {
-      lua_pushnumber(L, r.samples[i]);
-      lua_rawseti(L, -2, i + 1);
-    }
-    lua_setfield(L, -2, "samples");
-  }
+  push_result(L, &r, &proto, keep);
   return 1;
 }
 

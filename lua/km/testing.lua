@@ -28,6 +28,23 @@ function M.sh(cmd)
   return out:gsub("rc=%d+%s*$", ""), rc
 end
 
+-- The build folder of the kmrun running the tests ($KMRUN's, else build/) and the source tree
+-- the km library is loaded from, as absolute paths.
+function M.build_and_root()
+  local kmrun = os.getenv("KMRUN") or (arg and arg[-1]) or "build/kmrun"
+  local build = kmrun:match("^(.*)/kmrun$") or "build"
+  local root = package.km_libdir and package.km_libdir:match("^(.*)/lua$") or "."
+  return sys.realpath(build) or build, sys.realpath(root) or root
+end
+
+-- A command that runs the interpreter `name` (lua5.4, luajit): the one on PATH, or the copy
+-- `make` carries in BUILD/carry for GPU hosts without one; nil when neither is there.
+function M.interpreter(name, build)
+  if select(2, M.sh("command -v " .. name .. " >/dev/null")) == 0 then return name end
+  local carried = build .. "/carry/" .. name
+  if select(2, M.sh("test -x " .. carried)) == 0 then return "LD_LIBRARY_PATH=" .. build .. "/carry " .. carried end
+end
+
 -- A task's reference.py at its shape set si, as a problem file: the file itself for the
 -- first set, else a copy in dir with that set's shape symbols assigned after it.
 function M.problem_at_shape(tk, si, dir)

@@ -278,6 +278,15 @@ static int run(fake *f, const km_timer_ops *ops, const km_timing_protocol *p, in
   return km_timer_run(ops, f, p, &w, buf, r);
 }
 
+/* A warm run under the default stop rule, on a host that pays for what it enqueues and wakes
+ * late after a blocking wait. */
+static int run_warm_default(fake **f, double (*dur)(int), km_timer_result *r) {
+  *f = fresh(dur);
+  (*f)->host_ms = 0.001, (*f)->wake_ms = 0.1;
+  km_timing_protocol p = proto("warm", 1, 20, 300, 0.002);
+  return run(*f, &OPS, &p, 0, 0, r);
+}
+
 /* ==== where it stops ==== */
 
 TEST(stops_at_the_first_sufficient_count) {
@@ -286,11 +295,9 @@ TEST(stops_at_the_first_sufficient_count) {
     g_amp = amps[k];
     int want = first_sufficient(noisy, 20, 300, 0.002);
     ASSERT(want >= 20 && want < 300);
-    fake *f = fresh(noisy);
-    f->host_ms = 0.001, f->wake_ms = 0.1;
-    km_timing_protocol p = proto("warm", 1, 20, 300, 0.002);
+    fake *f;
     km_timer_result r;
-    ASSERT_EQ_INT(run(f, &OPS, &p, 0, 0, &r), KM_TIMER_OK);
+    ASSERT_EQ_INT(run_warm_default(&f, noisy, &r), KM_TIMER_OK);
     ASSERT_EQ_INT(r.stop, KM_STOP_NOISE);
     ASSERT_EQ_INT(r.n, want);
     for (int i = 0; i < r.n; i++) ASSERT_NEAR(r.samples[i], noisy(i), 0);
@@ -316,11 +323,9 @@ TEST(stops_at_the_first_sufficient_count) {
 }
 
 TEST(a_stable_kernel_stops_at_min_samples_with_nothing_extra) {
-  fake *f = fresh(one_ms);
-  f->host_ms = 0.001, f->wake_ms = 0.1;
-  km_timing_protocol p = proto("warm", 1, 20, 300, 0.002);
+  fake *f;
   km_timer_result r;
-  ASSERT_EQ_INT(run(f, &OPS, &p, 0, 0, &r), KM_TIMER_OK);
+  ASSERT_EQ_INT(run_warm_default(&f, one_ms, &r), KM_TIMER_OK);
   ASSERT_EQ_INT(r.stop, KM_STOP_NOISE);
   ASSERT_EQ_INT(r.n, 20);
   ASSERT_EQ_INT(r.n_extra, 0);

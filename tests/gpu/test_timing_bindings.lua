@@ -9,17 +9,7 @@ local buffer = require "km.buffer"
 local timing = require "km.timing"
 local testing = require "km.testing"
 
-local KMRUN = os.getenv("KMRUN") or arg[-1] or "build/kmrun"
-local sys = require "km.sys"
-local BUILD = sys.realpath(KMRUN:match("^(.*)/kmrun$") or "build") or "build"
-local ROOT = sys.realpath(package.km_libdir:match("^(.*)/lua$") or ".") or "."
-
--- LuaJIT on PATH, or the copy `make` carries in BUILD/carry for GPU hosts without one.
-local function luajit()
-  if select(2, testing.sh("command -v luajit >/dev/null")) == 0 then return "luajit" end
-  local carried = BUILD .. "/carry/luajit"
-  if select(2, testing.sh("test -x " .. carried)) == 0 then return "LD_LIBRARY_PATH=" .. BUILD .. "/carry " .. carried end
-end
+local BUILD, ROOT = testing.build_and_root()
 
 local SRC = [[
 extern "C" __global__ void axpy(float *y, const float *x, float a, long long n) {
@@ -60,7 +50,7 @@ for _, mode in ipairs { MODE_LIST } do
 end
 ]]
 
-local jit = luajit()
+local jit = testing.interpreter("luajit", BUILD)
 if not jit then
   t.skip("km.timing and km_time agree", "no luajit on this host (make carries Debian's in build/carry)")
   t.done()

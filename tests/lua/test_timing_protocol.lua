@@ -62,17 +62,9 @@ end)
 -- give: km_time_protocol_key, called as an embedding host calls it (LuaJIT's FFI, km.ffi),
 -- names the same protocol km.timing does for equal options, with no GPU.
 local testing = require "km.testing"
-local KMRUN = os.getenv("KMRUN") or arg[-1] or "build/kmrun"
-local sys = require "km.sys"
-local BUILD = sys.realpath(KMRUN:match("^(.*)/kmrun$") or "build") or "build"
-local ROOT = sys.realpath(package.km_libdir:match("^(.*)/lua$") or ".") or "."
-local function luajit()
-  if select(2, testing.sh("command -v luajit >/dev/null")) == 0 then return "luajit" end
-  local carried = BUILD .. "/carry/luajit"
-  if select(2, testing.sh("test -x " .. carried)) == 0 then return "LD_LIBRARY_PATH=" .. BUILD .. "/carry " .. carried end
-end
+local BUILD, ROOT = testing.build_and_root()
 local lib_built = select(2, testing.sh("test -f " .. BUILD .. "/lib/libkmrun.so")) == 0
-local jit = luajit()
+local jit = testing.interpreter("luajit", BUILD)
 if jit and lib_built then
   t.test("km_time_protocol_key (C API) gives km.timing's key for the same options", function()
     local host = [[
