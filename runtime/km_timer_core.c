@@ -127,8 +127,8 @@ int km_timer_run(const km_timer_ops *ops, void *dev, const km_timing_protocol *p
   }
   r.per_sample_launches = (w->is_graph || r.captured) && graph_mode ? 1 : rep;
   int per_sample_calls = r.per_sample_launches * calls_per_launch;
-  if (cold && (e = ops->flush_prepare(dev, p->flush_bytes, &out->flush_bytes)))
-    return dev_fail(&r, e, "allocating the L2 flush buffer");
+  const char *what = "allocating the L2 flush buffer";
+  if (cold && (e = ops->flush_prepare(dev, p->flush_bytes, &out->flush_bytes, &what))) return dev_fail(&r, e, what);
 
   /* warmup: at least `warmup` calls and `warmup_ms` of wall time */
   double t0 = ops->now_ms(dev);

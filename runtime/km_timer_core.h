@@ -46,7 +46,7 @@ typedef struct km_timer_ops {
   int (*wait)(void *dev, int ev);              /* block until ev is reached */
   int (*elapsed)(void *dev, int from, int to, float *ms);
   int (*sync)(void *dev);                      /* wait for everything enqueued */
-  int (*flush_prepare)(void *dev, long long want, size_t *bytes); /* want 0: twice the L2 */
+  int (*flush_prepare)(void *dev, long long want, size_t *bytes, const char **what); /* want 0: 2 x L2 */
   int (*flush)(void *dev);                     /* enqueue the L2 flush */
   int (*capture_begin)(void *dev, const char **what); /* graph mode: capture what is enqueued */
   int (*capture_end)(void *dev, int keep, const char **what); /* keep: make it replayable */

@@ -66,7 +66,7 @@ static int elapsed(void *dev, int from, int to, float *ms) {
 
 static int sync_stream(void *dev) { return km_cu->cuStreamSynchronize(((km_timer_gpu *)dev)->s); }
 
-static int flush_prepare(void *dev, long long want, size_t *bytes) {
+static int flush_prepare(void *dev, long long want, size_t *bytes, const char **what) {
   km_timer_gpu *g = dev;
   int l2 = 0;
   km_cu->cuDeviceGetAttribute(&l2, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, km_cuda_device());
@@ -75,7 +75,10 @@ static int flush_prepare(void *dev, long long want, size_t *bytes) {
   *bytes = fbytes;
   g->flush_n = fbytes / 16;
   CUresult r = km_cuda_util_get("km_flush", &g->flush_fn);
-  if (r != CUDA_SUCCESS) return r;
+  if (r != CUDA_SUCCESS) {
+    *what = "loading kmrun's L2 flush kernel";
+    return r;
+  }
   pthread_mutex_lock(&flush_lock);
   r = ensure_flush(fbytes);
   pthread_mutex_unlock(&flush_lock);

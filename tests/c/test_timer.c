@@ -111,8 +111,9 @@ static int f_sync(void *d) {
   return 0;
 }
 
-static int f_flush_prepare(void *d, long long want, size_t *bytes) {
+static int f_flush_prepare(void *d, long long want, size_t *bytes, const char **what) {
   fake *f = d;
+  if (f->fail_flush_prepare == 2) *what = "loading the flush";
   if (f->fail_flush_prepare) return 2;
   *bytes = want > 0 ? (size_t)want : 100 << 20;
   note(f, 'P');
@@ -497,6 +498,10 @@ TEST(device_failures_say_what_was_being_done) {
   f->fail_flush_prepare = 1;
   ASSERT_EQ_INT(run(f, &OPS, &p, 0, 0, &r), KM_TIMER_EDEV);
   ASSERT_EQ_STR(r.what, "allocating the L2 flush buffer");
+  f = fresh(one_ms);
+  f->fail_flush_prepare = 2; /* the op may say better what failed */
+  ASSERT_EQ_INT(run(f, &OPS, &p, 0, 0, &r), KM_TIMER_EDEV);
+  ASSERT_EQ_STR(r.what, "loading the flush");
   f = fresh(one_ms);
   f->fail_capture_begin = 1;
   p.mode = "graph";
