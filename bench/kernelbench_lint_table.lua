@@ -2,7 +2,9 @@
 -- bench/kernelbench_lint.sh: DIR/level<L>/<problem>.json hold what `kmrun tasks lint --json`
 -- printed for one problem (empty where the deadline or a crash cut it short; its .err beside
 -- it says why). Per level and precision: problems linted and flagged, the count per reason,
--- the flagged names; then per level the problems not linted, never counted as passing.
+-- the flagged names; then per level the problems not linted, or linted with a check left
+-- undone (a result's `unchecked`, e.g. out of GPU memory) and nothing flagged: never counted
+-- as passing.
 local json = require "km.json"
 local lint = require "km.lint"
 local sys = require "km.sys"
@@ -57,7 +59,9 @@ for level = 1, 3 do
   for _, prec in ipairs { "fp32", "fp16", "bf16" } do
     local n, names, by = 0, {}, {}
     for _, res in ipairs(results) do
-      if res.precision == prec then
+      if res.precision == prec and not lint.flagged(res) and #(res.unchecked or {}) > 0 then
+        missing[#missing + 1] = res.task .. "@" .. prec .. " (" .. tostring(res.unchecked[1]):gsub("%s+", " "):sub(1, 80) .. ")"
+      elseif res.precision == prec then
         n = n + 1
         if lint.flagged(res) then
           names[#names + 1] = res.task

@@ -445,8 +445,28 @@ class Problem:
                 raise self._fail("Model(*get_init_inputs())", e)
             try:
                 self.model = model.to(device=self.device, dtype=self.dtype)
+                self._cast_attrs(self.model)
             except BaseException as e:
                 raise self._fail("moving the model to %s %s" % (self.device, self.precision), e)
+
+    def _cast_attrs(self, model):
+        """Floating tensors a module keeps as plain attributes (an RNN's h0, alone or in a
+        list or tuple) take the model's precision as its parameters do: Module.to() moves only
+        parameters and buffers, and a reference at fp16 whose h0 stayed fp32 does not run."""
+        def cast(x):
+            if isinstance(x, torch.Tensor) and x.is_floating_point() and x.dtype != self.dtype:
+                return x.to(dtype=self.dtype)
+            return x
+        for _, m in model.named_modules():
+            for a, v in list(vars(m).items()):
+                if a.startswith("_"):
+                    continue  # _parameters, _buffers: moved by Module.to()
+                if isinstance(v, torch.Tensor):
+                    object.__setattr__(m, a, cast(v))
+                elif isinstance(v, list):
+                    v[:] = [cast(x) for x in v]
+                elif type(v) is tuple:
+                    object.__setattr__(m, a, tuple(cast(x) for x in v))
 
     # -- inputs --
     def _inputs(self, seed):

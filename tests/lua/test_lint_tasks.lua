@@ -288,6 +288,40 @@ t.test("lint of a task folder on the CPU: its reference.py at the shapes that fi
   t.ok(u:find("shape 1: 2048 MiB of buffers, over the CPU's limit", 1, true), u)
 end)
 
+-- an RNN-like reference keeping its state as plain tensor attributes (KernelBench level 3's
+-- 33_VanillaRNN, 35_LSTM): at fp16/bf16 they take the model's precision with its parameters
+local PLAIN = problem("plain", "33_plain_state", [[
+class Model(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.lin = nn.Linear(n, n)
+        self.h0 = torch.randn(n, n)
+        self.hs = [torch.randn(n, n)]
+        self.pair = (torch.randn(n, n), 3)
+
+    def forward(self, x):
+        return torch.mm(torch.mm(torch.mm(self.lin(x), self.h0), self.hs[0]), self.pair[0])
+
+n = 64
+
+def get_inputs():
+    return [torch.randn(8, n)]
+
+def get_init_inputs():
+    return [n]
+]])
+
+t.test("lint: a reference's plain tensor attributes (an h0, in a list or tuple too) run at fp16 and bf16", function()
+  local out, err, rc = run("tasks lint " .. PLAIN .. " --precision fp32,fp16,bf16 --cpu --json")
+  t.eq(rc, 0, out .. err)
+  local r = json.decode(out)
+  t.eq(#r.results, 3, out)
+  for _, res in ipairs(r.results) do
+    t.eq(#res.flags, 0, res.precision .. ": " .. out)
+    for _, u in ipairs(res.unchecked or {}) do t.ok(u:match("^timing:"), res.precision .. ": " .. u) end
+  end
+end)
+
 t.test("lint: a path that does not exist is one line, exit 2", function()
   local out, err, rc = run("tasks lint " .. DIR .. "/nope")
   t.eq(rc, 2)
