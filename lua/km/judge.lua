@@ -74,6 +74,20 @@ Pool.__index = Pool
 
 local function pool_key(dtype, dims) return dtype .. ":" .. concat(dims, "x") end
 
+-- A new device buffer. Out of memory, torch's cached blocks (a PyTorch reference's, kept
+-- between calls: handing them back waits for the whole device) go back to the driver and
+-- the allocation is tried once more; `drop` (optional) frees the judge's idle buffers too.
+local function alloc(dtype, dims, drop)
+  local ok, b = pcall(buffer.new, dtype, dims)
+  if ok then return b end
+  local kb = package.loaded["km.kernelbench"]
+  if not (tostring(b):find("OUT_OF_MEMORY", 1, true) and (kb or drop)) then error(b, 0) end
+  if drop then drop() end
+  if kb then kb.empty_cache() end
+  return buffer.new(dtype, dims)
+end
+M.alloc = alloc -- (tests/gpu/test_judge_memory.lua)
+
 function Pool.new() return setmetatable({ lists = {}, bytes = 0 }, Pool) end
 
 function Pool:get(dtype, dims)
@@ -84,7 +98,7 @@ function Pool:get(dtype, dims)
     self.bytes = self.bytes - b:nbytes()
     return b
   end
-  return buffer.new(dtype, dims)
+  return alloc(dtype, dims, function() self:drop(true) end)
 end
 
 function Pool:put(b)
@@ -174,7 +188,7 @@ local function make_k(self, mod, params, state)
       -- the slot is emptied before anything below can fail: a launch that catches the
       -- failure (pcall) must not leave a freed buffer for the judge to trip on later
       if b then state.scratch_bytes = state.scratch_bytes - b:nbytes(); b:free(); state.scratch[i] = nil end
-      local okb, nb = pcall(buffer.new, dtype, shape)
+      local okb, nb = pcall(alloc, dtype, shape)
       if not okb then error("k.scratch(" .. tostring(dtype) .. "): " .. tostring(nb), 2) end
       state.scratch_bytes = state.scratch_bytes + nb:nbytes()
       if state.scratch_bytes > state.scratch_limit then
@@ -322,17 +336,21 @@ end
 -- Runs a prepared launch once on `io` (real buffers) with its own copy of `sym`.
 -- Returns true, outs ({ name = buffer } the launch returned) or false, status, message.
 -- Launch code sees fresh views (revoked when it returns) and a fresh shape table.
-local function call_launch(self, run, io, sym, budget)
+-- keep_cache: leave the reference's outputs in torch's cached blocks (a timed call's check,
+-- on inputs from an unpredictable seed: no later call has them; time_run hands the blocks
+-- back at its end). Otherwise they go back to the driver, out of reach of the next kernel.
+local function call_launch(self, run, io, sym, budget, keep_cache)
   if run.torch then -- a PyTorch reference (trusted): the model on the real buffers
     local st = self.tasks[run.task_dir]
     local moved, mtext = self:truth_check(st)
     if moved then return false, moved, mtext end
-    local ok, err = run.torch:forward(io, { empty_cache = true })
+    local ok, err = run.torch:forward(io, { empty_cache = not keep_cache })
     if st then st.truth_dirty = true end -- its buffers (running statistics) may have moved
     if not ok then return false, "launch_error", err end
     return true, {}
   end
   if run.st then self:seal_truth(run.st) end -- trusted code done: what candidate code meets
+  self.truth_clean = nil -- candidate code runs: the next truth_check digests again
   run.state.scratch_i = 0
   run.state.error_code = nil
   local ok, err = sandbox.call(run.fn, { budget = budget or 1e6, memory = self.opts.lua_memory },
@@ -435,9 +453,17 @@ end
 -- restored at once, so nothing computed from it afterwards sees the change, and the fault
 -- is kept (self.fault) for the verdict: a check that runs where no verdict can be returned
 -- (an input refresh inside timing) still fails the candidate.
+-- A clean check holds until candidate code runs again (call_launch clears self.truth_clean):
+-- the digest waited for the stream, so no candidate work is left to change the truth, and a
+-- second digest before the next candidate call (a timed call's check, then its reference
+-- run) would read the same bytes.
 function Judge:truth_check(st, where)
+  if st and self.truth_clean == st then return nil end
   local name = self:truth_moved(st)
-  if not name then return nil end
+  if not name then
+    if st and st.prob and st.truth and not st.truth_dirty then self.truth_clean = st end
+    return nil
+  end
   self:restore_truth(st)
   local text = reference_state_text(name:gsub("^%a+:", ""), where)
   self.fault = self.fault or { "inputs_modified", text }
@@ -506,12 +532,13 @@ function Judge:fill_inputs(t, sym, io, seed, keep_cache)
 end
 
 -- Runs the reference on ref_in's buffers plus fresh poisoned outputs (which the caller
--- returns to the pool). -> ref_io (ref_in's names and the outputs) or nil, status, message
-function Judge:run_reference(st, ref_in, dims, sym, which)
+-- returns to the pool). keep_cache: call_launch's. -> ref_io (ref_in's names and the
+-- outputs) or nil, status, message
+function Judge:run_reference(st, ref_in, dims, sym, which, keep_cache)
   local t = st.task
   local io = copy(ref_in)
   for _, spec in ipairs(t.outputs) do io[spec.name] = self.pool:get(spec.dtype, dims[spec.name]):poison() end
-  local ok, s, msg = call_launch(self, which or st.ref, io, sym, 1e8)
+  local ok, s, msg = call_launch(self, which or st.ref, io, sym, 1e8, keep_cache)
   if ok then ok, s, msg = sync_status() end -- the reference's returned outputs are not used
   if not ok then
     if s ~= "crashed" then for _, spec in ipairs(t.outputs) do self.pool:put(io[spec.name]) end end
@@ -745,7 +772,7 @@ function Judge:time_run(st, run, sym, opts, check)
     self:pristine(t, sym, ref_in, cur_seed)
     local es, etext = evidence(t, cand, ref_in, run.state.scratch, where)
     if es then failure = { es, etext } return false end
-    local ref_io, rs, rmsg = self:run_reference(st, ref_in, dims, sym, st.fast_ref)
+    local ref_io, rs, rmsg = self:run_reference(st, ref_in, dims, sym, st.fast_ref, true)
     if not ref_io and rs == "inputs_modified" then failure = { rs, rmsg } return false end
     if not ref_io then
       failure = { verdict.ERROR, "the task's reference failed while re-verifying a timed call: " .. tostring(rmsg) }
@@ -791,8 +818,10 @@ function Judge:time_run(st, run, sym, opts, check)
   local topts = time_opts(opts)
   topts.before, topts.after = hooks.before, hooks.after
   local res, err, code = timing.time(timed, topts)
-  -- torch's cache may still hold the last outputs: back to the driver before a candidate runs
-  if run.torch then run.torch:forward(cand, { empty_cache = true }) end
+  -- torch's cache may still hold the last outputs (a timed eager run's, or a timed call's
+  -- check's reference): back to the driver before a candidate runs
+  if run.torch then run.torch:forward(cand, { empty_cache = true })
+  elseif checked > 0 and (st.prob or st.fast_ref) then require("km.kernelbench").empty_cache() end
   -- the last timed call is always re-verified
   if res and check and not check_now(fmt("the last timed call (%d)", calls)) then res = nil end
   if not res then

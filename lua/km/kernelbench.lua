@@ -107,6 +107,13 @@ function M.available()
   return nil, state.why, state.code
 end
 
+-- Hands torch's cached GPU blocks back to the driver, where torch is loaded at all (kmrun
+-- needs the room: km.judge asks when an allocation of its own finds none). -> true
+function M.empty_cache()
+  if not (state and state.ok) then return true end
+  return call("empty_cache") or true
+end
+
 -- Problem files that failed to load because PyTorch is not available all fail alike: one
 -- line for them instead of one each. errors: a list of "PATH: why" strings (task.list's);
 -- returns the others, and the line (nil when none failed so). Asks km.kernelbench whether

@@ -1,0 +1,66 @@
+-- GPU: the judge and torch share one device. A PyTorch reference's cached blocks stay with
+-- torch between calls (handing them back waits for the whole device), and go back to the
+-- driver when kmrun's own allocation finds no room: the allocation is then tried again.
+local t = require "km.tap"
+t.require_gpu()
+local kb = require "km.kernelbench"
+local okk, why = kb.available()
+if not okk then t.skip_all("PyTorch not available (KM_PYTHON): " .. tostring(why)) end
+local cuda = require "km.cuda"
+local judge = require "km.judge"
+local testing = require "km.testing"
+
+local DIR = testing.tmpdir()
+-- get_inputs() first takes 60% of the free memory for a temporary: torch keeps the block
+local HOG = DIR .. "/hog.py"
+testing.write(HOG, [[
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return torch.relu(x)
+
+def get_inputs():
+    free, _ = torch.cuda.mem_get_info()
+    tmp = torch.empty(int(free * 0.6), dtype=torch.uint8)
+    tmp.fill_(1)
+    del tmp
+    return [torch.randn(1024)]
+
+def get_init_inputs():
+    return []
+]])
+
+t.test("an allocation that finds no room gets torch's cached blocks back, then succeeds", function()
+  local free0, total = cuda.mem_info()
+  local prob = assert(kb.load(HOG, { precision = "fp32", device = "cuda" }))
+  local spec = assert(prob:spec(1))
+  local io = kb.buffers_for(spec, function(dtype, shape) return judge.alloc(dtype, shape) end)
+  assert(prob:make_inputs(7, io))
+  cuda.synchronize()
+  local free1 = cuda.mem_info()
+  -- torch kept its block: more than half of what was free is gone, a quarter of the device is left
+  t.ok(free1 < free0 * 0.5, ("free %d of %d before, %d after"):format(free0, total, free1))
+  t.ok(free1 > total // 4, ("free %d of %d"):format(free1, total))
+  -- more than is free now, less than was free before
+  local want = math.floor((free1 + (free0 - free1) * 0.5) / 4) * 4
+  t.ok(want > free1, "the request does not fit without torch's block")
+  local b = judge.alloc("f32", { want // 4 })
+  t.eq(b:nbytes(), want)
+  b:free()
+  t.ok(cuda.mem_info() > free1, "torch handed its block back")
+  prob:release { empty_cache = true }
+end)
+
+t.test("an allocation larger than the device still fails, with the driver's words", function()
+  local _, total = cuda.mem_info()
+  local ok, err = pcall(judge.alloc, "u8", { total * 2 })
+  t.ok(not ok)
+  t.ok(tostring(err):find("OUT_OF_MEMORY", 1, true), tostring(err))
+end)
+
+t.done()
