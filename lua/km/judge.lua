@@ -509,9 +509,14 @@ end
 -- The inputs of `seed` into io: drawn by the task's init rules, or, for a PyTorch
 -- reference, by the problem's own get_inputs() under the seed (on the GPU) plus the
 -- model's parameters. A problem whose inputs cannot be made raises (the verdict: error).
--- keep_cache: leave torch's cached blocks (timed calls: otherwise eager's next output
--- allocation is a cudaMalloc inside the timed window; only inputs are in them).
-function Judge:fill_inputs(t, sym, io, seed, keep_cache)
+-- timed: a timed call's refresh. Torch's cached blocks stay (otherwise eager's next output
+-- allocation is a cudaMalloc inside the timed window; only inputs are in them), and the
+-- parameters are copied from the truth without proving it unchanged first: that digest
+-- waits for the stream, so samples could not queue ahead. Nothing is lost: a candidate
+-- that changed the truth is found by the next check's truth_check (before its pristine
+-- inputs and reference run), by the last timed call's, or at the end of the evaluation,
+-- and parameters it changed for its own next call are not what it is checked against.
+function Judge:fill_inputs(t, sym, io, seed, timed)
   local st = self.tasks[t.dir]
   if not (st and st.prob) then
     for i, spec in ipairs(t.inputs) do fill_input(io[spec.name], spec, sym, seed * 7919 + i) end
@@ -521,11 +526,11 @@ function Judge:fill_inputs(t, sym, io, seed, keep_cache)
   for _, spec in ipairs(t.inputs) do
     if spec.role == "parameter" then params[spec.name] = io[spec.name] else ins[spec.name] = io[spec.name] end
   end
-  local ok, err = st.prob:make_inputs(seed, ins, { keep_cache = keep_cache })
+  local ok, err = st.prob:make_inputs(seed, ins, { keep_cache = timed })
   if ok and next(params) then
     -- parameters are handed out only from a truth proven unchanged since its seal (a change
-    -- is restored first, and recorded against the candidate)
-    self:truth_check(st, "an input refresh")
+    -- is restored first, and recorded against the candidate); a timed refresh: above
+    if not timed then self:truth_check(st, "an input refresh") end
     ok, err = st.prob:write_params(params)
   end
   if not ok then error("the task's PyTorch inputs could not be made: " .. tostring(err), 0) end
