@@ -131,6 +131,50 @@ t.test("repair: a buggy first answer, feedback, a fixed second one; trajectory a
   t.ok(direct.messages[3].content:find("SPEED=2", 1, true))
 end)
 
+-- strategies/repair.lua and km.steps.repair (the loop optimize and repair_then_tune run)
+-- stop by one rule: driven round by round by the same script, with a first verdict of every
+-- status in km.statuses, online and offline, they ask the model as often, send the same
+-- conversation and end on the same candidate and verdict. A status that stops (correct;
+-- compiled, where there is no GPU) ends the loop with its candidate, a fatal one without.
+t.test("repair.lua and km.steps.repair stop by one rule: every status, online and offline", function()
+  local statuses, steps, prompt = require "km.statuses", require "km.steps", require "km.prompt"
+  local repair = assert(loadfile(ROOT .. "/strategies/repair.lua"))()
+  local tk = assert(task.load(ROOT .. "/tests/tasks/t_rowsum"))
+  -- round 1 is judged `first` (a model-stage status: no candidate), later rounds mismatch
+  local function scripted(first, offline)
+    local ctx = { task = tk, offline = offline, args = { rounds = 3, forms = { "description" } }, sent = {},
+      guidance = { for_verdict = function() return {} end } }
+    function ctx.propose(messages)
+      ctx.sent[#ctx.sent + 1] = json.encode(messages)
+      local n = #ctx.sent
+      if n == 1 and statuses.get(first).stage == "model" then return nil, "reply 1", "no candidate (scripted)" end
+      return { name = "c" .. n, source = "", launch = "" }, "reply " .. n
+    end
+    function ctx.eval() return { status = #ctx.sent == 1 and first or "mismatch", feedback = "scripted" } end
+    return ctx
+  end
+  for _, row in ipairs(statuses.ROWS) do
+    for _, offline in ipairs { false, true } do
+      local what = row.name .. (offline and " (offline)" or "")
+      local a, b = scripted(row.name, offline), scripted(row.name, offline)
+      local ca, va = repair(a)
+      local cb, vb = steps.repair(b, prompt.implement(tk, { forms = b.args.forms }), b.args.rounds)
+      t.eq(#a.sent, #b.sent, what .. ": rounds")
+      t.eq(table.concat(a.sent, "\n"), table.concat(b.sent, "\n"), what .. ": the same conversation")
+      t.eq(ca and ca.name, cb and cb.name, what .. ": the candidate")
+      t.eq(va.status, vb.status, what .. ": the verdict")
+      local stops = row.fatal or row.stops or offline
+      t.eq(#a.sent, stops and 1 or 3, what .. ": " .. (stops and "stops at round 1" or "goes on to the last round"))
+      if row.fatal then t.eq(ca, nil, what .. ": no candidate") end
+    end
+  end
+  -- the case that once differed: a compile-only verdict (a run with no GPU) online
+  local a = scripted("compiled", false)
+  local ca, va = repair(a)
+  t.eq(#a.sent, 1, "compiled stops the repair strategy")
+  t.eq(ca.name, "c1"); t.eq(va.status, "compiled")
+end)
+
 t.test("replay: an episode's model turns play back from its store, with no server", function()
   local tk = make_task("t_replay", write_script("replay", { answer("first", 1, true), answer("second", 2) }))
   local path = run("repair.lua", { tk })
