@@ -57,6 +57,10 @@ end
 -- One context budget per server, model and size: what it learns of the model's tokens
 -- per character serves every episode.
 local budgets = {}
+
+-- Providers that answer n choices with n requests (km.llm's table: per_n), by name.
+local PER_N = {}
+for _, p in ipairs(require("km.llm").providers()) do PER_N[p.name] = p.per_n end
 function M.budget_for(cfg, size)
   size = size or context.DEFAULT_SIZE
   local key = fmt("%s|%s|%d", tostring(cfg.url or cfg.provider), tostring(cfg.model), size)
@@ -75,7 +79,7 @@ local function account(ctx, cfg, sent, o, reply, err, code, info, finfo)
       shortened = finfo.shortened, guidance_dropped = finfo.guidance_dropped, max_tokens = finfo.max_tokens }
   end
   local times = {}
-  local nreq = (cfg.provider == "anthropic" and o.n) or 1
+  local nreq = (PER_N[cfg.provider] and o.n) or 1
   if reply then
     -- the call's number in the episode: the assistant turn made of this reply carries it
     -- (km_call), so an export finds the call behind a turn the context shortened

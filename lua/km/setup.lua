@@ -22,6 +22,15 @@ local ipairs, pairs, type, tostring, tonumber, pcall = ipairs, pairs, type, tost
 
 local M = {}
 
+-- The model client's providers (km.llm's table, one row each): their names for --provider,
+-- and "set A or B" from the variables that pick a networked one, for the offline lines.
+local PROVIDERS, HINTS = {}, {}
+for _, p in ipairs(require("km.llm").providers()) do
+  PROVIDERS[#PROVIDERS + 1] = p.name
+  if p.network and p.hint then HINTS[#HINTS + 1] = p.hint end
+end
+local SET_HINT = "set " .. concat(HINTS, " or ")
+
 ----------------------------------------------------------------------------------------
 -- options
 
@@ -34,8 +43,7 @@ M.OPTIONS = {
   { "store", "FILE", "the run's store (default runs/<timestamp>.sqlite)", type = "path", old = { "out" } },
   { "models", "M[,M...]", "model names (else KM_MODEL); several: one episode per model",
     type = "list", aliases = { "model" } },
-  { "provider", "P", "openai, anthropic, replay or offline (default: from the environment)",
-    choices = { "openai", "anthropic", "replay", "offline" } },
+  { "provider", "P", concat(PROVIDERS, ", ") .. " (default: from the environment)", choices = PROVIDERS },
   { "base-url", "URL", "the model server (else OPENAI_BASE_URL)" },
   { "replay", "FILE", "replay the model turns recorded in FILE (.sqlite or .jsonl)", type = "file" },
   { "llm-timeout", "S", "seconds before a model request is given up", type = "seconds", default = 600 },
@@ -169,7 +177,7 @@ function M.offline_tasks(tasks, args)
   end
   if #without == 0 then return tasks end
   local names = concat(without, ", ", 1, math.min(#without, 3)) .. (#without > 3 and fmt(" and %d more", #without - 3) or "")
-  local why = fmt("offline (no model configured: set OPENAI_BASE_URL or ANTHROPIC_API_KEY, or KM_MODEL, or --provider), " ..
+  local why = fmt("offline (no model configured: " .. SET_HINT .. ", or KM_MODEL, or --provider), " ..
     "and %s %s no starter to stand in for a model's candidate (%s): %s", #without == 1 and "1 task" or (#without .. " tasks"),
     #without == 1 and "has" or "have", names,
     #kept == 0 and "every episode could only end no_code, so nothing is run" or "they are left out")
@@ -312,7 +320,7 @@ function M.run(args, out)
   end
   local cfg = probe:config()
   if cfg.provider == "offline" then
-    io.stderr:write("kmrun: offline: no model configured (set OPENAI_BASE_URL or ANTHROPIC_API_KEY, or KM_MODEL); strategies use each task's starter\n")
+    io.stderr:write("kmrun: offline: no model configured (" .. SET_HINT .. ", or KM_MODEL); strategies use each task's starter\n")
   elseif cfg.provider ~= "replay" then
     local source = "--context"
     if not args.context then

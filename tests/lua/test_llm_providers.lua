@@ -128,4 +128,29 @@ t.test("replies and the offline message come from the rows", function()
   t.eq(msg, "offline: no model configured (set " .. words(hints) .. ", or KM_MODEL)")
 end)
 
+t.test("the commands read the table too: --provider's choices, the offline line, requests per call", function()
+  local setup = require "km.setup"
+  local opt
+  for _, o in ipairs(setup.OPTIONS) do if o[1] == "provider" then opt = o end end
+  t.ok(opt, "kmrun's --provider option")
+  t.eq(concat(opt.choices, ","), concat(NAMES, ","))
+  -- offline, a task without a starter is left out with a line naming every networked row's hint
+  local r = child({}, "local _, why = require('km.setup').offline_tasks({ { name = 'x' } }, {}) "
+    .. "print(require('km.json').encode({ why = why }))")
+  t.ok(r.why and r.why:find("offline", 1, true), tostring(r.why))
+  for _, row in ipairs(PROVIDERS) do
+    if row.network and row.hint then t.ok(r.why:find(row.hint, 1, true), row.hint .. " in: " .. r.why) end
+  end
+  -- a networked provider is a row and its tests: no Lua module names one (offline and
+  -- replay are the client's modes, which the commands do name)
+  local ls = io.popen("ls lua/km/*.lua lua/km/cmd/*.lua")
+  for path in ls:lines() do
+    local src = assert(io.open(path)):read("a")
+    for _, row in ipairs(PROVIDERS) do
+      if row.network then t.ok(not src:find('"' .. row.name .. '"', 1, true), path .. " names the provider " .. row.name) end
+    end
+  end
+  ls:close()
+end)
+
 t.done()
