@@ -33,10 +33,8 @@ end
 t.test("no stray globals in " .. #files .. " Lua files", function()
   local bad = {}
   for _, f in ipairs(files) do
-    if not f:match("strict%.lua$") then
-      local found = luac_globals(f)
-      for _, g in ipairs(found) do bad[#bad + 1] = f:gsub("^.*/lua/", "lua/") .. ": " .. g end
-    end
+    local found = luac_globals(f)
+    for _, g in ipairs(found) do bad[#bad + 1] = f:gsub("^.*/lua/", "lua/") .. ": " .. g end
   end
   for _, b in ipairs(bad) do t.diag(b) end
   t.eq(#bad, 0)
