@@ -1,6 +1,8 @@
 -- km.testing — pieces for testing strategies on a machine without a GPU or a model:
--- the loopback fake model server (tests/fake_llm_server.py) and a fake evaluator with the
--- worker pool's interface. A fake evaluator tests a strategy's logic; users never run one.
+-- the loopback fake model server (tests/fake_llm_server.py), a fake evaluator with the
+-- worker pool's interface and a sweep run in-process over them; and what the test files
+-- share: where the tree and kmrun are, files and folders, KernelBench problem files, a
+-- copy of a test task. A fake evaluator tests a strategy's logic; users never run one.
 local M = {}
 
 local read_all = require("km.task").read_file
@@ -28,13 +30,25 @@ function M.sh(cmd)
   return out:gsub("rc=%d+%s*$", ""), rc
 end
 
--- The build folder of the kmrun running the tests ($KMRUN's, else build/) and the source tree
--- the km library is loaded from, as absolute paths.
-function M.build_and_root()
-  local kmrun = os.getenv("KMRUN") or (arg and arg[-1]) or "build/kmrun"
+-- Where a test file runs, as absolute paths: ROOT, the source tree (the folder above the
+-- test's tests/<kind>/, else the one the km library is loaded from), KMRUN, the kmrun that
+-- runs the tests ($KMRUN, else this interpreter's arg[-1], else build/kmrun), and BUILD, its
+-- folder.
+function M.paths()
+  local script = arg and arg[0] or ""
+  local root = script:match("^(.*)/tests/[^/]+/[^/]*$") or (script:match("^tests/[^/]+/[^/]*$") and ".")
+    or (package.km_libdir and package.km_libdir:match("^(.*)/lua$")) or "."
+  local self = arg and arg[-1]
+  local kmrun = os.getenv("KMRUN") or (self and self:match("kmrun$") and self) or "build/kmrun"
+  kmrun = sys.realpath(kmrun) or kmrun
   local build = kmrun:match("^(.*)/kmrun$") or "build"
-  local root = package.km_libdir and package.km_libdir:match("^(.*)/lua$") or "."
-  return sys.realpath(build) or build, sys.realpath(root) or root
+  return sys.realpath(root) or root, kmrun, sys.realpath(build) or build
+end
+
+-- The build folder and the source tree (M.paths' BUILD and ROOT).
+function M.build_and_root()
+  local root, _, build = M.paths()
+  return build, root
 end
 
 -- A command that runs the interpreter `name` (lua5.4, luajit): the one on PATH, or the copy
@@ -65,9 +79,80 @@ function M.write(path, s)
   f:close()
 end
 
--- Starts the fake server; returns { base = "http://127.0.0.1:PORT/v1", stop = fn,
--- requests = fn -> list of recorded request bodies, usage = fn -> list of the usage of
--- every answer served } or nil, why. opts.context: the server's context window (tokens).
+-- Copies the folder src to dst (made, with its parents), files and subfolders.
+function M.copy_tree(src, dst)
+  assert(sys.mkdir(dst))
+  for _, name in ipairs(assert(sys.readdir(src))) do
+    local from, to = src .. "/" .. name, dst .. "/" .. name
+    if sys.readdir(from) then M.copy_tree(from, to) else M.write(to, assert(read_all(from))) end
+  end
+end
+
+----------------------------------------------------------------------------------------
+-- KernelBench problem files
+
+-- The text of a KernelBench problem file, in the form of KernelBench's level-1 files. With
+-- no fields it is 19_ReLU; each field replaces a part (lines are indented to their place):
+--   imports      lines after `import torch` and `import torch.nn as nn`
+--   before       lines between the imports and the class
+--   args         Model's own arguments ("n, m")
+--   init         __init__'s lines after super().__init__(); false: no __init__ at all
+--   forward      forward's arguments ("x")
+--   body         forward's lines before its return
+--   returns      what forward returns ("torch.relu(x)")
+--   sizes        the module-level lines (the problem's sizes: "batch_size = 16\ndim = 16384")
+--   inputs       get_inputs' list ("torch.randn(batch_size, dim)"); inputs_body: lines before
+--   init_inputs  get_init_inputs' list (""); init_body: lines before its return
+local function indent(text, pad)
+  if not text or text == "" then return "" end
+  return (text:gsub("[^\n]+", pad .. "%0")) .. "\n"
+end
+
+function M.problem_text(p)
+  p = p or {}
+  local out = { "import torch\nimport torch.nn as nn\n", indent(p.imports, ""), "\n" }
+  local function add(s) out[#out + 1] = s end
+  if p.before then add(indent(p.before, "") .. "\n") end
+  add("class Model(nn.Module):\n")
+  if p.init ~= false then
+    add(("    def __init__(self%s):\n        super().__init__()\n"):format(p.args and ", " .. p.args or ""))
+    add(indent(p.init, "        ") .. "\n")
+  end
+  add(("    def forward(self, %s):\n"):format(p.forward or "x"))
+  add(indent(p.body, "        ") .. "        return " .. (p.returns or "torch.relu(x)") .. "\n\n")
+  add(indent(p.sizes == nil and "batch_size = 16\ndim = 16384" or p.sizes, ""))
+  if p.sizes ~= "" then add("\n") end
+  add("def get_inputs():\n" .. indent(p.inputs_body, "    "))
+  add("    return [" .. (p.inputs or "torch.randn(batch_size, dim)") .. "]\n\n")
+  add("def get_init_inputs():\n" .. indent(p.init_body, "    "))
+  add("    return [" .. (p.init_inputs or "") .. "]\n")
+  return table.concat(out)
+end
+
+-- Writes dir/name.py (dir made if need be) with M.problem_text(p), or p itself when it is a
+-- string; returns its path.
+function M.problem(dir, name, p)
+  assert(sys.mkdir(dir))
+  local path = dir .. "/" .. name .. ".py"
+  M.write(path, type(p) == "string" and p or M.problem_text(p))
+  return path
+end
+
+-- PyTorch in the embedded Python (KM_PYTHON), or the whole test file skipped saying why;
+-- cuda: a CUDA build of torch too. Returns km.kernelbench and what its available() said.
+function M.require_torch(t, cuda)
+  local kb = require "km.kernelbench"
+  local ok, info = kb.available()
+  if not ok then t.skip_all("PyTorch not available (set KM_PYTHON to a python with torch): " .. tostring(info)) end
+  if cuda and not info.cuda_version then t.skip_all("torch " .. info.version .. " is a CPU-only build") end
+  return kb, info
+end
+
+-- Starts the fake server; returns { base = "http://127.0.0.1:PORT/v1", client = llm.new's
+-- configuration for it (model "fake-model"), dir = a fresh folder the server's files are
+-- in, removed by stop, stop = fn, requests = fn -> list of recorded request bodies, usage =
+-- fn -> list of the usage of every answer served } or nil, why. opts.context: the server's
+-- context window (tokens).
 function M.fake_llm_server(root, opts)
   opts = opts or {}
   local dir = M.tmpdir()
@@ -100,8 +185,10 @@ function M.fake_llm_server(root, opts)
     return nil, "the fake server did not start"
   end
   local json = require "km.json"
+  local base = "http://127.0.0.1:" .. port .. "/v1"
   return {
-    base = "http://127.0.0.1:" .. port .. "/v1",
+    base = base,
+    client = { provider = "openai", base_url = base, model = "fake-model" }, -- llm.new's
     dir = dir,
     stop = stop,
     requests = function()
@@ -131,6 +218,107 @@ function M.fake_pool(judge)
   function pool:pending() return #self.done end
   function pool:close() end
   return pool
+end
+
+----------------------------------------------------------------------------------------
+-- Strategy runs in this process
+
+-- tests/tasks/t_rowsum copied to dir/name under that name; description: its description
+-- instead (where the fake model server reads its [[script:...]] and other directives).
+-- Returns the folder.
+function M.rowsum_task(dir, name, description)
+  local root = M.paths()
+  local d = dir .. "/" .. name
+  sys.rmtree(d)
+  M.copy_tree(root .. "/tests/tasks/t_rowsum", d)
+  local src = read_all(d .. "/task.lua"):gsub('name = "t_rowsum"', 'name = "' .. name .. '"')
+  if description then src = src:gsub('description = "[^"]*"', function() return 'description = "' .. description .. '"' end) end
+  M.write(d .. "/task.lua", src)
+  return d
+end
+
+-- The fake model server's reply script: dir/name.json, the replies in order (the last one
+-- repeats). Returns its path, which a task's description names as [[script:PATH]].
+function M.reply_script(dir, name, replies)
+  local path = dir .. "/" .. name .. ".json"
+  M.write(path, require("km.json").encode(replies))
+  return path
+end
+
+-- The strategy in the tree's strategies/NAME.lua, as a { name, fn } row of a sweep.
+function M.strategy(name)
+  local root = M.paths()
+  return { name = name, fn = assert(loadfile(root .. "/strategies/" .. name .. ".lua"))() }
+end
+
+-- A sweep run in this process as `kmrun STRATEGY` and `kmrun sweep` run one (km.sweep), for
+-- a test to look at its store and what it printed. o:
+--   strategies  { name, fn } rows, or strategy: the name of one in the tree's strategies/
+--   tasks       loaded tasks
+--   store       the store's path (opened, and closed after the run)
+--   argv        the run's options as on the command line; args: fields set on what the
+--               parser made of them ({ quiet = true }), or a function that edits it
+--   judge       the verdicts of a fake_pool, or pool: the pool itself (neither: compile only)
+--   client      llm.new's configuration (a fake server's .client; default offline), or
+--               make_client: a function making each client
+--   guidance    true: the tree's guidance/ (or loaded guidance)
+--   capture     "stdout" (print too) or "stderr": what the run writes there is returned
+--               instead of shown
+-- and sweep.run's own fields as they are (repeats, jobs, rerun, name, models, fresh, ...).
+-- Returns sweep.run's result and the captured text; raises what the run raised.
+local OWN = { strategy = true, store = true, argv = true, args = true, judge = true, client = true, capture = true }
+
+function M.sweep(o)
+  local store, sweep, llm = require "km.store", require "km.sweep", require "km.llm"
+  local root = M.paths()
+  local a = assert(require("km.runner").parse_args(o.argv or {}))
+  if type(o.args) == "function" then o.args(a) else for k, v in pairs(o.args or {}) do a[k] = v end end
+  local db = assert(store.open(o.store))
+  local opts = { strategies = o.strategy and { M.strategy(o.strategy) }, models = { false }, repeats = 1, store = db,
+    pool = o.judge and M.fake_pool(o.judge), args = a, jobs = a.jobs,
+    make_client = function() return llm.new(o.client or { provider = "offline" }) end }
+  for k, v in pairs(o) do if not OWN[k] then opts[k] = v end end
+  if o.guidance == true then opts.guidance = require("km.guidance").load(root .. "/guidance") end
+  local file, real_out, real_err, real_print
+  if o.capture then
+    file = os.tmpname()
+    local f = assert(io.open(file, "w"))
+    real_out, real_err, real_print = io.stdout, io.stderr, print
+    if o.capture == "stderr" then
+      rawset(io, "stderr", f)
+    else
+      rawset(io, "stdout", f)
+      rawset(_G, "print", function(...)
+        local parts = table.pack(...)
+        for i = 1, parts.n do parts[i] = tostring(parts[i]) end
+        f:write(table.concat(parts, "\t", 1, parts.n), "\n")
+      end)
+    end
+  end
+  local ok, res = pcall(sweep.run, opts)
+  local text
+  if file then
+    local f = o.capture == "stderr" and io.stderr or io.stdout
+    rawset(io, "stdout", real_out)
+    rawset(io, "stderr", real_err)
+    rawset(_G, "print", real_print)
+    f:close()
+    text = read_all(file)
+    os.remove(file)
+  end
+  db:close()
+  if not ok then error(res, 0) end
+  return res, text
+end
+
+-- Every episode in the store at path, whole (steps, final, summary), oldest first; filter:
+-- db:episodes' (task, ...).
+function M.episodes(path, filter)
+  local db = assert(require("km.store").open(path, { readonly = true }))
+  local out = {}
+  for _, e in ipairs(db:episodes(filter or {})) do out[#out + 1] = db:episode(e.id) end
+  db:close()
+  return out
 end
 
 return M

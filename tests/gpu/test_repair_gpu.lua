@@ -3,16 +3,11 @@
 local t = require "km.tap"
 t.require_gpu()
 local testing = require "km.testing"
-local sweep = require "km.sweep"
-local runner = require "km.runner"
-local store = require "km.store"
-local json = require "km.json"
-local llm = require "km.llm"
 local task = require "km.task"
 local eval = require "km.eval"
 local prompt = require "km.prompt"
 
-local ROOT = io.popen("readlink -f " .. (arg[0]:match("^(.*)/tests/gpu/") or ".")):read("l")
+local ROOT = testing.paths()
 local server, why = testing.fake_llm_server(ROOT)
 if not server then t.skip_all(why) end
 
@@ -27,35 +22,29 @@ local BUGS = {
 local tasks, dir = {}, server.dir
 for name, bug in pairs(BUGS) do
   local d = dir .. "/" .. name
-  os.execute("cp -r " .. ROOT .. "/tasks/" .. name .. " " .. d)
+  testing.copy_tree(ROOT .. "/tasks/" .. name, d)
   local st = assert(task.starter(assert(task.load(d))))
   local buggy = st.source:gsub(bug[1]:gsub("%p", "%%%0"), bug[2], 1)
-  local entries = { prompt.candidate_text { source = buggy, launch = st.launch }, prompt.candidate_text(st) }
-  local sp = dir .. "/" .. name .. ".json"
-  local f = io.open(sp, "w"); f:write(json.encode(entries)); f:close()
+  local sp = testing.reply_script(dir, name, { prompt.candidate_text { source = buggy, launch = st.launch }, prompt.candidate_text(st) })
   -- the fake model finds its script through the description
-  local desc = io.open(d .. "/description.md"):read("a") .. "\n[[script:" .. sp .. "]]\n"
-  f = io.open(d .. "/description.md", "w"); f:write(desc); f:close()
+  testing.write(d .. "/description.md", testing.read(d .. "/description.md") .. "\n[[script:" .. sp .. "]]\n")
   tasks[#tasks + 1] = { name = name, task = assert(task.load(d)), planted = buggy ~= st.source }
 end
 table.sort(tasks, function(a, b) return a.name < b.name end)
 
 local pool = assert(eval.pool { gpus = { 0 }, timeout = 60 })
 local path = dir .. "/repair.sqlite"
-local db = assert(store.open(path))
 local list = {}
 for i, x in ipairs(tasks) do list[i] = x.task end
-local res = sweep.run { strategies = { { name = "repair", fn = assert(loadfile(ROOT .. "/strategies/repair.lua"))() } },
-  tasks = list, models = { false }, repeats = 1, store = db, pool = pool, args = assert(runner.parse_args {}), fresh = true,
-  guidance = require("km.guidance").load(ROOT .. "/guidance"),
-  make_client = function() return llm.new { provider = "openai", base_url = server.base, model = "fake-model" } end }
+local res = testing.sweep { strategy = "repair", tasks = list, store = path, pool = pool, fresh = true, guidance = true,
+  client = server.client }
 pool:close()
 
 for _, x in ipairs(tasks) do
   t.test(x.name .. ": the planted bug is caught, the fix is verified, the trajectory holds both rounds", function()
     t.ok(x.planted, "the bug was planted")
-    local e
-    for _, row in ipairs(db:episodes { task = x.name }) do e = db:episode(row.id) end
+    local eps = testing.episodes(path, { task = x.name })
+    local e = eps[#eps]
     local verdicts = {}
     for _, s in ipairs(e.steps) do if s.kind == "verdict" then verdicts[#verdicts + 1] = s.payload end end
     t.note(x.name .. ": " .. verdicts[1].status .. " then " .. tostring(verdicts[2] and verdicts[2].status) ..
@@ -67,6 +56,5 @@ for _, x in ipairs(tasks) do
   end)
 end
 t.eq(res.correct, #tasks)
-db:close()
 server.stop()
 t.done()

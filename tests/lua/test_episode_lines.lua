@@ -4,23 +4,13 @@
 -- never calls a speedup over eager one "over the reference".
 local t = require "km.tap"
 local testing = require "km.testing"
-local sweep = require "km.sweep"
 local runner = require "km.runner"
-local store = require "km.store"
 local task = require "km.task"
-local llm = require "km.llm"
 
-local ROOT = io.popen("readlink -f " .. (arg[0]:match("^(.*)/tests/lua/") or ".")):read("l")
 local dir = testing.tmpdir()
 
 -- Tasks named for what the fake judge answers.
-local function make_task(name)
-  local d = dir .. "/" .. name
-  os.execute("rm -rf " .. d .. " && cp -r " .. ROOT .. "/tests/tasks/t_rowsum " .. d)
-  local src = io.open(d .. "/task.lua"):read("a"):gsub('name = "t_rowsum"', 'name = "' .. name .. '"')
-  testing.write(d .. "/task.lua", src)
-  return assert(task.load(d))
-end
+local function make_task(name) return assert(task.load(testing.rowsum_task(dir, name))) end
 
 local function judge(tk)
   if tk.name == "eager_task" then -- a problem file's verdict: over eager, its own time in timing.eager
@@ -46,18 +36,9 @@ local STRATEGIES = {
 
 -- Runs the fake strategy over the tasks; returns what it printed and the result.
 local function run(tasks)
-  local db = assert(store.open(dir .. "/run" .. math.random(1e9) .. ".sqlite"))
-  local out = assert(io.open(dir .. "/out", "w"))
-  local real = io.stdout
-  rawset(io, "stdout", out)
-  local okr, res = pcall(sweep.run, { strategies = STRATEGIES, tasks = tasks, models = { false }, repeats = 1, store = db,
-    pool = testing.fake_pool(judge), args = assert(runner.parse_args {}), fresh = true,
-    make_client = function() return llm.new { provider = "offline" } end })
-  rawset(io, "stdout", real)
-  out:close()
-  db:close()
-  assert(okr, res)
-  return io.open(dir .. "/out"):read("a"), res
+  local res, out = testing.sweep { strategies = STRATEGIES, tasks = tasks, store = dir .. "/run" .. math.random(1e9) .. ".sqlite",
+    judge = judge, fresh = true, capture = "stdout" }
+  return out, res
 end
 
 local text, res = run { make_task("eager_task"), make_task("cuda_task"), make_task("bad_task"), make_task("broken_task"),
@@ -93,13 +74,10 @@ t.test("the summary: a geomean per baseline, never 'over the reference' for eage
 end)
 
 t.test("the reason is kept in the store's episode summary", function()
-  local db = assert(store.open(dir .. "/r.sqlite"))
-  local _, r = pcall(sweep.run, { strategies = STRATEGIES, tasks = { make_task("bad_task") }, models = { false }, repeats = 1,
-    store = db, pool = testing.fake_pool(judge), args = (function() local a = assert(runner.parse_args {}) a.quiet = true return a end)(),
-    fresh = true, make_client = function() return llm.new { provider = "offline" } end })
+  local r = testing.sweep { strategies = STRATEGIES, tasks = { make_task("bad_task") }, store = dir .. "/r.sqlite",
+    args = { quiet = true }, judge = judge, fresh = true }
   t.eq(r.ran, 1)
-  local eps = db:episodes {}
-  db:close()
+  local eps = testing.episodes(dir .. "/r.sqlite")
   t.ok(eps[1].summary.reason:find("differs from the reference", 1, true), tostring(eps[1].summary.reason))
 end)
 

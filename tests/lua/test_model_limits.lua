@@ -5,7 +5,6 @@
 -- arguments, Ctrl-C and exit statuses of kmrun itself.
 local t = require "km.tap"
 local testing = require "km.testing"
-local sweep = require "km.sweep"
 local runner = require "km.runner"
 local store = require "km.store"
 local json = require "km.json"
@@ -13,28 +12,17 @@ local llm = require "km.llm"
 local task = require "km.task"
 local context = require "km.context"
 
-local ROOT = io.popen("readlink -f " .. (arg[0]:match("^(.*)/tests/lua/") or ".")):read("l")
-local KMRUN = io.popen("readlink -f " .. (arg[-1]:match("kmrun$") and arg[-1] or "build/kmrun")):read("l")
-
+local ROOT, KMRUN = testing.paths()
 local CONTEXT = 1500 -- the fake server's window, in its tokens (words)
 local server, why = testing.fake_llm_server(ROOT, { context = CONTEXT })
 if not server then t.skip_all(why) end
 local DIR = server.dir
 
 local function make_task(name, script, extra)
-  local d = DIR .. "/" .. name
-  os.execute("rm -rf " .. d .. " && cp -r " .. ROOT .. "/tests/tasks/t_rowsum " .. d)
-  local src = io.open(d .. "/task.lua"):read("a"):gsub('name = "t_rowsum"', 'name = "' .. name .. '"')
-  src = src:gsub('description = "[^"]*"', 'description = "Sum each row. [[script:' .. script .. ']]' .. (extra or "") .. '"')
-  local f = io.open(d .. "/task.lua", "w"); f:write(src); f:close()
-  return assert(task.load(d))
+  return assert(task.load(testing.rowsum_task(DIR, name, "Sum each row. [[script:" .. script .. "]]" .. (extra or ""))))
 end
 
-local function write_script(name, entries)
-  local path = DIR .. "/" .. name .. ".json"
-  local f = io.open(path, "w"); f:write(json.encode(entries)); f:close()
-  return path
-end
+local function write_script(name, entries) return testing.reply_script(DIR, name, entries) end
 
 local function answer(tag, bug)
   return string.format("Here is %s.\n```cuda\n// %s\nextern \"C\" __global__ void rowsum(const float *x, float *y, int rows, int cols) { }\n```\n" ..
@@ -50,26 +38,16 @@ end
 
 local function run(strategy_file, tasks, args, client_cfg, repeats)
   local path = DIR .. "/" .. strategy_file:gsub("%W", "_") .. os.time() .. math.random(1e6) .. ".sqlite"
-  local db = assert(store.open(path))
-  local fn = assert(loadfile(ROOT .. "/strategies/" .. strategy_file))()
-  local a = assert(runner.parse_args(args or {}))
-  a.quiet = true
-  a.context = a.context or CONTEXT -- what kmrun's setup reads from the server's model list
-  local res = sweep.run { strategies = { { name = strategy_file:gsub("%.lua$", ""), fn = fn } }, tasks = tasks,
-    models = { false }, repeats = repeats or 1, store = db, pool = testing.fake_pool(judge), args = a, fresh = true, jobs = a.jobs,
-    guidance = require("km.guidance").load(ROOT .. "/guidance"),
-    make_client = function() return llm.new(client_cfg or { provider = "openai", base_url = server.base, model = "fake-model" }) end }
-  db:close()
+  local function quiet(a)
+    a.quiet = true
+    a.context = a.context or CONTEXT -- what kmrun's setup reads from the server's model list
+  end
+  local res = testing.sweep { strategy = strategy_file:gsub("%.lua$", ""), tasks = tasks, store = path, argv = args,
+    args = quiet, repeats = repeats, judge = judge, client = client_cfg or server.client, guidance = true, fresh = true }
   return path, res
 end
 
-local function episodes(path)
-  local db = assert(store.open(path, { readonly = true }))
-  local out = {}
-  for _, e in ipairs(db:episodes {}) do out[#out + 1] = db:episode(e.id) end
-  db:close()
-  return out
-end
+local episodes = testing.episodes
 
 local function steps_of(ep, kind)
   local out = {}

@@ -5,16 +5,11 @@
 -- are counted at the loopback fake server; the store is a real SQLite file.
 local t = require "km.tap"
 local testing = require "km.testing"
-local sweep = require "km.sweep"
-local runner = require "km.runner"
 local store = require "km.store"
-local json = require "km.json"
-local llm = require "km.llm"
+local runner = require "km.runner"
 local task = require "km.task"
 
-local ROOT = io.popen("readlink -f " .. (arg[0]:match("^(.*)/tests/lua/") or ".")):read("l")
-local KMRUN = io.popen("readlink -f " .. (arg[-1]:match("kmrun$") and arg[-1] or "build/kmrun")):read("l")
-
+local ROOT, KMRUN = testing.paths()
 local server, why = testing.fake_llm_server(ROOT)
 if not server then t.skip_all(why) end
 local DIR = server.dir
@@ -22,12 +17,7 @@ local DIR = server.dir
 -- t_rowsum under another name, its description naming the fake model's reply script (and
 -- any other directives for the server).
 local function make_task(name, script, directives)
-  local d = DIR .. "/" .. name
-  os.execute("rm -rf " .. d .. " && cp -r " .. ROOT .. "/tests/tasks/t_rowsum " .. d)
-  local src = testing.read(d .. "/task.lua"):gsub('name = "t_rowsum"', 'name = "' .. name .. '"')
-  src = src:gsub('description = "[^"]*"', 'description = "Sum each row. [[script:' .. script .. ']]' .. (directives or "") .. '"')
-  testing.write(d .. "/task.lua", src)
-  return d
+  return testing.rowsum_task(DIR, name, "Sum each row. [[script:" .. script .. "]]" .. (directives or ""))
 end
 
 local ANSWER = "Here it is.\n```cuda\nextern \"C\" __global__ void rowsum(const float *x, float *y, int rows, int cols) {\n" ..
@@ -35,11 +25,7 @@ local ANSWER = "Here it is.\n```cuda\nextern \"C\" __global__ void rowsum(const 
   "  for (int c = 0; c < cols; ++c) s += x[(long)r * cols + c];\n  y[r] = s;\n}\n```\n" ..
   "```lua\nreturn function(k, io, s) k.rowsum{ grid = (s.rows + 255) // 256, block = 256 }(io.x, io.y, s.rows, s.cols) end\n```"
 
-local function script(name)
-  local path = DIR .. "/" .. name .. ".json"
-  testing.write(path, json.encode { ANSWER })
-  return path
-end
+local function script(name) return testing.reply_script(DIR, name, { ANSWER }) end
 
 -- r_a answers at once; r_b's first request hangs 30 s (the run is interrupted there), later
 -- ones are answered at once.
@@ -110,14 +96,9 @@ t.test("a run with a GPU judges compile-only episodes from their stored code, wi
     return { status = ok and "correct" or "compile_error", feedback = "correct (fake)", speedup = 2, speedup_over = "cuda_reference",
       timing = { candidate = { median = 0.5 }, reference = { median = 1 } } }
   end)
-  local a = assert(runner.parse_args { "--store", STORE })
-  a.quiet = true
   local tasks = { assert(task.load(TA)), assert(task.load(TB)) }
-  local db = assert(store.open(STORE))
-  local res = sweep.run { strategies = { { name = "implement", fn = assert(loadfile(ROOT .. "/strategies/implement.lua"))() } },
-    tasks = tasks, models = { "fake-model" }, repeats = 1, store = db, pool = pool, args = a, name = "implement",
-    make_client = function() return llm.new { provider = "openai", base_url = server.base, model = "fake-model" } end }
-  db:close()
+  local res = testing.sweep { strategy = "implement", tasks = tasks, store = STORE, argv = { "--store", STORE },
+    args = { quiet = true }, models = { "fake-model" }, pool = pool, name = "implement", client = server.client }
   t.eq(res.ran, 2)
   t.eq(res.correct, 2)
   t.eq(#judged, 2)
@@ -127,10 +108,8 @@ t.test("a run with a GPU judges compile-only episodes from their stored code, wi
   t.eq(st.r_b, "interrupted,compiled,correct")
   -- the judged episode holds the earlier one's model turn, then the verdict; its summary
   -- carries the model's cost and names the episode it was judged from
-  db = assert(store.open(STORE, { readonly = true }))
-  local eps = db:episodes { task = "r_a" }
-  local ep = db:episode(eps[#eps].id)
-  db:close()
+  local eps = testing.episodes(STORE, { task = "r_a" })
+  local ep = eps[#eps]
   local kinds = {}
   for _, s in ipairs(ep.steps) do kinds[#kinds + 1] = s.kind end
   kinds = table.concat(kinds, ",")
@@ -139,11 +118,9 @@ t.test("a run with a GPU judges compile-only episodes from their stored code, wi
   t.eq(ep.summary.judged_from, eps[1].uuid)
   t.eq(ep.final.verdict.status, "correct")
   -- and with a GPU again, nothing is left to do
-  db = assert(store.open(STORE))
-  res = sweep.run { strategies = { { name = "implement", fn = function() error("must not run") end } },
-    tasks = tasks, models = { "fake-model" }, repeats = 1, store = db, pool = pool, args = a, name = "implement",
-    make_client = function() return llm.new { provider = "openai", base_url = server.base, model = "fake-model" } end }
-  db:close()
+  res = testing.sweep { strategies = { { name = "implement", fn = function() error("must not run") end } },
+    tasks = tasks, store = STORE, argv = { "--store", STORE }, args = { quiet = true }, models = { "fake-model" },
+    pool = pool, name = "implement", client = server.client }
   t.eq(res.ran, 0)
   t.eq(res.before.correct, 2)
   t.eq(runner.exit_status(res, pool), 0, "every planned episode correct, in earlier runs")

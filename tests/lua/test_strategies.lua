@@ -4,35 +4,23 @@
 -- tune, select, agent (tool calls), repair_then_tune, offline runs, and bad model input.
 local t = require "km.tap"
 local testing = require "km.testing"
-local sweep = require "km.sweep"
 local runner = require "km.runner"
 local store = require "km.store"
 local json = require "km.json"
-local llm = require "km.llm"
 local task = require "km.task"
 
-local ROOT = io.popen("readlink -f " .. (arg[0]:match("^(.*)/tests/lua/") or ".")):read("l")
-local KMRUN = io.popen("readlink -f " .. (arg[-1]:match("kmrun$") and arg[-1] or "build/kmrun")):read("l")
-
+local ROOT, KMRUN = testing.paths()
 local server, why = testing.fake_llm_server(ROOT)
 if not server then t.skip_all(why) end
 local DIR = server.dir
 
--- A test task: t_rowsum with a description that names a reply script for the fake model.
-local function make_task(name, script)
-  local d = DIR .. "/" .. name
-  os.execute("rm -rf " .. d .. " && cp -r " .. ROOT .. "/tests/tasks/t_rowsum " .. d)
-  local src = io.open(d .. "/task.lua"):read("a"):gsub('name = "t_rowsum"', 'name = "' .. name .. '"')
-  src = src:gsub('description = "[^"]*"', 'description = "Sum each row. [[script:' .. script .. ']]"')
-  local f = io.open(d .. "/task.lua", "w"); f:write(src); f:close()
-  return assert(task.load(d))
+-- A test task: t_rowsum with a description that names a reply script for the fake model
+-- (and any other directives for the server).
+local function make_task(name, script, directives)
+  return assert(task.load(testing.rowsum_task(DIR, name, "Sum each row. [[script:" .. script .. "]]" .. (directives or ""))))
 end
 
-local function write_script(name, entries)
-  local path = DIR .. "/" .. name .. ".json"
-  local f = io.open(path, "w"); f:write(json.encode(entries)); f:close()
-  return path
-end
+local function write_script(name, entries) return testing.reply_script(DIR, name, entries) end
 
 -- A candidate as the model would write it. SPEED sets the fake evaluator's speedup; BUG
 -- makes it a mismatch.
@@ -57,35 +45,19 @@ local function judge(tk, cand, opts)
     timing = { candidate = { median = med, p25 = med, p75 = med }, reference = { median = 1.0 } } }
 end
 
--- Runs one strategy file over the given tasks with a fresh store; returns the store path
--- and the sweep result.
+-- Runs one strategy file over the given tasks with a fresh store; returns the store path,
+-- the sweep result and what the run said on stderr (a stop's one line, kept for the test).
 local function run(strategy_file, tasks, args, client_cfg)
   local path = DIR .. "/" .. strategy_file:gsub("%W", "_") .. os.time() .. math.random(1e6) .. ".sqlite"
-  local db = assert(store.open(path))
-  local fn = assert(loadfile(ROOT .. "/strategies/" .. strategy_file))()
-  local a = assert(runner.parse_args(args or {}))
-  a.quiet = true
-  local G = require "km.guidance"
-  -- what the run says on stderr (a stop's one line) is kept for the test, not shown
-  local errf = assert(io.open(DIR .. "/stderr", "w"))
-  local real_err = io.stderr
-  rawset(io, "stderr", errf)
-  local okr, res = pcall(sweep.run, { strategies = { { name = strategy_file:gsub("%.lua$", ""), fn = fn } }, tasks = tasks,
-    models = { false }, repeats = 1, store = db, pool = testing.fake_pool(judge), args = a, fresh = true, jobs = a.jobs,
-    guidance = G.load(ROOT .. "/guidance"),
-    make_client = function() return llm.new(client_cfg or { provider = "openai", base_url = server.base, model = "fake-model" }) end })
-  rawset(io, "stderr", real_err)
-  errf:close()
-  db:close()
-  assert(okr, res)
-  return path, res, io.open(DIR .. "/stderr"):read("a")
+  local res, err = testing.sweep { strategy = strategy_file:gsub("%.lua$", ""), tasks = tasks, store = path, argv = args,
+    args = { quiet = true }, judge = judge, client = client_cfg or server.client, guidance = true, fresh = true,
+    capture = "stderr" }
+  return path, res, err
 end
 
 local function episode(path)
-  local db = assert(store.open(path, { readonly = true }))
-  local eps = db:episodes {}
-  local ep = db:episode(eps[#eps].id)
-  db:close()
+  local eps = testing.episodes(path)
+  local ep = eps[#eps]
   local kinds = {}
   for _, s in ipairs(ep.steps) do kinds[s.kind] = (kinds[s.kind] or 0) + 1 end
   return ep, kinds
@@ -179,13 +151,11 @@ t.test("replay: an episode's model turns play back from its store, with no serve
   local tk = make_task("t_replay", write_script("replay", { answer("first", 1, true), answer("second", 2) }))
   local path = run("repair.lua", { tk })
   local n_before = #server.requests()
-  local a = assert(runner.parse_args { "--replay", path })
+  local argv = { "--replay", path }
+  local a = assert(runner.parse_args(argv))
   local replayed_path = DIR .. "/replayed.sqlite"
-  local db = assert(store.open(replayed_path))
-  local res = sweep.run { strategies = { { name = "repair", fn = assert(loadfile(ROOT .. "/strategies/repair.lua"))() } },
-    tasks = { tk }, models = { false }, repeats = 1, store = db, pool = testing.fake_pool(judge), args = a, fresh = true,
-    replay = true, make_client = function(model, task_name) return assert(runner.setup_client(a, model, task_name)) end }
-  db:close()
+  local res = testing.sweep { strategy = "repair", tasks = { tk }, store = replayed_path, argv = argv, judge = judge,
+    fresh = true, replay = true, make_client = function(model, task_name) return assert(runner.setup_client(a, model, task_name)) end }
   t.eq(res.correct, 1)
   t.eq(#server.requests(), n_before, "the server was not asked")
   local orig, replayed = episode(path), episode(replayed_path)
@@ -200,9 +170,7 @@ t.test("replay: an episode's model turns play back from its store, with no serve
 end)
 
 t.test("a price table turns tokens into dollars", function()
-  local f = io.open(DIR .. "/prices.json", "w")
-  f:write('{"fake-model": {"input": 1000000, "output": 2000000}}')
-  f:close()
+  testing.write(DIR .. "/prices.json", '{"fake-model": {"input": 1000000, "output": 2000000}}')
   local a = assert(runner.parse_args { "--prices", DIR .. "/prices.json", "--model", "fake-model", "--base-url", server.base, "--provider", "openai" })
   local c = assert(runner.setup_client(a))
   local reply = assert(c:chat({ { role = "user", content = "three words here" } }))
@@ -224,27 +192,9 @@ t.test("a KernelBench problem file through a strategy: the prompt is its PyTorch
   local okk, kwhy = kb.available()
   if not okk then t.skip("PyTorch not available: " .. tostring(kwhy)) return end
   local script = write_script("kb_impl", { answer("for the problem", 1.1) })
-  local path = DIR .. "/linear_relu.py"
-  local f = assert(io.open(path, "w"))
-  f:write(([==[import torch
-import torch.nn as nn
-
-# [[script:SCRIPT]]
-class Model(nn.Module):
-    def __init__(self, k):
-        super().__init__()
-        self.fc = nn.Linear(k, 4)
-
-    def forward(self, x, scale: float):
-        return torch.relu(self.fc(x) * scale)
-
-def get_inputs():
-    return [torch.rand(2, 8), 0.5]
-
-def get_init_inputs():
-    return [8]
-]==]):gsub("SCRIPT", script))
-  f:close()
+  local path = testing.problem(DIR, "linear_relu", { before = "# [[script:" .. script .. "]]", args = "k",
+    init = "self.fc = nn.Linear(k, 4)", forward = "x, scale: float", returns = "torch.relu(self.fc(x) * scale)",
+    sizes = "", inputs = "torch.rand(2, 8), 0.5", init_inputs = "8" })
   local tk = assert(task.load(path))
   local store_path, res = run("implement.lua", { tk })
   t.eq(res.ran, 1)
@@ -385,10 +335,8 @@ t.test("a wrong key gives one clear line and a clean stop", function()
   local _, res = run("repair.lua", { tk }, {}, { provider = "openai", base_url = server.base, model = "m", api_key = "sk-wrong" })
   -- the fake server checks keys only when asked: ask for it through the description
   t.ok(res.ran == 1)
-  local tk2 = make_task("t_key2", write_script("key2", { "x" }))
-  local src = io.open(tk2.dir .. "/task.lua"):read("a"):gsub("%]%]\"", "]] [[auth]]\"")
-  local f = io.open(tk2.dir .. "/task.lua", "w"); f:write(src); f:close()
-  local path2, res2, err2 = run("repair.lua", { assert(task.load(tk2.dir)) }, {},
+  local tk2 = make_task("t_key2", write_script("key2", { "x" }), " [[auth]]")
+  local path2, res2, err2 = run("repair.lua", { tk2 }, {},
     { provider = "openai", base_url = server.base, model = "m", api_key = "sk-wrong-key-123" })
   t.ok(err2:find("kmrun: stopping: HTTP 401", 1, true) and not err2:find("sk-wrong-key-123", 1, true), err2)
   t.ok(res2.stopped and res2.stopped:find("HTTP 401", 1, true), tostring(res2.stopped))

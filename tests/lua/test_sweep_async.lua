@@ -3,39 +3,24 @@
 -- of one reply. A client without start (blocking chat only) runs them one after another.
 local t = require "km.tap"
 local testing = require "km.testing"
-local sweep = require "km.sweep"
-local runner = require "km.runner"
-local store = require "km.store"
-local json = require "km.json"
 local llm = require "km.llm"
 local task = require "km.task"
 
-local ROOT = io.popen("readlink -f " .. (arg[0]:match("^(.*)/tests/lua/") or ".")):read("l")
-
+local ROOT = testing.paths()
 local server, why = testing.fake_llm_server(ROOT)
 if not server then t.skip_all(why) end
 local DIR = server.dir
 local DELAY = 0.5
 
 -- One correct answer for every request (the script's last entry repeats).
-local SCRIPT = DIR .. "/answer.json"
-do
-  local f = assert(io.open(SCRIPT, "w"))
-  f:write(json.encode { "Here it is.\n```cuda\n// SPEED=2\nextern \"C\" __global__ void rowsum(const float *x, float *y, int rows, int cols) { }\n```\n" ..
-    "```lua\nreturn function(k, io, s) k.rowsum{ grid = s.rows, block = 256 }(io.x, io.y, s.rows, s.cols) end\n```" })
-  f:close()
-end
+local SCRIPT = testing.reply_script(DIR, "answer", { "Here it is.\n```cuda\n// SPEED=2\n" ..
+  "extern \"C\" __global__ void rowsum(const float *x, float *y, int rows, int cols) { }\n```\n" ..
+  "```lua\nreturn function(k, io, s) k.rowsum{ grid = s.rows, block = 256 }(io.x, io.y, s.rows, s.cols) end\n```" })
 
 -- t_rowsum renamed, its description carrying the directives: implement's only user
 -- message is the last user message, where the fake server reads [[delay:...]].
 local function make_task(name)
-  local d = DIR .. "/" .. name
-  os.execute("rm -rf " .. d .. " && cp -r " .. ROOT .. "/tests/tasks/t_rowsum " .. d)
-  local src = io.open(d .. "/task.lua"):read("a"):gsub('name = "t_rowsum"', 'name = "' .. name .. '"')
-  src = src:gsub('description = "[^"]*"',
-    string.format('description = "Sum each row. [[delay:%g]] [[script:%s]]"', DELAY, SCRIPT))
-  local f = io.open(d .. "/task.lua", "w"); f:write(src); f:close()
-  return assert(task.load(d))
+  return assert(task.load(testing.rowsum_task(DIR, name, string.format("Sum each row. [[delay:%g]] [[script:%s]]", DELAY, SCRIPT))))
 end
 
 local TASKS = {}
@@ -50,29 +35,22 @@ end
 -- Runs implement over the four tasks; wrap(client) may hide parts of the client.
 local function run(jobs, wrap)
   local path = DIR .. "/sweep_" .. jobs .. "_" .. (wrap and "wrapped" or "plain") .. ".sqlite"
-  local db = assert(store.open(path))
-  local fn = assert(loadfile(ROOT .. "/strategies/implement.lua"))()
-  local a = assert(runner.parse_args {})
-  a.quiet = true
   local made = {}
   local t0 = llm.now()
-  local res = sweep.run { strategies = { { name = "implement", fn = fn } }, tasks = TASKS, models = { false },
-    repeats = 1, jobs = jobs, store = db, pool = testing.fake_pool(judge), args = a, fresh = true,
-    guidance = require("km.guidance").load(ROOT .. "/guidance"),
+  local res = testing.sweep { strategy = "implement", tasks = TASKS, store = path, args = { quiet = true }, jobs = jobs,
+    judge = judge, guidance = true, fresh = true,
     make_client = function()
-      local c = llm.new { provider = "openai", base_url = server.base, model = "fake-model" }
+      local c = llm.new(server.client)
       made[#made + 1] = c
       return wrap and wrap(c) or c
     end }
   local elapsed = llm.now() - t0
-  local eps = db:episodes {}
   local latencies = {}
-  for _, e in ipairs(eps) do
-    for _, s in ipairs(db:episode(e.id).steps) do
+  for _, ep in ipairs(testing.episodes(path)) do
+    for _, s in ipairs(ep.steps) do
       if s.kind == "model_call" then latencies[#latencies + 1] = s.payload.latency_ms end
     end
   end
-  db:close()
   return res, elapsed, latencies, made
 end
 

@@ -3,45 +3,21 @@
 -- progress lines name strategy, model and repeat in aligned columns under a header.
 local t = require "km.tap"
 local testing = require "km.testing"
-local sweep = require "km.sweep"
-local runner = require "km.runner"
 local store = require "km.store"
 local task = require "km.task"
 
-local ROOT = io.popen("readlink -f " .. (arg[0]:match("^(.*)/tests/lua/") or ".")):read("l")
-local dir = os.tmpname()
-os.remove(dir)
-os.execute("mkdir -p " .. dir)
+local ROOT = testing.paths()
+local dir = testing.tmpdir()
 
 local TASKS = { assert(task.load(ROOT .. "/tests/tasks/t_rowsum")) }
-local implement = assert(loadfile(ROOT .. "/strategies/implement.lua"))()
-local repair = assert(loadfile(ROOT .. "/strategies/repair.lua"))()
-local STRATEGIES = { { name = "implement", fn = implement }, { name = "repair", fn = repair } }
+local STRATEGIES = { testing.strategy("implement"), testing.strategy("repair") }
 
-local offline = function() return require("km.llm").new { provider = "offline" } end
-
--- One sweep (2 strategies x 1 task x 2 repeats) into `path`; pool nil: compile only;
--- rerun: the statuses to run again (kmrun sweep --rerun). Returns the result and what it
--- printed.
+-- One sweep (2 strategies x 1 task x 2 repeats) into `path` with an offline model; pool nil:
+-- compile only; rerun: the statuses to run again (kmrun sweep --rerun). Returns the result
+-- and what it printed.
 local function run(path, pool, rerun)
-  local db = assert(store.open(path))
-  local a = assert(runner.parse_args {})
-  local out = os.tmpname()
-  local f = assert(io.open(out, "w"))
-  local real_stdout, real_print = io.stdout, print
-  -- the sweep writes to io.stdout and print: both to a file for the duration
-  rawset(io, "stdout", f)
-  rawset(_G, "print", function(...) f:write(table.concat({ ... }, "\t"), "\n") end)
-  local ok, res = pcall(sweep.run, { strategies = STRATEGIES, tasks = TASKS, models = { false }, repeats = 2,
-    store = db, pool = pool, args = a, make_client = offline, rerun = rerun, name = "sweep" })
-  rawset(io, "stdout", real_stdout)
-  rawset(_G, "print", real_print)
-  f:close()
-  db:close()
-  local text = io.open(out):read("a")
-  os.remove(out)
-  assert(ok, res)
-  return res, text
+  return testing.sweep { strategies = STRATEGIES, tasks = TASKS, repeats = 2, store = path, pool = pool, rerun = rerun,
+    name = "sweep", capture = "stdout" }
 end
 
 local function statuses(path)
