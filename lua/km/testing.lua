@@ -151,8 +151,11 @@ end
 -- Starts the fake server; returns { base = "http://127.0.0.1:PORT/v1", client = llm.new's
 -- configuration for it (model "fake-model"), dir = a fresh folder the server's files are
 -- in, removed by stop, stop = fn, requests = fn -> list of recorded request bodies, usage =
--- fn -> list of the usage of every answer served } or nil, why. opts.context: the server's
--- context window (tokens).
+-- fn -> list of the usage of every answer served, script = fn(name, replies) -> the path of
+-- a reply script in dir (M.reply_script), task = fn(name, script, directives) -> the folder
+-- of t_rowsum copied into dir as name, its description naming the script and any other
+-- directives (" [[delay:3]]") } or nil, why. opts.context: the server's context window
+-- (tokens).
 function M.fake_llm_server(root, opts)
   opts = opts or {}
   local dir = M.tmpdir()
@@ -201,7 +204,20 @@ function M.fake_llm_server(root, opts)
       for line in (read_all(log .. ".usage") or ""):gmatch("[^\n]+") do out[#out + 1] = json.decode(line) end
       return out
     end,
+    script = function(_, name, replies) return M.reply_script(dir, name, replies) end,
+    task = function(_, name, script, directives)
+      return M.rowsum_task(dir, name, "Sum each row. [[script:" .. script .. "]]" .. (directives or ""))
+    end,
   }
+end
+
+-- The fake server for a test file that needs one, or the file skipped (t.skip_all) saying
+-- why it could not start; then the tree's ROOT and KMRUN (M.paths).
+function M.fake_llm_server_or_skip(t, opts)
+  local root, kmrun = M.paths()
+  local server, why = M.fake_llm_server(root, opts)
+  if not server then t.skip_all(why) end
+  return server, root, kmrun
 end
 
 -- A pool whose verdicts come from judge(task, candidate, opts) at once: the interface of

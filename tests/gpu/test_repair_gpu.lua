@@ -7,9 +7,7 @@ local task = require "km.task"
 local eval = require "km.eval"
 local prompt = require "km.prompt"
 
-local ROOT = testing.paths()
-local server, why = testing.fake_llm_server(ROOT)
-if not server then t.skip_all(why) end
+local server, ROOT = testing.fake_llm_server_or_skip(t)
 
 -- Bugs a model could plausibly write, planted in each starter: an off-by-one bound, a
 -- normalisation that misses the last column, a forgotten bias.
@@ -25,7 +23,7 @@ for name, bug in pairs(BUGS) do
   testing.copy_tree(ROOT .. "/tasks/" .. name, d)
   local st = assert(task.starter(assert(task.load(d))))
   local buggy = st.source:gsub(bug[1]:gsub("%p", "%%%0"), bug[2], 1)
-  local sp = testing.reply_script(dir, name, { prompt.candidate_text { source = buggy, launch = st.launch }, prompt.candidate_text(st) })
+  local sp = server:script(name, { prompt.candidate_text { source = buggy, launch = st.launch }, prompt.candidate_text(st) })
   -- the fake model finds its script through the description
   testing.write(d .. "/description.md", testing.read(d .. "/description.md") .. "\n[[script:" .. sp .. "]]\n")
   tasks[#tasks + 1] = { name = name, task = assert(task.load(d)), planted = buggy ~= st.source }

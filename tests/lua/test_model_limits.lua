@@ -12,17 +12,13 @@ local llm = require "km.llm"
 local task = require "km.task"
 local context = require "km.context"
 
-local ROOT, KMRUN = testing.paths()
 local CONTEXT = 1500 -- the fake server's window, in its tokens (words)
-local server, why = testing.fake_llm_server(ROOT, { context = CONTEXT })
-if not server then t.skip_all(why) end
+local server, ROOT, KMRUN = testing.fake_llm_server_or_skip(t, { context = CONTEXT })
 local DIR = server.dir
 
-local function make_task(name, script, extra)
-  return assert(task.load(testing.rowsum_task(DIR, name, "Sum each row. [[script:" .. script .. "]]" .. (extra or ""))))
-end
-
-local function write_script(name, entries) return testing.reply_script(DIR, name, entries) end
+-- t_rowsum naming its reply script (and other directives: extra) for the fake model
+local function make_task(name, script, extra) return assert(task.load(server:task(name, script, extra))) end
+local function write_script(name, entries) return server:script(name, entries) end
 
 local function answer(tag, bug)
   return string.format("Here is %s.\n```cuda\n// %s\nextern \"C\" __global__ void rowsum(const float *x, float *y, int rows, int cols) { }\n```\n" ..

@@ -5,46 +5,32 @@
 -- are counted at the loopback fake server; the store is a real SQLite file.
 local t = require "km.tap"
 local testing = require "km.testing"
-local store = require "km.store"
 local runner = require "km.runner"
 local task = require "km.task"
 
-local ROOT, KMRUN = testing.paths()
-local server, why = testing.fake_llm_server(ROOT)
-if not server then t.skip_all(why) end
-local DIR = server.dir
-
--- t_rowsum under another name, its description naming the fake model's reply script (and
--- any other directives for the server).
-local function make_task(name, script, directives)
-  return testing.rowsum_task(DIR, name, "Sum each row. [[script:" .. script .. "]]" .. (directives or ""))
-end
+local server, _, KMRUN = testing.fake_llm_server_or_skip(t)
+local DIR, STORE = server.dir, server.dir .. "/run.sqlite"
 
 local ANSWER = "Here it is.\n```cuda\nextern \"C\" __global__ void rowsum(const float *x, float *y, int rows, int cols) {\n" ..
   "  int r = blockIdx.x * blockDim.x + threadIdx.x;\n  if (r >= rows) return;\n  float s = 0.f;\n" ..
   "  for (int c = 0; c < cols; ++c) s += x[(long)r * cols + c];\n  y[r] = s;\n}\n```\n" ..
   "```lua\nreturn function(k, io, s) k.rowsum{ grid = (s.rows + 255) // 256, block = 256 }(io.x, io.y, s.rows, s.cols) end\n```"
 
-local function script(name) return testing.reply_script(DIR, name, { ANSWER }) end
-
--- r_a answers at once; r_b's first request hangs 30 s (the run is interrupted there), later
--- ones are answered at once.
-local TA = make_task("r_a", script("a"))
-local TB = make_task("r_b", script("b"), " [[fault:hangx1:s=30]]")
-local STORE = DIR .. "/run.sqlite"
+-- t_rowsum as r_a and r_b, each naming its script of that answer: r_a answers at once; r_b's
+-- first request hangs 30 s (the run is interrupted there), later ones are answered at once.
+local TA = server:task("r_a", server:script("a", { ANSWER }))
+local TB = server:task("r_b", server:script("b", { ANSWER }), " [[fault:hangx1:s=30]]")
 local CMD = string.format("cd %s && %s implement %s %s --jobs 1 --provider openai --base-url %s --model fake-model " ..
   "--store %s --worker-stderr null", DIR, KMRUN, TA, TB, server.base, STORE)
 
 local function requests() return #server.requests() end
 
 local function statuses()
-  local db = assert(store.open(STORE, { readonly = true }))
   local by = {}
-  for _, e in ipairs(db:episodes {}) do
+  for _, e in ipairs(testing.episodes(STORE)) do
     by[e.task] = by[e.task] or {}
     table.insert(by[e.task], e.status)
   end
-  db:close()
   for k, v in pairs(by) do by[k] = table.concat(v, ",") end
   return by
 end

@@ -9,18 +9,13 @@ local store = require "km.store"
 local json = require "km.json"
 local task = require "km.task"
 
-local ROOT, KMRUN = testing.paths()
-local server, why = testing.fake_llm_server(ROOT)
-if not server then t.skip_all(why) end
+local server, ROOT, KMRUN = testing.fake_llm_server_or_skip(t)
 local DIR = server.dir
 
 -- A test task: t_rowsum with a description that names a reply script for the fake model
 -- (and any other directives for the server).
-local function make_task(name, script, directives)
-  return assert(task.load(testing.rowsum_task(DIR, name, "Sum each row. [[script:" .. script .. "]]" .. (directives or ""))))
-end
-
-local function write_script(name, entries) return testing.reply_script(DIR, name, entries) end
+local function make_task(...) return assert(task.load(server:task(...))) end
+local function write_script(name, entries) return server:script(name, entries) end
 
 -- A candidate as the model would write it. SPEED sets the fake evaluator's speedup; BUG
 -- makes it a mismatch.

@@ -6,22 +6,18 @@ local testing = require "km.testing"
 local llm = require "km.llm"
 local task = require "km.task"
 
-local ROOT = testing.paths()
-local server, why = testing.fake_llm_server(ROOT)
-if not server then t.skip_all(why) end
+local server = testing.fake_llm_server_or_skip(t)
 local DIR = server.dir
 local DELAY = 0.5
 
 -- One correct answer for every request (the script's last entry repeats).
-local SCRIPT = testing.reply_script(DIR, "answer", { "Here it is.\n```cuda\n// SPEED=2\n" ..
+local SCRIPT = server:script("answer", { "Here it is.\n```cuda\n// SPEED=2\n" ..
   "extern \"C\" __global__ void rowsum(const float *x, float *y, int rows, int cols) { }\n```\n" ..
   "```lua\nreturn function(k, io, s) k.rowsum{ grid = s.rows, block = 256 }(io.x, io.y, s.rows, s.cols) end\n```" })
 
 -- t_rowsum renamed, its description carrying the directives: implement's only user
 -- message is the last user message, where the fake server reads [[delay:...]].
-local function make_task(name)
-  return assert(task.load(testing.rowsum_task(DIR, name, string.format("Sum each row. [[delay:%g]] [[script:%s]]", DELAY, SCRIPT))))
-end
+local function make_task(name) return assert(task.load(server:task(name, SCRIPT, (" [[delay:%g]]"):format(DELAY)))) end
 
 local TASKS = {}
 for i = 1, 4 do TASKS[i] = make_task("t_async_" .. i) end
