@@ -79,6 +79,27 @@ function M.write(path, s)
   f:close()
 end
 
+-- A candidate's folder as `kmrun eval` reads one: dir/kernel.cu and dir/launch.lua from
+-- cand.source and cand.launch (dir made if need be). Returns dir.
+function M.candidate_dir(dir, cand)
+  assert(sys.mkdir(dir))
+  M.write(dir .. "/kernel.cu", cand.source)
+  M.write(dir .. "/launch.lua", cand.launch)
+  return dir
+end
+
+-- A plain ReLU candidate for a problem file's f32 x -> out (M.problem_text's default): one
+-- thread an element, the count read from the buffer. { name = "relu", source, launch }.
+function M.relu_candidate()
+  return { name = "relu", source = [[extern "C" __global__ void relu(const float *x, float *y, long long n) {
+  long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+  if (i < n) y[i] = fmaxf(x[i], 0.f);
+}]], launch = [[return function(k, io, s)
+  local n = io.x:numel()
+  k.relu{ grid = k.cdiv(n, 256), block = 256 }(io.x, io.out, n)
+end]] }
+end
+
 -- Copies the folder src to dst (made, with its parents), files and subfolders.
 function M.copy_tree(src, dst)
   assert(sys.mkdir(dst))
@@ -138,14 +159,18 @@ function M.problem(dir, name, p)
   return path
 end
 
--- PyTorch in the embedded Python (KM_PYTHON), or the whole test file skipped saying why;
--- cuda: a CUDA build of torch too. Returns km.kernelbench and what its available() said.
-function M.require_torch(t, cuda)
+-- PyTorch in the embedded Python (KM_PYTHON), or the whole test file skipped saying why.
+-- opts.gpu: a GPU first (t.require_gpu: a skip, or a failure under KM_REQUIRE_GPU=1);
+-- opts.cuda: a CUDA build of torch. Returns km.kernelbench, what its available() said, and
+-- km.cuda where a GPU was asked for.
+function M.require_torch(t, opts)
+  opts = opts or {}
+  local cuda = opts.gpu and t.require_gpu() or nil
   local kb = require "km.kernelbench"
   local ok, info = kb.available()
   if not ok then t.skip_all("PyTorch not available (set KM_PYTHON to a python with torch): " .. tostring(info)) end
-  if cuda and not info.cuda_version then t.skip_all("torch " .. info.version .. " is a CPU-only build") end
-  return kb, info
+  if opts.cuda and not info.cuda_version then t.skip_all("torch " .. info.version .. " is a CPU-only build") end
+  return kb, info, cuda
 end
 
 -- Starts the fake server; returns { base = "http://127.0.0.1:PORT/v1", client = llm.new's

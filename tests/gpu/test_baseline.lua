@@ -4,45 +4,18 @@
 -- (another worker: the same numbers); measuring torch.compile is not charged to the
 -- candidate's timeout; --baselines none leaves the CUDA reference alone.
 local t = require "km.tap"
-t.require_gpu()
-local kb = require "km.kernelbench"
-local okk, info = kb.available()
-if not okk then t.skip_all("PyTorch not available (KM_PYTHON): " .. tostring(info)) end
-if not info.cuda_version then t.skip_all("torch " .. info.version .. " is a CPU-only build") end
+local testing = require "km.testing"
+testing.require_torch(t, { gpu = true, cuda = true })
 local task = require "km.task"
 local eval = require "km.eval"
-local testing = require "km.testing"
 
 local DIR = testing.tmpdir()
 local CACHE = DIR .. "/baselines"
 local GPU = tonumber(os.getenv("KM_TEST_GPU") or "0")
-local ROOT = io.popen("readlink -f " .. (arg[0]:match("^(.*)/tests/gpu/") or ".")):read("l")
+local ROOT, KMRUN = testing.paths()
 
-local RELU = DIR .. "/19_ReLU.py"
-testing.write(RELU, [[
-import torch
-import torch.nn as nn
-
-class Model(nn.Module):
-    def __init__(self):
-        super(Model, self).__init__()
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.relu(x)
-
-def get_inputs():
-    return [torch.randn(4096, 4096)]
-
-def get_init_inputs():
-    return []
-]])
-local RELU_CAND = { name = "relu", source = [[extern "C" __global__ void relu(const float *x, float *y, long long n) {
-  long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-  if (i < n) y[i] = fmaxf(x[i], 0.f);
-}]], launch = [[return function(k, io, s)
-  local n = io.x:numel()
-  k.relu{ grid = k.cdiv(n, 256), block = 256 }(io.x, io.out, n)
-end]] }
+local RELU = testing.problem(DIR, "19_ReLU", { sizes = "", inputs = "torch.randn(4096, 4096)" })
+local RELU_CAND = testing.relu_candidate()
 
 local function pool(opts)
   opts.gpus = { GPU }
@@ -112,11 +85,7 @@ t.test("a KernelBench problem: eager is the reference; torch.compile's time is n
 end)
 
 t.test("kmrun eval prints every baseline", function()
-  local KMRUN = arg[-1]:match("kmrun$") and arg[-1] or "build/kmrun"
-  local cdir = DIR .. "/cand"
-  os.execute("mkdir -p " .. cdir)
-  testing.write(cdir .. "/kernel.cu", RELU_CAND.source)
-  testing.write(cdir .. "/launch.lua", RELU_CAND.launch)
+  local cdir = testing.candidate_dir(DIR .. "/cand", RELU_CAND)
   local p = io.popen("KM_BASELINE_DIR=" .. CACHE .. " " .. KMRUN .. " eval " .. RELU .. " " .. cdir ..
     " --no-energy --compile-mode max-autotune-no-cudagraphs --gpu " .. GPU .. " 2>&1; echo rc=$?")
   local out = p:read("a")

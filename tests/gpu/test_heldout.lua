@@ -6,60 +6,16 @@
 -- exits 0 with its reference timed, a degenerate one (an output divided down below the
 -- tolerance) is flagged. Skips without a GPU, or without a CUDA torch (KM_PYTHON).
 local t = require "km.tap"
-t.require_gpu()
-local kb = require "km.kernelbench"
 local json = require "km.json"
 local testing = require "km.testing"
+testing.require_torch(t, { gpu = true, cuda = true })
 
-local okk, info = kb.available()
-if not okk then t.skip_all("PyTorch not available (set KM_PYTHON to a python with torch): " .. tostring(info)) end
-if not info.cuda_version then t.skip_all("torch " .. info.version .. " is a CPU-only build") end
-
-local KMRUN = io.popen("readlink -f " .. (arg[-1]:match("kmrun$") and arg[-1] or "build/kmrun")):read("l")
+local _, KMRUN = testing.paths()
 local DIR = testing.tmpdir()
-local HEAD = "import torch\nimport torch.nn as nn\n\n"
-local function problem(name, body)
-  local path = DIR .. "/" .. name .. ".py"
-  testing.write(path, HEAD .. body)
-  return path
-end
-
-local RELU = problem("19_ReLU", [[
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, x):
-        return torch.relu(x)
-
-batch_size = 64
-dim = 1024
-
-def get_inputs():
-    return [torch.randn(batch_size, dim)]
-
-def get_init_inputs():
-    return []
-]])
-
-local DIVIDED = problem("98_Divided", [[
-class Model(nn.Module):
-    def __init__(self, scale):
-        super().__init__()
-        self.scale = scale
-
-    def forward(self, x):
-        return x / torch.linalg.vector_norm(x, dim=1, keepdim=True) / self.scale
-
-batch_size = 64
-dim = 4096
-
-def get_inputs():
-    return [torch.randn(batch_size, dim)]
-
-def get_init_inputs():
-    return [1e4]
-]])
+local RELU = testing.problem(DIR, "19_ReLU", { sizes = "batch_size = 64\ndim = 1024" })
+local DIVIDED = testing.problem(DIR, "98_Divided", { args = "scale", init = "self.scale = scale",
+  returns = "x / torch.linalg.vector_norm(x, dim=1, keepdim=True) / self.scale", sizes = "batch_size = 64\ndim = 4096",
+  init_inputs = "1e4" })
 
 local SOURCE = [[
 extern "C" __global__ void relu(const float *x, float *y, long long n) {

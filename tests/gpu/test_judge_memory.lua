@@ -2,38 +2,13 @@
 -- torch between calls (handing them back waits for the whole device), and go back to the
 -- driver when kmrun's own allocation finds no room: the allocation is then tried again.
 local t = require "km.tap"
-t.require_gpu()
-local kb = require "km.kernelbench"
-local okk, why = kb.available()
-if not okk then t.skip_all("PyTorch not available (KM_PYTHON): " .. tostring(why)) end
-local cuda = require "km.cuda"
-local judge = require "km.judge"
 local testing = require "km.testing"
+local kb, _, cuda = testing.require_torch(t, { gpu = true })
+local judge = require "km.judge"
 
-local DIR = testing.tmpdir()
 -- get_inputs() first takes 60% of the free memory for a temporary: torch keeps the block
-local HOG = DIR .. "/hog.py"
-testing.write(HOG, [[
-import torch
-import torch.nn as nn
-
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, x):
-        return torch.relu(x)
-
-def get_inputs():
-    free, _ = torch.cuda.mem_get_info()
-    tmp = torch.empty(int(free * 0.6), dtype=torch.uint8)
-    tmp.fill_(1)
-    del tmp
-    return [torch.randn(1024)]
-
-def get_init_inputs():
-    return []
-]])
+local HOG = testing.problem(testing.tmpdir(), "hog", { sizes = "", inputs = "torch.randn(1024)", inputs_body =
+  "free, _ = torch.cuda.mem_get_info()\ntmp = torch.empty(int(free * 0.6), dtype=torch.uint8)\ntmp.fill_(1)\ndel tmp" })
 
 t.test("an allocation that finds no room gets torch's cached blocks back, then succeeds", function()
   local free0, total = cuda.mem_info()

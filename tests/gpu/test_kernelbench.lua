@@ -3,77 +3,19 @@
 -- writes is what kmrun's kernels read (and the reverse), in stream order. Skips without a
 -- GPU, or without torch (set KM_PYTHON to a python that has a CUDA torch).
 local t = require "km.tap"
-local cuda = t.require_gpu()
+local testing = require "km.testing"
+local kb, _, cuda = testing.require_torch(t, { gpu = true, cuda = true })
 local nvrtc = require "km.nvrtc"
 local buffer = require "km.buffer"
 local compare = require "km.compare"
 local python = require "km.python"
-local kb = require "km.kernelbench"
 
-local okk, info = kb.available()
-if not okk then t.skip_all("PyTorch not available (set KM_PYTHON to a python with torch): " .. tostring(info)) end
-if not info.cuda_version then t.skip_all("torch " .. info.version .. " is a CPU-only build") end
-
-local DIR = os.tmpname()
-os.remove(DIR)
-assert(os.execute("mkdir -p " .. DIR))
-
-local function problem(name, text)
-  local path = DIR .. "/" .. name .. ".py"
-  local f = assert(io.open(path, "w"))
-  f:write(text)
-  f:close()
-  return path
-end
-
-local HEAD = "import torch\nimport torch.nn as nn\n\n"
-local RELU = problem("19_ReLU", HEAD .. [[
-class Model(nn.Module):
-    def __init__(self):
-        super(Model, self).__init__()
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.relu(x)
-
-batch_size = 4096
-dim = 4099
-
-def get_inputs():
-    x = torch.randn(batch_size, dim)
-    return [x]
-
-def get_init_inputs():
-    return []
-]])
-
-local LINEAR = problem("linear_relu", HEAD .. [[
-class Model(nn.Module):
-    def __init__(self, in_features, out_features):
-        super(Model, self).__init__()
-        self.fc = nn.Linear(in_features, out_features)
-        self.register_buffer("shift", torch.full((out_features,), 0.25))
-
-    def forward(self, x):
-        return torch.relu(self.fc(x) + self.shift)
-
-def get_inputs():
-    return [torch.randn(256, 512)]
-
-def get_init_inputs():
-    return [512, 384]
-]])
-
-local BIG = problem("big_relu", HEAD .. [[
-class Model(nn.Module):
-    def forward(self, x):
-        return torch.relu(x)
-
-def get_inputs():
-    return [torch.rand(1 << 14, 1 << 14)]
-
-def get_init_inputs():
-    return []
-]])
+local DIR = testing.tmpdir()
+local RELU = testing.problem(DIR, "19_ReLU", { sizes = "batch_size = 4096\ndim = 4099" })
+local LINEAR = testing.problem(DIR, "linear_relu", { args = "in_features, out_features",
+  init = 'self.fc = nn.Linear(in_features, out_features)\nself.register_buffer("shift", torch.full((out_features,), 0.25))',
+  returns = "torch.relu(self.fc(x) + self.shift)", sizes = "", inputs = "torch.randn(256, 512)", init_inputs = "512, 384" })
+local BIG = testing.problem(DIR, "big_relu", { init = false, sizes = "", inputs = "torch.rand(1 << 14, 1 << 14)" })
 
 local SRC = [[
 extern "C" __global__ void relu_f32(const float* x, float* y, long long n) {

@@ -2,64 +2,20 @@
 -- form; candidates judged against PyTorch eager in the worker (same context, same stream,
 -- buffers shared without copies), timed by the same protocol, speedup over eager.
 local t = require "km.tap"
-t.require_gpu()
-local kb = require "km.kernelbench"
-local okk, why = kb.available()
-if not okk then t.skip_all("PyTorch not available (KM_PYTHON): " .. tostring(why)) end
+local testing = require "km.testing"
+testing.require_torch(t, { gpu = true })
 local task = require "km.task"
 local eval = require "km.eval"
 
-local DIR = os.tmpname()
-os.remove(DIR)
-assert(os.execute("mkdir -p " .. DIR))
-local function write(path, text)
-  local f = assert(io.open(path, "w"))
-  f:write(text)
-  f:close()
-  return path
-end
-local HEAD = "import torch\nimport torch.nn as nn\n\n"
-local RELU = write(DIR .. "/19_ReLU.py", HEAD .. [[
-class Model(nn.Module):
-    def __init__(self):
-        super(Model, self).__init__()
+local _, KMRUN = testing.paths()
+local DIR = testing.tmpdir()
+local RELU = testing.problem(DIR, "19_ReLU", { sizes = "batch_size = 4096\ndim = 4096" })
+local LINEAR = testing.problem(DIR, "linear_relu", { args = "in_features, out_features",
+  init = "self.fc = nn.Linear(in_features, out_features)", forward = "x, scale: float",
+  returns = "torch.relu(self.fc(x) * scale)", sizes = "", inputs = "torch.randn(512, 256), 0.5", init_inputs = "256, 128" })
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.relu(x)
-
-batch_size = 4096
-dim = 4096
-
-def get_inputs():
-    return [torch.randn(batch_size, dim)]
-
-def get_init_inputs():
-    return []
-]])
-local LINEAR = write(DIR .. "/linear_relu.py", HEAD .. [[
-class Model(nn.Module):
-    def __init__(self, in_features, out_features):
-        super(Model, self).__init__()
-        self.fc = nn.Linear(in_features, out_features)
-
-    def forward(self, x, scale: float):
-        return torch.relu(self.fc(x) * scale)
-
-def get_inputs():
-    return [torch.randn(512, 256), 0.5]
-
-def get_init_inputs():
-    return [256, 128]
-]])
-
-local RELU_SRC = [[extern "C" __global__ void relu(const float *x, float *y, long long n) {
-  long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-  if (i < n) y[i] = fmaxf(x[i], 0.f);
-}]]
-local RELU_LAUNCH = [[return function(k, io, s)
-  local n = io.x:numel()
-  k.relu{ grid = k.cdiv(n, 256), block = 256 }(io.x, io.out, n)
-end]]
+local RELU_CAND = testing.relu_candidate()
+local RELU_SRC, RELU_LAUNCH = RELU_CAND.source, RELU_CAND.launch
 local LINEAR_SRC = [[extern "C" __global__ void linear_relu(const float *x, const float *w, const float *b, float *y,
     int m, int n, int k, float scale) {
   int i = blockIdx.y, j = blockIdx.x * blockDim.x + threadIdx.x;
@@ -128,24 +84,9 @@ t.test("the judge's defences hold with a PyTorch reference", function()
 end)
 
 t.test("a PyTorch reference that hangs on the GPU is stopped at the task timeout, like a candidate", function()
-  local hang = write(DIR .. "/hangs_on_gpu.py", HEAD .. [[
-import time
-
-class Model(nn.Module):
-    def __init__(self):
-        super(Model, self).__init__()
-
-    def forward(self, x):
-        if x.is_cuda:  # the spec (meta device) returns; the judge's run on the GPU never does
-            time.sleep(10 ** 6)
-        return torch.relu(x)
-
-def get_inputs():
-    return [torch.randn(1024, 1024)]
-
-def get_init_inputs():
-    return []
-]])
+  local hang = testing.problem(DIR, "hangs_on_gpu", { imports = "import time", sizes = "", inputs = "torch.randn(1024, 1024)",
+    -- the spec (meta device) returns; the judge's run on the GPU never does
+    body = "if x.is_cuda:\n    time.sleep(10 ** 6)" })
   local ht = assert(task.load(hang))
   local short = assert(eval.pool { gpus = { tonumber(os.getenv("KM_TEST_GPU") or "0") }, timeout = 6 })
   local w = require("km.timing").wall()
@@ -161,26 +102,10 @@ def get_init_inputs():
 end)
 
 t.test("kmrun tasks check runs each problem's reference on the GPU and names the one that fails", function()
-  local KMRUN = arg[-1]:match("kmrun$") and arg[-1] or "build/kmrun"
   local d = DIR .. "/check"
-  os.execute("mkdir -p " .. d)
+  testing.problem(d, "fails_on_gpu", { body = 'if x.is_cuda:\n    raise RuntimeError("this model refuses the GPU")',
+    returns = "x", sizes = "", inputs = "torch.randn(64, 64)" })
   os.execute(("cp %s %s %s/"):format(RELU, LINEAR, d))
-  write(d .. "/fails_on_gpu.py", HEAD .. [[
-class Model(nn.Module):
-    def __init__(self):
-        super(Model, self).__init__()
-
-    def forward(self, x):
-        if x.is_cuda:
-            raise RuntimeError("this model refuses the GPU")
-        return x
-
-def get_inputs():
-    return [torch.randn(64, 64)]
-
-def get_init_inputs():
-    return []
-]])
   local p = io.popen(KMRUN .. " tasks check " .. d .. " 2>&1; echo rc=$?")
   local out = p:read("a")
   p:close()
@@ -192,11 +117,7 @@ def get_init_inputs():
 end)
 
 t.test("kmrun eval PROBLEM.py CANDIDATE: exit 0 and the eager time", function()
-  local KMRUN = arg[-1]:match("kmrun$") and arg[-1] or "build/kmrun"
-  local cdir = DIR .. "/cand"
-  os.execute("mkdir -p " .. cdir)
-  write(cdir .. "/kernel.cu", RELU_SRC)
-  write(cdir .. "/launch.lua", RELU_LAUNCH)
+  local cdir = testing.candidate_dir(DIR .. "/cand", RELU_CAND)
   local p = io.popen(KMRUN .. " eval " .. RELU .. " " .. cdir .. " --json --no-energy 2>&1; echo rc=$?")
   local out = p:read("a")
   p:close()

@@ -9,11 +9,8 @@
 -- the first is its own problem: reference.py with the shape symbols set after it. fp32,
 -- TF32 off (km.kernelbench's default). One line per task. Skips without a GPU or torch.
 local t = require "km.tap"
-local cuda = t.require_gpu()
-local kb = require "km.kernelbench"
-local okk, info = kb.available()
-if not okk then t.skip_all("PyTorch not available (set KM_PYTHON to a python with torch): " .. tostring(info)) end
-if not info.cuda_version then t.skip_all("torch " .. info.version .. " is a CPU-only build") end
+local testing = require "km.testing"
+local kb, _, cuda = testing.require_torch(t, { gpu = true, cuda = true })
 local task = require "km.task"
 local judge = require "km.judge"
 local buffer = require "km.buffer"
@@ -22,18 +19,16 @@ local wall = require("km.timing").wall
 
 local fmt = string.format
 
-local ROOT = (arg[0]:match("^(.*)/tests/gpu/") or ".")
+local ROOT = testing.paths()
 local ONLY = os.getenv("KM_TEST_TASK") -- one task's name: check only that one
 local SEEDS = { 1, 2 }
-local DIR = os.tmpname()
-os.remove(DIR)
-assert(os.execute("mkdir -p " .. DIR))
+local DIR = testing.tmpdir()
 
 local tasks, errors = task.list(ROOT .. "/tasks")
 local J = assert(judge.new())
 
 -- The problem at shape set si (km.testing): reference.py, or a copy with that set's symbols.
-local function problem_file(tk, si) return require("km.testing").problem_at_shape(tk, si, DIR) end
+local function problem_file(tk, si) return testing.problem_at_shape(tk, si, DIR) end
 
 -- The problem's name for the task's i-th output (docs/tasks.md: `out`, or `out0, out1, ...`).
 local function torch_name(tk, i) return #tk.outputs == 1 and "out" or "out" .. (i - 1) end

@@ -6,36 +6,15 @@
 -- a kernel that writes there. Each attack must fail, the reference's state must be back as
 -- it was for the next candidate, and an honest candidate must stay correct.
 local t = require "km.tap"
-t.require_gpu()
-local kb = require "km.kernelbench"
-local okk, why = kb.available()
-if not okk then t.skip_all("PyTorch not available (KM_PYTHON): " .. tostring(why)) end
+local testing = require "km.testing"
+testing.require_torch(t, { gpu = true })
 local task = require "km.task"
 local buffer = require "km.buffer"
-local testing = require "km.testing"
 
 local DIR = testing.tmpdir()
-local PROB = DIR .. "/linear_state.py"
-testing.write(PROB, [[
-import torch
-import torch.nn as nn
-
-class Model(nn.Module):
-    def __init__(self, n, m):
-        super(Model, self).__init__()
-        self.fc = nn.Linear(n, m)
-        self.register_buffer("shift", torch.randn(m))
-        self.extra = torch.randn(m)   # a plain tensor attribute, not in state_dict
-
-    def forward(self, x):
-        return self.fc(x) + self.shift + self.extra
-
-def get_inputs():
-    return [torch.randn(256, 512)]
-
-def get_init_inputs():
-    return [512, 256]
-]])
+local PROB = testing.problem(DIR, "linear_state", { args = "n, m", init = "self.fc = nn.Linear(n, m)\n" ..
+  'self.register_buffer("shift", torch.randn(m))\nself.extra = torch.randn(m)   # a plain tensor attribute, not in state_dict',
+  returns = "self.fc(x) + self.shift + self.extra", sizes = "", inputs = "torch.randn(256, 512)", init_inputs = "512, 256" })
 
 -- Honest: y = x W^T + b + shift + extra. The candidate has no copy of `extra` (it is not a
 -- parameter): it reads it where the reference keeps it, at EXTRA. TARGET/NBYTES: a storage

@@ -4,39 +4,16 @@
 -- names for its reference.py, and the options that choose baselines. The judge measures
 -- baselines on the GPU (tests/gpu/test_task_pytorch.lua). Skips without torch.
 local t = require "km.tap"
-local kb = require "km.kernelbench"
 local baseline = require "km.baseline"
 local compare = require "km.compare"
 local testing = require "km.testing"
-
-local okk, why = kb.available()
-if not okk then t.skip_all("PyTorch not available (set KM_PYTHON to a python with torch): " .. tostring(why)) end
+local kb = testing.require_torch(t)
 
 local DIR = testing.tmpdir()
-local KMRUN = io.popen("readlink -f " .. (arg[-1]:match("kmrun$") and arg[-1] or "build/kmrun")):read("l")
-local HEAD = "import torch\nimport torch.nn as nn\n\n"
+local _, KMRUN = testing.paths()
 
-local function problem(name, text)
-  local path = DIR .. "/" .. name .. ".py"
-  testing.write(path, HEAD .. text)
-  return path
-end
-
-local SCALE = problem("scale_add", [[
-class Model(nn.Module):
-    def __init__(self, k):
-        super().__init__()
-        self.k = k
-
-    def forward(self, a, b):
-        return torch.relu(a * self.k + b)
-
-def get_inputs():
-    return [torch.randn(64, 33), torch.randn(64, 33)]
-
-def get_init_inputs():
-    return [3.0]
-]])
+local SCALE = testing.problem(DIR, "scale_add", { args = "k", init = "self.k = k", forward = "a, b",
+  returns = "torch.relu(a * self.k + b)", sizes = "", inputs = "torch.randn(64, 33), torch.randn(64, 33)", init_inputs = "3.0" })
 
 local sh = testing.sh
 
@@ -139,18 +116,7 @@ t.test("a problem's spec is kept on disk by content: read back without torch, re
   local specs = DIR .. "/specs"
   local dir_of = jc.dir
   jc.dir = function(kind, env) return kind == "specs" and specs or dir_of(kind, env) end
-  local path = DIR .. "/spec_cached.py"
-  testing.write(path, HEAD .. [[
-class Model(nn.Module):
-    def forward(self, x):
-        return x * 2
-
-def get_inputs():
-    return [torch.rand(8, 3)]
-
-def get_init_inputs():
-    return []
-]])
+  local path = testing.problem(DIR, "spec_cached", { init = false, returns = "x * 2", sizes = "", inputs = "torch.rand(8, 3)" })
   local pt = assert(kbtask.load(path))
   t.eq(table.concat(pt.inputs[1].shape, "x"), "8x3")
   local files = io.popen("ls " .. specs):read("a")
@@ -214,20 +180,8 @@ local function task_dir(name, pytorch)
   return assert(task.load(d))
 end
 
-local GOOD_PY = HEAD .. [[
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, u, v):
-        return torch.relu(u * 3.0 + v)
-
-def get_inputs():
-    return [torch.rand(64, 33), torch.rand(64, 33)]
-
-def get_init_inputs():
-    return []
-]]
+local GOOD_PY = testing.problem_text { forward = "u, v", returns = "torch.relu(u * 3.0 + v)", sizes = "",
+  inputs = "torch.rand(64, 33), torch.rand(64, 33)" }
 
 -- a judge whose GPU parts are stood in for; timed = the runs it timed
 local function cpu_judge(dir)
@@ -325,17 +279,8 @@ t.test("the judge's baselines: measured once, then read from disk; the task's na
 end)
 
 t.test("the judge's baselines: a reference.py that does not fit the task is an error in the verdict, not a failure", function()
-  local tk = task_dir("t_bad", HEAD .. [[
-class Model(nn.Module):
-    def forward(self, u):
-        return u
-
-def get_inputs():
-    return [torch.rand(64, 33)]
-
-def get_init_inputs():
-    return []
-]])
+  local tk = task_dir("t_bad", testing.problem_text { init = false, forward = "u", returns = "u", sizes = "",
+    inputs = "torch.rand(64, 33)" })
   local j = cpu_judge()
   local bl = j:baselines({ task = tk, times = {}, base_times = {} }, { m = 64, n = 33 }, { compile_mode = "off" })
   t.eq(bl.eager, nil)

@@ -5,9 +5,9 @@ local t = require "km.tap"
 local cuda = require "km.cuda"
 if cuda.available() then t.skip_all("a GPU is present: tests/gpu/test_eval.lua covers this") end
 local eval = require "km.eval"
+local testing = require "km.testing"
 
-local KMRUN = arg[-1]:match("kmrun$") and arg[-1] or "build/kmrun"
-local ROOT = (arg[0]:match("^(.*)/tests/lua/") or ".")
+local ROOT, KMRUN = testing.paths()
 
 t.test("a pool without a GPU is nil, the reason, NO_GPU", function()
   local pool, why, code = eval.pool { startup_timeout = 30, worker_stderr = "null" }
@@ -34,26 +34,16 @@ t.test("kmrun eval without a GPU: compiles, says why, 'compiled' and exit 3", fu
 end)
 
 t.test("kmrun eval without a GPU: a candidate that does not compile is compile_error, exit 1", function()
-  local d = os.tmpname()
-  os.remove(d)
-  os.execute("mkdir -p " .. d)
-  local f = assert(io.open(d .. "/kernel.cu", "w"))
-  f:write('extern "C" __global__ void relu(const float *x, float *y, int n) {\n  y[0] = x[0] +;\n}\n')
-  f:close()
-  f = assert(io.open(d .. "/launch.lua", "w"))
-  f:write("return function(k, io, s) k.relu{ grid = 1, block = 1 }(io.x, io.y, s.n) end\n")
-  f:close()
+  local d = testing.candidate_dir(testing.tmpdir(), {
+    source = 'extern "C" __global__ void relu(const float *x, float *y, int n) {\n  y[0] = x[0] +;\n}\n',
+    launch = "return function(k, io, s) k.relu{ grid = 1, block = 1 }(io.x, io.y, s.n) end\n" })
   local out = sh(KMRUN .. " eval " .. ROOT .. "/tasks/l1_relu " .. d .. " 2>&1")
   t.ok(out:find("\ncompile_error  l1_relu"), out)
   t.ok(out:find("kernel.cu line 2:", 1, true), "the offending line, numbered: " .. out)
   t.ok(out:find("rc=1", 1, true), out)
   -- launch code that does not load is a compile error too
-  f = assert(io.open(d .. "/kernel.cu", "w"))
-  f:write('extern "C" __global__ void relu(const float *x, float *y, int n) { y[0] = x[0]; }\n')
-  f:close()
-  f = assert(io.open(d .. "/launch.lua", "w"))
-  f:write("return function(k, io, s) k.relu{ \n")
-  f:close()
+  testing.candidate_dir(d, { source = 'extern "C" __global__ void relu(const float *x, float *y, int n) { y[0] = x[0]; }\n',
+    launch = "return function(k, io, s) k.relu{ \n" })
   out = sh(KMRUN .. " eval " .. ROOT .. "/tasks/l1_relu " .. d .. " 2>&1")
   t.ok(out:find("\ncompile_error") and out:find("launch.lua does not load", 1, true), out)
   t.ok(out:find("rc=1", 1, true), out)

@@ -3,126 +3,40 @@
 -- casts, parameters, tuple outputs; tensors exchanged as DLPack views of host memory; and
 -- each kind of bad problem file a clear message naming the file. Skips without torch.
 local t = require "km.tap"
-local kb = require "km.kernelbench"
+local testing = require "km.testing"
+local kb = testing.require_torch(t)
 local compare = require "km.compare"
 local python = require "km.python"
 
-local okk, why = kb.available()
-if not okk then t.skip_all("PyTorch not available (set KM_PYTHON to a python with torch): " .. tostring(why)) end
+local DIR = testing.tmpdir()
 
-local DIR = os.tmpname()
-os.remove(DIR)
-assert(os.execute("mkdir -p " .. DIR))
-
-local function problem(name, text)
-  local path = DIR .. "/" .. name .. ".py"
-  local f = assert(io.open(path, "w"))
-  f:write(text)
-  f:close()
-  return path
-end
+local function problem(name, p) return testing.problem(DIR, name, p) end
 
 local HEAD = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n"
+local F = "import torch.nn.functional as F"
 
-local RELU = problem("19_ReLU", HEAD .. [[
-class Model(nn.Module):
-    """
-    Simple model that performs a ReLU activation.
-    """
-    def __init__(self):
-        super(Model, self).__init__()
+local RELU = problem("19_ReLU", { imports = F, sizes = "batch_size = 16\ndim = 33" })
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.relu(x)
+local LINEAR = problem("linear_relu", { imports = F, args = "in_features, out_features, scale",
+  init = "self.fc = nn.Linear(in_features, out_features)\nself.block = nn.Sequential(nn.Identity())\n" ..
+    'self.register_buffer("shift", torch.full((out_features,), 0.25))\n' ..
+    'self.register_buffer("steps", torch.zeros((), dtype=torch.int64), persistent=False)\nself.scale = scale',
+  returns = "torch.relu(self.fc(x) * self.scale + self.shift)",
+  sizes = "batch_size = 8\nin_features = 12\nout_features = 5\nscale = 2.0",
+  inputs = "torch.randn(batch_size, in_features)", init_inputs = "in_features, out_features, scale" })
 
-batch_size = 16
-dim = 33
+local TUPLE = problem("tuple_out", { imports = F, forward = "A, B, k: int", returns = "A + B * k, A.sum(dim=1), (A * B).mean()",
+  sizes = "", inputs = "torch.rand(4, 6), torch.rand(4, 6), 3" })
 
-def get_inputs():
-    x = torch.randn(batch_size, dim)
-    return [x]
+local MIXED = problem("mixed_dtypes", { imports = F, args = "num_classes",
+  init = "self.proj = nn.Linear(num_classes, num_classes, bias=False)", forward = "predictions, targets, mask",
+  body = "logits = self.proj(predictions)\npicked = logits.gather(1, targets.unsqueeze(1)).squeeze(1)", returns = "picked * mask",
+  sizes = "", inputs = "torch.randn(10, 7), torch.randint(0, 7, (10,)), torch.rand(10) > 0.5", init_inputs = "7" })
 
-def get_init_inputs():
-    return []  # No special initialization inputs needed
-]])
-
-local LINEAR = problem("linear_relu", HEAD .. [[
-class Model(nn.Module):
-    def __init__(self, in_features, out_features, scale):
-        super(Model, self).__init__()
-        self.fc = nn.Linear(in_features, out_features)
-        self.block = nn.Sequential(nn.Identity())
-        self.register_buffer("shift", torch.full((out_features,), 0.25))
-        self.register_buffer("steps", torch.zeros((), dtype=torch.int64), persistent=False)
-        self.scale = scale
-
-    def forward(self, x):
-        return torch.relu(self.fc(x) * self.scale + self.shift)
-
-batch_size = 8
-in_features = 12
-out_features = 5
-scale = 2.0
-
-def get_inputs():
-    return [torch.randn(batch_size, in_features)]
-
-def get_init_inputs():
-    return [in_features, out_features, scale]
-]])
-
-local TUPLE = problem("tuple_out", HEAD .. [[
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, A, B, k: int):
-        return A + B * k, A.sum(dim=1), (A * B).mean()
-
-def get_inputs():
-    return [torch.rand(4, 6), torch.rand(4, 6), 3]
-
-def get_init_inputs():
-    return []
-]])
-
-local MIXED = problem("mixed_dtypes", HEAD .. [[
-class Model(nn.Module):
-    def __init__(self, num_classes):
-        super().__init__()
-        self.proj = nn.Linear(num_classes, num_classes, bias=False)
-
-    def forward(self, predictions, targets, mask):
-        logits = self.proj(predictions)
-        picked = logits.gather(1, targets.unsqueeze(1)).squeeze(1)
-        return picked * mask
-
-def get_inputs():
-    return [torch.randn(10, 7), torch.randint(0, 7, (10,)), torch.rand(10) > 0.5]
-
-def get_init_inputs():
-    return [7]
-]])
-
-local NAMES = problem("names", HEAD .. [[
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.layers = nn.ModuleList([nn.Linear(3, 3), nn.Linear(3, 3)])
-        self.out = nn.Parameter(torch.ones(3))
-
-    def forward(self, out, *rest):
-        y = self.layers[1](self.layers[0](out)) * self.out
-        for r in rest:
-            y = y + r
-        return y
-
-def get_inputs():
-    return [torch.rand(2, 3), torch.rand(2, 3), torch.rand(2, 3)]
-
-def get_init_inputs():
-    return []
-]])
+local NAMES = problem("names", { imports = F,
+  init = "self.layers = nn.ModuleList([nn.Linear(3, 3), nn.Linear(3, 3)])\nself.out = nn.Parameter(torch.ones(3))",
+  forward = "out, *rest", body = "y = self.layers[1](self.layers[0](out)) * self.out\nfor r in rest:\n    y = y + r",
+  returns = "y", sizes = "", inputs = "torch.rand(2, 3), torch.rand(2, 3), torch.rand(2, 3)" })
 
 local function names_of(list)
   local out = {}
@@ -390,7 +304,15 @@ t.test("a CUDA device asked where there is none: NO_CUDA, with the reason", func
   t.ok(err:find("device 'tpu:7'", 1, true), err)
 end)
 
--- each bad problem file: nil, a message that names the file and the cause, a code
+-- each bad problem file: nil, a message that names the file and the cause, a code. bad(p):
+-- a problem whose forward returns x of an input torch.randn(4) unless p says otherwise, and
+-- with no __init__ unless it has one (the line numbers below are of these texts)
+local function bad(p)
+  p.imports, p.sizes, p.returns, p.inputs = F, "", p.returns or "x", p.inputs or "torch.randn(4)"
+  if not p.init then p.init = false end
+  return testing.problem_text(p)
+end
+
 local BAD = {
   { "syntax", HEAD .. "class Model(nn.Module):\n    def forward(self, x)\n        return x\n",
     "SYNTAX_ERROR", "syntax error at line 6: expected ':'" },
@@ -400,76 +322,15 @@ local BAD = {
     "NOT_A_PROBLEM", "Model is not a subclass of torch.nn.Module" },
   { "import_raises", HEAD .. "import no_such_package_here\n",
     "IMPORT_ERROR", "importing it raised ModuleNotFoundError: No module named 'no_such_package_here'\n  line 5, in <module>: import no_such_package_here" },
-  { "inputs_raise", HEAD .. [[
-class Model(nn.Module):
-    def forward(self, x):
-        return x
-
-def get_inputs():
-    return [torch.randn(4, 4) @ torch.randn(5, 5)]
-
-def get_init_inputs():
-    return []
-]], "BAD_INPUTS", "get_inputs() raised RuntimeError: " },
-  { "init_raises", HEAD .. [[
-class Model(nn.Module):
-    def forward(self, x):
-        return x
-
-def get_inputs():
-    return [torch.randn(4)]
-
-def get_init_inputs():
-    raise ValueError("no init for you")
-]], "PROBLEM_ERROR", "get_init_inputs() raised ValueError: no init for you\n  line 13, in get_init_inputs: raise ValueError(\"no init for you\")" },
-  { "ctor_raises", HEAD .. [[
-class Model(nn.Module):
-    def __init__(self, n):
-        super().__init__()
-        self.fc = nn.Linear(n, -n)
-
-    def forward(self, x):
-        return x
-
-def get_inputs():
-    return [torch.randn(4)]
-
-def get_init_inputs():
-    return [3]
-]], "PROBLEM_ERROR", "Model(*get_init_inputs()) raised RuntimeError" },
-  { "forward_raises", HEAD .. [[
-class Model(nn.Module):
-    def forward(self, x):
-        return x.view(3, 7)
-
-def get_inputs():
-    return [torch.randn(4)]
-
-def get_init_inputs():
-    return []
-]], "FORWARD_ERROR", "forward raised RuntimeError: shape '[3, 7]' is invalid for input of size 4\n  line 7, in forward" },
-  { "float_output", HEAD .. [[
-class Model(nn.Module):
-    def forward(self, x):
-        return float(x.sum())
-
-def get_inputs():
-    return [torch.randn(4)]
-
-def get_init_inputs():
-    return []
-]], "BAD_OUTPUTS", "forward returned a float; outputs must be tensors" },
-  { "tuple_with_int", HEAD .. [[
-class Model(nn.Module):
-    def forward(self, x):
-        return x, 3
-
-def get_inputs():
-    return [torch.randn(4)]
-
-def get_init_inputs():
-    return []
-]], "BAD_OUTPUTS", "forward's output 1 is a int; outputs must be tensors" },
+  { "inputs_raise", bad { inputs = "torch.randn(4, 4) @ torch.randn(5, 5)" }, "BAD_INPUTS", "get_inputs() raised RuntimeError: " },
+  { "init_raises", bad { init_body = 'raise ValueError("no init for you")' },
+    "PROBLEM_ERROR", "get_init_inputs() raised ValueError: no init for you\n  line 13, in get_init_inputs: raise ValueError(\"no init for you\")" },
+  { "ctor_raises", bad { args = "n", init = "self.fc = nn.Linear(n, -n)", init_inputs = "3" },
+    "PROBLEM_ERROR", "Model(*get_init_inputs()) raised RuntimeError" },
+  { "forward_raises", bad { returns = "x.view(3, 7)" },
+    "FORWARD_ERROR", "forward raised RuntimeError: shape '[3, 7]' is invalid for input of size 4\n  line 7, in forward" },
+  { "float_output", bad { returns = "float(x.sum())" }, "BAD_OUTPUTS", "forward returned a float; outputs must be tensors" },
+  { "tuple_with_int", bad { returns = "x, 3" }, "BAD_OUTPUTS", "forward's output 1 is a int; outputs must be tensors" },
   { "inputs_not_list", HEAD .. [[
 class Model(nn.Module):
     def forward(self, x):
@@ -481,28 +342,9 @@ def get_inputs():
 def get_init_inputs():
     return []
 ]], "BAD_INPUTS", "get_inputs() returned a Tensor, not a list" },
-  { "input_is_string", HEAD .. [[
-class Model(nn.Module):
-    def forward(self, x):
-        return x
-
-def get_inputs():
-    return ["hello"]
-
-def get_init_inputs():
-    return []
-]], "BAD_INPUTS", "get_inputs() item 0 is a str; inputs are tensors or numbers" },
-  { "complex_input", HEAD .. [[
-class Model(nn.Module):
-    def forward(self, x):
-        return x.abs()
-
-def get_inputs():
-    return [torch.randn(4, dtype=torch.complex64)]
-
-def get_init_inputs():
-    return []
-]], "UNSUPPORTED_DTYPE", "input x has dtype complex64, which kmrun buffers cannot hold" },
+  { "input_is_string", bad { inputs = '"hello"' }, "BAD_INPUTS", "get_inputs() item 0 is a str; inputs are tensors or numbers" },
+  { "complex_input", bad { returns = "x.abs()", inputs = "torch.randn(4, dtype=torch.complex64)" },
+    "UNSUPPORTED_DTYPE", "input x has dtype complex64, which kmrun buffers cannot hold" },
   { "exits", HEAD .. "import sys\nsys.exit(2)\n",
     "IMPORT_ERROR", "importing it raised SystemExit: 2" },
 }
@@ -530,19 +372,15 @@ t.test("bad problem files: each a clear message naming the file, never a crash",
 end)
 
 t.test("without torch: a clear reason, and load says it with the path", function()
-  local KMRUN = io.popen("readlink -f " .. (arg[-1]:match("kmrun$") and arg[-1] or "build/kmrun")):read("l")
+  local _, KMRUN = testing.paths()
   local script = DIR .. "/no_torch.lua"
-  local f = assert(io.open(script, "w"))
-  f:write([[local kb = require "km.kernelbench"
+  testing.write(script, [[local kb = require "km.kernelbench"
 print(kb.available())
 print(kb.load("]] .. RELU .. [["))]])
-  f:close()
   -- a python whose torch cannot be imported: PYTHONPATH puts a broken torch first
   local fake = DIR .. "/fake_site/torch"
-  os.execute("mkdir -p " .. fake)
-  local g = assert(io.open(fake .. "/__init__.py", "w"))
-  g:write("raise ImportError('this torch is broken on purpose')\n")
-  g:close()
+  require("km.sys").mkdir(fake)
+  testing.write(fake .. "/__init__.py", "raise ImportError('this torch is broken on purpose')\n")
   local p = io.popen("PYTHONPATH=" .. DIR .. "/fake_site " .. KMRUN .. " " .. script .. " 2>&1; echo rc=$?")
   local out = p:read("a")
   p:close()

@@ -5,14 +5,11 @@
 -- verified through the bridge's variant at its own sizes, and never shown in a prompt; tasks
 -- list shows progress and builds cold specs in parallel. Skips without torch.
 local t = require "km.tap"
-local kb = require "km.kernelbench"
 local json = require "km.json"
-
-local okk, why = kb.available()
-if not okk then t.skip_all("PyTorch not available (set KM_PYTHON to a python with torch): " .. tostring(why)) end
-
-local KMRUN = io.popen("readlink -f " .. (arg[-1]:match("kmrun$") and arg[-1] or "build/kmrun")):read("l")
 local testing = require "km.testing"
+local kb = testing.require_torch(t)
+
+local ROOT, KMRUN = testing.paths()
 local DIR = testing.tmpdir()
 local SPECS, LINTS = DIR .. "/specs", DIR .. "/lint"
 
@@ -23,126 +20,24 @@ local function run(args, env)
   return testing.read(o) or "", testing.read(e) or "", ok and 0 or code
 end
 
-local HEAD = "import torch\nimport torch.nn as nn\n\n"
-local function problem(folder, name, body)
-  os.execute("mkdir -p " .. DIR .. "/" .. folder)
-  local path = DIR .. "/" .. folder .. "/" .. name .. ".py"
-  testing.write(path, HEAD .. body)
-  return path
-end
+local function problem(folder, name, p) return testing.problem(DIR .. "/" .. folder, name, p) end
 
-local RELU = problem("sound", "19_ReLU", [[
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, x):
-        return torch.relu(x)
-
-batch_size = 16
-dim = 64
-
-def get_inputs():
-    return [torch.randn(batch_size, dim)]
-
-def get_init_inputs():
-    return []
-]])
-
+local RELU = problem("sound", "19_ReLU", { sizes = "batch_size = 16\ndim = 64" })
 -- a norm divided down: every output is ~1e-6, far below fp32's atol of 1e-4
-local DIVIDED = problem("bad", "98_Divided", [[
-class Model(nn.Module):
-    def __init__(self, scale):
-        super().__init__()
-        self.scale = scale
-
-    def forward(self, x):
-        return x / torch.linalg.vector_norm(x, dim=1, keepdim=True) / self.scale
-
-batch_size = 16
-dim = 256
-
-def get_inputs():
-    return [torch.randn(batch_size, dim)]
-
-def get_init_inputs():
-    return [1e4]
-]])
-
+local DIVIDED = problem("bad", "98_Divided", { args = "scale", init = "self.scale = scale",
+  returns = "x / torch.linalg.vector_norm(x, dim=1, keepdim=True) / self.scale", sizes = "batch_size = 16\ndim = 256",
+  init_inputs = "1e4" })
 -- softmax over a very wide row: at bf16 every probability is under atol 1e-2
-local SOFTMAX = problem("wide", "23_Softmax_wide", [[
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, x):
-        return torch.softmax(x, dim=1)
-
-batch_size = 4
-dim = 16384
-
-def get_inputs():
-    return [torch.randn(batch_size, dim)]
-
-def get_init_inputs():
-    return []
-]])
-
+local SOFTMAX = problem("wide", "23_Softmax_wide", { returns = "torch.softmax(x, dim=1)", sizes = "batch_size = 4\ndim = 16384" })
 -- the head count divides the width: an odd width cannot be viewed as heads (rule mult8)
-local HEADS = problem("rules", "heads", [[
-class Model(nn.Module):
-    def __init__(self, heads):
-        super().__init__()
-        self.heads = heads
-
-    def forward(self, x):
-        return x.view(x.shape[0], self.heads, x.shape[1] // self.heads, 1).sum(-1).sum(-1)
-
-batch_size = 32
-width = 64
-heads = 8
-
-def get_inputs():
-    assert width % heads == 0
-    return [torch.randn(batch_size, width)]
-
-def get_init_inputs():
-    return [heads]
-]])
-
-local CONV = problem("rules", "conv", [[
-class Model(nn.Module):
-    def __init__(self, c_in, c_out, k):
-        super().__init__()
-        self.conv = nn.Conv1d(c_in, c_out, k)
-
-    def forward(self, x, scale):
-        return self.conv(x) * scale
-
-batch_size = 2
-c_in = 4
-c_out = 32
-length = 40
-kernel_size = 3
-
-def get_inputs():
-    return [torch.randn(batch_size, c_in, length), 0.5]
-
-def get_init_inputs():
-    return [c_in, c_out, kernel_size]
-]])
-
-local NOSIZES = problem("rules", "fixed", [[
-class Model(nn.Module):
-    def forward(self, x):
-        return x * 2
-
-def get_inputs():
-    return [torch.randn(8, 12)]
-
-def get_init_inputs():
-    return []
-]])
+local HEADS = problem("rules", "heads", { args = "heads", init = "self.heads = heads",
+  returns = "x.view(x.shape[0], self.heads, x.shape[1] // self.heads, 1).sum(-1).sum(-1)",
+  sizes = "batch_size = 32\nwidth = 64\nheads = 8", inputs_body = "assert width % heads == 0",
+  inputs = "torch.randn(batch_size, width)", init_inputs = "heads" })
+local CONV = problem("rules", "conv", { args = "c_in, c_out, k", init = "self.conv = nn.Conv1d(c_in, c_out, k)",
+  forward = "x, scale", returns = "self.conv(x) * scale", sizes = "batch_size = 2\nc_in = 4\nc_out = 32\nlength = 40\nkernel_size = 3",
+  inputs = "torch.randn(batch_size, c_in, length), 0.5", init_inputs = "c_in, c_out, kernel_size" })
+local NOSIZES = problem("rules", "fixed", { init = false, returns = "x * 2", sizes = "", inputs = "torch.randn(8, 12)" })
 
 local kbtask = require "km.kbtask"
 local task = require "km.task"
@@ -279,7 +174,6 @@ t.test("lint results are kept; the gate warns, and skips flagged tasks unless al
 end)
 
 t.test("lint of a task folder on the CPU: its reference.py at the shapes that fit, the rest said", function()
-  local ROOT = io.popen("readlink -f " .. (arg[0]:match("^(.*)/tests/lua/") or ".")):read("l")
   local out, err, rc = run("tasks lint " .. ROOT .. "/tasks/l1_relu --json")
   t.eq(rc, 0, err)
   local res = json.decode(out).results[1]
@@ -290,26 +184,10 @@ end)
 
 -- an RNN-like reference keeping its state as plain tensor attributes (KernelBench level 3's
 -- 33_VanillaRNN, 35_LSTM): at fp16/bf16 they take the model's precision with its parameters
-local PLAIN = problem("plain", "33_plain_state", [[
-class Model(nn.Module):
-    def __init__(self, n):
-        super().__init__()
-        self.lin = nn.Linear(n, n)
-        self.h0 = torch.randn(n, n)
-        self.hs = [torch.randn(n, n)]
-        self.pair = (torch.randn(n, n), 3)
-
-    def forward(self, x):
-        return torch.mm(torch.mm(torch.mm(self.lin(x), self.h0), self.hs[0]), self.pair[0])
-
-n = 64
-
-def get_inputs():
-    return [torch.randn(8, n)]
-
-def get_init_inputs():
-    return [n]
-]])
+local PLAIN = problem("plain", "33_plain_state", { args = "n", init = "self.lin = nn.Linear(n, n)\nself.h0 = torch.randn(n, n)\n" ..
+  "self.hs = [torch.randn(n, n)]\nself.pair = (torch.randn(n, n), 3)",
+  returns = "torch.mm(torch.mm(torch.mm(self.lin(x), self.h0), self.hs[0]), self.pair[0])", sizes = "n = 64",
+  inputs = "torch.randn(8, n)", init_inputs = "n" })
 
 t.test("lint: a reference's plain tensor attributes (an h0, in a list or tuple too) run at fp16 and bf16", function()
   local out, err, rc = run("tasks lint " .. PLAIN .. " --precision fp32,fp16,bf16 --cpu --json")
@@ -331,19 +209,7 @@ end)
 t.test("tasks list: cold problem specs built in parallel, progress on stderr; warm loads say nothing", function()
   local folder = DIR .. "/many"
   for i = 1, 4 do
-    problem("many", i .. "_Scale", ([[
-class Model(nn.Module):
-    def forward(self, x):
-        return x * %d
-
-n = %d
-
-def get_inputs():
-    return [torch.randn(n)]
-
-def get_init_inputs():
-    return []
-]]):format(i, 100 + i))
+    problem("many", i .. "_Scale", { init = false, returns = "x * " .. i, sizes = "n = " .. 100 + i, inputs = "torch.randn(n)" })
   end
   local out, err, rc = run("tasks list " .. folder, "KM_SPEC_JOBS=2")
   t.eq(rc, 0, err)

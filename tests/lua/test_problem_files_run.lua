@@ -6,37 +6,15 @@
 local t = require "km.tap"
 local testing = require "km.testing"
 
-local ROOT = io.popen("readlink -f " .. (arg[0]:match("^(.*)/tests/lua/") or ".")):read("l")
-local KMRUN = io.popen("readlink -f " .. (arg[-1]:match("kmrun$") and arg[-1] or "build/kmrun")):read("l")
+local ROOT, KMRUN = testing.paths()
 
 local dir = testing.tmpdir()
-local PROBLEM = [[
-import torch
-import torch.nn as nn
-
-class Model(nn.Module):
-    def __init__(self):
-        super(Model, self).__init__()
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.relu(x)
-
-batch_size = 16
-dim = 1024
-
-def get_inputs():
-    return [torch.randn(batch_size, dim)]
-
-def get_init_inputs():
-    return []
-]]
-os.execute("mkdir -p " .. dir .. "/level1")
 for _, name in ipairs { "19_ReLU", "20_ReLU_again", "21_ReLU_thrice" } do
-  testing.write(dir .. "/level1/" .. name .. ".py", PROBLEM)
+  testing.problem(dir .. "/level1", name, { sizes = "batch_size = 16\ndim = 1024" })
 end
 
 -- a torch that cannot be imported, whatever the Python: first on PYTHONPATH
-os.execute("mkdir -p " .. dir .. "/notorch/torch")
+require("km.sys").mkdir(dir .. "/notorch/torch")
 testing.write(dir .. "/notorch/torch/__init__.py", 'raise ImportError("no torch here (a test stand-in)")\n')
 
 local function lines_of(text)

@@ -10,7 +10,7 @@ local kb = require "km.kernelbench"
 local python = require "km.python"
 local testing = require "km.testing"
 
-local KMRUN = os.getenv("KMRUN") or (arg[-1]:match("kmrun$") and arg[-1]) or "build/kmrun"
+local _, KMRUN = testing.paths()
 local DIR = testing.tmpdir()
 local now = os.time
 
@@ -21,21 +21,16 @@ if not okk then t.skip_all("PyTorch not available (set KM_PYTHON to a python wit
 local SELF = assert(io.open("/proc/self/stat")):read("l"):match("^%d+")
 local GUARD = io.popen("(sleep 240; kill -KILL " .. SELF .. ") >/dev/null 2>&1 & echo $!"):read("l")
 
+-- A ReLU problem (of a 4x8 input) whose __init__, forward or get_inputs runs the given lines first.
 local function problem(dir, name, init, forward, inputs)
-  local path = dir .. "/" .. name .. ".py"
-  testing.write(path, "import time\nimport torch\nimport torch.nn as nn\n\n" ..
-    "class Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n" .. (init or "") ..
-    "\n    def forward(self, x):\n" .. (forward or "") .. "        return torch.relu(x)\n\n" ..
-    "def get_inputs():\n" .. (inputs or "") .. "    return [torch.randn(4, 8)]\n\n" ..
-    "def get_init_inputs():\n    return []\n")
-  return path
+  return testing.problem(dir, name, { imports = "import time", init = init, body = forward, sizes = "",
+    inputs_body = inputs, inputs = "torch.randn(4, 8)" })
 end
 
 local HANG = DIR .. "/hang"
-os.execute("mkdir -p " .. HANG)
-local LOOP_INPUTS = problem(HANG, "a_loop_inputs", nil, nil, "    while True: pass\n")
-local SLEEP_FORWARD = problem(HANG, "b_sleep_forward", nil, "        time.sleep(10**6)\n")
-local LOOP_INIT = problem(HANG, "c_loop_init", "        while True: pass\n")
+local LOOP_INPUTS = problem(HANG, "a_loop_inputs", nil, nil, "while True: pass")
+local SLEEP_FORWARD = problem(HANG, "b_sleep_forward", nil, "time.sleep(10**6)")
+local LOOP_INIT = problem(HANG, "c_loop_init", "while True: pass")
 local GOOD = problem(HANG, "d_good")
 
 -- Runs a shell command with a bound of its own: stdout+stderr, status, seconds taken.
@@ -93,9 +88,8 @@ end)
 
 t.test("a problem that blocks the stop's signal: one line naming it, exit status 124", function()
   local dir = DIR .. "/stuck"
-  os.execute("mkdir -p " .. dir)
   local path = problem(dir, "blocks", nil, nil,
-    "    import signal\n    signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())\n    time.sleep(10**6)\n")
+    "import signal\nsignal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())\ntime.sleep(10**6)")
   local out, rc = sh("KM_PY_TIMEOUT=2 " .. KMRUN .. " tasks check " .. dir)
   t.eq(rc, 124, out)
   t.ok(out:find("kmrun: " .. path .. ": Python did not return within 2 s, nor 2 s after being stopped", 1, true), out)
@@ -103,8 +97,7 @@ end)
 
 t.test("Ctrl-C during a hanging problem: kmrun ends with status 130 at once, not at the deadline", function()
   local dir, mark = DIR .. "/ctrlc", DIR .. "/ctrlc.started"
-  os.execute("mkdir -p " .. dir)
-  problem(dir, "sleeps", nil, nil, "    open('" .. mark .. "', 'w').close()\n    time.sleep(10**6)\n")
+  problem(dir, "sleeps", nil, nil, "open('" .. mark .. "', 'w').close()\ntime.sleep(10**6)")
   local out, rc = sh("KM_PY_TIMEOUT=100 " .. KMRUN .. " tasks check " .. dir .. " & pid=$!; " ..
     "for i in $(seq 600); do [ -e " .. mark .. " ] && break; sleep 0.1; done; sleep 0.3; kill -INT $pid; " ..
     "for i in $(seq 100); do kill -0 $pid 2>/dev/null || break; sleep 0.1; done; " ..

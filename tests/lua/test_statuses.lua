@@ -7,17 +7,13 @@
 local t = require "km.tap"
 local sys = require "km.sys"
 local statuses = require "km.statuses"
+local testing = require "km.testing"
 
 local fmt, concat = string.format, table.concat
 
 local DOC = "docs/eval.md"
 
-local function read(path)
-  local f = assert(io.open(path, "rb"))
-  local s = f:read("a")
-  f:close()
-  return s
-end
+local function read(path) return assert(testing.read(path)) end
 
 ----------------------------------------------------------------------------------------
 -- (a) the sources: quoted status names where a status is compared, assigned or emitted

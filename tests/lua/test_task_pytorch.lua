@@ -9,6 +9,7 @@
 -- set other than the first is the file with its shape symbols set after it. The numeric
 -- check against the CUDA reference, at every shape set, is tests/gpu/test_task_pytorch.lua.
 local t = require "km.tap"
+local testing = require "km.testing"
 local task = require "km.task"
 local compare = require "km.compare"
 local wall = require("km.timing").wall
@@ -16,10 +17,8 @@ local wall = require("km.timing").wall
 local fmt = string.format
 local exp, log, sqrt, abs, huge = math.exp, math.log, math.sqrt, math.abs, math.huge
 
-local ROOT = (arg[0]:match("^(.*)/tests/lua/") or ".")
-local DIR = os.tmpname()
-os.remove(DIR)
-assert(os.execute("mkdir -p " .. DIR))
+local ROOT = testing.paths()
+local DIR = testing.tmpdir()
 
 local tasks, errors = task.list(ROOT .. "/tasks")
 local ONLY = os.getenv("KM_TEST_TASK") -- one task's name: check only that one
@@ -100,7 +99,7 @@ if not okk then
 end
 
 -- The problem at shape set si (km.testing): reference.py, or a copy with that set's symbols.
-local function problem_file(tk, si) return require("km.testing").problem_at_shape(tk, si, DIR) end
+local function problem_file(tk, si) return testing.problem_at_shape(tk, si, DIR) end
 
 local function same_list(a, b)
   if #a ~= #b then return false end

@@ -4,37 +4,14 @@
 -- On the CPU with PyTorch (KM_PYTHON); the GPU side (digests, the judge) is
 -- tests/gpu/test_trust.lua.
 local t = require "km.tap"
-local kb = require "km.kernelbench"
-local okk, why = kb.available()
-if not okk then t.skip_all("PyTorch not available (KM_PYTHON): " .. tostring(why)) end
-local python = require "km.python"
 local testing = require "km.testing"
+local kb = testing.require_torch(t)
+local python = require "km.python"
 
 local DIR = testing.tmpdir()
-local PROB = DIR .. "/state.py"
-testing.write(PROB, [[
-import torch
-import torch.nn as nn
-
-SCALE = torch.full((3,), 2.0)
-
-class Model(nn.Module):
-    def __init__(self, n):
-        super(Model, self).__init__()
-        self.fc = nn.Linear(n, n)
-        self.bn = nn.BatchNorm1d(n)
-        self.h0 = torch.randn(2, n)
-        self.extra = [torch.zeros(4)]
-
-    def forward(self, x):
-        return self.bn(self.fc(x)) + self.h0.sum()
-
-def get_inputs():
-    return [torch.randn(8, 16)]
-
-def get_init_inputs():
-    return [16]
-]])
+local PROB = testing.problem(DIR, "state", { before = "SCALE = torch.full((3,), 2.0)", args = "n",
+  init = "self.fc = nn.Linear(n, n)\nself.bn = nn.BatchNorm1d(n)\nself.h0 = torch.randn(2, n)\nself.extra = [torch.zeros(4)]",
+  returns = "self.bn(self.fc(x)) + self.h0.sum()", sizes = "", inputs = "torch.randn(8, 16)", init_inputs = "16" })
 
 local p = assert(kb.load(PROB, { device = "cpu" }))
 local P = ("km_kb_bridge._problems[%d]"):format(p.id)
