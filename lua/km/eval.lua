@@ -12,7 +12,12 @@
 --
 -- Jobs that wait for a busy worker are compiled in the driver first (M.warm: NVRTC on every
 -- CPU at once, no CUDA), with the judge's own options into the workers' cache folder, so
--- the worker's compile is a cache hit and the GPU waits for no compiler.
+-- the worker's compile is a cache hit and the GPU waits for no compiler. So is a worker's
+-- first job of a PyTorch-referenced task, while the worker imports torch and loads the model.
+--
+-- Besides its verdict, a worker sends frames about the job it is on: `{ id, hold = what |
+-- false }` (one-time set-up, timed by its own limit, not the candidate's) and `{ id,
+-- progress = ev }` (a km.progress stage event), which the pool hands to opts.on_progress.
 local proc = require "km.proc"
 local json = require "km.json"
 local nvrtc = require "km.nvrtc"
@@ -40,7 +45,8 @@ end
 function Pool:_start(slot)
   -- the workers' cache is the driver's (a set_cache_dir here included), unless opts.env says
   -- and its PyTorch baselines' folder too (XDG_CACHE_HOME does not reach a worker)
-  local env = { KM_DEVICE = tostring(slot.gpu), KM_CACHE_DIR = self.cache_dir, KM_BASELINE_DIR = require("km.baseline").dir() }
+  local env = { KM_DEVICE = tostring(slot.gpu), KM_CACHE_DIR = self.cache_dir, KM_BASELINE_DIR = require("km.baseline").dir(),
+    KM_SPEC_DIR = require("km.kbtask").spec_dir() } -- the specs a worker builds are the driver's to read
   -- a PyTorch call's own deadline (km.python's watchdog) comes after the pool's: a candidate
   -- that hangs the GPU is the pool's timeout, as without PyTorch
   env.KM_PY_TIMEOUT = os.getenv("KM_PY_TIMEOUT") or tostring(2 * (self.opts.timeout or 120) + 60)
@@ -61,6 +67,7 @@ function Pool:_start(slot)
     return nil, h and h.why or "GPU worker sent a bad greeting"
   end
   slot.proc, slot.device, slot.device_count = p, h.device, h.device_count
+  slot.ready = {} -- the tasks this worker has set up (it has given a verdict on them)
   slot.start_s = timing.wall() - w0 -- reported with this worker's first verdict
   self.starts = self.starts + 1
   return true
@@ -69,7 +76,10 @@ end
 -- pool{ gpus = {0, 1} | nil (every visible GPU), timeout = seconds per candidate,
 --       env = { NAME = value } for the workers, worker_stderr = "inherit" | "null",
 --       warm = jobs compiled ahead per poll (32) | false,
---       wrap = { argv prefix } each worker runs under, e.g. compute-sanitizer (M.sanitize) }
+--       wrap = { argv prefix } each worker runs under, e.g. compute-sanitizer (M.sanitize),
+--       on_progress = function(ev, job, gpu): a worker's km.progress stage events as they
+--       come (its set-up: torch's import, the spec, the reference, baselines) and the pool's
+--       own (stage "nvrtc": a candidate compiled ahead) }
 -- -> pool, or nil, why, "NO_GPU"
 function M.pool(opts)
   opts = opts or {}
@@ -114,8 +124,19 @@ local function lost(slot, what, job, timeout_s)
   return verdict.lost(job, what, timeout_s, p:wait(10000))
 end
 
+-- torch: the task's reference is a PyTorch model (a problem file): a worker's first job of it
+-- spends seconds on set-up before it compiles.
 local function job_of(task, cand, opts)
-  return { task = task_ref(task), task_name = type(task) == "table" and task.name or task, cand = cand, opts = opts }
+  local torch
+  if type(task) == "table" then torch = type(task.reference) == "table" and task.reference.pytorch ~= nil
+  else torch = require("km.kbtask").is_problem(task) end
+  return { task = task_ref(task), task_name = type(task) == "table" and task.name or task, cand = cand, opts = opts,
+    torch = torch }
+end
+
+function Pool:_progress(ev, job, slot)
+  local f = self.opts.on_progress
+  if f then f(ev, job, slot and slot.gpu) end
 end
 
 function Pool:_send(slot, job)
@@ -136,27 +157,25 @@ end
 function Pool:_collect(slot, ms)
   local job = slot.job
   local timeout_s = (job.opts and job.opts.timeout) or self.opts.timeout or 120
-  local msg, _, code = slot.proc:recv(ms)
-  if not msg then
-    if code == "TIMEOUT" then
-      if os.time() - slot.sent_at < (slot.hold_s or timeout_s) then return nil end
-      timeout_s = slot.hold_s or timeout_s
+  local msg, res
+  repeat -- frames about the job (holds, progress) until its verdict, or none waiting
+    local m, _, code = slot.proc:recv(ms)
+    msg = m
+    if not msg then
+      if code == "TIMEOUT" then
+        if os.time() - slot.sent_at < (slot.hold_s or timeout_s) then return nil end
+        timeout_s = slot.hold_s or timeout_s
+        slot.job = nil
+        return lost(slot, "timeout", job, timeout_s)
+      end
       slot.job = nil
-      return lost(slot, "timeout", job, timeout_s)
+      return lost(slot, "dead", job, timeout_s)
     end
-    slot.job = nil
-    return lost(slot, "dead", job, timeout_s)
-  end
-  local res = json.decode(msg)
-  -- the worker does one-time set-up (torch's import, PyTorch baselines measured once per
-  -- task and GPU, then cached): that is timed by its own limit, and the candidate's time
-  -- starts again after it
-  if type(res) == "table" and res.hold ~= nil and res.id == job.id and not res.verdict then
-    slot.sent_at = os.time()
-    slot.hold_s = res.hold and (self.opts.baseline_timeout or M.BASELINE_TIMEOUT) or nil
-    return nil
-  end
+    res = json.decode(msg)
+    ms = 0
+  until not self:_about_job(slot, job, res)
   slot.job = nil
+  slot.ready[job.task] = true
   local v = res and res.verdict or { status = "error", feedback = "bad answer from the worker: " .. tostring(msg):sub(1, 200) }
   if slot.start_s then -- the worker's start (driver, context, greeting) went before this verdict
     if type(v) == "table" then v.worker_start_seconds = slot.start_s end
@@ -167,6 +186,24 @@ function Pool:_collect(slot, ms)
     slot.proc = nil
   end
   return v
+end
+
+-- A frame about the slot's job that is not its verdict: true once handled.
+function Pool:_about_job(slot, job, res)
+  if type(res) ~= "table" or res.verdict ~= nil or res.id ~= job.id then return false end
+  if res.hold ~= nil then
+    -- the worker does one-time set-up (torch's import, the spec, PyTorch baselines measured
+    -- once per task and GPU, then cached): that is timed by its own limit, and the
+    -- candidate's time starts again after it
+    slot.sent_at = os.time()
+    slot.hold_s = res.hold and (self.opts.baseline_timeout or M.BASELINE_TIMEOUT) or nil
+    return true
+  end
+  if type(res.progress) == "table" then
+    self:_progress(res.progress, job, slot)
+    return true
+  end
+  return false
 end
 
 -- M.warm(cands, arch, { cache_dir =, threads = }): compiles candidates ({ source, params })
@@ -197,26 +234,44 @@ function M.warm(cands, arch, opts)
 end
 
 -- Compile processes (km.compiler): requests go out without waiting; each compiles into
--- the shared disk cache. M.compilers(n, cache_dir) -> { submit(source, opts), drain(ms),
--- outstanding(), close() }.
+-- the shared disk cache. M.compilers(n, cache_dir) -> { submit(source, opts [, on_done]),
+-- drain(ms), outstanding(), busy(), close() }. on_done(answer) is called from drain with
+-- { ok, cached, ms, error } (ok false, error "compile process died" when its process died);
+-- busy() lists the processes with requests out (for proc.select).
 function M.compilers(n, cache_dir)
   local procs, out, sent = {}, {}, 0
+  local waiting = {} -- request id -> { i = process index, on_done }
   local c = { done = 0, failed = 0 }
+  local function answered(id, r)
+    local w = waiting[id]
+    waiting[id] = nil
+    if w and w.on_done then w.on_done(r) end
+  end
   local function start(i)
     local p = proc.spawn({ package.km_exe, package.km_libdir .. "/km/compiler.lua" },
       { env = cache_dir and { KM_CACHE_DIR = cache_dir } or nil, clean_env = true, stderr = "null" })
-    procs[i], out[i] = p, 0
+    procs[i], out[i] = p or nil, 0
     return p
   end
-  function c.submit(source, opts)
-    local best = 1
+  function c.submit(source, opts, on_done)
+    local best -- the least busy process; another is started while every one is busy, up to n
     for i = 1, n do
-      if not procs[i] then start(i) end
-      if out[i] < out[best] then best = i end
+      if procs[i] and (not best or out[i] < out[best]) then best = i end
+    end
+    if not best or out[best] > 0 then
+      for i = 1, n do
+        if not procs[i] then
+          if start(i) then best = i end
+          break
+        end
+      end
     end
     sent = sent + 1
     if procs[best] and procs[best]:send(json.encode { id = sent, source = source, opts = opts }) then
       out[best] = out[best] + 1
+      waiting[sent] = { i = best, on_done = on_done }
+    elseif on_done then
+      on_done { ok = false, error = "no compile process" }
     end
   end
   -- Collects answers for up to `ms`; returns how many requests are still out.
@@ -235,9 +290,13 @@ function M.compilers(n, cache_dir)
             out[i] = out[i] - 1
             local r = json.decode(msg) or {}
             if r.ok then c.done = c.done + 1 else c.failed = c.failed + 1 end
+            answered(r.id, r)
           else
             procs[i], out[i] = nil, 0 -- it died: the next submit starts another
             p:close()
+            for id, w in pairs(waiting) do
+              if w.i == i then answered(id, { ok = false, error = "compile process died" }) end
+            end
           end
         end
       end
@@ -248,6 +307,11 @@ function M.compilers(n, cache_dir)
     local k = 0
     for i = 1, n do k = k + (out[i] or 0) end
     return k
+  end
+  function c.busy()
+    local list = {}
+    for i = 1, n do if procs[i] and out[i] > 0 then list[#list + 1] = procs[i] end end
+    return list
   end
   function c.close()
     for i = 1, n do if procs[i] then procs[i]:close() end procs[i] = nil end
@@ -262,10 +326,7 @@ function Pool:_warm()
   local batch = self.opts.warm
   if batch == nil then batch = WARM_BATCH end
   if not batch or not self.cache_dir or not self.device then return 0 end
-  if not self.compilers then
-    local ncpu = require("km.sys").cpu_count()
-    self.compilers = M.compilers(self.opts.compilers or math.max(1, math.min(8, ncpu - #self.slots)), self.cache_dir)
-  end
+  self:_compilers()
   local sent = 0
   for _, job in ipairs(self.queue) do
     if sent >= batch then break end
@@ -283,6 +344,47 @@ function Pool:_warm()
   self.compilers.drain(0)
   st.jobs, st.failed = st.jobs + (self.compilers.done - done0), st.failed + (self.compilers.failed - failed0)
   return 0
+end
+
+function Pool:_compilers()
+  if not self.compilers then
+    local ncpu = require("km.sys").cpu_count()
+    self.compilers = M.compilers(self.opts.compilers or math.max(1, math.min(8, ncpu - #self.slots)), self.cache_dir)
+  end
+  return self.compilers
+end
+
+-- true when the NVRTC cache in `dir` (default: this process's) holds source compiled with
+-- opts (judge.compile_opts'), false when not, nil when NVRTC cannot key it (bad options).
+-- An entry that is there but damaged reads as a miss where it is used, and is compiled again.
+function M.compiled(source, opts, dir)
+  dir = dir or nvrtc.cache_dir()
+  local ok, key = pcall(nvrtc.key, source, opts)
+  if not ok or not dir then return nil end
+  local f = io.open(fmt("%s/%s/%s", dir, key:sub(1, 2), key), "rb")
+  if f then f:close() end
+  return f ~= nil
+end
+
+-- A worker's first job of a task whose reference is a PyTorch model waits seconds for its
+-- set-up (torch's import, the spec, the model on the GPU) before the judge compiles: the
+-- candidate is compiled meanwhile by a compile process, into the cache the worker reads (on
+-- a worker that has the task set up, the judge compiles at once: nothing to gain). Told as
+-- the stage "nvrtc" when NVRTC really runs (not for a cached compile).
+function Pool:_ahead(slot, job)
+  if self.opts.warm == false or not self.cache_dir or not self.device then return end
+  local c = job.cand
+  if not job.torch or slot.ready[job.task] or type(c) ~= "table" or type(c.source) ~= "string" or c.source == "" then return end
+  local o = judge.compile_opts(self.device.arch, c.params or {})
+  if M.compiled(c.source, o, self.cache_dir) ~= false then return end
+  job.warmed = true
+  local t0 = timing.wall()
+  self.ahead = (self.ahead or 0) + 1
+  self:_progress({ stage = "nvrtc", state = "start" }, job, slot)
+  self:_compilers().submit(c.source, o, function(r)
+    self.ahead = self.ahead - 1
+    self:_progress({ stage = "nvrtc", state = "done", seconds = timing.wall() - t0, failed = not r.ok or nil }, job, slot)
+  end)
 end
 
 -- Asynchronous use: submit jobs, poll for verdicts. Jobs wait in a queue while every
@@ -310,6 +412,7 @@ function Pool:poll(ms)
         done[#done + 1] = job
       else
         ok, why = self:_send(s, job)
+        if ok then self:_ahead(s, job) end
       end
       if not ok then
         job.verdict = { status = "error", task = job.task_name, candidate = job.cand.name, feedback = tostring(why) }
@@ -320,7 +423,11 @@ function Pool:poll(ms)
   local warm_ms = #self.queue > 0 and self:_warm() or 0
   local ready = {}
   for _, s in ipairs(self.slots) do if s.job then ready[#ready + 1] = s.proc end end
+  -- a compile ahead of a worker's set-up is waited for too: its end is told as it comes
+  local ahead = (self.ahead or 0) > 0 and self.compilers
+  if ahead and #ready > 0 then for _, p in ipairs(ahead.busy()) do ready[#ready + 1] = p end end
   if #ready > 0 and #done == 0 then proc.select(ready, math.max(0, (ms or 0) - warm_ms)) end
+  if ahead then ahead.drain(0) end
   for _, s in ipairs(self.slots) do
     if s.job then
       local job = s.job

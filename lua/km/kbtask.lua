@@ -21,6 +21,7 @@ local fmt = string.format
 local ipairs, type = ipairs, type
 
 local shape = require "km.shape"
+local progress = require "km.progress"
 local SIZES, numel = shape.DTYPE_BYTES, shape.numel
 
 -- true when path names a problem file (a .py file), whatever its folder
@@ -83,10 +84,20 @@ function M.shape_symbols(spec, held)
   return out
 end
 
+-- The spec cache's folder: KM_SPEC_DIR, else $XDG_CACHE_HOME/kmrun/specs, else
+-- ~/.cache/kmrun/specs (nil: none). km.eval passes it to its workers as KM_SPEC_DIR.
+function M.spec_dir() return require("km.jsoncache").dir("specs", "KM_SPEC_DIR") end
+
+-- A problem's task name: its file name without .py ("level1/19_ReLU.py#fp16" -> 19_ReLU).
+function M.name(path)
+  path = path:match("^(.*%.py)#%w+$") or path
+  return path:match("([^/]+)%.py$") or path
+end
+
 -- The spec cache's folder and the key of a problem file's spec (nil without its text).
 local function spec_key(path, precision, text)
   local jc = require "km.jsoncache"
-  local dir = jc.dir("specs", "KM_SPEC_DIR")
+  local dir = M.spec_dir()
   return dir, text and jc.key("spec", M.SPEC_VERSION, { path = path, source = text, precision = precision,
     python = (os.getenv("KM_PYTHON") or "python3") .. "\0" .. (os.getenv("PYTHONPATH") or "") },
     { "path", "source", "precision", "python" })
@@ -132,14 +143,17 @@ function M.load(path, opts)
   local rec = key and jc.get(dir, key)
   local spec = rec and type(rec.spec) == "table" and rec.spec
   if not spec then
+    -- torch's import first, told apart (km.kernelbench); a failure is describe's to report
+    local done = kb.available() and progress.start("spec") or function() end
     local serr
     spec, serr = describe("meta")
     if not spec and tostring(serr):find("meta tensor", 1, true) then spec, serr = describe("cpu") end
+    done(spec ~= nil)
     if not spec then return nil, serr end
     if key then jc.put(dir, key, { spec = spec }) end
   end
   local t = {
-    name = (path:match("([^/]+)%.py$") or path), dir = M.key(path, precision), path = path,
+    name = M.name(path), dir = M.key(path, precision), path = path,
     level = tonumber(path:match("level(%d)")) or 1, category = "kernelbench",
     description_text = nil, math = nil,
     reference = { pytorch = path, precision = precision },

@@ -24,6 +24,7 @@
 -- message). Messages about a problem start with its path.
 local python = require "km.python"
 local json = require "km.json"
+local progress = require "km.progress"
 
 local type, pairs, ipairs, setmetatable, tostring, pcall = type, pairs, ipairs, setmetatable, tostring, pcall
 local fmt = string.format
@@ -82,9 +83,10 @@ local function call(fn, ...)
 end
 
 -- true, info ({ version, cuda_version (nil: a CPU-only torch), python, executable })
--- | nil, why, code
+-- | nil, why, code. The first call imports torch (seconds): told as km.progress's "torch".
 function M.available()
   if not state then
+    local done = progress.start("torch")
     local ok, why, code = python.available()
     if ok then
       local path = bridge_path()
@@ -102,6 +104,7 @@ function M.available()
         or "; set KM_PYTHON to a python that has torch (docs/pytorch.md)")
     end
     state = ok and { ok = true, info = ok } or { why = why, code = code }
+    done(state.ok == true)
   end
   if state.ok then return true, state.info end
   return nil, state.why, state.code

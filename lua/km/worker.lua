@@ -2,11 +2,18 @@
 -- Started by km.eval as `kmrun <libdir>/km/worker.lua` with KM_DEVICE set; speaks JSON
 -- frames over its stdin/stdout (km.proc). A verdict whose context was lost (a kernel
 -- faulted) is sent, then the worker exits so the driver starts a fresh one.
+--
+-- Frames: { op = "eval", id, task, candidate, opts } in; out, for that id, any number of
+-- { id, hold = what | false } (one-time set-up begins/ends: the pool times it by its own
+-- limit) and { id, progress = ev } (km.progress stage events: what the set-up is doing,
+-- for a person waiting), then { id, verdict }.
 local proc = require "km.proc"
 local json = require "km.json"
 local judge_mod = require "km.judge"
 local verdict_mod = require "km.verdict"
 local capture = require "km.capture"
+local progress = require "km.progress"
+local wall = require("km.timing").wall
 
 local fmt = string.format
 local PRINTF_TEXT = 4096 -- bytes of a candidate's printed output kept in its verdict
@@ -55,6 +62,43 @@ if os.getenv("KM_SANITIZE") then
   end
 end
 
+-- The judge's holds as stages told to the driver: "torch" while it loads a PyTorch
+-- reference on the GPU, "eager" / "compile" while it measures a baseline not kept on disk.
+local HOLD_STAGE = { torch = "reference", eager = "eager", compile = "torch.compile" }
+
+-- judge.on_hold for one job: each hold sent on (send(which)); the stage it names begins, and
+-- the one before ends. -> on_hold, close (ends a stage left open)
+local function holds(send)
+  local done
+  local function close()
+    if done then done() done = nil end
+  end
+  return function(which)
+    send(which)
+    close()
+    local stage = which and HOLD_STAGE[which]
+    if stage then done = progress.start(stage) end
+  end, close
+end
+
+-- A problem file's first job here: torch's import and the problem's spec (read from the
+-- spec cache, or built and kept there), before the judge, so that each is told as a stage
+-- of its own and both are held (set-up, not the candidate's time). kmrun eval leaves a spec
+-- that is not cached yet to this worker, which imports torch anyway: one import per
+-- kmrun eval. -> the task table (the judge then loads nothing), key as it is (a task
+-- folder, or one set up already), or nil, why
+local function set_up(judge, key, hold)
+  if type(key) ~= "string" or judge.tasks[key] or not require("km.kbtask").is_problem(key) then return key end
+  hold("task")
+  local ok, t, err = pcall(function()
+    require("km.kernelbench").available() -- torch first: a stage of its own (km.progress)
+    return require("km.task").load(key)
+  end)
+  hold(false)
+  if not ok then return nil, tostring(t) end
+  return t, err
+end
+
 local ch = proc.stdio_channel()
 require("km.sandbox").harden_strings() -- launch code runs here
 local judge, why = judge_mod.new()
@@ -72,16 +116,30 @@ while true do
   if not req then
     ch:send(json.encode { error = "bad request: " .. tostring(err) })
   elseif req.op == "eval" then
-    -- one-time set-up for this task (torch's import, PyTorch baselines measured): the pool
-    -- times it apart from the candidate
-    judge.on_hold = function(which) ch:send(json.encode { id = req.id, hold = which or false }) end
+    -- one-time set-up for this task (torch's import, the spec, PyTorch baselines measured):
+    -- the pool times it apart from the candidate, and hears what it is doing
+    local function hold(which) ch:send(json.encode { id = req.id, hold = which or false }) end
+    progress.sink(function(ev) ch:send(json.encode { id = req.id, progress = ev }) end)
+    local close_stage
+    judge.on_hold, close_stage = holds(hold)
+    local w0 = wall()
+    local t, terr = set_up(judge, req.task, hold)
+    local setup_s = t ~= req.task and wall() - w0 or 0
     local cap = capture.start() -- device printf goes to stdout: caught here, not on the terminal
-    local ok, verdict = pcall(judge.eval, judge, req.task, req.candidate, req.opts)
+    local ok, verdict
+    if t then ok, verdict = pcall(judge.eval, judge, t, req.candidate, req.opts)
+    else ok, verdict = true, verdict_mod.finish(verdict_mod.new { task = req.task }, verdict_mod.ERROR, terr) end
+    close_stage()
     if not ok then verdict = { status = "error", feedback = "internal error in the worker: " .. tostring(verdict) } end
+    if setup_s > 0 then -- the set-up above is this evaluation's too (its task stage)
+      if type(verdict.stage_seconds) == "table" then verdict.stage_seconds.task = (verdict.stage_seconds.task or 0) + setup_s end
+      verdict.eval_seconds = (verdict.eval_seconds or 0) + setup_s
+    end
     -- whatever happened, a context that no longer answers means a fresh worker: a fault
     -- can surface late (in a later copy or fill) and poisons every later call
     verdict_mod.after_context_check(verdict, cuda.synchronize())
     if cap then note_printed(verdict, cap:stop(PRINTF_TEXT)) end -- after the sync: printf is flushed
+    progress.sink(nil)
     ch:send(json.encode({ id = req.id, verdict = verdict }, { nan = "null" }))
     if verdict.context_lost then return 4 end
   elseif req.op == "ping" then

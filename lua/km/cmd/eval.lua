@@ -1,10 +1,12 @@
 -- kmrun eval TASK_DIR CANDIDATE_DIR [--json] [--seeds N] [--no-timing] [--timeout S] [--gpus I] [--sanitize]
 -- Judges a candidate in an isolated GPU worker and prints the verdict; without a GPU it
--- compiles the candidate and says so (as strategies do).
+-- compiles the candidate and says so (as strategies do). Slow one-time work (torch's import,
+-- a spec built, NVRTC, baselines measured) is told on stderr as it happens (km.progress).
 -- Exit status: 0 correct, 1 not correct (a compile error included), 2 usage or
 -- infrastructure error, 3 no GPU: it compiles and its launch code loads, nothing was run.
 local task = require "km.task"
 local json = require "km.json"
+local progress = require "km.progress"
 
 local A = require "km.args"
 
@@ -33,6 +35,8 @@ error is a verdict (exit 1), a candidate that compiles is 'compiled' (exit 3).]]
     { "no-energy", nil, "skip the energy pass (joules per call from NVML, a few hundred ms)" },
     { "sanitize", nil, "run it under compute-sanitizer memcheck, then racecheck (one seed,\n" ..
         "no timing): status out_of_bounds or race when they find something" },
+    { "quiet", nil, "no progress lines on stderr (what a slow first run is doing: torch's\n" ..
+        "import, a spec built, NVRTC, baselines measured); --json: none unless stderr is a terminal" },
     table.unpack(require("km.baseline").OPTIONS),
   },
   footer = "exit status: 0 correct, 1 not correct (a compile error included), 2 usage or infrastructure\n" ..
@@ -51,6 +55,13 @@ local opts = require("km.baseline").judge_opts(a, { seeds = a.seeds, energy = no
 if a.no_timing then opts.timing = false end
 local as_json, gpu, sanitize = a.json, a.gpus[1], a.sanitize
 local timeout, timeout_given = a.timeout or 120, a._given.timeout
+-- progress on stderr, never stdout: work this process blocks on is told at once, a worker's
+-- when it has run half a second. None with --quiet, nor with --json unless stderr is a
+-- terminal (a program reading the verdict may have merged stderr into it).
+local quiet = a.quiet or (as_json and not require("km.sys").isatty(io.stderr))
+local printer = not quiet and progress.printer("kmrun eval", io.stderr) or nil
+if printer then progress.sink(function(ev) printer.event(ev, 0) end) end
+local on_progress = printer and function(ev) printer.event(ev) end
 
 if sanitize then -- before anything is loaded: without the tool there is nothing to do
   local found, why = require("km.sanitize").find()
@@ -58,7 +69,8 @@ if sanitize then -- before anything is loaded: without the tool there is nothing
 end
 
 local kbtask = require "km.kbtask"
-if kbtask.is_problem(pos[1]) then
+local problem = kbtask.is_problem(pos[1])
+if problem then
   pos[1] = kbtask.key(pos[1], a.precision)
 else
   if a.precision then return A.fail(SPEC, "--precision applies to a problem file (PROBLEM.py)") end
@@ -66,36 +78,68 @@ else
   if not d then return A.fail(SPEC, "TASK_DIR: '" .. pos[1] .. "' is neither a task folder nor a problem file (.py)") end
   d:close()
 end
-local t, err = task.load(pos[1])
-if not t then io.stderr:write("kmrun eval: ", err, "\n") return 2 end
-require("km.lint").gate({ t }, { who = "kmrun eval" }) -- a flagged task: a warning, the verdict still given
+
+-- The task here, with lint's word on it (a flagged task: a warning, the verdict still given).
+local function load_task()
+  local lt, err = task.load(pos[1])
+  if lt then require("km.lint").gate({ lt }, { who = "kmrun eval" }) end
+  return lt, err
+end
+-- Loaded here where that needs no torch: a task folder, or a problem file whose spec is
+-- cached. A spec not cached yet is built where torch is imported anyway: in the GPU worker
+-- (which keeps it in the spec cache for this process to read), or here when there is none.
+-- So one kmrun eval imports torch once.
+local t, terr
+if not problem or kbtask.cached(pos[1]) then
+  t, terr = load_task()
+  if not t then io.stderr:write("kmrun eval: ", terr, "\n") return 2 end
+end
 local cand, cerr
-if pos[2] == "starter" then cand, cerr = task.starter(t)
-else cand, cerr = task.candidate(pos[2]) end
+if pos[2] ~= "starter" then cand, cerr = task.candidate(pos[2])
+elseif t then cand, cerr = task.starter(t)
+else cerr = kbtask.name(pos[1]) .. " has no starter" end -- a problem file has none
 if not cand then io.stderr:write("kmrun eval: ", cerr, "\n") return 2 end
 
 local eval = require "km.eval"
 local v, why
 if sanitize then -- the sanitized runs are slow: their own default timeout (km.sanitize)
-  v, why = eval.sanitize(t, cand, { gpu = gpu, timeout = timeout_given and timeout or nil })
+  v, why = eval.sanitize(t or pos[1], cand, { gpu = gpu, timeout = timeout_given and timeout or nil })
   if not v then io.stderr:write("kmrun eval --sanitize: ", tostring(why), "\n") return 2 end
 else
   local pool
-  pool, why = eval.pool { gpus = { gpu }, timeout = timeout }
+  pool, why = eval.pool { gpus = { gpu }, timeout = timeout, on_progress = on_progress }
   if pool then
     opts.timeout = timeout
-    v = pool:eval(t, cand, opts)
+    local job = pool:submit(t or pos[1], cand, opts)
+    while not job.verdict do -- polled often enough to tell a worker's slow stage within a second
+      pool:poll(200)
+      if printer then printer.tick() end
+    end
+    v = job.verdict
     pool:close()
-  else -- compile only, as strategies do without a GPU (km.runner)
-    io.stderr:write("kmrun eval: no GPU: ", tostring(why), "\n",
-      "kmrun eval: checking that the candidate compiles (NVRTC, sm_90) without running it\n")
-    v = require("km.runner").compile_check(cand, "sm_90")
+  else -- compile only, as strategies do without a GPU (km.ctx)
+    io.stderr:write("kmrun eval: no GPU: ", tostring(why), "\n")
+    if not t then
+      t, terr = load_task()
+      if not t then io.stderr:write("kmrun eval: ", terr, "\n") return 2 end
+    end
+    io.stderr:write("kmrun eval: checking that the candidate compiles (NVRTC, sm_90) without running it\n")
+    local check = require("km.ctx").compile_check
+    if eval.compiled(cand.source or "", require("km.judge").compile_opts("sm_90", cand.params or {})) == false then
+      v = progress.run("nvrtc", check, cand, "sm_90")
+    else
+      v = check(cand, "sm_90")
+    end
   end
 end
+-- a spec the worker built: read back from the spec cache (no torch), for lint's word on it
+if not t and kbtask.cached(pos[1]) then t = load_task() end
+if printer then printer.close() end
+local name = t and t.name or kbtask.name(pos[1])
 if as_json then
   print(json.encode(v, { pretty = true, nan = "null" }))
 else
-  print(string.format("%s  %s  %s", v.status, t.name, cand.name or pos[2]))
+  print(string.format("%s  %s  %s", v.status, name, cand.name or pos[2]))
   if v.timing and v.timing.candidate then
     -- each speedup beside the time it was divided by (km.feedback.speed)
     print(string.format("time %s; roofline %.0f%%", require("km.feedback").speed(v), 100 * ((v.roofline or {}).fraction or 0)))
