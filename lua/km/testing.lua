@@ -30,6 +30,17 @@ function M.sh(cmd)
   return out:gsub("rc=%d+%s*$", ""), rc
 end
 
+-- A shell command's stdout and stderr apart, and its exit status (through M.sh). A brace
+-- group, not a subshell: dash (0.5.12) drops the redirection of a subshell inside a group
+-- that is redirected itself.
+function M.run(cmd)
+  local errf = os.tmpname()
+  local out, rc = M.sh("{ { " .. cmd .. "\n} 2>" .. errf .. "; }")
+  local err = read_all(errf) or ""
+  os.remove(errf)
+  return out, err, rc
+end
+
 -- Where a test file runs, as absolute paths: ROOT, the source tree (the folder above the
 -- test's tests/<kind>/, else the one the km library is loaded from), KMRUN, the kmrun that
 -- runs the tests ($KMRUN, else this interpreter's arg[-1], else build/kmrun), and BUILD, its

@@ -8,21 +8,12 @@ local t = require "km.tap"
 local store = require "km.store"
 local cli = require "km.cli"
 
-local KMRUN = os.getenv("KMRUN") or (arg[-1]:match("kmrun$") and arg[-1]) or "build/kmrun"
-
 local testing = require "km.testing"
+
+local _, KMRUN = testing.paths()
 local slurp, write = testing.read, testing.write
 local dir = testing.tmpdir()
-
--- Runs a shell command; returns stdout, stderr, exit status.
-local function sh(cmd)
-  local errf = dir .. "/stderr.txt"
-  local p = io.popen(cmd .. " 2>" .. errf .. "; echo \"rc=$?\"")
-  local out = p:read("a")
-  p:close()
-  local body, rc = out:match("^(.*)rc=(%d+)\n$")
-  return body, slurp(errf) or "", tonumber(rc)
-end
+local sh = testing.run -- stdout, stderr, exit status
 
 local function lines(s)
   local l = {}

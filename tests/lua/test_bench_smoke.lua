@@ -6,10 +6,7 @@
 local t = require "km.tap"
 local testing = require "km.testing"
 
-local ROOT = (arg[0]:match("^(.*)/tests/lua/") or ".")
-ROOT = io.popen("cd '" .. ROOT .. "' && pwd"):read("l")
-local KMRUN = io.popen("readlink -f " .. (arg[-1]:match("kmrun$") and arg[-1] or "build/kmrun")):read("l")
-local BUILD = KMRUN:gsub("/kmrun$", "")
+local ROOT, KMRUN, BUILD = testing.paths()
 local NO_GPU = "KM_LIBCUDA=/nonexistent/libcuda.so.1 "
 
 -- runs `cmd` in the repository's root; -> output (stdout and stderr), exit status

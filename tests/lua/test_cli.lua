@@ -4,14 +4,12 @@
 -- options; bad values that name themselves; a file named like a command that does not
 -- shadow it; strategies by name; tasks from positional folders in sweeps.
 local t = require "km.tap"
+local testing = require "km.testing"
 local json = require "km.json"
 
-local KMRUN = io.popen("readlink -f " .. (arg[-1]:match("kmrun$") and arg[-1] or "build/kmrun")):read("l")
-local ROOT = io.popen("readlink -f " .. (arg[0]:match("^(.*)/tests/lua/") or ".")):read("l")
-
-local dir = os.tmpname()
-os.remove(dir)
-os.execute("mkdir -p " .. dir .. "/io")
+local ROOT, KMRUN = testing.paths()
+local dir = testing.tmpdir()
+require("km.sys").mkdir(dir .. "/io")
 
 -- Runs a command line; returns stdout, stderr, exit status. The outputs go to a folder of
 -- their own (io/), never into `dir`, whose contents some tests read as a task folder. A

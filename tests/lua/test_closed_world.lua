@@ -7,11 +7,11 @@ local t = require "km.tap"
 local nvrtc = require "km.nvrtc"
 local scrub = require "km.scrub"
 local json = require "km.json"
+local testing = require "km.testing"
 
-local KMRUN = io.popen("readlink -f " .. (arg[-1]:match("kmrun$") and arg[-1] or "build/kmrun")):read("l")
-local HERE = io.popen("readlink -f " .. (arg[0]:match("^(.*)/[^/]*$") or ".")):read("l")
-local SERVER = HERE .. "/../fake_llm_server.py"
-local FAKE_CUDA = KMRUN:gsub("/kmrun$", "/tests/fake_libcuda.so")
+local ROOT, KMRUN, BUILD = testing.paths()
+local SERVER = ROOT .. "/tests/fake_llm_server.py"
+local FAKE_CUDA = BUILD .. "/tests/fake_libcuda.so"
 
 -- A key no real environment holds, so finding it anywhere means it leaked.
 local KEY = "sk-kmrun-closed-world-TEST-7f3a9c2e51"
@@ -22,7 +22,6 @@ local MARK = "[redacted]"
 
 -- ---- helpers -------------------------------------------------------------------------
 
-local testing = require "km.testing"
 local tmpdir, read, write = testing.tmpdir, testing.read, testing.write
 
 local DIR = tmpdir()

@@ -2,9 +2,10 @@
 -- (tests/c/fake_libcuda.c): every failure is a clear reason, never a crash, and every
 -- entry point is asked for at the CUDA version of the cuda.h kmrun was built with.
 local t = require "km.tap"
+local testing = require "km.testing"
 
-local KMRUN = io.popen("readlink -f " .. (arg[-1]:match("kmrun$") and arg[-1] or "build/kmrun")):read("l")
-local FAKE = KMRUN:gsub("/kmrun$", "/tests/fake_libcuda.so")
+local _, KMRUN, BUILD = testing.paths()
+local FAKE = BUILD .. "/tests/fake_libcuda.so"
 if not io.open(FAKE) then t.skip_all("no " .. FAKE .. " (make test builds it)") end
 
 local function probe(env)
@@ -21,7 +22,7 @@ t.test("no driver library: false and the reason", function()
 end)
 
 t.test("a library without cuGetProcAddress_v2 is too old", function()
-  local out = probe("KM_LIBCUDA=" .. KMRUN:gsub("/kmrun$", "/lib/libcjson.so.1"))
+  local out = probe("KM_LIBCUDA=" .. BUILD .. "/lib/libcjson.so.1")
   t.ok(out:find("CUDA driver too old", 1, true), out)
 end)
 

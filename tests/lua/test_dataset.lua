@@ -1,6 +1,7 @@
 -- km.dataset and km.dedup: suite stats, near-duplicate tasks (synthetic copies and the real
 -- tasks/), stratified sampling of a synthetic store, and `kmrun export --sample`.
 local t = require "km.tap"
+local testing = require "km.testing"
 local task = require "km.task"
 local dataset = require "km.dataset"
 local dedup = require "km.dedup"
@@ -8,27 +9,9 @@ local store = require "km.store"
 local json = require "km.json"
 local wall = require("km.timing").wall
 
-local KMRUN = arg[-1]:match("kmrun$") and arg[-1] or "build/kmrun"
-
-local dir = os.tmpname()
-os.remove(dir)
-assert(os.execute("mkdir -p " .. dir))
-
--- Runs a shell command; returns stdout, stderr, exit status.
-local function sh(cmd)
-  local errf = dir .. "/stderr.txt"
-  local p = io.popen(cmd .. " 2>" .. errf .. "; echo \"rc=$?\"")
-  local out = p:read("a")
-  p:close()
-  local body, rc = out:match("^(.*)rc=(%d+)\n$")
-  return body, task.read_file(errf) or "", tonumber(rc)
-end
-
-local function write(path, text)
-  local f = assert(io.open(path, "w"))
-  f:write(text)
-  f:close()
-end
+local _, KMRUN = testing.paths()
+local dir = testing.tmpdir()
+local sh, write = testing.run, testing.write -- sh: stdout, stderr, exit status
 
 local function sum(list)
   local s = 0

@@ -5,8 +5,7 @@
 local t = require "km.tap"
 local testing = require "km.testing"
 
-local ROOT = io.popen("readlink -f " .. (arg[0]:match("^(.*)/tests/lua/") or ".")):read("l")
-local KMRUN = io.popen("readlink -f " .. (arg[-1]:match("kmrun$") and arg[-1] or "build/kmrun")):read("l")
+local ROOT, KMRUN = testing.paths()
 
 local doc = assert(testing.read(ROOT .. "/docs/tasks.md"))
 local section = doc:match("\n## A worked KernelBench candidate: 19_ReLU\n(.-)\n## ") or

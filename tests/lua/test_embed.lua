@@ -3,36 +3,15 @@
 -- after installation, `require "km"` from a stock lua5.4, and km.ffi under LuaJIT.
 -- On a GPU host embed runs its GPU half too (KM_REQUIRE_GPU=1 makes a skipped GPU half fail).
 local t = require "km.tap"
+local testing = require "km.testing"
 
-local KMRUN = os.getenv("KMRUN") or arg[-1] or "build/kmrun"
-local BUILD = KMRUN:match("^(.*)/kmrun$") or "build"
-local ROOT = package.km_libdir:match("^(.*)/lua$") or "."
+local ROOT, KMRUN, BUILD = testing.paths() -- absolute, since some commands run from /
 local REQUIRE_GPU = os.getenv("KM_REQUIRE_GPU") == "1"
-do -- absolute, since some commands run from /
-  local p = io.popen("cd '" .. BUILD .. "' && pwd")
-  BUILD = p:read("l") or BUILD
-  p:close()
-  if KMRUN:sub(1, 1) ~= "/" then KMRUN = BUILD .. "/kmrun" end
-end
 
-local function sh(cmd)
-  local p = io.popen("(" .. cmd .. ") 2>&1; echo \"rc=$?\"")
-  local out = p:read("a")
-  p:close()
-  local body, rc = out:match("^(.*)rc=(%d+)\n$")
-  return body, tonumber(rc)
-end
-
+-- the whole command line's output (a subshell: its every command's stderr too) and status
+local function sh(cmd) return testing.sh("(" .. cmd .. ")") end
 local function have(prog) return select(2, sh("command -v " .. prog .. " >/dev/null")) == 0 end
-
--- An interpreter on PATH, or the copy `make` carries in BUILD/carry for GPU hosts without one.
-local function interpreter(name)
-  if have(name) then return name end
-  local carried = BUILD .. "/carry/" .. name
-  if select(2, sh("test -x " .. carried)) == 0 then
-    return "LD_LIBRARY_PATH=" .. BUILD .. "/carry " .. carried
-  end
-end
+local function interpreter(name) return testing.interpreter(name, BUILD) end
 
 -- A SANITIZE= build's libraries need the sanitizer runtime loaded first, which lua5.4,
 -- luajit and the example host are not built with.
@@ -40,9 +19,7 @@ if (sh("ldd " .. BUILD .. "/lib/libkmrun.so 2>/dev/null")):find("libasan", 1, tr
   t.skip_all("a sanitizer build: its libraries cannot load into uninstrumented hosts")
 end
 
-local tmp = os.tmpname()
-os.remove(tmp)
-assert(os.execute("mkdir -p " .. tmp))
+local tmp = testing.tmpdir()
 
 local function check_embed_output(out, rc)
   t.eq(rc, 0, out)

@@ -2,23 +2,14 @@
 -- (--meta to a file of its own, --weights, --reasoning, tool calls), and --validate, which
 -- checks any file against the format and says what is wrong, line by line.
 local t = require "km.tap"
+local testing = require "km.testing"
 local store = require "km.store"
 local json = require "km.json"
 local sft = require "km.sft"
 
-local KMRUN = arg[-1]:match("kmrun$") and arg[-1] or "build/kmrun"
-
-local dir = os.tmpname()
-os.remove(dir)
-assert(os.execute("mkdir -p " .. dir))
-
-local function sh(cmd)
-  local p = io.popen(cmd .. " 2>&1; echo \"rc=$?\"")
-  local out = p:read("a")
-  p:close()
-  local body, rc = out:match("^(.*)rc=(%d+)\n$")
-  return body, tonumber(rc)
-end
+local ROOT, KMRUN = testing.paths()
+local dir = testing.tmpdir()
+local sh, write = testing.sh, testing.write
 
 local function lines(path)
   local out = {}
@@ -26,11 +17,6 @@ local function lines(path)
   return out
 end
 
-local function write(path, text)
-  local f = assert(io.open(path, "w"))
-  f:write(text)
-  f:close()
-end
 
 local SRC = 'extern "C" __global__ void k(float *y) { y[0] = 1; }'
 local function reply_text(tag) return "```cuda\n" .. SRC .. " // " .. tag .. "\n```\n```lua\nreturn function() end\n```" end
@@ -244,7 +230,6 @@ t.test("--validate without --format tells the format from the file", function()
 end)
 
 t.test("nothing to write (an offline run without a GPU): why, what to do, exit 1", function()
-  local ROOT = io.popen("readlink -f " .. (arg[0]:match("^(.*)/tests/lua/") or ".")):read("l")
   local st = dir .. "/offline.sqlite"
   local out, rc = sh(KMRUN .. " implement " .. ROOT .. "/tests/tasks --provider offline --quiet --worker-stderr null --store " .. st)
   t.ok(rc == 3 or rc == 0, out) -- 3: no GPU here

@@ -2,23 +2,12 @@
 -- selection follows the documented rules, malformed headers are reported by file and line,
 -- and every ```cuda snippet compiles with NVRTC for sm_90 (no GPU needed).
 local t = require "km.tap"
+local testing = require "km.testing"
 local G = require "km.guidance"
 
-local ROOT = (arg[0]:match("^(.*)/tests/lua/") or ".")
+local ROOT = testing.paths()
 local DIR = ROOT .. "/guidance"
-
-local function tmpdir()
-  local d = os.tmpname()
-  os.remove(d)
-  assert(os.execute("mkdir -p '" .. d .. "'"))
-  return d
-end
-
-local function write(path, s)
-  local f = assert(io.open(path, "wb"))
-  f:write(s)
-  f:close()
-end
+local tmpdir, write = testing.tmpdir, testing.write
 
 local function ids(list)
   local out = {}

@@ -6,7 +6,7 @@ local baseline = require "km.baseline"
 local testing = require "km.testing"
 
 local DIR = testing.tmpdir()
-local KMRUN = io.popen("readlink -f " .. (arg[-1]:match("kmrun$") and arg[-1] or "build/kmrun")):read("l")
+local _, KMRUN = testing.paths()
 
 local sh = testing.sh
 

@@ -1,21 +1,13 @@
 -- The kmrun program itself: arguments, -e, -v, errors, module paths.
 local t = require "km.tap"
+local testing = require "km.testing"
 
-local KMRUN = arg[-1]:match("kmrun$") and arg[-1] or "build/kmrun"
-
-local function sh(cmd)
-  local p = io.popen(cmd .. " 2>&1; echo \"rc=$?\"")
-  local out = p:read("a")
-  p:close()
-  local body, rc = out:match("^(.*)rc=(%d+)\n$")
-  return body, tonumber(rc)
-end
+local _, KMRUN = testing.paths()
+local sh = testing.sh
 
 local function tmpfile(content)
   local name = os.tmpname()
-  local f = assert(io.open(name, "w"))
-  f:write(content)
-  f:close()
+  testing.write(name, content)
   return name
 end
 
@@ -67,19 +59,16 @@ t.test("a missing script is a usage error", function()
 end)
 
 t.test("the Lua library is found from the executable, not the current folder", function()
-  local out, rc = sh("cd / && " .. io.popen("readlink -f " .. KMRUN):read("l") ..
+  local out, rc = sh("cd / && " .. KMRUN ..
     " -e 'print(require(\"km.tap\") ~= nil, package.path:find(\"./?.lua\", 1, true))'")
   t.eq(rc, 0)
   t.eq(out, "true\tnil\n")
 end)
 
 t.test("KM_PATH adds module folders before the library", function()
-  local dir = os.tmpname()
-  os.remove(dir)
-  os.execute("mkdir -p " .. dir .. "/mymod")
-  local f = assert(io.open(dir .. "/mymod/init.lua", "w"))
-  f:write("return { answer = 42 }")
-  f:close()
+  local dir = testing.tmpdir()
+  require("km.sys").mkdir(dir .. "/mymod")
+  testing.write(dir .. "/mymod/init.lua", "return { answer = 42 }")
   local out, rc = sh("KM_PATH=" .. dir .. " " .. KMRUN .. " -e 'print(require(\"mymod\").answer)'")
   os.execute("rm -rf " .. dir)
   t.eq(rc, 0)
@@ -163,12 +152,8 @@ t.test("-i enters the prompt after the script; -e, -l and -- as lua reads them",
 end)
 
 t.test("LUA_PATH, LUA_CPATH and LUA_INIT are honoured; -E ignores them", function()
-  local dir = os.tmpname()
-  os.remove(dir)
-  os.execute("mkdir -p " .. dir)
-  local f = assert(io.open(dir .. "/mylib.lua", "w"))
-  f:write("return { v = 7 }")
-  f:close()
+  local dir = testing.tmpdir()
+  testing.write(dir .. "/mylib.lua", "return { v = 7 }")
   local env = "LUA_PATH='" .. dir .. "/?.lua;;' LUA_CPATH='" .. dir .. "/?.so' "
   local out, rc = sh(env .. KMRUN .. " -e 'print(require(\"mylib\").v, package.cpath:find(\"" .. dir .. "\", 1, true) ~= nil)'")
   t.eq(rc, 0, out)
@@ -179,9 +164,7 @@ t.test("LUA_PATH, LUA_CPATH and LUA_INIT are honoured; -E ignores them", functio
   t.eq(out, "42\n")
   out = sh("LUA_INIT_5_4='v54 = 1' LUA_INIT='v54 = 2' " .. KMRUN .. " -e 'print(v54)'")
   t.eq(out, "1\n", "LUA_INIT_5_4 first")
-  f = assert(io.open(dir .. "/init.lua", "w"))
-  f:write("from_file = 'yes'")
-  f:close()
+  testing.write(dir .. "/init.lua", "from_file = 'yes'")
   out = sh("LUA_INIT=@" .. dir .. "/init.lua " .. KMRUN .. " -e 'print(from_file)'")
   t.eq(out, "yes\n")
   out = sh("LUA_INIT='print(\"init\")' " .. KMRUN .. " -E -e 'print(1)'")

@@ -2,7 +2,8 @@
 -- commands (luac's listing shows every global read and write), and every C module file
 -- compiles without warnings (the build uses -Wall -Wextra; this checks nothing slipped).
 local t = require "km.tap"
-local ROOT = (arg[0]:match("^(.*)/tests/lua/") or ".")
+local testing = require "km.testing"
+local ROOT = testing.paths()
 
 -- standard globals a module may read
 local STD = {}

@@ -5,7 +5,7 @@
 local t = require "km.tap"
 local testing = require "km.testing"
 
-local ROOT = io.popen("readlink -f " .. (arg[0]:match("^(.*)/tests/lua/") or ".")):read("l")
+local ROOT = testing.paths()
 if not os.execute("command -v make >/dev/null 2>&1") then t.skip_all("no make") end
 local dir = testing.tmpdir()
 
