@@ -2,8 +2,10 @@
 -- problem file with empty caches torch is imported once, by the worker (a km.kernelbench put
 -- before the library's through KM_PATH notes each process's first available(), the call that
 -- imports torch); the stages are told on stderr and not on stdout; a second run with warm
--- caches tells no spec, compile or baseline, and its --json stdout is the verdict alone. The
--- seconds of both runs are noted (CPU-side counterpart: tests/lua/test_eval_progress.lua).
+-- caches tells no spec, compile or baseline, and its --json stdout is the verdict alone; with
+-- only the NVRTC cache empty, the candidate is compiled while the worker imports torch, so the
+-- judge's own compile is a cache hit. The seconds of the runs are noted (CPU-side
+-- counterpart: tests/lua/test_eval_progress.lua).
 local t = require "km.tap"
 local testing = require "km.testing"
 testing.require_torch(t, { gpu = true })
@@ -37,12 +39,12 @@ local LOG = DIR .. "/torch.log"
 local ENV = fmt("KM_PATH=%s/shim KM_TEST_TORCH_LOG=%s KM_SPEC_DIR=%s/spec KM_CACHE_DIR=%s/nvrtc "
   .. "KM_BASELINE_DIR=%s/baselines KM_LINT_DIR=%s/no-lint", DIR, LOG, DIR, DIR, DIR, DIR)
 
--- -> stdout, stderr, exit status, seconds
-local function kmrun_eval(args)
+-- -> stdout, stderr, exit status, seconds. env: more NAME=value words (later ones win)
+local function kmrun_eval(args, env)
   local errf = DIR .. "/stderr.txt"
   local w0 = wall()
-  local out, rc = testing.sh(fmt("(env %s %s eval %s %s --gpu %s --no-energy --baselines eager %s 2>%s)",
-    ENV, KMRUN, RELU, CAND, GPU, args, errf))
+  local out, rc = testing.sh(fmt("(env %s %s %s eval %s %s --gpu %s --no-energy --baselines eager %s 2>%s)",
+    ENV, env or "", KMRUN, RELU, CAND, GPU, args, errf))
   return out, testing.read(errf) or "", rc, wall() - w0
 end
 
@@ -72,8 +74,16 @@ t.test("warm caches: no spec, compile or baseline told; --json's stdout is the v
   local v = json.decode(out)
   t.eq(v.status, "correct")
   t.ok(v.stage_seconds.task > 0, "the worker's set-up is the task stage's")
-  t.eq(v.cached_compile, true)
   t.ok(not has(err, "kmrun eval:"), "--json, stderr not a terminal: " .. err)
+end)
+
+t.test("an empty NVRTC cache: the candidate is compiled while the worker imports torch", function()
+  local out, err, rc, s = kmrun_eval("--json", fmt("KM_CACHE_DIR=%s/nvrtc2", DIR))
+  t.eq(rc, 0, err)
+  local v = json.decode(out)
+  t.eq(v.cached_compile, true, "the judge's compile found the compile process's entry")
+  t.note(fmt("kmrun eval, only the NVRTC cache empty: %.1f s (task stage %.2f s, prepare %.3f s)", s,
+    v.stage_seconds.task, v.stage_seconds.prepare or -1))
 end)
 
 os.execute("rm -rf " .. DIR)
