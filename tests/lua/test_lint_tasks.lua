@@ -20,7 +20,12 @@ local function run(args, env)
   return testing.read(o) or "", testing.read(e) or "", ok and 0 or code
 end
 
-local function problem(folder, name, p) return testing.problem(DIR .. "/" .. folder, name, p) end
+-- a problem file in DIR/folder: p's fields (testing.problem_text), or a string, the text after
+-- the torch imports
+local function problem(folder, name, p)
+  if type(p) == "string" then p = "import torch\nimport torch.nn as nn\n\n" .. p end
+  return testing.problem(DIR .. "/" .. folder, name, p)
+end
 
 local RELU = problem("sound", "19_ReLU", { sizes = "batch_size = 16\ndim = 64" })
 -- a norm divided down: every output is ~1e-6, far below fp32's atol of 1e-4
