@@ -2,7 +2,8 @@
 --   1. NVRTC compile time for a ~50-line kernel, cold (no cache) and cached;
 --   2. per-launch cost from Lua against a raw C loop of cuLaunchKernel (bench/raw_bench.c);
 --   3. km.timing against an independent C event timer on the same cubin;
---   4. run-to-run spread of km.timing's median.
+--   4. run-to-run spread of km.timing's median;
+--   5. the judge's per-call refresh (random fills, poison) against a plain fill of the same bytes.
 -- Usage: kmrun bench/core.lua [OUT.md]   (needs build/raw_bench: `make bench` builds it)
 -- Exit status: 0, 2 on usage errors, 3 where there is no GPU (the reason on stderr).
 local nvrtc, cuda = require "km.nvrtc", require "km.cuda"
@@ -224,6 +225,31 @@ say("")
 local fl = timing.floor()
 say("Empty-kernel floor (warm mode): %.2f us; SM clock while running: %.0f MHz.", fl.median * 1e3, timing.sm_clock())
 os.remove(cubin_path)
+say("")
+
+-- 5. what the judge writes before every timed call: fresh inputs (the random fill) and
+-- poisoned outputs, against a plain fill of the same bytes (the write bandwidth)
+say("## 5. The judge's per-call refresh, 2^28 elements (km.timing, warm)")
+say("")
+say("| operation | ms | GB/s written | vs a plain fill |")
+say("| --- | --- | --- | --- |")
+do
+  local n = 1 << 28
+  local f32, bf16 = buffer.new("f32", n), buffer.new("bf16", n)
+  local function ms(fn) return timing.time(fn, { mode = "warm" }).median end
+  local base = ms(function() f32:fill(0) end)
+  local rows = {
+    { "plain fill, f32", base, 4 },
+    { "random normal, f32", ms(function() f32:random { dist = "normal", mean = 0, std = 1, seed = 1 } end), 4 },
+    { "random uniform, f32", ms(function() f32:random { dist = "uniform", lo = 0, hi = 1, seed = 1 } end), 4 },
+    { "random normal, bf16", ms(function() bf16:random { dist = "normal", mean = 0, std = 1, seed = 1 } end), 2 },
+    { "poison (outputs), f32", ms(function() f32:poison() end), 4 },
+  }
+  for _, r in ipairs(rows) do
+    say("| %s | %.3f | %.0f | %.2fx |", r[1], r[2], n * r[3] / (r[2] * 1e-3) / 1e9, r[2] / (base * r[3] / 4))
+  end
+  f32:free(); bf16:free()
+end
 
 if out_path then
   local o = assert(io.open(out_path, "w"))

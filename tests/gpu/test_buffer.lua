@@ -35,6 +35,27 @@ t.test("every dtype allocates, fills and reads back", function()
   t.eq(big:to_table()[1], (1 << 62) + 1)
 end)
 
+t.test("f32, f16 and bf16 fills (single-precision path): statistics, seed, any length", function()
+  local n = (1 << 20) + 1 -- odd: the last pair's second value is not written
+  for _, dt in ipairs { "f32", "f16", "bf16" } do
+    local g = buffer.new(dt, n):random { dist = "normal", mean = 3, std = 2, seed = 7 }
+    local mean, sd = stats(g)
+    t.near(mean, 3, 0.02, dt .. " normal mean")
+    t.near(sd, 2, 0.02, dt .. " normal sd")
+    local u = buffer.new(dt, n):random { dist = "uniform", lo = 2, hi = 6, seed = 9 }
+    mean, sd = stats(u)
+    t.near(mean, 4, 0.02, dt .. " uniform mean")
+    t.near(sd, 4 / math.sqrt(12), 0.02, dt .. " uniform sd")
+  end
+  -- element i depends on (seed, i) only: a shorter buffer holds the same leading values
+  local long = buffer.new("f32", 1001):random { dist = "normal", mean = 0, std = 1, seed = 5 }:to_table()
+  local short = buffer.new("f32", 1000):random { dist = "normal", mean = 0, std = 1, seed = 5 }:to_table()
+  local same = true
+  for i = 1, 1000 do if long[i] ~= short[i] then same = false end end
+  t.ok(same, "the same values at the same indexes")
+  t.ok(long[1001] == long[1001] and math.abs(long[1001]) < 10, "the odd last element is written")
+end)
+
 t.test("uniform and normal fills have the right statistics and follow the seed", function()
   local n = 1 << 20
   local u = buffer.new("f32", n):random { dist = "uniform", lo = -1, hi = 1, seed = 7 }
