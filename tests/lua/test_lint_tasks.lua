@@ -205,6 +205,41 @@ t.test("lint: a reference's plain tensor attributes (an h0, in a list or tuple t
   end
 end)
 
+-- a forward that makes an fp32 tensor of its own (KernelBench level 3's 35_LSTM draws h0
+-- with torch.randn): at fp16 the reference cannot run as written
+local OWN_FP32 = problem("own", "35_own_fp32", [[
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        h = torch.randn(x.shape[1], x.shape[1], device=x.device)
+        return torch.mm(x, h)
+
+def get_inputs():
+    return [torch.randn(8, 64)]
+
+def get_init_inputs():
+    return []
+]])
+
+t.test("lint: a reference that cannot run at a precision is flagged 'reference fails', not left unchecked", function()
+  local out, err, rc = run("tasks lint " .. OWN_FP32 .. " --precision fp32,fp16 --cpu --json")
+  t.eq(rc, 1, out .. err)
+  local r = json.decode(out)
+  for _, res in ipairs(r.results) do
+    local reasons = {}
+    for _, f in ipairs(res.flags) do reasons[#reasons + 1] = f.reason end
+    if res.precision == "fp16" then
+      t.eq(table.concat(reasons, ","), "reference_error", out)
+      t.ok(res.flags[1].detail:find("dtype", 1, true), res.flags[1].detail)
+    else
+      t.eq(#reasons, 0, out)
+    end
+    for _, u in ipairs(res.unchecked or {}) do t.ok(u:match("^timing:"), res.precision .. ": " .. u) end
+  end
+end)
+
 t.test("lint: a path that does not exist is one line, exit 2", function()
   local out, err, rc = run("tasks lint " .. DIR .. "/nope")
   t.eq(rc, 2)
