@@ -275,18 +275,28 @@ end
 ----------------------------------------------------------------------------------------
 -- Strategy runs in this process
 
+-- A copy of the task folder src as dir/name (what was there first removed), named name in
+-- its task.lua, which edit(text), when given, rewrites. Returns the folder.
+function M.task_copy(src, dir, name, edit)
+  local d = dir .. "/" .. name
+  sys.rmtree(d)
+  M.copy_tree(src, d)
+  local text = assert(read_all(d .. "/task.lua"))
+  local old = assert(text:match('name = "([^"]+)"'), "task.lua names its task")
+  text = text:gsub('"' .. old:gsub("%p", "%%%0") .. '"', function() return '"' .. name .. '"' end)
+  if edit then text = edit(text) end
+  M.write(d .. "/task.lua", text)
+  return d
+end
+
 -- tests/tasks/t_rowsum copied to dir/name under that name; description: its description
 -- instead (where the fake model server reads its [[script:...]] and other directives).
 -- Returns the folder.
 function M.rowsum_task(dir, name, description)
   local root = M.paths()
-  local d = dir .. "/" .. name
-  sys.rmtree(d)
-  M.copy_tree(root .. "/tests/tasks/t_rowsum", d)
-  local src = read_all(d .. "/task.lua"):gsub('name = "t_rowsum"', 'name = "' .. name .. '"')
-  if description then src = src:gsub('description = "[^"]*"', function() return 'description = "' .. description .. '"' end) end
-  M.write(d .. "/task.lua", src)
-  return d
+  return M.task_copy(root .. "/tests/tasks/t_rowsum", dir, name, description and function(text)
+    return (text:gsub('description = "[^"]*"', function() return 'description = "' .. description .. '"' end))
+  end)
 end
 
 -- The fake model server's reply script: dir/name.json, the replies in order (the last one

@@ -2,9 +2,10 @@
 -- against a stand-in libnvidia-ml (tests/c/fake_libnvml.c) every entry point is found and an
 -- energy window gives joules per call between the counter's steps, or says why not.
 local t = require "km.tap"
+local testing = require "km.testing"
 
-local KMRUN = io.popen("readlink -f " .. (arg[-1]:match("kmrun$") and arg[-1] or "build/kmrun")):read("l")
-local FAKE = KMRUN:gsub("/kmrun$", "/tests/fake_libnvml.so")
+local _, KMRUN, BUILD = testing.paths()
+local FAKE = BUILD .. "/tests/fake_libnvml.so"
 local UUID = "GPU-00000000-0000-0000-0000-000000000001"
 
 -- runs `code` in a fresh kmrun with `env`; returns what it printed

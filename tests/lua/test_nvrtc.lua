@@ -4,20 +4,12 @@
 local t = require "km.tap"
 local nvrtc = require "km.nvrtc"
 
-local KMRUN = arg[-1]:match("kmrun$") and arg[-1] or "build/kmrun"
+local testing = require "km.testing"
 
 -- ---- helpers -------------------------------------------------------------------------
 
-local function sh(cmd)
-  local p = io.popen(cmd .. " 2>&1; echo \"rc=$?\"")
-  local out = p:read("a")
-  p:close()
-  local body, rc = out:match("^(.*)rc=(%d+)\n$")
-  return body, tonumber(rc)
-end
-
-local testing = require "km.testing"
-local tmpdir, read, write = testing.tmpdir, testing.read, testing.write
+local _, KMRUN = testing.paths()
+local sh, tmpdir, read, write = testing.sh, testing.tmpdir, testing.read, testing.write
 
 -- Every test compiles into this fresh folder, never into the user's real cache.
 local CACHE = tmpdir()

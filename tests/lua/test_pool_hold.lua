@@ -8,7 +8,7 @@ local t = require "km.tap"
 local eval = require "km.eval"
 local testing = require "km.testing"
 
-local KMRUN = io.popen("readlink -f " .. (arg[-1]:match("kmrun$") and arg[-1] or "build/kmrun")):read("l")
+local _, KMRUN = testing.paths()
 local DIR = testing.tmpdir()
 local STANDIN = DIR .. "/standin.lua"
 testing.write(STANDIN, [[

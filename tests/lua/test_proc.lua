@@ -1,11 +1,11 @@
 -- km.proc: framed pipes to child processes, timeouts, kills, select.
 local t = require "km.tap"
+local testing = require "km.testing"
 local proc = require "km.proc"
 
-local KMRUN = arg[-1]:match("kmrun$") and arg[-1] or "build/kmrun"
+local _, KMRUN = testing.paths()
 local child = os.tmpname()
-local f = assert(io.open(child, "w"))
-f:write([[
+testing.write(child, [[
 local proc = require "km.proc"
 local ch = proc.stdio_channel()
 print("stray output goes to stderr, not into the frames")
@@ -17,7 +17,6 @@ while true do
   ch:send("echo:" .. m .. ":" .. (os.getenv("KM_TEST_VAR") or ""))
 end
 ]])
-f:close()
 
 local function spawn(env)
   return assert(proc.spawn({ KMRUN, child }, { env = env, stderr = "null" }))

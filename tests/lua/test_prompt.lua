@@ -1,9 +1,10 @@
 -- km.prompt: spec forms, extraction of candidates from replies, feedback.
 local t = require "km.tap"
+local testing = require "km.testing"
 local prompt = require "km.prompt"
 local task = require "km.task"
 
-local ROOT = (arg[0]:match("^(.*)/tests/lua/") or ".")
+local ROOT = testing.paths()
 local relu = assert(task.load(ROOT .. "/tasks/l1_relu"))
 
 local KERNEL = 'extern "C" __global__ void relu(const float *x, float *y, long long n) {\n  long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;\n  if (i < n) y[i] = fmaxf(x[i], 0.f);\n}'

@@ -2,16 +2,13 @@
 -- is nil and the reason, never a crash; with one, exec/eval/import/call cross the boundary
 -- with tracebacks as messages. The Python is KM_PYTHON's, else python3 on PATH.
 local t = require "km.tap"
+local testing = require "km.testing"
 
-local KMRUN = io.popen("readlink -f " .. (arg[-1]:match("kmrun$") and arg[-1] or "build/kmrun")):read("l")
-local DIR = os.tmpname()
-os.remove(DIR)
-assert(os.execute("mkdir -p " .. DIR))
+local _, KMRUN = testing.paths()
+local DIR = testing.tmpdir()
 
 local function write(path, text)
-  local f = assert(io.open(path, "w"))
-  f:write(text)
-  f:close()
+  testing.write(path, text)
   return path
 end
 

@@ -2,9 +2,9 @@
 -- (Debian's slurm-wlm + munge), then merged: every episode exactly once.
 -- Skips when Slurm or munge is not installed or we are not root.
 local t = require "km.tap"
+local testing = require "km.testing"
 
-local KMRUN = io.popen("readlink -f " .. (arg[-1]:match("kmrun$") and arg[-1] or "build/kmrun")):read("l")
-local ROOT = io.popen("readlink -f " .. (arg[0]:match("^(.*)/tests/lua/") or ".")):read("l")
+local ROOT, KMRUN = testing.paths()
 
 local function sh(cmd)
   local p = io.popen(cmd .. " 2>&1")

@@ -1,13 +1,11 @@
 -- km.store: episodes round-trip, JSONL export, a killed writer loses nothing committed.
 local t = require "km.tap"
+local testing = require "km.testing"
 local store = require "km.store"
 local json = require "km.json"
 
-local KMRUN = arg[-1]:match("kmrun$") and arg[-1] or "build/kmrun"
-
-local dir = os.tmpname()
-os.remove(dir)
-assert(os.execute("mkdir -p " .. dir))
+local _, KMRUN = testing.paths()
+local dir = testing.tmpdir()
 local n_db = 0
 local function fresh()
   n_db = n_db + 1
@@ -353,13 +351,7 @@ local function v1_store()
   return path
 end
 
-local function sh(cmd)
-  local p = io.popen(cmd .. " 2>&1; echo \"rc=$?\"")
-  local out = p:read("a")
-  p:close()
-  local body, rc = out:match("^(.*)rc=(%d+)\n$")
-  return body, tonumber(rc)
-end
+local sh = testing.sh
 
 t.test("a version 1 store: read as it is by readers, migrated (seed -> rep) by a writer", function()
   t.eq(store.schema_version, 2)

@@ -5,8 +5,7 @@ local t = require "km.tap"
 local testing = require "km.testing"
 local runner = require "km.runner"
 
-local ROOT = io.popen("readlink -f " .. (arg[0]:match("^(.*)/tests/lua/") or ".")):read("l")
-local KMRUN = io.popen("readlink -f " .. (arg[-1]:match("kmrun$") and arg[-1] or "build/kmrun")):read("l")
+local ROOT, KMRUN = testing.paths()
 
 local NAMES = {}
 for name in io.popen("ls " .. ROOT .. "/strategies"):lines() do

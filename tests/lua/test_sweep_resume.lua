@@ -1,11 +1,11 @@
 -- A sweep killed with SIGKILL part-way loses no finished episode and leaves none
 -- half-written; the same command again finishes the rest, each episode exactly once.
 local t = require "km.tap"
+local testing = require "km.testing"
 local store = require "km.store"
 
-local ROOT = io.popen("readlink -f " .. (arg[0]:match("^(.*)/tests/lua/") or ".")):read("l")
-local KMRUN = io.popen("readlink -f " .. (arg[-1]:match("kmrun$") and arg[-1] or "build/kmrun")):read("l")
-local dir = os.tmpname(); os.remove(dir); os.execute("mkdir -p " .. dir)
+local ROOT, KMRUN = testing.paths()
+local dir = testing.tmpdir()
 local out, log = dir .. "/sweep.sqlite", dir .. "/log"
 -- a cold compile cache of its own makes each episode take long enough to be killed mid-run
 local cmd = string.format("KM_CACHE_DIR=" .. dir .. "/cache %s sweep --strategies %s/strategies/implement.lua,%s/strategies/repair.lua --tasks %s/tasks " ..

@@ -1,16 +1,12 @@
 -- km.sys: folders, terminals, CPUs and detached children without a shell.
 local t = require "km.tap"
+local testing = require "km.testing"
 local sys = require "km.sys"
 
-local KMRUN = arg[-1]:match("kmrun$") and arg[-1] or "build/kmrun"
+local _, KMRUN = testing.paths()
 local root = os.tmpname()
 os.remove(root)
-
-local function write(path, s)
-  local f = assert(io.open(path, "wb"))
-  f:write(s)
-  f:close()
-end
+local write = testing.write
 
 t.test("mkdir makes every missing parent; an existing folder is fine; a file in the way is NOT_DIR", function()
   t.eq(sys.mkdir(root .. "/a/b/c"), true)

@@ -1,23 +1,15 @@
 -- km.task: loading and validating tasks, expressions, shapes, parameters, candidates; and
 -- the whole suite under tasks/ passing `kmrun tasks check` (NVRTC, no GPU needed).
 local t = require "km.tap"
+local testing = require "km.testing"
 local task = require "km.task"
 local wall = require("km.timing").wall
 
-local ROOT = (arg[0]:match("^(.*)/tests/lua/") or ".")
-local ABS_ROOT = assert(require("km.limits").realpath(ROOT))
-local KMRUN = arg[-1]:match("kmrun$") and arg[-1] or "build/kmrun"
-local dir = os.tmpname(); os.remove(dir); os.execute("mkdir -p " .. dir)
+local ROOT, KMRUN = testing.paths()
+local dir = testing.tmpdir()
 
 -- a copy of l1_relu whose task.lua is rewritten by `edit`
-local function variant(name, edit)
-  local d = dir .. "/" .. name
-  os.execute("rm -rf " .. d .. " && cp -r " .. ROOT .. "/tasks/l1_relu " .. d)
-  local src = io.open(d .. "/task.lua"):read("a"):gsub('"l1_relu"', '"' .. name .. '"')
-  src = edit and edit(src) or src
-  local f = io.open(d .. "/task.lua", "w"); f:write(src); f:close()
-  return d
-end
+local function variant(name, edit) return testing.task_copy(ROOT .. "/tasks/l1_relu", dir, name, edit) end
 
 t.test("a task loads with its files read", function()
   local tk = assert(task.load(ROOT .. "/tasks/l1_relu"))
@@ -193,11 +185,11 @@ t.test("files a task names must resolve inside its folder", function()
     return s:gsub('math = "[^"]*"', 'math = "m.txt"')
   end, "math: 'm.txt' resolves to /etc/hostname, outside the folder")
   refused("link_starter", function(s)
-    os.execute("rm -rf " .. dir .. "/link_starter/starter && ln -s " .. ABS_ROOT .. "/tasks/l1_gelu/starter " .. dir .. "/link_starter/starter")
+    os.execute("rm -rf " .. dir .. "/link_starter/starter && ln -s " .. ROOT .. "/tasks/l1_gelu/starter " .. dir .. "/link_starter/starter")
     return s
   end, "starter.dir: 'starter' resolves to")
   refused("link_in_starter", function(s)
-    os.execute("ln -sf " .. ABS_ROOT .. "/tasks/l1_gelu/starter/kernel.cu " .. dir .. "/link_in_starter/starter/kernel.cu")
+    os.execute("ln -sf " .. ROOT .. "/tasks/l1_gelu/starter/kernel.cu " .. dir .. "/link_in_starter/starter/kernel.cu")
     return s
   end, "starter.dir: 'starter/kernel.cu' resolves to")
   -- a FIFO would block a read forever; a huge file is refused by its size

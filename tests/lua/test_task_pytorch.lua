@@ -24,17 +24,7 @@ local tasks, errors = task.list(ROOT .. "/tasks")
 local ONLY = os.getenv("KM_TEST_TASK") -- one task's name: check only that one
 
 -- a copy of tasks/l1_relu whose task.lua is rewritten by `edit`
-local function variant(name, edit)
-  local d = DIR .. "/" .. name
-  os.execute("rm -rf " .. d .. " && cp -r " .. ROOT .. "/tasks/l1_relu " .. d)
-  local f = assert(io.open(d .. "/task.lua"))
-  local src = f:read("a"):gsub('"l1_relu"', '"' .. name .. '"')
-  f:close()
-  f = assert(io.open(d .. "/task.lua", "w"))
-  f:write(edit(src))
-  f:close()
-  return d
-end
+local function variant(name, edit) return testing.task_copy(ROOT .. "/tasks/l1_relu", DIR, name, edit) end
 
 local function set_pytorch(value)
   return function(src)
