@@ -7,8 +7,9 @@ t.require_gpu()
 local task = require "km.task"
 local eval = require "km.eval"
 local timing = require "km.timing"
+local testing = require "km.testing"
 
-local ROOT = (arg[0]:match("^(.*)/tests/gpu/") or ".")
+local ROOT = testing.paths()
 local relu = assert(task.load(ROOT .. "/tasks/l1_relu"))
 local rowsum = assert(task.load(ROOT .. "/tests/tasks/t_rowsum"))
 local pool = assert(eval.pool { gpus = { tonumber(os.getenv("KM_TEST_GPU") or "0") }, timeout = 60 })

@@ -3,8 +3,9 @@ local t = require "km.tap"
 local cuda = t.require_gpu()
 local nvrtc = require "km.nvrtc"
 local buffer = require "km.buffer"
+local testing = require "km.testing"
 
-local KMRUN = arg[-1]:match("kmrun$") and arg[-1] or "build/kmrun"
+local _, KMRUN = testing.paths()
 
 local function build(src, opts)
   local prog, log = nvrtc.compile(src, opts)
@@ -167,8 +168,7 @@ end)
 
 t.test("an illegal address is CUDA_ERROR_ILLEGAL_ADDRESS in a child; this process goes on", function()
   local script = os.tmpname()
-  local f = assert(io.open(script, "w"))
-  f:write([[
+  testing.write(script, [[
     local cuda, nvrtc = require "km.cuda", require "km.nvrtc"
     local prog = assert(nvrtc.compile('extern "C" __global__ void bad(float *p) { p[threadIdx.x] = 1.0f; }'))
     local k = assert(assert(cuda.load(prog)):get("bad"))
@@ -177,7 +177,6 @@ t.test("an illegal address is CUDA_ERROR_ILLEGAL_ADDRESS in a child; this proces
     print(code)
     print(msg)
   ]])
-  f:close()
   local p = io.popen(KMRUN .. " " .. script .. " 2>&1")
   local out = p:read("a")
   p:close()

@@ -4,8 +4,9 @@ local t = require "km.tap"
 t.require_gpu()
 local task = require "km.task"
 local eval = require "km.eval"
+local testing = require "km.testing"
 
-local ROOT = (arg[0]:match("^(.*)/tests/gpu/") or ".")
+local ROOT, KMRUN = testing.paths()
 local relu = assert(task.load(ROOT .. "/tasks/l1_relu"))
 local rowsum = assert(task.load(ROOT .. "/tests/tasks/t_rowsum"))
 local pool = assert(eval.pool { gpus = { tonumber(os.getenv("KM_TEST_GPU") or "0") }, timeout = 60 })
@@ -167,7 +168,6 @@ t.test("eval_many spreads work and keeps order", function()
 end)
 
 t.test("kmrun eval: exit 0 for a correct candidate, 1 otherwise, and --json", function()
-  local KMRUN = arg[-1]:match("kmrun$") and arg[-1] or "build/kmrun"
   local p = io.popen(KMRUN .. " eval " .. ROOT .. "/tasks/l1_relu starter --json 2>/dev/null; echo rc=$?")
   local out = p:read("a")
   p:close()
@@ -175,9 +175,7 @@ t.test("kmrun eval: exit 0 for a correct candidate, 1 otherwise, and --json", fu
   local v = require("km.json").decode(out:match("^(.*)rc=%d+%s*$"))
   t.eq(v.status, "correct")
   t.ok(v.timing.candidate.median > 0)
-  local dir = os.tmpname(); os.remove(dir); os.execute("mkdir -p " .. dir)
-  local f = io.open(dir .. "/kernel.cu", "w"); f:write(relu_src("")); f:close()
-  f = io.open(dir .. "/launch.lua", "w"); f:write(RELU_LAUNCH); f:close()
+  local dir = testing.candidate_dir(testing.tmpdir(), { source = relu_src(""), launch = RELU_LAUNCH })
   p = io.popen(KMRUN .. " eval " .. ROOT .. "/tasks/l1_relu " .. dir .. " --no-timing 2>/dev/null; echo rc=$?")
   out = p:read("a")
   p:close()

@@ -4,9 +4,9 @@
 local t = require "km.tap"
 t.require_gpu()
 local json = require "km.json"
+local testing = require "km.testing"
 
-local ROOT = (arg[0]:match("^(.*)/tests/gpu/") or ".")
-local KMRUN = arg[-1]:match("kmrun$") and arg[-1] or "build/kmrun"
+local ROOT, KMRUN = testing.paths()
 local LINES = 1000000
 local PER_LAUNCH = 64 * 256 -- lines one launch prints at most: well inside the 1 MiB device printf buffer
 local SEEDS = 20            -- 4 shapes x 20 seeds = 80 launches; 62 print the million
@@ -40,11 +40,8 @@ end]]):format(PER_LAUNCH // 256, LINES)
 -- The judging runs in a child kmrun whose stdout and stderr we read: the worker inherits
 -- its stderr, so a flood would show here.
 local function judge_in_child(source, launch, seeds)
-  local dir = os.tmpname()
-  os.remove(dir)
-  os.execute("mkdir -p " .. dir)
-  local f = assert(io.open(dir .. "/judge.lua", "w"))
-  f:write(([[
+  local dir = testing.tmpdir()
+  testing.write(dir .. "/judge.lua", ([[
 local task = require "km.task"
 local eval = require "km.eval"
 local json = require "km.json"
@@ -54,7 +51,6 @@ local v = pool:eval(t, { name = "chatty", source = %q, launch = %q }, { seeds = 
 pool:close()
 io.stdout:write("VERDICT ", json.encode(v, { nan = "null" }), "\n")
 ]]):format(ROOT .. "/tests/tasks/t_rowsum", source, launch, seeds))
-  f:close()
   local p = io.popen(KMRUN .. " " .. dir .. "/judge.lua 2>&1")
   local out = p:read("a")
   p:close()

@@ -1,12 +1,11 @@
 -- GPU: the README's ten-line example runs as printed.
 local t = require "km.tap"
 t.require_gpu()
-local ROOT = (arg[0]:match("^(.*)/tests/gpu/") or ".")
+local testing = require "km.testing"
+local ROOT = testing.paths()
 
 t.test("the README example compiles, launches, compares and times", function()
-  local f = assert(io.open(ROOT .. "/README.md"))
-  local text = f:read("a")
-  f:close()
+  local text = assert(testing.read(ROOT .. "/README.md"))
   local code = text:match("## Ten lines\n\n```lua\n(.-)```")
   t.ok(code, "the README has the example")
   local n = select(2, code:gsub("\n", "\n"))

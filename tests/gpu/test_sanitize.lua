@@ -7,9 +7,9 @@ t.require_gpu()
 local task = require "km.task"
 local eval = require "km.eval"
 local sanitize = require "km.sanitize"
+local testing = require "km.testing"
 
-local ROOT = (arg[0]:match("^(.*)/tests/gpu/") or ".")
-local KMRUN = arg[-1]:match("kmrun$") and arg[-1] or "build/kmrun"
+local ROOT, KMRUN = testing.paths()
 local rowsum = assert(task.load(ROOT .. "/tests/tasks/t_rowsum"))
 local GPU = tonumber(os.getenv("KM_TEST_GPU") or "0")
 if not sanitize.find() then t.skip_all("no compute-sanitizer: " .. select(2, sanitize.find())) end
@@ -71,11 +71,7 @@ t.test("a read one element past the end of an input -> out_of_bounds", function(
 end)
 
 t.test("kmrun eval --sanitize: an honest kernel is correct (exit 0)", function()
-  local dir = os.tmpname()
-  os.remove(dir)
-  os.execute("mkdir -p " .. dir)
-  local f = assert(io.open(dir .. "/kernel.cu", "w")); f:write(HONEST); f:close()
-  f = assert(io.open(dir .. "/launch.lua", "w")); f:write(LAUNCH); f:close()
+  local dir = testing.candidate_dir(testing.tmpdir(), { source = HONEST, launch = LAUNCH })
   local t0 = os.time()
   local p = io.popen(KMRUN .. " eval " .. ROOT .. "/tests/tasks/t_rowsum " .. dir .. " --sanitize --json 2>&1; echo rc=$?")
   local out = p:read("a")

@@ -7,8 +7,7 @@ t.require_gpu()
 local store = require "km.store"
 local testing = require "km.testing"
 
-local KMRUN = io.popen("readlink -f " .. (arg[-1]:match("kmrun$") and arg[-1] or "build/kmrun")):read("l")
-local ROOT = io.popen("readlink -f " .. (arg[0]:match("^(.*)/tests/gpu/") or ".")):read("l")
+local ROOT, KMRUN = testing.paths()
 local DIR = testing.tmpdir()
 local STORE = DIR .. "/sweep.sqlite"
 local GPU = os.getenv("KM_TEST_GPU") or "0"

@@ -4,8 +4,9 @@ local t = require "km.tap"
 t.require_gpu()
 local task = require "km.task"
 local eval = require "km.eval"
+local testing = require "km.testing"
 
-local ROOT = (arg[0]:match("^(.*)/tests/gpu/") or ".")
+local ROOT = testing.paths()
 local tasks, errors = task.list(ROOT .. "/tasks")
 local pool = assert(eval.pool { gpus = { tonumber(os.getenv("KM_TEST_GPU") or "0") }, timeout = 60 })
 
