@@ -41,11 +41,10 @@ local ENV = fmt("KM_PATH=%s/shim KM_TEST_TORCH_LOG=%s KM_SPEC_DIR=%s/spec KM_CAC
 
 -- -> stdout, stderr, exit status, seconds. env: more NAME=value words (later ones win)
 local function kmrun_eval(args, env)
-  local errf = DIR .. "/stderr.txt"
   local w0 = wall()
-  local out, rc = testing.sh(fmt("(env %s %s %s eval %s %s --gpu %s --no-energy --baselines eager %s 2>%s)",
-    ENV, env or "", KMRUN, RELU, CAND, GPU, args, errf))
-  return out, testing.read(errf) or "", rc, wall() - w0
+  local out, err, rc = testing.run(fmt("env %s %s %s eval %s %s --gpu %s --no-energy --baselines eager %s",
+    ENV, env or "", KMRUN, RELU, CAND, GPU, args))
+  return out, err, rc, wall() - w0
 end
 
 local function has(text, s) return text:find(s, 1, true) ~= nil end

@@ -166,9 +166,7 @@ end)
 
 -- kmrun eval with the environment `env` (a string of NAME=value words); -> stdout, stderr, rc
 local function kmrun_eval(env, args)
-  local errf = DIR .. "/stderr.txt"
-  local out, rc = testing.sh(fmt("(env %s %s eval %s 2>%s)", env, KMRUN, args, errf))
-  return out, testing.read(errf) or "", rc
+  return testing.run(fmt("env %s %s eval %s", env, KMRUN, args))
 end
 
 local LINES = {
