@@ -184,12 +184,12 @@ function M.require_torch(t, opts)
   return kb, info, cuda
 end
 
--- Starts the fake server; returns { base = "http://127.0.0.1:PORT/v1", client = llm.new's
--- configuration for it (model "fake-model"), dir = a fresh folder the server's files are
--- in, removed by stop, stop = fn, requests = fn -> list of recorded request bodies, usage =
--- fn -> list of the usage of every answer served, script = fn(name, replies) -> the path of
--- a reply script in dir (M.reply_script), task = fn(name, script, directives) -> the folder
--- of t_rowsum copied into dir as name, its description naming the script and any other
+-- Starts the fake server (an OpenAI-compatible /v1/chat/completions); returns { base =
+-- "http://127.0.0.1:PORT/v1", dir = a fresh folder the server's files are in, removed by
+-- stop, stop = fn, requests = fn -> list of recorded request bodies, usage = fn -> list of
+-- the usage of every answer served, script = fn(name, replies) -> the path of a reply
+-- script in dir (M.reply_script), task = fn(name, script, directives) -> the folder of
+-- t_rowsum copied into dir as name, its description naming the script and any other
 -- directives (" [[delay:3]]") } or nil, why. opts.context: the server's context window
 -- (tokens).
 function M.fake_llm_server(root, opts)
@@ -224,10 +224,8 @@ function M.fake_llm_server(root, opts)
     return nil, "the fake server did not start"
   end
   local json = require "km.json"
-  local base = "http://127.0.0.1:" .. port .. "/v1"
   return {
-    base = base,
-    client = { provider = "openai", base_url = base, model = "fake-model" }, -- llm.new's
+    base = "http://127.0.0.1:" .. port .. "/v1",
     dir = dir,
     stop = stop,
     requests = function()
@@ -321,8 +319,8 @@ end
 --   argv        the run's options as on the command line; args: fields set on what the
 --               parser made of them ({ quiet = true }), or a function that edits it
 --   judge       the verdicts of a fake_pool, or pool: the pool itself (neither: compile only)
---   client      llm.new's configuration (a fake server's .client; default offline), or
---               make_client: a function making each client
+--   client      llm.new's configuration (default offline), or make_client: a function
+--               making each client
 --   guidance    true: the tree's guidance/ (or loaded guidance)
 --   capture     "stdout" (print too) or "stderr": what the run writes there is returned
 --               instead of shown

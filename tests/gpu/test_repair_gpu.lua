@@ -35,7 +35,7 @@ local path = dir .. "/repair.sqlite"
 local list = {}
 for i, x in ipairs(tasks) do list[i] = x.task end
 local res = testing.sweep { strategy = "repair", tasks = list, store = path, pool = pool, fresh = true, guidance = true,
-  client = server.client }
+  client = { provider = "openai", base_url = server.base, model = "fake-model" } }
 pool:close()
 
 for _, x in ipairs(tasks) do

@@ -15,6 +15,7 @@ local context = require "km.context"
 local CONTEXT = 1500 -- the fake server's window, in its tokens (words)
 local server, ROOT, KMRUN = testing.fake_llm_server_or_skip(t, { context = CONTEXT })
 local DIR = server.dir
+local CLIENT = { provider = "openai", base_url = server.base, model = "fake-model" }
 
 -- t_rowsum naming its reply script (and other directives: extra) for the fake model
 local function make_task(name, script, extra) return assert(task.load(server:task(name, script, extra))) end
@@ -39,7 +40,7 @@ local function run(strategy_file, tasks, args, client_cfg, repeats)
     a.context = a.context or CONTEXT -- what kmrun's setup reads from the server's model list
   end
   local res = testing.sweep { strategy = strategy_file:gsub("%.lua$", ""), tasks = tasks, store = path, argv = args,
-    args = quiet, repeats = repeats, judge = judge, client = client_cfg or server.client, guidance = true, fresh = true }
+    args = quiet, repeats = repeats, judge = judge, client = client_cfg or CLIENT, guidance = true, fresh = true }
   return path, res
 end
 

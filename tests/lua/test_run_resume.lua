@@ -10,6 +10,7 @@ local task = require "km.task"
 
 local server, _, KMRUN = testing.fake_llm_server_or_skip(t)
 local DIR, STORE = server.dir, server.dir .. "/run.sqlite"
+local CLIENT = { provider = "openai", base_url = server.base, model = "fake-model" }
 
 local ANSWER = "Here it is.\n```cuda\nextern \"C\" __global__ void rowsum(const float *x, float *y, int rows, int cols) {\n" ..
   "  int r = blockIdx.x * blockDim.x + threadIdx.x;\n  if (r >= rows) return;\n  float s = 0.f;\n" ..
@@ -84,7 +85,7 @@ t.test("a run with a GPU judges compile-only episodes from their stored code, wi
   end)
   local tasks = { assert(task.load(TA)), assert(task.load(TB)) }
   local res = testing.sweep { strategy = "implement", tasks = tasks, store = STORE, argv = { "--store", STORE },
-    args = { quiet = true }, models = { "fake-model" }, pool = pool, name = "implement", client = server.client }
+    args = { quiet = true }, models = { "fake-model" }, pool = pool, name = "implement", client = CLIENT }
   t.eq(res.ran, 2)
   t.eq(res.correct, 2)
   t.eq(#judged, 2)
@@ -106,7 +107,7 @@ t.test("a run with a GPU judges compile-only episodes from their stored code, wi
   -- and with a GPU again, nothing is left to do
   res = testing.sweep { strategies = { { name = "implement", fn = function() error("must not run") end } },
     tasks = tasks, store = STORE, argv = { "--store", STORE }, args = { quiet = true }, models = { "fake-model" },
-    pool = pool, name = "implement", client = server.client }
+    pool = pool, name = "implement", client = CLIENT }
   t.eq(res.ran, 0)
   t.eq(res.before.correct, 2)
   t.eq(runner.exit_status(res, pool), 0, "every planned episode correct, in earlier runs")

@@ -11,6 +11,7 @@ local task = require "km.task"
 
 local server, ROOT, KMRUN = testing.fake_llm_server_or_skip(t)
 local DIR = server.dir
+local CLIENT = { provider = "openai", base_url = server.base, model = "fake-model" }
 
 -- A test task: t_rowsum with a description that names a reply script for the fake model
 -- (and any other directives for the server).
@@ -45,7 +46,7 @@ end
 local function run(strategy_file, tasks, args, client_cfg)
   local path = DIR .. "/" .. strategy_file:gsub("%W", "_") .. os.time() .. math.random(1e6) .. ".sqlite"
   local res, err = testing.sweep { strategy = strategy_file:gsub("%.lua$", ""), tasks = tasks, store = path, argv = args,
-    args = { quiet = true }, judge = judge, client = client_cfg or server.client, guidance = true, fresh = true,
+    args = { quiet = true }, judge = judge, client = client_cfg or CLIENT, guidance = true, fresh = true,
     capture = "stderr" }
   return path, res, err
 end

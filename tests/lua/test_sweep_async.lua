@@ -36,7 +36,7 @@ local function run(jobs, wrap)
   local res = testing.sweep { strategy = "implement", tasks = TASKS, store = path, args = { quiet = true }, jobs = jobs,
     judge = judge, guidance = true, fresh = true,
     make_client = function()
-      local c = llm.new(server.client)
+      local c = llm.new { provider = "openai", base_url = server.base, model = "fake-model" }
       made[#made + 1] = c
       return wrap and wrap(c) or c
     end }
