@@ -390,11 +390,15 @@ function Judge:task_state(t)
     -- the first load imports torch (seconds): one-time set-up, not the candidate's time
     if self.on_hold then self.on_hold("torch") end
     local prob, err = require("km.kernelbench").load(t.reference.pytorch, { precision = t.reference.precision, device = "cuda" })
-    if self.on_hold then self.on_hold(nil) end
-    if not prob then return nil, "the task's PyTorch reference does not load: " .. tostring(err) end
+    if not prob then
+      if self.on_hold then self.on_hold(nil) end
+      return nil, "the task's PyTorch reference does not load: " .. tostring(err)
+    end
     st.prob = prob
-    -- the reference's own state, copied to the host before any candidate code runs
+    -- the reference's own state, copied to the host before any candidate code runs (this
+    -- builds the held-out model too: set-up, still under the hold)
     local snap, serr = prob:snapshot()
+    if self.on_hold then self.on_hold(nil) end
     if not snap then return nil, "the task's PyTorch reference cannot be snapshotted: " .. tostring(serr) end
     st.truth_dirty = true
     ref = { torch = prob, task_dir = t.dir, state = fresh_state(), attrs = {} }

@@ -145,7 +145,8 @@ t.test("the commands read the table too: --provider's choices, the offline line,
   -- replay are the client's modes, which the commands do name)
   local ls = io.popen("ls lua/km/*.lua lua/km/cmd/*.lua")
   for path in ls:lines() do
-    local src = assert(io.open(path)):read("a")
+    -- km.testing serves tests (its fake server speaks a provider's API by name)
+    local src = path:match("/testing%.lua$") and "" or assert(io.open(path)):read("a")
     for _, row in ipairs(PROVIDERS) do
       if row.network then t.ok(not src:find('"' .. row.name .. '"', 1, true), path .. " names the provider " .. row.name) end
     end
