@@ -32,7 +32,7 @@ end
 
 -- A shell command's stdout and stderr apart, and its exit status (through M.sh). A brace
 -- group, not a subshell: dash (0.5.12) drops the redirection of a subshell inside a group
--- that is redirected itself.
+-- that is redirected itself; so a command line here is not a script (no `exit`).
 function M.run(cmd)
   local errf = os.tmpname()
   local out, rc = M.sh("{ { " .. cmd .. "\n} 2>" .. errf .. "; }")
@@ -49,8 +49,8 @@ function M.paths()
   local script = arg and arg[0] or ""
   local root = script:match("^(.*)/tests/[^/]+/[^/]*$") or (script:match("^tests/[^/]+/[^/]*$") and ".")
     or (package.km_libdir and package.km_libdir:match("^(.*)/lua$")) or "."
-  local self = arg and arg[-1]
-  local kmrun = os.getenv("KMRUN") or (self and self:match("kmrun$") and self) or "build/kmrun"
+  local exe = arg and arg[-1]
+  local kmrun = os.getenv("KMRUN") or (exe and exe:match("kmrun$") and exe) or "build/kmrun"
   kmrun = sys.realpath(kmrun) or kmrun
   local build = kmrun:match("^(.*)/kmrun$") or "build"
   return sys.realpath(root) or root, kmrun, sys.realpath(build) or build
