@@ -165,7 +165,7 @@ t.test("fp16: buffers are f16 and torch's ReLU matches kmrun's bit for bit", fun
   p:release()
 end)
 
-t.test("a 1 GiB input is made on the GPU, and torch's cache is handed back", function()
+t.test("a 1 GiB input is made on the GPU; torch keeps its block while memory is plentiful, and hands it back on request", function()
   local p = assert(kb.load(BIG, { device = "cuda" }))
   local s = assert(p:spec(1))
   local io = kb.buffers_for(s, buffer.new)
@@ -177,7 +177,11 @@ t.test("a 1 GiB input is made on the GPU, and torch's cache is handed back", fun
   t.note(("make_inputs: %d MiB in %.1f ms"):format(io.x:nbytes() >> 20, ms))
   t.ok(ms < 2000, "made on the GPU, not the CPU: " .. ms .. " ms")
   t.eq(python.eval("__import__('torch').cuda.memory_allocated()") < 64 << 20, true, "get_inputs()'s tensor freed")
-  t.eq(python.eval("__import__('torch').cuda.memory_reserved()") < 64 << 20, true, "and its cache emptied")
+  -- handing the block back is a cudaFree, which waits for the whole device: only when less
+  -- than a quarter of it is free (km.judge asks for it when an allocation finds no room)
+  t.eq(python.eval("__import__('torch').cuda.memory_reserved()") >= 1 << 30, true, "its block kept for the next call")
+  kb.empty_cache()
+  t.eq(python.eval("__import__('torch').cuda.memory_reserved()") < 64 << 20, true, "and handed back by kb.empty_cache()")
   p:release({ empty_cache = true })
 end)
 
