@@ -19,13 +19,7 @@ if not dir or not out or dir:match("^%-") then
   os.exit(2)
 end
 
-local function slurp(path)
-  local f = io.open(path)
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
-end
+local slurp = require("km.testing").read
 
 -- one level: the results of every problem that finished, and the names of those that did not
 local function read_level(level)

@@ -184,6 +184,46 @@ function M.require_torch(t, opts)
   return kb, info, cuda
 end
 
+-- Writes DIR/km/kernelbench.lua, a shim (put DIR first on KM_PATH) that appends "worker" or
+-- "driver" to the file KM_TEST_TORCH_LOG names at each process's first
+-- km.kernelbench.available() — the call that imports torch. -> DIR
+function M.torch_import_shim(dir)
+  assert(sys.mkdir(dir .. "/km"))
+  M.write(dir .. "/km/kernelbench.lua", [[
+local real = dofile(package.km_libdir .. "/km/kernelbench.lua")
+local available, first = real.available, true
+real.available = function(...)
+  if first then
+    first = false
+    local f = io.open(os.getenv("KM_TEST_TORCH_LOG"), "a")
+    f:write(os.getenv("KM_DEVICE") and "worker" or "driver", "\n")
+    f:close()
+  end
+  return available(...)
+end
+return real
+]])
+  return dir
+end
+
+-- Writes a stand-in GPU worker to `path` (run it with eval.pool's wrap = { KMRUN, path }): it
+-- says hello as a worker on an sm_90 device, then answers each request with `body`, Lua
+-- source run with `ch` (the channel), `json` and `req` (the decoded request) in scope. -> path
+function M.standin_worker(path, body)
+  M.write(path, [[
+local proc, json = require "km.proc", require "km.json"
+local ch = proc.stdio_channel()
+ch:send(json.encode { ok = true, device = { name = "stand-in", arch = "sm_90" }, device_count = 1 })
+while true do
+  local msg = ch:recv()
+  if not msg then break end
+  local req = json.decode(msg)
+  if req.op == "quit" then break end
+]] .. body .. "\nend\n")
+  return path
+end
+
+
 -- Starts the fake server (an OpenAI-compatible /v1/chat/completions); returns { base =
 -- "http://127.0.0.1:PORT/v1", dir = a fresh folder the server's files are in, removed by
 -- stop, stop = fn, requests = fn -> list of recorded request bodies, usage = fn -> list of

@@ -19,21 +19,7 @@ local GPU = os.getenv("KM_TEST_GPU") or "0"
 local RELU = testing.problem(DIR, "19_ReLU", { sizes = "batch_size = 4096\ndim = 4096" })
 local CAND = testing.candidate_dir(DIR .. "/cand", testing.relu_candidate())
 
-assert(require("km.sys").mkdir(DIR .. "/shim/km"))
-testing.write(DIR .. "/shim/km/kernelbench.lua", [[
-local real = dofile(package.km_libdir .. "/km/kernelbench.lua")
-local available, first = real.available, true
-real.available = function(...)
-  if first then
-    first = false
-    local f = io.open(os.getenv("KM_TEST_TORCH_LOG"), "a")
-    f:write(os.getenv("KM_DEVICE") and "worker" or "driver", "\n")
-    f:close()
-  end
-  return available(...)
-end
-return real
-]])
+testing.torch_import_shim(DIR .. "/shim")
 
 local LOG = DIR .. "/torch.log"
 local ENV = fmt("KM_PATH=%s/shim KM_TEST_TORCH_LOG=%s KM_SPEC_DIR=%s/spec KM_CACHE_DIR=%s/nvrtc "

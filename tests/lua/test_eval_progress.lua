@@ -93,16 +93,7 @@ end)
 ----------------------------------------------------------------------------------------
 -- the pool: frames about a job, the compile ahead of a worker's set-up
 
-local STANDIN = DIR .. "/standin.lua"
-testing.write(STANDIN, [[
-local proc, json = require "km.proc", require "km.json"
-local ch = proc.stdio_channel()
-ch:send(json.encode { ok = true, device = { name = "stand-in", arch = "sm_90" }, device_count = 1 })
-while true do
-  local msg = ch:recv()
-  if not msg then break end
-  local req = json.decode(msg)
-  if req.op == "quit" then break end
+local STANDIN = testing.standin_worker(DIR .. "/standin.lua", [[
   local function say(ev) ch:send(json.encode { id = req.id, progress = ev }) end
   say { stage = "torch", state = "start" }
   ch:send(json.encode { id = req.id, hold = "task" })
@@ -110,7 +101,6 @@ while true do
   say { stage = "torch", state = "done", seconds = 2 }
   ch:send(json.encode { id = req.id, hold = false })
   ch:send(json.encode { id = req.id, verdict = { status = "correct", candidate = req.candidate.name } })
-end
 ]])
 
 local KERNEL = 'extern "C" __global__ void relu(const float *x, float *y, int n) {\n'
@@ -279,20 +269,7 @@ end
 return real
 ]])
 -- each process's first km.kernelbench.available() (the one that imports torch), noted
-testing.write(SHIM .. "/km/kernelbench.lua", [[
-local real = dofile(package.km_libdir .. "/km/kernelbench.lua")
-local available, first = real.available, true
-real.available = function(...)
-  if first then
-    first = false
-    local f = io.open(os.getenv("KM_TEST_TORCH_LOG"), "a")
-    f:write(os.getenv("KM_DEVICE") and "worker" or "driver", "\n")
-    f:close()
-  end
-  return available(...)
-end
-return real
-]])
+testing.torch_import_shim(SHIM)
 
 t.test("kmrun eval with a GPU worker: torch imported once, by the worker; its slow stages told", function()
   local log = DIR .. "/torch.log"

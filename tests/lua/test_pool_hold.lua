@@ -10,16 +10,7 @@ local testing = require "km.testing"
 
 local _, KMRUN = testing.paths()
 local DIR = testing.tmpdir()
-local STANDIN = DIR .. "/standin.lua"
-testing.write(STANDIN, [[
-local proc, json = require "km.proc", require "km.json"
-local ch = proc.stdio_channel()
-ch:send(json.encode { ok = true, device = { name = "stand-in", arch = "sm_90" }, device_count = 1 })
-while true do
-  local msg = ch:recv()
-  if not msg then break end
-  local req = json.decode(msg)
-  if req.op == "quit" then break end
+local STANDIN = testing.standin_worker(DIR .. "/standin.lua", [[
   local c = req.candidate.name
   if c == "held" then -- 3 s of announced set-up, then a quick verdict
     ch:send(json.encode { id = req.id, hold = "compile" })
@@ -34,7 +25,6 @@ while true do
   else
     ch:send(json.encode { id = req.id, verdict = { status = "correct", candidate = c } })
   end
-end
 ]])
 
 local pool = assert(eval.pool { gpus = { 0 }, timeout = 2, wrap = { KMRUN, STANDIN }, warm = false, worker_stderr = "null" })
