@@ -81,6 +81,12 @@ t.test("a ReLU problem: spec, seeded inputs, forward into the given memory", fun
   t.ok(compare.allclose(again.x:to_table(), x, { atol = 0, rtol = 0 }).ok, "seed 7 twice")
   assert(p:make_inputs(8, again))
   t.ok(not compare.allclose(again.x:to_table(), x, { atol = 0, rtol = 0 }).ok, "seed 8 differs")
+  -- seed 7 is torch.manual_seed(7) then get_inputs(), as KernelBench draws them (the bridge
+  -- seeds only the generators get_inputs() can draw from, not every backend torch knows)
+  python.exec("import torch; torch.manual_seed(7); _km_want = torch.randn(16, 33).flatten().tolist()")
+  local want7 = {}
+  for i = 1, 16 * 33 do want7[i] = python.eval("_km_want[" .. (i - 1) .. "]") end
+  t.ok(compare.allclose(x, want7, { atol = 0, rtol = 0 }).ok, "seed 7's inputs are torch.manual_seed(7)'s")
   p:release()
   t.raises(function() p:spec(1) end, "released")
 end)
