@@ -7,8 +7,9 @@
 # repository. Needs a python with torch (KM_PYTHON, else python3); results are kept in
 # KM_LINT_DIR (default ~/.cache/kmrun/lint), so a second run only prints.
 # One `kmrun tasks lint` per problem file, JOBS at a time (default 8; level 3 first, the
-# slowest), all under one deadline of DEADLINE_S seconds (default 3000): a problem not
-# finished by then is listed as not linted, never counted as passing. Exit status 2 without
+# slowest), then those that ran out of GPU memory again RETRY_JOBS at a time (default 2), all
+# under one deadline of DEADLINE_S seconds (default 3000): a problem not finished by then is
+# listed as not linted, never counted as passing. Exit status 2 without
 # KB_DIR, 3 where there is no GPU, else 0 (flagged problems are the result, not a failure).
 set -u
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
@@ -37,6 +38,17 @@ for L in 3 2 1; do for f in "$KB/level$L"/*.py; do [ -f "$f" ] && echo "$f $L"; 
   xargs -P "${JOBS:-8}" -L 1 bash -c 'lint_one "$0" "$1"' 2> "$T/progress.log"
 echo "linted in $(( $(date +%s) - s )) s, ${JOBS:-8} at a time; exit statuses:"
 sed 's/.*: //' "$T/progress.log" | sort | uniq -c
+# out of GPU memory with JOBS at once says nothing about a problem: those again, fewer at a
+# time (RETRY_JOBS, default 2), within what is left of the deadline
+for j in "$T"/level*/*.json; do
+  grep -qi "out of memory\|out_of_memory" "$j" 2>/dev/null || continue
+  L=${j%/*}; L=${L##*/level}; echo "$KB/level$L/$(basename "$j" .json).py $L"
+done > "$T/retry.list"
+if [ -s "$T/retry.list" ]; then
+  s=$(date +%s)
+  xargs -P "${RETRY_JOBS:-2}" -L 1 bash -c 'lint_one "$0" "$1"' < "$T/retry.list" 2>> "$T/progress.log"
+  echo "$(wc -l < "$T/retry.list") out of GPU memory, linted again ${RETRY_JOBS:-2} at a time in $(( $(date +%s) - s )) s"
+fi
 "$B/kmrun" bench/kernelbench_lint_table.lua "$T" "$OUT" "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" \
-  "${JOBS:-8}"
+  "${JOBS:-8} (out of memory: ${RETRY_JOBS:-2})"
 echo "written: $OUT (JSON per problem in $T/level*/)"

@@ -26,7 +26,8 @@ local M = {}
 local fmt, concat = string.format, table.concat
 local ipairs, pairs, type, tostring, pcall = ipairs, pairs, type, tostring, pcall
 
-M.VERSION = 1          -- bump when what a result holds or how it is decided changes
+M.VERSION = 2          -- bump when what a result holds or how it is decided changes
+                       -- (2: a reference that cannot run is flagged, not left unchecked)
 M.MIN_ELEMENTS = 64    -- trivial candidates are judged on outputs at least this large
 M.BELOW_SHARE = 0.9    -- below_tolerance: at least this share of the output is within atol of 0
 M.TOO_SHORT_MS = 0.01  -- too_short: the reference's median under this (and under 4 empty kernels)
@@ -266,7 +267,7 @@ function M.run(t, opts)
     -- out of memory says nothing about the task (the device was busy); anything else is
     -- the reference failing to load or run as written (at this precision: an LSTM whose
     -- forward makes an fp32 h0 cannot run at fp16)
-    if tostring(why):lower():find("out of memory", 1, true) or tostring(why):find("OUT_OF_MEMORY", 1, true) then
+    if M.transient { unchecked = { tostring(why) } } then
       res.unchecked[#res.unchecked + 1] = "the reference: " .. tostring(why)
     else
       flag("reference_error", nil, nil, tostring(why))
@@ -277,7 +278,9 @@ function M.run(t, opts)
     local label = (res.heldout == si) and fmt("shape %d (held-out)", si) or fmt("shape %d", si)
     local a, aerr, acode = B.run(s, sym, M.SEEDS[1])
     if not a then
-      if acode == "SKIP" then res.unchecked[#res.unchecked + 1] = label .. ": " .. aerr
+      -- out of memory: unchecked, as where the reference would not open (above)
+      if acode == "SKIP" or M.transient { unchecked = { tostring(aerr) } } then
+        res.unchecked[#res.unchecked + 1] = label .. ": " .. tostring(aerr)
       else flag("reference_error", si, nil, aerr) end
     else
       local a2 = B.run(s, sym, M.SEEDS[1])
@@ -408,6 +411,17 @@ local function cache_key(t, where)
 end
 
 local function cache_dir() return require("km.jsoncache").dir("lint", "KM_LINT_DIR") end
+
+-- A result with a check left undone for want of GPU memory: the device was busy (other
+-- processes, a large neighbour), which says nothing about the task. Such a result is not
+-- kept, so the next lint tries again.
+function M.transient(res)
+  for _, u in ipairs(res and res.unchecked or {}) do
+    local l = tostring(u):lower()
+    if l:find("out of memory", 1, true) or l:find("out_of_memory", 1, true) then return true end
+  end
+  return false
+end
 
 function M.put(t, res)
   return require("km.jsoncache").put(cache_dir(), cache_key(t, res.where), { result = M.encodable(res) })

@@ -155,6 +155,13 @@ t.test("lint results are kept; the gate warns, and skips flagged tasks unless al
   t.eq(json.encode(out2.flags), json.encode(out1.flags), "the same flags")
   local out3 = json.decode((run("tasks lint " .. DIVIDED .. " --json --no-cache"))).results[1]
   t.eq(out3.cached, nil, "--no-cache runs it again")
+  -- kept by content: a copy under another name reads it back under its own name and path
+  local twin = DIR .. "/twin/98_Twin.py"
+  testing.sh("mkdir -p " .. DIR .. "/twin && cp " .. DIVIDED .. " " .. twin)
+  local out4 = json.decode((run("tasks lint " .. twin .. " --json"))).results[1]
+  t.eq(out4.cached, true, "the copy's result is the kept one")
+  t.eq(out4.task, "98_Twin")
+  t.eq(out4.path, twin)
   -- the gate in this process reads the same folder
   local lint = require "km.lint"
   local script = DIR .. "/gate.lua"
@@ -238,6 +245,39 @@ t.test("lint: a reference that cannot run at a precision is flagged 'reference f
     end
     for _, u in ipairs(res.unchecked or {}) do t.ok(u:match("^timing:"), res.precision .. ": " .. u) end
   end
+end)
+
+-- the device was out of memory: says nothing about the task
+local OOM = problem("oom", "oom_inputs", [[
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return x * 2
+
+def get_inputs():
+    x = torch.randn(4, 8)
+    if x.device.type != "meta":  # the spec (shapes, on torch's meta device) is made; data is not
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 6.00 GiB (a test)")
+    return [x]
+
+def get_init_inputs():
+    return []
+]])
+
+t.test("lint: out of GPU memory leaves the task unchecked, not flagged, and the result is not kept", function()
+  for round = 1, 2 do
+    local out, err, rc = run("tasks lint " .. OOM .. " --cpu --json")
+    t.eq(rc, 0, out .. err)
+    local res = json.decode(out).results[1]
+    t.eq(#res.flags, 0, out)
+    t.ok(table.concat(res.unchecked, " "):find("out of memory", 1, true), out)
+    t.ok(not res.cached, "round " .. round .. ": linted again, not read from the cache")
+  end
+  local lint = require "km.lint"
+  t.ok(lint.transient { unchecked = { "lint failed: judge.lua:87: CUDA_ERROR_OUT_OF_MEMORY: allocating" } })
+  t.ok(not lint.transient { unchecked = { "timing: timing needs a GPU" } })
 end)
 
 t.test("lint: a path that does not exist is one line, exit 2", function()

@@ -381,14 +381,15 @@ elseif cmd == "lint" then
         progress(k, #tasks, t.name .. "@" .. prec)
         local res = not a.no_cache and lint.cached(t) or nil
         if res and (a.cpu and res.where ~= "cpu") then res = nil end
-        if res then res.cached = true end
+        -- kept by content: another file with the same text may have made it
+        if res then res.cached, res.task, res.path = true, t.name, t.path or t.dir end
         if not res then
           if not backend then backend, no_gpu = lint.backend { cpu = a.cpu } end
           local ok, r = pcall(lint.run, t, { backend = backend })
           if not ok then
             r = { task = t.name, path = t.path or t.dir, precision = t.reference.precision or "fp32", level = t.level,
               where = backend.where, shapes = #t.shapes, flags = {}, unchecked = { "lint failed: " .. tostring(r) } }
-          elseif not r.context_lost then
+          elseif not r.context_lost and not lint.transient(r) then
             lint.put(t, r)
           end
           res = r
