@@ -829,10 +829,10 @@ function Judge:time_run(st, run, sym, opts, check)
   local res, err, code = timing.time(timed, topts)
   -- torch's cache may still hold the last outputs (a timed eager run's, or a timed call's
   -- check's reference): back to the driver before a candidate runs
-  if run.torch then run.torch:forward(cand, { empty_cache = true })
-  elseif checked > 0 and (st.prob or st.fast_ref) then require("km.kernelbench").empty_cache() end
+  if run.torch then run.torch:forward(cand, { empty_cache = true }) end
   -- the last timed call is always re-verified
   if res and check and not check_now(fmt("the last timed call (%d)", calls)) then res = nil end
+  if checked > 0 and (st.prob or st.fast_ref) then require("km.kernelbench").empty_cache() end
   if not res then
     if failure and failure[1] == "crashed" then self.pool:drop(false) else release() end
     if failure then return nil, failure[1], failure[2] end
