@@ -46,6 +46,11 @@ int km_optfield_bool(lua_State *L, int idx, const char *field, int def);
  * those are popped. Raises on a bad argv or env. */
 void km_spawn_args(lua_State *L, int argv_idx, int env_idx, int clean, const char ***argv,
                    const char ***envp);
+
+/* posix_spawn attributes for a child of kmrun: no signal blocked (whatever this thread has
+ * blocked), plus `flags` (POSIX_SPAWN_*). The caller destroys them. */
+#include <spawn.h>
+void km_spawnattr_init(posix_spawnattr_t *attr, short flags);
 #endif
 
 #endif

@@ -117,11 +117,7 @@ static int l_spawn(lua_State *L) {
   posix_spawn_file_actions_adddup2(&fa, from_child[1], 1);
   if (!strcmp(errmode, "null")) posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
   posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t none;
-  sigemptyset(&none);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETPGROUP);
+  km_spawnattr_init(&attr, POSIX_SPAWN_SETPGROUP);
   posix_spawnattr_setpgroup(&attr, 0); /* its own group: a terminal's ^C reaches the driver only */
   pid_t pid;
   int rc = posix_spawnp(&pid, argv[0], &fa, &attr, (char *const *)argv, (char *const *)envp);

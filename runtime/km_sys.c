@@ -223,11 +223,7 @@ static int l_spawn(lua_State *L) {
   if (!strcmp(outmode, "null")) posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
   if (!strcmp(errmode, "null")) posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
   posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t none;
-  sigemptyset(&none);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK);
+  km_spawnattr_init(&attr, 0);
   pid_t pid;
   int rc = posix_spawnp(&pid, argv[0], &fa, &attr, (char *const *)argv, (char *const *)envp);
   posix_spawn_file_actions_destroy(&fa);

@@ -1,5 +1,7 @@
 /* km_util.c — shared helpers for the Lua bindings (km.h), and the Lua side of the driver
  * (km_cuda.h): a failed CUDA call as nil, message, code or as an error. */
+#include <signal.h>
+#include <spawn.h>
 #include <stdarg.h>
 #include <string.h>
 #include <stdio.h>
@@ -104,7 +106,15 @@ CUfunction km_cuda_util(lua_State *L, const char *name) {
   return fn;
 }
 
-/* ---- argv and envp for posix_spawn (km.proc, km.sys) ---- */
+/* ---- argv, envp and attributes for posix_spawn (km.proc, km.sys) ---- */
+
+void km_spawnattr_init(posix_spawnattr_t *attr, short flags) {
+  sigset_t none;
+  posix_spawnattr_init(attr);
+  sigemptyset(&none);
+  posix_spawnattr_setsigmask(attr, &none);
+  posix_spawnattr_setflags(attr, (short)(POSIX_SPAWN_SETSIGMASK | flags));
+}
 
 extern char **environ;
 
