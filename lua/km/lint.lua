@@ -61,6 +61,12 @@ M.EVERY_SHAPE = { trivial_zeros = true, trivial_constant = true, trivial_input =
 -- reference on a shape and seed (-> { outs, ins } | nil, why, "SKIP" when it was not tried),
 -- and makes, compares and frees the values checked.
 
+-- An error that says the device ran out of memory (torch's or the driver's words).
+local function out_of_memory(text)
+  local l = tostring(text):lower()
+  return l:find("out of memory", 1, true) ~= nil or l:find("out_of_memory", 1, true) ~= nil
+end
+
 local function numel_of(spec, sym) return task_mod.numel(task_mod.shape_of(spec, sym)) end
 local function bytes_of(t, sym)
   local n = 0
@@ -267,7 +273,7 @@ function M.run(t, opts)
     -- out of memory says nothing about the task (the device was busy); anything else is
     -- the reference failing to load or run as written (at this precision: an LSTM whose
     -- forward makes an fp32 h0 cannot run at fp16)
-    if M.transient { unchecked = { tostring(why) } } then
+    if out_of_memory(why) then
       res.unchecked[#res.unchecked + 1] = "the reference: " .. tostring(why)
     else
       flag("reference_error", nil, nil, tostring(why))
@@ -279,7 +285,7 @@ function M.run(t, opts)
     local a, aerr, acode = B.run(s, sym, M.SEEDS[1])
     if not a then
       -- out of memory: unchecked, as where the reference would not open (above)
-      if acode == "SKIP" or M.transient { unchecked = { tostring(aerr) } } then
+      if acode == "SKIP" or out_of_memory(aerr) then
         res.unchecked[#res.unchecked + 1] = label .. ": " .. tostring(aerr)
       else flag("reference_error", si, nil, aerr) end
     else
@@ -416,10 +422,7 @@ local function cache_dir() return require("km.jsoncache").dir("lint", "KM_LINT_D
 -- processes, a large neighbour), which says nothing about the task. Such a result is not
 -- kept, so the next lint tries again.
 function M.transient(res)
-  for _, u in ipairs(res and res.unchecked or {}) do
-    local l = tostring(u):lower()
-    if l:find("out of memory", 1, true) or l:find("out_of_memory", 1, true) then return true end
-  end
+  for _, u in ipairs(res and res.unchecked or {}) do if out_of_memory(u) then return true end end
   return false
 end
 

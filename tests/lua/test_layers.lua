@@ -383,21 +383,16 @@ t.test("at most two shell-outs in lua/km, each with a comment saying why", funct
   t.ok(#found <= 2, "shell-outs: " .. concat(found, ", "))
 end)
 
-t.test(DOC .. " holds the lua/km module graph as it is", function()
-  local doc = read(DOC)
-  local got, want = doc_block(doc, "lua"), lua_graph_text()
-  t.ok(got, DOC .. ": no generated lua graph block")
-  if got ~= want then t.diag("the graph is now:\n" .. want .. "\n(build/kmrun tests/lua/test_layers.lua --update-doc)") end
-  t.eq(got, want, "the doc's lua graph")
-end)
-
-t.test(DOC .. " holds the runtime/ layers and includes as they are", function()
-  local doc = read(DOC)
-  local got, want = doc_block(doc, "runtime"), c_graph_text()
-  t.ok(got, DOC .. ": no generated runtime graph block")
-  if got ~= want then t.diag("the runtime graph is now:\n" .. want .. "\n(build/kmrun tests/lua/test_layers.lua --update-doc)") end
-  t.eq(got, want, "the doc's runtime graph")
-end)
+for _, g in ipairs { { "lua", "the lua/km module graph", lua_graph_text },
+  { "runtime", "the runtime/ layers and includes", c_graph_text } } do
+  local block, what, text = g[1], g[2], g[3]
+  t.test(DOC .. " holds " .. what .. " as it is", function()
+    local got, want = doc_block(read(DOC), block), text()
+    t.ok(got, DOC .. ": no generated " .. block .. " graph block")
+    if got ~= want then t.diag("the " .. block .. " graph is now:\n" .. want .. "\n(build/kmrun tests/lua/test_layers.lua --update-doc)") end
+    t.eq(got, want, "the doc's " .. block .. " graph")
+  end)
+end
 
 t.test(DOC .. " names the modules its prose points to", function()
   local doc = read(DOC)
