@@ -220,43 +220,82 @@ static int b_zero(lua_State *L) {
   return 1;
 }
 
-/* b:poison() -> b: km_poison_pattern (km_dtype_core.c) in every element */
+/* b:poison() -> b: km_poison_pattern (km_dtype_core.c) in every element.
+ * b:poison{ sparse = seed } -> b: in one 32-byte sector of every 1 KiB block, drawn from the
+ * seed (a buffer under 64 KiB whole): km_devbuf_poison_sparse. */
 static int b_poison(lua_State *L) {
   km_buffer *b = buffer_check(L, 1);
+  if (lua_istable(L, 2)) {
+    lua_getfield(L, 2, "sparse");
+    int isint = 0;
+    lua_Integer seed = lua_tointegerx(L, -1, &isint);
+    if (!isint) return luaL_error(L, "poison: sparse must be an integer seed");
+    lua_pop(L, 1);
+    if (b->numel) {
+      if (b->bytes >= KM_SPARSE_POISON_MIN) km_cuda_util(L, "km_poison_sparse");
+      else if (km_dtype_size(b->dtype) == 8) km_cuda_util(L, "km_fill64");
+      check(L, km_devbuf_poison_sparse(b, (uint64_t)seed, km_cuda_stream()), "poison");
+    }
+    lua_settop(L, 1);
+    return 1;
+  }
   fill_pattern(L, b, km_poison_pattern(b->dtype));
   lua_settop(L, 1);
   return 1;
+}
+
+/* The law of b:random's and b:random_check's table at index 2: dist (0 uniform, 1 normal,
+ * 2 integers), its two numbers and the seed. */
+static void random_law(lua_State *L, km_buffer *b, int *d, double *a, double *c, uint64_t *seed) {
+  const char *dist = km_optfield_str(L, 2, "dist", "uniform");
+  if (!strcmp(dist, "uniform")) {
+    *d = 0;
+    *a = km_optfield_num(L, 2, "lo", km_dtype_is_float(b->dtype) ? -1.0 : 0.0);
+    *c = km_optfield_num(L, 2, "hi", km_dtype_is_float(b->dtype) ? 1.0 : 10.0);
+    if (!km_dtype_is_float(b->dtype)) *d = 2, *c = *c - 1; /* integers in [lo, hi) */
+  } else if (!strcmp(dist, "normal")) {
+    *d = 1;
+    *a = km_optfield_num(L, 2, "mean", 0.0);
+    *c = km_optfield_num(L, 2, "std", 1.0);
+  } else if (!strcmp(dist, "int")) {
+    *d = 2;
+    *a = km_optfield_num(L, 2, "lo", 0.0);
+    *c = km_optfield_num(L, 2, "hi", 10.0); /* inclusive */
+    if (*c < *a) luaL_error(L, "random: hi (%f) < lo (%f)", *c, *a);
+  } else {
+    luaL_error(L, "random: unknown dist '%s' (uniform, normal, int)", dist);
+  }
+  *seed = (uint64_t)km_optfield_int(L, 2, "seed", 0);
 }
 
 /* b:random{ dist = "uniform"|"normal"|"int", lo, hi, mean, std, seed } -> b
  * Generated on the GPU; element i depends only on (seed, i). */
 static int b_random(lua_State *L) {
   km_buffer *b = buffer_check(L, 1);
-  const char *dist = km_optfield_str(L, 2, "dist", "uniform");
   int d;
   double a, c;
-  if (!strcmp(dist, "uniform")) {
-    d = 0;
-    a = km_optfield_num(L, 2, "lo", km_dtype_is_float(b->dtype) ? -1.0 : 0.0);
-    c = km_optfield_num(L, 2, "hi", km_dtype_is_float(b->dtype) ? 1.0 : 10.0);
-    if (!km_dtype_is_float(b->dtype)) d = 2, c = c - 1; /* integers in [lo, hi) */
-  } else if (!strcmp(dist, "normal")) {
-    d = 1;
-    a = km_optfield_num(L, 2, "mean", 0.0);
-    c = km_optfield_num(L, 2, "std", 1.0);
-  } else if (!strcmp(dist, "int")) {
-    d = 2;
-    a = km_optfield_num(L, 2, "lo", 0.0);
-    c = km_optfield_num(L, 2, "hi", 10.0); /* inclusive */
-    if (c < a) return luaL_error(L, "random: hi (%f) < lo (%f)", c, a);
-  } else {
-    return luaL_error(L, "random: unknown dist '%s' (uniform, normal, int)", dist);
-  }
-  uint64_t seed = (uint64_t)km_optfield_int(L, 2, "seed", 0);
+  uint64_t seed;
+  random_law(L, b, &d, &a, &c, &seed);
   if (!b->numel) { lua_settop(L, 1); return 1; }
   km_cuda_util(L, "km_random");
   check(L, km_devbuf_random(b, d, a, c, seed, km_cuda_stream()), "random");
   lua_settop(L, 1);
+  return 1;
+}
+
+/* b:random_check{ the same table as b:random } -> n: how many elements differ (bitwise) from
+ * what b:random with that table writes. One read of b, no second copy; waits for the stream. */
+static int b_random_check(lua_State *L) {
+  km_buffer *b = buffer_check(L, 1);
+  int d;
+  double a, c;
+  uint64_t seed, bad = 0;
+  random_law(L, b, &d, &a, &c, &seed);
+  if (b->numel) {
+    km_cuda_util(L, "km_random_check");
+    check(L, km_devbuf_random_check(b, d, a, c, seed, km_cuda_stream(), &bad), "random_check");
+  }
+  lua_pushinteger(L, (lua_Integer)bad);
   return 1;
 }
 
@@ -516,6 +555,21 @@ static int b_checksum(lua_State *L) {
   return 1;
 }
 
+/* buffer.copy_in(b, ptr, nbytes) -> b: the raw device range [ptr, ptr + nbytes) into b, on
+ * kmrun's stream; nbytes must be b's size. Memory kmrun does not own, such as a PyTorch
+ * model's parameters: km.judge hands them to a timed call this way, without Python. */
+static int l_copy_in(lua_State *L) {
+  km_buffer *b = buffer_check(L, 1);
+  lua_Integer p = luaL_checkinteger(L, 2), nb = luaL_checkinteger(L, 3);
+  luaL_argcheck(L, p > 0, 2, "a device pointer expected");
+  if ((size_t)nb != b->bytes || nb < 0)
+    return luaL_error(L, "copy_in: %lld bytes into a buffer of %llu", (long long)nb, (unsigned long long)b->bytes);
+  km_cuda_check(L);
+  if (nb) check(L, km_cu->cuMemcpyDtoDAsync(b->ptr, (CUdeviceptr)p, (size_t)nb, km_cuda_stream()), "copy_in");
+  lua_settop(L, 1);
+  return 1;
+}
+
 /* buffer.digest({ { ptr, nbytes }, ... }) -> { d1, d2, ... }: the keyed digest (as
  * b:checksum's, integers) of raw device ranges — memory kmrun does not own, such as a
  * PyTorch model's parameters (km.judge's proof that a reference's state did not move). */
@@ -650,7 +704,7 @@ int luaopen_km_buffer(lua_State *L) {
   static const luaL_Reg methods[] = {
       {"dtype", b_dtype}, {"numel", b_numel}, {"nbytes", b_nbytes}, {"ptr", b_ptr},
       {"elsize", b_elsize}, {"shape", b_shape}, {"freed", b_freed},
-      {"fill", b_fill}, {"zero", b_zero}, {"poison", b_poison}, {"random", b_random},
+      {"fill", b_fill}, {"zero", b_zero}, {"poison", b_poison}, {"random", b_random}, {"random_check", b_random_check},
       {"copy", b_copy}, {"clone", b_clone},
       {"to_string", b_to_string}, {"from_string", b_from_string},
       {"to_table", b_to_table}, {"from_table", b_from_table}, {"save", b_save},
@@ -678,7 +732,7 @@ int luaopen_km_buffer(lua_State *L) {
   lua_setfield(L, -2, "__metatable"); /* getmetatable(view) reveals nothing */
   lua_pop(L, 1);
   static const luaL_Reg fns[] = {{"new", l_new}, {"load", l_load}, {"view", l_view}, {"unwrap", l_unwrap},
-                                 {"revoke_views", l_revoke_views}, {"digest", l_digest}, {"live", l_live}, {NULL, NULL}};
+                                 {"revoke_views", l_revoke_views}, {"digest", l_digest}, {"copy_in", l_copy_in}, {"live", l_live}, {NULL, NULL}};
   luaL_newlib(L, fns);
   lua_pushinteger(L, DEFAULT_GUARD);
   lua_setfield(L, -2, "DEFAULT_GUARD");

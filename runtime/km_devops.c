@@ -113,6 +113,21 @@ CUresult km_devbuf_random(const km_devbuf *b, int dist, double a, double c, uint
   return km_cuda_util_launch(fn, n, s, args);
 }
 
+CUresult km_devbuf_poison_sparse(const km_devbuf *b, uint64_t seed, CUstream s) {
+  uint64_t pattern = km_poison_pattern(b->dtype);
+  if (b->bytes < KM_SPARSE_POISON_MIN) return km_devbuf_fill_pattern(b, pattern, s);
+  CUfunction fn;
+  CUresult r = km_cuda_util_get("km_poison_sparse", &fn);
+  if (r != CUDA_SUCCESS) return r;
+  size_t es = km_dtype_size(b->dtype);
+  uint64_t pat8 = 0;
+  for (size_t k = 0; k < 8; k += es) pat8 |= (es == 8 ? pattern : pattern & ((1ull << (8 * es)) - 1)) << (8 * k);
+  uint64_t bytes = (uint64_t)b->bytes;
+  CUdeviceptr p = b->ptr;
+  void *args[] = {&p, &bytes, &pat8, &seed};
+  return km_cuda_util_launch(fn, (bytes + 1023) / 1024, s, args);
+}
+
 /* ---- digests ----
  * Keyed by a per-process random key (getrandom), so a kernel cannot forge a digest; values
  * compare only within one process. The accumulators live in one device array kept per
@@ -135,6 +150,44 @@ static void dg_init(void) {
   dg_key = k | 1;
 }
 
+/* The accumulator array (dg_lock held): at least n zeroed 8-byte slots, allocated once per
+ * context and grown, never freed while the context lives (a cuMemFree waits for the device). */
+static CUresult acc_zeroed(size_t n, CUstream s) {
+  CUcontext ctx = NULL;
+  km_cu->cuCtxGetCurrent(&ctx);
+  if (ctx != dg_ctx) dg_acc = 0, dg_cap = 0; /* another context: the old array went with it */
+  if (dg_cap < n) {
+    size_t cap = n < 64 ? 64 : n;
+    CUdeviceptr p;
+    CUresult r = km_cu->cuMemAlloc(&p, cap * 8);
+    if (r != CUDA_SUCCESS) return r;
+    if (dg_acc) km_cu->cuMemFree(dg_acc);
+    dg_acc = p, dg_cap = cap, dg_ctx = ctx;
+  }
+  return km_cu->cuMemsetD8Async(dg_acc, 0, n * 8, s);
+}
+
+CUresult km_devbuf_random_check(const km_devbuf *b, int dist, double a, double c, uint64_t seed, CUstream s,
+                                uint64_t *bad) {
+  *bad = 0;
+  if (!b->numel) return CUDA_SUCCESS;
+  CUfunction fn;
+  CUresult r = km_cuda_util_get("km_random_check", &fn);
+  if (r != CUDA_SUCCESS) return r;
+  pthread_mutex_lock(&dg_lock);
+  if ((r = acc_zeroed(1, s)) == CUDA_SUCCESS) {
+    int dt = (int)b->dtype;
+    uint64_t n = (uint64_t)b->numel;
+    CUdeviceptr p = b->ptr, acc = dg_acc;
+    void *args[] = {&p, &dt, &n, &seed, &dist, &a, &c, &acc};
+    r = km_cuda_util_launch(fn, n / 2 + 1, s, args);
+  }
+  if (r == CUDA_SUCCESS) r = km_cu->cuMemcpyDtoHAsync(bad, dg_acc, 8, s);
+  if (r == CUDA_SUCCESS) r = km_cu->cuStreamSynchronize(s);
+  pthread_mutex_unlock(&dg_lock);
+  return r;
+}
+
 CUresult km_dev_digest(const CUdeviceptr *ptrs, const uint64_t *bytes, size_t n, CUstream s, uint64_t *out) {
   const km_cuda_api *cu = km_cu;
   CUfunction fn;
@@ -142,17 +195,7 @@ CUresult km_dev_digest(const CUdeviceptr *ptrs, const uint64_t *bytes, size_t n,
   if (r != CUDA_SUCCESS || n == 0) return r;
   pthread_once(&dg_once, dg_init);
   pthread_mutex_lock(&dg_lock);
-  CUcontext ctx = NULL;
-  cu->cuCtxGetCurrent(&ctx);
-  if (ctx != dg_ctx) dg_acc = 0, dg_cap = 0; /* another context: the old array went with it */
-  if (dg_cap < n) {
-    size_t cap = n < 64 ? 64 : n;
-    CUdeviceptr p;
-    if ((r = cu->cuMemAlloc(&p, cap * 8)) != CUDA_SUCCESS) goto out;
-    if (dg_acc) cu->cuMemFree(dg_acc);
-    dg_acc = p, dg_cap = cap, dg_ctx = ctx;
-  }
-  if ((r = cu->cuMemsetD8Async(dg_acc, 0, n * 8, s)) != CUDA_SUCCESS) goto out;
+  if ((r = acc_zeroed(n, s)) != CUDA_SUCCESS) goto out;
   for (size_t i = 0; i < n && r == CUDA_SUCCESS; i++) {
     CUdeviceptr p = ptrs[i], acc = dg_acc + 8 * i;
     uint64_t nb = bytes[i], key = dg_key;

@@ -56,6 +56,87 @@ t.test("f32, f16 and bf16 fills (single-precision path): statistics, seed, any l
   t.ok(long[1001] == long[1001] and math.abs(long[1001]) < 10, "the odd last element is written")
 end)
 
+t.test("the vector fill and its tail agree: any length's leading values, every dtype and law", function()
+  for _, dt in ipairs { "f32", "f16", "bf16" } do
+    for _, law in ipairs { { dist = "normal", mean = 1, std = 3, seed = 21 }, { dist = "uniform", lo = -2, hi = 5, seed = 22 } } do
+      local long = buffer.new(dt, 4099):random(law):to_table()
+      for _, n in ipairs { 4098, 4097, 4096, 4095, 3 } do
+        local short = buffer.new(dt, n):random(law):to_table()
+        local same = true
+        for i = 1, n do if short[i] ~= long[i] then same = false end end
+        t.ok(same, ("%s %s: %d elements are the first %d of 4099"):format(dt, law.dist, n, n))
+      end
+    end
+  end
+end)
+
+t.test("random_check: zero for the buffer b:random wrote, and counts each element changed", function()
+  local laws = { { "f32", { dist = "normal", mean = 0, std = 1 } }, { "f16", { dist = "uniform", lo = -1, hi = 1 } },
+    { "bf16", { dist = "normal", mean = 2, std = 0.5 } }, { "f64", { dist = "normal", mean = 0, std = 1 } },
+    { "i32", { dist = "int", lo = -5, hi = 5 } }, { "i64", { dist = "int", lo = 0, hi = 100 } },
+    { "f32", { dist = "int", lo = 0, hi = 9 } }, { "u8", { dist = "uniform", lo = 0, hi = 200 } } }
+  for _, c in ipairs(laws) do
+    local dt, law = c[1], c[2]
+    local n = (1 << 16) + 3
+    law.seed = 1234567
+    local b = buffer.new(dt, n):random(law)
+    t.eq(b:random_check(law), 0, dt .. " " .. law.dist .. ": as drawn")
+    local v = b:to_table()
+    v[1], v[n] = 7, 7 -- two changed elements (7 is never what both held)
+    b:from_table(v)
+    local want = 0
+    local orig = buffer.new(dt, n):random(law):to_table()
+    for _, i in ipairs { 1, n } do if orig[i] ~= 7 then want = want + 1 end end
+    t.eq(b:random_check(law), want, dt .. " " .. law.dist .. ": changed elements counted")
+    local other = {}
+    for k, x in pairs(law) do other[k] = x end
+    other.seed = law.seed + 1
+    t.ok(b:random_check(other) > n // 4, dt .. ": another seed's values are not these")
+  end
+end)
+
+t.test("sparse poison: one 32-byte sector in every KiB, at places the seed draws; small buffers whole", function()
+  local n = (256 << 10) + 5 -- f32: 1 MiB + 20 bytes, 1025 blocks (the last one short)
+  local b = buffer.new("f32", n):fill(1)
+  b:poison { sparse = 99 }
+  local v = b:to_table()
+  local per_block, where = {}, {}
+  for i = 1, n do
+    if v[i] ~= v[i] then
+      local blk = (i - 1) * 4 // 1024
+      per_block[blk] = (per_block[blk] or 0) + 1
+      where[#where + 1] = i
+    end
+  end
+  local blocks, exact = 0, true
+  for blk = 0, 1023 do
+    blocks = blocks + (per_block[blk] and 1 or 0)
+    if per_block[blk] ~= 8 then exact = false end
+  end
+  t.ok(exact and blocks == 1024, "8 poisoned f32 (one sector) in each whole KiB block")
+  t.ok((per_block[1024] or 0) >= 1, "the short last block is poisoned too")
+  local c = buffer.new("f32", n):fill(1)
+  c:poison { sparse = 100 }
+  local w, moved = c:to_table(), 0
+  for _, i in ipairs(where) do if w[i] == w[i] then moved = moved + 1 end end
+  t.ok(moved > #where // 2, "another seed poisons other sectors: " .. moved .. " of " .. #where)
+  local small = buffer.new("f16", 1000):fill(2)
+  small:poison { sparse = 5 }
+  local nan = 0
+  for _, x in ipairs(small:to_table()) do if x ~= x then nan = nan + 1 end end
+  t.eq(nan, 1000, "under 64 KiB: every element")
+  t.ok(not pcall(function() b:poison { sparse = "x" } end), "a seed must be an integer")
+end)
+
+t.test("buffer.copy_in copies a raw device range of exactly the buffer's size", function()
+  local a = buffer.new("f32", 1 << 20):random { seed = 4 }
+  local b = buffer.new("f32", 1 << 20):zero()
+  buffer.copy_in(b, a:ptr(), a:nbytes())
+  t.eq(b:checksum(), a:checksum())
+  t.ok(not pcall(buffer.copy_in, b, a:ptr(), a:nbytes() - 4), "a size that is not the buffer's is refused")
+  t.ok(not pcall(buffer.copy_in, b, 0, a:nbytes()), "a null pointer is refused")
+end)
+
 t.test("uniform and normal fills have the right statistics and follow the seed", function()
   local n = 1 << 20
   local u = buffer.new("f32", n):random { dist = "uniform", lo = -1, hi = 1, seed = 7 }
