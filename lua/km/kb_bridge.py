@@ -473,21 +473,24 @@ class Problem:
         """get_inputs() under the seed, made on the problem's device and cast."""
         with torch.no_grad(), self._device_ctx():
             _seed(seed)
-            try:
-                xs = self.module.get_inputs()
-            except BaseException as e:
-                raise self._fail("get_inputs()", e, "BAD_INPUTS")
-            if not isinstance(xs, (list, tuple)):
-                raise ProblemError("%s: get_inputs() returned a %s, not a list"
-                                   % (self.path, type(xs).__name__), "BAD_INPUTS")
-            out = []
-            for i, x in enumerate(xs):
-                if not isinstance(x, (torch.Tensor, bool, int, float)) and x is not None:
-                    raise ProblemError("%s: get_inputs() item %d is a %s; inputs are tensors "
-                                       "or numbers" % (self.path, i, type(x).__name__), "BAD_INPUTS")
-                out.append(self._cast(x))
+            out = [self._cast(x) for x in self._get_inputs()]
         self.scalars = {k: x for k, x in enumerate(out) if not isinstance(x, torch.Tensor)}
         return out
+
+    def _get_inputs(self):
+        """get_inputs() as it returns them (a list of tensors and numbers), uncast."""
+        try:
+            xs = self.module.get_inputs()
+        except BaseException as e:
+            raise self._fail("get_inputs()", e, "BAD_INPUTS")
+        if not isinstance(xs, (list, tuple)):
+            raise ProblemError("%s: get_inputs() returned a %s, not a list"
+                               % (self.path, type(xs).__name__), "BAD_INPUTS")
+        for i, x in enumerate(xs):
+            if not isinstance(x, (torch.Tensor, bool, int, float)) and x is not None:
+                raise ProblemError("%s: get_inputs() item %d is a %s; inputs are tensors "
+                                   "or numbers" % (self.path, i, type(x).__name__), "BAD_INPUTS")
+        return list(xs)
 
     # -- forward --
     def _forward(self, inputs, model=None):
@@ -1095,6 +1098,279 @@ def write_params(i, bufs, stream=0):
         for key, name in p.names["params"].items():
             _buffer_for(bufs, name, state[key], p.device, "parameter").copy_(state[key])
     return True
+
+
+# ---- the refresh plan: get_inputs() learned once, replayed by the judge ----
+#
+# The judge draws fresh inputs before every timed call. Calling get_inputs() for that puts
+# Python in the timed loop; where get_inputs() returns only fresh draws of torch's RNG
+# factories, their laws are learned here once, and the judge replays them with its own GPU
+# fill (uniform [a, b), normal(a, b), integers in [a, b]) and copies the parameters raw.
+# The trace is a TorchFunctionMode that sees every torch call get_inputs() makes: a drawn
+# tensor that is an argument of any later call (x * 2, x.abs(), x[0] = 1, x.contiguous())
+# is no longer known to hold its law, so the plan refuses it. Not seen: aliases made outside
+# torch's dispatch (torch.utils.dlpack.to_dlpack, ctypes on an address) — no problem file
+# does that.
+
+class _Draw:
+    """A tensor a factory call made in get_inputs(): its law (dist, a, b) or why it has none.
+    Holding the tensor keeps its id() from being reused during the trace."""
+
+    def __init__(self, tensor, name, law):
+        self.tensor = tensor
+        self.blank = law is None  # torch.empty/zeros: uniform_() or normal_() may fill it
+        self.tainted = None       # the first other call it was an argument of
+        self.set(name, law)
+
+    def set(self, name, law):
+        self.name = name
+        self.law, self.why = (None, law) if isinstance(law, str) else (law, None)
+
+
+def _arg(args, kwargs, pos, key, default):
+    return args[pos] if len(args) > pos else kwargs.get(key, default)
+
+
+def _real(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _real_law(dist, a, b):
+    if not (_real(a) and _real(b)):
+        return "its %s parameters are not numbers" % dist
+    return (dist, float(a), float(b))
+
+
+def _randint_law(args, kwargs, first):
+    """randint(high, size), randint(low, high, size), keywords low/high; randint_like's
+    after its template (first = 1). -> ("int", low, high - 1): the bounds inclusive."""
+    nums = []
+    for a in args[first:first + 2]:
+        if isinstance(a, (tuple, list)):
+            break  # the size
+        nums.append(a)
+    low, high = (nums if len(nums) == 2 else
+                 [kwargs.get("low", 0), nums[0] if nums else kwargs.get("high")])
+    if type(low) is not int or type(high) is not int:
+        return "its bounds are not integers"
+    return ("int", low, high - 1)
+
+
+_calls = None
+
+
+def _trace_calls():
+    """(draws, fills, likes, reads): the calls the trace knows. draws: function -> (name,
+    law(args, kwargs)), law None for torch.empty/zeros (a blank to fill); fills: the in-place
+    fills of a blank; likes: factories whose first argument is only a template; reads:
+    calls that only read a tensor's shape, dtype or device."""
+    global _calls
+    if _calls is None:
+        T = torch.Tensor
+        uniform = lambda a, k: ("uniform", 0.0, 1.0)  # noqa: E731
+        normal = lambda a, k: ("normal", 0.0, 1.0)    # noqa: E731
+        draws = {
+            torch.rand: ("torch.rand", uniform), torch.rand_like: ("torch.rand_like", uniform),
+            torch.randn: ("torch.randn", normal), torch.randn_like: ("torch.randn_like", normal),
+            torch.randint: ("torch.randint", lambda a, k: _randint_law(a, k, 0)),
+            torch.randint_like: ("torch.randint_like", lambda a, k: _randint_law(a, k, 1)),
+            torch.normal: ("torch.normal", lambda a, k: _real_law(
+                "normal", _arg(a, k, 0, "mean", None), _arg(a, k, 1, "std", None))),
+            T.uniform_: ("Tensor.uniform_", lambda a, k: _real_law(
+                "uniform", _arg(a, k, 1, "from", 0), _arg(a, k, 2, "to", 1))),
+            T.normal_: ("Tensor.normal_", lambda a, k: _real_law(
+                "normal", _arg(a, k, 1, "mean", 0), _arg(a, k, 2, "std", 1))),
+            torch.empty: ("torch.empty", lambda a, k: None),
+            torch.zeros: ("torch.zeros", lambda a, k: None)}
+        fills = {T.uniform_, T.normal_}
+        likes = {torch.rand_like, torch.randn_like, torch.randint_like}
+        reads = {getattr(T, n) for n in ("size", "dim", "numel", "element_size",
+                                         "is_floating_point", "__len__")}
+        reads |= {getattr(T, n).__get__ for n in ("shape", "dtype", "device", "ndim")}
+        _calls = (draws, fills, likes, reads)
+    return _calls
+
+
+def _fits(law, out):
+    """law, or why out's dtype does not take it: uniform and normal fill floating tensors,
+    int floating or integer ones (not bool)."""
+    if law is None or isinstance(law, str):
+        return law
+    integer = not (out.is_floating_point() or out.is_complex() or out.dtype == torch.bool)
+    if not out.is_floating_point() and not (law[0] == "int" and integer):
+        return "a %s tensor, which a%s %s law does not fill" % (
+            _tname(out.dtype), "n" if law[0] == "int" else "", law[0])
+    return law
+
+
+def _call_name(func):
+    owner = getattr(func, "__self__", None)
+    if type(owner).__name__ == "getset_descriptor":  # x.T, x.data = y
+        return "Tensor.%s%s" % (owner.__name__, " (set)" if func.__name__ == "__set__" else "")
+    if hasattr(func, "__objclass__") or getattr(func, "__qualname__", "").startswith("Tensor."):
+        return "Tensor." + func.__name__
+    return "%s.%s" % (getattr(func, "__module__", None) or "torch", getattr(func, "__name__", func))
+
+
+class _Recorder:
+    """What get_inputs() drew: id(tensor) -> _Draw; why: a reason that refuses every input
+    (a generator= call)."""
+
+    def __init__(self):
+        self.draws, self.why = {}, None
+
+    def draw_of(self, x):
+        d = self.draws.get(id(x)) if isinstance(x, torch.Tensor) else None
+        return d if d is not None and d.tensor is x else None
+
+    def _taint(self, v, func):
+        if isinstance(v, (list, tuple)):
+            for x in v:
+                self._taint(x, func)
+        elif isinstance(v, dict):
+            for x in v.values():
+                self._taint(x, func)
+        else:
+            d = self.draw_of(v)
+            if d is not None and d.tainted is None:
+                d.tainted = _call_name(func)
+
+    def call(self, func, args, kwargs):
+        draws, fills, likes, reads = _trace_calls()
+        fill = self.draw_of(args[0]) if func in fills and args else None
+        if fill is not None and not (fill.blank and fill.tainted is None):
+            fill = None  # uniform_() of anything but an untouched blank taints it below
+        own = fill is not None or func in likes or func in reads  # args[0] only read or filled
+        self._taint(list(args[1:] if own else args), func)
+        self._taint(kwargs, func)
+        out = func(*args, **kwargs)
+        entry = draws.get(func)
+        if entry is None or "out" in kwargs or not isinstance(out, torch.Tensor):
+            return out
+        name, law = entry[0], entry[1](args, kwargs)
+        if kwargs.get("generator") is not None and self.why is None:
+            self.why = "get_inputs() passes generator= to %s" % name
+        if func in fills:
+            if fill is not None:
+                fill.blank = False
+                fill.set(name, _fits(law, out))
+        else:
+            self.draws[id(out)] = _Draw(out, name, _fits(law, out))
+        return out
+
+
+_mode_class = None
+
+
+def _tracing(rec):
+    """A TorchFunctionMode handing each torch call to rec (the class is made on first use, as
+    torch is imported then)."""
+    global _mode_class
+    if _mode_class is None:
+        class _TraceMode(torch.overrides.TorchFunctionMode):
+            def __init__(self, rec):
+                super().__init__()
+                self.rec = rec
+
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                return self.rec.call(func, args, kwargs or {})
+        _mode_class = _TraceMode
+    return _mode_class(rec)
+
+
+def _trace_inputs(p):
+    """get_inputs() once under a _Recorder -> (its items uncast, the recorder). The trace is
+    pushed inside the device context, so it sees each call first and the device context still
+    puts the tensors on the problem's device. The draws are made in forked RNG state (the CPU
+    generator's and the problem's CUDA device's): the generators are left as they were."""
+    rec = _Recorder()
+    devs = []
+    if p.device.type == "cuda":
+        devs = [p.device.index if p.device.index is not None else torch.cuda.current_device()]
+    with torch.random.fork_rng(devices=devs), torch.no_grad(), p._device_ctx(), _tracing(rec):
+        xs = p._get_inputs()
+    return xs, rec
+
+
+def _input_why(rec, name, x, seen):
+    """Why input name (a tensor get_inputs() returned) cannot be drawn by the judge, or None."""
+    d = rec.draw_of(x)
+    if d is None:
+        return "input %s is not a tensor that a torch RNG call made in get_inputs()" % name
+    if id(x) in seen:
+        return "input %s is input %s again" % (name, seen[id(x)])
+    seen[id(x)] = name
+    if d.why or d.law is None:
+        return "input %s (%s): %s" % (name, d.name,
+                                      d.why or "never filled by uniform_() or normal_()")
+    if d.tainted:
+        return "input %s: get_inputs() passes it to %s after %s made it" % (name, d.tainted, d.name)
+    return None
+
+
+def _plan_inputs(p, bufs, xs, rec):
+    """-> (laws by input name, scalars by name, whys): each tensor's buffer checked as
+    make_inputs checks it, against the tensor as _cast makes it (shape and dtype only)."""
+    laws, scalars, whys, seen = {}, {}, [], {}
+    for name, x in zip(p.names["inputs"], xs):
+        if not isinstance(x, torch.Tensor):
+            scalars[name] = _describe(x)
+            continue
+        dtype = p.dtype if x.is_floating_point() else x.dtype
+        _buffer_for(bufs, name, torch.empty(tuple(x.shape), dtype=dtype, device="meta"),
+                    p.device, "input")
+        whys.append(_input_why(rec, name, x, seen))
+        d = rec.draw_of(x)
+        if d is not None and d.law:
+            laws[name] = {"dist": d.law[0], "a": d.law[1], "b": d.law[2]}
+    unused = [d.name for d in rec.draws.values() if d.law and id(d.tensor) not in seen]
+    if unused:  # a draw behind a number input, or one that made nothing returned
+        whys.append("get_inputs() draws a tensor (%s) it does not return as an input" % unused[0])
+    return laws, scalars, whys
+
+
+def _plan_params(p, bufs):
+    """-> (each param's {ptr, nbytes}, whys): the live state tensor's memory, which the judge
+    copies into the buffer; the buffer checked as write_params checks it."""
+    params, whys, state = {}, [], p._state()
+    for key, name in p.names["params"].items():
+        x = state[key]
+        _buffer_for(bufs, name, x, p.device, "parameter")
+        if not x.is_contiguous() or x.device != p.device:
+            whys.append("parameter %s (%s) is not contiguous on %s" % (name, key, p.device))
+        params[name] = {"ptr": x.data_ptr(), "nbytes": x.numel() * x.element_size()}
+    return params, whys
+
+
+@_api
+def refresh_plan(i, bufs):
+    """How the judge draws fresh inputs without Python. bufs as for make_inputs (name ->
+    {ptr, dtype, shape}; the variant is chosen as make_inputs chooses it). Returns {"inputs":
+    {name: {"dist": "uniform"|"normal"|"int", "a", "b"}}, "params": {name: {"ptr",
+    "nbytes"}}, "scalars": {name: value}}: uniform in [a, b), normal of mean a and std b,
+    integers in [a, b]; each param the live state tensor's memory, to copy into its buffer;
+    scalars as make_inputs returns them (and as forward then uses them). Or {"why": one
+    line}: the judge calls make_inputs (and write_params) for each draw. Buffers are checked
+    as make_inputs and write_params check them (MISSING_BUFFER, WRONG_BUFFER). get_inputs()
+    runs once, in forked RNG state (not reseeded): torch's generators are left as they were,
+    so make_inputs(seed) and every later draw give what they gave without this call."""
+    base = _problem(i, memory=True)
+    p = base.current = _variant(base, bufs)
+    xs, rec = _trace_inputs(p)
+    if len(xs) != len(p.names["inputs"]):
+        raise ProblemError("%s: get_inputs() gave %d inputs, earlier %d"
+                           % (p.path, len(xs), len(p.names["inputs"])), "BAD_INPUTS")
+    p.scalars = {k: x for k, x in enumerate(xs) if not isinstance(x, torch.Tensor)}
+    laws, scalars, whys = _plan_inputs(p, bufs, xs, rec)
+    whys.insert(0, rec.why)
+    xs = rec = None  # the drawn tensors go now
+    if p.device.type == "cuda" and _memory_tight(p.device):
+        torch.cuda.empty_cache()
+    params, pwhys = _plan_params(p, bufs)
+    why = next((w for w in whys + pwhys if w), None)
+    if why is not None:
+        return {"why": why}
+    return {"inputs": laws, "params": params, "scalars": scalars}
 
 
 @_api

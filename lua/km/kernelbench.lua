@@ -7,6 +7,7 @@
 --   local s = prob:spec(seed)                       -- inputs, params, outputs: name, dtype, shape
 --   prob:make_inputs(seed, io, { stream = s })      -- get_inputs() under the seed, into io.<in>
 --   prob:write_params(io)                           -- the model's state_dict, into io.<param>
+--   local plan = prob:refresh_plan(io)              -- the same without Python: laws and pointers
 --   prob:forward(io, { stream = s })                -- the model; outputs into io.<out>
 --   local run = prob:bind(io, { stream = s }); run() -- the same, checked once (for timing)
 --   prob:snapshot(); prob:truth(); prob:restore()   -- the reference's own state (km.judge)
@@ -234,6 +235,20 @@ end
 function Problem:write_params(io, opts)
   local id = check(self)
   return call("write_params", id, describe(io, 2), stream_of(opts))
+end
+
+-- What make_inputs and write_params do, as a plan the judge replays without Python:
+-- get_inputs() is run once, traced (in forked RNG state: torch's generators are left as they
+-- were). -> { inputs = { name = { dist = "uniform" | "normal" | "int", a, b } }, params =
+-- { name = { ptr, nbytes } }, scalars = { name = value } }: fill each input with uniform
+-- [a, b), normal (mean a, std b) or integers in [a, b]; copy each param's ptr..ptr+nbytes
+-- (the live state tensor's device memory, valid until release) into io[name]; scalars as
+-- make_inputs returns them. Or { why = "..." } where get_inputs() is more than fresh draws
+-- of torch.rand/randn/randint (docs/pytorch.md): call make_inputs and write_params each
+-- time. io is checked as those two check it (MISSING_BUFFER, WRONG_BUFFER).
+function Problem:refresh_plan(io)
+  local id = check(self)
+  return call("refresh_plan", id, describe(io, 2))
 end
 
 -- The storages the reference keeps on the GPU between calls (its parameters, buffers,
