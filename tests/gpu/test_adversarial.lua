@@ -129,6 +129,72 @@ t.test("a kernel that caches results keyed on its inputs gains nothing: every ti
   end
 end)
 
+-- Timed calls' outputs are poisoned sparsely (a 32-byte sector in every KiB) and hold the
+-- previous call's outputs elsewhere: a kernel that tells a timed call from a verified one by
+-- what its output buffer holds, and skips work there, must still be caught.
+-- (a one-thread probe kernel reads the output before the work kernel writes it: stream order)
+t.test("a kernel that skips all work when its output is not fully poisoned (timed calls) is caught", function()
+  local v = judge("lazy unless poisoned", '__device__ int timed_call;\n' ..
+    'extern "C" __global__ void probe(const float *y, long long n) {\n' ..
+    '  timed_call = y[0] == y[0] && y[n - 1] == y[n - 1]; } // neither is the NaN poison\n' ..
+    relu_src("if (timed_call) return;\n  if (i < n) y[i] = fmaxf(x[i], 0.f);"), [[return function(k, io, s)
+    k.probe{ grid = 1, block = 1 }(io.y, s.n)
+    k.relu{ grid = k.cdiv(s.n, 256), block = 256 }(io.x, io.y, s.n)
+  end]], { timing = true })
+  t.eq(v.status, "mismatch", v.feedback)
+  t.ok(v.feedback:find("timed", 1, true), "caught at a timed call: " .. v.feedback)
+end)
+
+-- A task whose output ends in a run that does not depend on the inputs (y = relu(x), then
+-- `pad` ones): the stale values of the previous call are right there, so only the poison can
+-- catch a kernel that stops writing that run once it is being timed.
+local PAD_DIR = testing.tmpdir() .. "/t_relu_pad"
+assert(require("km.sys").mkdir(PAD_DIR))
+testing.write(PAD_DIR .. "/task.lua", [[return {
+  name = "t_relu_pad", level = 1, category = "activation",
+  description = "y[i] = max(x[i], 0) for i < n, then y[n + j] = 1 for j < pad.",
+  reference = { source = "reference.cu", launch = "reference.lua" },
+  inputs = { { name = "x", dtype = "f32", shape = { "n" }, init = { "uniform", -1, 1 } } },
+  outputs = { { name = "y", dtype = "f32", shape = { "n + pad" } } },
+  shapes = { { n = 1 << 20, pad = 1 << 16 }, { n = 1000, pad = 300 } },
+  tolerance = { f32 = { atol = 0, rtol = 0 } },
+  bytes = "4*n + 4*(n + pad)", flops = "n",
+}]])
+testing.write(PAD_DIR .. "/reference.cu", [[extern "C" __global__ void pad_ref(const float *x, float *y, long long n, long long pad) {
+  long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+  if (i < n) y[i] = fmaxf(x[i], 0.0f);
+  else if (i < n + pad) y[i] = 1.0f;
+}]])
+testing.write(PAD_DIR .. "/reference.lua", [[return function(k, io, s)
+  k.pad_ref{ grid = k.cdiv(s.n + s.pad, 256), block = 256 }(io.x, io.y, s.n, s.pad)
+end]])
+local PAD_LAUNCH = [[return function(k, io, s)
+  k.probe{ grid = 1, block = 1 }(io.y, s.n)
+  k.pad{ grid = k.cdiv(s.n + s.pad, 256), block = 256 }(io.x, io.y, s.n, s.pad)
+end]]
+local pad_task = assert(task.load(PAD_DIR))
+-- probe: whether the run's first element already holds a one (no poison there: a timed call)
+local function pad_src(tail)
+  return '__device__ int have_ones;\n' ..
+    'extern "C" __global__ void probe(const float *y, long long n) { have_ones = y[n] == 1.0f; }\n' ..
+    'extern "C" __global__ void pad(const float *x, float *y, long long n, long long pad) {\n' ..
+    '  long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;\n' ..
+    '  if (i < n) y[i] = fmaxf(x[i], 0.0f);\n' .. tail .. "\n}\n"
+end
+
+t.test("sparse poison: the honest padded task is correct and timed", function()
+  local v = judge("pad honest", pad_src("  else if (i < n + pad) y[i] = 1.0f;"), PAD_LAUNCH, { task = pad_task, timing = true })
+  t.eq(v.status, "correct", v.feedback)
+end)
+
+t.test("a kernel that stops writing an input-independent run once timed meets the poison", function()
+  -- writes the ones only while the run's first element is not a one (every verified call)
+  local v = judge("pad lazy", pad_src("  else if (i < n + pad && !have_ones) y[i] = 1.0f;"), PAD_LAUNCH,
+    { task = pad_task, timing = true })
+  t.eq(v.status, "mismatch", v.feedback)
+  t.ok(v.feedback:find("timed", 1, true), "caught at a timed call: " .. v.feedback)
+end)
+
 ----------------------------------------------------------------------------------------
 -- class 4: launch code cannot tamper with the evidence
 
