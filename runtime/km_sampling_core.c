@@ -112,7 +112,7 @@ void km_timing_protocol_default(km_timing_protocol *p) {
   p->mode = "cold";
   p->rep = 1;
   p->warmup = 3;
-  p->warmup_ms = 5;
+  p->warmup_ms = 1;
   p->flush_bytes = 0;
   p->energy = 0;
   km_stop_rule_default(&p->stop);

@@ -89,7 +89,7 @@ typedef struct km_timing_protocol {
 void km_timing_protocol_default(km_timing_protocol *p);
 
 /* Writes the protocol's key, a string naming every field that decides a timing (numbers in
- * their shortest exact form), e.g. "km.timing/2 mode=cold rep=1 warmup=3,5ms
+ * their shortest exact form), e.g. "km.timing/2 mode=cold rep=1 warmup=3,1ms
  * stop=noise<=0.002,n=20..300,min_ms=0,max_ms=2000 flush=2xL2 energy=0". Returns the
  * length it needs, as snprintf does (-1 on a NULL protocol). */
 int km_timing_protocol_key(const km_timing_protocol *p, char *buf, size_t cap);

@@ -1,6 +1,6 @@
 /* km_timing.c — `require "km.timing"`: time GPU work with CUDA events.
  *
- *   timing.time(fn_or_graph, { mode = "cold"|"warm"|"graph", warmup = 3, warmup_ms = 5,
+ *   timing.time(fn_or_graph, { mode = "cold"|"warm"|"graph", warmup = 3, warmup_ms = 1,
  *                              min_samples = 20, max_samples = 300, target = 0.002,
  *                              min_ms = 0, max_ms = 2000, rep = 1, flush_bytes = 2*L2,
  *                              samples = false, energy = false, before = fn(phase),

@@ -266,10 +266,10 @@ TEST(simulated_loop_overshoot) {
 }
 
 TEST(protocol_key) {
-  km_timing_protocol p = {"cold", 1, 3, 5, 0, 0, {20, 300, 0.002, 0, 2000}};
+  km_timing_protocol p = {"cold", 1, 3, 1, 0, 0, {20, 300, 0.002, 0, 2000}};
   char k[256];
   int len = km_timing_protocol_key(&p, k, sizeof k);
-  ASSERT_EQ_STR(k, "km.timing/2 mode=cold rep=1 warmup=3,5ms stop=noise<=0.002,n=20..300,min_ms=0,max_ms=2000 "
+  ASSERT_EQ_STR(k, "km.timing/2 mode=cold rep=1 warmup=3,1ms stop=noise<=0.002,n=20..300,min_ms=0,max_ms=2000 "
                    "flush=2xL2 energy=0");
   ASSERT_EQ_INT(len, (int)strlen(k));
   char k2[256];
@@ -282,7 +282,7 @@ TEST(protocol_key) {
   km_timing_protocol q = p;
   q.mode = "warm";
   km_timing_protocol_key(&q, k2, sizeof k2);
-  ASSERT_EQ_STR(k2, "km.timing/2 mode=warm rep=1 warmup=3,5ms stop=noise<=0.002,n=20..300,min_ms=0,max_ms=2000 energy=0");
+  ASSERT_EQ_STR(k2, "km.timing/2 mode=warm rep=1 warmup=3,1ms stop=noise<=0.002,n=20..300,min_ms=0,max_ms=2000 energy=0");
   q = p; q.flush_bytes = 100663296;
   km_timing_protocol_key(&q, k2, sizeof k2);
   ASSERT(strstr(k2, " flush=100663296 ") != NULL);

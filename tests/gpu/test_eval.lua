@@ -144,7 +144,7 @@ t.test("after every adversary the pool still serves correct verdicts, timed", fu
   t.diag(v.feedback)
   t.eq(v.status, "correct")
   t.ok(v.speedup > 0.5 and v.speedup < 3, v.speedup)
-  t.ok(v.timing.candidate.n >= 20)
+  t.ok(v.timing.candidate.n >= 10, v.timing.candidate.n)
   t.ok(v.roofline.fraction > 0.3 and v.roofline.fraction <= 1.3, v.roofline.fraction)
   -- how the kernel ran: registers, its launch and the occupancy that gives
   local kr = v.kernels.relu

@@ -4,13 +4,13 @@
 local t = require "km.tap"
 local timing = require "km.timing"
 
-local DEFAULT = "km.timing/2 mode=cold rep=1 warmup=3,5ms stop=noise<=0.002,n=20..300,min_ms=0,max_ms=2000 "
+local DEFAULT = "km.timing/2 mode=cold rep=1 warmup=3,1ms stop=noise<=0.002,n=20..300,min_ms=0,max_ms=2000 "
   .. "flush=2xL2 energy=0"
 
 t.test("the default key, and the same key for the same options spelled out", function()
   t.eq(timing.protocol_key(), DEFAULT)
   t.eq(timing.protocol_key {}, DEFAULT)
-  t.eq(timing.protocol_key { mode = "cold", rep = 1, warmup = 3, warmup_ms = 5, min_samples = 20, max_samples = 300,
+  t.eq(timing.protocol_key { mode = "cold", rep = 1, warmup = 3, warmup_ms = 1, min_samples = 20, max_samples = 300,
     target = 0.002, min_ms = 0, max_ms = 2000 }, DEFAULT)
   -- what does not decide a timing is not in it: hooks, keeping the samples
   t.eq(timing.protocol_key { samples = true, before = function() end, after = function() end }, DEFAULT)
