@@ -221,7 +221,7 @@ static int b_zero(lua_State *L) {
 }
 
 /* b:poison() -> b: km_poison_pattern (km_dtype_core.c) in every element.
- * b:poison{ sparse = seed } -> b: in one 32-byte sector of every 1 KiB block, drawn from the
+ * b:poison{ sparse = seed } -> b: in one 128-byte line of every 4 KiB block, drawn from the
  * seed (a buffer under 64 KiB whole): km_devbuf_poison_sparse. */
 static int b_poison(lua_State *L) {
   km_buffer *b = buffer_check(L, 1);
@@ -629,6 +629,29 @@ static int b_check_guards(lua_State *L) {
   return 2;
 }
 
+/* buffer.guards_intact({ b1, b2, ... }) -> nil | i: the index of the first buffer whose guard
+ * zones changed (b:check_guards says how), all read with one wait for the stream. */
+static int l_guards_intact(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  lua_Integer n = luaL_len(L, 1);
+  luaL_argcheck(L, n >= 0 && n <= 4096, 1, "too many buffers");
+  if (n == 0) return 0;
+  km_cuda_util(L, "km_guard_count");
+  /* boxed: freed by the collector if anything below raises */
+  void *box = lua_newuserdatauv(L, (size_t)n * (sizeof(km_devbuf *) + sizeof(uint64_t)), 0);
+  const km_devbuf **bs = box;
+  uint64_t *bad = (uint64_t *)(bs + n);
+  for (lua_Integer i = 1; i <= n; i++) {
+    lua_geti(L, 1, i);
+    bs[i - 1] = buffer_check(L, -1);
+    lua_pop(L, 1);
+  }
+  check(L, km_devbufs_guards(bs, (size_t)n, km_cuda_stream(), bad), "reading the guards");
+  for (lua_Integer i = 1; i <= n; i++)
+    if (bad[i - 1]) { lua_pushinteger(L, i); return 1; }
+  return 0;
+}
+
 /* b:reset_guards() -> b: refills both guard zones (for reusing a buffer) */
 static int b_reset_guards(lua_State *L) {
   km_buffer *b = buffer_check(L, 1);
@@ -732,7 +755,7 @@ int luaopen_km_buffer(lua_State *L) {
   lua_setfield(L, -2, "__metatable"); /* getmetatable(view) reveals nothing */
   lua_pop(L, 1);
   static const luaL_Reg fns[] = {{"new", l_new}, {"load", l_load}, {"view", l_view}, {"unwrap", l_unwrap},
-                                 {"revoke_views", l_revoke_views}, {"digest", l_digest}, {"copy_in", l_copy_in}, {"live", l_live}, {NULL, NULL}};
+                                 {"revoke_views", l_revoke_views}, {"digest", l_digest}, {"copy_in", l_copy_in}, {"guards_intact", l_guards_intact}, {"live", l_live}, {NULL, NULL}};
   luaL_newlib(L, fns);
   lua_pushinteger(L, DEFAULT_GUARD);
   lua_setfield(L, -2, "DEFAULT_GUARD");

@@ -7,6 +7,7 @@
 #include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "km.h"
@@ -125,7 +126,7 @@ CUresult km_devbuf_poison_sparse(const km_devbuf *b, uint64_t seed, CUstream s) 
   uint64_t bytes = (uint64_t)b->bytes;
   CUdeviceptr p = b->ptr;
   void *args[] = {&p, &bytes, &pat8, &seed};
-  return km_cuda_util_launch(fn, (bytes + 1023) / 1024, s, args);
+  return km_cuda_util_launch(fn, (bytes + 4095) / 4096 * 8, s, args); /* 8 threads a line */
 }
 
 /* ---- digests ----
@@ -180,9 +181,31 @@ CUresult km_devbuf_random_check(const km_devbuf *b, int dist, double a, double c
     uint64_t n = (uint64_t)b->numel;
     CUdeviceptr p = b->ptr, acc = dg_acc;
     void *args[] = {&p, &dt, &n, &seed, &dist, &a, &c, &acc};
-    r = km_cuda_util_launch(fn, n / 2 + 1, s, args);
+    r = km_cuda_util_launch(fn, n / 4 + 1, s, args);
   }
   if (r == CUDA_SUCCESS) r = km_cu->cuMemcpyDtoHAsync(bad, dg_acc, 8, s);
+  if (r == CUDA_SUCCESS) r = km_cu->cuStreamSynchronize(s);
+  pthread_mutex_unlock(&dg_lock);
+  return r;
+}
+
+CUresult km_devbufs_guards(const km_devbuf *const *bs, size_t n, CUstream s, uint64_t *bad) {
+  CUfunction fn;
+  CUresult r = km_cuda_util_get("km_guard_count", &fn);
+  if (r != CUDA_SUCCESS || n == 0) return r;
+  pthread_once(&dg_once, dg_init);
+  pthread_mutex_lock(&dg_lock);
+  r = acc_zeroed(n, s);
+  for (size_t i = 0; i < n && r == CUDA_SUCCESS; i++) {
+    const km_devbuf *b = bs[i];
+    if (!b->guard || !b->base) continue; /* no guards, or freed */
+    CUdeviceptr head = b->base, tail = b->ptr + b->bytes, acc = dg_acc + 8 * i;
+    uint64_t hl = b->guard, tl = b->alloc - b->guard - b->bytes;
+    unsigned pat = KM_GUARD_BYTE;
+    void *args[] = {&head, &hl, &tail, &tl, &pat, &acc};
+    r = km_cuda_util_launch(fn, hl + tl, s, args);
+  }
+  if (r == CUDA_SUCCESS) r = km_cu->cuMemcpyDtoHAsync(bad, dg_acc, n * 8, s);
   if (r == CUDA_SUCCESS) r = km_cu->cuStreamSynchronize(s);
   pthread_mutex_unlock(&dg_lock);
   return r;
@@ -269,17 +292,22 @@ CUresult km_devcompare(km_dtype dt, CUdeviceptr pa, CUdeviceptr pb, uint64_t n, 
   CUfunction fn;
   CUresult r = km_cuda_util_get("km_compare", &fn);
   if (r != CUDA_SUCCESS) return r;
-  CUdeviceptr dres;
-  if ((r = cu->cuMemAlloc(&dres, sizeof out)) != CUDA_SUCCESS) return r;
   int dti = (int)dt, eqnan = tol->equal_nan;
   double atol = tol->atol, rtol = tol->rtol;
   unsigned long long poison = poison_on ? km_poison_pattern(dt) : 0;
+  /* the result in the accumulator array (no allocation: a cuMemFree waits for the device),
+   * one wait for the stream; the lock keeps the array the judge's for the whole compare */
+  pthread_once(&dg_once, dg_init);
+  pthread_mutex_lock(&dg_lock);
+  r = acc_zeroed((sizeof out + 7) / 8, s);
+  CUdeviceptr dres = dg_acc;
   void *args[] = {&pa, &pb, &dti, &n, &atol, &rtol, &eqnan, &dres, &poison_on, &poison};
-  r = cu->cuMemcpyHtoD(dres, &out, sizeof out);
+  /* zeroed, and `first` all ones, in stream order (a copy from the host would wait for it) */
+  if (r == CUDA_SUCCESS) r = cu->cuMemsetD32Async(dres + offsetof(km_cmp_dev, first), 0xFFFFFFFFu, 2, s);
   if (r == CUDA_SUCCESS && n) r = km_cuda_util_launch(fn, n, s, args);
+  if (r == CUDA_SUCCESS) r = cu->cuMemcpyDtoHAsync(&out, dres, sizeof out, s);
   if (r == CUDA_SUCCESS) r = cu->cuStreamSynchronize(s);
-  if (r == CUDA_SUCCESS) r = cu->cuMemcpyDtoH(&out, dres, sizeof out);
-  cu->cuMemFree(dres);
+  pthread_mutex_unlock(&dg_lock);
   if (r != CUDA_SUCCESS) return r;
   memset(res, 0, sizeof *res);
   res->n = n;

@@ -48,13 +48,15 @@ uint64_t km_devbuf_pattern(km_dtype dt, double v);
 /* dist 0: uniform [a, b) (integers: [a, b]); 1: normal(mean a, std b); 2: integers [a, b].
  * Element i depends only on (seed, i). */
 CUresult km_devbuf_random(const km_devbuf *b, int dist, double a, double c, uint64_t seed, CUstream s);
+/* bad[i]: how many bytes of bs[i]'s guard zones changed, for n buffers with one wait for s. */
+CUresult km_devbufs_guards(const km_devbuf *const *bs, size_t n, CUstream s, uint64_t *bad);
 /* *bad: how many elements of b differ (bitwise) from what km_devbuf_random writes with the
  * same arguments; waits for the stream. */
 CUresult km_devbuf_random_check(const km_devbuf *b, int dist, double a, double c, uint64_t seed, CUstream s,
                                 uint64_t *bad);
 /* Buffers of at least this many bytes are poisoned sparsely by km_devbuf_poison_sparse. */
 #define KM_SPARSE_POISON_MIN (64 * 1024)
-/* The poison pattern in one 32-byte sector of every 1 KiB block, the sector drawn from
+/* The poison pattern in one 128-byte line of every 4 KiB block, the line drawn from
  * (seed, block) (km_poison_sparse); a buffer under KM_SPARSE_POISON_MIN is poisoned whole. */
 CUresult km_devbuf_poison_sparse(const km_devbuf *b, uint64_t seed, CUstream s);
 /* Keyed 64-bit digest of the bytes, computed on the GPU (synchronizes s). The key is a

@@ -102,11 +102,14 @@ function Pool:get(dtype, dims)
   return alloc(dtype, dims, function() self:drop(true) end)
 end
 
--- unseen: b holds only values no later call is given (a timed call's reference outputs,
--- for inputs of a seed from the judge's private generator), so it goes back unpoisoned.
-function Pool:put(b, unseen)
+-- Buffers go back poisoned where they may hold a reference result a later candidate could
+-- find (its outputs for a verified call's seed, which the next candidate's call of that seed
+-- would have). plain: b holds nothing of the kind — a candidate's own inputs and outputs, the
+-- reference's inputs, or reference outputs for a seed from the judge's private generator
+-- that no later call gets — and goes back as it is (a poison writes every byte).
+function Pool:put(b, plain)
   if b:freed() then return end
-  if not unseen then b:poison() end
+  if not plain then b:poison() end
   b:reset_guards()
   if self.bytes + b:nbytes() > POOL_LIMIT then self:drop(true) end
   local key = pool_key(b:dtype(), b:shape())
@@ -116,13 +119,13 @@ function Pool:put(b, unseen)
   self.bytes = self.bytes + b:nbytes()
 end
 
--- Returns every buffer of a table (each once) to the pool.
-function Pool:put_all(t)
+-- Returns every buffer of a table (each once) to the pool; plain: Pool:put's.
+function Pool:put_all(t, plain)
   local seen = {}
   for _, b in pairs(t) do
     if type(b) == "userdata" and not seen[b] then
       seen[b] = true
-      self:put(b)
+      self:put(b, plain)
     end
   end
 end
@@ -486,6 +489,13 @@ local function law_of(spec, sym)
   return { dist = "int", lo = a, hi = c }
 end
 
+-- The input buffers of io, by name.
+local function inputs_of(t, io)
+  local r = {}
+  for _, spec in ipairs(t.inputs) do r[spec.name] = io[spec.name] end
+  return r
+end
+
 -- b:random's table for input number i of a call drawn from `seed`.
 local function seeded(law, seed, i)
   local r = copy(law)
@@ -520,12 +530,14 @@ function Judge:pristine(t, sym, ref_in, seed)
   return ref_in
 end
 
--- How a timed call's inputs are made without Python: { laws = { name -> law, index },
--- params = { name -> { ptr, nbytes } } } or false. A task's init rules are laws; a problem
--- file's get_inputs() is when it only draws with torch.rand/randn/randint (its refresh plan,
--- km.kernelbench), its parameters then copied from the model's own tensors (buffer.copy_in).
+-- How a call's inputs are drawn by the judge's own fill, without Python: { laws = { name ->
+-- law, index }, params = { name -> { ptr, nbytes } } } or false. A task's init rules are
+-- laws (every call of the task); a problem file's get_inputs() is when it only draws with
+-- torch.rand/randn/randint (its refresh plan, km.kernelbench; timed calls only: verified calls
+-- keep get_inputs() under the seed), its parameters then copied from the model's own tensors
+-- (buffer.copy_in). Inputs drawn by a law are checked against it in place (b:random_check).
 -- Kept per task and shape (a plan's pointers are the model's, which stay where they are).
-function Judge:timed_plan(st, sym, io)
+function Judge:input_plan(st, sym, io)
   local key = task_mod.fmt_shape(sym)
   st.plans = st.plans or {}
   local plan = st.plans[key]
@@ -571,7 +583,7 @@ end
 -- against.
 function Judge:fill_inputs(t, sym, io, seed, timed)
   local st = self.tasks[t.dir]
-  local plan = (timed or not (st and st.prob)) and self:timed_plan(st or { task = t }, sym, io)
+  local plan = (timed or not (st and st.prob)) and self:input_plan(st or { task = t }, sym, io)
   if plan then
     for name, l in pairs(plan.laws) do io[name]:random(seeded(l.law, seed, l.index)) end
     for name, r in pairs(plan.params) do buffer.copy_in(io[name], r.ptr, r.nbytes) end
@@ -652,13 +664,15 @@ end
 -- same inputs drawn again; or, given a timed plan, against the laws they were drawn by,
 -- b:random_check, and the parameters' source). -> nil or status, text
 local function evidence(t, cand, ref_in, scratch, where, plan, seed)
-  for name, b in pairs(cand) do
-    local okg, why = b:check_guards()
-    if not okg then return "out_of_bounds", feedback.out_of_bounds(fmt("buffer '%s': %s", name, why), where) end
-  end
-  for i, b in pairs(scratch) do
-    local okg, why = b:check_guards()
-    if not okg then return "out_of_bounds", feedback.out_of_bounds(fmt("scratch buffer %d: %s", i, why), where) end
+  -- every guard zone read with one wait; the one that changed then says how
+  local list, label = {}, {}
+  local function add(b, what) list[#list + 1] = b; label[#list] = what end
+  for name, b in pairs(cand) do add(b, fmt("buffer '%s'", name)) end
+  for i, b in pairs(scratch) do add(b, fmt("scratch buffer %d", i)) end
+  local bad = buffer.guards_intact(list)
+  if bad then
+    local _, why = list[bad]:check_guards()
+    return "out_of_bounds", feedback.out_of_bounds(fmt("%s: %s", label[bad], why or "guard zone changed"), where)
   end
   for _, spec in ipairs(t.inputs) do
     local b, moved = cand[spec.name], nil
@@ -712,7 +726,7 @@ function Judge:verify(st, run, v, opts)
       local cand, ref_in, dims = self:trial_io(t, sym, trial_seed)
       local ref_io
       local function done(status, text, extra)
-        self.pool:put_all(cand); self.pool:put_all(ref_in)
+        self.pool:put_all(cand, true); self.pool:put_all(ref_in, true)
         if ref_io then for _, spec in ipairs(t.outputs) do self.pool:put(ref_io[spec.name]) end end
         extra = extra or {}
         extra.failed_at = extra.failed_at or failed_at
@@ -729,11 +743,15 @@ function Judge:verify(st, run, v, opts)
       end
       local ts, ttext = self:truth_check(st, where)
       if ts then return done(ts, ttext) end
-      self:pristine(t, sym, ref_in, trial_seed)
-      local es, etext = evidence(t, cand, ref_in, run.state.scratch, where)
+      -- a task's inputs (drawn by its init rules) are checked against the rules in one read
+      -- and the reference runs on them; a problem file's (get_inputs()) are drawn again
+      local plan = not st.prob and self:input_plan(st, sym, cand)
+      if not plan then self:pristine(t, sym, ref_in, trial_seed) end
+      local es, etext = evidence(t, cand, ref_in, run.state.scratch, where, plan, trial_seed)
       if es then return done(es, etext) end
+      local ref_src = plan and inputs_of(t, cand) or ref_in
       local rs, rmsg
-      ref_io, rs, rmsg = self:run_reference(st, ref_in, dims, sym)
+      ref_io, rs, rmsg = self:run_reference(st, ref_src, dims, sym)
       if not ref_io and rs == "inputs_modified" then return done(rs, rmsg) end
       if not ref_io then
         if rs == "crashed" then self.pool:drop(false) return verdict.ERROR, "the task's reference failed at " .. where .. ": " .. tostring(rmsg), { context_lost = true } end
@@ -746,7 +764,7 @@ function Judge:verify(st, run, v, opts)
         end
         st.checked = true
       end
-      if si == 1 and seed == 1 and opts.timing ~= false then self:try_fast_reference(st, ref_in, ref_io, dims, sym) end
+      if si == 1 and seed == 1 and opts.timing ~= false then self:try_fast_reference(st, ref_src, ref_io, dims, sym) end
       local judged = setmetatable(outs, { __index = cand })
       local later = si > 1 and "shape" or seed > 1 and "seed" or nil
       local ms, mtext, mname = compare_outputs(t, judged, ref_io, hidden and {} or dims, where, later, v.checks, si, seed)
@@ -771,7 +789,7 @@ function Judge:try_reference(t, seed)
     local cand, ref_in, dims = self:trial_io(t, sym, seed or 1)
     self:pristine(t, sym, ref_in, seed or 1)
     local ref_io, rs, rmsg = self:run_reference(st, ref_in, dims, sym)
-    self.pool:put_all(cand); self.pool:put_all(ref_in)
+    self.pool:put_all(cand, true); self.pool:put_all(ref_in, true)
     if ref_io then for _, o in ipairs(t.outputs) do self.pool:put(ref_io[o.name]) end end
     return not ref_io and (tostring(rs) .. ": " .. tostring(rmsg)) or nil
   end)
@@ -830,15 +848,16 @@ function Judge:time_run(st, run, sym, opts, check)
   local every = opts.check_every or 2
   local seed = (opts.seed_base or 1000) + 7777
   local cand, ref_in, dims = self:trial_io(t, sym, seed)
-  local function release() self.pool:put_all(cand); self.pool:put_all(ref_in) end
+  -- outputs of this timing's calls are for seeds of the judge's private generator
+  local function release() self.pool:put_all(cand, true); self.pool:put_all(ref_in, true) end
   run.state.poison = false
   local failure -- { status, text } of a failed timed check
   local checking, calls, checked, cur_seed = false, 0, 0, seed
   -- seeds from the judge's private generator: the inputs of later calls cannot be
   -- predicted (and precomputed) by an untimed first call. Outputs are poisoned sparsely (a
-  -- 32-byte sector in every KiB, drawn from the seed): the rest holds the previous call's
+  -- 128-byte line in every 4 KiB, drawn from the seed): the rest holds the previous call's
   -- outputs, wrong for these inputs, so a check still finds any output left unwritten
-  -- unless it does not depend on the inputs, and such a run of a KiB or more meets poison.
+  -- unless it does not depend on the inputs, and such a run of 4 KiB or more meets poison.
   -- A full poison wrote as many bytes as the kernel's outputs on every call.
   local function refresh()
     cur_seed = rng(1 << 40)
@@ -854,16 +873,11 @@ function Judge:time_run(st, run, sym, opts, check)
     if ts then failure = { ts, ttext } return false end
     -- inputs drawn by a plan are checked against it in one read, and the reference runs on
     -- them (nothing of the candidate's runs between); otherwise drawn again into ref_in
-    local plan = self:timed_plan(st, sym, cand)
+    local plan = self:input_plan(st, sym, cand)
     if not plan then self:pristine(t, sym, ref_in, cur_seed) end
     local es, etext = evidence(t, cand, ref_in, run.state.scratch, where, plan, cur_seed)
     if es then failure = { es, etext } return false end
-    local ref_src = ref_in
-    if plan then
-      ref_src = {}
-      for _, spec in ipairs(t.inputs) do ref_src[spec.name] = cand[spec.name] end
-    end
-    local ref_io, rs, rmsg = self:run_reference(st, ref_src, dims, sym, st.fast_ref, true)
+    local ref_io, rs, rmsg = self:run_reference(st, plan and inputs_of(t, cand) or ref_in, dims, sym, st.fast_ref, true)
     if not ref_io and rs == "inputs_modified" then failure = { rs, rmsg } return false end
     if not ref_io then
       failure = { verdict.ERROR, "the task's reference failed while re-verifying a timed call: " .. tostring(rmsg) }
@@ -938,7 +952,7 @@ function Judge:energy(st, run, sym, opts)
     local okl, s2, m2 = call_launch(self, run, cand, sym, opts.budget or 1e6)
     if not okl then return nil, tostring(m2), s2 end
   end, { mode = "warm", energy = true, max_ms = opts.energy_ms or 600 })
-  self.pool:put_all(cand); self.pool:put_all(ref_in)
+  self.pool:put_all(cand, true); self.pool:put_all(ref_in, true)
   if not res then return nil, err end
   return res.energy_j, res.energy_unavailable
 end

@@ -129,7 +129,7 @@ t.test("a kernel that caches results keyed on its inputs gains nothing: every ti
   end
 end)
 
--- Timed calls' outputs are poisoned sparsely (a 32-byte sector in every KiB) and hold the
+-- Timed calls' outputs are poisoned sparsely (a 128-byte line in every 4 KiB) and hold the
 -- previous call's outputs elsewhere: a kernel that tells a timed call from a verified one by
 -- what its output buffer holds, and skips work there, must still be caught.
 -- (a one-thread probe kernel reads the output before the work kernel writes it: stream order)

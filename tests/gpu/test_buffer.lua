@@ -95,26 +95,26 @@ t.test("random_check: zero for the buffer b:random wrote, and counts each elemen
   end
 end)
 
-t.test("sparse poison: one 32-byte sector in every KiB, at places the seed draws; small buffers whole", function()
-  local n = (256 << 10) + 5 -- f32: 1 MiB + 20 bytes, 1025 blocks (the last one short)
+t.test("sparse poison: one 128-byte line in every 4 KiB, at places the seed draws; small buffers whole", function()
+  local n = (256 << 10) + 5 -- f32: 1 MiB + 20 bytes, 257 blocks (the last one short)
   local b = buffer.new("f32", n):fill(1)
   b:poison { sparse = 99 }
   local v = b:to_table()
   local per_block, where = {}, {}
   for i = 1, n do
     if v[i] ~= v[i] then
-      local blk = (i - 1) * 4 // 1024
+      local blk = (i - 1) * 4 // 4096
       per_block[blk] = (per_block[blk] or 0) + 1
       where[#where + 1] = i
     end
   end
   local blocks, exact = 0, true
-  for blk = 0, 1023 do
+  for blk = 0, 255 do
     blocks = blocks + (per_block[blk] and 1 or 0)
-    if per_block[blk] ~= 8 then exact = false end
+    if per_block[blk] ~= 32 then exact = false end
   end
-  t.ok(exact and blocks == 1024, "8 poisoned f32 (one sector) in each whole KiB block")
-  t.ok((per_block[1024] or 0) >= 1, "the short last block is poisoned too")
+  t.ok(exact and blocks == 256, "32 poisoned f32 (one line) in each whole 4 KiB block")
+  t.ok((per_block[256] or 0) >= 1, "the short last block is poisoned too")
   local c = buffer.new("f32", n):fill(1)
   c:poison { sparse = 100 }
   local w, moved = c:to_table(), 0
@@ -209,6 +209,16 @@ t.test("guard zones catch writes past either end", function()
   ok, why = c:check_guards()
   t.eq(ok, false)
   t.ok(why:find("front guard", 1, true), why)
+  -- many buffers at once (the judge's check): the first whose guards changed, or nil
+  local fine = buffer.new("f32", 5000)
+  t.eq(buffer.guards_intact { fine, buffer.new("f16", 3) }, nil)
+  t.eq(buffer.guards_intact { fine, b, c }, 2)
+  t.eq(buffer.guards_intact { fine, c }, 2)
+  local d = buffer.new("u8", 4096)
+  assert(kernel([[extern "C" __global__ void w8(unsigned char *p, long long i) { p[i] = 7; }]], "w8")
+    :launch({ grid = 1, block = 1 }, d, 4096 + 200))
+  t.eq(buffer.guards_intact { fine, d }, 2, "a write 200 bytes past the end")
+  t.eq(buffer.guards_intact {}, nil)
 end)
 
 t.test("poison makes unwritten outputs fail a compare", function()

@@ -139,7 +139,7 @@ t.test("a problem file's timed refresh runs no Python: its plan's laws and the m
   local st = assert(J:task_state(lt))
   local sym = lt.shapes[1]
   local io = J:trial_io(lt, sym, 5) -- the first fill: get_inputs() through Python, as verify's
-  local plan = J:timed_plan(st, sym, io)
+  local plan = J:input_plan(st, sym, io)
   t.ok(plan, "a plan for torch.randn inputs and an nn.Linear's parameters")
   t.eq(plan.laws.x.law.dist, "normal"); t.eq(plan.laws.x.law.mean, 0); t.eq(plan.laws.x.law.std, 1)
   t.ok(plan.params.fc_weight and plan.params.fc_bias, "parameters copied from the model")

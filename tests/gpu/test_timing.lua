@@ -74,15 +74,18 @@ end)
 -- Adaptive sampling (docs/timing.md): the stop rule is asked at every sample, so a stable
 -- kernel stops where the noise target is first met, not at a batching floor (48 before).
 t.test("a stable kernel stops on noise below 48 samples, with little queued past the stop", function()
-  local sp = timing.time(function() assert(spin{ grid = 1, block = 32 }(2000000)) end, { mode = "warm" })
+  -- a memory-bound kernel at two sizes in cold mode (the judge's): on the H200 a 1 ms spin
+  -- kernel's time follows the SM clock, which moved by more than the 0.2% target (runs O and
+  -- P: 128 and 155 samples), and warm mode's axpy ran to 300 samples (test 7's note)
+  local half = timing.time(work(n // 2))
   local ax = timing.time(work(n))
-  for _, r in ipairs { sp, ax } do
+  for _, r in ipairs { half, ax } do
     t.note(("%s: n %d (+%d queued past the stop), stop %s, noise %.5f, median %.4f ms, %.1f ms in all"):format(
       r.mode, r.n, r.n_extra, r.stop, r.rel_noise, r.median, r.total_ms))
     t.eq(r.stop, "noise")
     t.ok(r.n >= 20 and r.n < 48, r.n)
     t.ok(r.rel_noise <= 0.002, r.rel_noise)
-    t.ok(r.n_extra >= 0 and r.n_extra <= 2, r.n_extra) -- ~1 ms and ~0.2 ms samples: 1-2 ahead at most
+    t.ok(r.n_extra >= 0 and r.n_extra <= 2, r.n_extra) -- ~0.1 and ~0.2 ms samples: 1-2 ahead at most
   end
 end)
 
