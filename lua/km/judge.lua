@@ -56,18 +56,22 @@ local function rng_seed()
   if x == 0 then x = math.floor(wall() * 1e6) | 1 end
   rng_state = x
 end
--- xorshift64*: an integer in [1, n]
+-- xorshift64*: an integer in [1, n] from the output's high bits (its best): the top 31 for
+-- n up to 2^31, the top 63 above (a timed call's seed is one of 2^40; the top 31 alone
+-- made it one of 2^31)
 local function rng(n)
   if not rng_state then rng_seed() end
   local x = rng_state
   x = x ~ (x >> 12); x = x ~ (x << 25); x = x ~ (x >> 27)
   rng_state = x
-  return ((x * 0x2545F4914F6CDD1D) >> 33) % n + 1
+  local r = x * 0x2545F4914F6CDD1D
+  return (n <= 1 << 31 and r >> 33 or r >> 1) % n + 1
 end
 
 ----------------------------------------------------------------------------------------
--- the buffer pool: owned by the judge, buffers come back poisoned with fresh guards, so no
--- result (the reference's least of all) outlives the trial that made it
+-- the buffer pool: owned by the judge, buffers come back with fresh guards, and poisoned
+-- where they may hold a reference result a later call could use (Pool:put), so no such
+-- result outlives the trial that made it
 
 local POOL_LIMIT = 24 << 30
 local Pool = {}
@@ -532,9 +536,9 @@ end
 
 -- How a call's inputs are drawn by the judge's own fill, without Python: { laws = { name ->
 -- law, index }, params = { name -> { ptr, nbytes } } } or false. A task's init rules are
--- laws (every call of the task); a problem file's get_inputs() is when it only draws with
--- torch.rand/randn/randint (its refresh plan, km.kernelbench; timed calls only: verified calls
--- keep get_inputs() under the seed), its parameters then copied from the model's own tensors
+-- laws; a problem file's get_inputs() is when it only draws with torch.rand/randn/randint
+-- (its refresh plan, km.kernelbench: the same laws, drawn by the judge from the same seed on
+-- every call, verified and timed), its parameters then copied from the model's own tensors
 -- (buffer.copy_in). Inputs drawn by a law are checked against it in place (b:random_check).
 -- Kept per task and shape (a plan's pointers are the model's, which stay where they are).
 function Judge:input_plan(st, sym, io)
@@ -569,11 +573,11 @@ function Judge:input_plan(st, sym, io)
   return plan
 end
 
--- The inputs of `seed` into io: drawn by the task's init rules, or, for a PyTorch
--- reference, by the problem's own get_inputs() under the seed (on the GPU) plus the
--- model's parameters. A problem whose inputs cannot be made raises (the verdict: error).
--- timed: a timed call's refresh (and its check's): drawn by the timed plan where there is
--- one, so no Python runs between timed calls. Otherwise torch's cached blocks stay
+-- The inputs of `seed` into io: drawn by the input plan's laws where there is one (a task's
+-- init rules; a problem file's replayed get_inputs(), so no Python runs between calls), or
+-- by the problem's own get_inputs() under the seed (on the GPU), plus the model's
+-- parameters. A problem whose inputs cannot be made raises (the verdict: error).
+-- timed: a timed call's refresh (and its check's). Then torch's cached blocks stay
 -- (otherwise eager's next output allocation is a cudaMalloc inside the timed window; only
 -- inputs are in them), and the parameters are copied from the truth without proving it
 -- unchanged first: that digest waits for the stream, so samples could not queue ahead.
@@ -583,9 +587,11 @@ end
 -- against.
 function Judge:fill_inputs(t, sym, io, seed, timed)
   local st = self.tasks[t.dir]
-  local plan = (timed or not (st and st.prob)) and self:input_plan(st or { task = t }, sym, io)
+  local plan = self:input_plan(st or { task = t }, sym, io)
   if plan then
     for name, l in pairs(plan.laws) do io[name]:random(seeded(l.law, seed, l.index)) end
+    -- parameters: as below, from a truth proven unchanged, except in a timed refresh
+    if next(plan.params) and not timed then self:truth_check(st, "an input refresh") end
     for name, r in pairs(plan.params) do buffer.copy_in(io[name], r.ptr, r.nbytes) end
     return
   end
@@ -743,9 +749,9 @@ function Judge:verify(st, run, v, opts)
       end
       local ts, ttext = self:truth_check(st, where)
       if ts then return done(ts, ttext) end
-      -- a task's inputs (drawn by its init rules) are checked against the rules in one read
-      -- and the reference runs on them; a problem file's (get_inputs()) are drawn again
-      local plan = not st.prob and self:input_plan(st, sym, cand)
+      -- inputs drawn by a law (a task's init rules, a problem file's plan) are checked
+      -- against it in one read and the reference runs on them; others are drawn again
+      local plan = self:input_plan(st, sym, cand)
       if not plan then self:pristine(t, sym, ref_in, trial_seed) end
       local es, etext = evidence(t, cand, ref_in, run.state.scratch, where, plan, trial_seed)
       if es then return done(es, etext) end
@@ -848,8 +854,12 @@ function Judge:time_run(st, run, sym, opts, check)
   local every = opts.check_every or 2
   local seed = (opts.seed_base or 1000) + 7777
   local cand, ref_in, dims = self:trial_io(t, sym, seed)
+  local bound, ref_outs -- a PyTorch reference bound for the checks (reference() below)
   -- outputs of this timing's calls are for seeds of the judge's private generator
-  local function release() self.pool:put_all(cand, true); self.pool:put_all(ref_in, true) end
+  local function release()
+    self.pool:put_all(cand, true); self.pool:put_all(ref_in, true)
+    if ref_outs then self.pool:put_all(ref_outs, true) end
+  end
   run.state.poison = false
   local failure -- { status, text } of a failed timed check
   local checking, calls, checked, cur_seed = false, 0, 0, seed
@@ -864,6 +874,35 @@ function Judge:time_run(st, run, sym, opts, check)
     self:fill_inputs(t, sym, cand, cur_seed, true)
     for _, spec in ipairs(t.outputs) do cand[spec.name]:poison { sparse = cur_seed } end
   end
+  -- The reference on a checked call's inputs -> io (inputs and its outputs), kept (io is
+  -- this timing's: not for the pool) | nil, status, message. A PyTorch reference (a problem
+  -- file's, or a task's fast one) on inputs drawn by a plan is bound once to the candidate's
+  -- input buffers and outputs of its own, for the whole timing (Problem:bind): each check is
+  -- then the model and a copy, not the buffers described and wrapped again.
+  local function reference(plan)
+    local which = st.fast_ref or st.ref
+    if not (plan and which.torch) then
+      return self:run_reference(st, plan and inputs_of(t, cand) or ref_in, dims, sym, st.fast_ref, true)
+    end
+    local moved, mtext = self:truth_check(st) -- the model's state, as call_launch checks it
+    if moved then return nil, moved, mtext end
+    if not bound then
+      local io = inputs_of(t, cand)
+      ref_outs = {}
+      for _, spec in ipairs(t.outputs) do
+        ref_outs[spec.name] = self.pool:get(spec.dtype, dims[spec.name])
+        io[spec.name] = ref_outs[spec.name]
+      end
+      local berr
+      bound, berr = which.torch:bind(io, { variant = "eager" })
+      if not bound then return nil, "launch_error", berr end
+      bound = { run = bound, io = io }
+    end
+    local ok, err = bound.run(true)
+    st.truth_dirty = true -- a forward may move the model's buffers (running statistics)
+    if not ok then return nil, "launch_error", err end
+    return bound.io, nil, nil, true
+  end
   local last_outs = {}
   local function check_now(where)
     checked = checked + 1
@@ -877,7 +916,7 @@ function Judge:time_run(st, run, sym, opts, check)
     if not plan then self:pristine(t, sym, ref_in, cur_seed) end
     local es, etext = evidence(t, cand, ref_in, run.state.scratch, where, plan, cur_seed)
     if es then failure = { es, etext } return false end
-    local ref_io, rs, rmsg = self:run_reference(st, plan and inputs_of(t, cand) or ref_in, dims, sym, st.fast_ref, true)
+    local ref_io, rs, rmsg, kept = reference(plan)
     if not ref_io and rs == "inputs_modified" then failure = { rs, rmsg } return false end
     if not ref_io then
       failure = { verdict.ERROR, "the task's reference failed while re-verifying a timed call: " .. tostring(rmsg) }
@@ -886,7 +925,7 @@ function Judge:time_run(st, run, sym, opts, check)
     local judged = setmetatable(copy(last_outs), { __index = cand })
     local ms, mtext = compare_outputs(t, judged, ref_io, dims, where, "timed")
     -- no poison on the way back: outputs for inputs of an unpredictable seed
-    for _, spec in ipairs(t.outputs) do self.pool:put(ref_io[spec.name], true) end
+    if not kept then for _, spec in ipairs(t.outputs) do self.pool:put(ref_io[spec.name], true) end end
     if ms then failure = { ms, mtext } return false end
     return true
   end
