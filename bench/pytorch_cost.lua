@@ -1,7 +1,8 @@
 -- bench/pytorch_cost.lua — what a PyTorch reference costs per candidate in a running pool:
 -- the same ReLU candidates judged against (a) tasks/l1_relu/reference.py as a KernelBench
 -- problem file (PyTorch eager reference) and (b) its CUDA twin (tasks/l1_relu with the same
--- single shape, n = 2^28, CUDA reference, no PyTorch), one warm worker each, side by side.
+-- shapes: n = 2^28 and the problem file's held-out n; CUDA reference, no PyTorch), one warm
+-- worker each, side by side.
 -- Issue 17's target: (a) at most 1.2x (b).
 --
 --   build/kmrun bench/pytorch_cost.lua [--n N] [--seeds S] [--dry-run]
@@ -36,12 +37,18 @@ local ROOT = arg[0]:match("^(.*)/bench/") or "."
 local dir = testing.tmpdir()
 local twin, problem = dir .. "/cuda/l1_relu", dir .. "/l1_relu.py"
 assert(os.execute(("mkdir -p '%s' && cp -r '%s/tasks/l1_relu/.' '%s'"):format(twin, ROOT, twin)))
+assert(os.execute(("cp '%s/tasks/l1_relu/reference.py' '%s'"):format(ROOT, problem)))
+-- The twin verifies the shapes the problem file does: its own (n = 2^28) and the held-out
+-- one the problem file gets (km.kbtask), so the ratio is the reference's cost and not a
+-- second shape's. Without torch the problem file does not load: the twin keeps one shape.
+local pt = task.load(problem)
+local held = pt and pt.shapes[2] and pt.shapes[2].n
 local tl = assert(testing.read(twin .. "/task.lua"))
 local shapes
-tl, shapes = tl:gsub("shapes = %b{},", "shapes = { { n = 1 << 28 } },")
-assert(shapes == 1, "tasks/l1_relu/task.lua: no 'shapes = {...},' to narrow to one shape")
+tl, shapes = tl:gsub("shapes = %b{},", held and ("shapes = { { n = 1 << 28 }, { n = %d } },"):format(held)
+  or "shapes = { { n = 1 << 28 } },")
+assert(shapes == 1, "tasks/l1_relu/task.lua: no 'shapes = {...},' to set")
 testing.write(twin .. "/task.lua", tl)
-assert(os.execute(("cp '%s/tasks/l1_relu/reference.py' '%s'"):format(ROOT, problem)))
 
 if a.dry_run then
   local ok = true

@@ -1120,6 +1120,7 @@ class _Draw:
         self.tensor = tensor
         self.blank = law is None  # torch.empty/zeros: uniform_() or normal_() may fill it
         self.tainted = None       # the first other call it was an argument of
+        self.spent = False        # mapped into another draw (x * 2): that one is the input
         self.set(name, law)
 
     def set(self, name, law):
@@ -1154,6 +1155,37 @@ def _randint_law(args, kwargs, first):
     if type(low) is not int or type(high) is not int:
         return "its bounds are not integers"
     return ("int", low, high - 1)
+
+
+_affine_ops = None
+
+
+def _affine_op(func):
+    """The arithmetic with a number that maps a uniform or normal draw to another of its kind:
+    "mul", "div", "add", "sub", "rsub" (c - x), with "_" after an in-place one; else None."""
+    global _affine_ops
+    if _affine_ops is None:
+        T = torch.Tensor
+        _affine_ops = {T.__mul__: "mul", T.__rmul__: "mul", T.mul: "mul", torch.mul: "mul",
+                       T.__truediv__: "div", T.div: "div", torch.div: "div",
+                       T.__add__: "add", T.__radd__: "add", T.add: "add", torch.add: "add",
+                       T.__sub__: "sub", T.sub: "sub", torch.sub: "sub", T.__rsub__: "rsub",
+                       T.mul_: "mul_", T.div_: "div_", T.add_: "add_", T.sub_: "sub_"}
+    return _affine_ops.get(func)
+
+
+def _affine_law(law, op, c):
+    """law after x op c (uniform: its interval mapped; normal: mean and std), or None (a zero
+    scale: no longer a draw)."""
+    k, s = {"mul": (c, 0.0), "div": (1.0 / c if c else 0.0, 0.0), "add": (1.0, c),
+            "sub": (1.0, -c), "rsub": (-1.0, c)}[op.rstrip("_")]
+    if k == 0:
+        return None
+    dist, a, b = law
+    if dist == "uniform":
+        lo, hi = a * k + s, b * k + s
+        return ("uniform", min(lo, hi), max(lo, hi))
+    return ("normal", a * k + s, b * abs(k))
 
 
 _calls = None
@@ -1235,7 +1267,33 @@ class _Recorder:
             if d is not None and d.tainted is None:
                 d.tainted = _call_name(func)
 
+    def _affine(self, func, args, kwargs):
+        """x * c, x / c, x + c, x - c, c - x (and in place) for a fresh uniform or normal draw x
+        and a number c: the result is a draw of the mapped law (torch.rand(n) * 2 - 1 is
+        uniform on [-1, 1)); x itself is spent — returning or using it again has a why. ->
+        the result, or None when this call is not such a step."""
+        op = _affine_op(func)
+        if op is None or kwargs or len(args) != 2:
+            return None
+        d, c = self.draw_of(args[0]), args[1]
+        if (d is None or not _real(c) or d.tainted is not None or d.blank or not d.law
+                or d.law[0] not in ("uniform", "normal") or not d.tensor.is_floating_point()):
+            return None
+        law = _affine_law(d.law, op, float(c))
+        if law is None:
+            return None
+        out = func(*args)
+        if op.endswith("_"):  # in place: the same tensor, its law mapped
+            d.law = law
+            return out
+        d.tainted, d.spent = _call_name(func), True
+        self.draws[id(out)] = _Draw(out, d.name + " mapped", law)
+        return out
+
     def call(self, func, args, kwargs):
+        out = self._affine(func, args, kwargs)
+        if out is not None:
+            return out
         draws, fills, likes, reads = _trace_calls()
         fill = self.draw_of(args[0]) if func in fills and args else None
         if fill is not None and not (fill.blank and fill.tainted is None):
@@ -1323,7 +1381,7 @@ def _plan_inputs(p, bufs, xs, rec):
         d = rec.draw_of(x)
         if d is not None and d.law:
             laws[name] = {"dist": d.law[0], "a": d.law[1], "b": d.law[2]}
-    unused = [d.name for d in rec.draws.values() if d.law and id(d.tensor) not in seen]
+    unused = [d.name for d in rec.draws.values() if d.law and not d.spent and id(d.tensor) not in seen]
     if unused:  # a draw behind a number input, or one that made nothing returned
         whys.append("get_inputs() draws a tensor (%s) it does not return as an input" % unused[0])
     return laws, scalars, whys

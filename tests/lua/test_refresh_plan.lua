@@ -119,7 +119,11 @@ end)
 
 -- each get_inputs() the judge cannot replay, and the why it gets. The input is x (and y).
 local IMPURE = {
-  { "scaled", { inputs = "torch.rand(4) * 2" }, "input x is not a tensor that a torch RNG call made" },
+  { "product", { inputs = "torch.rand(4) * torch.rand(4)" }, "input x is not a tensor that a torch RNG call made" },
+  { "mapped_and_source", { forward = "x, y", inputs_body = "x = torch.rand(4)", inputs = "x, x * 2" },
+    "input x: get_inputs() passes it to Tensor.mul after torch.rand" },
+  { "int_scaled", { inputs = "torch.randint(0, 5, (4,)) * 2" }, "input x is not a tensor that a torch RNG call made" },
+  { "zero_scale", { inputs = "torch.rand(4) * 0" }, "input x is not a tensor that a torch RNG call made" },
   { "abs", { inputs = "torch.rand(4).abs()" }, "input x is not a tensor that a torch RNG call made" },
   { "ones", { inputs = "torch.ones(4)" }, "input x is not a tensor that a torch RNG call made" },
   { "global", { sizes = "X = torch.rand(4)", inputs = "X" }, "input x is not a tensor that a torch RNG call made" },
@@ -127,7 +131,7 @@ local IMPURE = {
   { "setitem", { inputs_body = "x = torch.rand(4)\nx[0] = 1", inputs = "x" }, "passes it to Tensor.__setitem__ after torch.rand" },
   { "contiguous", { inputs = "torch.rand(4).contiguous()" }, "passes it to Tensor.contiguous" },
   { "moved", { inputs = "torch.rand(4).cpu()" }, "passes it to Tensor.cpu" }, -- .cuda() on a GPU
-  { "in_place", { inputs_body = "x = torch.randn(4)\nx.add_(1)", inputs = "x" }, "passes it to Tensor.add_ after torch.randn" },
+  { "in_place", { inputs_body = "x = torch.randn(4)\nx.add_(torch.ones(4))", inputs = "x" }, "passes it to Tensor.add_ after torch.randn" },
   { "through_view", { inputs_body = "x = torch.rand(4)\nx.view(2, 2).mul_(0)", inputs = "x" }, "passes it to Tensor.view" },
   { "out_arg", { inputs_body = "x = torch.rand(4)\ntorch.add(x, 1, out=x)", inputs = "x" }, "passes it to torch.add" },
   { "data_set", { inputs_body = "x = torch.rand(4)\nx.data = torch.ones(4)", inputs = "x" }, "passes it to Tensor.data (set)" },
@@ -140,6 +144,33 @@ local IMPURE = {
   { "drawn_number", { forward = "x, k", inputs_body = "k = int(torch.randint(1, 5, (1,)).item())", inputs = "torch.rand(4), k" },
     "get_inputs() draws a tensor (torch.randint) it does not return as an input" },
 }
+
+-- arithmetic with a number maps a uniform or normal draw to another (our tasks' reference.py
+-- draw uniform(-1, 1) as torch.rand(n) * 2 - 1)
+local AFFINE = {
+  { "torch.rand(4) * 2 - 1", { "uniform", -1, 1 } },
+  { "torch.rand(4) * (0.5 - -0.5) + -0.5", { "uniform", -0.5, 0.5 } },
+  { "3 - torch.randn(4) * 0.5", { "normal", 3, 0.5 } },
+  { "torch.rand(4) * -2", { "uniform", -2, 0 } },
+  { "torch.rand(4) / 4 + 1", { "uniform", 1, 1.25 } },
+  { "2 * torch.randn(4) + 1", { "normal", 1, 2 } },
+  { "torch.randn(4).mul_(2).add_(1)", { "normal", 1, 2 } },
+  { "torch.mul(torch.rand(4), 3)", { "uniform", 0, 3 } },
+}
+
+t.test("a draw times, over, plus or minus a number: the mapped law", function()
+  for i, case in ipairs(AFFINE) do
+    local path = problem("affine_" .. i, { inputs = case[1], returns = "x", sizes = "" })
+    local prob = assert(kb.load(path))
+    local plan = assert(prob:refresh_plan(buffers(assert(prob:spec(1)))))
+    t.eq(plan.why, nil, case[1] .. ": " .. tostring(plan.why))
+    local law = plan.inputs and plan.inputs.x or {}
+    t.eq(law.dist, case[2][1], case[1])
+    t.ok(law.a and math.abs(law.a - case[2][2]) < 1e-12 and math.abs(law.b - case[2][3]) < 1e-12,
+      ("%s: [%s, %s]"):format(case[1], tostring(law.a), tostring(law.b)))
+    prob:release()
+  end
+end)
 
 t.test("impure get_inputs(): each a why, never a plan", function()
   for _, case in ipairs(IMPURE) do
