@@ -97,6 +97,19 @@ __device__ __forceinline__ void store4(void *p, int dtype, uint64_t g, f2 v, f2 
   }
 }
 
+// Element i of the double-precision path (f64, integer dtypes, and integers in any dtype).
+__device__ __forceinline__ double double_value(uint64_t key, uint64_t i, int dist, double a, double b) {
+  uint64_t r1 = splitmix64(key + 2 * i), r2 = splitmix64(key + 2 * i + 1);
+  if (dist == 0) return a + (b - a) * unit(r1);
+  if (dist == 1) return a + b * sqrt(-2.0 * log(unit(r1))) * cospi(2.0 * unit(r2));
+  return a + (double)(r1 % (uint64_t)(b - a + 1));
+}
+
+// The key of pair j's hashes: the fill's key mixed with j's high word.
+__device__ __forceinline__ uint32_t pair_key(uint32_t k0, uint64_t j) {
+  return k0 ^ mix32((uint32_t)(j >> 32) ^ 0x9E3779B9u);
+}
+
 // dist 0: uniform [a, b); 1: normal(mean a, std b); 2: integers uniform in [a, b].
 // Element i depends only on (seed, i): the same seed gives the same data on any launch shape
 // and any length (a longer buffer's first n elements are a shorter one's).
@@ -119,26 +132,19 @@ extern "C" __global__ void km_random(void *out, int dtype, uint64_t n, uint64_t 
     for (uint64_t g = tid; g < groups; g += stride) {
       uint64_t j = 2 * g; // pairs j, j + 1 (j even: one high word for both)
       uint32_t hi = (uint32_t)(j >> 32);
-      if (hi != khi) khi = hi, kh = k0 ^ mix32(hi ^ 0x9E3779B9u);
+      if (hi != khi) khi = hi, kh = pair_key(k0, j);
       store4(out, dtype, g, pair_values((uint32_t)j, kh, k1, dist, fa, fb, span),
              pair_values((uint32_t)j + 1, kh, k1, dist, fa, fb, span));
     }
     for (uint64_t i = done + 2 * tid; i < n; i += 2 * stride) { // the tail, or an unaligned buffer
       uint64_t j = i / 2;
-      f2 v = pair_values((uint32_t)j, k0 ^ mix32((uint32_t)(j >> 32) ^ 0x9E3779B9u), k1, dist, fa, fb, span);
+      f2 v = pair_values((uint32_t)j, pair_key(k0, j), k1, dist, fa, fb, span);
       store_float(out, dtype, i, v.x);
       if (i + 1 < n) store_float(out, dtype, i + 1, v.y);
     }
     return;
   }
-  for (uint64_t i = tid; i < n; i += stride) {
-    uint64_t r1 = splitmix64(key + 2 * i), r2 = splitmix64(key + 2 * i + 1);
-    double v;
-    if (dist == 0) v = a + (b - a) * unit(r1);
-    else if (dist == 1) v = a + b * sqrt(-2.0 * log(unit(r1))) * cospi(2.0 * unit(r2));
-    else v = a + (double)(r1 % (uint64_t)(b - a + 1));
-    store_double(out, dtype, i, v);
-  }
+  for (uint64_t i = tid; i < n; i += stride) store_double(out, dtype, i, double_value(key, i, dist, a, b));
 }
 
 // An element's bits.
@@ -189,7 +195,7 @@ extern "C" __global__ void km_random_check(const void *in, int dtype, uint64_t n
     uint64_t groups = ((uintptr_t)in % align) ? 0 : n / 4, done = groups * 4;
     for (uint64_t g = tid; g < groups; g += stride) {
       uint64_t j = 2 * g;
-      uint32_t kh = k0 ^ mix32((uint32_t)(j >> 32) ^ 0x9E3779B9u);
+      uint32_t kh = pair_key(k0, j);
       f2 v = pair_values((uint32_t)j, kh, k1, dist, fa, fb, span), w = pair_values((uint32_t)j + 1, kh, k1, dist, fa, fb, span);
       if (dtype == F32) {
         float4 x = ((const float4 *)in)[g];
@@ -203,19 +209,13 @@ extern "C" __global__ void km_random_check(const void *in, int dtype, uint64_t n
     }
     for (uint64_t i = done + 2 * tid; i < n; i += 2 * stride) { // the tail, or an unaligned buffer
       uint64_t j = i / 2;
-      f2 v = pair_values((uint32_t)j, k0 ^ mix32((uint32_t)(j >> 32) ^ 0x9E3779B9u), k1, dist, fa, fb, span);
+      f2 v = pair_values((uint32_t)j, pair_key(k0, j), k1, dist, fa, fb, span);
       miss += raw_bits(in, dtype, i) != float_bits(dtype, v.x);
       if (i + 1 < n) miss += raw_bits(in, dtype, i + 1) != float_bits(dtype, v.y);
     }
   } else {
-    for (uint64_t i = tid; i < n; i += stride) {
-      uint64_t r1 = splitmix64(key + 2 * i), r2 = splitmix64(key + 2 * i + 1);
-      double v;
-      if (dist == 0) v = a + (b - a) * unit(r1);
-      else if (dist == 1) v = a + b * sqrt(-2.0 * log(unit(r1))) * cospi(2.0 * unit(r2));
-      else v = a + (double)(r1 % (uint64_t)(b - a + 1));
-      miss += raw_bits(in, dtype, i) != double_bits(dtype, v);
-    }
+    for (uint64_t i = tid; i < n; i += stride)
+      miss += raw_bits(in, dtype, i) != double_bits(dtype, double_value(key, i, dist, a, b));
   }
   for (int off = 16; off > 0; off >>= 1) miss += __shfl_down_sync(0xffffffffu, miss, off);
   if ((threadIdx.x & 31) == 0 && miss) atomicAdd(bad, miss);
