@@ -231,13 +231,12 @@ static int b_poison(lua_State *L) {
     lua_Integer seed = lua_tointegerx(L, -1, &isint);
     if (!isint) return luaL_error(L, "poison: sparse must be an integer seed");
     lua_pop(L, 1);
-    if (b->numel) {
-      if (b->bytes >= KM_SPARSE_POISON_MIN) km_cuda_util(L, "km_poison_sparse");
-      else if (km_dtype_size(b->dtype) == 8) km_cuda_util(L, "km_fill64");
+    if (b->bytes >= KM_SPARSE_POISON_MIN) {
+      km_cuda_util(L, "km_poison_sparse");
       check(L, km_devbuf_poison_sparse(b, (uint64_t)seed, km_cuda_stream()), "poison");
+      lua_settop(L, 1);
+      return 1;
     }
-    lua_settop(L, 1);
-    return 1;
   }
   fill_pattern(L, b, km_poison_pattern(b->dtype));
   lua_settop(L, 1);

@@ -193,7 +193,6 @@ CUresult km_devbufs_guards(const km_devbuf *const *bs, size_t n, CUstream s, uin
   CUfunction fn;
   CUresult r = km_cuda_util_get("km_guard_count", &fn);
   if (r != CUDA_SUCCESS || n == 0) return r;
-  pthread_once(&dg_once, dg_init);
   pthread_mutex_lock(&dg_lock);
   r = acc_zeroed(n, s);
   for (size_t i = 0; i < n && r == CUDA_SUCCESS; i++) {
@@ -297,7 +296,6 @@ CUresult km_devcompare(km_dtype dt, CUdeviceptr pa, CUdeviceptr pb, uint64_t n, 
   unsigned long long poison = poison_on ? km_poison_pattern(dt) : 0;
   /* the result in the accumulator array (no allocation: a cuMemFree waits for the device),
    * one wait for the stream; the lock keeps the array the judge's for the whole compare */
-  pthread_once(&dg_once, dg_init);
   pthread_mutex_lock(&dg_lock);
   r = acc_zeroed((sizeof out + 7) / 8, s);
   CUdeviceptr dres = dg_acc;
