@@ -97,20 +97,27 @@ local function side(path, out, extra)
   local first = timing.wall() - w0
   assert(v0.status == "correct", v0.feedback)
   local w1 = timing.wall()
+  local stages = {} -- the judge's stage seconds (verdict.stage_seconds), summed over the N
   for i = 1, a.n do
     local v = pool:eval(t, cand(i), opts)
     assert(v.status == "correct", v.feedback)
+    for k, s in pairs(v.stage_seconds or {}) do if type(s) == "number" then stages[k] = (stages[k] or 0) + s end end
   end
   local per = (timing.wall() - w1) / a.n
   pool:close()
-  return first, per, v0
+  local list = {}
+  for k, s in pairs(stages) do list[#list + 1] = ("%s %.4f"):format(k, s / a.n) end
+  table.sort(list)
+  return first, per, v0, table.concat(list, ", ")
 end
 
-local fp, pp, vp = side(problem, "out")
-local fc, pc, vc = side(twin, "y", { eager = false, compile_mode = "off" }) -- no PyTorch at all
+local fp, pp, vp, sp = side(problem, "out")
+local fc, pc, vc, sc = side(twin, "y", { eager = false, compile_mode = "off" }) -- no PyTorch at all
 print(("device %s, %s; %d candidates per side, %d seeds, n = 2^28"):format(vp.device and vp.device.name or "?",
   os.date("!%Y-%m-%d"), a.n, a.seeds))
 print(("PyTorch reference (problem file): first %.2f s, then %.3f s per candidate (speedup over %s)"):format(fp, pp, vp.speedup_over))
 print(("CUDA reference (twin task):       first %.2f s, then %.3f s per candidate (speedup over %s)"):format(fc, pc, vc.speedup_over))
+print(("stage seconds per candidate, PyTorch reference: %s"):format(sp))
+print(("stage seconds per candidate, CUDA reference:    %s"):format(sc))
 print(("per-candidate ratio PyTorch / CUDA: %.2fx (target: at most 1.2x)"):format(pp / pc))
 os.execute("rm -rf '" .. dir .. "'")
