@@ -757,7 +757,10 @@ function Judge:verify(st, run, v, opts)
       if es then return done(es, etext) end
       local ref_src = plan and inputs_of(t, cand) or ref_in
       local rs, rmsg
-      ref_io, rs, rmsg = self:run_reference(st, ref_src, dims, sym)
+      -- torch's cached blocks keep this trial's reference results until verify ends (Judge:eval
+      -- empties them then, whatever the outcome): the candidate's next trials have other
+      -- seeds, whose results these are not, and no trial's seed comes again in this evaluation
+      ref_io, rs, rmsg = self:run_reference(st, ref_src, dims, sym, nil, st.prob ~= nil)
       if not ref_io and rs == "inputs_modified" then return done(rs, rmsg) end
       if not ref_io then
         if rs == "crashed" then self.pool:drop(false) return verdict.ERROR, "the task's reference failed at " .. where .. ": " .. tostring(rmsg), { context_lost = true } end
@@ -1303,6 +1306,9 @@ function Judge:eval(t, cand, opts)
   -- the candidate's code runs: nothing it leaves behind can slow them
   if opts.timing ~= false then self:baselines(st, copy(t.shapes[1]), opts) stage("baselines") end
   local s, text, extra = self:verify(st, run, v, opts)
+  -- the verified trials' seeds are the same for every candidate of the task: their reference
+  -- results, which torch's cached blocks held through verify, go back to the driver now
+  if st.prob and not (extra and extra.context_lost) then pcall(require("km.kernelbench").empty_cache) end
   stage("verify")
   if s then return finish(s, text, extra) end
   if opts.timing == false then

@@ -1019,8 +1019,11 @@ def bind(i, bufs, stream=0, variant="eager"):
     else:
         raise ProblemError("variant %r: expected eager or compile" % (variant,))
     args = _args(p, bufs)
-    with _stream_ctx(p, stream):
-        outs, _ = p._forward(args, model)
+    # the outputs' shapes and dtypes as the spec found them (no forward needed to learn them)
+    outs = p.output_meta
+    if outs is None or len(outs) != len(p.names["outputs"]):
+        with _stream_ctx(p, stream):
+            outs, _ = p._forward(args, model)
     views = [_buffer_for(bufs, name, o, p.device, "output")
              for name, o in zip(p.names["outputs"], outs)]
     base.bound = (model, args, views, stream)

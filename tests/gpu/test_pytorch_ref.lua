@@ -162,6 +162,27 @@ t.test("a problem file's timed refresh runs no Python: its plan's laws and the m
   t.ok(math.abs(s1 / #xs) < 0.1 and math.abs(s2 / #xs - 1) < 0.1, "normal(0, 1) values")
 end)
 
+-- The verified trials' reference results stay in torch's cached blocks through verify (the
+-- next trial has another seed) and go back to the driver when verify ends, whatever its
+-- outcome: every candidate of the task gets the same trial seeds, so the next one must not
+-- find them. The ReLU's output is 64 MiB; what torch keeps afterwards must be less.
+t.test("after verify, correct or not, torch keeps no block that held a trial's reference result", function()
+  local judge = require "km.judge"
+  local python = require "km.python"
+  local J = assert(judge.new())
+  local rt = assert(task.load(RELU))
+  local out_bytes = 4096 * 4096 * 4
+  local function reserved() return python.eval("__import__('torch').cuda.memory_reserved()") end
+  local v = J:eval(rt, { name = "relu", source = RELU_SRC, launch = RELU_LAUNCH }, { timing = false, seeds = 3 })
+  t.eq(v.status, "correct", v.feedback)
+  t.ok(reserved() < out_bytes, ("correct: %d bytes reserved by torch, the output is %d"):format(reserved(), out_bytes))
+  -- wrong: verify stops at the first trial, once its reference result is computed
+  local WRONG = RELU_SRC:gsub("fmaxf%(", "1.f + fmaxf(")
+  local w = J:eval(rt, { name = "wrong", source = WRONG, launch = RELU_LAUNCH }, { timing = false, seeds = 3 })
+  t.eq(w.status, "mismatch", w.feedback)
+  t.ok(reserved() < out_bytes, ("mismatch: %d bytes reserved by torch, the output is %d"):format(reserved(), out_bytes))
+end)
+
 pool:close()
 os.execute("rm -rf " .. DIR)
 t.done()
