@@ -13,6 +13,11 @@
  *   returns nil, "... did not return within N s" and a traceback, "TIMEOUT" (below).
  *   python.stream_handle([stream])  -> the CUstream of a km.Stream (nil: the current stream)
  *                                      as an integer, for torch.cuda.ExternalStream
+ *   python.background(code [, chunkname]) -> true | nil, why: runs code on a thread of its
+ *                                      own (one at a time, no deadline), e.g. a slow import
+ *                                      while this thread does CUDA work; a later call that
+ *                                      imports the same module waits for it (Python's import lock)
+ *   python.background_state()       -> "none" | "running" | "done" | "failed", traceback
  *
  * Which Python: KM_PYTHON names a python executable (a path or a name on PATH) or a
  * libpython3.X.so (a path or a soname); without it, `python3` on PATH. An executable is
@@ -801,6 +806,121 @@ const char *__lsan_default_suppressions(void) {
 }
 #endif
 
+/* ---- python.background: one piece of code on a thread of its own ----
+ * The thread takes the GIL like any call (PyGILState_Ensure) and runs a wrapper of its own
+ * with PyRun_String, not the dispatcher: the dispatcher's run() keeps per-call state (the
+ * limit) that a concurrent call must not share. The code travels hex-encoded inside the
+ * wrapper (no string API is declared here); a raised exception comes back as the
+ * wrapper's `_err` (bytes). Python switches threads every 5 ms, so calls from this thread
+ * still run while the background code holds the GIL. */
+
+enum { BG_NONE, BG_RUNNING, BG_DONE, BG_FAILED };
+static struct {
+  pthread_mutex_t mu;
+  int state;
+  char *wrapper; /* owned by the thread while it runs */
+  char *err;
+} bg = {PTHREAD_MUTEX_INITIALIZER, BG_NONE, NULL, NULL};
+
+static void *bg_main(void *arg) {
+  (void)arg;
+  int g = py.GILEnsure();
+  PyObject *globals = py.DictNew();
+  PyObject *r = globals ? py.RunString(bg.wrapper, PY_FILE_INPUT, globals, globals, NULL) : NULL;
+  char *err = NULL;
+  if (!r) {
+    py.ErrPrint();
+    err = strdup("python.background: the wrapper did not run (traceback on stderr)");
+  } else {
+    py.DecRef(r);
+    PyObject *e = py.DictGetItemString(globals, "_err"); /* borrowed; absent when it ran */
+    char *t = NULL;
+    ssize_t n = 0;
+    if (e && py.BytesAs(e, &t, &n) == 0 && (err = malloc((size_t)n + 1))) {
+      memcpy(err, t, (size_t)n);
+      err[n] = '\0';
+    } else if (e) {
+      py.ErrClear();
+      err = strdup("python.background: failed (no traceback)");
+    }
+  }
+  if (globals) py.DecRef(globals);
+  py.GILRelease(g);
+  pthread_mutex_lock(&bg.mu);
+  free(bg.wrapper);
+  bg.wrapper = NULL;
+  bg.err = err;
+  bg.state = err ? BG_FAILED : BG_DONE;
+  pthread_mutex_unlock(&bg.mu);
+  return NULL;
+}
+
+static void hex_into(char *out, const char *s, size_t n) {
+  static const char H[] = "0123456789abcdef";
+  for (size_t i = 0; i < n; i++) out[2 * i] = H[(unsigned char)s[i] >> 4], out[2 * i + 1] = H[(unsigned char)s[i] & 15];
+  out[2 * n] = '\0';
+}
+
+static int l_background(lua_State *L) {
+  size_t n, cn;
+  const char *code = luaL_checklstring(L, 1, &n);
+  const char *chunk = luaL_optlstring(L, 2, "<km.python background>", &cn);
+  const char *w = ensure();
+  if (w) return km_fail(L, "NO_PYTHON", "%s", w);
+  static const char FMT[] =
+      "import traceback\n"
+      "try:\n"
+      "    exec(compile(bytes.fromhex('%s').decode(), bytes.fromhex('%s').decode(), 'exec'), {'__name__': '__kmrun_background__'})\n"
+      "except BaseException:\n"
+      "    _err = traceback.format_exc().encode()\n";
+  char *hc = malloc(2 * n + 1), *hn = malloc(2 * cn + 1);
+  size_t wn = sizeof FMT + 2 * n + 2 * cn;
+  char *wrapper = malloc(wn);
+  if (!hc || !hn || !wrapper) {
+    free(hc), free(hn), free(wrapper);
+    return km_fail(L, "ENOMEM", "python.background: out of memory");
+  }
+  hex_into(hc, code, n), hex_into(hn, chunk, cn);
+  snprintf(wrapper, wn, FMT, hc, hn);
+  free(hc), free(hn);
+  pthread_mutex_lock(&bg.mu);
+  if (bg.state == BG_RUNNING) {
+    pthread_mutex_unlock(&bg.mu);
+    free(wrapper);
+    return km_fail(L, "BUSY", "python.background: the code started earlier is still running");
+  }
+  free(bg.err);
+  bg.err = NULL;
+  bg.wrapper = wrapper;
+  bg.state = BG_RUNNING;
+  pthread_attr_t attr;
+  pthread_t th;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  int rc = pthread_create(&th, &attr, bg_main, NULL);
+  pthread_attr_destroy(&attr);
+  if (rc != 0) {
+    free(bg.wrapper);
+    bg.wrapper = NULL;
+    bg.state = BG_NONE;
+    pthread_mutex_unlock(&bg.mu);
+    return km_fail(L, "EAGAIN", "python.background: no thread: %s", strerror(rc));
+  }
+  pthread_mutex_unlock(&bg.mu);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+static int l_background_state(lua_State *L) {
+  static const char *const NAMES[] = {"none", "running", "done", "failed"};
+  pthread_mutex_lock(&bg.mu);
+  int st = bg.state;
+  lua_pushstring(L, NAMES[st]);
+  if (st == BG_FAILED) lua_pushstring(L, bg.err ? bg.err : "");
+  pthread_mutex_unlock(&bg.mu);
+  return st == BG_FAILED ? 2 : 1;
+}
+
 /* ---- Lua API ---- */
 
 static int l_available(lua_State *L) {
@@ -886,7 +1006,8 @@ int luaopen_km_python(lua_State *L) {
   lua_pop(L, 1);
   static const luaL_Reg fns[] = {
       {"available", l_available}, {"info", l_info}, {"exec", l_exec}, {"eval", l_eval},
-      {"import", l_import}, {"call", l_call}, {"stream_handle", l_stream_handle}, {NULL, NULL}};
+      {"import", l_import}, {"call", l_call}, {"stream_handle", l_stream_handle},
+      {"background", l_background}, {"background_state", l_background_state}, {NULL, NULL}};
   luaL_newlib(L, fns);
   return 1;
 }

@@ -50,6 +50,7 @@ function Pool:_start(slot)
   -- a PyTorch call's own deadline (km.python's watchdog) comes after the pool's: a candidate
   -- that hangs the GPU is the pool's timeout, as without PyTorch
   env.KM_PY_TIMEOUT = os.getenv("KM_PY_TIMEOUT") or tostring(2 * (self.opts.timeout or 120) + 60)
+  if self.opts.torch_ahead then env.KM_TORCH_AHEAD = "1" end -- km.worker: torch imported from the start
   for k, v in pairs(self.opts.env or {}) do env[k] = v end
   -- clean_env: the worker inherits no key, only PATH, HOME, LANG, CUDA_*, KM_*, ... (km.proc)
   local w0 = timing.wall()
@@ -77,6 +78,8 @@ end
 --       env = { NAME = value } for the workers, worker_stderr = "inherit" | "null",
 --       warm = jobs compiled ahead per poll (32) | false,
 --       wrap = { argv prefix } each worker runs under, e.g. compute-sanitizer (M.sanitize),
+--       torch_ahead = true: each worker starts importing torch as it starts, on a thread of
+--       its own (a task's PyTorch model or baselines will need it; km.kernelbench.import_ahead),
 --       on_progress = function(ev, job, gpu): a worker's km.progress stage events as they
 --       come (its set-up: torch's import, the spec, the reference, baselines) and the pool's
 --       own (stage "nvrtc": a candidate compiled ahead) }

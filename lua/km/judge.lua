@@ -632,8 +632,12 @@ end
 -- first trial of this worker (st.fast_ref; false when it did not or cannot). Verification
 -- itself always uses the task's own reference.
 function Judge:try_fast_reference(st, ref_in, ref_io, dims, sym)
-  if st.fast_ref ~= nil or st.prob or not st.torch_model then return end
+  if st.fast_ref ~= nil or st.prob or not st.wants_torch then return end
+  -- torch still importing (started ahead, km.kernelbench.import_ahead): this candidate's
+  -- checks use the task's own reference, and the next candidate's verify asks again
+  if not require("km.kernelbench").ready() then return end
   st.fast_ref = false
+  if not self:torch_model(st) then return end
   -- only a model that keeps nothing on the GPU between calls (our tasks' reference.py take
   -- their weights as inputs): a model with state would be a truth to seal (st.prob's is)
   local held = st.torch_model:truth()
@@ -971,7 +975,10 @@ function Judge:time_run(st, run, sym, opts, check)
   if run.torch then run.torch:forward(cand, { empty_cache = true }) end
   -- the last timed call is always re-verified
   if res and check and not check_now(fmt("the last timed call (%d)", calls)) then res = nil end
-  if checked > 0 and (st.prob or st.fast_ref) then require("km.kernelbench").empty_cache() end
+  -- torch's cached blocks may still hold the checks' reference results: they stay there. They
+  -- are for this timing's seeds, drawn from the judge's private generator, which no later
+  -- call gets (so are the pool's buffers that held them, Pool:put); handing the blocks back
+  -- (cudaFree) waited for the whole device, and the next check allocated them again
   if not res then
     if failure and failure[1] == "crashed" then self.pool:drop(false) else release() end
     if failure then return nil, failure[1], failure[2] end
@@ -1097,15 +1104,28 @@ function Judge:baselines(st, sym, opts)
   if st.baselines[tk] then return st.baselines[tk] end
   local out = { errors = {} }
   st.baselines[tk] = out
+  st.wants_torch = true -- the task's PyTorch model is in use here (Judge:try_fast_reference)
   self:truth_check(st, "the baselines") -- measured on the model as loaded, whatever ran before
   st.truth_dirty = true                 -- and what they run may move its buffers
   local kb = require "km.kernelbench"
-  local okt, info = kb.available()
-  if not okt then out.errors.eager = "PyTorch is not available: " .. tostring(info) return out end
-  local prob, why = self:torch_model(st)
-  if not prob then out.errors.eager = "the task's reference.py does not load: " .. tostring(why) return out end
+  -- the records are looked up before the model is loaded: torch's version is read without
+  -- importing torch, so baselines kept on disk do not wait for an import started ahead
+  local version, verr = kb.version()
+  if not version then out.errors.eager = "PyTorch is not available: " .. tostring(verr) return out end
+  local prob, perr -- the model, loaded when a baseline must be measured, or why it is not
+  local function model()
+    if prob == nil and not perr then
+      local okt, i = kb.available()
+      if not okt then perr = "PyTorch is not available: " .. tostring(i)
+      else
+        local p, why = self:torch_model(st)
+        if p then prob = p else perr = "the task's reference.py does not load: " .. tostring(why) end
+      end
+    end
+    return prob
+  end
   local baseline = require "km.baseline"
-  local parts = timing_key(self, st, sym, opts, source, tostring(info.version))
+  local parts = timing_key(self, st, sym, opts, source, tostring(version))
   local list, held = {}, false
   if want_eager then list[#list + 1] = "eager" end
   if mode ~= "off" then list[#list + 1] = "compile" end
@@ -1118,6 +1138,8 @@ function Judge:baselines(st, sym, opts)
       rec.cached = true
     elseif gone then
       out.errors[which] = gone .. " (kept from an earlier run: " .. tostring(baseline.dir()) .. "/" .. key .. ".json)"
+    elseif not model() then
+      out.errors[which] = perr
     else
       if self.on_hold then self.on_hold(which) held = true end -- one-time set-up: a pool gives it its own time
       local run = { torch = prob, variant = which, state = fresh_state() }
@@ -1140,7 +1162,7 @@ function Judge:baselines(st, sym, opts)
         if res then rec = baseline_record(res, extra) else err = tostring(s) .. ": " .. tostring(e) end
       end
       if rec then
-        rec.measured_at, rec.device_name, rec.torch = os.date("!%Y-%m-%dT%H:%M:%SZ"), self.device.name, info.version
+        rec.measured_at, rec.device_name, rec.torch = os.date("!%Y-%m-%dT%H:%M:%SZ"), self.device.name, version
         if okk then baseline.put(key, rec) end
         rec.cached = false
       else

@@ -17,6 +17,7 @@ seed gives other values than KernelBench's CPU generation; and integer and bool 
 their dtype (KernelBench's eval.py casts every tensor, which turns class indices into floats).
 """
 import ctypes
+import importlib.util
 import inspect
 import os
 import sys
@@ -123,6 +124,26 @@ def torch_info():
     t = _torch()
     return {"version": t.__version__, "cuda_version": t.version.cuda,
             "python": sys.version.split()[0], "executable": sys.executable}
+
+
+@_api
+def torch_version():
+    """torch.__version__ without importing torch (an import may be running on another
+    thread): torch/version.py, which torch's own __init__ takes __version__ from, is read."""
+    if torch is not None:
+        return torch.__version__
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        raise ProblemError("PyTorch is not importable by %s: no module named 'torch'"
+                           % sys.executable, "NO_TORCH")
+    path = os.path.join(list(spec.submodule_search_locations)[0], "version.py")
+    ns = {}
+    try:
+        with open(path) as f:
+            exec(compile(f.read(), path, "exec"), ns)
+        return str(ns["__version__"])
+    except Exception as e:
+        raise ProblemError("%s: no __version__ (%s)" % (path, _first_line(e)), "NO_TORCH")
 
 
 # ---- dtypes: kmrun's names <-> torch's ----

@@ -32,6 +32,7 @@ local fmt = string.format
 
 local M = {}
 
+local version_seen -- torch's version read without importing it (M.version)
 local BRIDGE = "km_kb_bridge"             -- the module name kb_bridge.py is imported under
 local PRECISIONS = { fp32 = true, fp16 = true, bf16 = true }
 M.COMPILE_MODE = "max-autotune-no-cudagraphs" -- torch.compile's mode for baselines by default
@@ -109,6 +110,47 @@ function M.available()
   end
   if state.ok then return true, state.info end
   return nil, state.why, state.code
+end
+
+-- Starts torch's import on a thread of its own (python.background), so that a GPU worker
+-- goes on with CUDA work while it runs; whatever then needs torch (M.available, a model's
+-- load) waits for that import to end (Python's import lock) instead of starting another.
+-- -> true | nil, why
+function M.import_ahead()
+  if state then return true end -- imported already, or known not to be importable
+  local ok, why = python.available()
+  if not ok then return nil, why end
+  local path = bridge_path()
+  if not path then return nil, "km/kb_bridge.py not found beside km/kernelbench.lua (package.path)" end
+  ok, why = python.import(path, BRIDGE)
+  if not ok then return nil, why end
+  return python.background(("import sys\nsys.modules[%q]._torch()\n"):format(BRIDGE), "kmrun: torch imported ahead")
+end
+
+-- Whether torch can be had without waiting: imported (or known not importable), or no
+-- import was started ahead (M.available then imports as it always has); false only while an
+-- import started by M.import_ahead still runs.
+function M.ready()
+  if state or not python.background_state then return true end
+  return python.background_state() ~= "running"
+end
+
+-- torch's version as torch.__version__ gives it, without importing torch (its version.py
+-- read by the bridge): what keys the baselines kept on disk can be known while an import
+-- started ahead still runs. -> version | nil, why, code
+function M.version()
+  if state and state.ok then return state.info.version end
+  if version_seen then return version_seen end
+  local ok, why, code = python.available()
+  if ok then
+    local path = bridge_path()
+    if not path then return nil, "km/kb_bridge.py not found beside km/kernelbench.lua (package.path)", "ENOENT" end
+    ok, why, code = python.import(path, BRIDGE)
+  end
+  if ok then ok, why, code = call("torch_version") end
+  if not ok then return nil, why, code end
+  version_seen = ok
+  return ok
 end
 
 -- Hands torch's cached GPU blocks back to the driver, where torch is loaded at all (kmrun

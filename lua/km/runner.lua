@@ -154,7 +154,7 @@ function M.main(strategy, script, argv)
   local tasks, tcode = setup.tasks(args, { name = spec.name, prefix = "kmrun" })
   if not tasks then return tcode end
   local out = args.store or ("runs/" .. os.date("%Y%m%d-%H%M%S") .. ".sqlite")
-  local env, why, scode = setup.run(args, out)
+  local env, why, scode = setup.run(args, out, tasks)
   if not env then io.stderr:write("kmrun: ", why, "\n") return scode end
   local sname = script:match("([^/]+)%.lua$") or script
   if not args.quiet then

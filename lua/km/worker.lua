@@ -100,6 +100,10 @@ local function set_up(judge, key, hold)
 end
 
 local ch = proc.stdio_channel()
+-- torch's import (seconds) on a thread of its own from the start, when the pool says a task
+-- will need it (KM_TORCH_AHEAD=1): the CUDA context comes up meanwhile, and the judge asks
+-- for torch only where it must wait (a problem file's model, a baseline to measure)
+if os.getenv("KM_TORCH_AHEAD") == "1" then pcall(require("km.kernelbench").import_ahead) end
 require("km.sandbox").harden_strings() -- launch code runs here
 local judge, why = judge_mod.new()
 if not judge then

@@ -56,6 +56,21 @@ t.test("our task with reference.py: speedup over eager; torch.compile and the CU
   t.eq(v2.baselines.compile.cached, true)
   t.eq(v2.baselines.eager.median, v.baselines.eager.median)
   t.eq(v2.baselines.compile.median, v.baselines.compile.median)
+  -- a worker that imports torch ahead (kmrun's runs and kmrun eval ask for it): baselines on
+  -- disk are read without waiting for the import, and the first candidate's checks use the
+  -- CUDA reference while it runs; v2's worker imported torch inside its first evaluation
+  local p4 = pool { timeout = 120, torch_ahead = true }
+  local v4 = p4:eval(lt, cand, { seeds = 1, compile_mode = "default" })
+  local v5 = p4:eval(lt, cand, { seeds = 1, compile_mode = "default" }) -- torch imported by now, or soon
+  p4:close()
+  t.eq(v4.status, "correct", v4.feedback)
+  t.eq(v5.status, "correct", v5.feedback)
+  t.eq(v4.baselines.eager.cached, true)
+  t.eq(v4.baselines.eager.median, v.baselines.eager.median)
+  t.ok(v4.eval_seconds < v2.eval_seconds / 2, ("first evaluation %.3f s with the import ahead, %.3f s without")
+    :format(v4.eval_seconds, v2.eval_seconds))
+  t.note(("a fresh worker's first evaluation: %.3f s importing torch on the way, %.3f s with it imported ahead"):format(
+    v2.eval_seconds, v4.eval_seconds))
   -- none: the CUDA reference is the baseline, no PyTorch
   local p3 = pool { timeout = 120 }
   local v3 = p3:eval(lt, cand, { seeds = 1, eager = false, compile_mode = "off" })

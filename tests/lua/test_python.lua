@@ -179,5 +179,33 @@ t.test("many calls in a row hold no GIL and leak no references", function()
   t.eq(py.eval("r[0]"), 1)
 end)
 
+-- python.background: code on a thread of its own while this one goes on; one at a time; a
+-- raised exception is a traceback; an import it runs is waited for by a second importer.
+t.test("background: runs beside the caller, one at a time, failures as tracebacks", function()
+  local wall = require("km.timing").wall
+  local mod = write(DIR .. "/slow_mod.py", "import time\ntime.sleep(0.6)\nVALUE = 42\n")
+  t.eq(py.exec(("import sys\nsys.path.insert(0, %q)"):format(DIR)), true)
+  local t0 = wall()
+  t.eq(py.background("import slow_mod", "test: slow import"), true)
+  t.ok(wall() - t0 < 0.3, "background returns at once")
+  t.eq(py.background_state(), "running")
+  local ok, why, code = py.background("x = 1")
+  t.eq(ok, nil); t.eq(code, "BUSY"); t.ok(why:find("still running", 1, true), why)
+  -- calls from here run while it runs (the interpreter switches threads)
+  t.eq(py.eval("6 * 7"), 42)
+  t.ok(wall() - t0 < 0.5, "an eval did not wait for the background import")
+  -- importing the same module here waits for the background import to finish, then has it
+  t.eq(py.eval("__import__('slow_mod').VALUE"), 42)
+  t.ok(wall() - t0 >= 0.55, "the second importer waited for the first")
+  repeat until py.background_state() ~= "running"
+  t.eq(py.background_state(), "done")
+  t.eq(py.background("raise ValueError('boom in the background')", "test: failing"), true)
+  repeat until py.background_state() ~= "running"
+  local st, tb = py.background_state()
+  t.eq(st, "failed")
+  t.ok(tb:find("ValueError: boom in the background", 1, true) and tb:find("test: failing", 1, true), tb)
+  os.remove(mod)
+end)
+
 os.execute("rm -rf " .. DIR)
 t.done()

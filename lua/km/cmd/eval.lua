@@ -107,7 +107,9 @@ if sanitize then -- the sanitized runs are slow: their own default timeout (km.s
   if not v then io.stderr:write("kmrun eval --sanitize: ", tostring(why), "\n") return 2 end
 else
   local pool
-  pool, why = eval.pool { gpus = { gpu }, timeout = timeout, on_progress = on_progress }
+  -- a problem file's model, or a task's reference.py for baselines: torch imported ahead
+  local torch_ahead = problem or require("km.setup").needs_torch({ t }, a)
+  pool, why = eval.pool { gpus = { gpu }, timeout = timeout, on_progress = on_progress, torch_ahead = torch_ahead }
   if pool then
     opts.timeout = timeout
     local job = pool:submit(t or pos[1], cand, opts)

@@ -76,7 +76,7 @@ if not tasks then return tcode end
 local models = args.models or { false }
 local shard = args.shard
 
-local env, why, scode = setup.run(args, store_path)
+local env, why, scode = setup.run(args, store_path, tasks)
 if not env then io.stderr:write("kmrun sweep: ", why, "\n") return scode end
 local db, pool = env.db, env.pool
 local res = sweep.run { strategies = strategies, tasks = tasks, models = models, repeats = args["repeat"],
