@@ -44,22 +44,26 @@ local function summarize(path)
   return sum
 end
 
--- What torch.compile's compiling cost in a pass: the compile baselines' records in the pass's
--- baselines folder (km.baseline: compile_seconds, measured_at) made since `since` (UTC text).
-local function compile_seconds(dir, since)
+-- The timings a pass measured and kept in its baselines folder (km.baseline records made
+-- since `since`, UTC text): the PyTorch baselines (eager, torch.compile: their compile_seconds)
+-- and the cached timings (CUDA reference, starter), with their samples and why each stopped.
+local function kept_timings(dir, since)
   local json = require "km.json"
-  local n, secs = 0, 0
+  local k = { records = 0, compiled = 0, compile_seconds = 0, samples = 0, stops = {} }
   local p = io.popen("ls " .. dir .. "/*.json 2>/dev/null")
   for f in p:lines() do
     local h = io.open(f)
     local rec = h and json.decode(h:read("a"))
     if h then h:close() end
-    if type(rec) == "table" and type(rec.compile_seconds) == "number" and tostring(rec.measured_at) >= since then
-      n, secs = n + 1, secs + rec.compile_seconds
+    if type(rec) == "table" and type(rec.median) == "number" and tostring(rec.measured_at) >= since then
+      k.records, k.samples = k.records + 1, k.samples + (tonumber(rec.n) or 0)
+      local why = tostring(rec.stop)
+      k.stops[why] = (k.stops[why] or 0) + 1
+      if type(rec.compile_seconds) == "number" then k.compiled, k.compile_seconds = k.compiled + 1, k.compile_seconds + rec.compile_seconds end
     end
   end
   p:close()
-  return n, secs
+  return k
 end
 
 local tmp = os.tmpname(); os.remove(tmp)
@@ -71,7 +75,7 @@ say("GPU: %s (%s), driver %s, NVRTC %s, date %s", dev.name, dev.arch, dev.driver
 say("")
 say("| pass | episodes correct | evaluations | wall s | evaluations per GPU-hour | task | prepare | baselines | verify | measure | energy | kernel s (timed) | samples per timed eval | measure / kernel |")
 say("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-local compiled = {}
+local kept = {}
 for _, pass in ipairs { "empty", "warm" } do
   local st = tmp .. "/" .. pass .. ".sqlite"
   local cmd = ("XDG_CACHE_HOME=%s/cache KM_CACHE_DIR= KM_BASELINE_DIR= %s %s/strategies/repair_then_tune.lua %s --compile-mode %s --store %s > %s/%s.log 2>&1")
@@ -85,12 +89,16 @@ for _, pass in ipairs { "empty", "warm" } do
   say("| %s | %d/%d | %d | %.1f | %.0f | %s | %s | %s | %s | %s | %s | %.2f (%d) | %.1f | %s |", pass, s.correct, s.episodes, s.evals,
     secs, s.evals / secs * 3600, f(g.task), f(g.prepare), f(g.baselines), f(g.verify), f(g.measure), f(g.energy),
     s.kernel, s.timed, s.timed > 0 and s.samples / s.timed or 0, s.kernel > 0 and ("%.2fx"):format((g.measure or 0) / s.kernel) or "-")
-  compiled[pass] = { compile_seconds(tmp .. "/cache/kmrun/baselines", since) }
+  kept[pass] = kept_timings(tmp .. "/cache/kmrun/baselines", since)
 end
 say("")
 for _, pass in ipairs { "empty", "warm" } do
-  say("%s pass: torch.compile compiled %d task(s) in %.1f s (compile_seconds of the baselines measured in the pass)", pass,
-    compiled[pass][1], compiled[pass][2])
+  local k = kept[pass]
+  local stops = {}
+  for why, n in pairs(k.stops) do stops[#stops + 1] = ("%s %d"):format(why, n) end
+  table.sort(stops)
+  say("%s pass: %d timing(s) measured and kept (baselines, reference, starter), %d samples, stopped by: %s; torch.compile compiled %d task(s) in %.1f s",
+    pass, k.records, k.samples, #stops > 0 and table.concat(stops, ", ") or "-", k.compiled, k.compile_seconds)
 end
 say("")
 say("Stage columns are seconds summed over the verdicts; kernel s is the candidates' own timed GPU time (n x mean per")
