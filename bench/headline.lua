@@ -66,6 +66,35 @@ local function kept_timings(dir, since)
   return k
 end
 
+-- From a pass's store: candidates the worker compiled itself (not an NVRTC cache hit: the
+-- driver compiles waiting jobs ahead) and their compile seconds, and the tasks whose timings
+-- took the most samples (samples, evaluations, measure seconds).
+local function verdict_facts(path)
+  local db = assert(require("km.store").open(path))
+  local f = { misses = 0, miss_ms = 0, by_task = {} }
+  for _, e in ipairs(assert(db:episodes {})) do
+    local ep = db:episode(e.id)
+    for _, stp in ipairs(ep and ep.steps or {}) do
+      local v = stp.kind == "verdict" and stp.payload
+      if type(v) == "table" then
+        if v.cached_compile == false then f.misses, f.miss_ms = f.misses + 1, f.miss_ms + (tonumber(v.compile_ms) or 0) end
+        local c = v.timing and v.timing.candidate
+        local b = f.by_task[e.task] or { task = e.task, n = 0, evals = 0, measure = 0 }
+        f.by_task[e.task] = b
+        b.evals = b.evals + 1
+        b.n = b.n + (c and tonumber(c.n) or 0)
+        b.measure = b.measure + (v.stage_seconds and tonumber(v.stage_seconds.measure) or 0)
+      end
+    end
+  end
+  db:close()
+  local list = {}
+  for _, b in pairs(f.by_task) do list[#list + 1] = b end
+  table.sort(list, function(x, y) return x.measure > y.measure end)
+  f.top = list
+  return f
+end
+
 local tmp = os.tmpname(); os.remove(tmp)
 assert(os.execute("mkdir -p " .. tmp .. "/cache"))
 say("# make demo's command, empty then warm caches")
@@ -90,6 +119,7 @@ for _, pass in ipairs { "empty", "warm" } do
     secs, s.evals / secs * 3600, f(g.task), f(g.prepare), f(g.baselines), f(g.verify), f(g.measure), f(g.energy),
     s.kernel, s.timed, s.timed > 0 and s.samples / s.timed or 0, s.kernel > 0 and ("%.2fx"):format((g.measure or 0) / s.kernel) or "-")
   kept[pass] = kept_timings(tmp .. "/cache/kmrun/baselines", since)
+  kept[pass].facts = verdict_facts(st)
 end
 say("")
 for _, pass in ipairs { "empty", "warm" } do
@@ -99,6 +129,13 @@ for _, pass in ipairs { "empty", "warm" } do
   table.sort(stops)
   say("%s pass: %d timing(s) measured and kept (baselines, reference, starter), %d samples, stopped by: %s; torch.compile compiled %d task(s) in %.1f s",
     pass, k.records, k.samples, #stops > 0 and table.concat(stops, ", ") or "-", k.compiled, k.compile_seconds)
+  local f, top = k.facts, {}
+  for i = 1, math.min(6, #f.top) do
+    local b = f.top[i]
+    top[#top + 1] = ("%s %d samples / %d evals, %.2f s"):format(b.task, b.n, b.evals, b.measure)
+  end
+  say("%s pass: %d candidate(s) compiled by the worker (%.1f s of NVRTC); most measure seconds: %s", pass, f.misses,
+    f.miss_ms / 1000, table.concat(top, "; "))
 end
 say("")
 say("Stage columns are seconds summed over the verdicts; kernel s is the candidates' own timed GPU time (n x mean per")
