@@ -841,8 +841,8 @@ end
 -- rule: the timings the judge took in `make demo` met the 0.2% target long before 20
 -- (docs/eval.md, "Adaptive sampling"), and every timed call costs a refresh and a flush.
 -- The median is then known to 0.5% (one relative standard error; opts.target): nvbench's
--- default max-noise. At km.timing's 0.2%, ten noisy candidates of `make demo` (launch-bound
--- starters, 1-2% jitter per call) took 35-82 samples each and 60% of the measure stage
+-- default max-noise. At km.timing's 0.2%, nine noisy candidates of `make demo` (launch-bound
+-- starters, 1-2% jitter per call) took 23-82 samples each and 48% of the measure stage
 -- (docs/eval.md, "Adaptive sampling"); a speedup of two medians so known is within about 0.7%.
 M.TARGET = 0.005
 local function time_opts(opts)
