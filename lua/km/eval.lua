@@ -133,8 +133,12 @@ local function job_of(task, cand, opts)
   local torch
   if type(task) == "table" then torch = type(task.reference) == "table" and task.reference.pytorch ~= nil
   else torch = require("km.kbtask").is_problem(task) end
+  -- a task's CUDA reference, compiled by the worker when it first sets the task up: warmed
+  -- beside the candidates (Pool:_warm)
+  local ref = type(task) == "table" and type(task.reference) == "table" and not task.reference.pytorch
+    and task.reference.source_text or nil
   return { task = task_ref(task), task_name = type(task) == "table" and task.name or task, cand = cand, opts = opts,
-    torch = torch }
+    torch = torch, ref_source = type(ref) == "string" and ref ~= "" and ref or nil }
 end
 
 function Pool:_progress(ev, job, slot)
@@ -322,8 +326,8 @@ function M.compilers(n, cache_dir)
   return c
 end
 
--- Sends the queued jobs not warmed yet to the compile processes (without waiting) and
--- collects what they finished. Called once every idle worker has its job, so these jobs all
+-- Sends the queued jobs not warmed yet to the compile processes (without waiting), with
+-- the CUDA reference of each task they are for (once per task), and collects what they finished. Called once every idle worker has its job, so these jobs all
 -- wait for a busy one: a job that goes straight to an idle worker gains nothing from it.
 function Pool:_warm()
   local batch = self.opts.warm
@@ -331,13 +335,19 @@ function Pool:_warm()
   if not batch or not self.cache_dir or not self.device then return 0 end
   self:_compilers()
   local sent = 0
+  self.refs_warmed = self.refs_warmed or {}
   for _, job in ipairs(self.queue) do
     if sent >= batch then break end
+    if job.ref_source and not self.refs_warmed[job.task] then -- once per task and pool
+      self.refs_warmed[job.task] = true
+      self.compilers.submit(job.ref_source, judge.compile_opts(self.device.arch, {}, "reference"))
+    end
     if not job.warmed then
       job.warmed = true
       local c = job.cand
       if type(c) == "table" and type(c.source) == "string" and c.source ~= "" and not verdict.oversized(c.source, c.launch) then
-        self.compilers.submit(c.source, judge.compile_opts(self.device.arch, c.params or {}))
+        job.compiling = true
+        self.compilers.submit(c.source, judge.compile_opts(self.device.arch, c.params or {}), function() job.compiling = nil end)
         sent = sent + 1
       end
     end
@@ -347,6 +357,20 @@ function Pool:_warm()
   self.compilers.drain(0)
   st.jobs, st.failed = st.jobs + (self.compilers.done - done0), st.failed + (self.compilers.failed - failed0)
   return 0
+end
+
+-- A job about to go to a worker whose compile ahead is still under way: the worker would
+-- compile it again from the start, so it goes when that compile ends, which is never later
+-- (but at most AWAIT_COMPILE_S from now: a compile process that hangs does not hold the
+-- queue). Jobs that follow each other within a compile's time (an offline replay's tuning
+-- steps: 50-150 ms) were compiled twice, the worker's copy on the GPU's critical path.
+local AWAIT_COMPILE_S = 2
+function Pool:_await_compile(job)
+  if not (job and job.compiling and self.compilers) then return end
+  local deadline = timing.wall() + AWAIT_COMPILE_S
+  while job.compiling and timing.wall() < deadline do
+    if self.compilers.drain(5) == 0 then break end -- nothing out: its answer came (or never will)
+  end
 end
 
 function Pool:_compilers()
@@ -407,6 +431,7 @@ function Pool:poll(ms)
   self.queue = self.queue or {}
   for _, s in ipairs(self.slots) do
     while not s.job and #self.queue > 0 do
+      self:_await_compile(self.queue[1])
       local job = table.remove(self.queue, 1)
       local big = verdict.oversized(job.cand.source, job.cand.launch)
       local ok, why = true, nil

@@ -563,25 +563,39 @@ end)
 -- A pool whose workers are fakes in this process (proc.spawn and proc.select replaced):
 -- each compiles its job when it is sent, as the real judge would, with the judge's options
 -- and the cache folder from its environment, and answers whether that was a cache hit.
+-- opts.compile_selects = K: a compile process is still compiling until select has been
+-- asked about it K times, and only then compiles (into the cache) and answers.
 local function fake_pool(opts, run)
   local proc = require "km.proc"
   local json = require "km.json"
   local spawn, select = proc.spawn, proc.select
   local envs = {}
+  local slow = opts.compile_selects
   proc.spawn = function(argv, o)
     local env = o.env
     if argv[2]:match("compiler%.lua$") then
-      -- a compile process: compiles each request into its environment's cache at once
-      local inbox, c = {}, {}
-      function c.send(_, msg)
-        local req = json.decode(msg)
+      -- a compile process: compiles each request into its environment's cache at once, or
+      -- once it has been selected `slow` times
+      local inbox, todo, asked, c = {}, {}, 0, {}
+      local function compile(req)
         local old = nvrtc.set_cache_dir(env.KM_CACHE_DIR)
         local r = nvrtc.compile(req.source, req.opts)
         nvrtc.set_cache_dir(old)
         inbox[#inbox + 1] = json.encode { id = req.id, ok = r ~= nil }
+      end
+      function c.send(_, msg)
+        local req = json.decode(msg)
+        if slow then todo[#todo + 1] = req else compile(req) end
         return true
       end
-      function c.recv() return table.remove(inbox, 1) end
+      function c.ready()
+        asked = asked + 1
+        return not slow or asked >= slow
+      end
+      function c.recv()
+        if #todo > 0 then compile(table.remove(todo, 1)) end
+        return table.remove(inbox, 1)
+      end
       function c.close() end
       return c
     end
@@ -609,7 +623,10 @@ local function fake_pool(opts, run)
     function p.close() end
     return p
   end
-  proc.select = function(ps) return ps[1], 1 end
+  proc.select = function(ps)
+    for i, p in ipairs(ps) do if not p.ready or p.ready() then return p, i end end
+    return nil
+  end
   local ok, a, b = pcall(function()
     local pool = assert(eval.pool(opts))
     local r = run(pool)
@@ -658,6 +675,31 @@ t.test("a pool warms the jobs that wait, into its workers' cache folder", functi
   v, pool = fake_pool({ gpus = { 0 } }, function(p) return p:eval("task", cands("pool_one", 1)[1]) end)
   t.eq(v.cached_compile, false)
   t.eq(pool.warm_stats.jobs, 0)
+end)
+
+-- The offline replay's tuning steps follow each other faster than a compile: a waiting job's
+-- compile ahead is still under way when the worker is free. It goes to the worker when that
+-- compile ends, instead of being compiled a second time there.
+t.test("a job whose compile ahead is under way goes to the worker when it ends, a cache hit", function()
+  local cs = cands("pool_race", 3)
+  local jobs = {}
+  for i, c in ipairs(cs) do jobs[i] = { "task", c } end
+  local vs, pool = fake_pool({ gpus = { 0 }, compile_selects = 3 }, function(p) return p:eval_many(jobs) end)
+  t.eq(vs[1].cached_compile, false, "the first job went straight to the idle worker")
+  for i = 2, 3 do
+    t.eq(vs[i].status, "correct")
+    t.eq(vs[i].cached_compile, true, "job " .. i .. ": its compile ahead was waited for")
+  end
+  t.eq(pool.warm_stats.failed, 0)
+  -- a task's CUDA reference (which the worker compiles when it sets the task up) is warmed
+  -- with the first of its jobs that waits, once
+  local ref = "extern \"C\" __global__ void ref_warm(float *y) { y[threadIdx.x] = 2.0f; }"
+  local tsk = { dir = "/tasks/t_ref_warm", name = "t_ref_warm", reference = { source_text = ref } }
+  local ro = judge.compile_opts("sm_90", {}, "reference")
+  t.eq(eval.compiled(ref, ro, CACHE), false)
+  cs = cands("pool_ref", 2)
+  fake_pool({ gpus = { 0 } }, function(p) return p:eval_many { { tsk, cs[1] }, { tsk, cs[2] } } end)
+  t.eq(eval.compiled(ref, ro, CACHE), true, "the reference is in the workers' cache")
 end)
 
 -- ---- kernel signatures ---------------------------------------------------------------
