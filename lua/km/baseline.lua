@@ -76,4 +76,18 @@ function M.judge_opts(a, opts)
   return opts
 end
 
+-- Whether a worker judging these tasks will import torch: a task whose reference is a
+-- PyTorch model (a problem file), or one with a reference.py while PyTorch baselines are
+-- wanted (a.baselines, the option above). Such workers start the import ahead (the pool's
+-- torch_ahead: km.kernelbench.import_ahead).
+function M.needs_torch(tasks, a)
+  local none = false
+  for _, b in ipairs(a and a.baselines or {}) do if b == "none" then none = true end end
+  for _, t in ipairs(tasks or {}) do
+    local r = type(t) == "table" and t.reference or {}
+    if r.pytorch or (r.pytorch_file and not none) then return true end
+  end
+  return false
+end
+
 return M

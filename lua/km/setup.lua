@@ -280,19 +280,6 @@ end
 ----------------------------------------------------------------------------------------
 -- the run: store, GPU workers, guidance, clients
 
--- Whether a worker judging these tasks will import torch: a task whose reference is a
--- PyTorch model (a problem file), or one with a reference.py while PyTorch baselines are
--- wanted (args.baselines, km.baseline's option). Such workers start the import ahead.
-function M.needs_torch(tasks, args)
-  local none = false
-  for _, b in ipairs(args and args.baselines or {}) do if b == "none" then none = true end end
-  for _, t in ipairs(tasks or {}) do
-    local r = type(t) == "table" and t.reference or {}
-    if r.pytorch or (r.pytorch_file and not none) then return true end
-  end
-  return false
-end
-
 -- Shared by `kmrun STRATEGY.lua` and `kmrun sweep`: the store, GPU workers, guidance and a
 -- model-client factory for parsed args (tasks: the loaded tasks, whose needs the GPU
 -- workers are started for). Returns env or nil, message, exit status.
@@ -316,7 +303,7 @@ function M.run(args, out, tasks)
   if not db then return nil, "cannot open the store " .. out .. ": " .. tostring(derr), 2 end
   local eval = require "km.eval"
   local pool, why = eval.pool { gpus = args.gpus, timeout = args.timeout, worker_stderr = args.worker_stderr or "inherit",
-    torch_ahead = M.needs_torch(tasks, args) }
+    torch_ahead = require("km.baseline").needs_torch(tasks, args) }
   if not pool then
     io.stderr:write("kmrun: no GPU: ", tostring(why), "\n",
       "kmrun: checking that candidates compile (NVRTC, sm_90) without running them\n")

@@ -240,19 +240,5 @@ t.test("ctx.models() is served by the run's client factory: its set-up (--base-u
   t.eq(table.concat(asked, " "), "a b", "the episode's own model's client is the one ctx.models() hands back for it")
 end)
 
--- Workers import torch ahead only for runs that will use it: a problem file, or a task with
--- a reference.py while PyTorch baselines are wanted.
-t.test("setup.needs_torch: problem files always; reference.py unless --baselines none", function()
-  local cuda_only = { reference = { source = "reference.cu" } }
-  local with_py = { reference = { source = "reference.cu", pytorch_file = "/t/reference.py" } }
-  local problem = { reference = { pytorch = "/p/19_ReLU.py" } }
-  t.eq(setup.needs_torch({ cuda_only }, {}), false)
-  t.eq(setup.needs_torch({ cuda_only, with_py }, {}), true)
-  t.eq(setup.needs_torch({ with_py }, { baselines = { "eager" } }), true)
-  t.eq(setup.needs_torch({ with_py }, { baselines = { "none" } }), false)
-  t.eq(setup.needs_torch({ cuda_only, problem }, { baselines = { "none" } }), true)
-  t.eq(setup.needs_torch({}, {}), false)
-end)
-
 os.execute("rm -rf " .. DIR)
 t.done()

@@ -77,5 +77,19 @@ t.test("records: put then get, atomically; corrupt or foreign files are missing"
   t.ok(out:find("^/h/.cache/kmrun/baselines\n"), out)
 end)
 
+-- Workers import torch ahead only for runs that will use it: a problem file, or a task with
+-- a reference.py while PyTorch baselines are wanted.
+t.test("baseline.needs_torch: problem files always; reference.py unless --baselines none", function()
+  local cuda_only = { reference = { source = "reference.cu" } }
+  local with_py = { reference = { source = "reference.cu", pytorch_file = "/t/reference.py" } }
+  local problem = { reference = { pytorch = "/p/19_ReLU.py" } }
+  t.eq(baseline.needs_torch({ cuda_only }, {}), false)
+  t.eq(baseline.needs_torch({ cuda_only, with_py }, {}), true)
+  t.eq(baseline.needs_torch({ with_py }, { baselines = { "eager" } }), true)
+  t.eq(baseline.needs_torch({ with_py }, { baselines = { "none" } }), false)
+  t.eq(baseline.needs_torch({ cuda_only, problem }, { baselines = { "none" } }), true)
+  t.eq(baseline.needs_torch({}, {}), false)
+end)
+
 os.execute("rm -rf " .. DIR)
 t.done()

@@ -108,7 +108,7 @@ if sanitize then -- the sanitized runs are slow: their own default timeout (km.s
 else
   local pool
   -- a problem file's model, or a task's reference.py for baselines: torch imported ahead
-  local torch_ahead = problem or require("km.setup").needs_torch({ t }, a)
+  local torch_ahead = problem or require("km.baseline").needs_torch({ t }, a)
   pool, why = eval.pool { gpus = { gpu }, timeout = timeout, on_progress = on_progress, torch_ahead = torch_ahead }
   if pool then
     opts.timeout = timeout
