@@ -638,35 +638,37 @@ local function fake_pool(opts, run)
   return a, b, envs
 end
 
-t.test("a pool warms the jobs that wait, into its workers' cache folder", function()
-  local cs = cands("pool", 4)
+-- n fresh candidates named `name` judged by a fake pool (opts) at once; checks that the first
+-- went straight to the idle worker and every later one was a cache hit (`how`).
+-- -> the verdicts, the pool, the workers' environments
+local function warmed_jobs(name, n, opts, how)
   local jobs = {}
-  for i, c in ipairs(cs) do jobs[i] = { "task", c } end
-  local vs, pool, envs = fake_pool({ gpus = { 0 } }, function(p) return p:eval_many(jobs) end)
-  t.eq(envs[1].KM_CACHE_DIR, CACHE, "the driver's set_cache_dir reaches the workers")
+  for i, c in ipairs(cands(name, n)) do jobs[i] = { "task", c } end
+  local vs, pool, envs = fake_pool(opts, function(p) return p:eval_many(jobs) end)
   t.eq(vs[1].cached_compile, false, "the first job went straight to the idle worker")
-  for i = 2, 4 do
+  for i = 2, n do
     t.eq(vs[i].status, "correct")
-    t.eq(vs[i].cached_compile, true, "job " .. i .. " was warmed while it waited")
+    t.eq(vs[i].cached_compile, true, "job " .. i .. " " .. how)
   end
+  return vs, pool, envs
+end
+
+t.test("a pool warms the jobs that wait, into its workers' cache folder", function()
+  local _, pool, envs = warmed_jobs("pool", 4, { gpus = { 0 } }, "was warmed while it waited")
+  t.eq(envs[1].KM_CACHE_DIR, CACHE, "the driver's set_cache_dir reaches the workers")
   t.eq(pool.warm_stats.jobs, 3)
   t.eq(pool.warm_stats.failed, 0)
 
   -- a folder named in opts.env is the one warmed, whatever this process uses
   local other = tmpdir()
-  cs = cands("pool_env", 3)
-  for i, c in ipairs(cs) do jobs[i] = { "task", c } end
-  jobs[4] = nil
-  vs, pool, envs = fake_pool({ gpus = { 0 }, env = { KM_CACHE_DIR = other } },
-    function(p) return p:eval_many(jobs) end)
+  _, pool, envs = warmed_jobs("pool_env", 3, { gpus = { 0 }, env = { KM_CACHE_DIR = other } }, "was warmed into opts.env's folder")
   os.execute("rm -rf '" .. other .. "'")
   t.eq(envs[1].KM_CACHE_DIR, other)
   t.eq(nvrtc.cache_dir(), CACHE)
-  t.eq(vs[2].cached_compile, true)
-  t.eq(vs[3].cached_compile, true)
 
   -- warm = false turns it off; a single job on an idle worker is never compiled twice
-  cs = cands("pool_off", 2)
+  local cs = cands("pool_off", 2)
+  local vs
   vs, pool = fake_pool({ gpus = { 0 }, warm = false },
     function(p) return p:eval_many { { "task", cs[1] }, { "task", cs[2] } } end)
   t.eq(vs[2].cached_compile, false)
@@ -681,15 +683,7 @@ end)
 -- compile ahead is still under way when the worker is free. It goes to the worker when that
 -- compile ends, instead of being compiled a second time there.
 t.test("a job whose compile ahead is under way goes to the worker when it ends, a cache hit", function()
-  local cs = cands("pool_race", 3)
-  local jobs = {}
-  for i, c in ipairs(cs) do jobs[i] = { "task", c } end
-  local vs, pool = fake_pool({ gpus = { 0 }, compile_selects = 3 }, function(p) return p:eval_many(jobs) end)
-  t.eq(vs[1].cached_compile, false, "the first job went straight to the idle worker")
-  for i = 2, 3 do
-    t.eq(vs[i].status, "correct")
-    t.eq(vs[i].cached_compile, true, "job " .. i .. ": its compile ahead was waited for")
-  end
+  local _, pool = warmed_jobs("pool_race", 3, { gpus = { 0 }, compile_selects = 3 }, "waited for its compile ahead")
   t.eq(pool.warm_stats.failed, 0)
   -- a task's CUDA reference (which the worker compiles when it sets the task up) is warmed
   -- with the first of its jobs that waits, once
@@ -697,7 +691,7 @@ t.test("a job whose compile ahead is under way goes to the worker when it ends, 
   local tsk = { dir = "/tasks/t_ref_warm", name = "t_ref_warm", reference = { source_text = ref } }
   local ro = judge.compile_opts("sm_90", {}, "reference")
   t.eq(eval.compiled(ref, ro, CACHE), false)
-  cs = cands("pool_ref", 2)
+  local cs = cands("pool_ref", 2)
   fake_pool({ gpus = { 0 } }, function(p) return p:eval_many { { tsk, cs[1] }, { tsk, cs[2] } } end)
   t.eq(eval.compiled(ref, ro, CACHE), true, "the reference is in the workers' cache")
 end)
