@@ -327,8 +327,9 @@ function M.compilers(n, cache_dir)
 end
 
 -- Sends the queued jobs not warmed yet to the compile processes (without waiting), with
--- the CUDA reference of each task they are for (once per task), and collects what they finished. Called once every idle worker has its job, so these jobs all
--- wait for a busy one: a job that goes straight to an idle worker gains nothing from it.
+-- the CUDA reference of each task they are for (once per task), and collects what they
+-- finished. Called once every idle worker has its job, so these jobs all wait for a busy
+-- one: a job that goes straight to an idle worker gains nothing from it.
 function Pool:_warm()
   local batch = self.opts.warm
   if batch == nil then batch = WARM_BATCH end

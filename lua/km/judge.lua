@@ -700,6 +700,20 @@ local function evidence(t, cand, ref_in, scratch, where, plan, seed)
   end
 end
 
+-- After a candidate call on `seed`'s inputs: the guards and its inputs proven (drawn by a
+-- law — a task's init rules, a problem file's plan — they are checked against it in one
+-- read; otherwise drawn again into ref_in and compared). -> the buffers the reference runs
+-- on (the candidate's own inputs where checked in place, else ref_in), the plan | nil,
+-- status, text
+function Judge:proven_inputs(st, sym, cand, ref_in, scratch, where, seed)
+  local t = st.task
+  local plan = self:input_plan(st, sym, cand)
+  if not plan then self:pristine(t, sym, ref_in, seed) end
+  local es, etext = evidence(t, cand, ref_in, scratch, where, plan, seed)
+  if es then return nil, es, etext end
+  return plan and inputs_of(t, cand) or ref_in, plan
+end
+
 -- Compares the outputs; -> nil, or status, text, failed output name, the check rows.
 local function compare_outputs(t, outs, ref_io, dims, where, later, checks, si, seed)
   for _, spec in ipairs(t.outputs) do
@@ -753,13 +767,8 @@ function Judge:verify(st, run, v, opts)
       end
       local ts, ttext = self:truth_check(st, where)
       if ts then return done(ts, ttext) end
-      -- inputs drawn by a law (a task's init rules, a problem file's plan) are checked
-      -- against it in one read and the reference runs on them; others are drawn again
-      local plan = self:input_plan(st, sym, cand)
-      if not plan then self:pristine(t, sym, ref_in, trial_seed) end
-      local es, etext = evidence(t, cand, ref_in, run.state.scratch, where, plan, trial_seed)
-      if es then return done(es, etext) end
-      local ref_src = plan and inputs_of(t, cand) or ref_in
+      local ref_src, es, etext = self:proven_inputs(st, sym, cand, ref_in, run.state.scratch, where, trial_seed)
+      if not ref_src then return done(es, etext) end
       local rs, rmsg
       -- torch's cached blocks keep this trial's reference results until verify ends (Judge:eval
       -- empties them then, whatever the outcome): the candidate's next trials have other
@@ -892,11 +901,9 @@ function Judge:time_run(st, run, sym, opts, check)
   -- file's, or a task's fast one) on inputs drawn by a plan is bound once to the candidate's
   -- input buffers and outputs of its own, for the whole timing (Problem:bind): each check is
   -- then the model and a copy, not the buffers described and wrapped again.
-  local function reference(plan)
+  local function reference(ref_src, plan)
     local which = st.fast_ref or st.ref
-    if not (plan and which.torch) then
-      return self:run_reference(st, plan and inputs_of(t, cand) or ref_in, dims, sym, st.fast_ref, true)
-    end
+    if not (plan and which.torch) then return self:run_reference(st, ref_src, dims, sym, st.fast_ref, true) end
     local moved, mtext = self:truth_check(st) -- the model's state, as call_launch checks it
     if moved then return nil, moved, mtext end
     if not bound then
@@ -923,13 +930,10 @@ function Judge:time_run(st, run, sym, opts, check)
     if not okc then failure = { cs, feedback.launch(cs, cmsg, where) } return false end
     local ts, ttext = self:truth_check(st, where)
     if ts then failure = { ts, ttext } return false end
-    -- inputs drawn by a plan are checked against it in one read, and the reference runs on
-    -- them (nothing of the candidate's runs between); otherwise drawn again into ref_in
-    local plan = self:input_plan(st, sym, cand)
-    if not plan then self:pristine(t, sym, ref_in, cur_seed) end
-    local es, etext = evidence(t, cand, ref_in, run.state.scratch, where, plan, cur_seed)
-    if es then failure = { es, etext } return false end
-    local ref_io, rs, rmsg, kept = reference(plan)
+    -- the reference runs on inputs checked in place (nothing of the candidate's runs between)
+    local ref_src, plan, etext = self:proven_inputs(st, sym, cand, ref_in, run.state.scratch, where, cur_seed)
+    if not ref_src then failure = { plan, etext } return false end -- plan: the status, here
+    local ref_io, rs, rmsg, kept = reference(ref_src, plan)
     if not ref_io and rs == "inputs_modified" then failure = { rs, rmsg } return false end
     if not ref_io then
       failure = { verdict.ERROR, "the task's reference failed while re-verifying a timed call: " .. tostring(rmsg) }
@@ -976,9 +980,9 @@ function Judge:time_run(st, run, sym, opts, check)
   local topts = time_opts(opts)
   topts.before, topts.after = hooks.before, hooks.after
   local res, err, code = timing.time(timed, topts)
-  -- torch's cache may still hold the last outputs (a timed eager run's, or a timed call's
-  -- check's reference): back to the driver before a candidate runs
-  if run.torch then run.torch:forward(cand, { empty_cache = true }) end
+  -- a timed PyTorch run (a baseline): torch's cache may still hold its last outputs, back to
+  -- the driver before a candidate runs
+  if run.torch then require("km.kernelbench").empty_cache() end
   -- the last timed call is always re-verified
   if res and check and not check_now(fmt("the last timed call (%d)", calls)) then res = nil end
   -- torch's cached blocks may still hold the checks' reference results: they stay there. They

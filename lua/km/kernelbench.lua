@@ -84,21 +84,23 @@ local function call(fn, ...)
   return call_within(lim, fn, ...)
 end
 
+-- The bridge module in the embedded Python (which imports no torch of itself).
+-- -> true | nil, why, code
+local function load_bridge()
+  local ok, why, code = python.available()
+  if not ok then return nil, why, code end
+  local path = bridge_path()
+  if not path then return nil, "km/kb_bridge.py not found beside km/kernelbench.lua (package.path)", "ENOENT" end
+  return python.import(path, BRIDGE)
+end
+
 -- true, info ({ version, cuda_version (nil: a CPU-only torch), python, executable })
 -- | nil, why, code. The first call imports torch (seconds): told as km.progress's "torch".
 function M.available()
   if not state then
     local done = progress.start("torch")
-    local ok, why, code = python.available()
-    if ok then
-      local path = bridge_path()
-      if not path then
-        ok, why, code = nil, "km/kb_bridge.py not found beside km/kernelbench.lua (package.path)", "ENOENT"
-      else
-        ok, why, code = python.import(path, BRIDGE)
-        if ok then ok, why, code = call("torch_info") end
-      end
-    end
+    local ok, why, code = load_bridge()
+    if ok then ok, why, code = call("torch_info") end
     if not ok and code == "NO_TORCH" then
       -- the bridge named the Python it ran in; say how to name another
       local env = os.getenv("KM_PYTHON")
@@ -118,12 +120,8 @@ end
 -- -> true | nil, why
 function M.import_ahead()
   if state then return true end -- imported already, or known not to be importable
-  local ok, why = python.available()
-  if not ok then return nil, why end
-  local path = bridge_path()
-  if not path then return nil, "km/kb_bridge.py not found beside km/kernelbench.lua (package.path)" end
-  ok, why = python.import(path, BRIDGE)
-  if not ok then return nil, why end
+  local ok, why, code = load_bridge()
+  if not ok then return nil, why, code end
   return python.background(("import sys\nsys.modules[%q]._torch()\n"):format(BRIDGE), "kmrun: torch imported ahead")
 end
 
@@ -131,8 +129,7 @@ end
 -- import was started ahead (M.available then imports as it always has); false only while an
 -- import started by M.import_ahead still runs.
 function M.ready()
-  if state or not python.background_state then return true end
-  return python.background_state() ~= "running"
+  return state ~= nil or python.background_state() ~= "running"
 end
 
 -- torch's version as torch.__version__ gives it, without importing torch (its version.py
@@ -141,12 +138,7 @@ end
 function M.version()
   if state and state.ok then return state.info.version end
   if version_seen then return version_seen end
-  local ok, why, code = python.available()
-  if ok then
-    local path = bridge_path()
-    if not path then return nil, "km/kb_bridge.py not found beside km/kernelbench.lua (package.path)", "ENOENT" end
-    ok, why, code = python.import(path, BRIDGE)
-  end
+  local ok, why, code = load_bridge()
   if ok then ok, why, code = call("torch_version") end
   if not ok then return nil, why, code end
   version_seen = ok
