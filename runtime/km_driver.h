@@ -25,7 +25,7 @@
   X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemcpyDtoD)          \
   X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuMemcpyDtoDAsync)                      \
   X(cuMemsetD8) X(cuMemsetD32) X(cuMemsetD8Async) X(cuMemsetD16Async) X(cuMemsetD32Async)                 \
-  X(cuMemAllocHost) X(cuMemFreeHost)                                                  \
+  X(cuMemAllocHost) X(cuMemFreeHost) X(cuMemHostAlloc) X(cuMemHostGetDevicePointer)    \
   X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuStreamQuery)        \
   X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuStreamIsCapturing)                \
   X(cuGraphInstantiateWithFlags) X(cuGraphLaunch) X(cuGraphExecDestroy) X(cuGraphDestroy)      \

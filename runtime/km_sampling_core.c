@@ -115,6 +115,7 @@ void km_timing_protocol_default(km_timing_protocol *p) {
   p->warmup_ms = 1;
   p->flush_bytes = 0;
   p->energy = 0;
+  p->gate = 1;
   km_stop_rule_default(&p->stop);
 }
 
@@ -139,7 +140,7 @@ int km_timing_protocol_key(const km_timing_protocol *p, char *buf, size_t cap) {
     if (p->flush_bytes > 0) snprintf(flush, sizeof flush, " flush=%lld", p->flush_bytes);
     else snprintf(flush, sizeof flush, " flush=2xL2");
   }
-  return snprintf(buf, cap, "km.timing/%d mode=%s rep=%d warmup=%d,%sms stop=noise<=%s,n=%d..%d,min_ms=%s,max_ms=%s%s energy=%d",
+  return snprintf(buf, cap, "km.timing/%d mode=%s rep=%d warmup=%d,%sms stop=noise<=%s,n=%d..%d,min_ms=%s,max_ms=%s%s energy=%d gate=%d",
                   KM_TIMING_PROTOCOL_VERSION, mode, p->rep, p->warmup, wms, noise, p->stop.min_samples,
-                  p->stop.max_samples, minms, maxms, flush, p->energy ? 1 : 0);
+                  p->stop.max_samples, minms, maxms, flush, p->energy ? 1 : 0, p->gate ? 1 : 0);
 }

@@ -16,8 +16,9 @@
 
 /* Bumped whenever a change could move a timing: results of different versions are not
  * comparable. 1: fixed batches of 16, double-buffered (48 samples at least). 2: the stop
- * rule evaluated at every sample, adaptive queueing ahead. */
-#define KM_TIMING_PROTOCOL_VERSION 2
+ * rule evaluated at every sample, adaptive queueing ahead. 3: the gate (each sample's work held
+ * on the GPU until the host has enqueued all of it; `gate` in the key). */
+#define KM_TIMING_PROTOCOL_VERSION 3
 
 typedef struct km_stop_rule {
   int min_samples, max_samples; /* 20, 300 */
@@ -81,16 +82,17 @@ typedef struct km_timing_protocol {
   double warmup_ms;   /* and at least this long */
   long long flush_bytes; /* cold mode's L2 flush; 0: twice the device's L2 */
   int energy;         /* sampling held on until an energy window is long enough */
+  int gate;           /* each sample's work waits on the GPU until the host has enqueued it all */
   km_stop_rule stop;
 } km_timing_protocol;
 
 /* The defaults both bindings start from: cold, rep 1, warm-up 3 calls and 5 ms, flush twice
- * the L2, no energy window, km_stop_rule_default. */
+ * the L2, no energy window, the gate on, km_stop_rule_default. */
 void km_timing_protocol_default(km_timing_protocol *p);
 
 /* Writes the protocol's key, a string naming every field that decides a timing (numbers in
- * their shortest exact form), e.g. "km.timing/2 mode=cold rep=1 warmup=3,1ms
- * stop=noise<=0.002,n=20..300,min_ms=0,max_ms=2000 flush=2xL2 energy=0". Returns the
+ * their shortest exact form), e.g. "km.timing/3 mode=cold rep=1 warmup=3,1ms
+ * stop=noise<=0.002,n=20..300,min_ms=0,max_ms=2000 flush=2xL2 energy=0 gate=1". Returns the
  * length it needs, as snprintf does (-1 on a NULL protocol). */
 int km_timing_protocol_key(const km_timing_protocol *p, char *buf, size_t cap);
 

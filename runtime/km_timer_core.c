@@ -40,6 +40,7 @@ typedef struct {
   const km_timer_work *w;
   km_timer_result *out;
   int cold, captured, per_sample_launches;
+  int gate; /* samples are enqueued behind a gate (the protocol's, while no gate has timed out) */
 } run;
 
 static int dev_fail(run *r, int err, const char *what) {
@@ -61,17 +62,26 @@ static int launch(run *r, km_timer_phase ph) {
   return r->w->call(r->w->ud, ph) ? KM_TIMER_EWORK : 0;
 }
 
-/* Enqueues sample i: before hook, L2 flush, start event, the calls, end event, after hook. */
+/* Enqueues sample i: [gate,] before hook, L2 flush, start event, the calls, end event,
+ * [release,] after hook. The gate opens before the after hook, which may wait for the sample. */
 static int enqueue(run *r, int i) {
   const km_timer_ops *o = r->ops;
   int e, rc;
-  if ((rc = hook(r, r->w->before, KM_TIMER_SAMPLE))) return rc;
-  if (r->cold && (e = o->flush(r->dev))) return dev_fail(r, e, "timing");
-  if ((e = o->record(r->dev, EV(i, 0)))) return dev_fail(r, e, "timing");
-  for (int k = 0; k < r->per_sample_launches; k++)
-    if ((rc = launch(r, KM_TIMER_SAMPLE))) return rc;
-  if ((e = o->record(r->dev, EV(i, 1)))) return dev_fail(r, e, "timing");
-  return hook(r, r->w->after, KM_TIMER_SAMPLE);
+  if (r->gate) {
+    if ((e = o->gate(r->dev))) return dev_fail(r, e, "timing (gate)");
+    r->out->gated++;
+  }
+  if ((rc = hook(r, r->w->before, KM_TIMER_SAMPLE))) {
+    if (r->gate) o->release(r->dev);
+    return rc;
+  }
+  rc = 0;
+  if (r->cold && (e = o->flush(r->dev))) rc = dev_fail(r, e, "timing");
+  else if ((e = o->record(r->dev, EV(i, 0)))) rc = dev_fail(r, e, "timing");
+  for (int k = 0; k < r->per_sample_launches && !rc; k++) rc = launch(r, KM_TIMER_SAMPLE);
+  if (!rc && (e = o->record(r->dev, EV(i, 1)))) rc = dev_fail(r, e, "timing");
+  if (r->gate) o->release(r->dev); /* on failure too: nothing may stay held */
+  return rc ? rc : hook(r, r->w->after, KM_TIMER_SAMPLE);
 }
 
 /* Samples completed: all before i (waited for in order), then those from i on whose end
@@ -109,7 +119,7 @@ int km_timer_run(const km_timer_ops *ops, void *dev, const km_timing_protocol *p
     return KM_TIMER_EINVAL;
   int cold = !strcmp(p->mode, "cold"), graph_mode = !strcmp(p->mode, "graph");
   int rep = p->rep, max_n = p->stop.max_samples, e, rc;
-  run r = {ops, dev, w, out, cold, 0, rep};
+  run r = {ops, dev, w, out, cold, 0, rep, p->gate && ops->gate && ops->release};
 
   /* graph mode: capture rep calls once, then time replays */
   int calls_per_launch = 1; /* calls of the work in one launch of the timed thing */
@@ -186,6 +196,8 @@ int km_timer_run(const km_timer_ops *ops, void *dev, const km_timing_protocol *p
       else if (taken == 0)
         pace.sample_ms = ms; /* the work alone: a first guess */
       taken++;
+      if (r.gate && ops->gate_timeouts && (out->gate_timeouts = ops->gate_timeouts(dev)) > 0)
+        r.gate = 0; /* the work waits for the GPU: gates would only stall it */
       int hold = want_energy && !ops->energy_enough(dev);
       if (km_sampler_add(&smp, (double)ms / per_sample_calls, seen, hold) != KM_SAMPLE_ON) break;
     } while (taken < queued && ops->query(dev, EV(taken, 1)) == 0);

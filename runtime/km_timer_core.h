@@ -17,7 +17,16 @@
  * mode), start event, the timed calls, end event, after(sample), all enqueued. Samples are
  * queued ahead as far as km_sampler_plan says and put to the stop rule one at a time, in
  * order, so n is the first count that satisfies it whatever was queued; samples queued past
- * the stop (n_extra) run and are waited for but are not counted. */
+ * the stop (n_extra) run and are waited for but are not counted.
+ *
+ * The gate (protocol's gate, with ops that have one): each sample is enqueued behind a gate
+ * that the host opens once the sample's end event is enqueued, so the GPU starts the sample
+ * (hooks' work, flush, start event, the calls, end event) only when all of it is there. A host
+ * slower than the GPU (a Python model's forward launching its kernels one by one) then leaves
+ * the GPU idle before a sample, never inside its timed window: the time is the work's GPU
+ * time, not the host's launch gaps (nvbench's blocking kernel, per sample). A gate opened by
+ * its timeout means the host waited for the GPU while enqueueing (the work synchronized):
+ * gating stops for the rest of the run, and gate_timeouts says so. */
 #ifndef KM_TIMER_CORE_H
 #define KM_TIMER_CORE_H
 
@@ -60,6 +69,13 @@ typedef struct km_timer_ops {
   void (*energy_poll)(void *dev, double calls_done);
   int (*energy_enough)(void *dev);
   int (*energy_end)(void *dev, double *j_per_call, double *span_ms, double *calls, const char **why);
+  /* Optional (NULL: no gate). gate enqueues a hold: work enqueued after it waits on the GPU
+   * until release, or until the gate's own timeout (a host that waits for the GPU while the
+   * hold is on would otherwise never get there); release opens every gate enqueued so far.
+   * gate_timeouts is how many gates have opened by their timeout since the run began. */
+  int (*gate)(void *dev);
+  void (*release)(void *dev);
+  int (*gate_timeouts)(void *dev);
 } km_timer_ops;
 
 /* What is timed. call enqueues one call of the work; before and after (optional) run around
@@ -85,6 +101,8 @@ typedef struct km_timer_result {
   size_t flush_bytes;     /* cold mode: bytes written before each sample */
   double sm_clock_start, sm_clock_end, sm_clock_min, sm_clock_max; /* MHz; NaN: not measured */
   int clock_moved;        /* max > min by more than 2%: not all samples ran at one clock */
+  int gated;              /* samples enqueued behind a gate (0: the protocol's gate is off or no ops) */
+  int gate_timeouts;      /* gates that opened by their timeout: gating stopped at the first */
   double energy_j, energy_ms, energy_calls; /* energy_j NaN: energy_why says why */
   const char *energy_why;
   int err;                /* KM_TIMER_EDEV: the device's error code ... */

@@ -1,5 +1,6 @@
 /* km_timer_gpu.c — the timing core's device on CUDA (km_timer_gpu.h). */
 #include <math.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -24,6 +25,36 @@ static CUresult ensure_flush(size_t bytes) {
   if (r == CUDA_SUCCESS) flush_bytes_alloc = bytes;
   else flush_buf = 0, flush_bytes_alloc = 0;
   return r;
+}
+
+/* ==== the gate's page (the process's): host memory the device reads ==== */
+
+#define GATE_TIMEOUT_NS 50000000ull /* 50 ms: far above any sample's enqueue */
+
+typedef struct {
+  volatile unsigned long long released; /* the host: every gate up to this ticket may open */
+  volatile unsigned long long timeouts; /* the device: gates opened by their timeout */
+} gate_page;
+
+static gate_page *gate_host;
+static CUdeviceptr gate_dev;
+static unsigned long long gate_tickets; /* the last ticket handed out (under flush_lock) */
+static CUfunction gate_fn;
+
+/* The page and the kernel, made on first use (under flush_lock). */
+static CUresult ensure_gate(void) {
+  if (gate_host) return CUDA_SUCCESS;
+  CUresult r = km_cuda_util_get("km_gate", &gate_fn);
+  void *p = NULL;
+  if (r == CUDA_SUCCESS) r = km_cu->cuMemHostAlloc(&p, sizeof(gate_page), CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE);
+  if (r != CUDA_SUCCESS) return r;
+  memset(p, 0, sizeof(gate_page));
+  if ((r = km_cu->cuMemHostGetDevicePointer(&gate_dev, p, 0)) != CUDA_SUCCESS) {
+    km_cu->cuMemFreeHost(p);
+    return r;
+  }
+  gate_host = p;
+  return CUDA_SUCCESS;
 }
 
 /* ==== ops ==== */
@@ -195,12 +226,45 @@ static int energy_end(void *dev, double *j, double *span_ms, double *calls, cons
   return km_energy_end(&((km_timer_gpu *)dev)->ew, j, span_ms, calls, why);
 }
 
+/* A gate for the next sample: a one-thread kernel on the timed stream waiting for its ticket. */
+static int gate(void *dev) {
+  km_timer_gpu *g = dev;
+  pthread_mutex_lock(&flush_lock);
+  CUresult r = ensure_gate();
+  unsigned long long ticket = ++gate_tickets, timeout = GATE_TIMEOUT_NS;
+  if (r == CUDA_SUCCESS && !g->gate_base_set) g->gate_base = gate_host->timeouts, g->gate_base_set = 1;
+  pthread_mutex_unlock(&flush_lock);
+  if (r != CUDA_SUCCESS) return r;
+  CUdeviceptr counter = gate_dev + offsetof(gate_page, timeouts);
+  void *args[] = {&gate_dev, &ticket, &timeout, &counter};
+  r = km_cu->cuLaunchKernel(gate_fn, 1, 1, 1, 1, 1, 1, 0, g->s, args, NULL);
+  if (r == CUDA_SUCCESS) g->gate_ticket = ticket;
+  return r;
+}
+
+/* Opens every gate this run enqueued (and any older: tickets only grow). */
+static void release(void *dev) {
+  km_timer_gpu *g = dev;
+  if (!gate_host || !g->gate_ticket) return;
+  unsigned long long cur = __atomic_load_n(&gate_host->released, __ATOMIC_ACQUIRE);
+  while (cur < g->gate_ticket &&
+         !__atomic_compare_exchange_n(&gate_host->released, &cur, g->gate_ticket, 0, __ATOMIC_SEQ_CST, __ATOMIC_ACQUIRE)) {
+  }
+}
+
+static int gate_timeouts(void *dev) {
+  km_timer_gpu *g = dev;
+  if (!gate_host || !g->gate_base_set) return 0;
+  return (int)(__atomic_load_n(&gate_host->timeouts, __ATOMIC_ACQUIRE) - g->gate_base);
+}
+
 static const km_timer_ops OPS_FULL = {now_ms, pause_200us, record, query, wait_event, elapsed, sync_stream,
                                       flush_prepare, flush, capture_begin, capture_end, replay,
-                                      sm_clock, read_clock, energy_begin, energy_poll, energy_enough, energy_end};
+                                      sm_clock, read_clock, energy_begin, energy_poll, energy_enough, energy_end,
+                                      gate, release, gate_timeouts};
 static const km_timer_ops OPS_PLAIN = {now_ms, pause_200us, record, query, wait_event, elapsed, sync_stream,
                                        flush_prepare, flush, capture_begin, capture_end, replay,
-                                       NULL, NULL, NULL, NULL, NULL, NULL};
+                                       NULL, NULL, NULL, NULL, NULL, NULL, gate, release, gate_timeouts};
 
 const km_timer_ops *km_timer_gpu_ops(int clocks_and_energy) { return clocks_and_energy ? &OPS_FULL : &OPS_PLAIN; }
 
@@ -210,6 +274,7 @@ void km_timer_gpu_init(km_timer_gpu *g) {
 }
 
 void km_timer_gpu_release(km_timer_gpu *g) {
+  release(g); /* a run left by an error: no gate of its may hold the stream */
   if (g->cap) { /* a capture left open (a run that did not come back) */
     CUgraph graph = NULL;
     km_cuda_set_stream(g->saved);

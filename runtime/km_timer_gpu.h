@@ -6,7 +6,8 @@
  * Ownership: a km_timer_gpu belongs to its caller (on the stack, or in a Lua userdata that
  * releases it when closed); km_timer_gpu_release frees what a run made in it (events, the
  * captured graph, a capture left open) and may be called again. The L2 flush scratch belongs
- * to the process: made on first use, grown when a larger flush is asked for, kept. */
+ * to the process: made on first use, grown when a larger flush is asked for, kept; so does
+ * the gate's page (host memory the device reads, km_gate's counter and its timeouts). */
 #ifndef KM_TIMER_GPU_H
 #define KM_TIMER_GPU_H
 
@@ -25,6 +26,9 @@ typedef struct km_timer_gpu {
   CUgraphExec exec;
   km_nvml_dev nvml;                 /* NULL: no NVML */
   km_energy_window ew;
+  unsigned long long gate_ticket;   /* the last gate this run enqueued (0: none) */
+  unsigned long long gate_base;     /* the process's gate timeouts when this run's first gate went */
+  int gate_base_set;
 } km_timer_gpu;
 
 /* The driver must be loaded (km_cuda_get). */

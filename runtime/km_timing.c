@@ -3,10 +3,10 @@
  *   timing.time(fn_or_graph, { mode = "cold"|"warm"|"graph", warmup = 3, warmup_ms = 1,
  *                              min_samples = 20, max_samples = 300, target = 0.002,
  *                              min_ms = 0, max_ms = 2000, rep = 1, flush_bytes = 2*L2,
- *                              samples = false, energy = false, before = fn(phase),
+ *                              samples = false, energy = false, gate = true, before = fn(phase),
  *                              after = fn(phase) })
  *     -> { median, mean, min, max, p25, p75, n, n_extra, stop, rel_noise, mode, rep, total_ms,
- *          protocol, samples?, sm_clock_mhz, sm_clock_start_mhz, sm_clock_min_mhz,
+ *          protocol, samples?, gated, gate_timeouts, sm_clock_mhz, sm_clock_start_mhz, sm_clock_min_mhz,
  *          sm_clock_max_mhz, clock_moved, energy_j?, energy_window_ms?, energy_calls?,
  *          energy_includes_flush?, energy_unavailable?, flush_bytes? }
  *        (times in ms per call of fn)
@@ -33,6 +33,12 @@
  * sample needs to keep the GPU busy and never more than the rule may still need; those queued
  * past the stop (n_extra) run but are not counted. `protocol` records all of this (with
  * KM_TIMING_PROTOCOL_VERSION): results with different keys are not comparable.
+ *
+ * The gate (on unless gate = false; km_timer_core.h): each sample is held on the GPU until
+ * the host has enqueued all of it, so a slow host (a Python forward) leaves no gaps inside a
+ * timed window; `gated` counts the samples so enqueued, `gate_timeouts` the gates that opened
+ * by their 50 ms timeout (fn waited for the GPU while enqueueing), after the first of which
+ * the run goes on ungated.
  *
  * Hooks: before(phase) runs before each warm-up call and before each sample (ahead of its L2
  * flush), after(phase) after each warm-up call and after each sample's end event; phase is
@@ -171,6 +177,7 @@ static void read_protocol(lua_State *L, int idx, km_timing_protocol *p) {
   p->rep = (int)km_optfield_int(L, idx, "rep", p->rep);
   p->flush_bytes = (long long)km_optfield_int(L, idx, "flush_bytes", p->flush_bytes);
   p->energy = km_optfield_bool(L, idx, "energy", p->energy);
+  p->gate = km_optfield_bool(L, idx, "gate", p->gate);
   p->stop.min_samples = (int)km_optfield_int(L, idx, "min_samples", p->stop.min_samples);
   p->stop.max_samples = (int)km_optfield_int(L, idx, "max_samples", p->stop.max_samples);
   p->stop.max_noise = km_optfield_num(L, idx, "target", p->stop.max_noise);
@@ -203,6 +210,7 @@ static void push_protocol(lua_State *L, const km_timing_protocol *p) {
   lua_pushnumber(L, p->stop.max_ms); lua_setfield(L, -2, "max_ms");
   if (!strcmp(p->mode, "cold")) { lua_pushinteger(L, p->flush_bytes); lua_setfield(L, -2, "flush_bytes"); }
   lua_pushboolean(L, p->energy); lua_setfield(L, -2, "energy");
+  lua_pushboolean(L, p->gate); lua_setfield(L, -2, "gate");
 }
 
 /* timing.protocol_key(opts) -> the key of the protocol these options give (no GPU needed) */
@@ -244,6 +252,8 @@ static void push_result(lua_State *L, const km_timer_result *r, const km_timing_
   lua_pushstring(L, proto->mode); lua_setfield(L, -2, "mode");
   lua_pushinteger(L, proto->rep); lua_setfield(L, -2, "rep");
   lua_pushboolean(L, r->clock_moved); lua_setfield(L, -2, "clock_moved");
+  lua_pushinteger(L, r->gated); lua_setfield(L, -2, "gated");
+  lua_pushinteger(L, r->gate_timeouts); lua_setfield(L, -2, "gate_timeouts");
   if (r->energy_j == r->energy_j) {
     lua_pushnumber(L, r->energy_j); lua_setfield(L, -2, "energy_j");
     lua_pushnumber(L, r->energy_ms); lua_setfield(L, -2, "energy_window_ms");

@@ -399,6 +399,25 @@ extern "C" __global__ void km_flush(uint4 *p, uint64_t n, unsigned int v) {
 
 extern "C" __global__ void km_empty(void) {}
 
+// The timing gate (km_timer_core.h): one thread holds the stream until the host's counter
+// (host memory mapped into the device) reaches `ticket`, or `timeout_ns` have passed, which
+// it counts in *timeouts (the same mapped page). Work enqueued behind it starts only then.
+extern "C" __global__ void km_gate(const volatile unsigned long long *released, unsigned long long ticket,
+                                   unsigned long long timeout_ns, unsigned long long *timeouts) {
+  unsigned long long t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  while (*released < ticket) {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    if (t - t0 > timeout_ns) {
+      atomicAdd(timeouts, 1ull);
+      return;
+    }
+#if __CUDA_ARCH__ >= 700
+    __nanosleep(500);
+#endif
+  }
+}
+
 // Spins for `cycles` SM cycles and reports cycles and nanoseconds elapsed: their ratio
 // is the SM clock while work runs.
 extern "C" __global__ void km_clock_probe(long long cycles, unsigned long long *out) {

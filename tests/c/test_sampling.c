@@ -266,11 +266,11 @@ TEST(simulated_loop_overshoot) {
 }
 
 TEST(protocol_key) {
-  km_timing_protocol p = {"cold", 1, 3, 1, 0, 0, {20, 300, 0.002, 0, 2000}};
+  km_timing_protocol p = {"cold", 1, 3, 1, 0, 0, 1, {20, 300, 0.002, 0, 2000}};
   char k[256];
   int len = km_timing_protocol_key(&p, k, sizeof k);
-  ASSERT_EQ_STR(k, "km.timing/2 mode=cold rep=1 warmup=3,1ms stop=noise<=0.002,n=20..300,min_ms=0,max_ms=2000 "
-                   "flush=2xL2 energy=0");
+  ASSERT_EQ_STR(k, "km.timing/3 mode=cold rep=1 warmup=3,1ms stop=noise<=0.002,n=20..300,min_ms=0,max_ms=2000 "
+                   "flush=2xL2 energy=0 gate=1");
   ASSERT_EQ_INT(len, (int)strlen(k));
   char k2[256];
   /* the defaults both bindings start from are these */
@@ -282,18 +282,18 @@ TEST(protocol_key) {
   km_timing_protocol q = p;
   q.mode = "warm";
   km_timing_protocol_key(&q, k2, sizeof k2);
-  ASSERT_EQ_STR(k2, "km.timing/2 mode=warm rep=1 warmup=3,1ms stop=noise<=0.002,n=20..300,min_ms=0,max_ms=2000 energy=0");
+  ASSERT_EQ_STR(k2, "km.timing/3 mode=warm rep=1 warmup=3,1ms stop=noise<=0.002,n=20..300,min_ms=0,max_ms=2000 energy=0 gate=1");
   q = p; q.flush_bytes = 100663296;
   km_timing_protocol_key(&q, k2, sizeof k2);
   ASSERT(strstr(k2, " flush=100663296 ") != NULL);
   q = p; q.stop.max_noise = 0.1 + 0.2; /* shortest exact form: 17 digits here */
   km_timing_protocol_key(&q, k2, sizeof k2);
   ASSERT(strstr(k2, "noise<=0.30000000000000004,") != NULL);
-  km_timing_protocol variants[6];
-  for (int i = 0; i < 6; i++) variants[i] = p;
+  km_timing_protocol variants[7];
+  for (int i = 0; i < 7; i++) variants[i] = p;
   variants[0].rep = 2; variants[1].warmup = 4; variants[2].warmup_ms = 6; variants[3].energy = 1;
-  variants[4].stop.min_samples = 10; variants[5].stop.min_ms = 1;
-  for (int i = 0; i < 6; i++) {
+  variants[4].stop.min_samples = 10; variants[5].stop.min_ms = 1; variants[6].gate = 0;
+  for (int i = 0; i < 7; i++) {
     km_timing_protocol_key(&variants[i], k2, sizeof k2);
     ASSERT(strcmp(k, k2) != 0);
   }

@@ -6,7 +6,8 @@
  * The simulated GPU runs what is enqueued in order: work arriving while it is busy starts when
  * the queue before it is done, an event is reached when the GPU gets to it, and the host's
  * clock moves only when it waits (and wakes wake_ms late), pauses, or pays host_ms for each
- * call or flush it enqueues. */
+ * call or flush it enqueues. Behind a gate, what is enqueued is held and runs, in order, from
+ * the release on. */
 #include <math.h>
 #include <stdlib.h>
 #include "test.h"
@@ -41,6 +42,10 @@ typedef struct {
   int polls, pauses;
   double last_poll_calls;
   int poll_went_back;
+  /* the gate: while held, GPU work and events wait in `pend` until the release */
+  int held, gates, releases, timeout_after, waited_held;
+  struct { int ev; double ms; } pend[64];
+  int npend;
   char log[LOGMAX];
   int len;
 } fake;
@@ -51,6 +56,11 @@ static void note(fake *f, char c) {
 
 /* GPU work of ms, enqueued now; then the host pays for enqueueing it. */
 static void run_gpu(fake *f, double ms) {
+  if (f->held) {
+    f->pend[f->npend].ev = -1, f->pend[f->npend++].ms = ms;
+    f->now += f->host_ms;
+    return;
+  }
   double start = f->gpu > f->now ? f->gpu : f->now;
   if (f->sampling && start > f->gpu) f->idle += start - f->gpu;
   f->gpu = start + ms;
@@ -74,6 +84,11 @@ static int f_record(void *d, int ev) {
     if (++f->in_flight > f->max_in_flight) f->max_in_flight = f->in_flight;
   }
   f->ev_made[ev] = 1;
+  if (f->held) {
+    f->pend[f->npend].ev = ev, f->pend[f->npend++].ms = 0;
+    note(f, ev % 2 ? 'E' : 'S');
+    return 0;
+  }
   f->ev_at[ev] = f->gpu > f->now ? f->gpu : f->now;
   if (f->sampling && f->ev_at[ev] > f->gpu) f->idle += f->ev_at[ev] - f->gpu;
   f->gpu = f->ev_at[ev];
@@ -90,6 +105,7 @@ static int f_query(void *d, int ev) {
 static int f_wait(void *d, int ev) {
   fake *f = d;
   if (!f->ev_made[ev]) return 400;
+  if (f->held) f->waited_held = 1; /* would wait for ever on a GPU */
   if (f->ev_at[ev] > f->now) f->now = f->ev_at[ev] + f->wake_ms;
   note(f, 'W');
   return 0;
@@ -169,13 +185,47 @@ static int f_energy_end(void *d, double *j, double *ms, double *calls, const cha
   return 0;
 }
 
+static int f_gate(void *d) {
+  fake *f = d;
+  f->held = 1;
+  f->gates++;
+  note(f, 'g');
+  return 0;
+}
+
+/* The held work runs from now (or when the GPU is free), back to back. */
+static void f_release(void *d) {
+  fake *f = d;
+  if (!f->held) return;
+  f->held = 0;
+  f->releases++;
+  double t = f->gpu > f->now ? f->gpu : f->now;
+  if (f->sampling && t > f->gpu) f->idle += t - f->gpu;
+  for (int k = 0; k < f->npend; k++) {
+    if (f->pend[k].ev >= 0) f->ev_at[f->pend[k].ev] = t;
+    else t += f->pend[k].ms;
+  }
+  f->gpu = t;
+  f->npend = 0;
+  note(f, 'r');
+}
+
+/* timeout_after > 0: the gates time out once that many have been enqueued */
+static int f_gate_timeouts(void *d) {
+  fake *f = d;
+  return f->timeout_after && f->gates >= f->timeout_after;
+}
+
 static const km_timer_ops OPS = {f_now, f_pause, f_record, f_query, f_wait, f_elapsed, f_sync,
                                  f_flush_prepare, f_flush, f_capture_begin, f_capture_end, f_replay,
-                                 NULL, NULL, NULL, NULL, NULL, NULL};
+                                 NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
 static const km_timer_ops OPS_EXTRAS = {f_now, f_pause, f_record, f_query, f_wait, f_elapsed, f_sync,
                                         f_flush_prepare, f_flush, f_capture_begin, f_capture_end, f_replay,
                                         f_sm_clock, f_read_clock, f_energy_begin, f_energy_poll,
-                                        f_energy_enough, f_energy_end};
+                                        f_energy_enough, f_energy_end, NULL, NULL, NULL};
+static const km_timer_ops OPS_GATE = {f_now, f_pause, f_record, f_query, f_wait, f_elapsed, f_sync,
+                                      f_flush_prepare, f_flush, f_capture_begin, f_capture_end, f_replay,
+                                      NULL, NULL, NULL, NULL, NULL, NULL, f_gate, f_release, f_gate_timeouts};
 
 /* ---- the work and hooks ---- */
 
@@ -210,6 +260,16 @@ static int w_after(void *ud, km_timer_phase ph) {
   fake *f = ud;
   note(f, ph == KM_TIMER_SAMPLE ? 'A' : 'a');
   return f->fail_after && ++f->afters == f->fail_after;
+}
+
+/* A Python forward: the call's GPU time in three launches, each costing the host host_ms. */
+static int w_call_three(void *ud, km_timer_phase ph) {
+  fake *f = ud;
+  if (ph != KM_TIMER_SAMPLE) return w_call(ud, ph);
+  double ms = f->dur(f->sample_calls++);
+  for (int k = 0; k < 3; k++) run_gpu(f, ms / 3);
+  note(f, 'C');
+  return 0;
 }
 
 /* ---- series ---- */
@@ -567,6 +627,65 @@ TEST(an_energy_window_polls_while_waiting_and_holds_a_noise_stop) {
   ASSERT_EQ_INT(r.n, 30);
 }
 
+/* ==== the gate ==== */
+
+static double three_quarter_ms(int i) { (void)i; return 0.75; }
+
+/* A host slower than the GPU: each launch of three costs the host 0.5 ms, the call 0.75 ms
+ * of GPU time. Without the gate the GPU waits for each launch inside the window; with it,
+ * every sample is the work's own 0.75 ms, and the host's time shows as idle GPU outside. */
+TEST(the_gate_keeps_a_slow_hosts_gaps_out_of_the_window) {
+  km_timing_protocol p = proto("cold", 1, 10, 40, 0.002);
+  for (int gated = 0; gated < 2; gated++) {
+    fake *f = fresh(three_quarter_ms);
+    f->host_ms = 0.5;
+    km_timer_work w = {w_call_three, w_before, w_after, f, 0};
+    km_timer_result r;
+    ASSERT_EQ_INT(km_timer_run(gated ? &OPS_GATE : &OPS, f, &p, &w, buf, &r), KM_TIMER_OK);
+    ASSERT_EQ_INT(r.gated, gated ? r.n + r.n_extra : 0);
+    ASSERT_EQ_INT(r.gate_timeouts, 0);
+    ASSERT(!f->waited_held && !f->held);
+    if (gated) {
+      ASSERT(r.min == 0.75 && r.max == 0.75); /* exactly the work's GPU time */
+      ASSERT_EQ_INT(f->gates, f->releases);
+      ASSERT(f->idle > 0); /* the host's time, before the samples */
+      /* per sample: gate, before hook, flush, start, call, end, release, after hook */
+      ASSERT(strstr(f->log, "gBFSCErA") != NULL);
+    } else {
+      ASSERT(r.min >= 0.75 + 0.5); /* two gaps inside every window: 0.5 ms of host, less 0.25 of GPU, each */
+    }
+  }
+  /* the protocol says whether the gate is on */
+  fake *f = fresh(three_quarter_ms);
+  km_timer_work w = {w_call_three, NULL, NULL, f, 0};
+  km_timer_result r;
+  p.gate = 0;
+  ASSERT_EQ_INT(km_timer_run(&OPS_GATE, f, &p, &w, buf, &r), KM_TIMER_OK);
+  ASSERT_EQ_INT(r.gated, 0);
+  ASSERT_EQ_INT(f->gates, 0);
+}
+
+/* A gate that opens by its timeout (the work waited for the GPU while the gate held it):
+ * the run goes on without gates and says so. A failing call still opens its gate. */
+TEST(a_gate_timeout_stops_gating_and_a_failure_still_releases) {
+  km_timing_protocol p = proto("cold", 1, 20, 40, 0.002);
+  fake *f = fresh(three_quarter_ms);
+  f->timeout_after = 3;
+  km_timer_work w = {w_call_three, NULL, NULL, f, 0};
+  km_timer_result r;
+  ASSERT_EQ_INT(km_timer_run(&OPS_GATE, f, &p, &w, buf, &r), KM_TIMER_OK);
+  ASSERT_EQ_INT(r.gate_timeouts, 1);
+  ASSERT(r.gated >= 3 && r.gated < r.n + r.n_extra);
+  ASSERT_EQ_INT(f->gates, r.gated);
+  ASSERT(!f->held);
+  f = fresh(three_quarter_ms);
+  f->fail_call = 2;
+  km_timer_work w2 = {w_call, NULL, NULL, f, 0};
+  ASSERT_EQ_INT(km_timer_run(&OPS_GATE, f, &p, &w2, buf, &r), KM_TIMER_EWORK);
+  ASSERT(!f->held);
+  ASSERT_EQ_INT(f->gates, f->releases);
+}
+
 int main(void) {
   RUN(stops_at_the_first_sufficient_count);
   RUN(a_stable_kernel_stops_at_min_samples_with_nothing_extra);
@@ -581,5 +700,7 @@ int main(void) {
   RUN(device_failures_say_what_was_being_done);
   RUN(clocks_are_probed_around_the_samples_and_read_while_they_run);
   RUN(an_energy_window_polls_while_waiting_and_holds_a_noise_stop);
+  RUN(the_gate_keeps_a_slow_hosts_gaps_out_of_the_window);
+  RUN(a_gate_timeout_stops_gating_and_a_failure_still_releases);
   return DONE();
 }

@@ -49,6 +49,39 @@ t.test("warm, cold and graph modes agree in order of magnitude; spin time matche
   t.ok(math.abs(sp.median / want - 1) < 0.1, sp.median / want)
 end)
 
+-- A host slower than the GPU: two short kernels with 0.3 ms of host work between them (a
+-- Python forward launching op by op). Behind the gate every sample is the kernels' own GPU
+-- time; without it, the host's gap is inside the window.
+local function busy(ms) local t0 = os.clock() while os.clock() - t0 < ms / 1e3 do end end
+local function slow_host() assert(spin{ grid = 1, block = 32 }(20000)); busy(0.3); assert(spin{ grid = 1, block = 32 }(20000)) end
+
+t.test("the gate keeps a slow host's launch gaps out of the timed window", function()
+  local gated = timing.time(slow_host, { min_samples = 10, target = 0.01 })
+  local open = timing.time(slow_host, { min_samples = 10, target = 0.01, gate = false })
+  t.note(string.format("two 20k-cycle spins, 0.3 ms of host between: gate %.4f ms (p75 %.4f), no gate %.4f ms",
+    gated.median, gated.p75, open.median))
+  t.eq(gated.gated, gated.n + gated.n_extra)
+  t.eq(gated.gate_timeouts, 0)
+  t.eq(open.gated, 0)
+  t.ok(gated.p75 < 0.1, gated.p75) -- two spins of ~10 us, no 0.3 ms gap
+  t.ok(open.median > 0.25, open.median)
+  t.ok(gated.protocol.key ~= open.protocol.key)
+end)
+
+t.test("work that waits for the GPU while gated: one gate times out, the run goes on ungated", function()
+  local t0 = os.time()
+  local r = timing.time(function() assert(spin{ grid = 1, block = 32 }(20000)); assert(cuda.synchronize()) end,
+    { min_samples = 10, max_samples = 20, target = 0 })
+  t.ok(r.gate_timeouts >= 1, r.gate_timeouts)
+  t.ok(r.gated < r.n + r.n_extra, r.gated)
+  t.eq(r.n, 20)
+  t.ok(os.time() - t0 < 5)
+  -- the next run is gated again
+  local g = timing.time(function() assert(spin{ grid = 1, block = 32 }(20000)) end, { min_samples = 10, target = 0.01 })
+  t.eq(g.gate_timeouts, 0)
+  t.eq(g.gated, g.n + g.n_extra)
+end)
+
 t.test("the empty-kernel floor is small and measured once", function()
   local f = timing.floor()
   t.note(string.format("empty-kernel floor: %.2f us (n=%d)", f.median * 1e3, f.n))
@@ -110,7 +143,8 @@ t.test("the protocol is recorded with the result; its key is protocol_key's", fu
   local r = timing.time(work(n // 4), opts)
   t.eq(type(r.protocol), "table")
   t.eq(r.protocol.key, timing.protocol_key(opts))
-  t.eq(r.protocol.version, 2)
+  t.eq(r.protocol.version, 3)
+  t.eq(r.protocol.gate, true)
   t.eq(r.protocol.min_samples, 10)
   t.eq(r.protocol.target, 0.005)
   t.ok(r.n >= 10, r.n)

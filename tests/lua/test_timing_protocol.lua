@@ -4,8 +4,8 @@
 local t = require "km.tap"
 local timing = require "km.timing"
 
-local DEFAULT = "km.timing/2 mode=cold rep=1 warmup=3,1ms stop=noise<=0.002,n=20..300,min_ms=0,max_ms=2000 "
-  .. "flush=2xL2 energy=0"
+local DEFAULT = "km.timing/3 mode=cold rep=1 warmup=3,1ms stop=noise<=0.002,n=20..300,min_ms=0,max_ms=2000 "
+  .. "flush=2xL2 energy=0 gate=1"
 
 t.test("the default key, and the same key for the same options spelled out", function()
   t.eq(timing.protocol_key(), DEFAULT)
@@ -21,7 +21,7 @@ t.test("every option that decides a timing changes the key", function()
   for _, o in ipairs {
     { mode = "warm" }, { mode = "graph" }, { rep = 4 }, { warmup = 10 }, { warmup_ms = 25 },
     { min_samples = 10 }, { max_samples = 100 }, { target = 0.005 }, { min_ms = 50 }, { max_ms = 600 },
-    { flush_bytes = 1 << 27 }, { energy = true },
+    { flush_bytes = 1 << 27 }, { energy = true }, { gate = false },
   } do
     local k = timing.protocol_key(o)
     local name = next(o)
@@ -34,7 +34,8 @@ end)
 
 t.test("the protocol table carries the fields, the version and the key", function()
   local p = timing.protocol { mode = "warm", min_ms = 50, energy = true }
-  t.eq(p.version, 2)
+  t.eq(p.version, 3)
+  t.eq(p.gate, true)
   t.eq(p.key, timing.protocol_key { mode = "warm", min_ms = 50, energy = true })
   t.eq(p.mode, "warm")
   t.eq(p.min_samples, 20)
