@@ -94,8 +94,15 @@ static int l_sm_clock(lua_State *L) {
 /* A run's device state (events, a captured graph) lives in a to-be-closed userdata: an error
  * raised inside fn or a hook (the launch code's own, a budget stop) releases it while it
  * unwinds, and the error goes on unchanged. */
+typedef struct {
+  km_timer_gpu gpu; /* first: the userdata is also a km_timer_gpu */
+  int restart_gc;   /* Lua's collector was running when the run began: it runs again at the end */
+} run_state;
+
 static int gpu_gc(lua_State *L) {
-  km_timer_gpu_release(luaL_checkudata(L, 1, KM_TIMING_EVENTS_MT));
+  run_state *rs = luaL_checkudata(L, 1, KM_TIMING_EVENTS_MT);
+  km_timer_gpu_release(&rs->gpu);
+  if (rs->restart_gc) rs->restart_gc = 0, lua_gc(L, LUA_GCRESTART);
   return 0;
 }
 
@@ -294,9 +301,15 @@ static int l_time(lua_State *L) {
   luaL_argcheck(L, lua_isnil(L, AFTER) || lua_isfunction(L, AFTER), 2, "option 'after' must be a function");
 
   double *buf = lua_newuserdatauv(L, sizeof(double) * KM_TIMER_BUF(proto.stop.max_samples), 0); /* [.., buf] */
-  km_timer_gpu *gpu = lua_newuserdatauv(L, sizeof *gpu, 0); /* [.., buf, gpu] */
+  run_state *rs = lua_newuserdatauv(L, sizeof *rs, 0); /* [.., buf, gpu] */
+  km_timer_gpu *gpu = &rs->gpu;
   km_timer_gpu_init(gpu);
   luaL_setmetatable(L, KM_TIMING_EVENTS_MT);
+  /* No collection while samples are enqueued: a finalizer freeing device memory (cuMemFree
+   * waits for the device) inside a sample would wait on its own gate, or, ungated, stall
+   * the GPU inside a timed window. The garbage of one run is small; it is collected after. */
+  rs->restart_gc = lua_gc(L, LUA_GCISRUNNING);
+  if (rs->restart_gc) lua_gc(L, LUA_GCSTOP);
   lua_toclose(L, -1);
   lua_work w = {L, is_graph, 0};
   km_timer_work work = {work_call, lua_isnil(L, BEFORE) ? NULL : work_before, lua_isnil(L, AFTER) ? NULL : work_after,

@@ -82,6 +82,20 @@ t.test("work that waits for the GPU while gated: one gate times out, the run goe
   t.eq(g.gated, g.n + g.n_extra)
 end)
 
+t.test("no Lua collection inside a run: a finalizer that waits for the GPU cannot stall a gated sample", function()
+  local function trap() setmetatable({}, { __gc = function() cuda.synchronize() end }) end
+  local r = timing.time(function()
+    for _ = 1, 50 do trap() end
+    local junk = {}
+    for i = 1, 20000 do junk[i] = { i } end -- enough allocation to run the collector's steps
+    assert(spin{ grid = 1, block = 32 }(20000))
+  end, { min_samples = 10, max_samples = 20, target = 0 })
+  t.eq(r.gate_timeouts, 0)
+  t.eq(r.gated, r.n + r.n_extra)
+  t.ok(collectgarbage("isrunning"), "the collector runs again after the run")
+  collectgarbage() -- the traps' finalizers run here, outside any timing
+end)
+
 t.test("the empty-kernel floor is small and measured once", function()
   local f = timing.floor()
   t.note(string.format("empty-kernel floor: %.2f us (n=%d)", f.median * 1e3, f.n))
