@@ -22,6 +22,7 @@ local FILES = {
   ["smollm2_summary.lua"] = "cpu_lua", ["kernelbench_lint_table.lua"] = "cpu_lua", ["launch_ffi.lua"] = "luajit",
   ["gpu_run.sh"] = "gpu_sh", ["gpu_sweeps.sh"] = "gpu_sh", ["kernelbench_gpu.sh"] = "gpu_sh",
   ["kernelbench_lint.sh"] = "gpu_sh", ["launch_overhead.sh"] = "gpu_sh", ["smollm2.sh"] = "cpu_sh",
+  ["kb_harness.sh"] = "gpu_sh", ["kb_harness.py"] = "python",
   ["kernelbench_style.py"] = "python", ["launch_capi.c"] = "c", ["raw_bench.c"] = "c",
   ["kb_relu"] = "candidate", ["RESULTS.md"] = "doc",
 }
@@ -29,7 +30,7 @@ local FILES = {
 local GPU_ARGS = {
   ["eager_timing.lua"] = "tasks/l1_relu/reference.py", ["kernelbench_refs.lua"] = "/tmp",
   ["need_gpu.lua"] = "bench/need_gpu.lua", ["kernelbench_gpu.sh"] = "/tmp", ["launch_overhead.sh"] = BUILD,
-  ["kernelbench_lint.sh"] = "/tmp", ["eval_stages.lua"] = "tasks/l1_relu/reference.py",
+  ["kernelbench_lint.sh"] = "/tmp", ["eval_stages.lua"] = "tasks/l1_relu/reference.py", ["kb_harness.sh"] = "/tmp",
 }
 -- scripts whose arguments km.args reads (an unknown option is exit status 2)
 local ARGS_PARSER = { ["core.lua"] = 1, ["eval.lua"] = 1, ["baselines_table.lua"] = 1, ["eager_timing.lua"] = 1,
@@ -144,6 +145,11 @@ t.test("shell scripts parse, answer --help, and say no GPU with exit 3 (smollm2.
   t.eq(rc, 2, out)
   out, rc = sh("bash bench/kernelbench_lint.sh")
   t.eq(rc, 2, out)
+  out, rc = sh("bash bench/kb_harness.sh")
+  t.eq(rc, 2, out)
+  t.ok(out:find("usage: bench/kb_harness.sh KB_SRC", 1, true), out)
+  out, rc = sh("bash bench/kb_harness.sh /tmp --out")
+  t.eq(rc, 2, out)
   out, rc = sh("KM_LLAMA_PYTHON=/nonexistent/python bash bench/smollm2.sh")
   t.eq(rc, 2, out)
   t.ok(out:find("make model-deps", 1, true), out)
@@ -165,6 +171,41 @@ t.test("kernelbench_style.py parses and answers --help; launch_capi says no GPU;
   local cuda_home = os.getenv("CUDA_HOME") or "/usr/local/cuda"
   out, rc = sh(("${CC:-cc} -std=gnu11 -Wall -Wextra -Werror -fsyntax-only -I'%s/include' bench/raw_bench.c"):format(cuda_home))
   t.eq(rc, 0, out)
+end)
+
+t.test("kb_harness.py: parses, --help without torch, its table from a run's rows; --check imports KernelBench", function()
+  local out, rc = sh("python3 -c 'import ast, sys; ast.parse(open(sys.argv[1]).read())' bench/kb_harness.py")
+  t.eq(rc, 0, out)
+  out, rc = sh("python3 bench/kb_harness.py --help")
+  t.eq(rc, 0, out)
+  t.ok(out:find("Usage: python3 bench/kb_harness.py --check KB_SRC", 1, true), out)
+  out, rc = sh("python3 bench/kb_harness.py")
+  t.eq(rc, 2, out)
+  -- the table: two kmrun runs (a fill, one warm), KernelBench's cold run and a warm one past its limit
+  local dir = testing.tmpdir()
+  testing.write(dir .. "/km.json", '{"status":"correct","timing":{"candidate":{"median":3.5},"eager":{"median":3.4}}}')
+  testing.write(dir .. "/kb.json", '{"standins":["openai"],"compiled":true,"correctness":true,"runtime_ms":3.6,'
+    .. '"ref_runtime_ms":3.4,"metadata":{"correctness_trials":"(5 / 5)"}}')
+  testing.write(dir .. "/runs.tsv", ("kmrun eval\tfill (empty caches)\t9.5\t0\t%s/km.json\t180\n"
+    .. "kmrun eval\twarm 1\t2.0\t0\t%s/km.json\t180\n"
+    .. "KernelBench\tcold (fresh build_dir)\t130\t0\t%s/kb.json\t400\n"
+    .. "KernelBench\twarm (same build_dir)\t300\t124\t%s/none.json\t300\n"):format(dir, dir, dir, dir))
+  out, rc = sh("python3 bench/kb_harness.py --table '" .. dir .. "/runs.tsv'")
+  t.eq(rc, 0, out)
+  t.ok(out:find("| kmrun eval | warm 1 | 2.00 | correct | 3.500 ms (eager 3.4 ms), median |", 1, true), out)
+  t.ok(out:find("| KernelBench | cold (fresh build_dir) | 130.00 | correct, compiled (5 / 5) | 3.6 ms (ref 3.4 ms), mean of 100 |", 1, true), out)
+  t.ok(out:find("| KernelBench | warm (same build_dir) | 300.00 | timed out after 300 s | - |", 1, true), out)
+  t.ok(out:find("(median of 1 warm kmrun runs, 2.00 s): cold 65.0x, warm >= 150.0x", 1, true), out)
+  os.execute("rm -rf '" .. dir .. "'")
+  -- KernelBench's package imports with the stand-ins, where kb/kbsrc was extracted (never in CI)
+  if not io.open(ROOT .. "/kb/kbsrc/src/kernelbench/eval.py") then
+    return t.diag("no kb/kbsrc here (bench/kb_harness.sh --help says how to extract it)")
+  end
+  local okk, why = require("km.kernelbench").available()
+  if not okk then return t.diag("no torch (set KM_PYTHON): " .. tostring(why)) end
+  out, rc = sh((os.getenv("KM_PYTHON") or "python3") .. " bench/kb_harness.py --check kb/kbsrc")
+  t.ok(rc == 0 or rc == 3, out) -- 3: a tool load_inline needs is missing here, and it says which
+  t.ok(out:find("kernelbench%.eval imported from [^\n]*; stand%-ins: "), out)
 end)
 
 t.test("kernelbench_lint_table.lua: per level and precision, flagged names and reasons; cut-off problems listed, never counted", function()
