@@ -153,6 +153,9 @@ function M.new(opts)
   self.tasks = {}      -- dir -> { task, ref = prepared, times = {}, base_times = {}, checked = bool }
   self.opts = opts
   self.pool = Pool.new()
+  -- verify's CUDA reference results, in host memory (Judge:trial_reference): bytes held,
+  -- and the task states holding them, least recently used first
+  self.ref_kept = { bytes = 0, cap = opts.reference_cache_bytes or M.REFERENCE_CACHE_BYTES, order = {} }
   return self
 end
 
@@ -625,6 +628,60 @@ function Judge:run_reference(st, ref_in, dims, sym, which, keep_cache)
   return io
 end
 
+-- Verify's trials draw the same inputs for every candidate of a task (their seeds are the
+-- evaluation's seed_base, the shape and the trial: the same for each), so a CUDA reference's
+-- outputs for a trial are the same for each candidate too. Where the reference takes longer
+-- than copying its outputs back and forth would (a naive GEMM or convolution, not an
+-- elementwise kernel: at least 2 x bytes / HOST_COPY_BPS seconds), they are kept after its
+-- first run in host memory (Lua strings: no kernel can address them, and nothing of them is
+-- on the device while candidate code runs); a later candidate's trial copies them into fresh
+-- buffers after it ran and its inputs were proven, where the reference would have run. Only a
+-- task's own CUDA reference (a PyTorch model can keep state), at most REFERENCE_CACHE_BYTES in
+-- all (opts.reference_cache_bytes; 0: none), the least recently used task's dropped first.
+-- Timed calls' checks never use these: their inputs come from the private generator.
+-- -> io (inputs and outputs), kept (true: copied from host memory) | nil, status, msg
+M.REFERENCE_CACHE_BYTES = 1 << 30
+M.HOST_COPY_BPS = 5e9
+local function touch(order, st)
+  for i, o in ipairs(order) do if o == st then table.remove(order, i) break end end
+  order[#order + 1] = st
+end
+function Judge:trial_reference(st, ref_src, dims, sym, key)
+  local t = st.task
+  local kept = self.ref_kept
+  local hit = not st.prob and st.ref_outs and st.ref_outs[key]
+  if hit then
+    local io = copy(ref_src)
+    for _, spec in ipairs(t.outputs) do
+      io[spec.name] = self.pool:get(spec.dtype, dims[spec.name])
+      io[spec.name]:from_string(hit[spec.name])
+    end
+    touch(kept.order, st)
+    return io, nil, nil, true
+  end
+  local w0 = wall()
+  local io, s, m = self:run_reference(st, ref_src, dims, sym, nil, st.prob ~= nil)
+  local took = wall() - w0
+  if not io or st.prob or kept.cap <= 0 then return io, s, m end
+  local bytes = 0
+  for _, spec in ipairs(t.outputs) do bytes = bytes + io[spec.name]:nbytes() end
+  if bytes > kept.cap or took * M.HOST_COPY_BPS < 2 * bytes then return io end
+  local outs = {}
+  for _, spec in ipairs(t.outputs) do outs[spec.name] = io[spec.name]:to_string() end
+  -- room: whole tasks' results go, least recently used first
+  while kept.bytes + bytes > kept.cap and #kept.order > 0 do
+    local old = table.remove(kept.order, 1)
+    kept.bytes = kept.bytes - (old.ref_bytes or 0)
+    old.ref_outs, old.ref_bytes = nil, nil
+  end
+  st.ref_outs = st.ref_outs or {}
+  st.ref_outs[key] = outs
+  st.ref_bytes = (st.ref_bytes or 0) + bytes
+  kept.bytes = kept.bytes + bytes
+  touch(kept.order, st)
+  return io
+end
+
 -- Checks of timed calls use the fastest reference known to be right: a task whose
 -- reference is a naive CUDA kernel and which also has a PyTorch model (reference.py, loaded
 -- for the baselines) re-verifies timed calls against PyTorch eager (cuBLAS, cuDNN) once
@@ -715,6 +772,13 @@ function Judge:proven_inputs(st, sym, cand, ref_in, scratch, where, seed)
 end
 
 -- Compares the outputs; -> nil, or status, text, failed output name, the check rows.
+-- The task's input and output dtypes, in order: part of a kept reference result's key.
+local function io_dtypes(t)
+  local d = {}
+  for _, list in ipairs { t.inputs, t.outputs } do for _, spec in ipairs(list) do d[#d + 1] = spec.dtype end end
+  return concat(d, ",")
+end
+
 local function compare_outputs(t, outs, ref_io, dims, where, later, checks, si, seed)
   for _, spec in ipairs(t.outputs) do
     local tol = t.tolerance[spec.dtype]
@@ -772,8 +836,10 @@ function Judge:verify(st, run, v, opts)
       local rs, rmsg
       -- torch's cached blocks keep this trial's reference results until verify ends (Judge:eval
       -- empties them then, whatever the outcome): the candidate's next trials have other
-      -- seeds, whose results these are not, and no trial's seed comes again in this evaluation
-      ref_io, rs, rmsg = self:run_reference(st, ref_src, dims, sym, nil, st.prob ~= nil)
+      -- seeds, whose results these are not, and no trial's seed comes again in this evaluation.
+      -- A CUDA reference's results come from host memory after the first candidate
+      local key = concat({ si, trial_seed, task_mod.fmt_shape(sym), io_dtypes(t) }, "|")
+      ref_io, rs, rmsg = self:trial_reference(st, ref_src, dims, sym, key)
       if not ref_io and rs == "inputs_modified" then return done(rs, rmsg) end
       if not ref_io then
         if rs == "crashed" then self.pool:drop(false) return verdict.ERROR, "the task's reference failed at " .. where .. ": " .. tostring(rmsg), { context_lost = true } end

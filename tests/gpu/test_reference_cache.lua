@@ -1,0 +1,97 @@
+-- GPU: verify's CUDA reference results kept in host memory (Judge:trial_reference). The first
+-- candidate's trials run the task's reference and keep its outputs; a later candidate's trials
+-- use them instead of running it again, and they still catch a wrong kernel and an input
+-- written to; the byte cap holds, and a reference quicker than the copies is never kept.
+local t = require "km.tap"
+t.require_gpu()
+local task = require "km.task"
+local judge_mod = require "km.judge"
+local testing = require "km.testing"
+
+local ROOT = testing.paths()
+local rowsum = assert(task.load(ROOT .. "/tests/tasks/t_rowsum"))
+
+local function cand(name, extra, body)
+  return { name = name, source = [[
+extern "C" __global__ void rowsum(float *x, float *y, int rows, int cols) {
+  __shared__ float part[256];
+  int r = blockIdx.x;
+  float acc = 0.f;
+  for (int c = threadIdx.x; c < cols; c += 256) acc += x[(size_t)r * cols + c];
+  part[threadIdx.x] = acc;
+  __syncthreads();
+  for (int s = 128; s > 0; s >>= 1) {
+    if (threadIdx.x < s) part[threadIdx.x] += part[threadIdx.x + s];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) { y[r] = part[0] + ]] .. extra .. "; " .. (body or "") .. [[ }
+}]], launch = [[return function(k, io, s) k.rowsum{ grid = s.rows, block = 256 }(io.x, io.y, s.rows, s.cols) end]] }
+end
+local GOOD = cand("good", "0.f")
+local ROW0 = cand("row 0 off by 0.01", "(r == 0 ? 0.01f : 0.f)")
+local WRITES = cand("writes its input", "0.f", "x[0] = 0.f;")
+
+-- a judge whose reference runs are counted
+local function counted(opts)
+  local j = assert(judge_mod.new(opts))
+  j.ref_runs = 0
+  local run = j.run_reference
+  j.run_reference = function(self, ...) self.ref_runs = self.ref_runs + 1 return run(self, ...) end
+  return j
+end
+local TRIALS = #rowsum.shapes * 3
+
+t.test("the first candidate runs the reference on every trial and keeps it; the next runs it on none", function()
+  local j = counted()
+  local v = j:eval(rowsum, GOOD, { timing = false })
+  t.eq(v.status, "correct", v.feedback)
+  t.eq(j.ref_runs, TRIALS)
+  local st = j.tasks[rowsum.dir]
+  local n = 0
+  for _ in pairs(st.ref_outs) do n = n + 1 end
+  t.eq(n, TRIALS)
+  t.ok(j.ref_kept.bytes > 0 and j.ref_kept.bytes == st.ref_bytes, j.ref_kept.bytes)
+  j.ref_runs = 0
+  v = j:eval(rowsum, GOOD, { timing = false })
+  t.eq(v.status, "correct", v.feedback)
+  t.eq(j.ref_runs, 0)
+  -- kept results still judge: one row wrong fails the first trial, an input written to is found
+  v = j:eval(rowsum, ROW0, { timing = false })
+  t.eq(v.status, "mismatch", v.feedback)
+  t.eq(v.failed_at and v.failed_at.shape, 1); t.eq(v.failed_at and v.failed_at.seed, 1)
+  v = j:eval(rowsum, WRITES, { timing = false })
+  t.eq(v.status, "inputs_modified", v.feedback)
+  t.eq(j.ref_runs, 0)
+  -- another seed base: other inputs, so the reference runs again
+  v = j:eval(rowsum, GOOD, { timing = false, seed_base = 5000 })
+  t.eq(v.status, "correct", v.feedback)
+  t.eq(j.ref_runs, TRIALS)
+end)
+
+t.test("timed checks run the reference on their own inputs: a timed evaluation after the cache is filled", function()
+  local j = counted()
+  t.eq(j:eval(rowsum, GOOD, { timing = false }).status, "correct")
+  j.ref_runs = 0
+  local v = j:eval(rowsum, GOOD, {})
+  t.eq(v.status, "correct", v.feedback)
+  local checked = v.timing and v.timing.candidate and v.timing.candidate.checked_calls or 0
+  t.ok(checked >= 1, checked)
+  t.ok(j.ref_runs >= checked, ("%d reference runs for %d checked calls"):format(j.ref_runs, checked))
+end)
+
+t.test("the byte cap holds; a reference quicker than copying its outputs is not kept", function()
+  local j = counted { reference_cache_bytes = 100 }
+  t.eq(j:eval(rowsum, GOOD, { timing = false }).status, "correct")
+  t.ok(j.ref_kept.bytes <= 100 and j.ref_kept.bytes > 0, j.ref_kept.bytes) -- the small shapes' results only
+  local saved = judge_mod.HOST_COPY_BPS
+  judge_mod.HOST_COPY_BPS = 1e30 -- every reference "quicker" than its copies
+  local k = counted()
+  t.eq(k:eval(rowsum, GOOD, { timing = false }).status, "correct")
+  judge_mod.HOST_COPY_BPS = saved
+  t.eq(k.ref_kept.bytes, 0)
+  k.ref_runs = 0
+  t.eq(k:eval(rowsum, GOOD, { timing = false }).status, "correct")
+  t.eq(k.ref_runs, TRIALS)
+end)
+
+t.done()
