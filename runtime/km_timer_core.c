@@ -62,22 +62,20 @@ static int launch(run *r, km_timer_phase ph) {
   return r->w->call(r->w->ud, ph) ? KM_TIMER_EWORK : 0;
 }
 
-/* Enqueues sample i: [gate,] before hook, L2 flush, start event, the calls, end event,
- * [release,] after hook. The gate opens before the after hook, which may wait for the sample. */
+/* Enqueues sample i: before hook, L2 flush, [gate,] start event, the calls, end event,
+ * [release,] after hook. The hook's work and the flush run while the host enqueues the rest;
+ * the gate opens before the after hook, which may wait for the sample. */
 static int enqueue(run *r, int i) {
   const km_timer_ops *o = r->ops;
   int e, rc;
+  if ((rc = hook(r, r->w->before, KM_TIMER_SAMPLE))) return rc;
+  if (r->cold && (e = o->flush(r->dev))) return dev_fail(r, e, "timing");
   if (r->gate) {
     if ((e = o->gate(r->dev))) return dev_fail(r, e, "timing (gate)");
     r->out->gated++;
   }
-  if ((rc = hook(r, r->w->before, KM_TIMER_SAMPLE))) {
-    if (r->gate) o->release(r->dev);
-    return rc;
-  }
   rc = 0;
-  if (r->cold && (e = o->flush(r->dev))) rc = dev_fail(r, e, "timing");
-  else if ((e = o->record(r->dev, EV(i, 0)))) rc = dev_fail(r, e, "timing");
+  if ((e = o->record(r->dev, EV(i, 0)))) rc = dev_fail(r, e, "timing");
   for (int k = 0; k < r->per_sample_launches && !rc; k++) rc = launch(r, KM_TIMER_SAMPLE);
   if (!rc && (e = o->record(r->dev, EV(i, 1)))) rc = dev_fail(r, e, "timing");
   if (r->gate) o->release(r->dev); /* on failure too: nothing may stay held */

@@ -19,9 +19,10 @@
  * order, so n is the first count that satisfies it whatever was queued; samples queued past
  * the stop (n_extra) run and are waited for but are not counted.
  *
- * The gate (protocol's gate, with ops that have one): each sample is enqueued behind a gate
- * that the host opens once the sample's end event is enqueued, so the GPU starts the sample
- * (hooks' work, flush, start event, the calls, end event) only when all of it is there. A host
+ * The gate (protocol's gate, with ops that have one): each sample's start event is enqueued
+ * behind a gate (after the before hook's work and the flush, which run meanwhile) that the
+ * host opens once the sample's end event is enqueued, so the GPU starts the timed window
+ * only when all of it is there. A host
  * slower than the GPU (a Python model's forward launching its kernels one by one) then leaves
  * the GPU idle before a sample, never inside its timed window: the time is the work's GPU
  * time, not the host's launch gaps (nvbench's blocking kernel, per sample). A gate opened by

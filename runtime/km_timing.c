@@ -34,9 +34,9 @@
  * past the stop (n_extra) run but are not counted. `protocol` records all of this (with
  * KM_TIMING_PROTOCOL_VERSION): results with different keys are not comparable.
  *
- * The gate (on unless gate = false; km_timer_core.h): each sample is held on the GPU until
- * the host has enqueued all of it, so a slow host (a Python forward) leaves no gaps inside a
- * timed window; `gated` counts the samples so enqueued, `gate_timeouts` the gates that opened
+ * The gate (on unless gate = false; km_timer_core.h): each sample's timed window is held on
+ * the GPU until the host has enqueued all of it, so a slow host (a Python forward) leaves no
+ * gaps inside it; `gated` counts the samples so enqueued, `gate_timeouts` the gates that opened
  * by their 50 ms timeout (fn waited for the GPU while enqueueing), after the first of which
  * the run goes on ungated.
  *

@@ -649,8 +649,8 @@ TEST(the_gate_keeps_a_slow_hosts_gaps_out_of_the_window) {
       ASSERT(r.min == 0.75 && r.max == 0.75); /* exactly the work's GPU time */
       ASSERT_EQ_INT(f->gates, f->releases);
       ASSERT(f->idle > 0); /* the host's time, before the samples */
-      /* per sample: gate, before hook, flush, start, call, end, release, after hook */
-      ASSERT(strstr(f->log, "gBFSCErA") != NULL);
+      /* per sample: before hook, flush, gate, start, call, end, release, after hook */
+      ASSERT(strstr(f->log, "BFgSCErA") != NULL);
     } else {
       ASSERT(r.min >= 0.75 + 0.5); /* two gaps inside every window: 0.5 ms of host, less 0.25 of GPU, each */
     }
