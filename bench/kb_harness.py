@@ -197,7 +197,9 @@ def verdict(side, rc, limit, path):
         cand, eager = t.get("candidate") or {}, t.get("eager") or t.get("reference") or {}
         if "median" not in cand:
             return v.get("status", "?"), "-"
-        return v.get("status", "?"), "%.3f ms (eager %s ms), median" % (cand["median"], eager.get("median", "-"))
+        em = eager.get("median")
+        return v.get("status", "?"), "%.3f ms (eager %s ms), median" % (
+            cand["median"], "%.3f" % em if isinstance(em, (int, float)) else "-")
     if "error" in v:
         return v["error"], "-"
     what = "correct" if v["correctness"] else "not correct"

@@ -192,7 +192,7 @@ t.test("kb_harness.py: parses, --help without torch, its table from a run's rows
     .. "KernelBench\twarm (same build_dir)\t300\t124\t%s/none.json\t300\n"):format(dir, dir, dir, dir))
   out, rc = sh("python3 bench/kb_harness.py --table '" .. dir .. "/runs.tsv'")
   t.eq(rc, 0, out)
-  t.ok(out:find("| kmrun eval | warm 1 | 2.00 | correct | 3.500 ms (eager 3.4 ms), median |", 1, true), out)
+  t.ok(out:find("| kmrun eval | warm 1 | 2.00 | correct | 3.500 ms (eager 3.400 ms), median |", 1, true), out)
   t.ok(out:find("| KernelBench | cold (fresh build_dir) | 130.00 | correct, compiled (5 / 5) | 3.6 ms (ref 3.4 ms), mean of 100 |", 1, true), out)
   t.ok(out:find("| KernelBench | warm (same build_dir) | 300.00 | timed out after 300 s | - |", 1, true), out)
   t.ok(out:find("(median of 1 warm kmrun runs, 2.00 s): cold 65.0x, warm >= 150.0x", 1, true), out)
