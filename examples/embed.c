@@ -71,7 +71,8 @@ static int gpu_part(km_rt *rt, km_prog *prog) {
          cmp.max_abs);
   printf("guards: %s\ninputs: %s\n", intact ? "intact" : "overwritten",
          sum_before == sum_after ? "unchanged" : "modified");
-  km_time_opts topts = {KM_TIME_COLD, 3, 10, 100, 0.01, 1000};
+  km_time_opts topts = {.mode = KM_TIME_COLD, .warmup = 3, .min_samples = 10, .max_samples = 100,
+                       .target = 0.01, .max_ms = 1000};
   km_time_result t;
   CHECK(km_time_launch(rt, relu, &cfg, args, &topts, &t));
   printf("time: median %.4f ms (p25 %.4f, p75 %.4f, n %d, cold)\n", t.median, t.p25, t.p75, t.n);

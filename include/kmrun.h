@@ -226,6 +226,8 @@ typedef struct km_time_opts {
   double target;     /* stop when the median's relative error is at or below it; 0: 0.002 (the
                         stop rule is km.timing's: docs/timing.md) */
   double max_ms;     /* stop after this much wall time; 0: 2000 */
+  int no_gate;       /* 1: no gate; 0: each sample's timed window waits on the GPU until the host
+                        has enqueued all of it (docs/timing.md, "The gate") */
 } km_time_opts;
 
 typedef struct km_time_result {

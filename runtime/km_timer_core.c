@@ -11,6 +11,11 @@
 #define ENERGY_SLACK_MS 5 /* with an energy window: one NVML energy read costs ~3 ms */
 #define CLOCK_MOVED 0.02
 #define WARMUP_MAX 100000 /* warm-up calls at most, however short they are */
+/* A gate opens by itself after GATE_CALLS times the longest warm-up call's host time (the
+ * host's enqueue of the timed calls it covers), within these bounds. */
+#define GATE_CALLS 4
+#define GATE_MIN_MS 50
+#define GATE_MAX_MS 2000
 
 /* Sample i uses slot i % SLOTS; at most SLOTS - 1 samples are in flight, so a slot is reused
  * only after its sample has been read, and sample i - 1's end event is still there when
@@ -41,6 +46,7 @@ typedef struct {
   km_timer_result *out;
   int cold, captured, per_sample_launches;
   int gate; /* samples are enqueued behind a gate (the protocol's, while no gate has timed out) */
+  double gate_ms; /* its timeout */
 } run;
 
 static int dev_fail(run *r, int err, const char *what) {
@@ -71,7 +77,7 @@ static int enqueue(run *r, int i) {
   if ((rc = hook(r, r->w->before, KM_TIMER_SAMPLE))) return rc;
   if (r->cold && (e = o->flush(r->dev))) return dev_fail(r, e, "timing");
   if (r->gate) {
-    if ((e = o->gate(r->dev))) return dev_fail(r, e, "timing (gate)");
+    if ((e = o->gate(r->dev, r->gate_ms))) return dev_fail(r, e, "timing (gate)");
     r->out->gated++;
   }
   rc = 0;
@@ -117,7 +123,7 @@ int km_timer_run(const km_timer_ops *ops, void *dev, const km_timing_protocol *p
     return KM_TIMER_EINVAL;
   int cold = !strcmp(p->mode, "cold"), graph_mode = !strcmp(p->mode, "graph");
   int rep = p->rep, max_n = p->stop.max_samples, e, rc;
-  run r = {ops, dev, w, out, cold, 0, rep, p->gate && ops->gate && ops->release};
+  run r = {ops, dev, w, out, cold, 0, rep, p->gate && ops->gate && ops->release, GATE_MIN_MS};
 
   /* graph mode: capture rep calls once, then time replays */
   int calls_per_launch = 1; /* calls of the work in one launch of the timed thing */
@@ -138,15 +144,23 @@ int km_timer_run(const km_timer_ops *ops, void *dev, const km_timing_protocol *p
   const char *what = "allocating the L2 flush buffer";
   if (cold && (e = ops->flush_prepare(dev, p->flush_bytes, &out->flush_bytes, &what))) return dev_fail(&r, e, what);
 
-  /* warmup: at least `warmup` calls and `warmup_ms` of wall time */
-  double t0 = ops->now_ms(dev);
+  /* warmup: at least `warmup` calls and `warmup_ms` of wall time; the longest call's host
+   * time sizes the gate's timeout */
+  double t0 = ops->now_ms(dev), call_ms = 0;
   for (int i = 0; i < p->warmup || (ops->now_ms(dev) - t0 < p->warmup_ms && i < WARMUP_MAX); i++) {
-    if ((rc = hook(&r, w->before, KM_TIMER_WARMUP)) || (rc = launch(&r, KM_TIMER_WARMUP)) ||
-        (rc = hook(&r, w->after, KM_TIMER_WARMUP)))
-      return rc;
+    if ((rc = hook(&r, w->before, KM_TIMER_WARMUP))) return rc;
+    double c0 = ops->now_ms(dev);
+    if ((rc = launch(&r, KM_TIMER_WARMUP))) return rc;
+    double c = (ops->now_ms(dev) - c0) * r.per_sample_launches;
+    if (c > call_ms) call_ms = c;
+    if ((rc = hook(&r, w->after, KM_TIMER_WARMUP))) return rc;
     if (((i & 7) == 7 || i + 1 >= p->warmup) && (e = ops->sync(dev))) return dev_fail(&r, e, "warmup");
   }
   if ((e = ops->sync(dev))) return dev_fail(&r, e, "warmup");
+  r.gate_ms = GATE_CALLS * call_ms;
+  if (r.gate_ms < GATE_MIN_MS) r.gate_ms = GATE_MIN_MS;
+  if (r.gate_ms > GATE_MAX_MS) r.gate_ms = GATE_MAX_MS;
+  out->gate_timeout_ms = r.gate ? r.gate_ms : 0;
 
   clock_span clk = {NAN, NAN};
   double clock_start = ops->sm_clock ? ops->sm_clock(dev) : NAN;

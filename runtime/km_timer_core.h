@@ -25,9 +25,10 @@
  * only when all of it is there. A host
  * slower than the GPU (a Python model's forward launching its kernels one by one) then leaves
  * the GPU idle before a sample, never inside its timed window: the time is the work's GPU
- * time, not the host's launch gaps (nvbench's blocking kernel, per sample). A gate opened by
- * its timeout means the host waited for the GPU while enqueueing (the work synchronized):
- * gating stops for the rest of the run, and gate_timeouts says so. */
+ * time, not the host's launch gaps (nvbench's blocking kernel, per sample). A gate opens by
+ * itself after 4 times the longest warm-up call's host time (at least 50 ms, at most 2 s):
+ * one opened so means the host waited for the GPU while enqueueing (the work synchronized),
+ * and gating stops for the rest of the run; gate_timeouts says so. */
 #ifndef KM_TIMER_CORE_H
 #define KM_TIMER_CORE_H
 
@@ -71,10 +72,11 @@ typedef struct km_timer_ops {
   int (*energy_enough)(void *dev);
   int (*energy_end)(void *dev, double *j_per_call, double *span_ms, double *calls, const char **why);
   /* Optional (NULL: no gate). gate enqueues a hold: work enqueued after it waits on the GPU
-   * until release, or until the gate's own timeout (a host that waits for the GPU while the
-   * hold is on would otherwise never get there); release opens every gate enqueued so far.
+   * until release, or until timeout_ms have passed since the GPU reached it (a host that waits
+   * for the GPU while the hold is on would otherwise never get there); release opens every
+   * gate enqueued so far.
    * gate_timeouts is how many gates have opened by their timeout since the run began. */
-  int (*gate)(void *dev);
+  int (*gate)(void *dev, double timeout_ms);
   void (*release)(void *dev);
   int (*gate_timeouts)(void *dev);
 } km_timer_ops;
@@ -104,6 +106,8 @@ typedef struct km_timer_result {
   int clock_moved;        /* max > min by more than 2%: not all samples ran at one clock */
   int gated;              /* samples enqueued behind a gate (0: the protocol's gate is off or no ops) */
   int gate_timeouts;      /* gates that opened by their timeout: gating stopped at the first */
+  double gate_timeout_ms; /* a gate's timeout: 4 x the longest warm-up call's host time, 50..2000 ms
+                             (0: not gated) */
   double energy_j, energy_ms, energy_calls; /* energy_j NaN: energy_why says why */
   const char *energy_why;
   int err;                /* KM_TIMER_EDEV: the device's error code ... */

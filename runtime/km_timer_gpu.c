@@ -29,8 +29,6 @@ static CUresult ensure_flush(size_t bytes) {
 
 /* ==== the gate's page (the process's): host memory the device reads ==== */
 
-#define GATE_TIMEOUT_NS 50000000ull /* 50 ms: far above any sample's enqueue */
-
 typedef struct {
   volatile unsigned long long released; /* the host: every gate up to this ticket may open */
   volatile unsigned long long timeouts; /* the device: gates opened by their timeout */
@@ -227,11 +225,11 @@ static int energy_end(void *dev, double *j, double *span_ms, double *calls, cons
 }
 
 /* A gate for the next sample: a one-thread kernel on the timed stream waiting for its ticket. */
-static int gate(void *dev) {
+static int gate(void *dev, double timeout_ms) {
   km_timer_gpu *g = dev;
   pthread_mutex_lock(&flush_lock);
   CUresult r = ensure_gate();
-  unsigned long long ticket = ++gate_tickets, timeout = GATE_TIMEOUT_NS;
+  unsigned long long ticket = ++gate_tickets, timeout = (unsigned long long)(timeout_ms * 1e6);
   if (r == CUDA_SUCCESS && !g->gate_base_set) g->gate_base = gate_host->timeouts, g->gate_base_set = 1;
   pthread_mutex_unlock(&flush_lock);
   if (r != CUDA_SUCCESS) return r;

@@ -6,7 +6,7 @@
  *                              samples = false, energy = false, gate = true, before = fn(phase),
  *                              after = fn(phase) })
  *     -> { median, mean, min, max, p25, p75, n, n_extra, stop, rel_noise, mode, rep, total_ms,
- *          protocol, samples?, gated, gate_timeouts, sm_clock_mhz, sm_clock_start_mhz, sm_clock_min_mhz,
+ *          protocol, samples?, gated, gate_timeouts, gate_timeout_ms, sm_clock_mhz, sm_clock_start_mhz, sm_clock_min_mhz,
  *          sm_clock_max_mhz, clock_moved, energy_j?, energy_window_ms?, energy_calls?,
  *          energy_includes_flush?, energy_unavailable?, flush_bytes? }
  *        (times in ms per call of fn)
@@ -37,8 +37,8 @@
  * The gate (on unless gate = false; km_timer_core.h): each sample's timed window is held on
  * the GPU until the host has enqueued all of it, so a slow host (a Python forward) leaves no
  * gaps inside it; `gated` counts the samples so enqueued, `gate_timeouts` the gates that opened
- * by their 50 ms timeout (fn waited for the GPU while enqueueing), after the first of which
- * the run goes on ungated.
+ * by their timeout (gate_timeout_ms: 4 x the longest warm-up call's host time, 50 ms to 2 s;
+ * fn waited for the GPU while enqueueing), after the first of which the run goes on ungated.
  *
  * Hooks: before(phase) runs before each warm-up call and before each sample (ahead of its L2
  * flush), after(phase) after each warm-up call and after each sample's end event; phase is
@@ -261,6 +261,7 @@ static void push_result(lua_State *L, const km_timer_result *r, const km_timing_
   lua_pushboolean(L, r->clock_moved); lua_setfield(L, -2, "clock_moved");
   lua_pushinteger(L, r->gated); lua_setfield(L, -2, "gated");
   lua_pushinteger(L, r->gate_timeouts); lua_setfield(L, -2, "gate_timeouts");
+  lua_pushnumber(L, r->gate_timeout_ms); lua_setfield(L, -2, "gate_timeout_ms");
   if (r->energy_j == r->energy_j) {
     lua_pushnumber(L, r->energy_j); lua_setfield(L, -2, "energy_j");
     lua_pushnumber(L, r->energy_ms); lua_setfield(L, -2, "energy_window_ms");

@@ -640,6 +640,7 @@ static km_status time_protocol(const km_time_opts *opts, km_timing_protocol *p, 
   if (p->stop.max_samples < p->stop.min_samples) p->stop.max_samples = p->stop.min_samples;
   if (o.target > 0) p->stop.max_noise = o.target;
   if (o.max_ms > 0) p->stop.max_ms = o.max_ms;
+  if (o.no_gate) p->gate = 0;
   return KMRUN_OK;
 }
 

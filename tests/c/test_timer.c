@@ -44,6 +44,7 @@ typedef struct {
   int poll_went_back;
   /* the gate: while held, GPU work and events wait in `pend` until the release */
   int held, gates, releases, timeout_after, waited_held;
+  double gate_timeout_ms;   /* the last gate's timeout */
   struct { int ev; double ms; } pend[64];
   int npend;
   char log[LOGMAX];
@@ -185,8 +186,9 @@ static int f_energy_end(void *d, double *j, double *ms, double *calls, const cha
   return 0;
 }
 
-static int f_gate(void *d) {
+static int f_gate(void *d, double timeout_ms) {
   fake *f = d;
+  f->gate_timeout_ms = timeout_ms;
   f->held = 1;
   f->gates++;
   note(f, 'g');
@@ -647,6 +649,7 @@ TEST(the_gate_keeps_a_slow_hosts_gaps_out_of_the_window) {
     ASSERT(!f->waited_held && !f->held);
     if (gated) {
       ASSERT(r.min == 0.75 && r.max == 0.75); /* exactly the work's GPU time */
+      ASSERT(r.gate_timeout_ms == 50 && f->gate_timeout_ms == 50); /* 4 x 1.5 ms is under the least */
       ASSERT_EQ_INT(f->gates, f->releases);
       ASSERT(f->idle > 0); /* the host's time, before the samples */
       /* per sample: before hook, flush, gate, start, call, end, release, after hook */
@@ -663,6 +666,22 @@ TEST(the_gate_keeps_a_slow_hosts_gaps_out_of_the_window) {
   ASSERT_EQ_INT(km_timer_run(&OPS_GATE, f, &p, &w, buf, &r), KM_TIMER_OK);
   ASSERT_EQ_INT(r.gated, 0);
   ASSERT_EQ_INT(f->gates, 0);
+}
+
+/* A forward that takes the host 30 ms to launch: a gate waits 4 x that before opening by
+ * itself, never more than 2 s. */
+TEST(a_gates_timeout_follows_the_hosts_longest_warmup_call) {
+  km_timing_protocol p = proto("cold", 1, 10, 20, 0.002);
+  double host[] = {30, 1000};
+  double want[] = {120, 2000};
+  for (int k = 0; k < 2; k++) {
+    fake *f = fresh(three_quarter_ms);
+    f->host_ms = host[k]; /* the warm-up call is one launch here (w_call): host_ms each */
+    km_timer_work w = {w_call_three, NULL, NULL, f, 0};
+    km_timer_result r;
+    ASSERT_EQ_INT(km_timer_run(&OPS_GATE, f, &p, &w, buf, &r), KM_TIMER_OK);
+    ASSERT(fabs(r.gate_timeout_ms - want[k]) < 1e-9 && fabs(f->gate_timeout_ms - want[k]) < 1e-9);
+  }
 }
 
 /* A gate that opens by its timeout (the work waited for the GPU while the gate held it):
@@ -702,5 +721,6 @@ int main(void) {
   RUN(an_energy_window_polls_while_waiting_and_holds_a_noise_stop);
   RUN(the_gate_keeps_a_slow_hosts_gaps_out_of_the_window);
   RUN(a_gate_timeout_stops_gating_and_a_failure_still_releases);
+  RUN(a_gates_timeout_follows_the_hosts_longest_warmup_call);
   return DONE();
 }

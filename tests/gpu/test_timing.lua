@@ -62,7 +62,9 @@ t.test("the gate keeps a slow host's launch gaps out of the timed window", funct
     gated.median, gated.p75, open.median))
   t.eq(gated.gated, gated.n + gated.n_extra)
   t.eq(gated.gate_timeouts, 0)
+  t.eq(gated.gate_timeout_ms, 50) -- 4 x a 0.3 ms call is under the least timeout
   t.eq(open.gated, 0)
+  t.eq(open.gate_timeout_ms, 0)
   t.ok(gated.p75 < 0.1, gated.p75) -- two spins of ~10 us, no 0.3 ms gap
   t.ok(open.median > 0.25, open.median)
   t.ok(gated.protocol.key ~= open.protocol.key)

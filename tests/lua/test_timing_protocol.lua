@@ -87,6 +87,10 @@ print(key(1, 7, 10, 50, 0.005, 600))
 print(key(2, 0, 30, 10, 0, 0))
 print(key(3, 0, 0, 0, 0, 0))
 print(key(0, 0, 0, 0, 0, 0, 16))
+local o = ffi.new("km_time_opts")
+o.no_gate = 1
+assert(C.km_time_protocol_key(o, buf, 256) == 0)
+print(ffi.string(buf))
 ]]
     local dir = testing.tmpdir()
     testing.write(dir .. "/host.lua", (host:gsub("ROOT", ROOT):gsub("BUILD", BUILD)))
@@ -103,6 +107,7 @@ print(key(0, 0, 0, 0, 0, 0, 16))
     t.eq(lines[4], timing.protocol_key { mode = "graph", min_samples = 30, max_samples = 30 })
     t.eq(lines[5], "KMRUN_EINVAL: km_time_protocol_key: unknown mode 3")
     t.ok(lines[6]:match("^KMRUN_EINVAL: km_time_protocol_key: the key needs %d+ bytes, buf has 16$"), lines[6])
+    t.eq(lines[7], timing.protocol_key { gate = false }, "no_gate = 1")
   end)
 else
   t.skip("km_time_protocol_key (C API) gives km.timing's key", not jit and "no luajit on this host" or "no build/lib/libkmrun.so")
