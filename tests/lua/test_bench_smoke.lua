@@ -156,15 +156,21 @@ t.test("shell scripts parse, answer --help, and say no GPU with exit 3 (smollm2.
   t.ok(out:find("make model-deps", 1, true), out)
 end)
 
-t.test("kernelbench_style.py parses and answers --help; launch_capi says no GPU; raw_bench.c compiles", function()
-  local out, rc = sh("python3 -c 'import ast, sys; ast.parse(open(sys.argv[1]).read())' bench/kernelbench_style.py")
+-- A Python script in bench/ parses, its --help (exit 0) shows `usage`, and it refuses to run
+-- without arguments (exit 2).
+local function python_basics(name, usage)
+  local out, rc = sh("python3 -c 'import ast, sys; ast.parse(open(sys.argv[1]).read())' bench/" .. name)
   t.eq(rc, 0, out)
-  out, rc = sh("python3 bench/kernelbench_style.py --help")
+  out, rc = sh("python3 bench/" .. name .. " --help")
   t.eq(rc, 0, out)
-  t.ok(out:find("Usage: python3 bench/kernelbench_style.py KERNEL.cu N", 1, true), out)
-  out, rc = sh("python3 bench/kernelbench_style.py")
+  t.ok(out:find(usage, 1, true), out)
+  out, rc = sh("python3 bench/" .. name)
   t.eq(rc, 2, out)
-  out, rc = sh(NO_GPU .. BUILD .. "/bench/launch_capi 10 /dev/null")
+end
+
+t.test("kernelbench_style.py parses and answers --help; launch_capi says no GPU; raw_bench.c compiles", function()
+  python_basics("kernelbench_style.py", "Usage: python3 bench/kernelbench_style.py KERNEL.cu N")
+  local out, rc = sh(NO_GPU .. BUILD .. "/bench/launch_capi 10 /dev/null")
   t.eq(rc, 3, out)
   t.ok(out:find("launch_capi: no GPU: ", 1, true), out)
   out, rc = sh(BUILD .. "/bench/launch_capi")
@@ -175,13 +181,7 @@ t.test("kernelbench_style.py parses and answers --help; launch_capi says no GPU;
 end)
 
 t.test("kb_harness.py: parses, --help without torch, its table from a run's rows; --check imports KernelBench", function()
-  local out, rc = sh("python3 -c 'import ast, sys; ast.parse(open(sys.argv[1]).read())' bench/kb_harness.py")
-  t.eq(rc, 0, out)
-  out, rc = sh("python3 bench/kb_harness.py --help")
-  t.eq(rc, 0, out)
-  t.ok(out:find("Usage: python3 bench/kb_harness.py --check KB_SRC", 1, true), out)
-  out, rc = sh("python3 bench/kb_harness.py")
-  t.eq(rc, 2, out)
+  python_basics("kb_harness.py", "Usage: python3 bench/kb_harness.py --check KB_SRC")
   -- the table: two kmrun runs (a fill, one warm), KernelBench's cold run and a warm one past its limit
   local dir = testing.tmpdir()
   testing.write(dir .. "/km.json", '{"status":"correct","timing":{"candidate":{"median":3.5},"eager":{"median":3.4}}}')
@@ -191,7 +191,7 @@ t.test("kb_harness.py: parses, --help without torch, its table from a run's rows
     .. "kmrun eval\twarm 1\t2.0\t0\t%s/km.json\t180\n"
     .. "KernelBench\tcold (fresh build_dir)\t130\t0\t%s/kb.json\t400\n"
     .. "KernelBench\twarm (same build_dir)\t300\t124\t%s/none.json\t300\n"):format(dir, dir, dir, dir))
-  out, rc = sh("python3 bench/kb_harness.py --table '" .. dir .. "/runs.tsv'")
+  local out, rc = sh("python3 bench/kb_harness.py --table '" .. dir .. "/runs.tsv'")
   t.eq(rc, 0, out)
   t.ok(out:find("| kmrun eval | warm 1 | 2.00 | correct | 3.500 ms (eager 3.400 ms), median |", 1, true), out)
   t.ok(out:find("| KernelBench | cold (fresh build_dir) | 130.00 | correct, compiled (5 / 5) | 3.6 ms (ref 3.4 ms), mean of 100 |", 1, true), out)
