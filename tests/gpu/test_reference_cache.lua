@@ -1,7 +1,10 @@
 -- GPU: verify's CUDA reference results kept in host memory (Judge:trial_reference). The first
--- candidate's trials run the task's reference and keep its outputs; a later candidate's trials
--- use them instead of running it again, and they still catch a wrong kernel and an input
--- written to; the byte cap holds, and a reference quicker than the copies is never kept.
+-- candidate's fixed trials run the task's reference and keep its outputs; a later candidate's
+-- fixed trials use them instead of running it again, and they still catch a wrong kernel and
+-- an input written to; each shape's last trial has inputs no candidate saw before (a fresh
+-- seed) and runs the reference every time, so a kernel that knows the fixed trials' inputs
+-- and writes their outputs in is caught; the byte cap holds, and a reference quicker than
+-- the copies is never kept.
 local t = require "km.tap"
 t.require_gpu()
 local task = require "km.task"
@@ -40,8 +43,9 @@ local function counted(opts)
   return j
 end
 local TRIALS = #rowsum.shapes * 3
+local FIXED = #rowsum.shapes * 2 -- each shape's last trial is fresh
 
-t.test("the first candidate runs the reference on every trial and keeps it; the next runs it on none", function()
+t.test("the first candidate runs the reference on every trial and keeps the fixed ones; the next runs it on the fresh ones only", function()
   local j = counted()
   local v = j:eval(rowsum, GOOD, { timing = false })
   t.eq(v.status, "correct", v.feedback)
@@ -49,23 +53,77 @@ t.test("the first candidate runs the reference on every trial and keeps it; the 
   local st = j.tasks[rowsum.dir]
   local n = 0
   for _ in pairs(st.ref_outs) do n = n + 1 end
-  t.eq(n, TRIALS)
+  t.eq(n, FIXED)
   t.ok(j.ref_kept.bytes > 0 and j.ref_kept.bytes == st.ref_bytes, j.ref_kept.bytes)
   j.ref_runs = 0
   v = j:eval(rowsum, GOOD, { timing = false })
   t.eq(v.status, "correct", v.feedback)
-  t.eq(j.ref_runs, 0)
+  t.eq(j.ref_runs, TRIALS - FIXED)
   -- kept results still judge: one row wrong fails the first trial, an input written to is found
   v = j:eval(rowsum, ROW0, { timing = false })
   t.eq(v.status, "mismatch", v.feedback)
   t.eq(v.failed_at and v.failed_at.shape, 1); t.eq(v.failed_at and v.failed_at.seed, 1)
   v = j:eval(rowsum, WRITES, { timing = false })
   t.eq(v.status, "inputs_modified", v.feedback)
-  t.eq(j.ref_runs, 0)
+  t.eq(j.ref_runs, TRIALS - FIXED) -- both failed at the first trial, which was kept
   -- another seed base: other inputs, so the reference runs again
+  j.ref_runs = 0
   v = j:eval(rowsum, GOOD, { timing = false, seed_base = 5000 })
   t.eq(v.status, "correct", v.feedback)
   t.eq(j.ref_runs, TRIALS)
+end)
+
+-- The attacker who printed the fixed trials' inputs and came back: at the smallest shape
+-- (7 x 257) the kernel writes the outputs of the three trials it saw (told apart by their
+-- first element) and zeros for anything else; every other shape it sums honestly. The tests
+-- here play its first visit: the judge's own fill draws those trials' inputs.
+t.test("a kernel with the fixed trials' outputs written in fails the fresh trial at that shape", function()
+  local j = assert(judge_mod.new())
+  local si = #rowsum.shapes
+  local sym = rowsum.shapes[si]
+  t.eq(sym.rows, 7); t.eq(sym.cols, 257)
+  local cases = {}
+  for seed = 1, 3 do
+    local cand, ref_in = j:trial_io(rowsum, sym, 1000 + si * 101 + seed) -- the fixed trials' seeds, as verify draws them
+    local x = cand.x:to_table()
+    local sums = {}
+    for r = 0, sym.rows - 1 do
+      local acc = 0
+      for c = 1, sym.cols do acc = acc + x[r * sym.cols + c] end
+      sums[#sums + 1] = ("%.9g"):format(acc)
+    end
+    cases[#cases + 1] = ("    if (__float_as_uint(x[0]) == %uu) { const float v[] = {%s}; y[r] = v[r]; return; }")
+      :format(string.unpack("<I4", string.pack("<f", x[1])), table.concat(sums, ", "))
+    j.pool:put_all(cand, true); j.pool:put_all(ref_in, true)
+  end
+  local source = [[
+extern "C" __global__ void rowsum(const float *x, float *y, int rows, int cols) {
+  int r = blockIdx.x;
+  if (rows == 7 && cols == 257) {
+    if (threadIdx.x != 0) return;
+]] .. table.concat(cases, "\n") .. [[
+
+    y[r] = 0.f; // inputs it never saw
+    return;
+  }
+  __shared__ float part[256];
+  float acc = 0.f;
+  for (int c = threadIdx.x; c < cols; c += 256) acc += x[(size_t)r * cols + c];
+  part[threadIdx.x] = acc;
+  __syncthreads();
+  for (int s = 128; s > 0; s >>= 1) {
+    if (threadIdx.x < s) part[threadIdx.x] += part[threadIdx.x + s];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) y[r] = part[0];
+}]]
+  local KNOWS = { name = "knows the fixed trials", source = source, launch = GOOD.launch }
+  -- with only the fixed trials (fresh_trial = false, the judge before this rule) it passes
+  local v = j:eval(rowsum, KNOWS, { timing = false, fresh_trial = false })
+  t.eq(v.status, "correct", "the attack works on fixed trials: " .. tostring(v.feedback))
+  v = j:eval(rowsum, KNOWS, { timing = false })
+  t.eq(v.status, "mismatch", v.feedback)
+  t.eq(v.failed_at and v.failed_at.shape, si); t.eq(v.failed_at and v.failed_at.seed, 3)
 end)
 
 t.test("timed checks run the reference on their own inputs: a timed evaluation after the cache is filled", function()
