@@ -14,11 +14,10 @@ local testing = require "km.testing"
 local ROOT = testing.paths()
 local rowsum = assert(task.load(ROOT .. "/tests/tasks/t_rowsum"))
 
-local function cand(name, extra, body)
-  return { name = name, source = [[
-extern "C" __global__ void rowsum(float *x, float *y, int rows, int cols) {
+-- The kernel's head (r: the block's row) and an honest row sum, which leaves it in part[0].
+local HEAD = 'extern "C" __global__ void rowsum(float *x, float *y, int rows, int cols) {\n  int r = blockIdx.x;\n'
+local SUM_ROW = [[
   __shared__ float part[256];
-  int r = blockIdx.x;
   float acc = 0.f;
   for (int c = threadIdx.x; c < cols; c += 256) acc += x[(size_t)r * cols + c];
   part[threadIdx.x] = acc;
@@ -27,8 +26,11 @@ extern "C" __global__ void rowsum(float *x, float *y, int rows, int cols) {
     if (threadIdx.x < s) part[threadIdx.x] += part[threadIdx.x + s];
     __syncthreads();
   }
-  if (threadIdx.x == 0) { y[r] = part[0] + ]] .. extra .. "; " .. (body or "") .. [[ }
-}]], launch = [[return function(k, io, s) k.rowsum{ grid = s.rows, block = 256 }(io.x, io.y, s.rows, s.cols) end]] }
+]]
+local LAUNCH = [[return function(k, io, s) k.rowsum{ grid = s.rows, block = 256 }(io.x, io.y, s.rows, s.cols) end]]
+local function cand(name, extra, body)
+  return { name = name, launch = LAUNCH, source = HEAD .. SUM_ROW ..
+    "  if (threadIdx.x == 0) { y[r] = part[0] + " .. extra .. "; " .. (body or "") .. " }\n}\n" }
 end
 local GOOD = cand("good", "0.f")
 local ROW0 = cand("row 0 off by 0.01", "(r == 0 ? 0.01f : 0.f)")
@@ -84,8 +86,8 @@ t.test("a kernel with the fixed trials' outputs written in fails the fresh trial
   t.eq(sym.rows, 7); t.eq(sym.cols, 257)
   local cases = {}
   for seed = 1, 3 do
-    local cand, ref_in = j:trial_io(rowsum, sym, 1000 + si * 101 + seed) -- the fixed trials' seeds, as verify draws them
-    local x = cand.x:to_table()
+    local io, ref_in = j:trial_io(rowsum, sym, 1000 + si * 101 + seed) -- the fixed trials' seeds, as verify draws them
+    local x = io.x:to_table()
     local sums = {}
     for r = 0, sym.rows - 1 do
       local acc = 0
@@ -94,30 +96,12 @@ t.test("a kernel with the fixed trials' outputs written in fails the fresh trial
     end
     cases[#cases + 1] = ("    if (__float_as_uint(x[0]) == %uu) { const float v[] = {%s}; y[r] = v[r]; return; }")
       :format(string.unpack("<I4", string.pack("<f", x[1])), table.concat(sums, ", "))
-    j.pool:put_all(cand, true); j.pool:put_all(ref_in, true)
+    j.pool:put_all(io, true); j.pool:put_all(ref_in, true)
   end
-  local source = [[
-extern "C" __global__ void rowsum(const float *x, float *y, int rows, int cols) {
-  int r = blockIdx.x;
-  if (rows == 7 && cols == 257) {
-    if (threadIdx.x != 0) return;
-]] .. table.concat(cases, "\n") .. [[
-
-    y[r] = 0.f; // inputs it never saw
-    return;
-  }
-  __shared__ float part[256];
-  float acc = 0.f;
-  for (int c = threadIdx.x; c < cols; c += 256) acc += x[(size_t)r * cols + c];
-  part[threadIdx.x] = acc;
-  __syncthreads();
-  for (int s = 128; s > 0; s >>= 1) {
-    if (threadIdx.x < s) part[threadIdx.x] += part[threadIdx.x + s];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) y[r] = part[0];
-}]]
-  local KNOWS = { name = "knows the fixed trials", source = source, launch = GOOD.launch }
+  local source = HEAD .. "  if (rows == 7 && cols == 257) {\n    if (threadIdx.x != 0) return;\n" ..
+    table.concat(cases, "\n") .. "\n    y[r] = 0.f; // inputs it never saw\n    return;\n  }\n" ..
+    SUM_ROW .. "  if (threadIdx.x == 0) y[r] = part[0];\n}\n"
+  local KNOWS = { name = "knows the fixed trials", source = source, launch = LAUNCH }
   -- with only the fixed trials (fresh_trial = false, the judge before this rule) it passes
   local v = j:eval(rowsum, KNOWS, { timing = false, fresh_trial = false })
   t.eq(v.status, "correct", "the attack works on fixed trials: " .. tostring(v.feedback))
