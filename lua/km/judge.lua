@@ -908,12 +908,16 @@ local SUMMARY_FIELDS = { "median", "mean", "p25", "p75", "min", "n", "n_extra", 
 -- or a record read from disk the key alone.
 local function protocol_of(r) return r and (type(r.protocol) == "table" and r.protocol.key or r.protocol) end
 
--- A timing summary: the fields above and the protocol's key.
+-- A timing summary: the fields above and the protocol's key; and where a gate opened by its
+-- timeout (km.timing: the work waited for the GPU while it was enqueued, and the rest of the
+-- run went ungated, so host gaps may be inside some samples), gate_timeouts and gated, so
+-- such a number says so wherever it is kept.
 local function summary(r)
   if not r then return nil end
   local s = {}
   for _, k in ipairs(SUMMARY_FIELDS) do s[k] = r[k] end
   s.protocol = protocol_of(r)
+  if (tonumber(r.gate_timeouts) or 0) > 0 then s.gate_timeouts, s.gated = r.gate_timeouts, r.gated end
   return s
 end
 

@@ -79,6 +79,11 @@ t.test("speedups: over eager wherever there is a PyTorch model, the others besid
   v = speedups({}, cand, { baselines = { eager = { median = 6 }, errors = { compile = "every mode failed" } } })
   t.eq(v.speedup_over, "pytorch_eager"); t.eq(v.speedup, 3); t.eq(v.speedup_cuda_reference, nil)
   t.eq(v.speedup_compile, nil); t.eq(v.baselines.errors.compile, "every mode failed")
+  -- a timing whose gate opened by its timeout says so in its summary; one that did not, not
+  v = speedups({}, cand, { baselines = { eager = { median = 6, gate_timeouts = 1, gated = 2 },
+    compile = { median = 5, gate_timeouts = 0, gated = 12 }, errors = {} } })
+  t.eq(v.timing.eager.gate_timeouts, 1); t.eq(v.timing.eager.gated, 2)
+  t.eq(v.timing.compile.gate_timeouts, nil); t.eq(v.timing.compile.gated, nil)
 end)
 
 t.done()
