@@ -49,7 +49,7 @@ end
 -- and the cached timings (CUDA reference, starter), with their samples and why each stopped.
 local function kept_timings(dir, since)
   local json = require "km.json"
-  local k = { records = 0, compiled = 0, compile_seconds = 0, samples = 0, stops = {} }
+  local k = { records = 0, compiled = 0, compile_seconds = 0, samples = 0, stops = {}, ungated = 0 }
   local p = io.popen("ls " .. dir .. "/*.json 2>/dev/null")
   for f in p:lines() do
     local h = io.open(f)
@@ -59,6 +59,7 @@ local function kept_timings(dir, since)
       k.records, k.samples = k.records + 1, k.samples + (tonumber(rec.n) or 0)
       local why = tostring(rec.stop)
       k.stops[why] = (k.stops[why] or 0) + 1
+      if (tonumber(rec.gate_timeouts) or 0) > 0 then k.ungated = k.ungated + 1 end
       if type(rec.compile_seconds) == "number" then k.compiled, k.compile_seconds = k.compiled + 1, k.compile_seconds + rec.compile_seconds end
     end
   end
@@ -71,7 +72,7 @@ end
 -- took the most samples (samples, evaluations, measure seconds).
 local function verdict_facts(path)
   local db = assert(require("km.store").open(path))
-  local f = { misses = 0, miss_ms = 0, by_task = {} }
+  local f = { misses = 0, miss_ms = 0, by_task = {}, ungated = 0 }
   for _, e in ipairs(assert(db:episodes {})) do
     local ep = db:episode(e.id)
     for _, stp in ipairs(ep and ep.steps or {}) do
@@ -79,6 +80,7 @@ local function verdict_facts(path)
       if type(v) == "table" then
         if v.cached_compile == false then f.misses, f.miss_ms = f.misses + 1, f.miss_ms + (tonumber(v.compile_ms) or 0) end
         local c = v.timing and v.timing.candidate
+        if c and (tonumber(c.gate_timeouts) or 0) > 0 then f.ungated = f.ungated + 1 end
         local b = f.by_task[e.task] or { task = e.task, n = 0, evals = 0, measure = 0 }
         f.by_task[e.task] = b
         b.evals = b.evals + 1
@@ -136,6 +138,8 @@ for _, pass in ipairs { "empty", "warm" } do
   end
   say("%s pass: %d candidate(s) compiled by the worker (%.1f s of NVRTC); most measure seconds: %s", pass, f.misses,
     f.miss_ms / 1000, table.concat(top, "; "))
+  -- km.timing's gate: timings where one opened by its timeout went on ungated (docs/timing.md)
+  say("%s pass: gates opened by their timeout in %d kept timing(s) and %d candidate timing(s)", pass, k.ungated, f.ungated)
 end
 say("")
 say("Stage columns are seconds summed over the verdicts; kernel s is the candidates' own timed GPU time (n x mean per")
