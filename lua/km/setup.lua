@@ -63,7 +63,7 @@ M.OPTIONS = {
     choices = { "description", "math", "reference" }, default = { "description", "math" } },
   { "gpus", "LIST", "GPUs to use, e.g. 0,1 (default: every visible GPU, one worker each)", type = "ints",
     aliases = { "gpu" } },
-  { "seeds", "N", "seeds per shape", type = "positive", default = 3 },
+  { "seeds", "N", "verify trials per shape (the last on a fresh seed each evaluation)", type = "positive", default = 3 },
   { "timeout", "S", "seconds per candidate before it is stopped", type = "seconds", default = 120 },
   { "jobs", "N", "episodes in flight at once (default 2 per GPU worker)", type = "positive" },
   { "budget-requests", "N", "stop cleanly after N model requests", type = "positive" },

@@ -25,7 +25,7 @@ error is a verdict (exit 1), a candidate that compiles is 'compiled' (exit 3).]]
   },
   options = {
     { "json", nil, "print the whole verdict as JSON" },
-    { "seeds", "N", "seeds per shape", type = "positive", default = 3 },
+    { "seeds", "N", "verify trials per shape (the last on a fresh seed each evaluation)", type = "positive", default = 3 },
     { "no-timing", nil, "check correctness only" },
     { "timeout", "S", "seconds before a hung candidate is stopped (default 120; --sanitize: its own)",
       type = "seconds" },

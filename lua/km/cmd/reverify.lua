@@ -16,7 +16,7 @@ compares the status and speedup with the recorded ones.]],
   options = {
     { "tasks", "DIR", "the folder the run's tasks are found in", type = "dir", default = "tasks" },
     { "gpus", "LIST", "GPUs to use, e.g. 0,1 (default: every visible GPU)", type = "ints", aliases = { "gpu" } },
-    { "seeds", "N", "seeds per shape", type = "positive", default = 3 },
+    { "seeds", "N", "verify trials per shape (the last on a fresh seed each evaluation)", type = "positive", default = 3 },
     { "json", nil, "print one JSON object instead of the table" },
   },
   footer = [[
