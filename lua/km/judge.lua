@@ -779,11 +779,11 @@ local function io_dtypes(t)
   return concat(d, ",")
 end
 
-local function compare_outputs(t, outs, ref_io, dims, where, later, checks, si, seed)
+local function compare_outputs(t, outs, ref_io, dims, where, later, checks, si, seed, fresh)
   for _, spec in ipairs(t.outputs) do
     local tol = t.tolerance[spec.dtype]
     local r = compare.allclose(outs[spec.name], ref_io[spec.name], { atol = tol.atol, rtol = tol.rtol, poison = true })
-    local check = { shape = si, seed = seed, output = spec.name, ok = r.ok, mismatches = r.mismatches, n = r.n,
+    local check = { shape = si, seed = seed, fresh = fresh or nil, output = spec.name, ok = r.ok, mismatches = r.mismatches, n = r.n,
       max_abs = r.max_abs, max_rel = r.max_rel, unwritten = r.unwritten, nan = r.nan, inf = r.inf }
     if checks then checks[#checks + 1] = check end
     if not r.ok then
@@ -818,6 +818,7 @@ function Judge:verify(st, run, v, opts)
       -- checks cover the timed shape only) still meets, at every shape, inputs it never saw.
       local fresh = seed == nseeds and opts.fresh_trial ~= false
       local trial_seed = fresh and rng(1 << 40) or (opts.seed_base or 1000) + si * 101 + seed
+      failed_at.fresh = fresh or nil -- a failure there is not reproduced by judging again
       local cand, ref_in, dims = self:trial_io(t, sym, trial_seed)
       local ref_io
       local function done(status, text, extra)
@@ -862,7 +863,7 @@ function Judge:verify(st, run, v, opts)
       if si == 1 and seed == 1 and opts.timing ~= false then self:try_fast_reference(st, ref_src, ref_io, dims, sym) end
       local judged = setmetatable(outs, { __index = cand })
       local later = si > 1 and "shape" or seed > 1 and "seed" or nil
-      local ms, mtext, mname = compare_outputs(t, judged, ref_io, hidden and {} or dims, where, later, v.checks, si, seed)
+      local ms, mtext, mname = compare_outputs(t, judged, ref_io, hidden and {} or dims, where, later, v.checks, si, seed, fresh)
       if ms then
         failed_at.output = mname
         return done(ms, mtext)
