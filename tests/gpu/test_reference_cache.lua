@@ -57,6 +57,7 @@ t.test("the first candidate runs the reference on every trial and keeps the fixe
   for _ in pairs(st.ref_outs) do n = n + 1 end
   t.eq(n, FIXED)
   t.ok(j.ref_kept.bytes > 0 and j.ref_kept.bytes == st.ref_bytes, j.ref_kept.bytes)
+  for _, c in ipairs(v.checks) do t.eq(c.fresh, c.seed == 3 or nil, "check at shape " .. c.shape .. ", seed " .. c.seed) end
   j.ref_runs = 0
   v = j:eval(rowsum, GOOD, { timing = false })
   t.eq(v.status, "correct", v.feedback)
@@ -108,6 +109,7 @@ t.test("a kernel with the fixed trials' outputs written in fails the fresh trial
   v = j:eval(rowsum, KNOWS, { timing = false })
   t.eq(v.status, "mismatch", v.feedback)
   t.eq(v.failed_at and v.failed_at.shape, si); t.eq(v.failed_at and v.failed_at.seed, 3)
+  t.eq(v.failed_at and v.failed_at.fresh, true)
 end)
 
 t.test("timed checks run the reference on their own inputs: a timed evaluation after the cache is filled", function()
