@@ -630,10 +630,10 @@ end
 
 -- Verify's fixed trials draw the same inputs for every candidate of a task (their seeds are
 -- the evaluation's seed_base, the shape and the trial: the same for each), so a CUDA
--- reference's outputs for such a trial (key: not nil) are the same for each candidate too. Where the reference takes longer
--- than copying its outputs back and forth would (a naive GEMM or convolution, not an
--- elementwise kernel: at least 2 x bytes / HOST_COPY_BPS seconds), they are kept after its
--- first run in host memory (Lua strings: no kernel can address them, and nothing of them is
+-- reference's outputs for such a trial (key: not nil) are the same for each candidate too.
+-- Where the reference takes longer than copying its outputs back and forth would (a naive
+-- GEMM or convolution, not an elementwise kernel: at least 2 x bytes / HOST_COPY_BPS
+-- seconds), they are kept after its first run in host memory (Lua strings: no kernel can address them, and nothing of them is
 -- on the device while candidate code runs); a later candidate's trial copies them into fresh
 -- buffers after it ran and its inputs were proven, where the reference would have run. Only a
 -- task's own CUDA reference (a PyTorch model can keep state), at most REFERENCE_CACHE_BYTES in
