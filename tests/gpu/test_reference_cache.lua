@@ -14,27 +14,21 @@ local testing = require "km.testing"
 local ROOT = testing.paths()
 local rowsum = assert(task.load(ROOT .. "/tests/tasks/t_rowsum"))
 
--- The kernel's head (r: the block's row) and an honest row sum, which leaves it in part[0].
-local HEAD = 'extern "C" __global__ void rowsum(float *x, float *y, int rows, int cols) {\n  int r = blockIdx.x;\n'
-local SUM_ROW = [[
-  __shared__ float part[256];
-  float acc = 0.f;
-  for (int c = threadIdx.x; c < cols; c += 256) acc += x[(size_t)r * cols + c];
-  part[threadIdx.x] = acc;
-  __syncthreads();
-  for (int s = 128; s > 0; s >>= 1) {
-    if (threadIdx.x < s) part[threadIdx.x] += part[threadIdx.x + s];
-    __syncthreads();
-  }
-]]
-local LAUNCH = [[return function(k, io, s) k.rowsum{ grid = s.rows, block = 256 }(io.x, io.y, s.rows, s.cols) end]]
+-- Candidates are the task's own starter (an honest row sum, one block per row), changed at
+-- its last line, or with a branch put in before its sum.
+local STARTER = assert(task.starter(rowsum))
+local LAST, HEAD = "if (threadIdx.x == 0) y[r] = part[0];", "int r = blockIdx.x;"
+local function edit(text, from, to)
+  local i = assert(text:find(from, 1, true), "the starter has " .. from)
+  return text:sub(1, i - 1) .. to .. text:sub(i + #from)
+end
 local function cand(name, extra, body)
-  return { name = name, launch = LAUNCH, source = HEAD .. SUM_ROW ..
-    "  if (threadIdx.x == 0) { y[r] = part[0] + " .. extra .. "; " .. (body or "") .. " }\n}\n" }
+  return { name = name, launch = STARTER.launch, params = STARTER.params, source = edit(STARTER.source, LAST,
+    "if (threadIdx.x == 0) { y[r] = part[0] + " .. extra .. "; " .. (body or "") .. " }") }
 end
 local GOOD = cand("good", "0.f")
 local ROW0 = cand("row 0 off by 0.01", "(r == 0 ? 0.01f : 0.f)")
-local WRITES = cand("writes its input", "0.f", "x[0] = 0.f;")
+local WRITES = cand("writes its input", "0.f", "((float *)x)[0] = 0.f;")
 
 -- a judge whose reference runs are counted
 local function counted(opts)
@@ -99,10 +93,9 @@ t.test("a kernel with the fixed trials' outputs written in fails the fresh trial
       :format(string.unpack("<I4", string.pack("<f", x[1])), table.concat(sums, ", "))
     j.pool:put_all(io, true); j.pool:put_all(ref_in, true)
   end
-  local source = HEAD .. "  if (rows == 7 && cols == 257) {\n    if (threadIdx.x != 0) return;\n" ..
-    table.concat(cases, "\n") .. "\n    y[r] = 0.f; // inputs it never saw\n    return;\n  }\n" ..
-    SUM_ROW .. "  if (threadIdx.x == 0) y[r] = part[0];\n}\n"
-  local KNOWS = { name = "knows the fixed trials", source = source, launch = LAUNCH }
+  local source = edit(STARTER.source, HEAD, HEAD .. "\n  if (rows == 7 && cols == 257) {\n    if (threadIdx.x != 0) return;\n" ..
+    table.concat(cases, "\n") .. "\n    y[r] = 0.f; // inputs it never saw\n    return;\n  }")
+  local KNOWS = { name = "knows the fixed trials", source = source, launch = STARTER.launch, params = STARTER.params }
   -- with only the fixed trials (fresh_trial = false, the judge before this rule) it passes
   local v = j:eval(rowsum, KNOWS, { timing = false, fresh_trial = false })
   t.eq(v.status, "correct", "the attack works on fixed trials: " .. tostring(v.feedback))
