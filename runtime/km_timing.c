@@ -6,8 +6,8 @@
  *                              samples = false, energy = false, gate = true, before = fn(phase),
  *                              after = fn(phase) })
  *     -> { median, mean, min, max, p25, p75, n, n_extra, stop, rel_noise, mode, rep, total_ms,
- *          protocol, samples?, gated, gate_timeouts, gate_timeout_ms, sm_clock_mhz, sm_clock_start_mhz, sm_clock_min_mhz,
- *          sm_clock_max_mhz, clock_moved, energy_j?, energy_window_ms?, energy_calls?,
+ *          protocol, samples?, gated, gate_timeouts, gate_timeout_ms, sm_clock_mhz,
+ *          sm_clock_start_mhz, sm_clock_min_mhz, sm_clock_max_mhz, clock_moved, energy_j?, energy_window_ms?, energy_calls?,
  *          energy_includes_flush?, energy_unavailable?, flush_bytes? }
  *        (times in ms per call of fn)
  *        | nil, msg, code when fn (or CUDA) reports a failure; an error fn raises is

@@ -771,7 +771,6 @@ function Judge:proven_inputs(st, sym, cand, ref_in, scratch, where, seed)
   return plan and inputs_of(t, cand) or ref_in, plan
 end
 
--- Compares the outputs; -> nil, or status, text, failed output name, the check rows.
 -- The task's input and output dtypes, in order: part of a kept reference result's key.
 local function io_dtypes(t)
   local d = {}
@@ -779,6 +778,7 @@ local function io_dtypes(t)
   return concat(d, ",")
 end
 
+-- Compares the outputs; -> nil, or status, text, failed output name, the check rows.
 local function compare_outputs(t, outs, ref_io, dims, where, later, checks, si, seed, fresh)
   for _, spec in ipairs(t.outputs) do
     local tol = t.tolerance[spec.dtype]
