@@ -8,6 +8,9 @@
  *                                      -- stdout; stdout itself then goes to stderr so a
  *                                      -- stray print() cannot corrupt the stream
  *   local ready = proc.select({ p1, p2 }, ms)  -- the first with a frame or EOF waiting
+ *   local l = proc.listen(path)        -- a Unix socket for this user's processes (kmrun serve)
+ *   local ch = l:accept(ms)            -- a channel to one client | nil, why, TIMEOUT/EPERM
+ *   local ch = proc.connect(path)      -- a channel to a listener | nil, why, CODE
  *
  * Why frames and not lines: payloads (verdicts, logs) contain newlines and arbitrary bytes.
  * Ownership: a km.Proc owns its two pipe ends and its child; close/__gc kills and reaps. */
@@ -20,6 +23,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -31,6 +37,7 @@
 #include "km_scrub_core.h"
 
 #define KM_PROC_MT "km.Proc"
+#define KM_LISTENER_MT "km.Listener"
 #define MAX_FRAME (256u << 20)
 
 extern char **environ;
@@ -262,6 +269,110 @@ static int l_select(lua_State *L) {
   return 1;
 }
 
+/* ==== Unix sockets: channels between this user's processes (kmrun serve and its clients) ==== */
+
+/* A channel over a connected socket: frames both ways, no child (pid 0, as stdio_channel). */
+static int push_socket_channel(lua_State *L, int fd) {
+  km_proc *p = lua_newuserdatauv(L, sizeof *p, 0);
+  p->pid = 0;
+  p->reaped = 1;
+  p->status = 0;
+  p->out = fd;
+  p->in = dup(fd);
+  luaL_setmetatable(L, KM_PROC_MT);
+  if (p->in < 0) return km_fail(L, "EIO", "dup: %s", strerror(errno));
+  fcntl(p->in, F_SETFD, FD_CLOEXEC);
+  signal(SIGPIPE, SIG_IGN); /* a client gone shows as EPIPE from send */
+  return 1;
+}
+
+static int socket_address(lua_State *L, const char *path, struct sockaddr_un *a) {
+  memset(a, 0, sizeof *a);
+  a->sun_family = AF_UNIX;
+  if (strlen(path) >= sizeof a->sun_path)
+    return km_fail(L, "ENAMETOOLONG", "socket path longer than %d bytes: %s", (int)sizeof a->sun_path - 1, path);
+  strcpy(a->sun_path, path);
+  return 0;
+}
+
+/* proc.listen(path) -> listener | nil, why, CODE. The socket file is made 0600: only this
+ * user may connect, and accept() checks the peer's uid as well (a folder's mode can be wrong). */
+static int l_listen(lua_State *L) {
+  const char *path = luaL_checkstring(L, 1);
+  struct sockaddr_un a;
+  if (socket_address(L, path, &a)) return 3;
+  int *fd = lua_newuserdatauv(L, sizeof *fd, 0);
+  *fd = -1;
+  luaL_setmetatable(L, KM_LISTENER_MT);
+  int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (s < 0) return km_fail(L, "EIO", "socket: %s", strerror(errno));
+  mode_t old = umask(0177);
+  int r = bind(s, (struct sockaddr *)&a, sizeof a);
+  umask(old);
+  if (r || listen(s, 16)) {
+    int e = errno;
+    close(s);
+    return km_fail(L, e == EADDRINUSE ? "EXISTS" : e == EACCES ? "ACCESS" : "EIO", "cannot listen on %s: %s", path, strerror(e));
+  }
+  *fd = s;
+  return 1;
+}
+
+static int *listener_check(lua_State *L) { return luaL_checkudata(L, 1, KM_LISTENER_MT); }
+
+/* l:accept([ms]) -> channel | nil, "timeout", "TIMEOUT" | nil, why, "EPERM" (another user) */
+static int listener_accept(lua_State *L) {
+  int *fd = listener_check(L);
+  lua_Number timeout = luaL_optnumber(L, 2, -1);
+  if (*fd < 0) return km_fail(L, "EOF", "the listener is closed");
+  struct pollfd pfd = {*fd, POLLIN, 0};
+  int r = poll(&pfd, 1, timeout < 0 ? -1 : (int)timeout);
+  if (r < 0 && errno == EINTR) return km_fail(L, "TIMEOUT", "interrupted");
+  if (r < 0) return km_fail(L, "EIO", "poll: %s", strerror(errno));
+  if (r == 0) return km_fail(L, "TIMEOUT", "timeout");
+  int c = accept4(*fd, NULL, NULL, SOCK_CLOEXEC);
+  if (c < 0) return km_fail(L, errno == EINTR || errno == EAGAIN ? "TIMEOUT" : "EIO", "accept: %s", strerror(errno));
+  struct ucred cred;
+  socklen_t len = sizeof cred;
+  if (getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &len) || cred.uid != geteuid()) {
+    close(c);
+    return km_fail(L, "EPERM", "refused a connection from uid %d", (int)cred.uid);
+  }
+  return push_socket_channel(L, c);
+}
+
+static int listener_close(lua_State *L) {
+  int *fd = listener_check(L);
+  if (*fd >= 0) close(*fd);
+  *fd = -1;
+  return 0;
+}
+
+/* proc.connect(path) -> channel | nil, why, "NOT_FOUND" | "REFUSED" (nobody listens) | "EPERM"
+ * (another user listens) | CODE */
+static int l_connect(lua_State *L) {
+  const char *path = luaL_checkstring(L, 1);
+  struct sockaddr_un a;
+  if (socket_address(L, path, &a)) return 3;
+  int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (s < 0) return km_fail(L, "EIO", "socket: %s", strerror(errno));
+  if (connect(s, (struct sockaddr *)&a, sizeof a)) {
+    int e = errno;
+    close(s);
+    return km_fail(L, e == ENOENT ? "NOT_FOUND" : e == ECONNREFUSED ? "REFUSED" : e == EACCES ? "ACCESS" : "EIO",
+                   "cannot connect to %s: %s", path, strerror(e));
+  }
+  /* the listener must be this user's too: another user's socket in a shared folder would
+   * otherwise hand out verdicts of its own making */
+  struct ucred cred;
+  socklen_t len = sizeof cred;
+  if (getsockopt(s, SOL_SOCKET, SO_PEERCRED, &cred, &len) || cred.uid != geteuid()) {
+    close(s);
+    return km_fail(L, "EPERM", "%s is another user's (uid %d): not connecting", path, (int)cred.uid);
+  }
+  return push_socket_channel(L, s);
+}
+
 static int proc_kill(lua_State *L) {
   km_proc *p = proc_check(L, 1);
   int sig = (int)luaL_optinteger(L, 2, SIGKILL);
@@ -314,8 +425,10 @@ int luaopen_km_proc(lua_State *L) {
                                      {"wait", proc_wait}, {"alive", proc_alive}, {"pid", proc_pid},
                                      {"close", proc_release}, {NULL, NULL}};
   km_newclass(L, KM_PROC_MT, methods, proc_release);
-  static const luaL_Reg fns[] = {{"spawn", l_spawn}, {"stdio_channel", l_stdio_channel},
-                                 {"select", l_select}, {NULL, NULL}};
+  static const luaL_Reg lmethods[] = {{"accept", listener_accept}, {"close", listener_close}, {NULL, NULL}};
+  km_newclass(L, KM_LISTENER_MT, lmethods, listener_close);
+  static const luaL_Reg fns[] = {{"spawn", l_spawn},   {"stdio_channel", l_stdio_channel}, {"select", l_select},
+                                 {"listen", l_listen}, {"connect", l_connect},             {NULL, NULL}};
   luaL_newlib(L, fns);
   return 1;
 }

@@ -13,6 +13,8 @@
  *   sys.wait(pid [, block])       -> false (still running) | true, "exit" | "signal", n | nil, msg, CODE
  *   sys.kill(pid [, "TERM" | "KILL" | "INT" | 0]) -> true | nil, msg, CODE
  *   sys.sleep(seconds)
+ *   sys.uid()                     -> this process's effective user id (per-user paths: kmrun serve's socket)
+ *   sys.pid()                     -> this process's id
  *
  * CODEs: NOT_FOUND, NOT_DIR, EXISTS, ACCESS, NOT_CHILD, NO_PROCESS, SPAWN, IO.
  * Ownership: nothing is kept between calls; a spawned child is the caller's to wait for
@@ -185,6 +187,16 @@ static int l_cpu_count(lua_State *L) {
   return 1;
 }
 
+static int l_uid(lua_State *L) {
+  lua_pushinteger(L, (lua_Integer)geteuid());
+  return 1;
+}
+
+static int l_pid(lua_State *L) {
+  lua_pushinteger(L, (lua_Integer)getpid());
+  return 1;
+}
+
 static int l_sleep(lua_State *L) {
   lua_Number s = luaL_checknumber(L, 1);
   luaL_argcheck(L, s >= 0 && s < 1e6, 1, "seconds out of range");
@@ -280,7 +292,8 @@ int luaopen_km_sys(lua_State *L) {
   static const luaL_Reg fns[] = {{"readdir", l_readdir}, {"mkdir", l_mkdir},         {"rmtree", l_rmtree},
                                  {"realpath", l_realpath}, {"isatty", l_isatty},     {"cpu_count", l_cpu_count},
                                  {"sleep", l_sleep},     {"spawn", l_spawn},         {"wait", l_wait},
-                                 {"kill", l_kill},       {NULL, NULL}};
+                                 {"kill", l_kill},       {"uid", l_uid},             {"pid", l_pid},
+                                 {NULL, NULL}};
   luaL_newlib(L, fns);
   return 1;
 }

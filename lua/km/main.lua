@@ -31,6 +31,7 @@ M.COMMANDS = {
   { "report", "what a sweep achieved: tables, fast_p, pass@k, charts, CSV" },
   { "export", "episodes as fine-tuning data (OpenAI chat JSONL) or raw JSONL; --validate" },
   { "reverify", "judge a run's final solutions again on this machine's GPU" },
+  { "serve", "a resident GPU worker for kmrun eval (torch imported once)" },
   { "help", "this list, or one command's usage (kmrun help COMMAND)" },
 }
 

@@ -54,6 +54,7 @@ local MISSING = {
   report = { "/nonexistent/run.sqlite", "/nonexistent/run.sqlite" },
   export = { "/nonexistent/run.sqlite", "/nonexistent/run.sqlite" },
   reverify = { "/nonexistent/run.sqlite", "/nonexistent/run.sqlite" },
+  serve = { "--socket /nonexistent/s.sock", "/nonexistent" },
   help = { "nonexistent_command", "nonexistent_command" },
 }
 

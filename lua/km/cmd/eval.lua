@@ -1,5 +1,6 @@
 -- kmrun eval TASK_DIR CANDIDATE_DIR [--json] [--seeds N] [--no-timing] [--timeout S] [--gpus I] [--sanitize]
--- Judges a candidate in an isolated GPU worker and prints the verdict; without a GPU it
+-- Judges a candidate in an isolated GPU worker (a `kmrun serve`'s where one runs and matches,
+-- km.serve) and prints the verdict; without a GPU it
 -- compiles the candidate and says so (as strategies do). Slow one-time work (torch's import,
 -- a spec built, NVRTC, baselines measured) is told on stderr as it happens (km.progress).
 -- Exit status: 0 correct, 1 not correct (a compile error included), 2 usage or
@@ -33,6 +34,7 @@ error is a verdict (exit 1), a candidate that compiles is 'compiled' (exit 3).]]
     { "precision", "P", "a problem file's precision: fp32, fp16 or bf16 (KernelBench's casts)",
       type = "choice", choices = { "fp32", "fp16", "bf16" } },
     { "no-energy", nil, "skip the energy pass (joules per call from NVML, a few hundred ms)" },
+    { "no-server", nil, "judge in a worker of its own even where a `kmrun serve` runs on the GPU" },
     { "sanitize", nil, "run it under compute-sanitizer memcheck, then racecheck (one seed,\n" ..
         "no timing): status out_of_bounds or race when they find something" },
     { "quiet", nil, "no progress lines on stderr (what a slow first run is doing: torch's\n" ..
@@ -70,6 +72,9 @@ end
 
 local kbtask = require "km.kbtask"
 local problem = kbtask.is_problem(pos[1])
+-- the task by its absolute path: the same spec-cache key here, in a worker of ours and in a
+-- kmrun serve started elsewhere
+pos[1] = require("km.sys").realpath(pos[1]) or pos[1]
 if problem then
   pos[1] = kbtask.key(pos[1], a.precision)
 else
@@ -106,12 +111,24 @@ if sanitize then -- the sanitized runs are slow: their own default timeout (km.s
   v, why = eval.sanitize(t or pos[1], cand, { gpu = gpu, timeout = timeout_given and timeout or nil })
   if not v then io.stderr:write("kmrun eval --sanitize: ", tostring(why), "\n") return 2 end
 else
+  opts.timeout = timeout
+  -- a kmrun serve on this GPU judges it, where it would judge as a worker of ours would (km.serve)
+  local served, swhy
+  if not a.no_server then
+    served, swhy = require("km.serve").eval(gpu, t and t.dir or pos[1], cand, opts,
+      { on_progress = on_progress, tick = printer and printer.tick })
+    if swhy and not quiet then io.stderr:write("kmrun eval: ", swhy, ": judging in a worker of its own\n") end
+    if served and not quiet and type(served.server) == "table" then
+      io.stderr:write(string.format("kmrun eval: judged by the kmrun serve on %s (pid %s, its evaluation %s)\n",
+        require("km.serve").socket_path(gpu), tostring(served.server.pid), tostring(served.server.evaluations)))
+    end
+  end
   local pool
   -- a problem file's model, or a task's reference.py for baselines: torch imported ahead
   local torch_ahead = problem or require("km.baseline").needs_torch({ t }, a)
-  pool, why = eval.pool { gpus = { gpu }, timeout = timeout, on_progress = on_progress, torch_ahead = torch_ahead }
+  if served then v = served
+  else pool, why = eval.pool { gpus = { gpu }, timeout = timeout, on_progress = on_progress, torch_ahead = torch_ahead } end
   if pool then
-    opts.timeout = timeout
     local job = pool:submit(t or pos[1], cand, opts)
     while not job.verdict do -- polled often enough to tell a worker's slow stage within a second
       pool:poll(200)
@@ -119,7 +136,7 @@ else
     end
     v = job.verdict
     pool:close()
-  else -- compile only, as strategies do without a GPU (km.ctx)
+  elseif not served then -- compile only, as strategies do without a GPU (km.ctx)
     io.stderr:write("kmrun eval: no GPU: ", tostring(why), "\n")
     if not t then
       t, terr = load_task()

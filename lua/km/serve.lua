@@ -1,0 +1,247 @@
+-- km.serve — a resident GPU worker for `kmrun eval`. `kmrun serve` keeps a km.eval pool on
+-- one GPU: its worker imports torch once, sets each task up once (spec, reference, kept
+-- reference results, baselines read) and judges the candidates that `kmrun eval` processes
+-- send it over a Unix socket, one at a time. A fresh `kmrun eval` then pays for the
+-- candidate, not for importing torch (seconds on every call).
+--
+--   local serve = require "km.serve"
+--   serve.run { gpu = 0, idle = 1800 }                -- kmrun serve: until stopped or idle
+--   local v, why = serve.eval(0, task, cand, opts, { on_progress = f, tick = g }) -- nil, nil: none there
+--
+-- Nothing of the judge changes: the worker, its checks and its verdicts are the pool's, as
+-- in a sweep, where one worker judges every candidate of its tasks. A server is used only
+-- where it would judge as a fresh worker of this process would: the same kmrun (program and
+-- Lua library, by content), the same caches, the same environment for workers
+-- (M.identity); else `kmrun eval` starts its own worker and says why. Both ends of the
+-- socket must be this user's processes (km.proc checks the peer's uid both ways).
+--
+-- Frames (JSON over km.proc channels): in { op = "hello" } | { op = "stop" } |
+-- { op = "eval", identity, task, candidate, opts }; out { ok, ... } for hello and stop,
+-- { ok = false, why } for an eval this server cannot judge, else any number of
+-- { progress = ev } then { verdict }. The verdict carries `server = { pid, evaluations }`.
+local proc = require "km.proc"
+local json = require "km.json"
+local sys = require "km.sys"
+local hash = require "km.hash"
+local wall = require("km.timing").wall
+
+local fmt = string.format
+local concat, sort, ipairs, pairs, type, tostring = table.concat, table.sort, ipairs, pairs, type, tostring
+
+local M = {}
+M.PROTOCOL = 1
+M.IDLE = 1800 -- seconds without a request before a server stops (--idle)
+
+-- The socket of GPU `gpu`'s server: KM_SERVE_SOCKET, else serve-gpuN.sock in
+-- $XDG_RUNTIME_DIR/kmrun or /tmp/kmrun-UID (made 0700 when missing).
+function M.socket_path(gpu)
+  local p = os.getenv("KM_SERVE_SOCKET")
+  if p and p ~= "" then return p end
+  local rt = os.getenv("XDG_RUNTIME_DIR")
+  local dir = (rt and rt ~= "") and (rt .. "/kmrun") or ("/tmp/kmrun-" .. sys.uid())
+  return fmt("%s/serve-gpu%d.sock", dir, gpu or 0)
+end
+
+local function read(path)
+  local f = io.open(path, "rb")
+  if not f then return "" end
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
+-- The Lua library's files under `dir` (km/ and below), sorted: what a worker would run.
+local function library_files(dir, out)
+  for _, name in ipairs(sys.readdir(dir) or {}) do
+    local p = dir .. "/" .. name
+    if name:match("%.lua$") or name:match("%.py$") then out[#out + 1] = p
+    elseif not name:find("%.") and sys.readdir(p) then library_files(p, out) end
+  end
+  return out
+end
+
+-- The environment a worker inherits that can change a verdict (km.proc's clean_env list,
+-- less what only names this server's socket).
+local function worker_env()
+  local f = io.open("/proc/self/environ", "rb")
+  local text = f and f:read("a") or ""
+  if f then f:close() end
+  local kept = {}
+  for entry in text:gmatch("[^%z]+") do
+    local name = entry:match("^([^=]+)=")
+    if name and name ~= "KM_SERVE_SOCKET" and (name:match("^KM_") or name:match("^CUDA_") or name:match("^NVIDIA_")
+        or name == "PATH" or name == "LD_LIBRARY_PATH" or name == "HOME" or name == "TMPDIR") then
+      kept[#kept + 1] = entry
+    end
+  end
+  sort(kept)
+  return concat(kept, "\0")
+end
+
+-- What must match between a server and a client for the server's verdict to be the one a
+-- fresh worker of the client's would give: -> { field = text }.
+function M.identity()
+  local files = library_files(package.km_libdir .. "/km", {})
+  local parts = {}
+  for _, p in ipairs(files) do parts[#parts + 1] = p .. "\0" .. read(p) end
+  return {
+    protocol = tostring(M.PROTOCOL),
+    program = (sys.realpath(package.km_exe) or package.km_exe),
+    code = hash.sha256(read(package.km_exe), "\0", concat(parts, "\0")),
+    nvrtc_cache = tostring(require("km.nvrtc").cache_dir()),
+    baselines = tostring(require("km.baseline").dir()),
+    specs = tostring(require("km.kbtask").spec_dir()),
+    environment = hash.sha256(worker_env()),
+  }
+end
+
+local FIELD_WORDS = { protocol = "its protocol", program = "another kmrun program", code = "other code (kmrun or its Lua library changed since it started)",
+  nvrtc_cache = "another NVRTC cache", baselines = "another baselines folder", specs = "another spec cache",
+  environment = "another environment (KM_*, CUDA_*, PATH, ...)" }
+
+-- Why a server of identity `theirs` cannot judge for `ours`, or nil.
+function M.differs(ours, theirs)
+  if type(theirs) ~= "table" then return "it sent no identity" end
+  local keys = {}
+  for k in pairs(ours) do keys[#keys + 1] = k end
+  sort(keys)
+  local why = {}
+  for _, k in ipairs(keys) do
+    if theirs[k] ~= ours[k] then why[#why + 1] = FIELD_WORDS[k] or k end
+  end
+  return #why > 0 and concat(why, "; ") or nil
+end
+
+local function send(ch, t) return ch:send(json.encode(t, { nan = "null" })) end
+
+local function ask(path, req, ms)
+  local ch, why, code = proc.connect(path)
+  if not ch then return nil, why, code end
+  send(ch, req)
+  local msg, rwhy, rcode = ch:recv(ms or 5000)
+  ch:close()
+  if not msg then return nil, "the server did not answer: " .. tostring(rwhy), rcode end
+  return json.decode(msg) or {}
+end
+
+-- { ok, pid, gpu, device, evaluations, since, identity } of the server at `path`, or nil, why, CODE
+-- (NOT_FOUND / REFUSED: none there).
+function M.hello(path) return ask(path, { op = "hello" }) end
+
+-- Asks the server at `path` to stop once its job (if any) is done.
+function M.stop(path) return ask(path, { op = "stop" }, 600000) end
+
+-- A candidate judged by GPU `gpu`'s server. -> verdict | nil, why. why is nil where there
+-- is no server (not an error: judge here); otherwise it says why this one was not used or
+-- failed before its verdict. o.on_progress(ev) gets its progress events, o.tick() runs
+-- about every 200 ms while waiting; o.identity is this process's (M.identity()).
+function M.eval(gpu, task, cand, opts, o)
+  o = o or {}
+  local path = o.socket or M.socket_path(gpu)
+  local ch, why, code = proc.connect(path)
+  if not ch then
+    if code == "NOT_FOUND" or code == "REFUSED" then return nil end
+    return nil, why
+  end
+  local ok, serr = send(ch, { op = "eval", identity = o.identity or M.identity(), task = task, candidate = cand, opts = opts })
+  local who = "the kmrun serve on " .. path
+  if not ok then ch:close() return nil, who .. " took no request: " .. tostring(serr) end
+  while true do
+    local msg, _, rcode = ch:recv(200)
+    if msg then
+      local r = json.decode(msg)
+      if type(r) ~= "table" then ch:close() return nil, who .. " sent a bad frame" end
+      if r.verdict then ch:close() return r.verdict end
+      if r.ok == false then ch:close() return nil, who .. " " .. tostring(r.why) end
+      if type(r.progress) == "table" and o.on_progress then o.on_progress(r.progress) end
+    elseif rcode == "TIMEOUT" then
+      if o.tick then o.tick() end
+    else
+      ch:close()
+      return nil, who .. " stopped before its verdict"
+    end
+  end
+end
+
+-- The server: a km.eval pool on GPU o.gpu, its worker importing torch as it starts. o:
+-- gpu, socket (path), idle (seconds, 0: never), timeout (a candidate's seconds), say(line)
+-- for its log (default stderr), wrap and worker_stderr (km.eval.pool's). Returns true when
+-- stopped (a signal, a stop request, idle), or nil, why, CODE (EXISTS: a server answers
+-- there; NO_GPU).
+function M.run(o)
+  local gpu = o.gpu or 0
+  local path = o.socket or M.socket_path(gpu)
+  local say = o.say or function(line) io.stderr:write(line, "\n") end
+  local ch = proc.connect(path)
+  if ch then ch:close() return nil, "a kmrun serve already answers on " .. path, "EXISTS" end
+  local dir = path:match("^(.*)/[^/]+$")
+  if dir and not sys.readdir(dir) then
+    local ok, why = sys.mkdir(dir)
+    if not ok then return nil, why, "IO" end
+    os.execute("chmod 700 '" .. dir:gsub("'", "'\\''") .. "'")
+  end
+  os.remove(path) -- a socket nobody answers on: a server that died
+  local identity = M.identity()
+  local current -- the channel of the job under way: its progress goes there
+  local pool, perr, pcode = require("km.eval").pool { gpus = { gpu }, timeout = o.timeout or 120, torch_ahead = true,
+    wrap = o.wrap, worker_stderr = o.worker_stderr,
+    on_progress = function(ev) if current then send(current, { progress = ev }) end end }
+  if not pool then return nil, perr, pcode or "NO_GPU" end
+  local listener, lwhy, lcode = proc.listen(path)
+  if not listener then pool:close() return nil, lwhy, lcode end
+  local sig = require "km.signal"
+  sig.catch()
+  local served, since, last, stop = 0, os.date("!%Y-%m-%dT%H:%M:%SZ"), wall(), false
+  local dev = pool.device or {}
+  say(fmt("kmrun serve: GPU %d (%s), listening on %s; stops after %s idle, on `kmrun serve --stop` or a signal",
+    gpu, tostring(dev.name or "?"), path, (o.idle or M.IDLE) > 0 and fmt("%d s", o.idle or M.IDLE) or "never"))
+
+  local function judge(c, req)
+    local diff = M.differs(identity, req.identity)
+    if diff then return send(c, { ok = false, why = "runs " .. diff }) end
+    current = c
+    local w0 = wall()
+    local job = pool:submit(req.task, req.candidate, req.opts or {})
+    while not job.verdict do pool:poll(200) end -- a signal now waits for this verdict
+    current = nil
+    served = served + 1
+    local v = job.verdict
+    if type(v) == "table" then v.server = { pid = sys.pid(), evaluations = served } end
+    say(fmt("kmrun serve: %s %s: %s (%.2f s)", tostring(req.task), tostring(type(req.candidate) == "table" and req.candidate.name or ""),
+      tostring(type(v) == "table" and v.status), wall() - w0))
+    return send(c, { verdict = v })
+  end
+
+  while not stop and not sig.caught() do
+    local c = listener:accept(500)
+    if c then
+      local msg = c:recv(5000)
+      local req = msg and json.decode(msg)
+      if type(req) ~= "table" then
+        send(c, { ok = false, why = "sent no request" })
+      elseif req.op == "hello" then
+        send(c, { ok = true, pid = sys.pid(), gpu = gpu, device = dev.name, evaluations = served, since = since, identity = identity })
+      elseif req.op == "stop" then
+        send(c, { ok = true, evaluations = served })
+        stop = true
+      elseif req.op == "eval" then
+        judge(c, req)
+      else
+        send(c, { ok = false, why = "does not know op " .. tostring(req.op) })
+      end
+      c:close()
+      last = wall()
+    elseif (o.idle or M.IDLE) > 0 and wall() - last > (o.idle or M.IDLE) then
+      say(fmt("kmrun serve: idle for %d s: stopping", o.idle or M.IDLE))
+      break
+    end
+  end
+  listener:close()
+  os.remove(path)
+  pool:close()
+  sig.release()
+  say(fmt("kmrun serve: stopped after %d evaluation%s", served, served == 1 and "" or "s"))
+  return true
+end
+
+return M

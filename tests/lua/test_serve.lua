@@ -1,0 +1,185 @@
+-- kmrun serve (km.serve) on the CPU: km.proc's Unix sockets; a server whose pool is the real
+-- km.eval pool over a stand-in GPU worker (testing.standin_worker: it counts its requests
+-- and echoes them as verdicts), and the real `kmrun eval` and `kmrun serve` commands against
+-- it: a verdict relayed with its progress, one worker for every evaluation, a server that
+-- runs another environment or code not used (said on stderr, judged here instead), one that
+-- dies before its verdict, a stale socket, a second server refused, --status, --stop, idle.
+-- The GPU side (a real worker and judge behind the socket) is tests/gpu/test_serve.lua.
+local t = require "km.tap"
+local proc = require "km.proc"
+local serve = require "km.serve"
+local sys = require "km.sys"
+local json = require "km.json"
+local testing = require "km.testing"
+
+local fmt = string.format
+local ROOT, KMRUN = testing.paths()
+local DIR = testing.tmpdir()
+local SOCK = DIR .. "/s/serve.sock"
+local NO_GPU = not require("km.cuda").available()
+
+local function has(text, s) return text:find(s, 1, true) ~= nil end
+
+t.test("proc.listen / connect / accept: frames both ways, timeouts, EOF, no listener", function()
+  local path = DIR .. "/basic.sock"
+  local l = assert(proc.listen(path))
+  local _, _, code = proc.listen(path)
+  t.eq(code, "EXISTS", "a second listener on the same path")
+  local c = assert(proc.connect(path))
+  local s = assert(l:accept(1000))
+  assert(c:send("a\0b"))
+  t.eq(s:recv(1000), "a\0b")
+  assert(s:send(string.rep("x", 100000)))
+  t.eq(#c:recv(1000), 100000)
+  local m, _, rc = s:recv(50)
+  t.eq(m, nil) t.eq(rc, "TIMEOUT")
+  c:close()
+  m, _, rc = s:recv(1000)
+  t.eq(rc, "EOF", "the client closed")
+  local a, _, ac = l:accept(20)
+  t.eq(a, nil) t.eq(ac, "TIMEOUT")
+  l:close()
+  _, _, code = proc.connect(path)
+  t.eq(code, "REFUSED", "a socket file nobody listens on")
+  os.remove(path)
+  _, _, code = proc.connect(path)
+  t.eq(code, "NOT_FOUND")
+  t.ok(sys.uid() >= 0 and sys.pid() > 1)
+end)
+
+t.test("identity: the same in two processes of one environment; a changed KM_* variable differs", function()
+  local code = "local i = require('km.serve').identity(); print(require('km.json').encode(i))"
+  local out1, err1, rc1 = testing.run(fmt("%s -e %q", KMRUN, code))
+  local out2 = testing.run(fmt("%s -e %q", KMRUN, code))
+  local out3 = testing.run(fmt("KM_SOMETHING=1 %s -e %q", KMRUN, code))
+  t.eq(rc1, 0, err1)
+  local i1, i2, i3 = json.decode(out1), json.decode(out2), json.decode(out3)
+  t.eq(serve.differs(i1, i2), nil)
+  t.ok(has(serve.differs(i1, i3) or "", "another environment"), tostring(serve.differs(i1, i3)))
+  local i4 = json.decode(out1)
+  i4.code = "0"
+  t.ok(has(serve.differs(i1, i4) or "", "other code"))
+  t.ok(has(serve.differs(i1, nil), "no identity"))
+end)
+
+-- The server: the real km.serve.run and km.eval pool, its worker a stand-in
+local STANDIN = testing.standin_worker(DIR .. "/standin.lua", [[
+  N = (N or 0) + 1
+  ch:send(json.encode { id = req.id, progress = { stage = "reference", state = "start" } })
+  if req.candidate.name == "slow" then os.execute("sleep 3") end
+  ch:send(json.encode { id = req.id, progress = { stage = "reference", state = "done", seconds = 0.1 } })
+  ch:send(json.encode { id = req.id, verdict = { status = "correct", feedback = "stand-in verdict", task = req.task,
+    candidate = req.candidate.name, seeds = req.opts.seeds, worker_requests = N } })
+]])
+local SERVER = DIR .. "/server.lua"
+testing.write(SERVER, fmt([[
+local ok, why, code = require("km.serve").run { socket = arg[1], idle = tonumber(arg[2]), wrap = { %q, %q },
+  worker_stderr = "null" }
+if not ok then io.stderr:write(why, "\n") return code == "EXISTS" and 2 or 1 end
+]], KMRUN, STANDIN))
+
+local LOG = DIR .. "/server.log"
+local function start_server(idle)
+  local pid = assert(sys.spawn({ "sh", "-c", fmt("exec %s %s %s %s 2>>%s", KMRUN, SERVER, SOCK, idle or 60, LOG) }))
+  for _ = 1, 200 do
+    if serve.hello(SOCK) then return pid end
+    if sys.wait(pid) ~= false then break end
+    sys.sleep(0.05)
+  end
+  error("the server did not start: " .. (testing.read(LOG) or ""))
+end
+
+local TASK = ROOT .. "/tests/tasks/t_rowsum"
+local function kmrun_eval(args, env)
+  return testing.run(fmt("KM_SERVE_SOCKET=%s %s %s eval %s starter %s", SOCK, env or "", KMRUN, TASK, args or ""))
+end
+
+local pid = start_server()
+
+t.test("kmrun eval: the server's verdict, its progress relayed; one worker for every evaluation", function()
+  local out, err, rc = kmrun_eval("--json --seeds 2")
+  t.eq(rc, 0, err)
+  local v = json.decode(out)
+  t.eq(v.status, "correct") t.eq(v.feedback, "stand-in verdict")
+  t.eq(v.task, sys.realpath(TASK), "the task by its absolute path")
+  t.eq(v.seeds, 2, "the command's options reach the worker")
+  t.eq(v.server.pid, pid, "the verdict says which server judged it")
+  out, err, rc = kmrun_eval("--json")
+  v = json.decode(out)
+  t.eq(v.worker_requests, 2, "the second evaluation went to the same worker")
+  t.eq(v.server.evaluations, 2)
+  -- progress events through the socket, in order
+  local seen = {}
+  local v2 = serve.eval(0, TASK, { name = "direct" }, {}, { socket = SOCK, on_progress = function(ev) seen[#seen + 1] = ev end })
+  t.eq(v2.candidate, "direct")
+  t.eq(#seen, 2) t.eq(seen[1].state, "start") t.eq(seen[2].seconds, 0.1)
+  out, err, rc = kmrun_eval("")
+  t.eq(rc, 0, err)
+  t.ok(has(out, "correct  t_rowsum  "), out)
+  t.ok(has(err, "judged by the kmrun serve on " .. SOCK), err)
+end)
+
+t.test("a server of another environment or code is not used: said on stderr, judged here", function()
+  local out, err, rc = kmrun_eval("", "KM_SOMETHING=1")
+  t.ok(has(err, "runs another environment"), err)
+  t.ok(has(err, "judging in a worker of its own"), err)
+  t.ok(not has(out, "stand-in verdict"), out)
+  if NO_GPU then t.eq(rc, 3, "no GPU here: compiled only") end
+  local id = serve.identity()
+  id.code = "other"
+  local v, why = serve.eval(0, TASK, { name = "x" }, {}, { socket = SOCK, identity = id })
+  t.eq(v, nil) t.ok(has(why, "runs other code"), why)
+  out, err = kmrun_eval("--no-server")
+  t.ok(not has(err, "kmrun serve"), "--no-server: " .. err)
+end)
+
+t.test("kmrun serve --status; a second server on the socket is refused", function()
+  local out, _, rc = testing.run(fmt("%s serve --status --socket %s", KMRUN, SOCK))
+  t.eq(rc, 0)
+  t.ok(has(out, "pid " .. pid) and has(out, "stand-in") and has(out, "kmrun eval here uses it"), out)
+  out, _, rc = testing.run(fmt("KM_SOMETHING=1 %s serve --status --socket %s", KMRUN, SOCK))
+  t.ok(has(out, "would not use it: it runs another environment"), out)
+  local _, err, rc2 = testing.run(fmt("%s %s %s 5", KMRUN, SERVER, SOCK))
+  t.eq(rc2, 2) t.ok(has(err, "already answers"), err)
+  t.ok(serve.hello(SOCK), "the first server still answers")
+end)
+
+t.test("a server that dies before its verdict: the client says so; --stop; a stale socket", function()
+  -- the server is killed while its worker is on a slow candidate
+  os.execute(fmt("(sleep 1; kill -9 %d) &", pid))
+  local v, why = serve.eval(0, TASK, { name = "slow" }, {}, { socket = SOCK })
+  t.eq(v, nil) t.ok(has(why or "", "stopped before its verdict"), tostring(why))
+  sys.wait(pid, true)
+  -- its socket file is left: nobody answers there, a client judges here without a word
+  t.eq(select(3, proc.connect(SOCK)), "REFUSED", "the dead server's socket file is there")
+  local v2, why2 = serve.eval(0, TASK, { name = "x" }, {}, { socket = SOCK })
+  t.eq(v2, nil) t.eq(why2, nil)
+  local out, err = kmrun_eval("")
+  t.ok(not has(err, "kmrun serve"), err)
+  -- a new server takes the stale path over
+  pid = start_server()
+  out, _, rc = testing.run(fmt("%s serve --stop --socket %s", KMRUN, SOCK))
+  t.eq(rc, 0) t.ok(has(out, "stopping"), out)
+  t.ok(sys.wait(pid, true), "the server exited")
+  t.eq(select(3, proc.connect(SOCK)), "NOT_FOUND", "and removed its socket")
+  out, _, rc = testing.run(fmt("%s serve --status --socket %s", KMRUN, SOCK))
+  t.eq(rc, 1) t.ok(has(out, "no kmrun serve"), out)
+end)
+
+t.test("an idle server stops by itself", function()
+  local p = start_server(1)
+  local w0 = require("km.timing").wall()
+  t.ok(sys.wait(p, true))
+  t.ok(require("km.timing").wall() - w0 < 5)
+  t.ok(has(testing.read(LOG) or "", "idle for 1 s: stopping"), testing.read(LOG))
+end)
+
+if NO_GPU then
+  t.test("kmrun serve without a GPU: exit 3, why", function()
+    local _, err, rc = testing.run(fmt("%s serve --socket %s/nogpu.sock --idle 1", KMRUN, DIR))
+    t.eq(rc, 3) t.ok(has(err, "kmrun serve:"), err)
+  end)
+end
+
+os.execute("rm -rf " .. DIR)
+t.done()
