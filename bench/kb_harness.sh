@@ -7,7 +7,10 @@
 # KernelBench: bench/kb_harness.py in a fresh python each time calls eval_kernel_against_ref as
 # its scripts/eval_from_generations.py does (5 correctness trials, 100 timed trials, the
 # reference timed too) on a load_inline ModelNew: with a fresh build_dir (cold compile), then
-# the same build_dir (warm compile cache). Wall s: process start to exit, each under timeout
+# the same build_dir (warm compile cache). Then, unless KM_SERVED=0, a `kmrun serve` on the
+# same caches and KM_RUNS fresh `kmrun eval` processes judged by it ("kmrun eval (served)":
+# torch imported once, by the server; its start is not timed, as a running server's is not
+# paid by an eval). Wall s: process start to exit, each under timeout
 # (seconds: KM_S 180 per kmrun run, KB_COLD_S 400, KB_WARM_S 300; a run past it says so).
 # Prints the GPU, the UTC date and a table (run, wall s, verdict, kernel time), then KernelBench
 # wall / kmrun wall (cold and warm); --out FILE writes the same text to FILE.
@@ -68,12 +71,27 @@ timed() {
 }
 
 # kmrun: its own caches in a scratch folder, filled by the first run, warm for the rest
-KM=(env XDG_CACHE_HOME="$T/cache" KM_CACHE_DIR= KM_BASELINE_DIR= KM_SPEC_DIR=
-  "$B/kmrun" eval "$P" bench/kb_relu --no-energy --baselines eager --json)
-timed "kmrun eval" "fill (empty caches)" "${KM_S:-180}" "$T/km0.out" km0 "${KM[@]}"
+ENV=(env XDG_CACHE_HOME="$T/cache" KM_CACHE_DIR= KM_BASELINE_DIR= KM_SPEC_DIR= KM_SERVE_SOCKET="$T/serve.sock")
+KM=("${ENV[@]}" "$B/kmrun" eval "$P" bench/kb_relu --no-energy --baselines eager --json)
+timed "kmrun eval" "fill (empty caches)" "${KM_S:-180}" "$T/km0.out" km0 "${KM[@]}" --no-server
 for i in $(seq 1 "${KM_RUNS:-3}"); do
-  timed "kmrun eval" "warm $i" "${KM_S:-180}" "$T/km$i.out" "km$i" "${KM[@]}"
+  timed "kmrun eval" "warm $i" "${KM_S:-180}" "$T/km$i.out" "km$i" "${KM[@]}" --no-server
 done
+
+# kmrun eval judged by a kmrun serve on the same caches: started, its first evaluation (the
+# task set up in its worker) not counted, then KM_RUNS fresh kmrun eval processes
+if [ "${KM_SERVED:-1}" != 0 ]; then
+  "${ENV[@]}" "$B/kmrun" serve --idle 600 2> "$T/serve.log" &
+  SERVE=$!
+  for _ in $(seq 1 600); do "${ENV[@]}" "$B/kmrun" serve --status > /dev/null 2>&1 && break; sleep 0.2; done
+  timed "kmrun eval (served)" "its first" "${KM_S:-180}" "$T/kms0.out" kms0 "${KM[@]}"
+  for i in $(seq 1 "${KM_RUNS:-3}"); do
+    timed "kmrun eval (served)" "warm $i" "${KM_S:-180}" "$T/kms$i.out" "kms$i" "${KM[@]}"
+  done
+  grep -q '"server"' "$T/kms1.out" 2>/dev/null || { echo "bench/kb_harness.sh: the served runs were not judged by kmrun serve:" >&2; tail -n 5 "$T/serve.log" "$T/kms1.err" >&2; FAILED=1; }
+  "${ENV[@]}" "$B/kmrun" serve --stop > /dev/null 2>&1
+  wait $SERVE
+fi
 
 # KernelBench: a fresh build_dir, then the same one again
 timed KernelBench "cold (fresh build_dir)" "${KB_COLD_S:-400}" "$T/kb_cold.json" kb_cold \
@@ -87,7 +105,7 @@ timed KernelBench "warm (same build_dir)" "${KB_WARM_S:-300}" "$T/kb_warm.json" 
   echo "GPU: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader -i 0 2>/dev/null || echo unknown)"
   echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
   echo "$CHECK"
-  echo "kmrun: $B/kmrun eval $P bench/kb_relu --no-energy --baselines eager --json (caches filled by the first run)"
+  echo "kmrun: $B/kmrun eval $P bench/kb_relu --no-energy --baselines eager --json (caches filled by the first run; --no-server, then judged by a kmrun serve)"
   echo
   "$PY" bench/kb_harness.py --table "$T/runs.tsv"
 } | tee ${OUT:+"$OUT"}
