@@ -196,13 +196,39 @@ function M.run(o)
   say(fmt("kmrun serve: GPU %d (%s), listening on %s; stops after %s idle, on `kmrun serve --stop` or a signal",
     gpu, tostring(dev.name or "?"), path, (o.idle or M.IDLE) > 0 and fmt("%d s", o.idle or M.IDLE) or "never"))
 
+  local queue = {} -- { c, req }: evaluations waiting their turn, first come first judged
+
+  -- A new connection's request: what needs no GPU is answered at once, even while a
+  -- candidate is being judged (hello, stop); an evaluation joins the queue.
+  local function take(c)
+    local msg = c:recv(5000)
+    local req = msg and json.decode(msg)
+    if type(req) == "table" and req.op == "eval" then queue[#queue + 1] = { c = c, req = req } return end
+    if type(req) ~= "table" then
+      send(c, { ok = false, why = "sent no request" })
+    elseif req.op == "hello" then
+      send(c, { ok = true, pid = sys.pid(), gpu = gpu, device = dev.name, evaluations = served, since = since,
+        busy = current ~= nil, queued = #queue, identity = identity })
+    elseif req.op == "stop" then
+      send(c, { ok = true, evaluations = served })
+      stop = true
+    else
+      send(c, { ok = false, why = "does not know op " .. tostring(req.op) })
+    end
+    c:close()
+  end
+
   local function judge(c, req)
     local diff = M.differs(identity, req.identity)
     if diff then return send(c, { ok = false, why = "runs " .. diff }) end
     current = c
     local w0 = wall()
     local job = pool:submit(req.task, req.candidate, req.opts or {})
-    while not job.verdict do pool:poll(200) end -- a signal now waits for this verdict
+    while not job.verdict do -- a signal or a stop now waits for this verdict
+      pool:poll(200)
+      local nc = listener:accept(0)
+      if nc then take(nc) end
+    end
     current = nil
     served = served + 1
     local v = job.verdict
@@ -213,28 +239,26 @@ function M.run(o)
   end
 
   while not stop and not sig.caught() do
-    local c = listener:accept(500)
-    if c then
-      local msg = c:recv(5000)
-      local req = msg and json.decode(msg)
-      if type(req) ~= "table" then
-        send(c, { ok = false, why = "sent no request" })
-      elseif req.op == "hello" then
-        send(c, { ok = true, pid = sys.pid(), gpu = gpu, device = dev.name, evaluations = served, since = since, identity = identity })
-      elseif req.op == "stop" then
-        send(c, { ok = true, evaluations = served })
-        stop = true
-      elseif req.op == "eval" then
-        judge(c, req)
-      else
-        send(c, { ok = false, why = "does not know op " .. tostring(req.op) })
-      end
-      c:close()
+    if #queue > 0 then
+      local item = table.remove(queue, 1)
+      judge(item.c, item.req)
+      item.c:close()
       last = wall()
-    elseif (o.idle or M.IDLE) > 0 and wall() - last > (o.idle or M.IDLE) then
-      say(fmt("kmrun serve: idle for %d s: stopping", o.idle or M.IDLE))
-      break
+    else
+      local c = listener:accept(500)
+      if c then
+        take(c)
+        last = wall()
+      elseif (o.idle or M.IDLE) > 0 and wall() - last > (o.idle or M.IDLE) then
+        say(fmt("kmrun serve: idle for %d s: stopping", o.idle or M.IDLE))
+        break
+      end
     end
+  end
+  -- evaluations still waiting: their clients judge in workers of their own
+  for _, item in ipairs(queue) do
+    send(item.c, { ok = false, why = "is stopping" })
+    item.c:close()
   end
   listener:close()
   os.remove(path)

@@ -144,6 +144,36 @@ t.test("kmrun serve --status; a second server on the socket is refused", functio
   t.ok(serve.hello(SOCK), "the first server still answers")
 end)
 
+t.test("while a candidate is judged: hello answers at once, evaluations wait their turn; a stop turns the waiting away", function()
+  local CLIENT = DIR .. "/client.lua"
+  testing.write(CLIENT, fmt([[
+local v, why = require("km.serve").eval(0, %q, { name = arg[1] }, {}, { socket = %q })
+local f = assert(io.open(arg[2], "w"))
+f:write(require("km.json").encode { verdict = v, why = why })
+f:close()
+]], TASK, SOCK))
+  local function client(name)
+    return assert(sys.spawn({ KMRUN, CLIENT, name, DIR .. "/" .. name .. ".json" }))
+  end
+  local slow = client("slow")
+  sys.sleep(0.5)
+  local queued = client("queued")
+  sys.sleep(0.3)
+  local w0 = require("km.timing").wall()
+  local h = assert(serve.hello(SOCK))
+  t.ok(require("km.timing").wall() - w0 < 1, "answered while the worker is on a 3 s candidate")
+  t.eq(h.busy, true) t.eq(h.queued, 1)
+  local out = testing.run(fmt("%s serve --stop --socket %s", KMRUN, SOCK))
+  t.ok(has(out, "stopping"), out)
+  sys.wait(slow, true) sys.wait(queued, true)
+  local r1 = json.decode(testing.read(DIR .. "/slow.json"))
+  local r2 = json.decode(testing.read(DIR .. "/queued.json"))
+  t.eq(r1.verdict.candidate, "slow", "the candidate under way got its verdict")
+  t.eq(r2.verdict, nil) t.ok(has(r2.why or "", "is stopping"), tostring(r2.why))
+  t.ok(sys.wait(pid, true), "the server stopped")
+  pid = start_server()
+end)
+
 t.test("a server that dies before its verdict: the client says so; --stop; a stale socket", function()
   -- the server is killed while its worker is on a slow candidate
   os.execute(fmt("(sleep 1; kill -9 %d) &", pid))

@@ -54,8 +54,9 @@ if a.status or a.stop then
     return 0
   end
   local diff = serve.differs(serve.identity(), h.identity)
-  print(string.format("kmrun serve (pid %s) on %s: GPU %s (%s), %d evaluation(s) since %s", tostring(h.pid), path,
-    tostring(h.gpu), tostring(h.device), tonumber(h.evaluations) or 0, tostring(h.since)))
+  print(string.format("kmrun serve (pid %s) on %s: GPU %s (%s), %d evaluation(s) since %s; %s, %d waiting",
+    tostring(h.pid), path, tostring(h.gpu), tostring(h.device), tonumber(h.evaluations) or 0, tostring(h.since),
+    h.busy and "judging one now" or "idle", tonumber(h.queued) or 0))
   print(diff and ("kmrun eval here would not use it: it runs " .. diff) or "kmrun eval here uses it")
   return 0
 end
