@@ -66,7 +66,8 @@ typedef enum km_status {
   KMRUN_ENOTFOUND = -9, /* no such kernel, episode or file */
   KMRUN_EIO = -10,      /* file system error */
   KMRUN_ESTORE = -11,   /* the trajectory store failed (SQLite) */
-  KMRUN_ELUA = -12      /* a Lua script raised an error */
+  KMRUN_ELUA = -12,     /* a Lua script raised an error */
+  KMRUN_ETAMPERED = -13 /* km_time: device code wrote the timing gate's page; the timing is void */
 } km_status;
 
 /* "KMRUN_EINVAL", ...: a static string. */
@@ -239,7 +240,10 @@ typedef struct km_time_result {
 /* Work to time: enqueues one call's worth of GPU work (km_launch) and returns KMRUN_OK. */
 typedef km_status (*km_work_fn)(void *ud);
 
-/* Times fn (opts may be NULL) into *out (caller-owned). */
+/* Times fn (opts may be NULL) into *out (caller-owned). KMRUN_ETAMPERED (km_errcode
+ * "GATE_TAMPERED"): the timing gate's page (host memory mapped into the device) was found
+ * written by something other than the host, so gates may have opened early; the page is put
+ * back and *out is not filled (docs/timing.md, "The gate"). */
 KMRUN_API km_status km_time(km_rt *rt, km_work_fn fn, void *ud, const km_time_opts *opts,
                             km_time_result *out);
 /* Times one launch of k (km_launch's arguments): for bindings that cannot pass callbacks. */

@@ -3,7 +3,8 @@
  *
  *   local sys = require "km.sys"
  *   sys.readdir("tasks")          -> { "l1_relu", ... } (sorted, no "." or "..") | nil, msg, CODE
- *   sys.mkdir("runs/a/b")         -> true | nil, msg, CODE      (mkdir -p: parents too, 0777 & ~umask)
+ *   sys.mkdir("runs/a/b" [, mode]) -> true | nil, msg, CODE     (mkdir -p: parents too, 0777 & ~umask;
+ *                                    mode: the last folder's, when it is made, e.g. 448 = 0700)
  *   sys.rmtree(dir)               -> true | nil, msg, CODE      (rm -rf: symlinks are removed, not followed)
  *   sys.isatty(io.stdout | 1)     -> boolean
  *   sys.cpu_count()               -> n  (the CPUs this process may run on, as nproc counts them)
@@ -115,13 +116,14 @@ static int l_mkdir(lua_State *L) {
   const char *path = luaL_checklstring(L, 1, &len);
   if (len == 0 || strlen(path) != len) return luaL_argerror(L, 1, "not a path");
   if (len >= PATH_MAX) return km_fail(L, "IO", "cannot create %s: the path is too long", path);
+  mode_t last = (mode_t)luaL_optinteger(L, 2, 0777) & 07777;
   char buf[PATH_MAX];
   memcpy(buf, path, len + 1);
   for (size_t i = 1; i <= len; i++) {
     if (buf[i] != '/' && buf[i] != '\0') continue;
     char c = buf[i];
     buf[i] = '\0';
-    if (mkdir(buf, 0777) != 0 && errno != EEXIST) return fail_errno(L, "cannot create", buf);
+    if (mkdir(buf, i == len ? last : 0777) != 0 && errno != EEXIST) return fail_errno(L, "cannot create", buf);
     buf[i] = c;
   }
   struct stat st;

@@ -55,6 +55,18 @@ static int dev_fail(run *r, int err, const char *what) {
   return KM_TIMER_EDEV;
 }
 
+/* The gate's page against its shadow (ops->gate_check, which puts it back): a difference is
+ * tampering, and a timing during which the page may have opened gates early (or hidden a
+ * timeout) is void, so the run stops here. `where` says which check found it. */
+static int page_check(run *r, int settled, const char *where) {
+  int what = r->ops->gate_check ? r->ops->gate_check(r->dev, settled) : 0;
+  if (!what) return 0;
+  r->out->gate_tampered++;
+  r->out->gate_tamper_what |= what;
+  r->out->what = where;
+  return KM_TIMER_ETAMPERED;
+}
+
 static int hook(run *r, int (*h)(void *, km_timer_phase), km_timer_phase ph) {
   return h && h(r->w->ud, ph) ? KM_TIMER_EWORK : 0;
 }
@@ -68,15 +80,16 @@ static int launch(run *r, km_timer_phase ph) {
   return r->w->call(r->w->ud, ph) ? KM_TIMER_EWORK : 0;
 }
 
-/* Enqueues sample i: before hook, L2 flush, [gate,] start event, the calls, end event,
- * [release,] after hook. The hook's work and the flush run while the host enqueues the rest;
- * the gate opens before the after hook, which may wait for the sample. */
+/* Enqueues sample i: before hook, L2 flush, [page check, gate,] start event, the calls, end
+ * event, [release, page check,] after hook. The hook's work and the flush run while the host
+ * enqueues the rest; the gate opens before the after hook, which may wait for the sample. */
 static int enqueue(run *r, int i) {
   const km_timer_ops *o = r->ops;
-  int e, rc;
+  int e, rc, gated = r->gate;
   if ((rc = hook(r, r->w->before, KM_TIMER_SAMPLE))) return rc;
   if (r->cold && (e = o->flush(r->dev))) return dev_fail(r, e, "timing");
-  if (r->gate) {
+  if (gated) {
+    if ((rc = page_check(r, 0, "a gate"))) return rc;
     if ((e = o->gate(r->dev, r->gate_ms))) return dev_fail(r, e, "timing (gate)");
     r->out->gated++;
   }
@@ -84,7 +97,10 @@ static int enqueue(run *r, int i) {
   if ((e = o->record(r->dev, EV(i, 0)))) rc = dev_fail(r, e, "timing");
   for (int k = 0; k < r->per_sample_launches && !rc; k++) rc = launch(r, KM_TIMER_SAMPLE);
   if (!rc && (e = o->record(r->dev, EV(i, 1)))) rc = dev_fail(r, e, "timing");
-  if (r->gate) o->release(r->dev); /* on failure too: nothing may stay held */
+  if (gated) {
+    o->release(r->dev); /* on failure too: nothing may stay held */
+    if (!rc) rc = page_check(r, 0, "a release");
+  }
   return rc ? rc : hook(r, r->w->after, KM_TIMER_SAMPLE);
 }
 
@@ -124,6 +140,9 @@ int km_timer_run(const km_timer_ops *ops, void *dev, const km_timing_protocol *p
   int cold = !strcmp(p->mode, "cold"), graph_mode = !strcmp(p->mode, "graph");
   int rep = p->rep, max_n = p->stop.max_samples, e, rc;
   run r = {ops, dev, w, out, cold, 0, rep, p->gate && ops->gate && ops->release, GATE_MIN_MS};
+  /* a page written before this run (between timings) is found, and put back, before any of
+   * its gates: this run's gates are sound, but the write is someone's and must be told */
+  if ((rc = page_check(&r, 1, "the start of the run"))) return rc;
 
   /* graph mode: capture rep calls once, then time replays */
   int calls_per_launch = 1; /* calls of the work in one launch of the timed thing */
@@ -216,6 +235,9 @@ int km_timer_run(const km_timer_ops *ops, void *dev, const km_timing_protocol *p
   }
   if (queued > taken && (e = wait_sample(&r, queued - 1, queued, window, per_sample_calls)))
     return dev_fail(&r, e, "timing");
+  /* every sample has run, and every gate: a write in the last samples is found here, before
+   * the run's numbers are handed out (and before a later run's gates could be opened by it) */
+  if ((rc = page_check(&r, 1, "the end of the run"))) return rc;
   out->total_ms = ops->now_ms(dev) - start;
   if (window && ops->energy_end(dev, &out->energy_j, &out->energy_ms, &out->energy_calls, &energy_why) != 0)
     out->energy_j = NAN;
@@ -242,4 +264,44 @@ int km_timer_run(const km_timer_ops *ops, void *dev, const km_timing_protocol *p
   out->sm_clock_max = clk.hi;
   out->clock_moved = clk.hi > clk.lo * (1 + CLOCK_MOVED);
   return KM_TIMER_OK;
+}
+
+/* ==== the gate's page ==== */
+
+void km_gate_release(km_gate_page *pg, km_gate_shadow *sh, unsigned long long ticket) {
+  unsigned long long want = ticket > sh->released ? ticket : sh->released, seen = sh->released;
+  /* one compare-and-swap: a write that lands between a check and this release is not hidden */
+  if (!__atomic_compare_exchange_n(&pg->released, &seen, want, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+    sh->found |= KM_GATE_RELEASED;
+    __atomic_store_n(&pg->released, want, __ATOMIC_SEQ_CST);
+  }
+  sh->released = want;
+}
+
+int km_gate_check(km_gate_page *pg, km_gate_shadow *sh, int may_rise) {
+  int what = sh->found;
+  sh->found = 0;
+  if (__atomic_load_n(&pg->released, __ATOMIC_ACQUIRE) != sh->released) {
+    what |= KM_GATE_RELEASED;
+    __atomic_store_n(&pg->released, sh->released, __ATOMIC_SEQ_CST);
+  }
+  /* the device only counts up, and only a gate that is waiting can count */
+  unsigned long long to = __atomic_load_n(&pg->timeouts, __ATOMIC_ACQUIRE);
+  if (to < sh->timeouts || (to > sh->timeouts && !may_rise)) {
+    what |= KM_GATE_TIMEOUTS;
+    __atomic_store_n(&pg->timeouts, sh->timeouts, __ATOMIC_SEQ_CST);
+  } else {
+    sh->timeouts = to;
+  }
+  if (what) sh->tampered++;
+  return what;
+}
+
+const char *km_gate_what(int what) {
+  switch (what & (KM_GATE_RELEASED | KM_GATE_TIMEOUTS)) {
+  case KM_GATE_RELEASED: return "released written";
+  case KM_GATE_TIMEOUTS: return "timeouts written";
+  case KM_GATE_RELEASED | KM_GATE_TIMEOUTS: return "released and timeouts written";
+  default: return "";
+  }
 }

@@ -28,7 +28,14 @@
  * time, not the host's launch gaps (nvbench's blocking kernel, per sample). A gate opens by
  * itself after 4 times the longest warm-up call's host time (at least 50 ms, at most 2 s):
  * one opened so means the host waited for the GPU while enqueueing (the work synchronized),
- * and gating stops for the rest of the run; gate_timeouts says so. */
+ * and gating stops for the rest of the run; gate_timeouts says so.
+ *
+ * The gate's page is host memory the device reads and writes, so a kernel that learned its
+ * address can write it too (open every later gate at once, hide or fake a timeout). The host
+ * keeps a shadow of it (km_gate_shadow: what it last wrote, what it last saw) and the loop
+ * compares the page with it (ops->gate_check) at the start of the run, before each gate, after
+ * each release and at the end: a difference is tampering. The page is put back and the run
+ * fails with KM_TIMER_ETAMPERED (gate_tampered, gate_tamper_what, what says where). */
 #ifndef KM_TIMER_CORE_H
 #define KM_TIMER_CORE_H
 
@@ -79,6 +86,10 @@ typedef struct km_timer_ops {
   int (*gate)(void *dev, double timeout_ms);
   void (*release)(void *dev);
   int (*gate_timeouts)(void *dev);
+  /* Optional (NULL: the page is not checked). gate_check compares the gate's page with its
+   * shadow and puts back what differs (km_gate_check); returns what differed (KM_GATE_*, 0:
+   * nothing). settled: every gate this run enqueued has run (none may time out any more). */
+  int (*gate_check)(void *dev, int settled);
 } km_timer_ops;
 
 /* What is timed. call enqueues one call of the work; before and after (optional) run around
@@ -93,7 +104,7 @@ typedef struct km_timer_work {
   int is_graph; /* call launches a graph already: graph mode replays it as is, once a sample */
 } km_timer_work;
 
-enum { KM_TIMER_OK = 0, KM_TIMER_EDEV = -1, KM_TIMER_EWORK = -2, KM_TIMER_EINVAL = -3 };
+enum { KM_TIMER_OK = 0, KM_TIMER_EDEV = -1, KM_TIMER_EWORK = -2, KM_TIMER_EINVAL = -3, KM_TIMER_ETAMPERED = -4 };
 
 typedef struct km_timer_result {
   double median, mean, min, max, p25, p75; /* ms per call of the work */
@@ -108,6 +119,9 @@ typedef struct km_timer_result {
   int gate_timeouts;      /* gates that opened by their timeout: gating stopped at the first */
   double gate_timeout_ms; /* a gate's timeout: 4 x the longest warm-up call's host time, 50..2000 ms
                              (0: not gated) */
+  int gate_tampered;      /* checks that found the gate's page written by someone else: the run
+                             stops at the first (KM_TIMER_ETAMPERED), so 0 or 1 */
+  int gate_tamper_what;   /* KM_GATE_* found written (km_gate_what names them) */
   double energy_j, energy_ms, energy_calls; /* energy_j NaN: energy_why says why */
   const char *energy_why;
   int err;                /* KM_TIMER_EDEV: the device's error code ... */
@@ -116,8 +130,41 @@ typedef struct km_timer_result {
 
 /* Times w under protocol p (valid: km_stop_rule_valid, rep >= 1, warmup >= 0) into *out.
  * buf holds KM_TIMER_BUF(p->stop.max_samples) doubles. Returns KM_TIMER_OK; KM_TIMER_EDEV
- * (out->err, out->what); KM_TIMER_EWORK (the work or a hook stopped it); KM_TIMER_EINVAL. */
+ * (out->err, out->what); KM_TIMER_EWORK (the work or a hook stopped it); KM_TIMER_ETAMPERED
+ * (the gate's page was written: out->gate_tamper_what, and out->what says where it was found;
+ * the timing is void); KM_TIMER_EINVAL. */
 int km_timer_run(const km_timer_ops *ops, void *dev, const km_timing_protocol *p, const km_timer_work *w,
                  double *buf, km_timer_result *out);
+
+/* ==== the gate's page and its shadow ====
+ * The page: `released`, which the host raises to open every gate up to that ticket, and
+ * `timeouts`, which the device's gate kernel raises when a gate opens by its timeout. Nothing
+ * else may write it; a kernel can (it is mapped into the device). The shadow holds what the
+ * host last wrote to `released` and last saw in `timeouts`. Plain memory here: km_timer_gpu.c
+ * keeps the process's page (pinned host memory) and shadow under its lock; test_timer.c a
+ * simulated one. */
+typedef struct km_gate_page {
+  volatile unsigned long long released;
+  volatile unsigned long long timeouts;
+} km_gate_page;
+
+#define KM_GATE_RELEASED 1 /* released is not what the host last wrote */
+#define KM_GATE_TIMEOUTS 2 /* timeouts fell, or rose while no gate could have timed out */
+
+typedef struct km_gate_shadow {
+  unsigned long long released, timeouts;
+  int found;                  /* KM_GATE_RELEASED found by a release, for the next check to report */
+  unsigned long long tampered; /* checks that found a difference, ever */
+} km_gate_shadow;
+
+/* Raises released to ticket (never lowers it). A page found not holding what the host last
+ * wrote is noted (sh->found) before it is overwritten, so the release does not hide it. */
+void km_gate_release(km_gate_page *pg, km_gate_shadow *sh, unsigned long long ticket);
+/* Compares the page with the shadow and puts back what differs; returns what differed
+ * (KM_GATE_*, with what releases noted since the last check). may_rise: a gate may have timed
+ * out since the last check, so timeouts may have risen (the shadow follows it). */
+int km_gate_check(km_gate_page *pg, km_gate_shadow *sh, int may_rise);
+/* "released written", "timeouts written", "released and timeouts written" ("" for 0) */
+const char *km_gate_what(int what);
 
 #endif

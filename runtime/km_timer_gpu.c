@@ -27,32 +27,71 @@ static CUresult ensure_flush(size_t bytes) {
   return r;
 }
 
-/* ==== the gate's page (the process's): host memory the device reads ==== */
+/* ==== the gate's page (the process's): host memory the device reads ====
+ * and writes (km_gate's timeouts), as any kernel can that learned its address. Its shadow
+ * (km_timer_core.h) is what the host last wrote and saw; every host write and every check is
+ * under flush_lock, so runs on several threads keep one shadow. timeouts may rise only while
+ * some gate may still be waiting: while a run has gates not known to have run (gate_busy),
+ * and, for a run left by an error (gates released but perhaps still queued), until an event
+ * recorded behind them is reached (gate_settle). */
 
-typedef struct {
-  volatile unsigned long long released; /* the host: every gate up to this ticket may open */
-  volatile unsigned long long timeouts; /* the device: gates opened by their timeout */
-} gate_page;
-
-static gate_page *gate_host;
+static km_gate_page *gate_host;
 static CUdeviceptr gate_dev;
 static unsigned long long gate_tickets; /* the last ticket handed out (under flush_lock) */
 static CUfunction gate_fn;
+static km_gate_shadow gate_shadow;
+static int gate_busy;      /* runs whose gates may not all have run */
+static CUevent gate_settle;
+static int gate_settling;  /* gate_settle is recorded behind a left run's gates */
 
-/* The page and the kernel, made on first use (under flush_lock). */
+/* The page, the kernel and the settle event, made on first use (under flush_lock). */
 static CUresult ensure_gate(void) {
   if (gate_host) return CUDA_SUCCESS;
   CUresult r = km_cuda_util_get("km_gate", &gate_fn);
   void *p = NULL;
-  if (r == CUDA_SUCCESS) r = km_cu->cuMemHostAlloc(&p, sizeof(gate_page), CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE);
+  if (r == CUDA_SUCCESS && !gate_settle) r = km_cu->cuEventCreate(&gate_settle, CU_EVENT_DISABLE_TIMING);
+  if (r == CUDA_SUCCESS) r = km_cu->cuMemHostAlloc(&p, sizeof(km_gate_page), CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE);
   if (r != CUDA_SUCCESS) return r;
-  memset(p, 0, sizeof(gate_page));
+  memset(p, 0, sizeof(km_gate_page));
   if ((r = km_cu->cuMemHostGetDevicePointer(&gate_dev, p, 0)) != CUDA_SUCCESS) {
     km_cu->cuMemFreeHost(p);
     return r;
   }
   gate_host = p;
+  memset(&gate_shadow, 0, sizeof gate_shadow);
   return CUDA_SUCCESS;
+}
+
+/* Whether a gate may have timed out since the last check (under flush_lock). A settle event
+ * reached now still allows it once: its gates counted before it was reached. */
+static int gate_may_rise(void) {
+  int may = gate_busy > 0;
+  if (gate_settling) {
+    may = 1;
+    if (km_cu->cuEventQuery(gate_settle) != CUDA_ERROR_NOT_READY) gate_settling = 0; /* or the context is gone */
+  }
+  return may;
+}
+
+/* The page against the shadow, put back where it differs (under flush_lock). */
+static int gate_check_locked(void) {
+  return gate_host ? km_gate_check(gate_host, &gate_shadow, gate_may_rise()) : 0;
+}
+
+unsigned long long km_timer_gpu_gate_check(void) {
+  pthread_mutex_lock(&flush_lock);
+  gate_check_locked();
+  unsigned long long n = gate_shadow.tampered;
+  pthread_mutex_unlock(&flush_lock);
+  return n;
+}
+
+CUresult km_timer_gpu_gate_page(CUdeviceptr *addr) {
+  pthread_mutex_lock(&flush_lock);
+  CUresult r = ensure_gate();
+  *addr = r == CUDA_SUCCESS ? gate_dev : 0;
+  pthread_mutex_unlock(&flush_lock);
+  return r;
 }
 
 /* ==== ops ==== */
@@ -230,10 +269,11 @@ static int gate(void *dev, double timeout_ms) {
   pthread_mutex_lock(&flush_lock);
   CUresult r = ensure_gate();
   unsigned long long ticket = ++gate_tickets, timeout = (unsigned long long)(timeout_ms * 1e6);
-  if (r == CUDA_SUCCESS && !g->gate_base_set) g->gate_base = gate_host->timeouts, g->gate_base_set = 1;
+  if (r == CUDA_SUCCESS && !g->gate_base_set) g->gate_base = gate_shadow.timeouts, g->gate_base_set = 1;
+  if (r == CUDA_SUCCESS && !g->gate_busy) g->gate_busy = 1, gate_busy++;
   pthread_mutex_unlock(&flush_lock);
   if (r != CUDA_SUCCESS) return r;
-  CUdeviceptr counter = gate_dev + offsetof(gate_page, timeouts);
+  CUdeviceptr counter = gate_dev + offsetof(km_gate_page, timeouts);
   void *args[] = {&gate_dev, &ticket, &timeout, &counter};
   r = km_cu->cuLaunchKernel(gate_fn, 1, 1, 1, 1, 1, 1, 0, g->s, args, NULL);
   if (r == CUDA_SUCCESS) g->gate_ticket = ticket;
@@ -244,10 +284,9 @@ static int gate(void *dev, double timeout_ms) {
 static void release(void *dev) {
   km_timer_gpu *g = dev;
   if (!gate_host || !g->gate_ticket) return;
-  unsigned long long cur = __atomic_load_n(&gate_host->released, __ATOMIC_ACQUIRE);
-  while (cur < g->gate_ticket &&
-         !__atomic_compare_exchange_n(&gate_host->released, &cur, g->gate_ticket, 0, __ATOMIC_SEQ_CST, __ATOMIC_ACQUIRE)) {
-  }
+  pthread_mutex_lock(&flush_lock);
+  km_gate_release(gate_host, &gate_shadow, g->gate_ticket);
+  pthread_mutex_unlock(&flush_lock);
 }
 
 static int gate_timeouts(void *dev) {
@@ -256,13 +295,35 @@ static int gate_timeouts(void *dev) {
   return (int)(__atomic_load_n(&gate_host->timeouts, __ATOMIC_ACQUIRE) - g->gate_base);
 }
 
+/* settled: the run has waited for all its samples, so all its gates have run. */
+static int gate_check(void *dev, int settled) {
+  km_timer_gpu *g = dev;
+  pthread_mutex_lock(&flush_lock);
+  int what = gate_check_locked();
+  if (settled && g->gate_busy) g->gate_busy = 0, gate_busy--;
+  pthread_mutex_unlock(&flush_lock);
+  return what;
+}
+
+/* A run left before its gates were known to have run: they are released, and may still count
+ * a timeout until the stream passes them, so the settle event is recorded behind them. */
+static void gate_leave(km_timer_gpu *g) {
+  if (!g->gate_busy) return;
+  pthread_mutex_lock(&flush_lock);
+  g->gate_busy = 0;
+  gate_busy--;
+  km_cu->cuEventRecord(gate_settle, g->s); /* failing: the next check allows a rise once */
+  gate_settling = 1;
+  pthread_mutex_unlock(&flush_lock);
+}
+
 static const km_timer_ops OPS_FULL = {now_ms, pause_200us, record, query, wait_event, elapsed, sync_stream,
                                       flush_prepare, flush, capture_begin, capture_end, replay,
                                       sm_clock, read_clock, energy_begin, energy_poll, energy_enough, energy_end,
-                                      gate, release, gate_timeouts};
+                                      gate, release, gate_timeouts, gate_check};
 static const km_timer_ops OPS_PLAIN = {now_ms, pause_200us, record, query, wait_event, elapsed, sync_stream,
                                        flush_prepare, flush, capture_begin, capture_end, replay,
-                                       NULL, NULL, NULL, NULL, NULL, NULL, gate, release, gate_timeouts};
+                                       NULL, NULL, NULL, NULL, NULL, NULL, gate, release, gate_timeouts, gate_check};
 
 const km_timer_ops *km_timer_gpu_ops(int clocks_and_energy) { return clocks_and_energy ? &OPS_FULL : &OPS_PLAIN; }
 
@@ -280,6 +341,7 @@ void km_timer_gpu_release(km_timer_gpu *g) {
     km_cu->cuStreamDestroy(g->cap);
     g->cap = NULL;
   }
+  gate_leave(g);
   for (int i = 0; i < g->made; i++) km_cu->cuEventDestroy(g->ev[i]);
   g->made = 0;
   if (g->exec) km_cu->cuGraphExecDestroy(g->exec);

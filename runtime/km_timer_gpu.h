@@ -7,7 +7,8 @@
  * releases it when closed); km_timer_gpu_release frees what a run made in it (events, the
  * captured graph, a capture left open) and may be called again. The L2 flush scratch belongs
  * to the process: made on first use, grown when a larger flush is asked for, kept; so does
- * the gate's page (host memory the device reads, km_gate's counter and its timeouts). */
+ * the gate's page (host memory the device reads, km_gate's counter and its timeouts) and
+ * its shadow, which every run's ops compare it with (km_timer_core.h). */
 #ifndef KM_TIMER_GPU_H
 #define KM_TIMER_GPU_H
 
@@ -29,6 +30,7 @@ typedef struct km_timer_gpu {
   unsigned long long gate_ticket;   /* the last gate this run enqueued (0: none) */
   unsigned long long gate_base;     /* the process's gate timeouts when this run's first gate went */
   int gate_base_set;
+  int gate_busy;                    /* this run has gates not known to have run */
 } km_timer_gpu;
 
 /* The driver must be loaded (km_cuda_get). */
@@ -40,6 +42,15 @@ const km_timer_ops *km_timer_gpu_ops(int clocks_and_energy);
 
 /* The SM clock in MHz while a kernel runs (clock64 against %globaltimer); NaN on failure. */
 double km_timer_gpu_sm_clock(void);
+
+/* The gate's page checked now (put back where it differs from its shadow, km_gate_check):
+ * the process's count of checks, by runs and by this call, that found it written. Needs no
+ * device: 0 before the first gate. */
+unsigned long long km_timer_gpu_gate_check(void);
+
+/* For tests only (a stand-in for what an attacker learns): the page's device address, the
+ * page made now if it is not yet. */
+CUresult km_timer_gpu_gate_page(CUdeviceptr *addr);
 
 /* This device's measured ceilings: a 16-byte copy of 2 x 512 MiB (bytes read and written)
  * and 8 FMA chains per thread on every SM. CUDA_SUCCESS, or the failure with *what. */

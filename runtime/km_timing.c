@@ -12,10 +12,15 @@
  *        (times in ms per call of fn)
  *        | nil, msg, code when fn (or CUDA) reports a failure; an error fn raises is
  *          raised again after the CUDA events are released
+ *        | nil, msg, "GATE_TAMPERED" when the gate's page was found written (below)
  *   timing.protocol_key(opts) -> the string naming the protocol those options give (a cache
  *                        key: equal keys, comparable timings); timing.protocol(opts) -> its table
  *   timing.floor()     -> the empty-kernel launch floor (warm mode), measured once
  *   timing.sm_clock()  -> SM clock in MHz while a kernel runs (clock64 vs %globaltimer)
+ *   timing.gate_check() -> the gate's page checked now (and put back): the process's count of
+ *                        checks that found it written, ever (no GPU needed; 0 before any gate)
+ *   timing.gate_page_address() -> the page's device address: a test hook (tests/gpu/
+ *                        test_gate_tamper.lua plays an attacker who learned it), not an API
  *
  * The loop is the timing core's (km_timer_core.c, on CUDA through km_timer_gpu.c), the same
  * one the C API's km_time runs; this file reads the options, calls fn and the hooks for it
@@ -39,6 +44,11 @@
  * gaps inside it; `gated` counts the samples so enqueued, `gate_timeouts` the gates that opened
  * by their timeout (gate_timeout_ms: 4 x the longest warm-up call's host time, 50 ms to 2 s;
  * fn waited for the GPU while enqueueing), after the first of which the run goes on ungated.
+ * The gate's page is host memory the device can write, so any kernel that learned its address
+ * can: it is compared with what the host last wrote and saw at the start of every run, at
+ * every gate and release and at the end (km_timer_core.h); a difference is put back and the
+ * run returns nil, msg, "GATE_TAMPERED": a timing taken while the page may have opened gates
+ * early is void. timing.gate_check() does the same check between timings.
  *
  * Hooks: before(phase) runs before each warm-up call and before each sample (ahead of its L2
  * flush), after(phase) after each warm-up call and after each sample's end event; phase is
@@ -285,6 +295,15 @@ static void push_result(lua_State *L, const km_timer_result *r, const km_timing_
 
 /* ==== timing.time ==== */
 
+/* nil, msg, "GATE_TAMPERED": the run found the gate's page written and put it back */
+static int push_tampered(lua_State *L, const km_timer_result *r) {
+  lua_pushnil(L);
+  lua_pushfstring(L, "timing: the gate's page was written by something other than the host (%s; found at %s); "
+                     "it is put back, and this timing is void", km_gate_what(r->gate_tamper_what), r->what);
+  lua_pushliteral(L, "GATE_TAMPERED");
+  return 3;
+}
+
 /* The sample buffer and the device state live in userdata, so an error inside fn or a hook
  * leaks nothing; the loop itself is km_timer_run's. */
 static int l_time(lua_State *L) {
@@ -319,6 +338,7 @@ static int l_time(lua_State *L) {
   int rc = km_timer_run(km_timer_gpu_ops(1), gpu, &proto, &work, buf, &r);
   if (rc == KM_TIMER_EWORK) return w.raise ? lua_error(L) : 3; /* what fn or the hook left on top */
   if (rc == KM_TIMER_EDEV) return km_cuda_fail(L, (CUresult)r.err, r.what);
+  if (rc == KM_TIMER_ETAMPERED) return push_tampered(L, &r);
   if (rc != KM_TIMER_OK) return luaL_error(L, "timing: bad arguments to the timing core");
   km_timer_gpu_release(gpu);
 
@@ -377,6 +397,24 @@ static int l_peaks(lua_State *L) {
   return 1;
 }
 
+/* timing.gate_check() -> the process's count of checks that found the gate's page written,
+ * this one included (the page is put back) */
+static int l_gate_check(lua_State *L) {
+  lua_pushinteger(L, (lua_Integer)km_timer_gpu_gate_check());
+  return 1;
+}
+
+/* timing.gate_page_address() -> the page's device address (a test hook: what an attacker
+ * would have to learn) | nil, msg, code */
+static int l_gate_page_address(lua_State *L) {
+  km_cuda_check(L);
+  CUdeviceptr addr = 0;
+  CUresult r = km_timer_gpu_gate_page(&addr);
+  if (r != CUDA_SUCCESS) return km_cuda_fail(L, r, "making the gate's page");
+  lua_pushinteger(L, (lua_Integer)addr);
+  return 1;
+}
+
 /* timing.wall() -> seconds on the monotonic clock (for host-side durations) */
 static int l_wall(lua_State *L) {
   lua_pushnumber(L, now_ms() / 1e3);
@@ -385,7 +423,8 @@ static int l_wall(lua_State *L) {
 
 int luaopen_km_timing(lua_State *L) {
   static const luaL_Reg fns[] = {{"time", l_time}, {"sm_clock", l_sm_clock}, {"wall", l_wall}, {"protocol_key", l_protocol_key},
-                                  {"protocol", l_protocol}, {NULL, NULL}};
+                                  {"protocol", l_protocol}, {"gate_check", l_gate_check},
+                                  {"gate_page_address", l_gate_page_address}, {NULL, NULL}};
   static const luaL_Reg no_methods[] = {{NULL, NULL}};
   km_newclass(L, KM_TIMING_EVENTS_MT, no_methods, gpu_gc);
   luaL_newlib(L, fns);

@@ -70,6 +70,7 @@ const char *km_status_name(km_status s) {
   case KMRUN_EIO: return "KMRUN_EIO";
   case KMRUN_ESTORE: return "KMRUN_ESTORE";
   case KMRUN_ELUA: return "KMRUN_ELUA";
+  case KMRUN_ETAMPERED: return "KMRUN_ETAMPERED";
   }
   return "KMRUN_UNKNOWN";
 }
@@ -690,6 +691,9 @@ km_status km_time(km_rt *h, km_work_fn fn, void *ud, const km_time_opts *opts, k
   km_timer_gpu_release(&gpu);
   if (rc == KM_TIMER_EWORK) st = w.st;
   else if (rc == KM_TIMER_EDEV) st = cuda_fail((CUresult)r.err, r.what);
+  else if (rc == KM_TIMER_ETAMPERED)
+    st = fail(KMRUN_ETAMPERED, "GATE_TAMPERED", "km_time: the gate's page was written by something other than the host "
+              "(%s; found at %s); it is put back, and this timing is void", km_gate_what(r.gate_tamper_what), r.what);
   else if (rc != KM_TIMER_OK) st = fail(KMRUN_EINVAL, NULL, "km_time: bad options");
   else {
     memset(out, 0, sizeof *out);

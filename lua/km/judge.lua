@@ -922,6 +922,33 @@ local function summary(r)
   return s
 end
 
+-- The timing gate's page (km.timing; docs/timing.md, "The gate") is host memory mapped into
+-- the device, so a kernel that learned its address can write it: open every later gate at
+-- once (a baseline timed after it holds the host's launch gaps, and a speedup over it grows)
+-- or hide a timeout. km.timing checks it against what the host wrote at every timing's start,
+-- gates and end, puts it back and voids the timing (GATE_TAMPERED); timing.gate_check() does
+-- the same between timings and counts every write found in this process. A write found after
+-- the evaluation's candidate first ran (self.gate_mark: the count then) is the candidate's:
+-- inputs_modified, kept in self.fault like a change to the reference's state.
+local GATE_TAMPERED = "GATE_TAMPERED"
+
+local function gate_text(where)
+  return fmt("Your kernel wrote kmrun's timing gate (host memory mapped into the GPU; found changed %s). "
+    .. "A kernel may write only its outputs and its scratch buffers.", where)
+end
+
+-- nil, or "inputs_modified", feedback when writes to the gate's page were found since the
+-- candidate first ran (checking the page now, and putting it back).
+function Judge:gate_fault(where)
+  if not self.gate_mark then return nil end
+  local n = timing.gate_check()
+  if n == self.gate_mark then return nil end
+  self.gate_mark = n
+  local text = gate_text(where)
+  self.fault = self.fault or { "inputs_modified", text }
+  return "inputs_modified", text
+end
+
 -- The options every timing of an evaluation is taken with (time_run's): their protocol key
 -- is part of every cached timing's key, so a number is divided only by one timed the same way.
 -- At least 10 samples (nvbench's minimum; km.timing's own default is 20), then the noise
@@ -1070,6 +1097,10 @@ function Judge:time_run(st, run, sym, opts, check)
   if not res then
     if failure and failure[1] == "crashed" then self.pool:drop(false) else release() end
     if failure then return nil, failure[1], failure[2] end
+    if code == GATE_TAMPERED then -- before any candidate code (a baseline): no one's here to blame
+      local gs, gtext = self:gate_fault("during a timing")
+      return nil, gs or verdict.ERROR, gtext or tostring(err)
+    end
     return nil, verdict.launch_status(code), "The kernel failed while being timed: " .. tostring(err)
   end
   res.checked_calls = check and checked or nil
@@ -1085,11 +1116,12 @@ function Judge:energy(st, run, sym, opts)
   if not okn or not nvml.available() then return nil, "NVML is not available" end
   local t = st.task
   local cand, ref_in = self:trial_io(t, sym, (opts.seed_base or 1000) + 9999)
-  local res, err = timing.time(function()
+  local res, err, code = timing.time(function()
     local okl, s2, m2 = call_launch(self, run, cand, sym, opts.budget or 1e6)
     if not okl then return nil, tostring(m2), s2 end
   end, { mode = "warm", energy = true, max_ms = opts.energy_ms or 600 })
   self.pool:put_all(cand, true); self.pool:put_all(ref_in, true)
+  if code == GATE_TAMPERED then self:gate_fault("during the energy pass") end
   if not res then return nil, err end
   return res.energy_j, res.energy_unavailable
 end
@@ -1389,17 +1421,18 @@ function Judge:eval(t, cand, opts)
   local dev = self.device
   local v = verdict.new { task = t.name, candidate = cand.name, params = cand.params,
     device = { name = dev.name, arch = dev.arch, uuid = dev.uuid, driver = dev.driver_version, nvrtc = dev.nvrtc } }
-  self.fault = nil
+  self.fault, self.gate_mark = nil, nil
   local run -- the candidate's launch, once prepared: its scratch is freed when the evaluation ends
   local function finish(status, text, extra)
     -- the end of every evaluation: the truth checked (a change made by the last call, or by
     -- the energy pass, is the candidate's too) and every scratch buffer it obtained freed
     if not (extra and extra.context_lost) and status ~= "crashed" then
+      pcall(self.gate_fault, self, "at the end of the evaluation")
       pcall(self.truth_check, self, st)
       if self.fault and status ~= "timeout" then status, text = self.fault[1], self.fault[2] end
     end
     if run then pcall(free_scratch, run) end
-    self.fault = nil
+    self.fault, self.gate_mark = nil, nil
     verdict.finish(v, status, text, extra)
     v.eval_cpu_s = os.clock() - t0
     v.eval_seconds = wall() - w0
@@ -1414,7 +1447,12 @@ function Judge:eval(t, cand, opts)
   v.compile_log, v.compile_ms, v.cached_compile, v.kernels = run.prog.log, run.prog.ms, run.prog.cached, run.attrs
   -- the PyTorch baselines (once per task and shape; usually from the disk) before any of
   -- the candidate's code runs: nothing it leaves behind can slow them
+  -- a write to the timing gate's page left from before (a crashed candidate's, whose end was
+  -- not checked) is put back before the baselines are timed: they would fail on it
+  timing.gate_check()
   if opts.timing ~= false then self:baselines(st, copy(t.shapes[1]), opts) stage("baselines") end
+  -- the candidate's code runs from here: a write to the gate's page found later is its
+  self.gate_mark = timing.gate_check()
   local s, text, extra = self:verify(st, run, v, opts)
   -- the verified trials' seeds are the same for every candidate of the task: their reference
   -- results, which torch's cached blocks held through verify, go back to the driver now

@@ -176,9 +176,8 @@ function M.run(o)
   if ch then ch:close() return nil, "a kmrun serve already answers on " .. path, "EXISTS" end
   local dir = path:match("^(.*)/[^/]+$")
   if dir and not sys.readdir(dir) then
-    local ok, why = sys.mkdir(dir)
+    local ok, why = sys.mkdir(dir, 448) -- 0700: this user's
     if not ok then return nil, why, "IO" end
-    os.execute("chmod 700 '" .. dir:gsub("'", "'\\''") .. "'")
   end
   os.remove(path) -- a socket nobody answers on: a server that died
   local identity = M.identity()

@@ -57,7 +57,7 @@ M.ROWS = {
   { name = "nan_inf", stage = "verify", colour = "#ad494a", failure = true, judge = true, guide = true, numeric = true,
     meaning = "every wrong element of the output is NaN or Inf" },
   { name = "inputs_modified", stage = "verify", colour = "#8c6d31", failure = true, judge = true, guide = true,
-    meaning = "the candidate wrote to its inputs" },
+    meaning = "the candidate wrote to its inputs, or to state the judge relies on (the reference's, the timing gate's page)" },
   { name = "out_of_bounds", stage = "verify", colour = "#a55194", failure = true, judge = true, guide = true,
     meaning = "a guard zone around a buffer changed" },
   { name = "race", stage = "verify", colour = "#ce6dbd", failure = true, judge = true, guide = true,

@@ -7,7 +7,10 @@
  * the queue before it is done, an event is reached when the GPU gets to it, and the host's
  * clock moves only when it waits (and wakes wake_ms late), pauses, or pays host_ms for each
  * call or flush it enqueues. Behind a gate, what is enqueued is held and runs, in order, from
- * the release on. */
+ * the release on. The gate's page is simulated too (a km_gate_page the host releases through
+ * the core's km_gate_release and checks through km_gate_check): a gate whose ticket the page
+ * has reached opens at once, and the work can write the page, as a kernel that learned its
+ * address can. */
 #include <math.h>
 #include <stdlib.h>
 #include "test.h"
@@ -45,6 +48,14 @@ typedef struct {
   /* the gate: while held, GPU work and events wait in `pend` until the release */
   int held, gates, releases, timeout_after, waited_held;
   double gate_timeout_ms;   /* the last gate's timeout */
+  /* its page: tickets handed out, the page and its shadow, a gate enqueued since the last
+   * check (so a timeout may have been counted), checks made; a gate that opened at once */
+  unsigned long long ticket, timeouts_base;
+  km_gate_page page;
+  km_gate_shadow shadow;
+  int window, checks, opened_at_once;
+  /* tampering: the N-th sample's call, before hook or after hook (1-based) writes the page */
+  int tamper_call, tamper_before, tamper_after, tamper_how;
   struct { int ev; double ms; } pend[64];
   int npend;
   char log[LOGMAX];
@@ -186,18 +197,26 @@ static int f_energy_end(void *d, double *j, double *ms, double *calls, const cha
   return 0;
 }
 
+/* A gate: held until the release, unless the page says its ticket is released already. The
+ * timeout_after-th gate times out on the device, which counts it on the page. */
 static int f_gate(void *d, double timeout_ms) {
   fake *f = d;
   f->gate_timeout_ms = timeout_ms;
-  f->held = 1;
+  if (f->gates == 0) f->timeouts_base = f->page.timeouts; /* this run's first gate */
+  f->ticket++;
+  f->window = 1;
   f->gates++;
+  if (f->timeout_after && f->gates == f->timeout_after) f->page.timeouts++;
   note(f, 'g');
+  if (f->page.released >= f->ticket) f->opened_at_once++;
+  else f->held = 1;
   return 0;
 }
 
 /* The held work runs from now (or when the GPU is free), back to back. */
 static void f_release(void *d) {
   fake *f = d;
+  if (f->ticket) km_gate_release(&f->page, &f->shadow, f->ticket);
   if (!f->held) return;
   f->held = 0;
   f->releases++;
@@ -212,22 +231,66 @@ static void f_release(void *d) {
   note(f, 'r');
 }
 
-/* timeout_after > 0: the gates time out once that many have been enqueued */
+/* The release as it was before the page was checked: released only ever raised, so a huge
+ * value written by a kernel stays. */
+static void f_release_raise_only(void *d) {
+  fake *f = d;
+  if (f->page.released < f->ticket) f->page.released = f->ticket;
+  unsigned long long t = f->ticket;
+  f->ticket = 0; /* f_release's own write skipped: only the held work runs */
+  f_release(d);
+  f->ticket = t;
+}
+
 static int f_gate_timeouts(void *d) {
   fake *f = d;
-  return f->timeout_after && f->gates >= f->timeout_after;
+  return (int)(f->page.timeouts - f->timeouts_base);
+}
+
+/* The core's check on the simulated page: '+' in the log when clean, '!' when written. */
+static int f_gate_check(void *d, int settled) {
+  fake *f = d;
+  int what = km_gate_check(&f->page, &f->shadow, f->window);
+  if (settled) f->window = 0;
+  f->checks++;
+  note(f, what ? '!' : '+');
+  return what;
+}
+
+/* What a kernel that learned the page's address writes. */
+enum { OPEN = 1, OPEN_UNDONE, LOWER_TIMEOUTS, RAISE_TIMEOUTS };
+#define HUGE_TICKET (1ull << 62)
+static void tamper(fake *f) {
+  switch (f->tamper_how) {
+  case OPEN: f->page.released = HUGE_TICKET; break;
+  case OPEN_UNDONE: { /* written, then put back by the same kernel before it ends */
+    unsigned long long was = f->page.released;
+    f->page.released = HUGE_TICKET;
+    f->page.released = was;
+    break;
+  }
+  case LOWER_TIMEOUTS: f->page.timeouts--; break;
+  case RAISE_TIMEOUTS: f->page.timeouts++; break;
+  }
+  note(f, 'T');
 }
 
 static const km_timer_ops OPS = {f_now, f_pause, f_record, f_query, f_wait, f_elapsed, f_sync,
                                  f_flush_prepare, f_flush, f_capture_begin, f_capture_end, f_replay,
-                                 NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+                                 NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
 static const km_timer_ops OPS_EXTRAS = {f_now, f_pause, f_record, f_query, f_wait, f_elapsed, f_sync,
                                         f_flush_prepare, f_flush, f_capture_begin, f_capture_end, f_replay,
                                         f_sm_clock, f_read_clock, f_energy_begin, f_energy_poll,
-                                        f_energy_enough, f_energy_end, NULL, NULL, NULL};
+                                        f_energy_enough, f_energy_end, NULL, NULL, NULL, NULL};
 static const km_timer_ops OPS_GATE = {f_now, f_pause, f_record, f_query, f_wait, f_elapsed, f_sync,
                                       f_flush_prepare, f_flush, f_capture_begin, f_capture_end, f_replay,
-                                      NULL, NULL, NULL, NULL, NULL, NULL, f_gate, f_release, f_gate_timeouts};
+                                      NULL, NULL, NULL, NULL, NULL, NULL, f_gate, f_release, f_gate_timeouts,
+                                      f_gate_check};
+/* the gate as it was before its page was checked: what a written page does when nobody looks */
+static const km_timer_ops OPS_GATE_UNCHECKED = {f_now, f_pause, f_record, f_query, f_wait, f_elapsed, f_sync,
+                                                f_flush_prepare, f_flush, f_capture_begin, f_capture_end, f_replay,
+                                                NULL, NULL, NULL, NULL, NULL, NULL, f_gate, f_release_raise_only,
+                                                f_gate_timeouts, NULL};
 
 /* ---- the work and hooks ---- */
 
@@ -251,26 +314,32 @@ static int w_call(void *ud, km_timer_phase ph) {
   return 0;
 }
 
+static int sample_befores, sample_afters; /* this run's, for tamper_before/after */
+
 static int w_before(void *ud, km_timer_phase ph) {
   fake *f = ud;
   if (capturing) return 1;
   note(f, ph == KM_TIMER_SAMPLE ? 'B' : 'b');
+  if (ph == KM_TIMER_SAMPLE && ++sample_befores == f->tamper_before) tamper(f);
   return f->fail_before && ++f->befores == f->fail_before;
 }
 
 static int w_after(void *ud, km_timer_phase ph) {
   fake *f = ud;
   note(f, ph == KM_TIMER_SAMPLE ? 'A' : 'a');
+  if (ph == KM_TIMER_SAMPLE && ++sample_afters == f->tamper_after) tamper(f);
   return f->fail_after && ++f->afters == f->fail_after;
 }
 
-/* A Python forward: the call's GPU time in three launches, each costing the host host_ms. */
+/* A Python forward: the call's GPU time in three launches, each costing the host host_ms.
+ * The tamper_call-th sample's call writes the gate's page too. */
 static int w_call_three(void *ud, km_timer_phase ph) {
   fake *f = ud;
   if (ph != KM_TIMER_SAMPLE) return w_call(ud, ph);
   double ms = f->dur(f->sample_calls++);
   for (int k = 0; k < 3; k++) run_gpu(f, ms / 3);
   note(f, 'C');
+  if (f->sample_calls == f->tamper_call) tamper(f);
   return 0;
 }
 
@@ -324,7 +393,21 @@ static fake *fresh(double (*dur)(int)) {
   f.flush_ms = 0.5;
   f.energy_at = INFINITY;
   capturing = 0;
+  sample_befores = sample_afters = 0;
   return &f;
+}
+
+/* A fresh fake for the next run in the same process: the gate's page, its shadow and the
+ * tickets handed out are the process's, and stay. */
+static fake *next_run(fake *prev, double (*dur)(int)) {
+  unsigned long long released = prev->page.released, timeouts = prev->page.timeouts, ticket = prev->ticket;
+  km_gate_shadow shadow = prev->shadow;
+  fake *f = fresh(dur); /* the same static fake as prev */
+  f->page.released = released;
+  f->page.timeouts = timeouts;
+  f->shadow = shadow;
+  f->ticket = ticket;
+  return f;
 }
 
 static int count(const fake *f, char c) {
@@ -652,8 +735,13 @@ TEST(the_gate_keeps_a_slow_hosts_gaps_out_of_the_window) {
       ASSERT(r.gate_timeout_ms == 50 && f->gate_timeout_ms == 50); /* 4 x 1.5 ms is under the least */
       ASSERT_EQ_INT(f->gates, f->releases);
       ASSERT(f->idle > 0); /* the host's time, before the samples */
-      /* per sample: before hook, flush, gate, start, call, end, release, after hook */
-      ASSERT(strstr(f->log, "BFgSCErA") != NULL);
+      /* per sample: before hook, flush, page check, gate, start, call, end, release, page
+       * check, after hook; and the page checked at the run's start and end */
+      ASSERT(strstr(f->log, "BF+gSCEr+A") != NULL);
+      ASSERT(f->log[0] == '+' && f->log[f->len - 1] == '+');
+      ASSERT_EQ_INT(f->checks, 2 + 2 * r.gated);
+      ASSERT_EQ_INT(r.gate_tampered, 0);
+      ASSERT(f->page.released == f->ticket && f->shadow.released == f->ticket);
     } else {
       ASSERT(r.min >= 0.75 + 0.5); /* two gaps inside every window: 0.5 ms of host, less 0.25 of GPU, each */
     }
@@ -697,12 +785,171 @@ TEST(a_gate_timeout_stops_gating_and_a_failure_still_releases) {
   ASSERT(r.gated >= 3 && r.gated < r.n + r.n_extra);
   ASSERT_EQ_INT(f->gates, r.gated);
   ASSERT(!f->held);
+  /* the device counted it while a gate was waiting: no tampering, and the shadow follows */
+  ASSERT_EQ_INT(r.gate_tampered, 0);
+  ASSERT(f->shadow.timeouts == 1 && f->shadow.tampered == 0);
   f = fresh(three_quarter_ms);
   f->fail_call = 2;
   km_timer_work w2 = {w_call, NULL, NULL, f, 0};
   ASSERT_EQ_INT(km_timer_run(&OPS_GATE, f, &p, &w2, buf, &r), KM_TIMER_EWORK);
   ASSERT(!f->held);
   ASSERT_EQ_INT(f->gates, f->releases);
+}
+
+/* ==== the gate's page, written by the work ====
+ * A kernel that learned the page's address (a dry run's printf) can write it: `released`
+ * opens every later gate at once, `timeouts` hides or fakes a timeout. Each sample here is
+ * 0.75 ms of GPU work launched in three parts by a host that takes 0.5 ms per launch: gated,
+ * every sample is exactly 0.75 ms; with its gate open early it holds two host gaps. */
+
+static km_timing_protocol gate_proto(void) { return proto("cold", 1, 10, 10, 0.002); } /* 10 samples */
+
+static int run_slow_host(fake *f, const km_timer_ops *ops, km_timer_result *r) {
+  km_timing_protocol p = gate_proto();
+  f->host_ms = 0.5;
+  km_timer_work w = {w_call_three, w_before, w_after, f, 0};
+  return km_timer_run(ops, f, &p, &w, buf, r);
+}
+
+/* The hole the check closes: a page written before a run (by an earlier candidate) opens every
+ * gate of it at once, and the host's gaps are inside every sample (a baseline so timed is slow,
+ * and a speedup over it large). Checked, the run finds it at its start, before any gate, puts
+ * the page back and fails; the next run is gated as if nothing had happened. */
+TEST(a_page_written_before_a_run_opens_its_gates_unless_checked) {
+  km_timer_result r;
+  fake *f = fresh(three_quarter_ms);
+  f->page.released = HUGE_TICKET;
+  ASSERT_EQ_INT(run_slow_host(f, &OPS_GATE_UNCHECKED, &r), KM_TIMER_OK);
+  ASSERT_EQ_INT(f->opened_at_once, r.gated);
+  ASSERT(r.min >= 0.75 + 0.5); /* every window holds the host's gaps */
+
+  f = fresh(three_quarter_ms);
+  f->page.released = HUGE_TICKET;
+  ASSERT_EQ_INT(run_slow_host(f, &OPS_GATE, &r), KM_TIMER_ETAMPERED);
+  ASSERT_EQ_INT(r.gate_tampered, 1);
+  ASSERT_EQ_INT(r.gate_tamper_what, KM_GATE_RELEASED);
+  ASSERT_EQ_STR(r.what, "the start of the run");
+  ASSERT_EQ_STR(km_gate_what(r.gate_tamper_what), "released written");
+  ASSERT_EQ_INT(f->gates, 0);
+  ASSERT_EQ_INT(f->warm_calls, 0); /* nothing of the work ran */
+  ASSERT(f->page.released == 0 && f->shadow.tampered == 1); /* put back: what the host last wrote */
+
+  f = next_run(f, three_quarter_ms);
+  ASSERT_EQ_INT(run_slow_host(f, &OPS_GATE, &r), KM_TIMER_OK);
+  ASSERT(r.min == 0.75 && r.max == 0.75);
+  ASSERT_EQ_INT(f->opened_at_once, 0);
+  ASSERT(f->shadow.tampered == 1);
+}
+
+/* Written by the sample's own call, between its gate and its release: the release finds the
+ * page not holding what the host wrote (and notes it before writing over it), the check after
+ * it reports it, and the run stops there. The page holds what the host wrote last. */
+TEST(a_write_during_a_sample_is_found_at_its_release_and_voids_the_run) {
+  km_timer_result r;
+  fake *f = fresh(three_quarter_ms);
+  f->tamper_call = 4, f->tamper_how = OPEN;
+  ASSERT_EQ_INT(run_slow_host(f, &OPS_GATE, &r), KM_TIMER_ETAMPERED);
+  ASSERT_EQ_STR(r.what, "a release");
+  ASSERT_EQ_INT(r.gate_tampered, 1);
+  ASSERT_EQ_INT(r.gate_tamper_what, KM_GATE_RELEASED);
+  ASSERT_EQ_INT(f->gates, 4);
+  ASSERT_EQ_INT(count(f, 'A'), 3); /* the fourth sample's after hook never ran */
+  ASSERT(!f->held);
+  ASSERT(f->page.released == 4 && f->shadow.released == 4);
+  ASSERT(strstr(f->log, "CTEr!") != NULL);
+}
+
+/* Written between samples (here by a before hook; on the GPU, by a call of an earlier sample
+ * that ran late): found by the check before the next gate, which is never enqueued. */
+TEST(a_write_between_samples_is_found_before_the_next_gate) {
+  km_timer_result r;
+  fake *f = fresh(three_quarter_ms);
+  f->tamper_before = 6, f->tamper_how = OPEN;
+  ASSERT_EQ_INT(run_slow_host(f, &OPS_GATE, &r), KM_TIMER_ETAMPERED);
+  ASSERT_EQ_STR(r.what, "a gate");
+  ASSERT_EQ_INT(f->gates, 5);
+  ASSERT(f->page.released == 5 && !f->held);
+  ASSERT(strstr(f->log, "BTF!") != NULL);
+}
+
+/* Written after the last sample's release (its after hook, or a late kernel): found at the
+ * end of the run, before its numbers are handed out, so no later run's gates open early. */
+TEST(a_write_after_the_last_release_is_found_at_the_end) {
+  km_timer_result r;
+  fake *f = fresh(three_quarter_ms);
+  f->tamper_after = 10, f->tamper_how = OPEN;
+  ASSERT_EQ_INT(run_slow_host(f, &OPS_GATE, &r), KM_TIMER_ETAMPERED);
+  ASSERT_EQ_STR(r.what, "the end of the run");
+  ASSERT_EQ_INT(f->gates, 10);
+  ASSERT(f->page.released == 10 && f->shadow.tampered == 1);
+  ASSERT_EQ_INT(f->log[f->len - 1], '!');
+}
+
+/* timeouts: the device only counts up, and only while a gate waits. Lowered (hiding a real
+ * timeout), or raised between runs (faking one): tampering. Raised while a gate waits: cannot
+ * be told from the device's own count; it stops gating for the rest of that run and says so
+ * (gate_timeouts), which only lets host gaps into that run's own samples. */
+TEST(timeouts_lowered_or_raised_outside_a_gate_are_tampering) {
+  km_timer_result r;
+  fake *f = fresh(three_quarter_ms);
+  f->page.timeouts = f->shadow.timeouts = 5; /* five real timeouts in earlier runs */
+  f->tamper_call = 3, f->tamper_how = LOWER_TIMEOUTS;
+  ASSERT_EQ_INT(run_slow_host(f, &OPS_GATE, &r), KM_TIMER_ETAMPERED);
+  ASSERT_EQ_STR(r.what, "a release");
+  ASSERT_EQ_INT(r.gate_tamper_what, KM_GATE_TIMEOUTS);
+  ASSERT_EQ_STR(km_gate_what(r.gate_tamper_what), "timeouts written");
+  ASSERT(f->page.timeouts == 5 && f->shadow.timeouts == 5);
+
+  f = next_run(f, three_quarter_ms);
+  f->page.timeouts++; /* between runs: no gate is waiting */
+  ASSERT_EQ_INT(run_slow_host(f, &OPS_GATE, &r), KM_TIMER_ETAMPERED);
+  ASSERT_EQ_STR(r.what, "the start of the run");
+  ASSERT_EQ_INT(r.gate_tamper_what, KM_GATE_TIMEOUTS);
+  ASSERT(f->page.timeouts == 5);
+
+  f = next_run(f, three_quarter_ms);
+  f->page.timeouts = 0, f->page.released = HUGE_TICKET; /* both */
+  ASSERT_EQ_INT(run_slow_host(f, &OPS_GATE, &r), KM_TIMER_ETAMPERED);
+  ASSERT_EQ_INT(r.gate_tamper_what, KM_GATE_RELEASED | KM_GATE_TIMEOUTS);
+  ASSERT_EQ_STR(km_gate_what(r.gate_tamper_what), "released and timeouts written");
+  ASSERT(f->page.timeouts == 5 && f->page.released == f->shadow.released);
+  ASSERT(f->shadow.tampered == 3);
+
+  f = next_run(f, three_quarter_ms);
+  f->tamper_call = 3, f->tamper_how = RAISE_TIMEOUTS; /* while a gate waits */
+  ASSERT_EQ_INT(run_slow_host(f, &OPS_GATE, &r), KM_TIMER_OK);
+  ASSERT_EQ_INT(r.gate_timeouts, 1);
+  ASSERT(r.gated < r.n + r.n_extra);
+  ASSERT(f->shadow.timeouts == 6 && f->shadow.tampered == 3);
+}
+
+/* What the check cannot see: a write that the same kernel undoes before it ends. No gate
+ * can run in between (a gate runs on the stream after the kernel), so none opens early: the
+ * run is gated throughout and exact. */
+TEST(a_write_undone_by_the_same_kernel_is_not_seen_and_opens_nothing) {
+  km_timer_result r;
+  fake *f = fresh(three_quarter_ms);
+  f->tamper_call = 4, f->tamper_how = OPEN_UNDONE;
+  ASSERT_EQ_INT(run_slow_host(f, &OPS_GATE, &r), KM_TIMER_OK);
+  ASSERT_EQ_INT(r.gate_tampered, 0);
+  ASSERT_EQ_INT(f->opened_at_once, 0);
+  ASSERT(r.min == 0.75 && r.max == 0.75);
+  ASSERT(f->shadow.tampered == 0);
+}
+
+/* A failing run (EWORK, EDEV) leaves its page as it found it: the next run's start check is
+ * clean; one that fails by tampering leaves it put back. */
+TEST(a_run_left_by_a_failure_leaves_the_page_clean) {
+  km_timer_result r;
+  fake *f = fresh(three_quarter_ms);
+  f->fail_call = 4;
+  km_timing_protocol p = gate_proto();
+  km_timer_work w = {w_call, NULL, NULL, f, 0};
+  ASSERT_EQ_INT(km_timer_run(&OPS_GATE, f, &p, &w, buf, &r), KM_TIMER_EWORK);
+  ASSERT_EQ_INT(r.gate_tampered, 0);
+  f = next_run(f, three_quarter_ms);
+  ASSERT_EQ_INT(run_slow_host(f, &OPS_GATE, &r), KM_TIMER_OK);
+  ASSERT_EQ_INT(f->log[0], '+');
 }
 
 int main(void) {
@@ -722,5 +969,12 @@ int main(void) {
   RUN(the_gate_keeps_a_slow_hosts_gaps_out_of_the_window);
   RUN(a_gate_timeout_stops_gating_and_a_failure_still_releases);
   RUN(a_gates_timeout_follows_the_hosts_longest_warmup_call);
+  RUN(a_page_written_before_a_run_opens_its_gates_unless_checked);
+  RUN(a_write_during_a_sample_is_found_at_its_release_and_voids_the_run);
+  RUN(a_write_between_samples_is_found_before_the_next_gate);
+  RUN(a_write_after_the_last_release_is_found_at_the_end);
+  RUN(timeouts_lowered_or_raised_outside_a_gate_are_tampering);
+  RUN(a_write_undone_by_the_same_kernel_is_not_seen_and_opens_nothing);
+  RUN(a_run_left_by_a_failure_leaves_the_page_clean);
   return DONE();
 }

@@ -58,6 +58,23 @@ show(timing.time(nop, { mode = "warm" }))
   t.eq(lines[12], lines[1], "the same after errors unwound through the loop")
 end)
 
+t.test("km.timing: the gate's page is checked without a GPU (nothing to find before a gate); its test hook says why there is none", function()
+  local lines, rc, out = run(BUILD .. "/kmrun", [[
+local timing = require "km.timing"
+print(timing.gate_check(), timing.gate_check())
+local a, msg, code = timing.gate_page_address()
+print(tostring(a) .. "|" .. tostring(msg) .. "|" .. tostring(code))
+local nop = function() end
+print(select(3, timing.time(nop, { mode = "warm" })))
+print(timing.gate_check())
+]])
+  t.eq(rc, 0, out)
+  t.eq(lines[1], "0\t0")
+  t.eq(lines[2], "nil|CUDA_ERROR_UNKNOWN: making the gate's page: fake|CUDA_ERROR_UNKNOWN")
+  t.eq(lines[3], "CUDA_ERROR_UNKNOWN") -- a device failure, not GATE_TAMPERED
+  t.eq(lines[4], "0")
+end)
+
 local jit = testing.interpreter("luajit", BUILD)
 if not jit or select(2, testing.sh("test -f " .. BUILD .. "/lib/libkmrun.so")) ~= 0 then
   t.skip("km_time (C API)", "no luajit on this host, or no libkmrun.so")
