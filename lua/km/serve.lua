@@ -163,6 +163,17 @@ function M.eval(gpu, task, cand, opts, o)
   end
 end
 
+M.HINT_SECONDS = 2 -- torch's import took this long or more in a worker of kmrun eval's own: say kmrun serve exists
+
+-- What `kmrun eval` says after judging in a worker of its own whose torch import took
+-- `torch_s` seconds (a stage event's), or nil: where no server could have been used
+-- (`served_why`, why one was not: its words are said already) or the import was quick.
+function M.hint(torch_s, served_why)
+  if served_why or type(torch_s) ~= "number" or torch_s < M.HINT_SECONDS then return nil end
+  return fmt("kmrun eval: importing torch took %.1f s of this evaluation; `kmrun serve &` keeps a GPU worker with "
+    .. "torch imported, and later kmrun evals use it (docs/eval.md, \"A resident worker\")", torch_s)
+end
+
 -- The server: a km.eval pool on GPU o.gpu, its worker importing torch as it starts. o:
 -- gpu, socket (path), idle (seconds, 0: never), timeout (a candidate's seconds), say(line)
 -- for its log (default stderr), wrap and worker_stderr (km.eval.pool's). Returns true when

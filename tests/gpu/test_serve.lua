@@ -26,6 +26,8 @@ local WILD = testing.candidate_dir(DIR .. "/wild", { source = [[extern "C" __glo
 local ENV = fmt("KM_SERVE_SOCKET=%s KM_SPEC_DIR=%s/spec KM_CACHE_DIR=%s/nvrtc KM_BASELINE_DIR=%s/baselines KM_LINT_DIR=%s/no-lint",
   SOCK, DIR, DIR, DIR, DIR)
 
+local function has(text, s) return text:find(s, 1, true) ~= nil end
+
 local function kmrun_eval(cand, args)
   local w0 = wall()
   local out, err, rc = testing.run(fmt("env %s %s eval %s %s --gpu %s --no-energy --baselines eager --json %s",
@@ -86,6 +88,12 @@ t.test("kmrun serve --stop: the server ends and removes its socket", function()
   t.ok(sys.wait(pid, true))
   t.eq(select(3, require("km.proc").connect(SOCK)), "NOT_FOUND")
   t.note(testing.read(LOG) or "")
+  -- no server now: a worker of its own imports torch; a slow import ends with the hint
+  local out2, err2, rc2 = testing.run(fmt("env %s %s eval %s %s --gpu %s --no-energy --baselines eager",
+    ENV, KMRUN, RELU, CAND, GPU))
+  t.eq(rc2, 0, out2 .. err2)
+  local secs = tonumber(err2:match("importing torch[%.:]+ ([%d%.]+) s"))
+  t.eq(has(err2, "`kmrun serve &`"), (secs or 0) >= serve.HINT_SECONDS, "the hint, after an import of " .. tostring(secs) .. " s: " .. err2)
 end)
 
 if sys.wait(pid) == false then sys.kill(pid, "KILL") sys.wait(pid, true) end

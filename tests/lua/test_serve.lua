@@ -62,6 +62,14 @@ t.test("identity: the same in two processes of one environment; a changed KM_* v
   t.ok(has(serve.differs(i1, nil), "no identity"))
 end)
 
+t.test("the hint after a slow torch import in a worker of kmrun eval's own", function()
+  t.ok(has(serve.hint(3.4) or "", "importing torch took 3.4 s"), tostring(serve.hint(3.4)))
+  t.ok(has(serve.hint(3.4), "`kmrun serve &`"))
+  t.eq(serve.hint(1.0), nil, "a quick import says nothing")
+  t.eq(serve.hint(nil), nil, "no import")
+  t.eq(serve.hint(3.4, "the kmrun serve on x runs other code"), nil, "a server there was not used: that is said instead")
+end)
+
 -- The server: the real km.serve.run and km.eval pool, its worker a stand-in
 local STANDIN = testing.standin_worker(DIR .. "/standin.lua", [[
   N = (N or 0) + 1

@@ -63,7 +63,11 @@ local timeout, timeout_given = a.timeout or 120, a._given.timeout
 local quiet = a.quiet or (as_json and not require("km.sys").isatty(io.stderr))
 local printer = not quiet and progress.printer("kmrun eval", io.stderr) or nil
 if printer then progress.sink(function(ev) printer.event(ev, 0) end) end
-local on_progress = printer and function(ev) printer.event(ev) end
+local torch_s -- seconds a worker of ours spent importing torch (a hint about kmrun serve)
+local on_progress = function(ev)
+  if ev.stage == "torch" and ev.state == "done" then torch_s = ev.seconds end
+  if printer then printer.event(ev) end
+end
 
 if sanitize then -- before anything is loaded: without the tool there is nothing to do
   local found, why = require("km.sanitize").find()
@@ -106,7 +110,7 @@ else cerr = kbtask.name(pos[1]) .. " has no starter" end -- a problem file has n
 if not cand then io.stderr:write("kmrun eval: ", cerr, "\n") return 2 end
 
 local eval = require "km.eval"
-local v, why
+local v, why, hint
 if sanitize then -- the sanitized runs are slow: their own default timeout (km.sanitize)
   v, why = eval.sanitize(t or pos[1], cand, { gpu = gpu, timeout = timeout_given and timeout or nil })
   if not v then io.stderr:write("kmrun eval --sanitize: ", tostring(why), "\n") return 2 end
@@ -136,6 +140,7 @@ else
     end
     v = job.verdict
     pool:close()
+    hint = not (quiet or a.no_server) and require("km.serve").hint(torch_s, swhy)
   elseif not served then -- compile only, as strategies do without a GPU (km.ctx)
     io.stderr:write("kmrun eval: no GPU: ", tostring(why), "\n")
     if not t then
@@ -154,6 +159,7 @@ end
 -- a spec the worker built: read back from the spec cache (no torch), for lint's word on it
 if not t and kbtask.cached(pos[1]) then t = load_task() end
 if printer then printer.close() end
+if hint then io.stderr:write(hint, "\n") end
 local name = t and t.name or kbtask.name(pos[1])
 if as_json then
   print(json.encode(v, { pretty = true, nan = "null" }))
