@@ -503,8 +503,9 @@ function Pool:eval_many(jobs, on_verdict)
   return results
 end
 
-function Pool:close()
-  if self.compilers then self.compilers.close(); self.compilers = nil end
+-- Ends every worker; the pool stays usable: the next job starts a fresh one (what a worker
+-- set up, a task's loaded state among it, is gone: km.serve after a task changed on disk).
+function Pool:restart()
   for _, s in ipairs(self.slots) do
     if s.proc then
       s.proc:send(json.encode { op = "quit" })
@@ -512,6 +513,11 @@ function Pool:close()
       s.proc = nil
     end
   end
+end
+
+function Pool:close()
+  if self.compilers then self.compilers.close(); self.compilers = nil end
+  self:restart()
 end
 
 -- km.eval(task, candidate, opts): through a pool made on first use.

@@ -16,9 +16,10 @@
 -- socket must be this user's processes (km.proc checks the peer's uid both ways).
 --
 -- Frames (JSON over km.proc channels): in { op = "hello" } | { op = "stop" } |
--- { op = "eval", identity, task, candidate, opts }; out { ok, ... } for hello and stop,
+-- { op = "eval", identity, task, fingerprint, candidate, opts }; out { ok, ... } for hello and stop,
 -- { ok = false, why } for an eval this server cannot judge, else any number of
--- { progress = ev } then { verdict }. The verdict carries `server = { pid, evaluations }`.
+-- { progress = ev } then { verdict }. The verdict carries `server = { pid, evaluations,
+-- task_restarts }`. An eval's `fingerprint` (M.task_fingerprint) tells a task changed on disk.
 local proc = require "km.proc"
 local json = require "km.json"
 local sys = require "km.sys"
@@ -58,6 +59,25 @@ local function library_files(dir, out)
     elseif not name:find("%.") and sys.readdir(p) then library_files(p, out) end
   end
   return out
+end
+
+-- A task's content as the worker would load it: a problem file's text (the key's path, its
+-- precision after '#'), or every file of a task folder, by path and bytes. A worker keeps a
+-- task's state (the model, the reference, its kept results) by name for its life, so a server
+-- whose task changed on disk starts a fresh worker (M.run).
+function M.task_fingerprint(task)
+  if type(task) ~= "string" then return nil end
+  local kbtask = require "km.kbtask"
+  if kbtask.is_problem(task) then return hash.sha256(task, "\0", read(task:match("^(.*%.py)#%w+$") or task)) end
+  local parts = {}
+  local function walk(dir)
+    for _, name in ipairs(sys.readdir(dir) or {}) do
+      local p = dir .. "/" .. name
+      if sys.readdir(p) then walk(p) else parts[#parts + 1] = p .. "\0" .. read(p) end
+    end
+  end
+  walk(task)
+  return hash.sha256(task, "\0", concat(parts, "\0"))
 end
 
 -- The environment a worker inherits that can change a verdict (km.proc's clean_env list,
@@ -143,7 +163,8 @@ function M.eval(gpu, task, cand, opts, o)
     if code == "NOT_FOUND" or code == "REFUSED" then return nil end
     return nil, why
   end
-  local ok, serr = send(ch, { op = "eval", identity = o.identity or M.identity(), task = task, candidate = cand, opts = opts })
+  local ok, serr = send(ch, { op = "eval", identity = o.identity or M.identity(), task = task,
+    fingerprint = M.task_fingerprint(task), candidate = cand, opts = opts })
   local who = "the kmrun serve on " .. path
   if not ok then ch:close() return nil, who .. " took no request: " .. tostring(serr) end
   while true do
@@ -207,6 +228,7 @@ function M.run(o)
     gpu, tostring(dev.name or "?"), path, (o.idle or M.IDLE) > 0 and fmt("%d s", o.idle or M.IDLE) or "never"))
 
   local queue = {} -- { c, req }: evaluations waiting their turn, first come first judged
+  local seen, restarts = {}, 0 -- task -> its fingerprint when the worker set it up; fresh workers for changes
 
   -- A new connection's request: what needs no GPU is answered at once, even while a
   -- candidate is being judged (hello, stop); an evaluation joins the queue.
@@ -231,6 +253,15 @@ function M.run(o)
   local function judge(c, req)
     local diff = M.differs(identity, req.identity)
     if diff then return send(c, { ok = false, why = "runs " .. diff }) end
+    -- a task changed on disk since its worker set it up: a fresh worker (torch imported again)
+    local was = seen[req.task]
+    if was ~= nil and was ~= req.fingerprint then
+      say(fmt("kmrun serve: %s changed on disk: starting a fresh worker", tostring(req.task)))
+      pool:restart()
+      seen = {}
+      restarts = restarts + 1
+    end
+    seen[req.task] = req.fingerprint
     current = c
     local w0 = wall()
     local job = pool:submit(req.task, req.candidate, req.opts or {})
@@ -242,7 +273,7 @@ function M.run(o)
     current = nil
     served = served + 1
     local v = job.verdict
-    if type(v) == "table" then v.server = { pid = sys.pid(), evaluations = served } end
+    if type(v) == "table" then v.server = { pid = sys.pid(), evaluations = served, task_restarts = restarts } end
     say(fmt("kmrun serve: %s %s: %s (%.2f s)", tostring(req.task), tostring(type(req.candidate) == "table" and req.candidate.name or ""),
       tostring(type(v) == "table" and v.status), wall() - w0))
     return send(c, { verdict = v })

@@ -3,7 +3,9 @@
 -- `kmrun eval` gives the verdict a worker of its own gives (correct, the same kernel timed),
 -- the second served evaluation skips torch's import and is faster than `--no-server`; a
 -- candidate that loses the context gets `crashed` and the next served evaluation is judged
--- by a fresh worker; `kmrun serve --stop` ends it. The seconds are noted.
+-- by a fresh worker; a problem file edited on disk is judged as edited (a fresh worker: the
+-- old one keeps the model it loaded); `kmrun serve --stop` ends it, and a `kmrun eval` whose
+-- own worker was slow to import torch says `kmrun serve` exists. The seconds are noted.
 local t = require "km.tap"
 local testing = require "km.testing"
 testing.require_torch(t, { gpu = true })
@@ -80,6 +82,18 @@ t.test("a candidate that loses the context: crashed; the next is judged by a fre
   t.eq(rc2, 0, err2)
   t.eq(v2.status, "correct")
   t.ok(v2.worker_start_seconds ~= nil, "a fresh worker judged it")
+end)
+
+t.test("a problem file edited while served: judged against the edited model, then the restored one", function()
+  local original = testing.read(RELU)
+  testing.write(RELU, testing.problem_text { sizes = "batch_size = 4096\ndim = 4096", returns = "torch.relu(x) * 2" })
+  local v, err = kmrun_eval(CAND)
+  t.eq(v.status, "mismatch", "the ReLU candidate against relu(x) * 2: " .. tostring(v.status) .. err)
+  t.ok(v.server and v.server.task_restarts >= 1, "a fresh worker loaded the edited model")
+  testing.write(RELU, original)
+  local v2, err2, rc2 = kmrun_eval(CAND)
+  t.eq(rc2, 0, err2)
+  t.eq(v2.status, "correct", "and the restored one")
 end)
 
 t.test("kmrun serve --stop: the server ends and removes its socket", function()

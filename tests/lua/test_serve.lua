@@ -127,6 +127,32 @@ t.test("kmrun eval: the server's verdict, its progress relayed; one worker for e
   t.ok(has(err, "judged by the kmrun serve on " .. SOCK), err)
 end)
 
+t.test("a task changed on disk since its worker set it up: a fresh worker judges it", function()
+  local copy = testing.task_copy(TASK, DIR, "t_copy")
+  local problem = testing.problem(DIR, "p_relu")
+  local function served(task)
+    local v, why = serve.eval(0, task, { name = "c" }, {}, { socket = SOCK })
+    assert(v, why)
+    return v
+  end
+  local v1 = served(copy)
+  local v2 = served(copy)
+  t.eq(v2.worker_requests, v1.worker_requests + 1, "unchanged: the same worker")
+  local restarts = v2.server.task_restarts
+  testing.write(copy .. "/task.lua", testing.read(copy .. "/task.lua") .. "\n-- edited\n")
+  local v3 = served(copy)
+  t.eq(v3.worker_requests, 1, "edited: a fresh worker")
+  t.eq(v3.server.task_restarts, restarts + 1)
+  local p1 = served(problem)
+  testing.write(problem, testing.problem_text { sizes = "batch_size = 8\ndim = 8" })
+  local p2 = served(problem)
+  t.eq(p2.worker_requests, 1, "a problem file edited: a fresh worker")
+  t.ok(p1.worker_requests > 1)
+  local p3 = served(problem .. "#fp16")
+  t.eq(p3.worker_requests, 2, "another precision of the same file is another task, not a change")
+  t.ok(serve.task_fingerprint(copy) ~= serve.task_fingerprint(TASK))
+end)
+
 t.test("a server of another environment or code is not used: said on stderr, judged here", function()
   local out, err, rc = kmrun_eval("", "KM_SOMETHING=1")
   t.ok(has(err, "runs another environment"), err)
