@@ -47,6 +47,42 @@ t.test("proc.listen / connect / accept: frames both ways, timeouts, EOF, no list
   t.ok(sys.uid() >= 0 and sys.pid() > 1)
 end)
 
+-- Another user's process, where this one may start one (root, setpriv): the peer's uid is
+-- checked at both ends even where the socket file's mode would let it connect.
+local SETPRIV = sys.uid() == 0 and os.execute("command -v setpriv >/dev/null 2>&1")
+  and os.execute("setpriv --reuid=65534 --regid=65534 --clear-groups " .. KMRUN .. " -e '' >/dev/null 2>&1")
+if not SETPRIV then
+  t.skip("another user's process: refused both ways", "needs root, setpriv, and a kmrun uid 65534 can run")
+else
+  t.test("another user's process: refused by a listener, and refused as a listener", function()
+    local d = DIR .. "/shared"
+    assert(sys.mkdir(d, 511)) -- 0777: the mode would let anyone in
+    os.execute("chmod 777 '" .. d .. "'")
+    local path = d .. "/s.sock"
+    local l = assert(proc.listen(path))
+    os.execute("chmod 666 '" .. path .. "'")
+    local as_nobody = "setpriv --reuid=65534 --regid=65534 --clear-groups " .. KMRUN .. " -e "
+    local pid = assert(sys.spawn({ "sh", "-c", as_nobody .. fmt("%q", fmt(
+      "local c = require('km.proc').connect(%q); if c then c:send('hi'); c:recv(2000) end", path)) }))
+    local c, why, code = l:accept(5000)
+    t.eq(c, nil, "a connection from uid 65534 is not handed out")
+    t.eq(code, "EPERM", tostring(why))
+    sys.wait(pid, true)
+    l:close()
+    os.remove(path)
+    -- and a listener of uid 65534: this process does not talk to it
+    local out = d .. "/nobody.out"
+    local lp = assert(sys.spawn({ "sh", "-c", as_nobody .. fmt("%q", fmt(
+      "local l = require('km.proc').listen(%q); os.execute('chmod 666 %s'); local f = io.open(%q, 'w'); f:write('up'); f:close(); l:accept(5000)",
+      path, path, out)) }))
+    for _ = 1, 100 do if testing.read(out) then break end sys.sleep(0.05) end
+    local c2, why2, code2 = proc.connect(path)
+    t.eq(c2, nil) t.eq(code2, "EPERM", tostring(why2))
+    t.ok(has(why2 or "", "another user's"), tostring(why2))
+    sys.kill(lp, "KILL") sys.wait(lp, true)
+  end)
+end
+
 t.test("identity: the same in two processes of one environment; a changed KM_* variable differs", function()
   local code = "local i = require('km.serve').identity(); print(require('km.json').encode(i))"
   local out1, err1, rc1 = testing.run(fmt("%s -e %q", KMRUN, code))
