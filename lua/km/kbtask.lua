@@ -88,9 +88,17 @@ end
 -- ~/.cache/kmrun/specs (nil: none). km.eval passes it to its workers as KM_SPEC_DIR.
 function M.spec_dir() return require("km.jsoncache").dir("specs", "KM_SPEC_DIR") end
 
+-- The problem file and precision a key names (M.key's inverse): "a.py#fp16" -> "a.py",
+-- "fp16"; "a.py" -> "a.py", nil.
+function M.split_key(key)
+  local file, tag = key:match("^(.*%.py)#(%w+)$")
+  if file then return file, tag end
+  return key, nil
+end
+
 -- A problem's task name: its file name without .py ("level1/19_ReLU.py#fp16" -> 19_ReLU).
 function M.name(path)
-  path = path:match("^(.*%.py)#%w+$") or path
+  path = M.split_key(path)
   return path:match("([^/]+)%.py$") or path
 end
 
@@ -121,8 +129,8 @@ end
 function M.load(path, opts)
   opts = opts or {}
   local kb = require "km.kernelbench"
-  local file, tag = path:match("^(.*%.py)#(%w+)$")
-  if file then path = file end
+  local tag
+  path, tag = M.split_key(path)
   local precision = opts.precision or tag or "fp32"
   -- the spec on torch's meta device (no memory, no compute); a model whose constructor
   -- reads tensor values (.item()) cannot be built there, and is described on the CPU

@@ -25,6 +25,7 @@ local json = require "km.json"
 local sys = require "km.sys"
 local hash = require "km.hash"
 local wall = require("km.timing").wall
+local read_file = require("km.task").read_file
 
 local fmt = string.format
 local concat, sort, ipairs, pairs, type, tostring = table.concat, table.sort, ipairs, pairs, type, tostring
@@ -43,23 +44,20 @@ function M.socket_path(gpu)
   return fmt("%s/serve-gpu%d.sock", dir, gpu or 0)
 end
 
-local function read(path)
-  local f = io.open(path, "rb")
-  if not f then return "" end
-  local s = f:read("a")
-  f:close()
-  return s
-end
+local function read(path) return read_file(path) or "" end
 
--- The Lua library's files under `dir` (km/ and below), sorted: what a worker would run.
-local function library_files(dir, out)
+-- Every file under `dir` whose name keep(name) accepts (all without keep), in sorted
+-- order, as "path\0bytes" entries appended to `out`.
+local function contents(dir, out, keep)
   for _, name in ipairs(sys.readdir(dir) or {}) do
     local p = dir .. "/" .. name
-    if name:match("%.lua$") or name:match("%.py$") then out[#out + 1] = p
-    elseif not name:find("%.") and sys.readdir(p) then library_files(p, out) end
+    if sys.readdir(p) then contents(p, out, keep)
+    elseif not keep or keep(name) then out[#out + 1] = p .. "\0" .. read(p) end
   end
   return out
 end
+
+local function library_file(name) return name:match("%.lua$") or name:match("%.py$") end
 
 -- A task's content as the worker would load it: a problem file's text (the key's path, its
 -- precision after '#'), or every file of a task folder, by path and bytes. A worker keeps a
@@ -68,26 +66,15 @@ end
 function M.task_fingerprint(task)
   if type(task) ~= "string" then return nil end
   local kbtask = require "km.kbtask"
-  if kbtask.is_problem(task) then return hash.sha256(task, "\0", read(task:match("^(.*%.py)#%w+$") or task)) end
-  local parts = {}
-  local function walk(dir)
-    for _, name in ipairs(sys.readdir(dir) or {}) do
-      local p = dir .. "/" .. name
-      if sys.readdir(p) then walk(p) else parts[#parts + 1] = p .. "\0" .. read(p) end
-    end
-  end
-  walk(task)
-  return hash.sha256(task, "\0", concat(parts, "\0"))
+  if kbtask.is_problem(task) then return hash.sha256(task, "\0", read((kbtask.split_key(task)))) end
+  return hash.sha256(task, "\0", concat(contents(task, {}), "\0"))
 end
 
 -- The environment a worker inherits that can change a verdict (km.proc's clean_env list,
 -- less what only names this server's socket).
 local function worker_env()
-  local f = io.open("/proc/self/environ", "rb")
-  local text = f and f:read("a") or ""
-  if f then f:close() end
   local kept = {}
-  for entry in text:gmatch("[^%z]+") do
+  for entry in read("/proc/self/environ"):gmatch("[^%z]+") do
     local name = entry:match("^([^=]+)=")
     if name and name ~= "KM_SERVE_SOCKET" and (name:match("^KM_") or name:match("^CUDA_") or name:match("^NVIDIA_")
         or name == "PATH" or name == "LD_LIBRARY_PATH" or name == "HOME" or name == "TMPDIR") then
@@ -101,9 +88,7 @@ end
 -- What must match between a server and a client for the server's verdict to be the one a
 -- fresh worker of the client's would give: -> { field = text }.
 function M.identity()
-  local files = library_files(package.km_libdir .. "/km", {})
-  local parts = {}
-  for _, p in ipairs(files) do parts[#parts + 1] = p .. "\0" .. read(p) end
+  local parts = contents(package.km_libdir .. "/km", {}, library_file) -- what a worker would run
   return {
     protocol = tostring(M.PROTOCOL),
     program = (sys.realpath(package.km_exe) or package.km_exe),
@@ -203,6 +188,7 @@ end
 function M.run(o)
   local gpu = o.gpu or 0
   local path = o.socket or M.socket_path(gpu)
+  local idle = o.idle or M.IDLE
   local say = o.say or function(line) io.stderr:write(line, "\n") end
   local ch = proc.connect(path)
   if ch then ch:close() return nil, "a kmrun serve already answers on " .. path, "EXISTS" end
@@ -225,7 +211,7 @@ function M.run(o)
   local served, since, last, stop = 0, os.date("!%Y-%m-%dT%H:%M:%SZ"), wall(), false
   local dev = pool.device or {}
   say(fmt("kmrun serve: GPU %d (%s), listening on %s; stops after %s idle, on `kmrun serve --stop` or a signal",
-    gpu, tostring(dev.name or "?"), path, (o.idle or M.IDLE) > 0 and fmt("%d s", o.idle or M.IDLE) or "never"))
+    gpu, tostring(dev.name or "?"), path, idle > 0 and fmt("%d s", idle) or "never"))
 
   local queue = {} -- { c, req }: evaluations waiting their turn, first come first judged
   local seen, restarts = {}, 0 -- task -> its fingerprint when the worker set it up; fresh workers for changes
@@ -290,8 +276,8 @@ function M.run(o)
       if c then
         take(c)
         last = wall()
-      elseif (o.idle or M.IDLE) > 0 and wall() - last > (o.idle or M.IDLE) then
-        say(fmt("kmrun serve: idle for %d s: stopping", o.idle or M.IDLE))
+      elseif idle > 0 and wall() - last > idle then
+        say(fmt("kmrun serve: idle for %d s: stopping", idle))
         break
       end
     end
