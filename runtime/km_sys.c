@@ -6,6 +6,8 @@
  *   sys.mkdir("runs/a/b" [, mode]) -> true | nil, msg, CODE     (mkdir -p: parents too, 0777 & ~umask;
  *                                    mode: the last folder's, when it is made, e.g. 448 = 0700)
  *   sys.rmtree(dir)               -> true | nil, msg, CODE      (rm -rf: symlinks are removed, not followed)
+ *   sys.create(path [, text])     -> true | nil, msg, CODE      (a new file holding text, 0600; EXISTS
+ *                                    where the path exists: one of several processes claims it)
  *   sys.isatty(io.stdout | 1)     -> boolean
  *   sys.cpu_count()               -> n  (the CPUs this process may run on, as nproc counts them)
  *   sys.realpath(path)            -> absolute path | nil, msg, "NOT_FOUND"
@@ -129,6 +131,31 @@ static int l_mkdir(lua_State *L) {
   struct stat st;
   if (stat(path, &st) != 0) return fail_errno(L, "cannot create", path);
   if (!S_ISDIR(st.st_mode)) return km_fail(L, "NOT_DIR", "cannot create %s: it exists and is not a folder", path);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+/* create(path [, text]): a file that did not exist (O_EXCL), holding text: of several
+ * processes creating one path, exactly one gets true; the others get EXISTS. */
+static int l_create(lua_State *L) {
+  const char *path = luaL_checkstring(L, 1);
+  size_t n = 0;
+  const char *text = luaL_optlstring(L, 2, "", &n);
+  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return fail_errno(L, "cannot create", path);
+  size_t off = 0;
+  while (off < n) {
+    ssize_t w = write(fd, text + off, n - off);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      int e = errno;
+      close(fd);
+      errno = e;
+      return fail_errno(L, "cannot write", path);
+    }
+    off += (size_t)w;
+  }
+  if (close(fd) != 0) return fail_errno(L, "cannot write", path);
   lua_pushboolean(L, 1);
   return 1;
 }
@@ -291,7 +318,7 @@ static int l_kill(lua_State *L) {
 }
 
 int luaopen_km_sys(lua_State *L) {
-  static const luaL_Reg fns[] = {{"readdir", l_readdir}, {"mkdir", l_mkdir},         {"rmtree", l_rmtree},
+  static const luaL_Reg fns[] = {{"readdir", l_readdir}, {"mkdir", l_mkdir}, {"create", l_create},         {"rmtree", l_rmtree},
                                  {"realpath", l_realpath}, {"isatty", l_isatty},     {"cpu_count", l_cpu_count},
                                  {"sleep", l_sleep},     {"spawn", l_spawn},         {"wait", l_wait},
                                  {"kill", l_kill},       {"uid", l_uid},             {"pid", l_pid},

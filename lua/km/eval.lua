@@ -51,6 +51,7 @@ function Pool:_start(slot)
   -- that hangs the GPU is the pool's timeout, as without PyTorch
   env.KM_PY_TIMEOUT = os.getenv("KM_PY_TIMEOUT") or tostring(2 * (self.opts.timeout or 120) + 60)
   if self.opts.torch_ahead then env.KM_TORCH_AHEAD = "1" end -- km.worker: torch imported from the start
+  if self.precompiler then env.KM_PRECOMPILE_DIR = self.precompiler.dir end -- km.precompile's claims
   for k, v in pairs(self.opts.env or {}) do env[k] = v end
   -- clean_env: the worker inherits no key, only PATH, HOME, LANG, CUDA_*, KM_*, ... (km.proc)
   local w0 = timing.wall()
@@ -80,6 +81,8 @@ end
 --       wrap = { argv prefix } each worker runs under, e.g. compute-sanitizer (M.sanitize),
 --       torch_ahead = true: each worker starts importing torch as it starts, on a thread of
 --       its own (a task's PyTorch model or baselines will need it; km.kernelbench.import_ahead),
+--       precompile = entries (km.precompile.entries): torch.compile baselines a process of
+--       their own compiles ahead into inductor's caches while the workers judge,
 --       on_progress = function(ev, job, gpu): a worker's km.progress stage events as they
 --       come (its set-up: torch's import, the spec, the reference, baselines) and the pool's
 --       own (stage "nvrtc": a candidate compiled ahead) }
@@ -95,8 +98,11 @@ function M.pool(opts)
   elseif env_dir ~= "" then self.cache_dir = env_dir end -- "": the workers' own default
   local gpus = opts.gpus
   local first = { gpu = gpus and gpus[1] or 0 }
+  if opts.precompile and #opts.precompile > 0 then
+    self.precompiler = require("km.precompile").start(opts.precompile, { gpu = first.gpu, env = opts.env })
+  end
   local ok, why = self:_start(first)
-  if not ok then return nil, why, "NO_GPU" end
+  if not ok then self:close() return nil, why, "NO_GPU" end
   self.slots[1] = first
   if not gpus then
     gpus = { first.gpu }
@@ -517,6 +523,7 @@ end
 
 function Pool:close()
   if self.compilers then self.compilers.close(); self.compilers = nil end
+  if self.precompiler then require("km.precompile").stop(self.precompiler); self.precompiler = nil end
   self:restart()
 end
 

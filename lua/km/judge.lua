@@ -1265,11 +1265,18 @@ function Judge:baselines(st, sym, opts)
       local run = { torch = prob, variant = which, state = fresh_state() }
       local extra, err = nil, nil
       if which == "compile" then
+        -- where a precompiler compiles this run's tasks ahead (km.precompile), its result first
+        local pre = require("km.precompile").before_compile(require("km.precompile").entry(t, mode))
+        local precompiled -- true: compiled ahead; false: the precompiler had it and failed
+        if pre and pre.by == "precompiler" then precompiled = (pre.result and pre.result.ok) == true end
         local io, ref_in = self:trial_io(t, sym, (opts.seed_base or 1000) + 4242)
         local c, cerr, ccode = prob:compile(io, { mode = mode })
         self.pool:put_all(io); self.pool:put_all(ref_in)
         if c then
-          extra = { mode = c.mode, asked = c.asked, failed = c.failed, compile_seconds = c.seconds }
+          extra = { mode = c.mode, asked = c.asked, failed = c.failed, compile_seconds = c.seconds,
+            compile_cache_hits = c.fx_hits, compile_cache_misses = c.fx_misses,
+            precompiled = precompiled,
+            precompile_wait_seconds = pre and pre.waited or nil }
         else
           err = cerr
           -- every mode failed: kept, so no new worker spends minutes on it again (not an

@@ -1069,6 +1069,7 @@ def compile_model(i, bufs, mode="max-autotune-no-cudagraphs", stream=0, fallback
     args = _args(p, bufs)
     for m in modes:
         t0 = time.perf_counter()
+        h0, m0 = _cache_counts()
         try:
             cm = torch.compile(p.model, mode=None if m == "default" else m)
             with _stream_ctx(p, stream):
@@ -1086,11 +1087,159 @@ def compile_model(i, bufs, mode="max-autotune-no-cudagraphs", stream=0, fallback
                 pass
             continue
         p.compiled = base.compiled = cm
+        h1, m1 = _cache_counts()
         p.compile_info = base.compile_info = {"mode": m, "asked": mode,
-                                              "seconds": time.perf_counter() - t0, "failed": failed}
+                                              "seconds": time.perf_counter() - t0, "failed": failed,
+                                              "fx_hits": h1 - h0, "fx_misses": m1 - m0}
         return p.compile_info
     raise ProblemError("torch.compile failed in every mode tried: " + "; ".join(failed),
                        "COMPILE_FAILED")
+
+
+# torch.compile modes whose compiling runs nothing on the GPU (the max-autotune modes
+# benchmark their choices there while they compile): what precompile() takes.
+PRECOMPILE_MODES = ("default", "reduce-overhead")
+
+
+class _Precompiled(Exception):
+    """Raised by precompile()'s inductor once the graph is compiled and kept in its caches:
+    the compiled graph is never run."""
+
+
+class _NoGPUWork(Exception):
+    """Raised where inductor would run work on the GPU while precompile() compiles (it
+    benchmarks a padded matmul against the plain one, for instance)."""
+
+
+class _patched:
+    """Sets attributes for the length of a with block (those the module lacks are left)."""
+
+    def __init__(self, *triples):
+        self.triples = [(o, n, v) for o, n, v in triples if o is not None and hasattr(o, n)]
+        self.saved = []
+
+    def __enter__(self):
+        for o, n, v in self.triples:
+            self.saved.append((o, n, getattr(o, n)))
+            setattr(o, n, v)
+        return self
+
+    def __exit__(self, *a):
+        for o, n, v in reversed(self.saved):
+            setattr(o, n, v)
+        self.saved = []
+        return False
+
+
+def _module(name):
+    try:
+        return importlib.import_module(name)
+    except Exception:
+        return None
+
+
+def _cache_counts():
+    """inductor's FX graph cache hits and misses so far in this process."""
+    try:
+        from torch._dynamo.utils import counters
+        return counters["inductor"]["fxgraph_cache_hit"], counters["inductor"]["fxgraph_cache_miss"]
+    except Exception:
+        return 0, 0
+
+
+def _empty_attrs(model, device):
+    """Plain tensor attributes of a model built on the meta device (an RNN's h0), given
+    memory on device as Module.to_empty() gives its parameters and buffers."""
+    def empty(x):
+        if isinstance(x, torch.Tensor) and x.device.type == "meta":
+            return torch.empty(tuple(x.shape), dtype=x.dtype, device=device)
+        return x
+    for _, m in model.named_modules():
+        for a, v in list(vars(m).items()):
+            if a.startswith("_"):
+                continue
+            if isinstance(v, torch.Tensor):
+                object.__setattr__(m, a, empty(v))
+            elif isinstance(v, list):
+                v[:] = [empty(x) for x in v]
+            elif type(v) is tuple:
+                object.__setattr__(m, a, tuple(empty(x) for x in v))
+
+
+@_api
+def precompile(i, mode="default", device="cuda"):
+    """Compiles torch.compile(model, mode) for the problem's inputs into inductor's caches
+    (its FX graph cache, Triton's kernel cache) without running anything on the device:
+    the problem is loaded on the meta device; its parameters and inputs get memory on
+    `device` (torch.empty: no values, no kernel); dynamo traces forward as compile_model()
+    calls it; inductor compiles; the compiled graph is never run. A later compile_model()
+    of the same problem, in any process, finds the compiled graph in the cache. Where
+    inductor would run work on the GPU while compiling, nothing is kept and this fails
+    (code GPU_WORK). Returns {"seconds", "fx_hits", "fx_misses"}."""
+    p = _problem(i)
+    if p.device.type != "meta":
+        raise ProblemError("precompile: the problem must be loaded on the meta device")
+    if mode not in PRECOMPILE_MODES:
+        raise ProblemError("precompile: mode %r runs work on the GPU while it compiles (modes: %s)"
+                           % (mode, ", ".join(PRECOMPILE_MODES)))
+    t = _torch()
+    dev = t.device(device)
+    p.ensure_names()  # names, the inputs' shapes and numbers: get_inputs() on meta
+    t0 = time.perf_counter()
+    h0, m0 = _cache_counts()
+    model = p.model.to_empty(device=dev)
+    _empty_attrs(model, dev)
+    args = []
+    for k, _ in enumerate(p.names["inputs"]):
+        if k in p.scalars:
+            args.append(p.scalars[k])
+        else:
+            meta = p.input_meta[k]
+            args.append(t.empty(tuple(meta.shape), dtype=meta.dtype, device=dev))
+    cfx = importlib.import_module("torch._inductor.compile_fx")
+    compile_fx = cfx.compile_fx
+
+    def compile_then_stop(*a, **kw):
+        compile_fx(*a, **kw)
+        raise _Precompiled()
+
+    def refuse(*a, **kw):
+        raise _NoGPUWork()
+
+    bench = _module("torch._inductor.runtime.benchmarking")
+    pad = _module("torch._inductor.fx_passes.pad_mm")
+    done = None
+    with _patched((cfx, "compile_fx", compile_then_stop),
+                  (pad, "get_do_bench", refuse),
+                  (getattr(bench, "benchmarker", None), "benchmark_gpu", refuse)):
+        try:
+            cm = t.compile(model, mode=None if mode == "default" else mode)
+            with t.no_grad():  # as Problem._forward calls the model
+                cm(*args)
+        except BaseException as e:
+            chain, x = [], e
+            while x is not None and len(chain) < 20:
+                chain.append(x)
+                x = getattr(x, "inner_exception", None) or x.__cause__ or x.__context__
+            if any(isinstance(x, _Precompiled) for x in chain):
+                done = True
+            elif any(isinstance(x, _NoGPUWork) for x in chain):
+                raise ProblemError("precompile: inductor would run work on the GPU while "
+                                   "compiling (it benchmarks a choice); left to the judge", "GPU_WORK")
+            elif isinstance(e, KeyboardInterrupt):
+                raise
+            else:
+                raise ProblemError("precompile: " + _first_line(e), "COMPILE_FAILED")
+        finally:
+            try:
+                t._dynamo.reset()
+            except Exception:
+                pass
+    args = model = cm = None
+    if not done:
+        raise ProblemError("precompile: the compiled graph would have run", "COMPILE_FAILED")
+    h1, m1 = _cache_counts()
+    return {"seconds": time.perf_counter() - t0, "fx_hits": h1 - h0, "fx_misses": m1 - m0}
 
 
 @_api

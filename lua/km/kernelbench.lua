@@ -51,7 +51,7 @@ end
 -- has km.eval's BASELINE_TIMEOUT. A call past it returns nil, "path: get_inputs() did not
 -- return within 60 s", "TIMEOUT" (Ctrl-C during one: "INTERRUPTED").
 M.DEFAULT_TIMEOUT = 60
-local FLOOR = { torch_info = 120, compile = 1800 }
+local FLOOR = { torch_info = 120, compile = 1800, precompile = 1800 }
 local limits = {} -- problem id -> { timeout, label, path }, from kb.load until release
 
 -- Seconds a call into PyTorch may take when its caller gave none.
@@ -174,6 +174,16 @@ function M.fold_errors(errors)
     names, why)
 end
 
+-- km.cuda's device as torch names it; nil, why when there is none.
+local function kmrun_device()
+  local okc, cuda = pcall(require, "km.cuda")
+  if not okc then return nil, tostring(cuda) end
+  local ok, why = cuda.available()
+  if not ok then return nil, why end
+  local d = cuda.device()
+  return "cuda:" .. tostring(d and d.index or 0)
+end
+
 -- The buffers a call needs, as the bridge reads them: name -> { ptr, dtype, shape }.
 local function describe(io, level)
   if type(io) ~= "table" then error("buffers: a table of name -> buffer expected", level + 1) end
@@ -265,6 +275,24 @@ function Problem:compile(io, opts)
   return call("compile_model", id, describe(io, 2), opts.mode or M.COMPILE_MODE, stream_of(opts), fallback or json.null)
 end
 
+-- torch.compile(model, opts.mode) compiled into inductor's caches without running anything
+-- on the GPU (kb_bridge.precompile; km.precompile): the problem must be loaded on "meta".
+-- opts.mode: "default" (default) or "reduce-overhead" (the max-autotune modes benchmark on
+-- the GPU as they compile); opts.device: where the compiled graph would run, "cuda" (km.cuda's
+-- device, default) or "cpu". -> { seconds, fx_hits, fx_misses } | nil, message, CODE
+-- (GPU_WORK: inductor would have run work on the GPU; COMPILE_FAILED)
+function Problem:precompile(opts)
+  local id = check(self)
+  opts = opts or {}
+  local device = opts.device or "cuda"
+  if device == "cuda" then
+    local d, why = kmrun_device()
+    if not d then return nil, tostring(why), "NO_CUDA" end
+    device = d
+  end
+  return call("precompile", id, opts.mode or "default", device)
+end
+
 -- The model's parameters and buffers (state_dict, non-persistent buffers too) into io.
 function Problem:write_params(io, opts)
   local id = check(self)
@@ -321,16 +349,6 @@ Problem.__close = Problem.__gc
 Problem.__tostring = function(self)
   return fmt("km.kernelbench problem %s (%s, %s)%s", self.name or "?", self.precision, self.device,
     self.id and "" or " released")
-end
-
--- km.cuda's device as torch names it; nil, why when there is none.
-local function kmrun_device()
-  local okc, cuda = pcall(require, "km.cuda")
-  if not okc then return nil, tostring(cuda) end
-  local ok, why = cuda.available()
-  if not ok then return nil, why end
-  local d = cuda.device()
-  return "cuda:" .. tostring(d and d.index or 0)
 end
 
 -- kb.load(path, opts) -> problem | nil, message, CODE

@@ -303,7 +303,8 @@ function M.run(args, out, tasks)
   if not db then return nil, "cannot open the store " .. out .. ": " .. tostring(derr), 2 end
   local eval = require "km.eval"
   local pool, why = eval.pool { gpus = args.gpus, timeout = args.timeout, worker_stderr = args.worker_stderr or "inherit",
-    torch_ahead = require("km.baseline").needs_torch(tasks, args) }
+    torch_ahead = require("km.baseline").needs_torch(tasks, args),
+    precompile = require("km.precompile").entries(tasks, args) }
   if not pool then
     io.stderr:write("kmrun: no GPU: ", tostring(why), "\n",
       "kmrun: checking that candidates compile (NVRTC, sm_90) without running them\n")
