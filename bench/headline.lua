@@ -49,7 +49,8 @@ end
 -- and the cached timings (CUDA reference, starter), with their samples and why each stopped.
 local function kept_timings(dir, since)
   local json = require "km.json"
-  local k = { records = 0, compiled = 0, compile_seconds = 0, samples = 0, stops = {}, ungated = 0 }
+  local k = { records = 0, compiled = 0, compile_seconds = 0, samples = 0, stops = {}, ungated = 0,
+    precompiled = 0, cache_hits = 0, cache_misses = 0, waited = 0 }
   local p = io.popen("ls " .. dir .. "/*.json 2>/dev/null")
   for f in p:lines() do
     local h = io.open(f)
@@ -61,6 +62,11 @@ local function kept_timings(dir, since)
       k.stops[why] = (k.stops[why] or 0) + 1
       if (tonumber(rec.gate_timeouts) or 0) > 0 then k.ungated = k.ungated + 1 end
       if type(rec.compile_seconds) == "number" then k.compiled, k.compile_seconds = k.compiled + 1, k.compile_seconds + rec.compile_seconds end
+      -- km.precompile: compiled ahead by the pool's precompiler; inductor's FX graph cache
+      if rec.precompiled == true then k.precompiled = k.precompiled + 1 end
+      k.cache_hits = k.cache_hits + (tonumber(rec.compile_cache_hits) or 0)
+      k.cache_misses = k.cache_misses + (tonumber(rec.compile_cache_misses) or 0)
+      k.waited = k.waited + (tonumber(rec.precompile_wait_seconds) or 0)
     end
   end
   p:close()
@@ -72,7 +78,7 @@ end
 -- took the most samples (samples, evaluations, measure seconds).
 local function verdict_facts(path)
   local db = assert(require("km.store").open(path))
-  local f = { misses = 0, miss_ms = 0, by_task = {}, ungated = 0 }
+  local f = { misses = 0, miss_ms = 0, by_task = {}, ungated = 0, eval_seconds = 0, medians = {} }
   for _, e in ipairs(assert(db:episodes {})) do
     local ep = db:episode(e.id)
     for _, stp in ipairs(ep and ep.steps or {}) do
@@ -81,6 +87,16 @@ local function verdict_facts(path)
         if v.cached_compile == false then f.misses, f.miss_ms = f.misses + 1, f.miss_ms + (tonumber(v.compile_ms) or 0) end
         local c = v.timing and v.timing.candidate
         if c and (tonumber(c.gate_timeouts) or 0) > 0 then f.ungated = f.ungated + 1 end
+        f.eval_seconds = f.eval_seconds + (tonumber(v.eval_seconds) or 0)
+        -- each candidate's timed medians, by task, name and parameters (passes compared below)
+        if c and tonumber(c.median) and v.status == "correct" then
+          local ps = {}
+          for pk, pv in pairs(type(v.params) == "table" and v.params or {}) do ps[#ps + 1] = tostring(pk) .. "=" .. tostring(pv) end
+          table.sort(ps)
+          local key = tostring(e.task) .. " " .. tostring(v.candidate) .. " " .. table.concat(ps, ",")
+          f.medians[key] = f.medians[key] or {}
+          table.insert(f.medians[key], c.median)
+        end
         local b = f.by_task[e.task] or { task = e.task, n = 0, evals = 0, measure = 0 }
         f.by_task[e.task] = b
         b.evals = b.evals + 1
@@ -98,7 +114,7 @@ local function verdict_facts(path)
 end
 
 local tmp = os.tmpname(); os.remove(tmp)
-assert(os.execute("mkdir -p " .. tmp .. "/cache"))
+assert(os.execute("mkdir -p " .. tmp .. "/cache " .. tmp .. "/tmp"))
 say("# make demo's command, empty then warm caches")
 say("")
 say("GPU: %s (%s), driver %s, NVRTC %s, date %s", dev.name, dev.arch, dev.driver_version, require("km.nvrtc").version(),
@@ -109,8 +125,9 @@ say("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | -
 local kept = {}
 for _, pass in ipairs { "empty", "warm" } do
   local st = tmp .. "/" .. pass .. ".sqlite"
-  local cmd = ("XDG_CACHE_HOME=%s/cache KM_CACHE_DIR= KM_BASELINE_DIR= %s %s/strategies/repair_then_tune.lua %s --compile-mode %s --store %s > %s/%s.log 2>&1")
-    :format(tmp, KMRUN, ROOT, TASKS, MODE, st, tmp, pass)
+  -- TMPDIR: torch's caches too (inductor's, and Triton's inside it) start empty
+  local cmd = ("XDG_CACHE_HOME=%s/cache TMPDIR=%s/tmp KM_CACHE_DIR= KM_BASELINE_DIR= %s %s/strategies/repair_then_tune.lua %s --compile-mode %s --store %s > %s/%s.log 2>&1")
+    :format(tmp, tmp, KMRUN, ROOT, TASKS, MODE, st, tmp, pass)
   local t0, since = wall(), os.date("!%Y-%m-%dT%H:%M:%SZ")
   os.execute(cmd)
   local secs = wall() - t0
@@ -122,6 +139,7 @@ for _, pass in ipairs { "empty", "warm" } do
     s.kernel, s.timed, s.timed > 0 and s.samples / s.timed or 0, s.kernel > 0 and ("%.2fx"):format((g.measure or 0) / s.kernel) or "-")
   kept[pass] = kept_timings(tmp .. "/cache/kmrun/baselines", since)
   kept[pass].facts = verdict_facts(st)
+  kept[pass].wall = secs
 end
 say("")
 for _, pass in ipairs { "empty", "warm" } do
@@ -131,6 +149,8 @@ for _, pass in ipairs { "empty", "warm" } do
   table.sort(stops)
   say("%s pass: %d timing(s) measured and kept (baselines, reference, starter), %d samples, stopped by: %s; torch.compile compiled %d task(s) in %.1f s",
     pass, k.records, k.samples, #stops > 0 and table.concat(stops, ", ") or "-", k.compiled, k.compile_seconds)
+  say("%s pass: %d of them compiled ahead by the precompiler (the judge waited %.1f s for it); inductor's graph cache %d hit(s), %d miss(es); the judges were busy %.1f s of %.1f s",
+    pass, k.precompiled, k.waited, k.cache_hits, k.cache_misses, k.facts.eval_seconds, k.wall)
   local f, top = k.facts, {}
   for i = 1, math.min(6, #f.top) do
     local b = f.top[i]
@@ -140,6 +160,28 @@ for _, pass in ipairs { "empty", "warm" } do
     f.miss_ms / 1000, table.concat(top, "; "))
   -- km.timing's gate: timings where one opened by its timeout went on ungated (docs/timing.md)
   say("%s pass: gates opened by their timeout in %d kept timing(s) and %d candidate timing(s)", pass, k.ungated, f.ungated)
+end
+-- The same candidates timed in both passes: the empty pass's timings ran beside its
+-- precompiler (and the compiling of everything), the warm pass's beside nothing of the kind
+do
+  local ratios, worst, wkey = {}, 0, nil
+  local function med(xs) table.sort(xs) return xs[(#xs + 1) // 2] end
+  for key, xs in pairs(kept.empty.facts.medians) do
+    local ys = kept.warm.facts.medians[key]
+    if ys then
+      local r = med(xs) / med(ys)
+      ratios[#ratios + 1] = r
+      if math.abs(r - 1) > worst then worst, wkey = math.abs(r - 1), key end
+    end
+  end
+  local lsum = 0
+  for _, r in ipairs(ratios) do lsum = lsum + math.log(r) end
+  table.sort(ratios)
+  local within = 0
+  for _, r in ipairs(ratios) do if math.abs(r - 1) <= 0.02 then within = within + 1 end end
+  say("")
+  say("The same candidates in both passes: %d; their timed medians empty / warm: geomean %.4f, %d within 2%%, farthest %.1f%% (%s)",
+    #ratios, #ratios > 0 and math.exp(lsum / #ratios) or 0, within, worst * 100, tostring(wkey))
 end
 say("")
 say("Stage columns are seconds summed over the verdicts; kernel s is the candidates' own timed GPU time (n x mean per")

@@ -41,19 +41,26 @@ local function worker_argv(wrap)
   return argv
 end
 
--- Starts the worker of a slot; returns true or nil, why.
-function Pool:_start(slot)
+-- The environment a process of this pool on GPU gpu gets, over km.proc's clean one (only
+-- PATH, HOME, LANG, CUDA_*, KM_*, ... inherited, no key): a worker's, and the precompiler's,
+-- so that both see the same caches (torch's included).
+function Pool:_env(gpu)
   -- the workers' cache is the driver's (a set_cache_dir here included), unless opts.env says
   -- and its PyTorch baselines' folder too (XDG_CACHE_HOME does not reach a worker)
-  local env = { KM_DEVICE = tostring(slot.gpu), KM_CACHE_DIR = self.cache_dir, KM_BASELINE_DIR = require("km.baseline").dir(),
+  local env = { KM_DEVICE = tostring(gpu), KM_CACHE_DIR = self.cache_dir, KM_BASELINE_DIR = require("km.baseline").dir(),
     KM_SPEC_DIR = require("km.kbtask").spec_dir() } -- the specs a worker builds are the driver's to read
   -- a PyTorch call's own deadline (km.python's watchdog) comes after the pool's: a candidate
   -- that hangs the GPU is the pool's timeout, as without PyTorch
   env.KM_PY_TIMEOUT = os.getenv("KM_PY_TIMEOUT") or tostring(2 * (self.opts.timeout or 120) + 60)
+  for k, v in pairs(self.opts.env or {}) do env[k] = v end
+  return env
+end
+
+-- Starts the worker of a slot; returns true or nil, why.
+function Pool:_start(slot)
+  local env = self:_env(slot.gpu)
   if self.opts.torch_ahead then env.KM_TORCH_AHEAD = "1" end -- km.worker: torch imported from the start
   if self.precompiler then env.KM_PRECOMPILE_DIR = self.precompiler.dir end -- km.precompile's claims
-  for k, v in pairs(self.opts.env or {}) do env[k] = v end
-  -- clean_env: the worker inherits no key, only PATH, HOME, LANG, CUDA_*, KM_*, ... (km.proc)
   local w0 = timing.wall()
   local p, err = proc.spawn(worker_argv(self.opts.wrap), { env = env, clean_env = true,
     stderr = self.opts.worker_stderr or "inherit" })
@@ -99,7 +106,7 @@ function M.pool(opts)
   local gpus = opts.gpus
   local first = { gpu = gpus and gpus[1] or 0 }
   if opts.precompile and #opts.precompile > 0 then
-    self.precompiler = require("km.precompile").start(opts.precompile, { gpu = first.gpu, env = opts.env })
+    self.precompiler = require("km.precompile").start(opts.precompile, { env = self:_env(first.gpu) })
   end
   local ok, why = self:_start(first)
   if not ok then self:close() return nil, why, "NO_GPU" end

@@ -11,7 +11,7 @@
 --
 --   local pre = require "km.precompile"
 --   local list = pre.entries(tasks, args)           -- what a run will compile (km.setup)
---   local h = pre.start(list, { gpu = 0 })          -- the process; h.dir goes to the workers
+--   local h = pre.start(list, { env = env })        -- the process; h.dir goes to the workers
 --   pre.before_compile(pre.entry(task, mode))       -- in the judge (KM_PRECOMPILE_DIR)
 --   pre.stop(h)
 --
@@ -164,7 +164,7 @@ local function compile_one(kb, e, device)
 end
 
 -- The precompiler: kmrun <libdir>/km/precompiler.lua DIR, with DIR/plan.json the entries
--- (M.start). Each result goes to DIR/<key>.done; a line per entry to stdout. -> exit status
+-- (M.start). Each result goes to DIR/<key>.done, a line per entry to DIR/log. -> exit status
 function M.main(dir, device)
   local plan = dir and read_json(dir .. "/plan.json")
   if type(plan) ~= "table" then io.stderr:write("km.precompile: no plan in ", tostring(dir), "\n") return 2 end
@@ -173,6 +173,7 @@ function M.main(dir, device)
   if not ok then io.stderr:write("km.precompile: ", tostring(why), "\n") return 3 end
   local version = kb.version()
   local bdir = require("km.baseline").dir()
+  local log = io.open(dir .. "/log", "ab") -- a line per entry (stdout is the pool's pipe)
   for _, e in ipairs(plan.entries or {}) do
     if claim(dir, e.key, "precompiler") then
       local okc, res = pcall(compile_one, kb, e, device or plan.device or "cuda")
@@ -184,18 +185,22 @@ function M.main(dir, device)
         f:close()
         os.rename(dir .. "/" .. e.key .. ".tmp", dir .. "/" .. e.key .. ".done")
       end
-      io.stdout:write(fmt("%s %s %.2f s%s\n", res.ok and "compiled" or "not compiled", e.path, res.seconds or 0,
-        res.ok and "" or (": " .. tostring(res.why))))
-      io.stdout:flush()
+      if log then
+        log:write(fmt("%s %s %.2f s%s\n", res.ok and "compiled" or "not compiled", e.path, res.seconds or 0,
+          res.ok and "" or (": " .. tostring(res.why))))
+        log:flush()
+      end
     end
   end
+  if log then log:close() end
   return 0
 end
 
--- Starts the precompiler over entries (M.entries) in a folder of its own. opts: gpu (its
--- KM_DEVICE; default 0), device (where the graphs will run: "cuda", the default, or "cpu"),
--- env (more of its environment), stdout and stderr ("null", the default, or "inherit").
--- -> handle { dir, pid, entries } | nil, why
+-- Starts the precompiler over entries (M.entries) in a folder of its own, as km.proc starts
+-- a GPU worker: a clean environment (km.proc's clean_env) with opts.env over it — a pool
+-- gives its workers' (Pool:_env), so that both see the same caches. opts: env (KM_DEVICE
+-- among them: its GPU), device (where the graphs will run: "cuda", the default, or "cpu").
+-- -> handle { dir, proc, pid, entries } | nil, why
 function M.start(entries, opts)
   if type(entries) ~= "table" or #entries == 0 then return nil, "nothing to compile" end
   opts = opts or {}
@@ -212,39 +217,34 @@ function M.start(entries, opts)
   if not f then sys.rmtree(dir) return nil, "cannot write " .. dir .. "/plan.json" end
   f:write(json.encode { entries = list, device = opts.device })
   f:close()
-  -- inductor's own compile workers share the CPUs with the judges and the NVRTC compilers
-  local threads = math.max(1, (sys.cpu_count() or 2) // 2)
-  local env = { KM_DEVICE = tostring(opts.gpu or 0), KM_BASELINE_DIR = require("km.baseline").dir(),
-    TORCHINDUCTOR_COMPILE_THREADS = os.getenv("TORCHINDUCTOR_COMPILE_THREADS") or tostring(threads) }
+  local env = { KM_DEVICE = "0", KM_BASELINE_DIR = require("km.baseline").dir() }
   for k, v in pairs(opts.env or {}) do env[k] = v end
-  local argv = { package.km_exe, package.km_libdir .. "/km/precompiler.lua", dir }
-  local pid, serr = sys.spawn(argv, { env = env, stdout = opts.stdout or "null", stderr = opts.stderr or "null" })
-  if not pid then sys.rmtree(dir) return nil, tostring(serr) end
+  -- inductor's own compile workers share the CPUs with the judges and the NVRTC compilers
+  -- (not in inductor's cache keys)
+  env.TORCHINDUCTOR_COMPILE_THREADS = env.TORCHINDUCTOR_COMPILE_THREADS or tostring(math.max(1, (sys.cpu_count() or 2) // 4))
+  local p, serr = require("km.proc").spawn({ package.km_exe, package.km_libdir .. "/km/precompiler.lua", dir },
+    { env = env, clean_env = true, stderr = "null" })
+  if not p then sys.rmtree(dir) return nil, tostring(serr) end
+  local pid = p:pid()
   local pf = io.open(dir .. "/pid", "wb")
   if pf then pf:write(tostring(pid)) pf:close() end
-  return { dir = dir, pid = pid, entries = list }
+  return { dir = dir, proc = p, pid = pid, entries = list }
 end
 
 -- How far it got: { entries, compiled, failed, running }.
 function M.status(h)
-  local s = { entries = #h.entries, compiled = 0, failed = 0, running = h.pid ~= nil and alive(h.pid) }
+  local s = { entries = #h.entries, compiled = 0, failed = 0, running = h.proc ~= nil and h.proc:alive() or false }
   for _, e in ipairs(h.entries) do
-    local r = read_json(h.dir .. "/" .. e.key .. ".done")
+    local r = h.dir and read_json(h.dir .. "/" .. e.key .. ".done")
     if r and r.ok then s.compiled = s.compiled + 1 elseif r then s.failed = s.failed + 1 end
   end
   return s
 end
 
--- Stops the precompiler (whatever it still compiles is left to the judges) and removes its folder.
+-- Stops the precompiler (what it still compiles is left to the judges) and removes its folder.
 function M.stop(h)
   if not h then return end
-  if h.pid then
-    if sys.wait(h.pid) == false then sys.kill(h.pid, "TERM") end
-    local t0 = wall()
-    while sys.wait(h.pid) == false and wall() - t0 < 5 do sys.sleep(0.02) end
-    if sys.wait(h.pid) == false then sys.kill(h.pid, "KILL") sys.wait(h.pid, true) end
-    h.pid = nil
-  end
+  if h.proc then h.proc:kill(); h.proc:wait(5000); h.proc = nil end
   if h.dir then sys.rmtree(h.dir) h.dir = nil end
 end
 
