@@ -1274,7 +1274,7 @@ function Judge:baselines(st, sym, opts)
         self.pool:put_all(io); self.pool:put_all(ref_in)
         if c then
           extra = { mode = c.mode, asked = c.asked, failed = c.failed, compile_seconds = c.seconds,
-            compile_cache_hits = c.fx_hits, compile_cache_misses = c.fx_misses,
+            compile_cache_hits = c.fx_hits, compile_cache_misses = c.fx_misses, checked_against_eager = c.checked,
             precompiled = precompiled,
             precompile_wait_seconds = pre and pre.waited or nil }
         else

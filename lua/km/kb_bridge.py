@@ -1065,16 +1065,31 @@ def compile_model(i, bufs, mode="max-autotune-no-cudagraphs", stream=0, fallback
     base = _problem(i, memory=True)
     p = _variant(base, bufs)
     modes = [mode] + ([fallback] if fallback and fallback != mode else [])
-    failed = []
+    failed, mismatch = [], False
     args = _args(p, bufs)
+    tol = 10 * _TOLERANCE[p.precision]
     for m in modes:
         t0 = time.perf_counter()
         h0, m0 = _cache_counts()
+        diff, checked = None, False
         try:
             cm = torch.compile(p.model, mode=None if m == "default" else m)
             with _stream_ctx(p, stream):
-                for _ in range(2):
-                    p._forward(args, cm)
+                p._forward(args, cm)
+                got, _ = p._forward(args, cm)
+                # what it computes is the model's: its outputs against eager's on the same
+                # inputs (a compiled graph from a cache — km.precompile's, inductor's own —
+                # that computed something else would time the wrong work)
+                _seed(p.seed)
+                want, _ = p._forward(args)
+                _seed(p.seed + 1)
+                again, _ = p._forward(args)
+                # a model that draws random numbers (dropout in training mode) gives other
+                # outputs each run, compiled or not: not checked
+                checked = _mismatch(want, again, tol) is None
+                if checked:
+                    diff = _mismatch(got, want, tol)
+                got = want = again = None
                 if p.device.type == "cuda":
                     torch.cuda.synchronize(p.device)
         except BaseException as e:
@@ -1086,14 +1101,41 @@ def compile_model(i, bufs, mode="max-autotune-no-cudagraphs", stream=0, fallback
             except Exception:
                 pass
             continue
+        if diff is not None:
+            mismatch = True
+            failed.append("%s: its outputs differ from eager's (%s)" % (m, diff))
+            try:
+                torch._dynamo.reset()
+            except Exception:
+                pass
+            continue
         p.compiled = base.compiled = cm
         h1, m1 = _cache_counts()
         p.compile_info = base.compile_info = {"mode": m, "asked": mode,
                                               "seconds": time.perf_counter() - t0, "failed": failed,
-                                              "fx_hits": h1 - h0, "fx_misses": m1 - m0}
+                                              "fx_hits": h1 - h0, "fx_misses": m1 - m0,
+                                              "checked": checked}
         return p.compile_info
+    # a mismatch is not kept as unavailable (km.judge keeps COMPILE_FAILED): measured again
     raise ProblemError("torch.compile failed in every mode tried: " + "; ".join(failed),
-                       "COMPILE_FAILED")
+                       "COMPILE_MISMATCH" if mismatch else "COMPILE_FAILED")
+
+
+def _mismatch(got, want, tol):
+    """None where the outputs agree within tol (atol = rtol); else what differs."""
+    if len(got) != len(want):
+        return "%d outputs, eager %d" % (len(got), len(want))
+    for k, (g, w) in enumerate(zip(got, want)):
+        if tuple(g.shape) != tuple(w.shape):
+            return "output %d has shape %s, eager %s" % (k, list(g.shape), list(w.shape))
+        if g.is_floating_point() or w.is_floating_point():
+            gf, wf = g.detach().float(), w.detach().float()
+            if not torch.allclose(gf, wf, rtol=tol, atol=tol, equal_nan=True):
+                d = (gf - wf).abs().nan_to_num(float("inf")).max().item()
+                return "output %d: max abs difference %.3g, tolerance %.3g" % (k, d, tol)
+        elif not torch.equal(g, w):
+            return "output %d differs" % k
+    return None
 
 
 # torch.compile modes whose compiling runs nothing on the GPU (the max-autotune modes
@@ -1145,6 +1187,28 @@ def _cache_counts():
         return counters["inductor"]["fxgraph_cache_hit"], counters["inductor"]["fxgraph_cache_miss"]
     except Exception:
         return 0, 0
+
+
+def _cuda_constants(gm):
+    """Whether graph gm computes a tensor on the GPU from constants alone (a constructor, a
+    module constant, and what follows from them): what inductor's constant folding runs."""
+    const = {}
+    for n in gm.graph.nodes:
+        if n.op == "get_attr":
+            const[n] = True
+            x = gm
+            for a in str(n.target).split("."):
+                x = getattr(x, a, None)
+            if isinstance(x, torch.Tensor) and x.device.type == "cuda":
+                return True
+        elif n.op in ("call_function", "call_method", "call_module"):
+            const[n] = all(const.get(i, False) for i in n.all_input_nodes)
+            v = n.meta.get("val")
+            if const[n] and isinstance(v, torch.Tensor) and v.device.type == "cuda":
+                return True
+        else:
+            const[n] = False
+    return False
 
 
 def _empty_attrs(model, device):
@@ -1208,10 +1272,25 @@ def precompile(i, mode="default", device="cuda"):
 
     bench = _module("torch._inductor.runtime.benchmarking")
     pad = _module("torch._inductor.fx_passes.pad_mm")
+    joint = _module("torch._inductor.fx_passes.joint_graph")
+    fold = getattr(joint, "constant_fold_uniform_value", None)
+
+    def fold_on_host_only(gm, *a, **kw):
+        # inductor folds constants by running them (a fill, then a read back): on the GPU
+        # where they live there
+        if _cuda_constants(gm):
+            raise _NoGPUWork()
+        return fold(gm, *a, **kw)
+
     done = None
+    # what runs work on the GPU while inductor compiles, each refused: pad_mm benchmarks a
+    # padded matmul against the plain one (its entry points across torch versions), the
+    # benchmarker itself, and constant folding on the GPU
     with _patched((cfx, "compile_fx", compile_then_stop),
-                  (pad, "get_do_bench", refuse),
-                  (getattr(bench, "benchmarker", None), "benchmark_gpu", refuse)):
+                  (pad, "get_do_bench", refuse), (pad, "should_pad_bench", refuse),
+                  (pad, "_should_pad_bench", refuse), (pad, "_should_pad", refuse),
+                  (getattr(bench, "benchmarker", None), "benchmark_gpu", refuse),
+                  (joint, "constant_fold_uniform_value", fold_on_host_only)):
         try:
             cm = t.compile(model, mode=None if mode == "default" else mode)
             with t.no_grad():  # as Problem._forward calls the model

@@ -65,7 +65,7 @@ M.OPTIONS = {
     aliases = { "gpu" } },
   { "seeds", "N", "verify trials per shape (the last on a fresh seed each evaluation)", type = "positive", default = 3 },
   { "timeout", "S", "seconds per candidate before it is stopped", type = "seconds", default = 120 },
-  { "jobs", "N", "episodes in flight at once (default 2 per GPU worker)", type = "positive" },
+  { "jobs", "N", "episodes in flight at once (default 4 per GPU worker)", type = "positive" },
   { "budget-requests", "N", "stop cleanly after N model requests", type = "positive" },
   { "budget-tokens", "N", "stop cleanly after N tokens", type = "positive" },
   { "budget-dollars", "X", "stop cleanly after X dollars (needs --prices)", type = "nonneg" },

@@ -341,7 +341,10 @@ function M.run(opts)
   local t0 = wall()
   -- SIGINT/SIGTERM: no traceback; the loop stops, what was in flight is marked interrupted
   sig.catch()
-  local running, next_item = schedule(todo, env, clients, opts.jobs or math.max(2, 2 * (pool and #pool.slots or 1)),
+  -- 4 episodes per GPU worker by default: while one is judged, the others compile their next
+  -- candidates (NVRTC: a few hundred ms each with an empty cache) or wait for the model, and
+  -- the driver compiles the waiting ones ahead; with 2 the GPU waited for compiles (bench/RESULTS.md)
+  local running, next_item = schedule(todo, env, clients, opts.jobs or math.max(2, 4 * (pool and #pool.slots or 1)),
     tally, printer(todo, tally, args.quiet))
   local interrupted = sig.caught()
   sig.release()

@@ -225,6 +225,21 @@ print(require("km.json").encode(r))
   t.eq(res2.fx_misses, 1)
 end)
 
+torch_test("torch.compile's outputs are checked against eager's: a compiled graph that computes otherwise is refused", function()
+  local path = testing.problem(DIR .. "/c", "3_Compiled_Otherwise", { sizes = "", inputs = "torch.randn(16, 16)",
+    body = "if torch.compiler.is_compiling():\n    return x + 1\n", returns = "x" })
+  local prob = assert(kb.load(path, { device = "cpu" }))
+  local s = assert(prob:spec())
+  local io_ = {}
+  for _, x in ipairs(s.inputs) do io_[x.name] = kb.host_buffer(x.dtype, x.shape) end
+  for _, x in ipairs(s.outputs) do io_[x.name] = kb.host_buffer(x.dtype, x.shape) end
+  local r, msg, code = prob:compile(io_, { mode = "default", fallback = false })
+  prob:release()
+  t.eq(r, nil)
+  t.eq(code, "COMPILE_MISMATCH", msg)
+  t.ok(tostring(msg):find("differ from eager", 1, true), msg)
+end)
+
 torch_test("precompile refuses a problem not on meta, and a mode that benchmarks on the GPU", function()
   local path = testing.problem(DIR .. "/q", "19_ReLU", { sizes = "", inputs = "torch.randn(8, 8)" })
   local p = assert(kb.load(path, { device = "cpu" }))
