@@ -17,8 +17,7 @@ local wall = require("km.timing").wall
 
 local DIR = testing.tmpdir()
 local GPU = tonumber(os.getenv("KM_TEST_GPU") or "0")
-local ROOT = testing.paths()
-local PY = os.getenv("KM_PYTHON") or "python3"
+local ROOT, KMRUN = testing.paths()
 
 local function task_dirs()
   local out = {}
@@ -29,47 +28,34 @@ local function task_dirs()
 end
 
 t.test("precompiling runs nothing on the GPU (CUPTI's record, every task's reference.py and a padded matmul)", function()
+  -- bench/precompile_gpu_work.lua: each problem precompiled under torch.profiler (CUDA activity)
   local mm = testing.problem(DIR .. "/p", "1_Misaligned_Matmul", { forward = "a, b", returns = "torch.matmul(a, b)",
     sizes = "M = 4095\nK = 4093\nN = 4091", inputs = "torch.randn(M, K), torch.randn(K, N)" })
-  local script = DIR .. "/probe.py"
-  testing.write(script, [[
-import json, sys
-sys.path.insert(0, sys.argv[1])
-import kb_bridge as kb
-import torch
-from torch.profiler import profile, ProfilerActivity
-device = sys.argv[2]
-for arg in sys.argv[3:]:
-    path, precision = arg.split("#")
-    r = kb.load(path, precision, "meta", 42, False, None)
-    if "error" in r:
-        print(json.dumps({"path": path, "ok": False, "code": r.get("code"), "why": r["error"][:200], "gpu": 0}))
-        continue
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        res = kb.precompile(r["id"], "default", device)
-    gpu = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-    print(json.dumps({"path": path, "ok": "error" not in res, "code": res.get("code"), "why": res.get("error", "")[:200],
-                      "gpu": len(gpu), "names": gpu[:5]}), flush=True)
-]])
-  local args = { mm .. "#fp16" }
-  for _, d in ipairs(task_dirs()) do args[#args + 1] = d .. "/reference.py#fp32" end
-  local out, err, rc = testing.run(("TORCHINDUCTOR_CACHE_DIR=%s CUDA_VISIBLE_DEVICES=%d %s %s %s/lua/km cuda:0 %s"):format(
-    DIR .. "/inductor-probe", GPU, PY, script, ROOT, table.concat(args, " ")))
-  t.eq(rc, 0, err:sub(-2000))
-  local n, ok, any, refused = 0, 0, 0, {}
-  for line in out:gmatch("[^\n]+") do
-    local r = json.decode(line)
-    if type(r) == "table" and r.path then
-      n = n + 1
-      if r.ok then ok = ok + 1 elseif r.code == "GPU_WORK" then refused[#refused + 1] = r.path:match("[^/]+/[^/]+$") end
-      if r.gpu ~= 0 then any = any + 1 t.diag(("%s: %d GPU activities: %s"):format(r.path, r.gpu, json.encode(r.names))) end
-      if not r.ok then t.note(("%s: not compiled (%s): %s"):format(r.path, tostring(r.code), r.why)) end
+  local function probe(paths, precision)
+    local out, err, rc = testing.run(("cd %s && %s bench/precompile_gpu_work.lua %s --precision %s --json"):format(
+      ROOT, KMRUN, table.concat(paths, " "), precision))
+    local rows = {}
+    for line in out:gmatch("[^\n]+") do
+      local r = line:match("^{") and json.decode(line)
+      if type(r) == "table" and r.path then rows[#rows + 1] = r end
     end
+    return rows, out, err, rc
   end
-  t.eq(n, #args, "every problem reported")
-  t.eq(any, 0, "no kernel, copy or fill on the GPU while precompiling")
-  t.ok(ok >= #args - 5, ("%d of %d compiled ahead"):format(ok, #args))
-  t.note(("%d of %d compiled ahead; refused as GPU work: %s"):format(ok, #args, #refused > 0 and table.concat(refused, ", ") or "none"))
+  local rows, out, err, rc = probe({ ROOT .. "/tasks" }, "fp32")
+  t.eq(rc, 0, out .. err:sub(-1500))
+  local ok, refused = 0, {}
+  for _, r in ipairs(rows) do
+    t.eq(r.gpu, 0, r.path .. ": " .. json.encode(r.names or {}))
+    if r.ok then ok = ok + 1 elseif r.code == "GPU_WORK" then refused[#refused + 1] = r.path end
+  end
+  t.ok(#rows >= 40, #rows .. " problems")
+  t.ok(ok >= #rows - 5, ("%d of %d compiled ahead"):format(ok, #rows))
+  t.note(("tasks: %d of %d compiled ahead; refused as GPU work: %s"):format(ok, #rows, #refused > 0 and table.concat(refused, ", ") or "none"))
+  -- inductor would benchmark a padded matmul against the plain one: refused before any of it
+  local mrows, mout, merr = probe({ mm }, "fp16")
+  t.eq(#mrows, 1, mout .. merr:sub(-1500))
+  t.eq(mrows[1] and mrows[1].gpu, 0, json.encode(mrows[1] or {}))
+  t.note("a misaligned fp16 matmul: " .. (mrows[1] and (mrows[1].ok and "compiled ahead" or tostring(mrows[1].code)) or "?"))
 end)
 
 local function pool(env, entries)

@@ -19,6 +19,7 @@ local FILES = {
   ["eager_timing.lua"] = "gpu_lua", ["kernelbench_refs.lua"] = "gpu_lua", ["pytorch_cost.lua"] = "gpu_lua",
   ["need_gpu.lua"] = "gpu_lua", ["launch_lua.lua"] = "gpu_lua", ["headline.lua"] = "gpu_lua",
   ["eval_stages.lua"] = "gpu_lua", ["gate_ab.lua"] = "gpu_lua", ["measure_profile.lua"] = "gpu_lua",
+  ["precompile_gpu_work.lua"] = "gpu_lua",
   ["smollm2_summary.lua"] = "cpu_lua", ["kernelbench_lint_table.lua"] = "cpu_lua", ["launch_ffi.lua"] = "luajit",
   ["gpu_run.sh"] = "gpu_sh", ["gpu_sweeps.sh"] = "gpu_sh", ["kernelbench_gpu.sh"] = "gpu_sh",
   ["kernelbench_lint.sh"] = "gpu_sh", ["launch_overhead.sh"] = "gpu_sh", ["smollm2.sh"] = "cpu_sh",
@@ -31,12 +32,12 @@ local GPU_ARGS = {
   ["eager_timing.lua"] = "tasks/l1_relu/reference.py", ["kernelbench_refs.lua"] = "/tmp",
   ["need_gpu.lua"] = "bench/need_gpu.lua", ["kernelbench_gpu.sh"] = "/tmp", ["launch_overhead.sh"] = BUILD,
   ["kernelbench_lint.sh"] = "/tmp", ["eval_stages.lua"] = "tasks/l1_relu/reference.py",
-  ["gate_ab.lua"] = "tasks/l1_relu", ["kb_harness.sh"] = "/tmp",
+  ["gate_ab.lua"] = "tasks/l1_relu", ["kb_harness.sh"] = "/tmp", ["precompile_gpu_work.lua"] = "tasks/l1_relu",
 }
 -- scripts whose arguments km.args reads (an unknown option is exit status 2)
 local ARGS_PARSER = { ["core.lua"] = 1, ["eval.lua"] = 1, ["baselines_table.lua"] = 1, ["eager_timing.lua"] = 1,
   ["kernelbench_refs.lua"] = 1, ["pytorch_cost.lua"] = 1, ["smollm2_summary.lua"] = 1, ["headline.lua"] = 1,
-  ["eval_stages.lua"] = 1, ["gate_ab.lua"] = 1, ["measure_profile.lua"] = 1 }
+  ["eval_stages.lua"] = 1, ["gate_ab.lua"] = 1, ["measure_profile.lua"] = 1, ["precompile_gpu_work.lua"] = 1 }
 
 t.test("every file in bench/ has a smoke test here", function()
   local p = io.popen("ls -1 '" .. ROOT .. "/bench'")
