@@ -449,7 +449,7 @@ class Problem:
             if not callable(mod.__dict__[fn]):
                 raise ProblemError("%s: %s is not a function" % (self.path, fn), "NOT_A_PROBLEM")
         with torch.no_grad(), self._device_ctx():
-            torch.manual_seed(self.seed)
+            self._manual_seed(self.seed)
             try:
                 init = mod.get_init_inputs()
             except BaseException as e:
@@ -459,7 +459,7 @@ class Problem:
                                    % (self.path, type(init).__name__), "BAD_INPUTS")
             init = [self._cast(x) for x in init]
             self.init_args = [_describe(x) for x in init]
-            torch.manual_seed(self.seed)
+            self._manual_seed(self.seed)
             try:
                 model = Model(*init)
             except BaseException as e:
@@ -469,6 +469,21 @@ class Problem:
                 self._cast_attrs(self.model)
             except BaseException as e:
                 raise self._fail("moving the model to %s %s" % (self.device, self.precision), e)
+
+    def _manual_seed(self, seed):
+        """torch.manual_seed; on the meta device the CPU generator's alone: torch.manual_seed
+        queues seeding for CUDA where it is not started, which runs (copies to the GPU) when
+        something starts it — km.precompile, that must run nothing there."""
+        if self.device.type == "meta":
+            torch.default_generator.manual_seed(seed)
+        else:
+            torch.manual_seed(seed)
+
+    def _seed(self, seed):
+        if self.device.type == "meta":
+            torch.default_generator.manual_seed(seed)
+        else:
+            _seed(seed)
 
     def _cast_attrs(self, model):
         """Floating tensors a module keeps as plain attributes (an RNN's h0, alone or in a
@@ -493,7 +508,7 @@ class Problem:
     def _inputs(self, seed):
         """get_inputs() under the seed, made on the problem's device and cast."""
         with torch.no_grad(), self._device_ctx():
-            _seed(seed)
+            self._seed(seed)
             out = [self._cast(x) for x in self._get_inputs()]
         self.scalars = {k: x for k, x in enumerate(out) if not isinstance(x, torch.Tensor)}
         return out
@@ -1189,6 +1204,28 @@ def _cache_counts():
         return 0, 0
 
 
+_TENSOR_FROM_VALUES = ("tensor", "as_tensor", "scalar_tensor", "from_numpy")
+
+
+def _tensors_from_values(path):
+    """The first call inside a function named forward, in the file at path, that makes a
+    tensor from Python values (torch.tensor(0.0, device=x.device)), as "line N: torch.tensor";
+    None where there is none (or the file does not parse)."""
+    import ast
+    try:
+        with open(path, "rb") as f:
+            tree = ast.parse(f.read())
+    except (OSError, SyntaxError, ValueError):
+        return None
+    for fn in ast.walk(tree):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and fn.name == "forward":
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                        node.func.attr in _TENSOR_FROM_VALUES:
+                    return "line %d: .%s" % (node.lineno, node.func.attr)
+    return None
+
+
 def _cuda_constants(gm):
     """Whether graph gm computes a tensor on the GPU from constants alone (a constructor, a
     module constant, and what follows from them): what inductor's constant folding runs."""
@@ -1243,6 +1280,12 @@ def precompile(i, mode="default", device="cuda"):
     p = _problem(i)
     if p.device.type != "meta":
         raise ProblemError("precompile: the problem must be loaded on the meta device")
+    made = _tensors_from_values(p.path)
+    if made:
+        # dynamo and AOTAutograd make such a tensor for real on the model's device while
+        # they trace (a copy to the GPU, then one on it)
+        raise ProblemError("precompile: forward makes a tensor from Python values (%s); left to "
+                           "the judge" % made, "GPU_WORK")
     if mode not in PRECOMPILE_MODES:
         raise ProblemError("precompile: mode %r runs work on the GPU while it compiles (modes: %s)"
                            % (mode, ", ".join(PRECOMPILE_MODES)))

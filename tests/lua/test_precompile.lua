@@ -240,6 +240,40 @@ torch_test("torch.compile's outputs are checked against eager's: a compiled grap
   t.ok(tostring(msg):find("differ from eager", 1, true), msg)
 end)
 
+torch_test("precompile refuses a forward that makes tensors from Python values (made on the GPU as it traces)", function()
+  local path = testing.problem(DIR .. "/v", "93_Min_Const", { sizes = "", inputs = "torch.randn(8, 8)",
+    returns = "torch.min(x, torch.tensor(0.0, device=x.device))" })
+  local m = assert(kb.load(path, { device = "meta" }))
+  local r, msg, code = m:precompile { device = "cpu" }
+  m:release()
+  t.eq(r, nil)
+  t.eq(code, "GPU_WORK", msg)
+  t.ok(tostring(msg):find("line %d+: %.tensor"), msg)
+end)
+
+torch_test("a problem loaded on the meta device queues no seeding for CUDA (it would copy to the GPU when CUDA starts)", function()
+  local path = testing.problem(DIR .. "/s", "5_Seeded", { args = "n", init = "self.lin = torch.nn.Linear(n, n)",
+    returns = "self.lin(x)", sizes = "", inputs = "torch.randn(4, 8)", init_inputs = "8" })
+  local out, err, rc = testing.run(([[%s -c '
+import sys; sys.path.insert(0, "%s/lua/km")
+import kb_bridge as kb, torch
+calls = [0]
+seed_all = torch.cuda.manual_seed_all
+def counted(seed):
+    calls[0] += 1
+    return seed_all(seed)
+torch.cuda.manual_seed_all = counted
+r = kb.load("%s", "fp32", "meta", 42, False, None); kb.spec(r["id"], 7)
+meta = calls[0]
+r2 = kb.load("%s", "fp32", "cpu", 42, False, None); kb.spec(r2["id"], 7)
+print("queued", meta, calls[0] - meta)
+']]):format(os.getenv("KM_PYTHON") or "python3", ROOT, path, path))
+  t.eq(rc, 0, err)
+  local meta, cpu = out:match("queued (%d+) (%d+)")
+  t.eq(meta, "0", out .. err)
+  t.ok(tonumber(cpu) and tonumber(cpu) > 0, "the CPU load still seeds as before (torch.manual_seed): " .. out)
+end)
+
 torch_test("precompile refuses a problem not on meta, and a mode that benchmarks on the GPU", function()
   local path = testing.problem(DIR .. "/q", "19_ReLU", { sizes = "", inputs = "torch.randn(8, 8)" })
   local p = assert(kb.load(path, { device = "cpu" }))
