@@ -1,7 +1,8 @@
 -- bench/precompile_gpu_work.lua — whether km.precompile runs anything on the GPU: each
 -- problem file (a KernelBench problem, a task's reference.py) is precompiled as the pool's
 -- precompiler does it (kb_bridge.precompile, mode default), under torch.profiler with CUDA
--- activity (CUPTI), in one Python process with an empty inductor cache. Per problem: compiled
+-- activity (CUPTI), in one Python process with an empty inductor cache, after the
+-- precompiler's warm-up (its first compile, whose GPU work is reported apart). Per problem: compiled
 -- ahead, refused (inductor would have run work on the GPU: left to the judge) or not compiled,
 -- and the kernels, copies and fills CUPTI saw while it ran — which must be none, whatever the
 -- outcome.
@@ -57,6 +58,12 @@ import kb_bridge as kb
 import torch
 from torch.profiler import profile, ProfilerActivity
 precision = sys.argv[2]
+# the precompiler's first compile, as it starts (torch's one-time set-up): reported apart
+with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    w = kb.precompile_warm_up("cuda:0")
+gpu = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+print(json.dumps({"warm_up": True, "ok": "error" not in w, "why": w.get("error", ""), "gpu": len(gpu),
+                  "names": sorted(set(gpu))[:5]}), flush=True)
 for path in sys.argv[3:]:
     r = kb.load(path, precision, "meta", 42, False, None)
     if "error" in r:
@@ -77,9 +84,10 @@ for i, p in ipairs(files) do list[i] = "'" .. p:gsub("'", "'\\''") .. "'" end
 local cmd = ("TORCHINDUCTOR_CACHE_DIR=%s/inductor CUDA_VISIBLE_DEVICES=%d %s %s %s/lua/km %s %s 2>%s/stderr.txt")
   :format(tmp, dev.index or 0, py, probe, ROOT, a.precision, table.concat(list, " "), tmp)
 local p = assert(io.popen(cmd))
-local rows = {}
+local rows, warm = {}, nil
 for line in p:lines() do
   local r = json.decode(line)
+  if type(r) == "table" and r.warm_up then warm = r if a.json then print(line) end end
   if type(r) == "table" and r.path then
     rows[#rows + 1] = r
     if a.json then print(line) end
@@ -107,6 +115,10 @@ say("| problems | compiled ahead | refused (GPU work) | not compiled (other) | w
 say("| --- | --- | --- | --- | --- | --- |")
 say("| %d | %d | %d | %d | %d | %.1f |", #rows, n.ok, n.refused, n.other, n.gpu, n.seconds)
 say("")
+if warm then
+  say("The precompiler's first compile (a one-line function, as it starts: torch's one-time set-up): %s; GPU work seen: %d (%s)",
+    warm.ok and "compiled" or ("failed: " .. tostring(warm.why)), warm.gpu or 0, table.concat(warm.names or {}, "; "))
+end
 if #refused > 0 then say("Refused: %s", table.concat(refused, ", ")) end
 if #other > 0 then say("Not compiled: %s", table.concat(other, ", ")) end
 if #gpu > 0 then say("GPU work seen: %s", table.concat(gpu, "; ")) end

@@ -1303,6 +1303,35 @@ def precompile(i, mode="default", device="cuda"):
         else:
             meta = p.input_meta[k]
             args.append(t.empty(tuple(meta.shape), dtype=meta.dtype, device=dev))
+    try:
+        done = _compile_and_stop(t, model, args, mode)
+    finally:
+        args = model = None
+    h1, m1 = _cache_counts()
+    if not done:
+        raise ProblemError("precompile: the compiled graph would have run", "COMPILE_FAILED")
+    return {"seconds": time.perf_counter() - t0, "fx_hits": h1 - h0, "fx_misses": m1 - m0}
+
+
+@_api
+def precompile_warm_up(device="cuda"):
+    """The first compile in a process, of a one-line function on an empty tensor: torch's
+    one-time set-up for compiling (inductor's pattern tables: CUPTI shows 24 small copies to
+    and on the GPU there) done as a precompiler starts, not inside a task's compile. Returns
+    {"seconds"}."""
+    t = _torch()
+    t0 = time.perf_counter()
+    m = t.nn.Sequential(t.nn.ReLU())
+    x = t.empty((64,), dtype=t.float32, device=t.device(device))
+    if not _compile_and_stop(t, m, [x], "default"):
+        raise ProblemError("precompile_warm_up: the compiled graph would have run", "COMPILE_FAILED")
+    return {"seconds": time.perf_counter() - t0}
+
+
+def _compile_and_stop(t, model, args, mode):
+    """torch.compile(model, mode) called on args as Problem._forward calls a model, with
+    inductor stopped once the graph is compiled into its caches: True. Raises ProblemError
+    GPU_WORK where inductor would run work on the GPU, COMPILE_FAILED where it fails."""
     cfx = importlib.import_module("torch._inductor.compile_fx")
     compile_fx = cfx.compile_fx
 
@@ -1347,21 +1376,19 @@ def precompile(i, mode="default", device="cuda"):
                 done = True
             elif any(isinstance(x, _NoGPUWork) for x in chain):
                 raise ProblemError("precompile: inductor would run work on the GPU while "
-                                   "compiling (it benchmarks a choice); left to the judge", "GPU_WORK")
+                                   "compiling (a benchmark, or constants folded there); left to "
+                                   "the judge", "GPU_WORK")
             elif isinstance(e, KeyboardInterrupt):
                 raise
             else:
                 raise ProblemError("precompile: " + _first_line(e), "COMPILE_FAILED")
         finally:
+            cm = None
             try:
                 t._dynamo.reset()
             except Exception:
                 pass
-    args = model = cm = None
-    if not done:
-        raise ProblemError("precompile: the compiled graph would have run", "COMPILE_FAILED")
-    h1, m1 = _cache_counts()
-    return {"seconds": time.perf_counter() - t0, "fx_hits": h1 - h0, "fx_misses": m1 - m0}
+    return done
 
 
 @_api

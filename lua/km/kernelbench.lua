@@ -293,6 +293,19 @@ function Problem:precompile(opts)
   return call("precompile", id, opts.mode or "default", device)
 end
 
+-- The first compile of a process (torch's one-time set-up for compiling, which copies to the
+-- GPU), on a one-line function: km.precompile's, as its process starts. opts.device as
+-- Problem:precompile's. -> { seconds } | nil, message, CODE
+function M.precompile_warm_up(opts)
+  local device = opts and opts.device or "cuda"
+  if device == "cuda" then
+    local d, why = kmrun_device()
+    if not d then return nil, tostring(why), "NO_CUDA" end
+    device = d
+  end
+  return call("precompile_warm_up", device)
+end
+
 -- The model's parameters and buffers (state_dict, non-persistent buffers too) into io.
 function Problem:write_params(io, opts)
   local id = check(self)

@@ -174,6 +174,10 @@ function M.main(dir, device)
   local version = kb.version()
   local bdir = require("km.baseline").dir()
   local log = io.open(dir .. "/log", "ab") -- a line per entry (stdout is the pool's pipe)
+  -- torch's one-time set-up for compiling copies to the GPU (24 small copies on the H200):
+  -- done first, as the workers start, not inside a task's compile
+  local w, werr = kb.precompile_warm_up { device = device or plan.device or "cuda" }
+  if log then log:write(w and fmt("warmed up in %.2f s\n", w.seconds) or ("warm-up failed: " .. tostring(werr) .. "\n")) end
   for _, e in ipairs(plan.entries or {}) do
     if claim(dir, e.key, "precompiler") then
       local okc, res = pcall(compile_one, kb, e, device or plan.device or "cuda")
