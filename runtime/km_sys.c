@@ -12,7 +12,9 @@
  *   sys.cpu_count()               -> n  (the CPUs this process may run on, as nproc counts them)
  *   sys.realpath(path)            -> absolute path | nil, msg, "NOT_FOUND"
  *   sys.spawn(argv [, opts])      -> pid | nil, msg, CODE      (opts: env = { NAME = value } added,
- *                                    stdout/stderr = "inherit" | "null"; stdin is /dev/null)
+ *                                    stdout/stderr = "inherit" | "null"; stderr_file = a path its
+ *                                    stderr is appended to; session = true: a session of its own,
+ *                                    so a Ctrl-C at this terminal does not reach it; stdin is /dev/null)
  *   sys.wait(pid [, block])       -> false (still running) | true, "exit" | "signal", n | nil, msg, CODE
  *   sys.kill(pid [, "TERM" | "KILL" | "INT" | 0]) -> true | nil, msg, CODE
  *   sys.sleep(seconds)
@@ -252,6 +254,13 @@ static int l_spawn(lua_State *L) {
   if (!lua_isnoneornil(L, 2)) luaL_checktype(L, 2, LUA_TTABLE);
   lua_settop(L, 2);
   const char *outmode = fd_mode(L, "stdout"), *errmode = fd_mode(L, "stderr");
+  const char *errfile = km_optfield_str(L, 2, "stderr_file", NULL);
+  int session = 0;
+  if (lua_istable(L, 2)) {
+    lua_getfield(L, 2, "session");
+    session = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+  }
   if (lua_istable(L, 2)) lua_getfield(L, 2, "env");
   else lua_pushnil(L);
   if (!lua_isnil(L, 3) && !lua_istable(L, 3)) luaL_error(L, "spawn: env must be a table");
@@ -262,9 +271,10 @@ static int l_spawn(lua_State *L) {
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
   if (!strcmp(outmode, "null")) posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-  if (!strcmp(errmode, "null")) posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  if (errfile) posix_spawn_file_actions_addopen(&fa, 2, errfile, O_WRONLY | O_CREAT | O_APPEND, 0600);
+  else if (!strcmp(errmode, "null")) posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
   posix_spawnattr_t attr;
-  km_spawnattr_init(&attr, 0);
+  km_spawnattr_init(&attr, session ? POSIX_SPAWN_SETSID : 0);
   pid_t pid;
   int rc = posix_spawnp(&pid, argv[0], &fa, &attr, (char *const *)argv, (char *const *)envp);
   posix_spawn_file_actions_destroy(&fa);

@@ -169,6 +169,38 @@ function M.eval(gpu, task, cand, opts, o)
   end
 end
 
+-- Starts a kmrun serve on GPU gpu, apart from this process (a session of its own: a Ctrl-C
+-- here does not reach it; it stops itself after its idle time), and waits until it answers
+-- (kmrun eval --serve). o: socket (default M.socket_path(gpu)), idle (seconds), wait_s (how
+-- long to wait for it, default 120), argv (the command to start instead of `kmrun serve ...`).
+-- Its log goes to the socket's path .. ".log". -> pid | nil, why
+function M.start(gpu, o)
+  o = o or {}
+  local path = o.socket or M.socket_path(gpu)
+  local dir = path:match("^(.*)/[^/]+$")
+  if dir and not sys.readdir(dir) then
+    local ok, why = sys.mkdir(dir, 448) -- 0700: this user's
+    if not ok then return nil, why end
+  end
+  local argv = o.argv or { package.km_exe, "serve", "--gpu", tostring(gpu), "--socket", path,
+    "--idle", tostring(o.idle or M.IDLE) }
+  local log = path .. ".log"
+  local pid, err = sys.spawn(argv, { stdout = "null", stderr_file = log, session = true })
+  if not pid then return nil, tostring(err) end
+  local t0 = require("km.timing").wall()
+  while require("km.timing").wall() - t0 < (o.wait_s or 120) do
+    if M.hello(path) then return pid end
+    if sys.wait(pid) ~= false then -- it ended: its log says why
+      local text = read(log)
+      local last = text:match("([^\n]+)\n*$") or "no output"
+      return nil, "the kmrun serve it started ended: " .. last .. " (" .. log .. ")"
+    end
+    sys.sleep(0.05)
+  end
+  sys.kill(pid, "TERM")
+  return nil, fmt("the kmrun serve it started did not answer within %d s (%s)", o.wait_s or 120, log)
+end
+
 M.HINT_SECONDS = 2 -- torch's import took this long or more in a worker of kmrun eval's own: say kmrun serve exists
 
 -- What `kmrun eval` says after judging in a worker of its own whose torch import took
@@ -177,7 +209,8 @@ M.HINT_SECONDS = 2 -- torch's import took this long or more in a worker of kmrun
 function M.hint(torch_s, served_why)
   if served_why or type(torch_s) ~= "number" or torch_s < M.HINT_SECONDS then return nil end
   return fmt("kmrun eval: importing torch took %.1f s of this evaluation; `kmrun serve &` keeps a GPU worker with "
-    .. "torch imported, and later kmrun evals use it (docs/eval.md, \"A resident worker\")", torch_s)
+    .. "torch imported, and later kmrun evals use it; `kmrun eval --serve` starts one where none runs (docs/eval.md, "
+    .. "\"A resident worker\")", torch_s)
 end
 
 -- The server: a km.eval pool on GPU o.gpu, its worker importing torch as it starts. o:

@@ -5,7 +5,8 @@
 -- candidate that loses the context gets `crashed` and the next served evaluation is judged
 -- by a fresh worker; a problem file edited on disk is judged as edited (a fresh worker: the
 -- old one keeps the model it loaded); `kmrun serve --stop` ends it, and a `kmrun eval` whose
--- own worker was slow to import torch says `kmrun serve` exists. The seconds are noted.
+-- own worker was slow to import torch says `kmrun serve` exists; `kmrun eval --serve` starts
+-- a server where none runs, and the next one is judged by it. The seconds are noted.
 local t = require "km.tap"
 local testing = require "km.testing"
 testing.require_torch(t, { gpu = true })
@@ -108,6 +109,24 @@ t.test("kmrun serve --stop: the server ends and removes its socket", function()
   t.eq(rc2, 0, out2 .. err2)
   local secs = tonumber(err2:match("importing torch[%.:]+ ([%d%.]+) s"))
   t.eq(has(err2, "`kmrun serve &`"), (secs or 0) >= serve.HINT_SECONDS, "the hint, after an import of " .. tostring(secs) .. " s: " .. err2)
+end)
+
+t.test("kmrun eval --serve: starts a server where none runs; the next kmrun eval is judged by it", function()
+  t.eq(select(3, require("km.proc").connect(SOCK)), "NOT_FOUND", "no server left by the test before")
+  local v1, err1, rc1, s1 = kmrun_eval(CAND, "--serve")
+  t.eq(rc1, 0, err1)
+  t.eq(v1.status, "correct", err1)
+  t.ok(has(err1, "started a kmrun serve on " .. SOCK), err1)
+  t.ok(type(v1.server) == "table", "judged by the server it started: " .. err1)
+  local v2, err2, rc2, s2 = kmrun_eval(CAND, "--serve")
+  t.eq(rc2, 0, err2)
+  t.eq(v2.status, "correct", err2)
+  t.ok(not has(err2, "started a kmrun serve"), "the running one is used: " .. err2)
+  t.eq(v2.server.pid, v1.server.pid)
+  t.ok(s2 < s1, ("the second evaluation %.2f s, the first (the server started, torch imported) %.2f s"):format(s2, s1))
+  t.note(("kmrun eval --serve: %.2f s starting the server, then %.2f s"):format(s1, s2))
+  local out, _, rc = testing.run(fmt("%s serve --stop --socket %s", KMRUN, SOCK))
+  t.eq(rc, 0, out)
 end)
 
 if sys.wait(pid) == false then sys.kill(pid, "KILL") sys.wait(pid, true) end

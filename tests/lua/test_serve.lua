@@ -281,5 +281,37 @@ if NO_GPU then
   end)
 end
 
+t.test("serve.start: a server apart from this process (a session of its own), waited for until it answers", function()
+  local sock = DIR .. "/started/serve.sock"
+  local pid, why = serve.start(0, { socket = sock, argv = { KMRUN, SERVER, sock, "60" } })
+  t.ok(pid, why)
+  t.ok(serve.hello(sock), "it answers")
+  local f = assert(io.open("/proc/" .. pid .. "/stat", "rb"))
+  local stat = f:read("a")
+  f:close()
+  local session = tonumber(stat:match("^%d+ %b() %a %d+ %d+ (%d+)"))
+  t.eq(session, pid, "it leads a session of its own (a Ctrl-C at this terminal does not reach it)")
+  t.ok(serve.stop(sock))
+  sys.wait(pid, true)
+  -- one that ends before it answers: why, from its log
+  local bad = DIR .. "/bad/serve.sock"
+  local p2, why2 = serve.start(0, { socket = bad, argv = { KMRUN, "-e", "io.stderr:write('no GPU here\\n') os.exit(3)" } })
+  t.eq(p2, nil)
+  t.ok(has(tostring(why2), "no GPU here"), why2)
+  t.ok(has(tostring(why2), bad .. ".log"), why2)
+end)
+
+t.test("kmrun eval --serve where no server can start (no GPU here): says why and goes on as without it", function()
+  if not NO_GPU then t.note("a GPU here: tests/gpu/test_serve.lua covers --serve") return end
+  local sock = DIR .. "/noserve/serve.sock"
+  local out, err, rc = testing.run(fmt("KM_SERVE_SOCKET=%s %s eval %s starter --serve", sock, KMRUN, TASK))
+  t.eq(rc, 3, out .. err)
+  t.ok(has(err, "--serve: the kmrun serve it started ended"), err)
+  t.ok(has(err, "no GPU"), err)
+  local _, err2, rc2 = testing.run(fmt("%s eval %s starter --serve --no-server", KMRUN, TASK))
+  t.eq(rc2, 2, err2)
+  t.ok(has(err2, "--serve: not with --no-server"), err2)
+end)
+
 os.execute("rm -rf " .. DIR)
 t.done()

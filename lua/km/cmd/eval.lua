@@ -35,6 +35,8 @@ error is a verdict (exit 1), a candidate that compiles is 'compiled' (exit 3).]]
       type = "choice", choices = { "fp32", "fp16", "bf16" } },
     { "no-energy", nil, "skip the energy pass (joules per call from NVML, a few hundred ms)" },
     { "no-server", nil, "judge in a worker of its own even where a `kmrun serve` runs on the GPU" },
+    { "serve", nil, "judge through a `kmrun serve` on the GPU, starting one where none runs (it\n" ..
+        "keeps torch imported for later kmrun evals, and stops after 30 min without work)" },
     { "sanitize", nil, "run it under compute-sanitizer memcheck, then racecheck (one seed,\n" ..
         "no timing): status out_of_bounds or race when they find something" },
     { "quiet", nil, "no progress lines on stderr (what a slow first run is doing: torch's\n" ..
@@ -47,6 +49,7 @@ error is a verdict (exit 1), a candidate that compiles is 'compiled' (exit 3).]]
 
 local a, code = A.parse(SPEC, arg)
 if not a then return code end
+if a.serve and (a.no_server or a.sanitize) then return A.fail(SPEC, "--serve: not with " .. (a.no_server and "--no-server" or "--sanitize")) end
 local pos = { a.task_dir, a.cand_dir }
 if a.cand_dir ~= "starter" then
   local f = io.open(a.cand_dir, "rb")
@@ -119,8 +122,21 @@ else
   -- a kmrun serve on this GPU judges it, where it would judge as a worker of ours would (km.serve)
   local served, swhy
   if not a.no_server then
-    served, swhy = require("km.serve").eval(gpu, t and t.dir or pos[1], cand, opts,
-      { on_progress = on_progress, tick = printer and printer.tick })
+    local serve = require "km.serve"
+    local function ask() return serve.eval(gpu, t and t.dir or pos[1], cand, opts, { on_progress = on_progress, tick = printer and printer.tick }) end
+    served, swhy = ask()
+    if not served and not swhy and a.serve then -- none runs: one started for this and later evaluations
+      local pid, perr = serve.start(gpu)
+      if pid then
+        if not quiet then
+          io.stderr:write(string.format("kmrun eval: started a kmrun serve on %s (pid %d; `kmrun serve --stop` stops it, "
+            .. "30 min without work does too)\n", serve.socket_path(gpu), pid))
+        end
+        served, swhy = ask()
+      else
+        swhy = "--serve: " .. tostring(perr)
+      end
+    end
     if swhy and not quiet then io.stderr:write("kmrun eval: ", swhy, ": judging in a worker of its own\n") end
     if served and not quiet and type(served.server) == "table" then
       io.stderr:write(string.format("kmrun eval: judged by the kmrun serve on %s (pid %s, its evaluation %s)\n",
