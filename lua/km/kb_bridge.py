@@ -493,16 +493,7 @@ class Problem:
             if isinstance(x, torch.Tensor) and x.is_floating_point() and x.dtype != self.dtype:
                 return x.to(dtype=self.dtype)
             return x
-        for _, m in model.named_modules():
-            for a, v in list(vars(m).items()):
-                if a.startswith("_"):
-                    continue  # _parameters, _buffers: moved by Module.to()
-                if isinstance(v, torch.Tensor):
-                    object.__setattr__(m, a, cast(v))
-                elif isinstance(v, list):
-                    v[:] = [cast(x) for x in v]
-                elif type(v) is tuple:
-                    object.__setattr__(m, a, tuple(cast(x) for x in v))
+        _map_attrs(model, cast)
 
     # -- inputs --
     def _inputs(self, seed):
@@ -1255,16 +1246,22 @@ def _empty_attrs(model, device):
         if isinstance(x, torch.Tensor) and x.device.type == "meta":
             return torch.empty(tuple(x.shape), dtype=x.dtype, device=device)
         return x
+    _map_attrs(model, empty)
+
+
+def _map_attrs(model, fn):
+    """fn over the tensors every module of model keeps as plain attributes (alone, or in a
+    list or tuple); _parameters and _buffers are Module.to()'s and to_empty()'s."""
     for _, m in model.named_modules():
         for a, v in list(vars(m).items()):
             if a.startswith("_"):
                 continue
             if isinstance(v, torch.Tensor):
-                object.__setattr__(m, a, empty(v))
+                object.__setattr__(m, a, fn(v))
             elif isinstance(v, list):
-                v[:] = [empty(x) for x in v]
+                v[:] = [fn(x) for x in v]
             elif type(v) is tuple:
-                object.__setattr__(m, a, tuple(empty(x) for x in v))
+                object.__setattr__(m, a, tuple(fn(x) for x in v))
 
 
 @_api

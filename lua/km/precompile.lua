@@ -97,12 +97,6 @@ function M.entries(tasks, a)
   return out
 end
 
-local function exists(path)
-  local f = io.open(path, "rb")
-  if f then f:close() return true end
-  return false
-end
-
 -- Whether process pid still runs (not gone, not a zombie left for its parent to reap).
 local function alive(pid)
   local f = pid and io.open("/proc/" .. tostring(pid) .. "/stat", "rb")
@@ -143,7 +137,7 @@ function M.before_compile(e, dir, opts)
   local pid = pf and tonumber(pf:read("a") or "")
   if pf then pf:close() end
   local done = dir .. "/" .. e.key .. ".done"
-  while not exists(done) do
+  while not sys.realpath(done) do -- nil until the precompiler renames its result there
     if (pid and not alive(pid)) or wall() - w0 > limit then break end
     sys.sleep(M.POLL_S)
   end
