@@ -7,7 +7,9 @@
 -- meta device and compiles it into inductor's caches (kb_bridge.precompile: parameters and
 -- inputs get memory and no values, the compiled graph never runs, and a compile that would
 -- run work on the GPU is abandoned), in the tasks' order, while the workers judge. The judge
--- that reaches a task's compile baseline then compiles with inductor's caches warm.
+-- that reaches a task's compile baseline then compiles with inductor's caches warm. Its one
+-- GPU work is torch's first compile in a process (24 small copies on the H200), which it does
+-- on a one-line function as it starts (docs/pytorch.md, "Compiled ahead").
 --
 --   local pre = require "km.precompile"
 --   local list = pre.entries(tasks, args)           -- what a run will compile (km.setup)
