@@ -65,6 +65,12 @@ M.OPTIONS = {
     type = "choice", choices = M.COMPILE_MODES },
 }
 
+-- The torch.compile mode a judge uses for opts.compile_mode (km.judge, km.precompile): it,
+-- else KM_COMPILE_MODE, else km.kernelbench's default; "off": no compile baseline.
+function M.compile_mode(mode)
+  return mode or os.getenv("KM_COMPILE_MODE") or require("km.kernelbench").COMPILE_MODE
+end
+
 -- Parsed options (km.args: a.baselines, a.compile_mode) into the judge's opts.
 function M.judge_opts(a, opts)
   opts = opts or {}

@@ -1216,7 +1216,7 @@ end
 function Judge:baselines(st, sym, opts)
   local t = st.task
   local source = t.reference.pytorch and t.reference.source_text or t.reference.pytorch_text
-  local mode = opts.compile_mode or os.getenv("KM_COMPILE_MODE") or require("km.kernelbench").COMPILE_MODE
+  local mode = require("km.baseline").compile_mode(opts.compile_mode)
   local want_eager = st.prob or opts.eager ~= false -- a problem's eager model is its reference
   if not source or not (want_eager or mode ~= "off") then return nil end
   local tk = task_mod.fmt_shape(sym)
@@ -1266,7 +1266,8 @@ function Judge:baselines(st, sym, opts)
       local extra, err = nil, nil
       if which == "compile" then
         -- where a precompiler compiles this run's tasks ahead (km.precompile), its result first
-        local pre = require("km.precompile").before_compile(require("km.precompile").entry(t, mode))
+        local precompile = require "km.precompile"
+        local pre = precompile.before_compile(precompile.entry(t, mode))
         local precompiled -- true: compiled ahead; false: the precompiler had it and failed
         if pre and pre.by == "precompiler" then precompiled = (pre.result and pre.result.ok) == true end
         local io, ref_in = self:trial_io(t, sym, (opts.seed_base or 1000) + 4242)

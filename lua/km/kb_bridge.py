@@ -449,7 +449,7 @@ class Problem:
             if not callable(mod.__dict__[fn]):
                 raise ProblemError("%s: %s is not a function" % (self.path, fn), "NOT_A_PROBLEM")
         with torch.no_grad(), self._device_ctx():
-            self._manual_seed(self.seed)
+            self._seed(self.seed, torch.manual_seed)
             try:
                 init = mod.get_init_inputs()
             except BaseException as e:
@@ -459,7 +459,7 @@ class Problem:
                                    % (self.path, type(init).__name__), "BAD_INPUTS")
             init = [self._cast(x) for x in init]
             self.init_args = [_describe(x) for x in init]
-            self._manual_seed(self.seed)
+            self._seed(self.seed, torch.manual_seed)
             try:
                 model = Model(*init)
             except BaseException as e:
@@ -470,20 +470,14 @@ class Problem:
             except BaseException as e:
                 raise self._fail("moving the model to %s %s" % (self.device, self.precision), e)
 
-    def _manual_seed(self, seed):
-        """torch.manual_seed; on the meta device the CPU generator's alone: torch.manual_seed
-        queues seeding for CUDA where it is not started, which runs (copies to the GPU) when
-        something starts it — km.precompile, that must run nothing there."""
+    def _seed(self, seed, seed_fn=None):
+        """seed_fn(seed) (default _seed); on the meta device the CPU generator's alone:
+        torch.manual_seed queues seeding for CUDA where it is not started, which runs (copies
+        to the GPU) when something starts it — km.precompile, that must run nothing there."""
         if self.device.type == "meta":
             torch.default_generator.manual_seed(seed)
         else:
-            torch.manual_seed(seed)
-
-    def _seed(self, seed):
-        if self.device.type == "meta":
-            torch.default_generator.manual_seed(seed)
-        else:
-            _seed(seed)
+            (seed_fn or _seed)(seed)
 
     def _cast_attrs(self, model):
         """Floating tensors a module keeps as plain attributes (an RNN's h0, alone or in a
@@ -1102,18 +1096,12 @@ def compile_model(i, bufs, mode="max-autotune-no-cudagraphs", stream=0, fallback
             if isinstance(e, KeyboardInterrupt):
                 raise
             failed.append("%s: %s" % (m, _first_line(e)))
-            try:
-                torch._dynamo.reset()
-            except Exception:
-                pass
+            _dynamo_reset()
             continue
         if diff is not None:
             mismatch = True
             failed.append("%s: its outputs differ from eager's (%s)" % (m, diff))
-            try:
-                torch._dynamo.reset()
-            except Exception:
-                pass
+            _dynamo_reset()
             continue
         p.compiled = base.compiled = cm
         h1, m1 = _cache_counts()
@@ -1125,6 +1113,14 @@ def compile_model(i, bufs, mode="max-autotune-no-cudagraphs", stream=0, fallback
     # a mismatch is not kept as unavailable (km.judge keeps COMPILE_FAILED): measured again
     raise ProblemError("torch.compile failed in every mode tried: " + "; ".join(failed),
                        "COMPILE_MISMATCH" if mismatch else "COMPILE_FAILED")
+
+
+def _dynamo_reset():
+    """torch._dynamo.reset(), where it can: a compile left behind does not stay cached."""
+    try:
+        torch._dynamo.reset()
+    except Exception:
+        pass
 
 
 def _mismatch(got, want, tol):
@@ -1277,15 +1273,15 @@ def precompile(i, mode="default", device="cuda"):
     p = _problem(i)
     if p.device.type != "meta":
         raise ProblemError("precompile: the problem must be loaded on the meta device")
+    if mode not in PRECOMPILE_MODES:
+        raise ProblemError("precompile: mode %r runs work on the GPU while it compiles (modes: %s)"
+                           % (mode, ", ".join(PRECOMPILE_MODES)))
     made = _tensors_from_values(p.path)
     if made:
         # dynamo and AOTAutograd make such a tensor for real on the model's device while
         # they trace (a copy to the GPU, then one on it)
         raise ProblemError("precompile: forward makes a tensor from Python values (%s); left to "
                            "the judge" % made, "GPU_WORK")
-    if mode not in PRECOMPILE_MODES:
-        raise ProblemError("precompile: mode %r runs work on the GPU while it compiles (modes: %s)"
-                           % (mode, ", ".join(PRECOMPILE_MODES)))
     t = _torch()
     dev = t.device(device)
     p.ensure_names()  # names, the inputs' shapes and numbers: get_inputs() on meta
@@ -1300,13 +1296,8 @@ def precompile(i, mode="default", device="cuda"):
         else:
             meta = p.input_meta[k]
             args.append(t.empty(tuple(meta.shape), dtype=meta.dtype, device=dev))
-    try:
-        done = _compile_and_stop(t, model, args, mode)
-    finally:
-        args = model = None
+    _compile_and_stop(t, model, args, mode)
     h1, m1 = _cache_counts()
-    if not done:
-        raise ProblemError("precompile: the compiled graph would have run", "COMPILE_FAILED")
     return {"seconds": time.perf_counter() - t0, "fx_hits": h1 - h0, "fx_misses": m1 - m0}
 
 
@@ -1320,14 +1311,13 @@ def precompile_warm_up(device="cuda"):
     t0 = time.perf_counter()
     m = t.nn.Sequential(t.nn.ReLU())
     x = t.empty((64,), dtype=t.float32, device=t.device(device))
-    if not _compile_and_stop(t, m, [x], "default"):
-        raise ProblemError("precompile_warm_up: the compiled graph would have run", "COMPILE_FAILED")
+    _compile_and_stop(t, m, [x], "default")
     return {"seconds": time.perf_counter() - t0}
 
 
 def _compile_and_stop(t, model, args, mode):
     """torch.compile(model, mode) called on args as Problem._forward calls a model, with
-    inductor stopped once the graph is compiled into its caches: True. Raises ProblemError
+    inductor stopped once the graph is compiled into its caches. Raises ProblemError
     GPU_WORK where inductor would run work on the GPU, COMPILE_FAILED where it fails."""
     cfx = importlib.import_module("torch._inductor.compile_fx")
     compile_fx = cfx.compile_fx
@@ -1351,7 +1341,7 @@ def _compile_and_stop(t, model, args, mode):
             raise _NoGPUWork()
         return fold(gm, *a, **kw)
 
-    done = None
+    done = False
     # what runs work on the GPU while inductor compiles, each refused: pad_mm benchmarks a
     # padded matmul against the plain one (its entry points across torch versions), the
     # benchmarker itself, and constant folding on the GPU
@@ -1381,11 +1371,9 @@ def _compile_and_stop(t, model, args, mode):
                 raise ProblemError("precompile: " + _first_line(e), "COMPILE_FAILED")
         finally:
             cm = None
-            try:
-                t._dynamo.reset()
-            except Exception:
-                pass
-    return done
+            _dynamo_reset()
+    if not done:
+        raise ProblemError("precompile: the compiled graph would have run", "COMPILE_FAILED")
 
 
 @_api

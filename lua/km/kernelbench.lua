@@ -184,6 +184,12 @@ local function kmrun_device()
   return "cuda:" .. tostring(d and d.index or 0)
 end
 
+-- device as torch names it: "cuda" is km.cuda's device (kmrun_device); any other as it is.
+local function torch_device(device)
+  if device ~= "cuda" then return device end
+  return kmrun_device()
+end
+
 -- The buffers a call needs, as the bridge reads them: name -> { ptr, dtype, shape }.
 local function describe(io, level)
   if type(io) ~= "table" then error("buffers: a table of name -> buffer expected", level + 1) end
@@ -284,12 +290,8 @@ end
 function Problem:precompile(opts)
   local id = check(self)
   opts = opts or {}
-  local device = opts.device or "cuda"
-  if device == "cuda" then
-    local d, why = kmrun_device()
-    if not d then return nil, tostring(why), "NO_CUDA" end
-    device = d
-  end
+  local device, why = torch_device(opts.device or "cuda")
+  if not device then return nil, tostring(why), "NO_CUDA" end
   return call("precompile", id, opts.mode or "default", device)
 end
 
@@ -297,12 +299,8 @@ end
 -- GPU), on a one-line function: km.precompile's, as its process starts. opts.device as
 -- Problem:precompile's. -> { seconds } | nil, message, CODE
 function M.precompile_warm_up(opts)
-  local device = opts and opts.device or "cuda"
-  if device == "cuda" then
-    local d, why = kmrun_device()
-    if not d then return nil, tostring(why), "NO_CUDA" end
-    device = d
-  end
+  local device, why = torch_device(opts and opts.device or "cuda")
+  if not device then return nil, tostring(why), "NO_CUDA" end
   return call("precompile_warm_up", device)
 end
 
@@ -384,12 +382,9 @@ function M.load(path, opts)
   local device = opts.device
   if math.type(device) == "integer" then device = "cuda:" .. device end
   if device == nil and os.getenv("KM_DEVICE") then device = "cuda" end -- a GPU worker
-  if device == "cuda" then
-    local d, dwhy = kmrun_device()
-    if not d then return nil, path .. ": device cuda asked but " .. tostring(dwhy), "NO_CUDA" end
-    device = d
-  end
-  device = device or "cpu"
+  local dwhy
+  device, dwhy = torch_device(device or "cpu")
+  if not device then return nil, path .. ": device cuda asked but " .. tostring(dwhy), "NO_CUDA" end
   local seed = opts.seed or 42
   local names = json.null
   if opts.names then

@@ -41,11 +41,6 @@ M.PROTOCOL = 1
 
 local function wall() return require("km.timing").wall() end
 
--- The compile mode a run's judge uses (km.judge's rule: opts, KM_COMPILE_MODE, the default).
-function M.mode(a)
-  return a and a.compile_mode or os.getenv("KM_COMPILE_MODE") or require("km.kernelbench").COMPILE_MODE
-end
-
 -- What a task's torch.compile baseline compiles, as kb.load loads it for the judge
 -- (km.judge: a problem file at its precision; a task's reference.py with the task's names),
 -- and its key; nil where the task has no PyTorch model or mode compiles on the GPU.
@@ -80,14 +75,13 @@ end
 -- The entries a run over tasks will want compiled (a: its parsed options: baselines,
 -- compile_mode), without those an earlier run compiled with this torch and these caches.
 function M.entries(tasks, a)
-  local want = true
-  for _, b in ipairs(a and a.baselines or {}) do want = false if b == "compile" then want = true break end end
-  if not want then return {} end
-  local mode = M.mode(a)
+  local baseline = require "km.baseline"
+  -- the mode the run's judges will use ("off" where no compile baseline is wanted)
+  local mode = baseline.compile_mode(baseline.judge_opts(a or {}).compile_mode)
   if not M.MODES[mode] then return {} end
   local version = require("km.kernelbench").version()
   if not version then return {} end
-  local dir = require("km.baseline").dir()
+  local dir = baseline.dir()
   local out, seen = {}, {}
   for _, t in ipairs(tasks or {}) do
     local e = M.entry(t, mode)

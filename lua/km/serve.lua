@@ -169,6 +169,13 @@ function M.eval(gpu, task, cand, opts, o)
   end
 end
 
+-- The socket's folder, made this user's alone (0700) where it is missing. -> true | nil, why
+local function socket_dir(path)
+  local dir = path:match("^(.*)/[^/]+$")
+  if not dir or sys.readdir(dir) then return true end
+  return sys.mkdir(dir, 448)
+end
+
 -- Starts a kmrun serve on GPU gpu, apart from this process (a session of its own: a Ctrl-C
 -- here does not reach it; it stops itself after its idle time), and waits until it answers
 -- (kmrun eval --serve). o: socket (default M.socket_path(gpu)), idle (seconds), wait_s (how
@@ -177,18 +184,15 @@ end
 function M.start(gpu, o)
   o = o or {}
   local path = o.socket or M.socket_path(gpu)
-  local dir = path:match("^(.*)/[^/]+$")
-  if dir and not sys.readdir(dir) then
-    local ok, why = sys.mkdir(dir, 448) -- 0700: this user's
-    if not ok then return nil, why end
-  end
+  local okd, derr = socket_dir(path)
+  if not okd then return nil, derr end
   local argv = o.argv or { package.km_exe, "serve", "--gpu", tostring(gpu), "--socket", path,
     "--idle", tostring(o.idle or M.IDLE) }
   local log = path .. ".log"
   local pid, err = sys.spawn(argv, { stdout = "null", stderr_file = log, session = true })
   if not pid then return nil, tostring(err) end
-  local t0 = require("km.timing").wall()
-  while require("km.timing").wall() - t0 < (o.wait_s or 120) do
+  local t0 = wall()
+  while wall() - t0 < (o.wait_s or 120) do
     if M.hello(path) then return pid end
     if sys.wait(pid) ~= false then -- it ended: its log says why
       local text = read(log)
@@ -225,11 +229,8 @@ function M.run(o)
   local say = o.say or function(line) io.stderr:write(line, "\n") end
   local ch = proc.connect(path)
   if ch then ch:close() return nil, "a kmrun serve already answers on " .. path, "EXISTS" end
-  local dir = path:match("^(.*)/[^/]+$")
-  if dir and not sys.readdir(dir) then
-    local ok, why = sys.mkdir(dir, 448) -- 0700: this user's
-    if not ok then return nil, why, "IO" end
-  end
+  local okd, derr = socket_dir(path)
+  if not okd then return nil, derr, "IO" end
   os.remove(path) -- a socket nobody answers on: a server that died
   local identity = M.identity()
   local current -- the channel of the job under way: its progress goes there
