@@ -10,7 +10,14 @@
 -- beyond what the judge does (the probe of bench/RESULTS.md's round 5 waited for the GPU
 -- before each check; this does not, so hook times hold the GPU backlog).
 --
---   build/kmrun bench/measure_profile.lua [TASK_DIR...] [--evals N]
+-- With --cupti, torch.profiler (CUPTI's activity records, in this process) also records
+-- everything the GPU ran during the candidates' counted timings (time_run): how much of
+-- their wall time the GPU was busy at all, and what with — the candidate's own kernels, the
+-- reference (a CUDA reference's or torch's kernels), and km's own kernels by kind (L2 flush,
+-- fresh inputs, poison, checks, the timing gate, which waits on the host), copies and fills.
+-- That says whether the stage waits on the host (checks' round trips) or on GPU work.
+--
+--   build/kmrun bench/measure_profile.lua [TASK_DIR...] [--evals N] [--cupti]
 --
 -- Default tasks: eight of tasks/ from small to large kernels. torch.compile is not timed;
 -- energy is not measured. Exit status: 0, 1 when an evaluation is not correct, 2 on usage
@@ -22,7 +29,10 @@ local SPEC = A.spec {
   name = "bench/measure_profile.lua", synopsis = "[TASK_DIR...] [options]",
   about = "Where a warm judge's measure stage goes: per task, and per part of the candidates' timings.",
   positional = { { "tasks", "TASK_DIR", "task folders (default: eight of tasks/)", many = true } },
-  options = { { "evals", "N", "counted evaluations per task, after one that sets the task up", type = "positive", default = 4 } },
+  options = {
+    { "evals", "N", "counted evaluations per task, after one that sets the task up", type = "positive", default = 4 },
+    { "cupti", nil, "also what the GPU ran during the candidates' timings (torch.profiler; needs torch)", type = "flag" },
+  },
 }
 local a, code = A.parse(SPEC, arg)
 if not a then return code end
@@ -31,6 +41,7 @@ if not okg then io.stderr:write("bench/measure_profile.lua: no GPU: ", tostring(
 
 local timing, compare, cuda = require "km.timing", require "km.compare", require "km.cuda"
 local task = require "km.task"
+local json = require "km.json"
 local wall = timing.wall
 local fmt = string.format
 local ROOT = arg[0]:match("^(.*)/bench/") or "."
@@ -59,16 +70,22 @@ local function timed(key, f)
 end
 -- the candidate's timings (check = true) apart from the cached ones (reference, starter, eager)
 local time_run = Judge.time_run
+local mark = function() end -- --cupti: the candidates' timings marked in the profile
 Judge.time_run = function(self, st, run, sym, opts, check)
   in_cand = check and true or false
+  if in_cand and counting then mark(true) end
   local t0 = wall()
   local r = table.pack(time_run(self, st, run, sym, opts, check))
   add(check and "candidate: time_run" or "other timings: time_run", wall() - t0)
+  if in_cand and counting then mark(false) end
   in_cand = false
   return table.unpack(r, 1, r.n)
 end
 local function cand_key(name) return function() return (in_cand and "candidate: " or "outside timings: ") .. name end end
 Judge.fill_inputs = timed(cand_key("fill_inputs"), Judge.fill_inputs)
+Judge.truth_check = timed(cand_key("truth_check"), Judge.truth_check)
+Judge.proven_inputs = timed(cand_key("proven_inputs (guards, inputs checked)"), Judge.proven_inputs)
+Judge.run_reference = timed(cand_key("run_reference (unbound)"), Judge.run_reference)
 compare.allclose = timed(cand_key("compare.allclose"), compare.allclose)
 cuda.synchronize = timed(cand_key("cuda.synchronize"), cuda.synchronize)
 local time = timing.time
@@ -86,8 +103,80 @@ timing.time = function(fn, o)
   return table.unpack(r, 1, r.n)
 end
 
+-- --cupti: torch.profiler in this process (km.python), CUDA activity and the marks
+local python, cand_names = nil, {}
+if a.cupti then
+  python = require "km.python"
+  local okp, perr = python.available()
+  if not okp then io.stderr:write("bench/measure_profile.lua: --cupti: ", tostring(perr), "\n") return EXIT.USAGE end
+  assert(python.exec([[
+import torch
+from torch.profiler import profile, ProfilerActivity
+_km_prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+_km_marks = []
+]], "measure_profile"))
+  local pending
+  mark = function(start)
+    if start then
+      assert(python.exec("_km_rf = torch.autograd.profiler.record_function('kmrun_candidate_time_run'); _km_rf.__enter__()"))
+    else
+      assert(python.exec("_km_rf.__exit__(None, None, None)"))
+    end
+  end
+end
+-- What the GPU ran inside the marked windows, by kind -> rows { what, seconds, count }, the
+-- windows' wall seconds, the seconds the GPU was busy (any work), busy without the gate's wait
+local ANALYZE = [==[
+import json
+_km_prof.__exit__(None, None, None)
+_evs = _km_prof.profiler.kineto_results.events()
+_CUDA = torch.autograd.DeviceType.CUDA
+_wins = sorted((e.start_ns(), e.start_ns() + e.duration_ns()) for e in _evs
+               if e.name() == 'kmrun_candidate_time_run' and e.device_type() != _CUDA)
+# (the mark's own GPU-side copy, a user annotation spanning the window, is not GPU work)
+_gpu = sorted((e.start_ns(), e.start_ns() + e.duration_ns(), e.name()) for e in _evs
+              if e.device_type() == _CUDA and e.duration_ns() > 0 and e.name() != 'kmrun_candidate_time_run')
+_cand = set(json.loads(_km_cand_names))
+def _kind(n):
+    if n.startswith('km_'):
+        return {'km_flush': 'km: L2 flush', 'km_random': 'km: fresh inputs', 'km_fill64': 'km: fresh inputs',
+                'km_poison_sparse': 'km: poison', 'km_gate': 'km: timing gate (waits on the host)',
+                'km_random_check': 'km: checks (inputs, guards, checksums, compare)',
+                'km_guard_count': 'km: checks (inputs, guards, checksums, compare)',
+                'km_checksum': 'km: checks (inputs, guards, checksums, compare)',
+                'km_compare': 'km: checks (inputs, guards, checksums, compare)'}.get(n, 'km: other (' + n + ')')
+    if n.startswith('Memcpy') or n.startswith('Memset'): return n.split(' (')[0] + ' (any)'
+    if any(c in n for c in _cand): return 'the candidate\'s kernels'
+    return 'the reference and anything else'
+_rows, _wall, _busy, _busy_ng = {}, 0, 0, 0
+_j = 0
+for (w0, w1) in _wins:
+    _wall += w1 - w0
+    spans, spans_ng = [], []
+    for (g0, g1, n) in _gpu:
+        if g1 <= w0 or g0 >= w1: continue
+        c0, c1 = max(g0, w0), min(g1, w1)
+        k = _kind(n)
+        r = _rows.setdefault(k, [0, 0]); r[0] += c1 - c0; r[1] += 1
+        spans.append((c0, c1))
+        if n != 'km_gate': spans_ng.append((c0, c1))
+    for lst, which in ((spans, 0), (spans_ng, 1)):
+        lst.sort(); cur0 = cur1 = None; tot = 0
+        for (c0, c1) in lst:
+            if cur1 is None or c0 > cur1:
+                if cur1 is not None: tot += cur1 - cur0
+                cur0, cur1 = c0, c1
+            else: cur1 = max(cur1, c1)
+        if cur1 is not None: tot += cur1 - cur0
+        if which == 0: _busy += tot
+        else: _busy_ng += tot
+_km_result = json.dumps({'windows': len(_wins), 'gpu_events': len(_gpu), 'wall': _wall / 1e9, 'busy': _busy / 1e9,
+    'busy_no_gate': _busy_ng / 1e9,
+    'rows': sorted(([k, v[0] / 1e9, v[1]] for k, v in _rows.items()), key=lambda r: -r[1])})
+]==]
+
 local opts = { energy = false, compile_mode = "off" }
-local rows, rc, m_all, k_all = {}, 0, 0, 0
+local rows, rc, m_all, k_all, started = {}, 0, 0, 0, false
 print(fmt("# bench/measure_profile.lua: %s, %s", J.device.name, os.date("!%Y-%m-%d %H:%M UTC")))
 print("| task | measure s per eval | kernel s per eval | measure / kernel | samples per eval | checked calls per eval |")
 print("| --- | --- | --- | --- | --- | --- |")
@@ -95,9 +184,14 @@ for _, dir in ipairs(dirs) do
   local tk, terr = task.load(dir)
   if not tk then io.stderr:write("bench/measure_profile.lua: ", tostring(terr), "\n") return EXIT.USAGE end
   local cand = assert(task.starter(tk))
+  -- the kernels' names: the word before the "(" after __global__ (launch bounds aside)
+  for name in cand.source:gsub("__launch_bounds__%s*%b()", ""):gmatch("__global__[^(;{]-([%w_]+)%s*%(") do
+    cand_names[#cand_names + 1] = name
+  end
   counting = false
   J:eval(tk, cand, opts) -- sets the task up: not counted
   counting = true
+  if python and not started then assert(python.exec("_km_prof.__enter__()")) started = true end
   local m, k, n, c = 0, 0, 0, 0
   for _ = 1, a.evals do
     local v = J:eval(tk, cand, opts)
@@ -120,4 +214,17 @@ for key in pairs(acc) do keys[#keys + 1] = key end
 table.sort(keys, function(x, y) return acc[x].s > acc[y].s end)
 for _, key in ipairs(keys) do print(fmt("| %s | %.4f | %d |", key, acc[key].s, acc[key].n)) end
 print(fmt("\nkernel seconds of the counted evaluations (samples x mean): %.4f", k_all))
+if python and started then
+  assert(python.exec("_km_cand_names = " .. fmt("%q", json.encode(json.array(cand_names)))))
+  assert(python.exec(ANALYZE, "measure_profile_analyze"))
+  local r = json.decode(assert(python.eval("_km_result")))
+  print(fmt("\n## What the GPU ran during the candidates' counted timings (CUPTI: %d windows, %d GPU records)", r.windows, r.gpu_events))
+  print(fmt("\nwall %.4f s; GPU busy %.4f s (%.1f%%); busy without the timing gate's wait %.4f s (%.1f%%)\n",
+    r.wall, r.busy, r.wall > 0 and 100 * r.busy / r.wall or 0, r.busy_no_gate, r.wall > 0 and 100 * r.busy_no_gate / r.wall or 0))
+  print("| GPU work | seconds | records | share of the windows' wall |")
+  print("| --- | --- | --- | --- |")
+  for _, row in ipairs(r.rows) do
+    print(fmt("| %s | %.4f | %d | %.1f%% |", row[1], row[2], row[3], r.wall > 0 and 100 * row[2] / r.wall or 0))
+  end
+end
 return rc

@@ -245,26 +245,26 @@ static int b_poison(lua_State *L) {
 
 /* The law of b:random's and b:random_check's table at index 2: dist (0 uniform, 1 normal,
  * 2 integers), its two numbers and the seed. */
-static void random_law(lua_State *L, km_buffer *b, int *d, double *a, double *c, uint64_t *seed) {
-  const char *dist = km_optfield_str(L, 2, "dist", "uniform");
+static void random_law(lua_State *L, int idx, km_buffer *b, int *d, double *a, double *c, uint64_t *seed) {
+  const char *dist = km_optfield_str(L, idx, "dist", "uniform");
   if (!strcmp(dist, "uniform")) {
     *d = 0;
-    *a = km_optfield_num(L, 2, "lo", km_dtype_is_float(b->dtype) ? -1.0 : 0.0);
-    *c = km_optfield_num(L, 2, "hi", km_dtype_is_float(b->dtype) ? 1.0 : 10.0);
+    *a = km_optfield_num(L, idx, "lo", km_dtype_is_float(b->dtype) ? -1.0 : 0.0);
+    *c = km_optfield_num(L, idx, "hi", km_dtype_is_float(b->dtype) ? 1.0 : 10.0);
     if (!km_dtype_is_float(b->dtype)) *d = 2, *c = *c - 1; /* integers in [lo, hi) */
   } else if (!strcmp(dist, "normal")) {
     *d = 1;
-    *a = km_optfield_num(L, 2, "mean", 0.0);
-    *c = km_optfield_num(L, 2, "std", 1.0);
+    *a = km_optfield_num(L, idx, "mean", 0.0);
+    *c = km_optfield_num(L, idx, "std", 1.0);
   } else if (!strcmp(dist, "int")) {
     *d = 2;
-    *a = km_optfield_num(L, 2, "lo", 0.0);
-    *c = km_optfield_num(L, 2, "hi", 10.0); /* inclusive */
+    *a = km_optfield_num(L, idx, "lo", 0.0);
+    *c = km_optfield_num(L, idx, "hi", 10.0); /* inclusive */
     if (*c < *a) luaL_error(L, "random: hi (%f) < lo (%f)", *c, *a);
   } else {
     luaL_error(L, "random: unknown dist '%s' (uniform, normal, int)", dist);
   }
-  *seed = (uint64_t)km_optfield_int(L, 2, "seed", 0);
+  *seed = (uint64_t)km_optfield_int(L, idx, "seed", 0);
 }
 
 /* b:random{ dist = "uniform"|"normal"|"int", lo, hi, mean, std, seed } -> b
@@ -274,7 +274,7 @@ static int b_random(lua_State *L) {
   int d;
   double a, c;
   uint64_t seed;
-  random_law(L, b, &d, &a, &c, &seed);
+  random_law(L, 2, b, &d, &a, &c, &seed);
   if (!b->numel) { lua_settop(L, 1); return 1; }
   km_cuda_util(L, "km_random");
   check(L, km_devbuf_random(b, d, a, c, seed, km_cuda_stream()), "random");
@@ -289,7 +289,7 @@ static int b_random_check(lua_State *L) {
   int d;
   double a, c;
   uint64_t seed, bad = 0;
-  random_law(L, b, &d, &a, &c, &seed);
+  random_law(L, 2, b, &d, &a, &c, &seed);
   if (b->numel) {
     km_cuda_util(L, "km_random_check");
     check(L, km_devbuf_random_check(b, d, a, c, seed, km_cuda_stream(), &bad), "random_check");
@@ -572,27 +572,36 @@ static int l_copy_in(lua_State *L) {
 /* buffer.digest({ { ptr, nbytes }, ... }) -> { d1, d2, ... }: the keyed digest (as
  * b:checksum's, integers) of raw device ranges — memory kmrun does not own, such as a
  * PyTorch model's parameters (km.judge's proof that a reference's state did not move). */
-static int l_digest(lua_State *L) {
-  luaL_checktype(L, 1, LUA_TTABLE);
-  lua_Integer n = luaL_len(L, 1);
-  luaL_argcheck(L, n >= 0 && n <= (1 << 20), 1, "too many ranges");
-  km_cuda_util(L, "km_checksum");
-  /* boxed: freed by the collector if anything below raises */
+/* The ranges { { ptr, nbytes }, ... } at idx into a boxed array (pushed): ptrs[n], bytes[n],
+ * then n more slots for results. Returns n. */
+static lua_Integer read_ranges(lua_State *L, int idx, CUdeviceptr **ptrs, uint64_t **bytes) {
+  luaL_checktype(L, idx, LUA_TTABLE);
+  lua_Integer n = luaL_len(L, idx);
+  luaL_argcheck(L, n >= 0 && n <= (1 << 20), idx, "too many ranges");
   uint64_t *box = lua_newuserdatauv(L, (size_t)(n ? n : 1) * 3 * sizeof(uint64_t), 0);
-  CUdeviceptr *ptrs = (CUdeviceptr *)box;
-  uint64_t *bytes = box + n, *out = box + 2 * n;
+  *ptrs = (CUdeviceptr *)box;
+  *bytes = box + n;
   for (lua_Integer i = 1; i <= n; i++) {
-    lua_geti(L, 1, i);
-    luaL_argcheck(L, lua_istable(L, -1), 1, "each range is { ptr, nbytes }");
+    lua_geti(L, idx, i);
+    luaL_argcheck(L, lua_istable(L, -1), idx, "each range is { ptr, nbytes }");
     lua_geti(L, -1, 1);
     lua_geti(L, -2, 2);
     int okp, okn;
     lua_Integer p = lua_tointegerx(L, -2, &okp), nb = lua_tointegerx(L, -1, &okn);
-    luaL_argcheck(L, okp && okn && p >= 0 && nb >= 0, 1, "each range is { ptr, nbytes } of integers");
-    ptrs[i - 1] = (CUdeviceptr)p;
-    bytes[i - 1] = (uint64_t)nb;
+    luaL_argcheck(L, okp && okn && p >= 0 && nb >= 0, idx, "each range is { ptr, nbytes } of integers");
+    (*ptrs)[i - 1] = (CUdeviceptr)p;
+    (*bytes)[i - 1] = (uint64_t)nb;
     lua_pop(L, 3);
   }
+  return n;
+}
+
+static int l_digest(lua_State *L) {
+  km_cuda_util(L, "km_checksum");
+  CUdeviceptr *ptrs;
+  uint64_t *bytes;
+  lua_Integer n = read_ranges(L, 1, &ptrs, &bytes); /* boxed: freed by the collector if anything below raises */
+  uint64_t *out = bytes + n;
   check(L, km_dev_digest(ptrs, bytes, (size_t)n, km_cuda_stream(), out), "digest");
   lua_createtable(L, (int)n, 0);
   for (lua_Integer i = 1; i <= n; i++) {
@@ -630,25 +639,172 @@ static int b_check_guards(lua_State *L) {
 
 /* buffer.guards_intact({ b1, b2, ... }) -> nil | i: the index of the first buffer whose guard
  * zones changed (b:check_guards says how), all read with one wait for the stream. */
-static int l_guards_intact(lua_State *L) {
-  luaL_checktype(L, 1, LUA_TTABLE);
-  lua_Integer n = luaL_len(L, 1);
-  luaL_argcheck(L, n >= 0 && n <= 4096, 1, "too many buffers");
-  if (n == 0) return 0;
-  km_cuda_util(L, "km_guard_count");
-  /* boxed: freed by the collector if anything below raises */
-  void *box = lua_newuserdatauv(L, (size_t)n * (sizeof(km_devbuf *) + sizeof(uint64_t)), 0);
-  const km_devbuf **bs = box;
-  uint64_t *bad = (uint64_t *)(bs + n);
+/* The buffers { b1, b2, ... } at idx into a boxed array (pushed) of n pointers and n
+ * result slots. Returns n. */
+static lua_Integer read_buffers(lua_State *L, int idx, const km_devbuf ***bs, uint64_t **bad) {
+  luaL_checktype(L, idx, LUA_TTABLE);
+  lua_Integer n = luaL_len(L, idx);
+  luaL_argcheck(L, n >= 0 && n <= 4096, idx, "too many buffers");
+  void *box = lua_newuserdatauv(L, (size_t)(n ? n : 1) * (sizeof(km_devbuf *) + sizeof(uint64_t)), 0);
+  *bs = box;
+  *bad = (uint64_t *)(*bs + n);
   for (lua_Integer i = 1; i <= n; i++) {
-    lua_geti(L, 1, i);
-    bs[i - 1] = buffer_check(L, -1);
+    lua_geti(L, idx, i);
+    (*bs)[i - 1] = buffer_check(L, -1);
     lua_pop(L, 1);
   }
+  return n;
+}
+
+static int l_guards_intact(lua_State *L) {
+  const km_devbuf **bs;
+  uint64_t *bad;
+  lua_Integer n = read_buffers(L, 1, &bs, &bad); /* boxed: freed by the collector if anything below raises */
+  if (n == 0) return 0;
+  km_cuda_util(L, "km_guard_count");
   check(L, km_devbufs_guards(bs, (size_t)n, km_cuda_stream(), bad), "reading the guards");
   for (lua_Integer i = 1; i <= n; i++)
     if (bad[i - 1]) { lua_pushinteger(L, i); return 1; }
   return 0;
+}
+
+/* ---- the ledger: checks enqueued with no wait, read back once ----
+ *
+ *   buffer.ledger() -> L              device slots (8 bytes each), kept for reuse
+ *   L:begin(n) -> L                   a new batch of at most n slots (more raise; grows the
+ *                                     array where it must: freeing the old one waits for the device)
+ *   L:guards({ b, ... }) -> i         one slot per buffer: guard bytes changed (0: intact)
+ *   L:random_check(b, law) -> i       one slot: elements not what b:random(law) writes
+ *   L:digest({ { ptr, nbytes }, ... }) -> i   one slot per range: buffer.digest's value
+ *   compare.enqueue(a, b, opts, L) -> i       (km.compare) an allclose's KM_CMP_SLOTS slots
+ *   L:read() -> true | nil, msg, code the used slots copied back: the batch's one wait
+ *   L:u64(i) -> integer               slot i after read (1-based, as the ops return)
+ *
+ * Each op zeroes its own slots first, in stream order; slot numbers index this batch. The
+ * results are in device memory until read: a caller reads them before any code it does not
+ * trust runs on the device again (km.judge's timed checks do, once per check). */
+#define KM_LEDGER_MT "km.Ledger"
+typedef struct {
+  CUdeviceptr dev;
+  CUcontext ctx;
+  size_t cap, used, limit; /* slots allocated, taken in this batch, begun for it */
+  uint64_t *host;
+} km_ledger;
+
+static km_ledger *ledger_check(lua_State *L, int idx) { return luaL_checkudata(L, idx, KM_LEDGER_MT); }
+
+static int ledger_gc(lua_State *L) {
+  km_ledger *g = ledger_check(L, 1);
+  CUcontext ctx = NULL;
+  if (g->dev && km_cu && km_cu->cuCtxGetCurrent(&ctx) == CUDA_SUCCESS && ctx == g->ctx) km_cu->cuMemFree(g->dev);
+  g->dev = 0;
+  free(g->host);
+  g->host = NULL;
+  g->cap = g->used = 0;
+  return 0;
+}
+
+static int l_ledger(lua_State *L) {
+  km_ledger *g = lua_newuserdatauv(L, sizeof *g, 0);
+  memset(g, 0, sizeof *g);
+  luaL_setmetatable(L, KM_LEDGER_MT);
+  return 1;
+}
+
+static int g_begin(lua_State *L) {
+  km_ledger *g = ledger_check(L, 1);
+  lua_Integer n = luaL_checkinteger(L, 2);
+  luaL_argcheck(L, n >= 0 && n <= (1 << 24), 2, "slots out of range");
+  const km_cuda_api *cu = km_cuda_check(L);
+  CUcontext ctx = NULL;
+  cu->cuCtxGetCurrent(&ctx);
+  if (ctx != g->ctx) g->dev = 0, g->cap = 0; /* another context: the old array went with it */
+  if ((size_t)n > g->cap) {
+    size_t cap = (size_t)n < 256 ? 256 : (size_t)n * 2;
+    uint64_t *h = realloc(g->host, cap * 8);
+    if (!h) return luaL_error(L, "ledger: out of host memory");
+    g->host = h;
+    CUdeviceptr p;
+    check(L, cu->cuMemAlloc(&p, cap * 8), "ledger");
+    if (g->dev) cu->cuMemFree(g->dev);
+    g->dev = p, g->cap = cap, g->ctx = ctx;
+  }
+  g->used = 0;
+  g->limit = (size_t)n;
+  lua_settop(L, 1);
+  return 1;
+}
+
+/* The next n slots of the batch: their device address; pushes their 1-based index. */
+static CUdeviceptr ledger_take(lua_State *L, km_ledger *g, size_t n) {
+  if (!g->dev || g->used + n > g->limit)
+    luaL_error(L, "ledger: %d slot(s) wanted, %d of the %d begun are left", (int)n, (int)(g->limit - g->used), (int)g->limit);
+  CUdeviceptr p = g->dev + 8 * g->used;
+  lua_pushinteger(L, (lua_Integer)g->used + 1);
+  g->used += n;
+  return p;
+}
+
+CUdeviceptr km_ledger_take(lua_State *L, int idx, size_t n) { return ledger_take(L, ledger_check(L, idx), n); }
+
+const uint64_t *km_ledger_slots(lua_State *L, int idx, lua_Integer i, size_t n) {
+  km_ledger *g = ledger_check(L, idx);
+  luaL_argcheck(L, i >= 1 && (size_t)i - 1 + n <= g->used, 2, "no such slot in this batch");
+  return g->host + (i - 1);
+}
+
+static int g_guards(lua_State *L) {
+  km_ledger *g = ledger_check(L, 1);
+  const km_devbuf **bs;
+  uint64_t *bad;
+  lua_Integer n = read_buffers(L, 2, &bs, &bad);
+  km_cuda_util(L, "km_guard_count");
+  CUdeviceptr acc = ledger_take(L, g, (size_t)(n ? n : 1));
+  if (n) check(L, km_devbufs_guards_at(bs, (size_t)n, km_cuda_stream(), acc), "the guards");
+  else check(L, km_cu->cuMemsetD8Async(acc, 0, 8, km_cuda_stream()), "the guards");
+  return 1;
+}
+
+static int g_random_check(lua_State *L) {
+  km_ledger *g = ledger_check(L, 1);
+  km_buffer *b = buffer_check(L, 2);
+  luaL_checktype(L, 3, LUA_TTABLE);
+  int d;
+  double a, c;
+  uint64_t seed;
+  random_law(L, 3, b, &d, &a, &c, &seed);
+  km_cuda_util(L, "km_random_check");
+  CUdeviceptr acc = ledger_take(L, g, 1);
+  check(L, km_devbuf_random_check_at(b, d, a, c, seed, km_cuda_stream(), acc), "random_check");
+  return 1;
+}
+
+static int g_digest(lua_State *L) {
+  km_ledger *g = ledger_check(L, 1);
+  CUdeviceptr *ptrs;
+  uint64_t *bytes;
+  lua_Integer n = read_ranges(L, 2, &ptrs, &bytes);
+  km_cuda_util(L, "km_checksum");
+  CUdeviceptr acc = ledger_take(L, g, (size_t)(n ? n : 1));
+  if (n) check(L, km_dev_digest_at(ptrs, bytes, (size_t)n, km_cuda_stream(), acc), "digest");
+  return 1;
+}
+
+static int g_read(lua_State *L) {
+  km_ledger *g = ledger_check(L, 1);
+  const km_cuda_api *cu = km_cuda_check(L);
+  CUresult r = CUDA_SUCCESS;
+  if (g->used) r = cu->cuMemcpyDtoHAsync(g->host, g->dev, g->used * 8, km_cuda_stream());
+  /* the whole context, as cuda.synchronize: work on any stream is done and its error seen */
+  if (r == CUDA_SUCCESS) r = cu->cuCtxSynchronize();
+  if (r != CUDA_SUCCESS) return km_cuda_fail(L, r, "synchronize");
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+static int g_u64(lua_State *L) {
+  lua_pushinteger(L, (lua_Integer)*km_ledger_slots(L, 1, luaL_checkinteger(L, 2), 1));
+  return 1;
 }
 
 /* b:reset_guards() -> b: refills both guard zones (for reusing a buffer) */
@@ -753,8 +909,12 @@ int luaopen_km_buffer(lua_State *L) {
   lua_pushboolean(L, 0);
   lua_setfield(L, -2, "__metatable"); /* getmetatable(view) reveals nothing */
   lua_pop(L, 1);
+  static const luaL_Reg ledger_methods[] = {{"begin", g_begin}, {"guards", g_guards}, {"random_check", g_random_check},
+                                            {"digest", g_digest}, {"read", g_read}, {"u64", g_u64}, {NULL, NULL}};
+  km_newclass(L, KM_LEDGER_MT, ledger_methods, ledger_gc);
   static const luaL_Reg fns[] = {{"new", l_new}, {"load", l_load}, {"view", l_view}, {"unwrap", l_unwrap},
-                                 {"revoke_views", l_revoke_views}, {"digest", l_digest}, {"copy_in", l_copy_in}, {"guards_intact", l_guards_intact}, {"live", l_live}, {NULL, NULL}};
+                                 {"revoke_views", l_revoke_views}, {"digest", l_digest}, {"copy_in", l_copy_in},
+                                 {"guards_intact", l_guards_intact}, {"live", l_live}, {"ledger", l_ledger}, {NULL, NULL}};
   luaL_newlib(L, fns);
   lua_pushinteger(L, DEFAULT_GUARD);
   lua_setfield(L, -2, "DEFAULT_GUARD");

@@ -167,11 +167,12 @@ static void dev_fetch(void *c, int which, int64_t i, double *d, int64_t *iv) {
   memcpy(iv, tmp, 8);
 }
 
-static int allclose_dev(lua_State *L, const km_tol *tol) {
-  const km_cuda_api *cu = km_cuda_check(L);
+/* The two km.Buffers at 1 and 2: their dtype (the same), pointers and element count; raises. */
+static km_dtype dev_args(lua_State *L, CUdeviceptr *pa, CUdeviceptr *pb, uint64_t *n) {
+  km_cuda_check(L);
   /* dtype and size via the buffers' own methods keeps km_buffer's struct private */
   size_t ba, bb;
-  CUdeviceptr pa = km_buffer_ptr(L, 1, &ba), pb = km_buffer_ptr(L, 2, &bb);
+  *pa = km_buffer_ptr(L, 1, &ba), *pb = km_buffer_ptr(L, 2, &bb);
   lua_getfield(L, 1, "dtype");
   lua_pushvalue(L, 1);
   lua_call(L, 1, 1);
@@ -179,27 +180,84 @@ static int allclose_dev(lua_State *L, const km_tol *tol) {
   lua_pushvalue(L, 2);
   lua_call(L, 1, 1);
   if (strcmp(lua_tostring(L, -1), lua_tostring(L, -2)))
-    return luaL_error(L, "allclose: dtypes differ (%s vs %s)", lua_tostring(L, -2), lua_tostring(L, -1));
+    luaL_error(L, "allclose: dtypes differ (%s vs %s)", lua_tostring(L, -2), lua_tostring(L, -1));
   km_dtype dt = (km_dtype)km_dtype_parse(lua_tostring(L, -1));
   lua_pop(L, 2);
-  if (ba != bb) return luaL_error(L, "allclose: sizes differ (%I vs %I bytes)", (lua_Integer)ba, (lua_Integer)bb);
-  uint64_t n = ba / km_dtype_size(dt);
-  (void)cu;
+  if (ba != bb) luaL_error(L, "allclose: sizes differ (%I vs %I bytes)", (lua_Integer)ba, (lua_Integer)bb);
+  *n = ba / km_dtype_size(dt);
   km_cuda_util(L, "km_compare"); /* raises when the utility kernels cannot load */
-  /* poison = true counts elements still holding km.buffer's poison pattern */
-  int poison_on = 0;
-  if (lua_getfield(L, 3, "poison") == LUA_TBOOLEAN && lua_toboolean(L, -1)) poison_on = 1;
+  return dt;
+}
+
+/* poison = true counts elements still holding km.buffer's poison pattern */
+static int poison_opt(lua_State *L) {
+  int on = lua_getfield(L, 3, "poison") == LUA_TBOOLEAN && lua_toboolean(L, -1);
   lua_pop(L, 1);
-  km_cmp_result res;
-  uint64_t unwritten = 0;
-  CUresult r = km_devcompare(dt, pa, pb, n, tol, poison_on, km_cuda_stream(), &res, &unwritten);
-  if (r != CUDA_SUCCESS) return km_cuda_fail(L, r, "allclose");
+  return on;
+}
+
+static void push_dev_result(lua_State *L, km_dtype dt, CUdeviceptr pa, CUdeviceptr pb, const km_cmp_result *res,
+                            const km_tol *tol, int poison_on, uint64_t unwritten) {
   dev_ctx ctx = {dt, pa, pb};
-  push_result(L, dt, &res, tol, dev_fetch, &ctx);
+  push_result(L, dt, res, tol, dev_fetch, &ctx);
   if (poison_on) {
     lua_pushinteger(L, (lua_Integer)unwritten);
     lua_setfield(L, -2, "unwritten");
   }
+}
+
+static int allclose_dev(lua_State *L, const km_tol *tol) {
+  CUdeviceptr pa, pb;
+  uint64_t n;
+  km_dtype dt = dev_args(L, &pa, &pb, &n);
+  int poison_on = poison_opt(L);
+  km_cmp_result res;
+  uint64_t unwritten = 0;
+  CUresult r = km_devcompare(dt, pa, pb, n, tol, poison_on, km_cuda_stream(), &res, &unwritten);
+  if (r != CUDA_SUCCESS) return km_cuda_fail(L, r, "allclose");
+  push_dev_result(L, dt, pa, pb, &res, tol, poison_on, unwritten);
+  return 1;
+}
+
+/* compare.enqueue(a, b, opts, ledger) -> i: allclose of two buffers enqueued with no wait, its
+ * result in the ledger's slots from i (km.buffer's ledger); compare.result(a, b, opts,
+ * ledger, i) -> allclose's table, once the ledger was read. */
+static void check_buffers(lua_State *L) {
+  luaL_checkudata(L, 1, "km.Buffer");
+  luaL_checkudata(L, 2, "km.Buffer");
+}
+
+static int l_enqueue(lua_State *L) {
+  km_tol tol;
+  lua_settop(L, 4);
+  check_buffers(L);
+  if (lua_isnil(L, 3)) { lua_newtable(L); lua_replace(L, 3); }
+  read_tol(L, 3, &tol);
+  CUdeviceptr pa, pb;
+  uint64_t n;
+  km_dtype dt = dev_args(L, &pa, &pb, &n);
+  int poison_on = poison_opt(L);
+  CUdeviceptr acc = km_ledger_take(L, 4, KM_CMP_SLOTS);
+  CUresult r = km_devcompare_at(dt, pa, pb, n, &tol, poison_on, km_cuda_stream(), acc);
+  if (r != CUDA_SUCCESS) return km_cuda_raise(L, r, "allclose");
+  return 1;
+}
+
+static int l_result(lua_State *L) {
+  km_tol tol;
+  lua_settop(L, 5);
+  check_buffers(L);
+  if (lua_isnil(L, 3)) { lua_newtable(L); lua_replace(L, 3); }
+  read_tol(L, 3, &tol);
+  CUdeviceptr pa, pb;
+  uint64_t n;
+  km_dtype dt = dev_args(L, &pa, &pb, &n);
+  int poison_on = poison_opt(L);
+  const uint64_t *slots = km_ledger_slots(L, 4, luaL_checkinteger(L, 5), KM_CMP_SLOTS);
+  km_cmp_result res;
+  uint64_t unwritten = 0;
+  km_devcompare_decode(slots, n, &res, &unwritten);
+  push_dev_result(L, dt, pa, pb, &res, &tol, poison_on, unwritten);
   return 1;
 }
 
@@ -217,7 +275,9 @@ static int l_allclose(lua_State *L) {
 }
 
 int luaopen_km_compare(lua_State *L) {
-  static const luaL_Reg fns[] = {{"allclose", l_allclose}, {NULL, NULL}};
+  static const luaL_Reg fns[] = {{"allclose", l_allclose}, {"enqueue", l_enqueue}, {"result", l_result}, {NULL, NULL}};
   luaL_newlib(L, fns);
+  lua_pushinteger(L, KM_CMP_SLOTS);
+  lua_setfield(L, -2, "SLOTS");
   return 1;
 }

@@ -18,5 +18,9 @@ CUdeviceptr km_buffer_ptr(lua_State *L, int idx, size_t *bytes);
 CUstream km_stream_opt(lua_State *L, int idx);
 /* One of kmrun's own kernels by name (loads the embedded fatbin once); raises. */
 CUfunction km_cuda_util(lua_State *L, const char *name);
+/* A km.Ledger at idx (km_buffer.c): the device address of its next n slots, their 1-based
+ * index pushed; and n slots from index i as read back (raises outside the batch). */
+CUdeviceptr km_ledger_take(lua_State *L, int idx, size_t n);
+const uint64_t *km_ledger_slots(lua_State *L, int idx, lua_Integer i, size_t n);
 #endif
 #endif

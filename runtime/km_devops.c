@@ -168,67 +168,82 @@ static CUresult acc_zeroed(size_t n, CUstream s) {
   return km_cu->cuMemsetD8Async(dg_acc, 0, n * 8, s);
 }
 
-CUresult km_devbuf_random_check(const km_devbuf *b, int dist, double a, double c, uint64_t seed, CUstream s,
-                                uint64_t *bad) {
-  *bad = 0;
-  if (!b->numel) return CUDA_SUCCESS;
+/* ---- checks into slots: each op zeroes its own 8-byte slots at `acc` and enqueues its
+ * kernels, with no wait (the *_at forms, a km.buffer ledger's); the plain forms use the
+ * shared accumulator array, copy the slots back and wait for the stream. */
+
+CUresult km_devbuf_random_check_at(const km_devbuf *b, int dist, double a, double c, uint64_t seed, CUstream s,
+                                   CUdeviceptr acc) {
+  CUresult r = km_cu->cuMemsetD8Async(acc, 0, 8, s);
+  if (r != CUDA_SUCCESS || !b->numel) return r;
   CUfunction fn;
-  CUresult r = km_cuda_util_get("km_random_check", &fn);
-  if (r != CUDA_SUCCESS) return r;
-  pthread_mutex_lock(&dg_lock);
-  if ((r = acc_zeroed(1, s)) == CUDA_SUCCESS) {
-    int dt = (int)b->dtype;
-    uint64_t n = (uint64_t)b->numel;
-    CUdeviceptr p = b->ptr, acc = dg_acc;
-    void *args[] = {&p, &dt, &n, &seed, &dist, &a, &c, &acc};
-    r = km_cuda_util_launch(fn, n / 4 + 1, s, args);
-  }
-  if (r == CUDA_SUCCESS) r = km_cu->cuMemcpyDtoHAsync(bad, dg_acc, 8, s);
-  if (r == CUDA_SUCCESS) r = km_cu->cuStreamSynchronize(s);
-  pthread_mutex_unlock(&dg_lock);
-  return r;
+  if ((r = km_cuda_util_get("km_random_check", &fn)) != CUDA_SUCCESS) return r;
+  int dt = (int)b->dtype;
+  uint64_t n = (uint64_t)b->numel;
+  CUdeviceptr p = b->ptr;
+  void *args[] = {&p, &dt, &n, &seed, &dist, &a, &c, &acc};
+  return km_cuda_util_launch(fn, n / 4 + 1, s, args);
 }
 
-CUresult km_devbufs_guards(const km_devbuf *const *bs, size_t n, CUstream s, uint64_t *bad) {
+CUresult km_devbufs_guards_at(const km_devbuf *const *bs, size_t n, CUstream s, CUdeviceptr acc) {
   CUfunction fn;
   CUresult r = km_cuda_util_get("km_guard_count", &fn);
   if (r != CUDA_SUCCESS || n == 0) return r;
-  pthread_mutex_lock(&dg_lock);
-  r = acc_zeroed(n, s);
+  r = km_cu->cuMemsetD8Async(acc, 0, n * 8, s);
   for (size_t i = 0; i < n && r == CUDA_SUCCESS; i++) {
     const km_devbuf *b = bs[i];
     if (!b->guard || !b->base) continue; /* no guards, or freed */
-    CUdeviceptr head = b->base, tail = b->ptr + b->bytes, acc = dg_acc + 8 * i;
+    CUdeviceptr head = b->base, tail = b->ptr + b->bytes, slot = acc + 8 * i;
     uint64_t hl = b->guard, tl = b->alloc - b->guard - b->bytes;
     unsigned pat = KM_GUARD_BYTE;
-    void *args[] = {&head, &hl, &tail, &tl, &pat, &acc};
+    void *args[] = {&head, &hl, &tail, &tl, &pat, &slot};
     r = km_cuda_util_launch(fn, hl + tl, s, args);
   }
-  if (r == CUDA_SUCCESS) r = km_cu->cuMemcpyDtoHAsync(bad, dg_acc, n * 8, s);
-  if (r == CUDA_SUCCESS) r = km_cu->cuStreamSynchronize(s);
-  pthread_mutex_unlock(&dg_lock);
   return r;
 }
 
-CUresult km_dev_digest(const CUdeviceptr *ptrs, const uint64_t *bytes, size_t n, CUstream s, uint64_t *out) {
-  const km_cuda_api *cu = km_cu;
+CUresult km_dev_digest_at(const CUdeviceptr *ptrs, const uint64_t *bytes, size_t n, CUstream s, CUdeviceptr acc) {
   CUfunction fn;
   CUresult r = km_cuda_util_get("km_checksum", &fn);
   if (r != CUDA_SUCCESS || n == 0) return r;
   pthread_once(&dg_once, dg_init);
-  pthread_mutex_lock(&dg_lock);
-  if ((r = acc_zeroed(n, s)) != CUDA_SUCCESS) goto out;
+  r = km_cu->cuMemsetD8Async(acc, 0, n * 8, s);
   for (size_t i = 0; i < n && r == CUDA_SUCCESS; i++) {
-    CUdeviceptr p = ptrs[i], acc = dg_acc + 8 * i;
+    CUdeviceptr p = ptrs[i], slot = acc + 8 * i;
     uint64_t nb = bytes[i], key = dg_key;
-    void *args[] = {&p, &nb, &key, &acc};
+    void *args[] = {&p, &nb, &key, &slot};
     r = km_cuda_util_launch(fn, nb / 8 + 1, s, args);
   }
-  if (r == CUDA_SUCCESS) r = cu->cuMemcpyDtoHAsync(out, dg_acc, n * 8, s);
-  if (r == CUDA_SUCCESS) r = cu->cuStreamSynchronize(s);
-out:
-  pthread_mutex_unlock(&dg_lock);
   return r;
+}
+
+/* The shared array's n slots: op(slots) enqueued, copied back into out, one wait. */
+#define ACC_READ(n, out, s, call)                                                      \
+  do {                                                                                 \
+    pthread_mutex_lock(&dg_lock);                                                      \
+    CUresult r_ = acc_zeroed((n), (s));                                                \
+    if (r_ == CUDA_SUCCESS) { CUdeviceptr acc = dg_acc; r_ = (call); }                 \
+    if (r_ == CUDA_SUCCESS) r_ = km_cu->cuMemcpyDtoHAsync((out), dg_acc, (n) * 8, (s)); \
+    if (r_ == CUDA_SUCCESS) r_ = km_cu->cuStreamSynchronize(s);                        \
+    pthread_mutex_unlock(&dg_lock);                                                    \
+    return r_;                                                                         \
+  } while (0)
+
+CUresult km_devbuf_random_check(const km_devbuf *b, int dist, double a, double c, uint64_t seed, CUstream s,
+                                uint64_t *bad) {
+  *bad = 0;
+  if (!b->numel) return CUDA_SUCCESS;
+  ACC_READ(1, bad, s, km_devbuf_random_check_at(b, dist, a, c, seed, s, acc));
+}
+
+CUresult km_devbufs_guards(const km_devbuf *const *bs, size_t n, CUstream s, uint64_t *bad) {
+  if (n == 0) return CUDA_SUCCESS;
+  ACC_READ(n, bad, s, km_devbufs_guards_at(bs, n, s, acc));
+}
+
+CUresult km_dev_digest(const CUdeviceptr *ptrs, const uint64_t *bytes, size_t n, CUstream s, uint64_t *out) {
+  if (n == 0) return CUDA_SUCCESS;
+  ACC_READ(n, out, s, km_dev_digest_at(ptrs, bytes, n, s, acc));
 }
 
 CUresult km_devbuf_checksum(const km_devbuf *b, CUstream s, uint64_t *out) {
@@ -276,37 +291,33 @@ typedef struct {
   unsigned long long n_examples;
   unsigned long long examples[32];
 } km_cmp_dev;
+_Static_assert(sizeof(km_cmp_dev) == 8 * KM_CMP_SLOTS, "KM_CMP_SLOTS: km_cmp_dev's size in 8-byte slots");
 
 static int cmp_int64(const void *a, const void *b) {
   int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
   return (x > y) - (x < y);
 }
 
-CUresult km_devcompare(km_dtype dt, CUdeviceptr pa, CUdeviceptr pb, uint64_t n, const km_tol *tol,
-                       int poison_on, CUstream s, km_cmp_result *res, uint64_t *unwritten) {
+CUresult km_devcompare_at(km_dtype dt, CUdeviceptr pa, CUdeviceptr pb, uint64_t n, const km_tol *tol,
+                          int poison_on, CUstream s, CUdeviceptr dres) {
   const km_cuda_api *cu = km_cu;
-  km_cmp_dev out;
-  memset(&out, 0, sizeof out);
-  out.first = ~0ull;
   CUfunction fn;
   CUresult r = km_cuda_util_get("km_compare", &fn);
   if (r != CUDA_SUCCESS) return r;
   int dti = (int)dt, eqnan = tol->equal_nan;
   double atol = tol->atol, rtol = tol->rtol;
   unsigned long long poison = poison_on ? km_poison_pattern(dt) : 0;
-  /* the result in the accumulator array (no allocation: a cuMemFree waits for the device),
-   * one wait for the stream; the lock keeps the array the judge's for the whole compare */
-  pthread_mutex_lock(&dg_lock);
-  r = acc_zeroed((sizeof out + 7) / 8, s);
-  CUdeviceptr dres = dg_acc;
   void *args[] = {&pa, &pb, &dti, &n, &atol, &rtol, &eqnan, &dres, &poison_on, &poison};
   /* zeroed, and `first` all ones, in stream order (a copy from the host would wait for it) */
+  r = cu->cuMemsetD8Async(dres, 0, sizeof(km_cmp_dev), s);
   if (r == CUDA_SUCCESS) r = cu->cuMemsetD32Async(dres + offsetof(km_cmp_dev, first), 0xFFFFFFFFu, 2, s);
   if (r == CUDA_SUCCESS && n) r = km_cuda_util_launch(fn, n, s, args);
-  if (r == CUDA_SUCCESS) r = cu->cuMemcpyDtoHAsync(&out, dres, sizeof out, s);
-  if (r == CUDA_SUCCESS) r = cu->cuStreamSynchronize(s);
-  pthread_mutex_unlock(&dg_lock);
-  if (r != CUDA_SUCCESS) return r;
+  return r;
+}
+
+void km_devcompare_decode(const uint64_t *slots, uint64_t n, km_cmp_result *res, uint64_t *unwritten) {
+  km_cmp_dev out;
+  memcpy(&out, slots, sizeof out);
   memset(res, 0, sizeof *res);
   res->n = n;
   res->mismatches = out.mismatches;
@@ -320,5 +331,20 @@ CUresult km_devcompare(km_dtype dt, CUdeviceptr pa, CUdeviceptr pb, uint64_t n, 
   qsort(res->examples, (size_t)res->n_examples, sizeof(int64_t), cmp_int64);
   res->ok = res->mismatches == 0;
   if (unwritten) *unwritten = out.unwritten;
+}
+
+CUresult km_devcompare(km_dtype dt, CUdeviceptr pa, CUdeviceptr pb, uint64_t n, const km_tol *tol,
+                       int poison_on, CUstream s, km_cmp_result *res, uint64_t *unwritten) {
+  uint64_t slots[KM_CMP_SLOTS];
+  /* the result in the accumulator array (no allocation: a cuMemFree waits for the device),
+   * one wait for the stream; the lock keeps the array the judge's for the whole compare */
+  pthread_mutex_lock(&dg_lock);
+  CUresult r = acc_zeroed(KM_CMP_SLOTS, s);
+  if (r == CUDA_SUCCESS) r = km_devcompare_at(dt, pa, pb, n, tol, poison_on, s, dg_acc);
+  if (r == CUDA_SUCCESS) r = km_cu->cuMemcpyDtoHAsync(slots, dg_acc, sizeof slots, s);
+  if (r == CUDA_SUCCESS) r = km_cu->cuStreamSynchronize(s);
+  pthread_mutex_unlock(&dg_lock);
+  if (r != CUDA_SUCCESS) return r;
+  km_devcompare_decode(slots, n, res, unwritten);
   return CUDA_SUCCESS;
 }

@@ -76,4 +76,16 @@ CUresult km_devbuf_check_guards(const km_devbuf *b, int *ok, int *side, size_t *
 CUresult km_devcompare(km_dtype dt, CUdeviceptr got, CUdeviceptr want, uint64_t n,
                        const km_tol *tol, int poison_on, CUstream s, km_cmp_result *out,
                        uint64_t *unwritten);
+/* The same checks enqueued with no wait (a batch of checks read back once: km.buffer's
+ * ledger): each writes its result to 8-byte slots at `acc` in device memory, zeroing them
+ * first in stream order — random_check and checksum one slot per buffer or range, guards
+ * one per buffer, a compare KM_CMP_SLOTS, decoded by km_devcompare_decode once copied back. */
+#define KM_CMP_SLOTS 40
+CUresult km_devbuf_random_check_at(const km_devbuf *b, int dist, double a, double c, uint64_t seed, CUstream s,
+                                   CUdeviceptr acc);
+CUresult km_devbufs_guards_at(const km_devbuf *const *bs, size_t n, CUstream s, CUdeviceptr acc);
+CUresult km_dev_digest_at(const CUdeviceptr *ptrs, const uint64_t *bytes, size_t n, CUstream s, CUdeviceptr acc);
+CUresult km_devcompare_at(km_dtype dt, CUdeviceptr got, CUdeviceptr want, uint64_t n, const km_tol *tol,
+                          int poison_on, CUstream s, CUdeviceptr acc);
+void km_devcompare_decode(const uint64_t *slots, uint64_t n, km_cmp_result *res, uint64_t *unwritten);
 #endif

@@ -46,6 +46,11 @@ static int env_device(void) {
   return e && *e ? atoi(e) : 0;
 }
 
+/* Names whose cuda.h prototype is the CUDA 2.0 one while CUDA 13's is another (above). */
+static int old_prototype(const char *name) {
+  return !strcmp(name, "cuCtxSynchronize") || !strcmp(name, "cuCtxGetDevice");
+}
+
 static void load_driver(void) {
   const char *lib = getenv("KM_LIBCUDA");
   if (!lib || !*lib) lib = "libcuda.so.1";
@@ -61,12 +66,17 @@ static void load_driver(void) {
     return;
   }
   /* Resolve each name as cuda.h spells it before its _vN macro; the driver returns the
-   * version matching CUDA_VERSION, which is the prototype km_cuda_api holds. */
+   * version matching CUDA_VERSION, which is the prototype km_cuda_api holds — except where
+   * CUDA 13 gave the name a new signature and cuda.h kept the old one under it (the new one
+   * is spelled _v2): asked at 13000, "cuCtxSynchronize" is cuCtxSynchronize_v2(CUcontext)
+   * and "cuCtxGetDevice" cuCtxGetDevice_v2(CUdevice *, CUcontext), and a call with the old
+   * prototype hands the driver whatever the argument register held as the context. Those
+   * are asked at the version of the prototype cuda.h declares (old_prototype). */
 #define KM_CUDA_RESOLVE(name)                                                             \
   {                                                                                       \
     CUdriverProcAddressQueryResult st;                                                    \
     void *fp = NULL;                                                                      \
-    CUresult r = gpa(#name, &fp, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &st);         \
+    CUresult r = gpa(#name, &fp, old_prototype(#name) ? 2000 : CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &st); \
     if (r != CUDA_SUCCESS || !fp || st != CU_GET_PROC_ADDRESS_SUCCESS) {                  \
       snprintf(load_why, sizeof load_why,                                                 \
                "CUDA driver lacks %s for CUDA %d.%d (driver too old? status %d)", #name,  \

@@ -487,6 +487,45 @@ function Judge:truth_check(st, where)
   return "inputs_modified", text
 end
 
+-- The truth_check of a batch of checks: its digests enqueued into the ledger L (nil when
+-- there is nothing sealed to check), then read back with the batch (truth_read: nil, or
+-- "inputs_modified", feedback, the state restored and the fault kept, as truth_check).
+function Judge:truth_enqueue(st, L)
+  local tr = st and st.prob and not st.truth_dirty and st.truth
+  if not tr or #tr.ranges == 0 or self.truth_clean == st then return nil end
+  return L:digest(tr.ranges)
+end
+
+-- A seal enqueued into a batch after trusted code ran on the truth (seal_truth's digests,
+-- read back before any candidate code runs) -> what seal_read needs, or nil.
+function Judge:seal_enqueue(st, L)
+  if not (st and st.prob and st.truth_dirty) then return nil end
+  local list = assert(st.prob:truth())
+  local ranges, names = {}, {}
+  for i, r in ipairs(list) do ranges[i], names[i] = { r[2], r[3] }, r[1] end
+  return { ranges = ranges, names = names, slot = #ranges > 0 and L:digest(ranges) or nil }
+end
+
+function Judge:seal_read(st, L, seal)
+  local digests = {}
+  for i = 1, #seal.ranges do digests[i] = L:u64(seal.slot + i - 1) end
+  st.truth = { ranges = seal.ranges, names = seal.names, digests = digests }
+  st.truth_dirty = false
+end
+
+function Judge:truth_read(st, L, slot, where)
+  if not slot then return nil end
+  local tr = st.truth
+  for i, d in ipairs(tr.digests) do
+    if L:u64(slot + i - 1) ~= d then
+      self:restore_truth(st)
+      local text = reference_state_text(tr.names[i]:gsub("^%a+:", ""), where)
+      self.fault = self.fault or { "inputs_modified", text }
+      return "inputs_modified", text
+    end
+  end
+end
+
 -- The law a task's init rule draws an input by (b:random's table, without the seed).
 local function law_of(spec, sym)
   local init = spec.init
@@ -615,12 +654,13 @@ end
 -- Runs the reference on ref_in's buffers plus fresh poisoned outputs (which the caller
 -- returns to the pool). keep_cache: call_launch's. -> ref_io (ref_in's names and the
 -- outputs) or nil, status, message
-function Judge:run_reference(st, ref_in, dims, sym, which, keep_cache)
+-- no_wait: enqueued only (a batch of checks, which waits once for all of it).
+function Judge:run_reference(st, ref_in, dims, sym, which, keep_cache, no_wait)
   local t = st.task
   local io = copy(ref_in)
   for _, spec in ipairs(t.outputs) do io[spec.name] = self.pool:get(spec.dtype, dims[spec.name]):poison() end
   local ok, s, msg = call_launch(self, which or st.ref, io, sym, 1e8, keep_cache)
-  if ok then ok, s, msg = sync_status() end -- the reference's returned outputs are not used
+  if ok and not no_wait then ok, s, msg = sync_status() end -- the reference's returned outputs are not used
   if not ok then
     if s ~= "crashed" then for _, spec in ipairs(t.outputs) do self.pool:put(io[spec.name]) end end
     return nil, s, msg
@@ -729,44 +769,75 @@ end
 
 -- The evidence after a candidate call: guard zones, inputs unchanged (against ref_in, the
 -- same inputs drawn again; or, given a timed plan, against the laws they were drawn by,
--- b:random_check, and the parameters' source). -> nil or status, text
-local function evidence(t, cand, ref_in, scratch, where, plan, seed)
-  -- every guard zone read with one wait; the one that changed then says how
+-- b:random_check, and the parameters' source). Its reads are enqueued into the ledger L
+-- (km.buffer's: no wait) -> what evidence_read reads back once L was read.
+local function evidence_enqueue(L, t, cand, ref_in, scratch, plan, seed)
   local list, label = {}, {}
   local function add(b, what) list[#list + 1] = b; label[#list] = what end
   for name, b in pairs(cand) do add(b, fmt("buffer '%s'", name)) end
   for i, b in pairs(scratch) do add(b, fmt("scratch buffer %d", i)) end
-  local bad = buffer.guards_intact(list)
-  if bad then
-    local _, why = list[bad]:check_guards()
-    return "out_of_bounds", feedback.out_of_bounds(fmt("%s: %s", label[bad], why or "guard zone changed"), where)
-  end
+  local e = { list = list, label = label, guards = L:guards(list), inputs = {} }
   for _, spec in ipairs(t.inputs) do
-    local b, moved = cand[spec.name], nil
+    local b, slot, count = cand[spec.name], nil, false
     if not plan then
-      moved = b:checksum() ~= ref_in[spec.name]:checksum()
+      local r = ref_in[spec.name]
+      slot = L:digest { { b:ptr(), b:nbytes() }, { r:ptr(), r:nbytes() } }
     elseif plan.laws[spec.name] then
       local l = plan.laws[spec.name]
-      moved = b:random_check(seeded(l.law, seed, l.index)) > 0
+      slot, count = L:random_check(b, seeded(l.law, seed, l.index)), true
     else
       local r = plan.params[spec.name]
-      local d = buffer.digest { { b:ptr(), b:nbytes() }, { r.ptr, r.nbytes } }
-      moved = d[1] ~= d[2]
+      slot = L:digest { { b:ptr(), b:nbytes() }, { r.ptr, r.nbytes } }
     end
-    if moved then return "inputs_modified", feedback.inputs_modified(spec.name, where, t.outputs[1].name) end
+    e.inputs[#e.inputs + 1] = { name = spec.name, slot = slot, count = count }
   end
+  return e
+end
+
+-- The ledger slots evidence_enqueue takes at most.
+local function evidence_slots(t, cand, scratch)
+  local n = 2 * #t.inputs + 1
+  for _ in pairs(cand) do n = n + 1 end
+  for _ in pairs(scratch) do n = n + 1 end
+  return n
+end
+
+-- The evidence read back (L was read) -> nil or status, text
+local function evidence_read(L, t, e, where)
+  for i = 1, #e.list do
+    if L:u64(e.guards + i - 1) ~= 0 then
+      local _, why = e.list[i]:check_guards()
+      return "out_of_bounds", feedback.out_of_bounds(fmt("%s: %s", e.label[i], why or "guard zone changed"), where)
+    end
+  end
+  for _, x in ipairs(e.inputs) do
+    local moved
+    if x.count then moved = L:u64(x.slot) > 0 else moved = L:u64(x.slot) ~= L:u64(x.slot + 1) end
+    if moved then return "inputs_modified", feedback.inputs_modified(x.name, where, t.outputs[1].name) end
+  end
+end
+
+-- The judge's ledger (km.buffer): a batch of checks' results on the device, read back with
+-- one wait. Begun for n slots.
+function Judge:ledger(n)
+  self.ledger_ = self.ledger_ or buffer.ledger()
+  return self.ledger_:begin(n)
 end
 
 -- After a candidate call on `seed`'s inputs: the guards and its inputs proven (drawn by a
 -- law — a task's init rules, a problem file's plan — they are checked against it in one
--- read; otherwise drawn again into ref_in and compared). -> the buffers the reference runs
--- on (the candidate's own inputs where checked in place, else ref_in), the plan | nil,
--- status, text
+-- read; otherwise drawn again into ref_in and compared), all read back with one wait.
+-- -> the buffers the reference runs on (the candidate's own inputs where checked in place,
+-- else ref_in), the plan | nil, status, text
 function Judge:proven_inputs(st, sym, cand, ref_in, scratch, where, seed)
   local t = st.task
   local plan = self:input_plan(st, sym, cand)
   if not plan then self:pristine(t, sym, ref_in, seed) end
-  local es, etext = evidence(t, cand, ref_in, scratch, where, plan, seed)
+  local L = self:ledger(evidence_slots(t, cand, scratch))
+  local e = evidence_enqueue(L, t, cand, ref_in, scratch, plan, seed)
+  local ok, msg, code = L:read()
+  if not ok then return nil, verdict.launch_status(code), feedback.launch(verdict.launch_status(code), msg, where) end
+  local es, etext = evidence_read(L, t, e, where)
   if es then return nil, es, etext end
   return plan and inputs_of(t, cand) or ref_in, plan
 end
@@ -779,10 +850,14 @@ local function io_dtypes(t)
 end
 
 -- Compares the outputs; -> nil, or status, text, failed output name, the check rows.
-local function compare_outputs(t, outs, ref_io, dims, where, later, checks, si, seed, fresh)
+-- result_of(name, got, want, opts): the compare's table (default compare.allclose's; a
+-- batch's reads a ledger's).
+local function compare_outputs(t, outs, ref_io, dims, where, later, checks, si, seed, fresh, result_of)
   for _, spec in ipairs(t.outputs) do
     local tol = t.tolerance[spec.dtype]
-    local r = compare.allclose(outs[spec.name], ref_io[spec.name], { atol = tol.atol, rtol = tol.rtol, poison = true })
+    local opts = { atol = tol.atol, rtol = tol.rtol, poison = true }
+    local r = result_of and result_of(spec.name, outs[spec.name], ref_io[spec.name], opts)
+      or compare.allclose(outs[spec.name], ref_io[spec.name], opts)
     local check = { shape = si, seed = seed, fresh = fresh or nil, output = spec.name, ok = r.ok, mismatches = r.mismatches, n = r.n,
       max_abs = r.max_abs, max_rel = r.max_rel, unwritten = r.unwritten, nan = r.nan, inf = r.inf }
     if checks then checks[#checks + 1] = check end
@@ -1008,9 +1083,7 @@ function Judge:time_run(st, run, sym, opts, check)
   -- then the model and a copy, not the buffers described and wrapped again.
   local function reference(ref_src, plan)
     local which = st.fast_ref or st.ref
-    if not (plan and which.torch) then return self:run_reference(st, ref_src, dims, sym, st.fast_ref, true) end
-    local moved, mtext = self:truth_check(st) -- the model's state, as call_launch checks it
-    if moved then return nil, moved, mtext end
+    if not (plan and which.torch) then return self:run_reference(st, ref_src, dims, sym, st.fast_ref, true, true) end
     if not bound then
       local io = inputs_of(t, cand)
       ref_outs = {}
@@ -1029,25 +1102,64 @@ function Judge:time_run(st, run, sym, opts, check)
     return bound.io, nil, nil, true
   end
   local last_outs = {}
+  -- A timed call's check is one batch: the truth's digests, the guards and inputs, the
+  -- reference on the inputs (checked in place, or drawn again), and the compares are all
+  -- enqueued behind the call, their results into the judge's ledger, and read back with one
+  -- wait, before any candidate code runs again; then judged in that order. (One wait, not
+  -- one per read: the GPU runs the whole check while the host prepares it.) The truth's
+  -- digests are enqueued before anything reads it (the parameters handed to the reference,
+  -- the reference itself): a change is found, restored and failed here, whatever ran on it.
   local function check_now(where)
     checked = checked + 1
-    local okc, cs, cmsg = sync_status()
-    if not okc then failure = { cs, feedback.launch(cs, cmsg, where) } return false end
-    local ts, ttext = self:truth_check(st, where)
-    if ts then failure = { ts, ttext } return false end
-    -- the reference runs on inputs checked in place (nothing of the candidate's runs between)
-    local ref_src, plan, etext = self:proven_inputs(st, sym, cand, ref_in, run.state.scratch, where, cur_seed)
-    if not ref_src then failure = { plan, etext } return false end -- plan: the status, here
-    local ref_io, rs, rmsg, kept = reference(ref_src, plan)
+    local L, tslot, e, ref_io, rs, rmsg, kept, slots, seal
+    local judged = setmetatable(copy(last_outs), { __index = cand })
+    local okq, qerr = pcall(function()
+      L = self:ledger(evidence_slots(t, cand, run.state.scratch) + #t.outputs * compare.SLOTS
+        + 2 * (st.truth and #st.truth.ranges or 0) + 64)
+      tslot = self:truth_enqueue(st, L)
+      local plan = self:input_plan(st, sym, cand)
+      if not plan then self:fill_inputs(t, sym, ref_in, cur_seed, true) end -- after the truth's digests
+      e = evidence_enqueue(L, t, cand, ref_in, run.state.scratch, plan, cur_seed)
+      ref_io, rs, rmsg, kept = reference(plan and inputs_of(t, cand) or ref_in, plan)
+      seal = self:seal_enqueue(st, L) -- the truth after the reference ran: sealed with the batch
+      if not ref_io then return end
+      slots = {}
+      for _, spec in ipairs(t.outputs) do
+        local tol = t.tolerance[spec.dtype]
+        slots[spec.name] = compare.enqueue(judged[spec.name], ref_io[spec.name], { atol = tol.atol, rtol = tol.rtol, poison = true }, L)
+      end
+    end)
+    local function put_back()
+      if ref_io and not kept then for _, spec in ipairs(t.outputs) do self.pool:put(ref_io[spec.name], true) end end
+    end
+    if not L then -- no batch begun: the device says why, or the judge does
+      local oks, ss, sm = sync_status()
+      failure = oks and { verdict.ERROR, "re-verifying a timed call failed: " .. tostring(qerr) } or { ss, feedback.launch(ss, sm, where) }
+      return false
+    end
+    -- the one wait: the candidate's call, then the check (a fault in the call shows here)
+    local okr, rmsg2, rcode = L:read()
+    if not okr then
+      local cs = verdict.launch_status(rcode)
+      failure = { cs, feedback.launch(cs, rmsg2, where) }
+      if cs ~= "crashed" then put_back() end
+      return false
+    end
+    local ts, ttext = self:truth_read(st, L, tslot, where)
+    if ts then failure = { ts, ttext } put_back() return false end
+    if seal then self:seal_read(st, L, seal) end
+    if not okq then failure = { verdict.ERROR, "re-verifying a timed call failed: " .. tostring(qerr) } put_back() return false end
+    local es, etext = evidence_read(L, t, e, where)
+    if es then failure = { es, etext } put_back() return false end
     if not ref_io and rs == "inputs_modified" then failure = { rs, rmsg } return false end
     if not ref_io then
       failure = { verdict.ERROR, "the task's reference failed while re-verifying a timed call: " .. tostring(rmsg) }
       return false
     end
-    local judged = setmetatable(copy(last_outs), { __index = cand })
-    local ms, mtext = compare_outputs(t, judged, ref_io, dims, where, "timed")
+    local ms, mtext = compare_outputs(t, judged, ref_io, dims, where, "timed", nil, nil, nil, nil,
+      function(name, a, b, o) return compare.result(a, b, o, L, slots[name]) end)
     -- no poison on the way back: outputs for inputs of an unpredictable seed
-    if not kept then for _, spec in ipairs(t.outputs) do self.pool:put(ref_io[spec.name], true) end end
+    put_back()
     if ms then failure = { ms, mtext } return false end
     return true
   end

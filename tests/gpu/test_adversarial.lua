@@ -195,6 +195,36 @@ t.test("a kernel that stops writing an input-independent run once timed meets th
   t.ok(v.feedback:find("timed", 1, true), "caught at a timed call: " .. v.feedback)
 end)
 
+-- Faults that start in the timed calls (verify's 8 calls pass): a timed call's check reads
+-- the guards, the inputs, the reference and the compare back with one wait, and a fault of
+-- the call itself shows at that wait.
+local LATE_LAUNCH = [[local calls = 0
+return function(k, io, s)
+  calls = calls + 1
+  k.relu{ grid = k.cdiv(s.n, 256), block = 256 }(io.x, io.y, s.n, calls > 9 and 1 or 0)
+end]]
+local function late_src(fault)
+  return 'extern "C" __global__ void relu(const float *x, float *y, long long n, int late) {\n' ..
+    '  long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;\n' ..
+    '  if (i < n) y[i] = fmaxf(x[i], 0.f);\n  if (late && i == 0) ' .. fault .. "\n}\n"
+end
+for _, case in ipairs {
+  { "writes past its output", "y[n + 8] = 1.f;", "out_of_bounds" },
+  { "writes its input", "((float *)x)[n / 2] = 5.f;", "inputs_modified" },
+  { "faults", "y[n + (1ll << 40)] = 1.f;", "crashed" },
+} do
+  t.test("a kernel that " .. case[1] .. " only once timed: " .. case[3] .. " at a timed call", function()
+    local v = judge("late " .. case[3], late_src(case[2]), LATE_LAUNCH, { timing = true })
+    t.eq(v.status, case[3], v.feedback)
+    -- where: a timed call's check (a fault may show first at the warm-up's wait, or after)
+    if case[3] ~= "crashed" then t.ok(v.feedback:find("timed", 1, true), "caught at a timed call: " .. v.feedback) end
+    t.eq(v.failed_at, nil, "not blamed on a verified trial")
+  end)
+end
+t.test("after the late faults, an honest candidate is correct", function()
+  t.eq(judge("honest after late faults", HONEST, RELU_LAUNCH, { timing = true }).status, "correct")
+end)
+
 ----------------------------------------------------------------------------------------
 -- class 4: launch code cannot tamper with the evidence
 

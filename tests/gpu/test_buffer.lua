@@ -306,4 +306,62 @@ t.test("views: facts and launch arguments only, dead after revoke_views", functi
   t.ok(tostring(v):find("expired", 1, true))
 end)
 
+t.test("the ledger: a batch of checks enqueued with no wait and read back once, each as its plain form says", function()
+  local w = kernel([[extern "C" __global__ void w(float *p, long long i) { p[i] = 1.0f; }]], "w")
+  local L = buffer.ledger()
+  local fine, bad = buffer.new("f32", 1000), buffer.new("f32", 1000)
+  assert(w:launch({ grid = 1, block = 1 }, bad, 1000)) -- one byte past the end
+  local law = { dist = "normal", mean = 0, std = 1, seed = 5 }
+  local x, y = buffer.new("f32", 4099):random(law), buffer.new("f32", 4099):random(law)
+  assert(w:launch({ grid = 1, block = 1 }, y, 17))
+  local got, want = buffer.new("f32", 100):fill(1), buffer.new("f32", 100):fill(1)
+  local off = buffer.new("f32", 100):fill(1)
+  assert(w:launch({ grid = 1, block = 1 }, want, 3)) -- want[3] = 1 still: a match
+  off:from_table((function() local v = {} for i = 1, 100 do v[i] = i == 42 and 2 or 1 end return v end)())
+  local ranges = { { x:ptr(), x:nbytes() }, { y:ptr(), y:nbytes() }, { fine:ptr(), fine:nbytes() } }
+  L:begin(3 + 2 + 3 + 2 * compare.SLOTS)
+  local g = L:guards { fine, bad, fine }
+  local r1, r2 = L:random_check(x, law), L:random_check(y, law)
+  local d = L:digest(ranges)
+  local c1 = compare.enqueue(got, want, { atol = 0, rtol = 0 }, L)
+  local c2 = compare.enqueue(off, want, { atol = 0, rtol = 0, poison = true }, L)
+  t.eq(g, 1)
+  t.eq(r1, 4)
+  t.raises(function() L:guards { fine } end, "slot") -- the batch is full
+  t.eq(assert(L:read()), true)
+  t.eq(L:u64(g), 0)
+  t.ok(L:u64(g + 1) > 0, "the overwritten guard counted")
+  t.eq(L:u64(g + 2), 0)
+  t.eq(L:u64(r1), x:random_check(law))
+  t.eq(L:u64(r1), 0)
+  t.eq(L:u64(r2), 1)
+  t.eq(L:u64(r2), y:random_check(law))
+  local plain = buffer.digest(ranges)
+  for i = 1, 3 do t.eq(L:u64(d + i - 1), plain[i], "digest " .. i) end
+  local a, b = compare.result(got, want, { atol = 0, rtol = 0 }, L, c1), compare.allclose(got, want, { atol = 0, rtol = 0 })
+  t.eq(a.ok, true)
+  t.eq(a.mismatches, b.mismatches)
+  local m = compare.result(off, want, { atol = 0, rtol = 0, poison = true }, L, c2)
+  t.eq(m.ok, false)
+  t.eq(m.mismatches, 1)
+  t.eq(m.first.index, 41)
+  t.eq(m.first.got, 2.0)
+  t.eq(m.unwritten, 0)
+  t.raises(function() L:u64(0) end, "no such slot")
+  -- a new batch starts at slot 1 and zeroes what it uses; slots past it are not readable
+  L:begin(4)
+  t.eq(L:guards { fine }, 1)
+  assert(L:read())
+  t.eq(L:u64(1), 0)
+  t.raises(function() L:u64(2) end, "no such slot")
+  t.raises(function() compare.enqueue(got, { 1 }, {}, L) end, "km.Buffer")
+  -- a batch larger than the array grows it (between batches)
+  L:begin(5000)
+  local many = {}
+  for i = 1, 4000 do many[i] = fine end
+  local gi = L:guards(many)
+  assert(L:read())
+  t.eq(L:u64(gi + 3999), 0)
+end)
+
 t.done()

@@ -128,7 +128,8 @@ else
     if not served and not swhy and a.serve then -- none runs: one started for this and later evaluations
       local pid, perr = serve.start(gpu)
       if pid then
-        if not quiet then
+        -- a process left running is told of even with --json (stderr; --quiet alone hides it)
+        if not a.quiet then
           io.stderr:write(string.format("kmrun eval: started a kmrun serve on %s (pid %d; `kmrun serve --stop` stops it, "
             .. "30 min without work does too)\n", serve.socket_path(gpu), pid))
         end
