@@ -222,42 +222,42 @@ static int allclose_dev(lua_State *L, const km_tol *tol) {
 /* compare.enqueue(a, b, opts, ledger) -> i: allclose of two buffers enqueued with no wait, its
  * result in the ledger's slots from i (km.buffer's ledger); compare.result(a, b, opts,
  * ledger, i) -> allclose's table, once the ledger was read. */
-static void check_buffers(lua_State *L) {
+typedef struct {
+  km_tol tol;
+  CUdeviceptr pa, pb;
+  uint64_t n;
+  km_dtype dt;
+  int poison_on;
+} ledger_cmp;
+
+/* The arguments both read: two buffers at 1 and 2, the options at 3 (nil: defaults). */
+static void ledger_args(lua_State *L, int top, ledger_cmp *c) {
+  lua_settop(L, top);
   luaL_checkudata(L, 1, "km.Buffer");
   luaL_checkudata(L, 2, "km.Buffer");
+  if (lua_isnil(L, 3)) { lua_newtable(L); lua_replace(L, 3); }
+  read_tol(L, 3, &c->tol);
+  c->dt = dev_args(L, &c->pa, &c->pb, &c->n);
+  c->poison_on = poison_opt(L);
 }
 
 static int l_enqueue(lua_State *L) {
-  km_tol tol;
-  lua_settop(L, 4);
-  check_buffers(L);
-  if (lua_isnil(L, 3)) { lua_newtable(L); lua_replace(L, 3); }
-  read_tol(L, 3, &tol);
-  CUdeviceptr pa, pb;
-  uint64_t n;
-  km_dtype dt = dev_args(L, &pa, &pb, &n);
-  int poison_on = poison_opt(L);
+  ledger_cmp c;
+  ledger_args(L, 4, &c);
   CUdeviceptr acc = km_ledger_take(L, 4, KM_CMP_SLOTS);
-  CUresult r = km_devcompare_at(dt, pa, pb, n, &tol, poison_on, km_cuda_stream(), acc);
+  CUresult r = km_devcompare_at(c.dt, c.pa, c.pb, c.n, &c.tol, c.poison_on, km_cuda_stream(), acc);
   if (r != CUDA_SUCCESS) return km_cuda_raise(L, r, "allclose");
   return 1;
 }
 
 static int l_result(lua_State *L) {
-  km_tol tol;
-  lua_settop(L, 5);
-  check_buffers(L);
-  if (lua_isnil(L, 3)) { lua_newtable(L); lua_replace(L, 3); }
-  read_tol(L, 3, &tol);
-  CUdeviceptr pa, pb;
-  uint64_t n;
-  km_dtype dt = dev_args(L, &pa, &pb, &n);
-  int poison_on = poison_opt(L);
+  ledger_cmp c;
+  ledger_args(L, 5, &c);
   const uint64_t *slots = km_ledger_slots(L, 4, luaL_checkinteger(L, 5), KM_CMP_SLOTS);
   km_cmp_result res;
   uint64_t unwritten = 0;
-  km_devcompare_decode(slots, n, &res, &unwritten);
-  push_dev_result(L, dt, pa, pb, &res, &tol, poison_on, unwritten);
+  km_devcompare_decode(slots, c.n, &res, &unwritten);
+  push_dev_result(L, c.dt, c.pa, c.pb, &res, &c.tol, c.poison_on, unwritten);
   return 1;
 }
 
