@@ -2,7 +2,9 @@
  *
  * The driver (libcuda.so.1) is loaded at run time with dlopen and every entry point is
  * resolved through cuGetProcAddress at the CUDA_VERSION of the cuda.h we compile against,
- * so each pointer has exactly the ABI of the prototype we call it with. km_driver.c owns
+ * so each pointer has exactly the ABI of the prototype we call it with (the two whose CUDA 13
+ * ABI differs from cuda.h's prototype of that name are asked at 2000: km_driver.c's
+ * old_prototype). km_driver.c owns
  * the one process-wide context (the primary context of the chosen device), the stream
  * launches go to and kmrun's utility kernels. Nothing here touches a lua_State; the Lua
  * side of it (failures as nil, message, code) is km_cuda.h's. */
