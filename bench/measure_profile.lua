@@ -15,7 +15,9 @@
 -- their wall time the GPU was busy at all, and what with — the candidate's own kernels, the
 -- reference (a CUDA reference's or torch's kernels), and km's own kernels by kind (L2 flush,
 -- fresh inputs, poison, checks, the timing gate, which waits on the host), copies and fills.
--- That says whether the stage waits on the host (checks' round trips) or on GPU work.
+-- That says whether the stage waits on the host (checks' round trips) or on GPU work; the
+-- GPU's idle time is then put down to the work that ended just before each gap (what the
+-- host was answering: a check's read, a first call's wait, ...).
 --
 --   build/kmrun bench/measure_profile.lua [TASK_DIR...] [--evals N] [--cupti]
 --
@@ -148,18 +150,29 @@ def _kind(n):
     if n.startswith('Memcpy') or n.startswith('Memset'): return n.split(' (')[0] + ' (any)'
     if any(c in n for c in _cand): return 'the candidate\'s kernels'
     return 'the reference and anything else'
-_rows, _wall, _busy, _busy_ng = {}, 0, 0, 0
-_j = 0
+_rows, _wall, _busy, _busy_ng, _idle = {}, 0, 0, 0, {}
+def _gap(what, ns):
+    if ns > 0:
+        r = _idle.setdefault(what, [0, 0]); r[0] += ns; r[1] += 1
 for (w0, w1) in _wins:
     _wall += w1 - w0
-    spans, spans_ng = [], []
+    spans, spans_ng, kinds = [], [], []
     for (g0, g1, n) in _gpu:
         if g1 <= w0 or g0 >= w1: continue
         c0, c1 = max(g0, w0), min(g1, w1)
         k = _kind(n)
         r = _rows.setdefault(k, [0, 0]); r[0] += c1 - c0; r[1] += 1
         spans.append((c0, c1))
+        kinds.append((c0, c1, k))
         if n != 'km_gate': spans_ng.append((c0, c1))
+    # the GPU's idle time, each gap put down to the work that ended last before it (what the
+    # host was answering), and the gaps at the window's start and end
+    kinds.sort()
+    end, last = w0, 'the start of the timing (set-up before the first GPU work)'
+    for (c0, c1, k) in kinds:
+        if c0 > end: _gap('after ' + last, c0 - end)
+        if c1 > end: end, last = c1, k
+    _gap('after the last GPU work (the end of the timing)' if kinds else 'a timing with no GPU work', w1 - end)
     for lst, which in ((spans, 0), (spans_ng, 1)):
         lst.sort(); cur0 = cur1 = None; tot = 0
         for (c0, c1) in lst:
@@ -172,7 +185,8 @@ for (w0, w1) in _wins:
         else: _busy_ng += tot
 _km_result = json.dumps({'windows': len(_wins), 'gpu_events': len(_gpu), 'wall': _wall / 1e9, 'busy': _busy / 1e9,
     'busy_no_gate': _busy_ng / 1e9,
-    'rows': sorted(([k, v[0] / 1e9, v[1]] for k, v in _rows.items()), key=lambda r: -r[1])})
+    'rows': sorted(([k, v[0] / 1e9, v[1]] for k, v in _rows.items()), key=lambda r: -r[1]),
+    'idle': sorted(([k, v[0] / 1e9, v[1]] for k, v in _idle.items()), key=lambda r: -r[1])})
 ]==]
 
 local opts = { energy = false, compile_mode = "off" }
@@ -225,6 +239,11 @@ if python and started then
   print("| --- | --- | --- | --- |")
   for _, row in ipairs(r.rows) do
     print(fmt("| %s | %.4f | %d | %.1f%% |", row[1], row[2], row[3], r.wall > 0 and 100 * row[2] / r.wall or 0))
+  end
+  print("\n| the GPU idle, after | seconds | gaps | share of the windows' wall |")
+  print("| --- | --- | --- | --- |")
+  for _, row in ipairs(r.idle) do
+    print(fmt("| %s | %.4f | %d | %.1f%% |", row[1]:gsub("^after ", ""), row[2], row[3], r.wall > 0 and 100 * row[2] / r.wall or 0))
   end
 end
 return rc

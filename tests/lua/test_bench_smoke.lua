@@ -243,6 +243,54 @@ t.test("kernelbench_lint_table.lua: per level and precision, flagged names and r
   t.eq(rc, 2, out)
 end)
 
+-- measure_profile.lua --cupti's tally of the GPU's record (run by Python beside torch's
+-- profiler): fed a made-up record here, through python3 alone
+t.test("measure_profile --cupti: the GPU's work by kind, busy time, and each idle gap put down to the work before it", function()
+  local src = assert(io.open(ROOT .. "/bench/measure_profile.lua")):read("a")
+  local analyze = src:match("local ANALYZE = %[==%[\n(.-)%]==%]")
+  t.ok(analyze, "the tally's code")
+  local dir = testing.tmpdir()
+  testing.write(dir .. "/analyze.py", analyze)
+  testing.write(dir .. "/run.py", [[
+import json, types, sys
+class DT: CPU = 'cpu'; CUDA = 'cuda'
+class E:
+    def __init__(s, name, dev, t0, dur): s.n, s.d, s.t0, s.dur = name, dev, t0, dur
+    def name(s): return s.n
+    def device_type(s): return s.d
+    def start_ns(s): return s.t0
+    def duration_ns(s): return s.dur
+evs = [E('kmrun_candidate_time_run', DT.CPU, 0, 1000), E('kmrun_candidate_time_run', DT.CUDA, 0, 1000),
+       E('relu', DT.CUDA, 100, 200), E('km_compare', DT.CUDA, 300, 50), E('km_random', DT.CUDA, 500, 100),
+       E('relu', DT.CUDA, 650, 100), E('relu', DT.CUDA, 2000, 100)]
+class Prof:
+    def __exit__(s, *a): pass
+    profiler = types.SimpleNamespace(kineto_results=types.SimpleNamespace(events=lambda: evs))
+g = {'_km_prof': Prof(), 'torch': types.SimpleNamespace(autograd=types.SimpleNamespace(DeviceType=DT)),
+     '_km_cand_names': json.dumps(['relu'])}
+exec(open(sys.argv[1]).read(), g)
+print(g['_km_result'])
+]])
+  local out, rc = testing.sh("python3 '" .. dir .. "/run.py' '" .. dir .. "/analyze.py'")
+  t.eq(rc, 0, out)
+  local r = require("km.json").decode(out)
+  t.ok(r, out)
+  if not r then return end
+  t.eq(r.windows, 1, "the mark's GPU-side annotation is not a second window")
+  local ns = function(x) return math.floor(x * 1e9 + 0.5) end
+  t.eq(ns(r.wall), 1000)
+  t.eq(ns(r.busy), 450, "the annotation is not GPU work; the relu outside the window neither")
+  local by = {}
+  for _, row in ipairs(r.rows) do by[row[1]] = ns(row[2]) end
+  t.eq(by["the candidate's kernels"], 300)
+  local idle = {}
+  for _, row in ipairs(r.idle) do idle[row[1]] = ns(row[2]) end
+  t.eq(idle["after the start of the timing (set-up before the first GPU work)"], 100)
+  t.eq(idle["after km: checks (inputs, guards, checksums, compare)"], 150)
+  t.eq(idle["after km: fresh inputs"], 50)
+  t.eq(idle["after the last GPU work (the end of the timing)"], 250)
+end)
+
 t.test("bench/kb_relu is a candidate whose launch code parses", function()
   t.ok(io.open(ROOT .. "/bench/kb_relu/kernel.cu"), "kernel.cu")
   local fn, err = loadfile(ROOT .. "/bench/kb_relu/launch.lua", "t", {})
