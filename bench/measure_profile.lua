@@ -115,9 +115,7 @@ if a.cupti then
 import torch
 from torch.profiler import profile, ProfilerActivity
 _km_prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
-_km_marks = []
 ]], "measure_profile"))
-  local pending
   mark = function(start)
     if start then
       assert(python.exec("_km_rf = torch.autograd.profiler.record_function('kmrun_candidate_time_run'); _km_rf.__enter__()"))

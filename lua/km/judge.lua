@@ -376,11 +376,12 @@ local function call_launch(self, run, io, sym, budget, keep_cache)
   return true, outs
 end
 
-local function sync_status()
-  local ok, msg, code = cuda.synchronize()
+-- A wait's outcome (cuda.synchronize's, a ledger's read) -> true | false, status, message
+local function wait_status(ok, msg, code)
   if ok then return true end
   return false, verdict.launch_status(code), msg
 end
+local function sync_status() return wait_status(cuda.synchronize()) end
 
 ----------------------------------------------------------------------------------------
 -- tasks and trial buffers
@@ -435,14 +436,25 @@ end
 -- inputs) and at the end of every evaluation. A change fails the candidate
 -- (inputs_modified) and the state is written back from the host snapshot taken at load.
 
+-- The truth's storages as they are now: device ranges { ptr, nbytes } and their names.
+local function truth_ranges(st)
+  local ranges, names = {}, {}
+  for i, r in ipairs(assert(st.prob:truth())) do ranges[i], names[i] = { r[2], r[3] }, r[1] end
+  return ranges, names
+end
+
 -- Seals the truth if trusted code ran since the last seal (a forward moves running stats).
 function Judge:seal_truth(st)
   if not (st and st.prob and st.truth_dirty) then return end
-  local list = assert(st.prob:truth())
-  local ranges, names = {}, {}
-  for i, r in ipairs(list) do ranges[i], names[i] = { r[2], r[3] }, r[1] end
+  local ranges, names = truth_ranges(st)
   st.truth = { ranges = ranges, names = names, digests = #ranges > 0 and buffer.digest(ranges) or {} }
   st.truth_dirty = false
+end
+
+-- The name of the first storage whose digest now (now(i), the i-th range's) is not its
+-- seal's, or nil.
+local function moved_name(tr, now)
+  for i, d in ipairs(tr.digests) do if now(i) ~= d then return tr.names[i] end end
 end
 
 -- nil, or the name of the first storage of the truth that moved since its seal.
@@ -450,7 +462,7 @@ function Judge:truth_moved(st)
   local tr = st and st.prob and not st.truth_dirty and st.truth
   if not tr or #tr.ranges == 0 then return nil end
   local now = buffer.digest(tr.ranges)
-  for i, d in ipairs(tr.digests) do if now[i] ~= d then return tr.names[i] end end
+  return moved_name(tr, function(i) return now[i] end)
 end
 
 -- Writes the snapshot back and seals it again (after a candidate altered the truth).
@@ -481,6 +493,11 @@ function Judge:truth_check(st, where)
     if st and st.prob and st.truth and not st.truth_dirty then self.truth_clean = st end
     return nil
   end
+  return self:truth_fault(st, name, where)
+end
+
+-- A storage of the truth found moved: the state restored, the fault kept -> "inputs_modified", feedback
+function Judge:truth_fault(st, name, where)
   self:restore_truth(st)
   local text = reference_state_text(name:gsub("^%a+:", ""), where)
   self.fault = self.fault or { "inputs_modified", text }
@@ -500,9 +517,7 @@ end
 -- read back before any candidate code runs) -> what seal_read needs, or nil.
 function Judge:seal_enqueue(st, L)
   if not (st and st.prob and st.truth_dirty) then return nil end
-  local list = assert(st.prob:truth())
-  local ranges, names = {}, {}
-  for i, r in ipairs(list) do ranges[i], names[i] = { r[2], r[3] }, r[1] end
+  local ranges, names = truth_ranges(st)
   return { ranges = ranges, names = names, slot = #ranges > 0 and L:digest(ranges) or nil }
 end
 
@@ -515,15 +530,8 @@ end
 
 function Judge:truth_read(st, L, slot, where)
   if not slot then return nil end
-  local tr = st.truth
-  for i, d in ipairs(tr.digests) do
-    if L:u64(slot + i - 1) ~= d then
-      self:restore_truth(st)
-      local text = reference_state_text(tr.names[i]:gsub("^%a+:", ""), where)
-      self.fault = self.fault or { "inputs_modified", text }
-      return "inputs_modified", text
-    end
-  end
+  local name = moved_name(st.truth, function(i) return L:u64(slot + i - 1) end)
+  if name then return self:truth_fault(st, name, where) end
 end
 
 -- The law a task's init rule draws an input by (b:random's table, without the seed).
@@ -835,8 +843,8 @@ function Judge:proven_inputs(st, sym, cand, ref_in, scratch, where, seed)
   if not plan then self:pristine(t, sym, ref_in, seed) end
   local L = self:ledger(evidence_slots(t, cand, scratch))
   local e = evidence_enqueue(L, t, cand, ref_in, scratch, plan, seed)
-  local ok, msg, code = L:read()
-  if not ok then return nil, verdict.launch_status(code), feedback.launch(verdict.launch_status(code), msg, where) end
+  local ok, rs, rmsg = wait_status(L:read())
+  if not ok then return nil, rs, feedback.launch(rs, rmsg, where) end
   local es, etext = evidence_read(L, t, e, where)
   if es then return nil, es, etext end
   return plan and inputs_of(t, cand) or ref_in, plan
@@ -1138,10 +1146,9 @@ function Judge:time_run(st, run, sym, opts, check)
       return false
     end
     -- the one wait: the candidate's call, then the check (a fault in the call shows here)
-    local okr, rmsg2, rcode = L:read()
+    local okr, cs, cmsg = wait_status(L:read())
     if not okr then
-      local cs = verdict.launch_status(rcode)
-      failure = { cs, feedback.launch(cs, rmsg2, where) }
+      failure = { cs, feedback.launch(cs, cmsg, where) }
       if cs ~= "crashed" then put_back() end
       return false
     end
