@@ -90,6 +90,31 @@ Judge.proven_inputs = timed(cand_key("proven_inputs (guards, inputs checked)"), 
 Judge.run_reference = timed(cand_key("run_reference (unbound)"), Judge.run_reference)
 compare.allclose = timed(cand_key("compare.allclose"), compare.allclose)
 cuda.synchronize = timed(cand_key("cuda.synchronize"), cuda.synchronize)
+-- the host's side of a timed call and its check, piece by piece: what the judge enqueues
+-- (launch code, fresh inputs, the ledger's ops, the bound PyTorch reference) and what it
+-- does once the ledger was read (the reads, the compare's result)
+for _, name in ipairs { "truth_enqueue", "truth_read", "seal_enqueue", "seal_read", "input_plan" } do
+  Judge[name] = timed(cand_key(name), Judge[name])
+end
+compare.enqueue = timed(cand_key("compare.enqueue"), compare.enqueue)
+compare.result = timed(cand_key("compare.result"), compare.result)
+local sandbox = require "km.sandbox"
+sandbox.call = timed(cand_key("launch code (sandbox.call)"), sandbox.call)
+local python_mod = require "km.python"
+python_mod.call = timed(function(_, fn) return (in_cand and "candidate: " or "outside timings: ") .. "python " .. tostring(fn) end,
+  python_mod.call)
+do
+  local reg = debug.getregistry()
+  for mt, names in pairs { ["km.Ledger"] = { "begin", "read", "guards", "random_check", "digest" },
+    ["km.Buffer"] = { "random", "poison" } } do
+    local methods = reg[mt] and reg[mt].__index
+    if type(methods) == "table" then
+      for _, n in ipairs(names) do
+        if methods[n] then methods[n] = timed(cand_key(mt:gsub("^km%.", "") .. ":" .. n), methods[n]) end
+      end
+    end
+  end
+end
 local time = timing.time
 timing.time = function(fn, o)
   if not in_cand or type(o) ~= "table" then return time(fn, o) end
