@@ -116,17 +116,39 @@ do
   end
 end
 local time = timing.time
+-- The timing loop's own host time (km_timer_core.c: flush, gate, events, the launch, the
+-- waits, the clock probes) between the hooks, by what came before and after: "core: A -> B".
+local reads = 0 -- the ledger's reads so far: an after hook that read one held a check
+do
+  local methods = debug.getregistry()["km.Ledger"].__index
+  local read = methods.read
+  methods.read = function(...) reads = reads + 1 return read(...) end
+end
 timing.time = function(fn, o)
   if not in_cand or type(o) ~= "table" then return time(fn, o) end
   local no = {}
   for k, v in pairs(o) do no[k] = v end
+  local last_t, last = wall(), "timing.time called"
+  local function core(now, this) add(fmt("core: %s -> %s", last, this), now - last_t) end
   for _, h in ipairs { "before", "after" } do
     local f = o[h]
-    if f then no[h] = function(ph) local t0 = wall(); local x, y, z = f(ph); add("candidate: " .. h .. " hook, " .. ph, wall() - t0); return x, y, z end end
+    if f then
+      no[h] = function(ph)
+        local t0, r0 = wall(), reads
+        core(t0, h .. " " .. ph)
+        local x, y, z = f(ph)
+        last_t = wall()
+        add("candidate: " .. h .. " hook, " .. ph, last_t - t0)
+        last = h .. " " .. ph .. (reads > r0 and " (checked)" or "")
+        return x, y, z
+      end
+    end
   end
   local t0 = wall()
   local r = table.pack(time(fn, no))
-  add("candidate: timing.time", wall() - t0)
+  local t1 = wall()
+  core(t1, "return")
+  add("candidate: timing.time", t1 - t0)
   return table.unpack(r, 1, r.n)
 end
 
@@ -173,7 +195,10 @@ def _kind(n):
     if n.startswith('Memcpy') or n.startswith('Memset'): return n.split(' (')[0] + ' (any)'
     if any(c in n for c in _cand): return 'the candidate\'s kernels'
     return 'the reference and anything else'
-_rows, _wall, _busy, _busy_ng, _idle = {}, 0, 0, 0, {}
+_rows, _wall, _busy, _busy_ng, _idle, _gaps = {}, 0, 0, 0, {}, []
+# the host's CUDA API calls CUPTI recorded (where it records them), to set against the gaps
+_api = sorted((e.start_ns(), e.start_ns() + e.duration_ns(), e.name()) for e in _evs
+              if e.device_type() != _CUDA and e.name().startswith('cu') and e.duration_ns() > 0)
 def _gap(what, ns):
     if ns > 0:
         r = _idle.setdefault(what, [0, 0]); r[0] += ns; r[1] += 1
@@ -193,9 +218,10 @@ for (w0, w1) in _wins:
     kinds.sort()
     end, last = w0, 'the start of the timing (set-up before the first GPU work)'
     for (c0, c1, k) in kinds:
-        if c0 > end: _gap('after ' + last, c0 - end)
+        if c0 > end: _gap('after ' + last, c0 - end); _gaps.append((end, c0))
         if c1 > end: end, last = c1, k
     _gap('after the last GPU work (the end of the timing)' if kinds else 'a timing with no GPU work', w1 - end)
+    if w1 > end: _gaps.append((end, w1))
     for lst, which in ((spans, 0), (spans_ng, 1)):
         lst.sort(); cur0 = cur1 = None; tot = 0
         for (c0, c1) in lst:
@@ -206,7 +232,18 @@ for (w0, w1) in _wins:
         if cur1 is not None: tot += cur1 - cur0
         if which == 0: _busy += tot
         else: _busy_ng += tot
-_km_result = json.dumps({'windows': len(_wins), 'gpu_events': len(_gpu), 'wall': _wall / 1e9, 'busy': _busy / 1e9,
+# what the host was inside while the GPU idled (the calls overlapping each gap)
+_in_gap, _j = {}, 0
+_gaps.sort()
+for (a0, a1, n) in _api:
+    while _j < len(_gaps) and _gaps[_j][1] <= a0: _j += 1
+    k = _j
+    while k < len(_gaps) and _gaps[k][0] < a1:
+        o = min(a1, _gaps[k][1]) - max(a0, _gaps[k][0])
+        if o > 0: r = _in_gap.setdefault(n, [0, 0]); r[0] += o; r[1] += 1
+        k += 1
+_km_result = json.dumps({'api_in_gaps': sorted(([k, v[0] / 1e9, v[1]] for k, v in _in_gap.items()), key=lambda r: -r[1])[:15],
+    'api_events': len(_api), 'windows': len(_wins), 'gpu_events': len(_gpu), 'wall': _wall / 1e9, 'busy': _busy / 1e9,
     'busy_no_gate': _busy_ng / 1e9,
     'rows': sorted(([k, v[0] / 1e9, v[1]] for k, v in _rows.items()), key=lambda r: -r[1]),
     'idle': sorted(([k, v[0] / 1e9, v[1]] for k, v in _idle.items()), key=lambda r: -r[1])})
@@ -268,5 +305,8 @@ if python and started then
   for _, row in ipairs(r.idle) do
     print(fmt("| %s | %.4f | %d | %.1f%% |", row[1]:gsub("^after ", ""), row[2], row[3], r.wall > 0 and 100 * row[2] / r.wall or 0))
   end
+  print(fmt("\n| the host inside, while the GPU idled (%d CUDA API calls recorded) | seconds | calls |", r.api_events or 0))
+  print("| --- | --- | --- |")
+  for _, row in ipairs(r.api_in_gaps or {}) do print(fmt("| %s | %.4f | %d |", row[1], row[2], row[3])) end
 end
 return rc

@@ -262,7 +262,8 @@ class E:
     def duration_ns(s): return s.dur
 evs = [E('kmrun_candidate_time_run', DT.CPU, 0, 1000), E('kmrun_candidate_time_run', DT.CUDA, 0, 1000),
        E('relu', DT.CUDA, 100, 200), E('km_compare', DT.CUDA, 300, 50), E('km_random', DT.CUDA, 500, 100),
-       E('relu', DT.CUDA, 650, 100), E('relu', DT.CUDA, 2000, 100)]
+       E('relu', DT.CUDA, 650, 100), E('relu', DT.CUDA, 2000, 100),
+       E('cuCtxSynchronize', DT.CPU, 320, 300), E('cuMemFree_v2', DT.CPU, 800, 100), E('cudaLaunchKernel', DT.CPU, 120, 50)]
 class Prof:
     def __exit__(s, *a): pass
     profiler = types.SimpleNamespace(kineto_results=types.SimpleNamespace(events=lambda: evs))
@@ -289,6 +290,12 @@ print(g['_km_result'])
   t.eq(idle["after km: checks (inputs, guards, checksums, compare)"], 150)
   t.eq(idle["after km: fresh inputs"], 50)
   t.eq(idle["after the last GPU work (the end of the timing)"], 250)
+  local api = {}
+  for _, row in ipairs(r.api_in_gaps) do api[row[1]] = ns(row[2]) .. " ns in " .. row[3] end
+  t.eq(r.api_events, 3)
+  t.eq(api.cuCtxSynchronize, "170 ns in 2", "a wait that spans two gaps: the parts inside them")
+  t.eq(api.cuMemFree_v2, "100 ns in 1", "in the gap at the timing's end")
+  t.eq(api.cudaLaunchKernel, nil, "a call while the GPU was busy is not counted")
 end)
 
 t.test("bench/kb_relu is a candidate whose launch code parses", function()
