@@ -63,14 +63,15 @@
  * clock_moved is true when max exceeds min by more than CLOCK_MOVED (2%): the samples were
  * not all taken at one clock, so compare such a time with care.
  *
- * Energy (NVML, km_nvml.h): NVML's energy counter moves in steps (~100 ms apart on the
+ * Energy (NVML, km_nvml.h), with `energy = true` only (otherwise energy_unavailable says
+ * "not measured"): NVML's energy counter moves in steps (~100 ms apart on the
  * H200), so while samples run the host polls it (instead of blocking on the next sample's
  * end event) and notes, at each step, how many timed calls had completed. energy_j = the
  * energy between the first and the last step seen / the calls completed between them
  * (energy_calls, over energy_window_ms). It is the whole device's energy: the host gaps
  * between samples are in it, and in cold mode so are the L2 flushes (energy_includes_flush).
  * Fewer than two steps, or steps under KM_ENERGY_MIN_MS (100 ms) apart, give
- * energy_unavailable (a reason) instead of a number; with `energy = true` a noise stop is held
+ * energy_unavailable (a reason) instead of a number, and a noise stop is held
  * back (within max_samples and max_ms) until there are enough. Without NVML,
  * energy_unavailable says why. */
 #include <math.h>

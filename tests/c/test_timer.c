@@ -680,14 +680,26 @@ TEST(clocks_are_probed_around_the_samples_and_read_while_they_run) {
   ASSERT_EQ_INT(run(f, &OPS, &p, 0, 0, &r), KM_TIMER_OK);
   ASSERT(isnan(r.sm_clock_start) && isnan(r.sm_clock_max) && isnan(r.energy_j));
   ASSERT_EQ_INT(r.clock_moved, 0);
-  ASSERT_EQ_STR(r.energy_why, "not measured");
+  ASSERT_EQ_STR(r.energy_why, "not measured (energy = false)");
 }
 
 TEST(an_energy_window_polls_while_waiting_and_holds_a_noise_stop) {
-  /* open but not asked for: polled while waiting, no hold */
+  /* not asked for: no window, no poll; each wait blocks on the sample's end event (a poll
+   * is an NVML read that blocks the host ~3 ms: every wait answered the GPU that much later) */
   fake *f = fresh(one_ms);
   km_timing_protocol p = proto("warm", 1, 20, 300, 0.002);
   km_timer_result r;
+  ASSERT_EQ_INT(run(f, &OPS_EXTRAS, &p, 0, 0, &r), KM_TIMER_OK);
+  ASSERT_EQ_INT(r.n, 20);
+  ASSERT_EQ_INT(f->polls, 0);
+  ASSERT_EQ_INT(f->pauses, 0);
+  ASSERT(count(f, 'W') > 0);
+  ASSERT(isnan(r.energy_j));
+  ASSERT_EQ_STR(r.energy_why, "not measured (energy = false)");
+  /* asked for, and the window long enough at once: polled while waiting, never blocked */
+  f = fresh(one_ms);
+  f->energy_at = 0;
+  p.energy = 1;
   ASSERT_EQ_INT(run(f, &OPS_EXTRAS, &p, 0, 0, &r), KM_TIMER_OK);
   ASSERT_EQ_INT(r.n, 20);
   ASSERT(f->polls > 0 && f->pauses > 0);
@@ -696,6 +708,10 @@ TEST(an_energy_window_polls_while_waiting_and_holds_a_noise_stop) {
   ASSERT_NEAR(f->last_poll_calls, 20, 0);
   ASSERT_NEAR(r.energy_j, 0.5, 0);
   ASSERT(r.energy_why == NULL);
+  /* without an energy counter: said so */
+  f = fresh(one_ms);
+  ASSERT_EQ_INT(run(f, &OPS, &p, 0, 0, &r), KM_TIMER_OK);
+  ASSERT_EQ_STR(r.energy_why, "not measured (no energy counter)");
   /* asked for: the noise stop waits until the window is long enough */
   f = fresh(one_ms);
   f->energy_at = 60;

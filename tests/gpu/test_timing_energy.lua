@@ -44,7 +44,7 @@ end)
 t.test("energy per call where NVML is there; a reason where it is not or the window is short", function()
   local ok, why = nvml.available()
   if not ok then
-    local r = timing.time(work(100000), { mode = "warm" })
+    local r = timing.time(work(100000), { mode = "warm", energy = true })
     t.eq(r.energy_j, nil)
     t.ok(r.energy_unavailable and r.energy_unavailable:find("NVML", 1, true), tostring(r.energy_unavailable))
     return t.note("no NVML: " .. tostring(why))
@@ -73,9 +73,13 @@ t.test("energy per call where NVML is there; a reason where it is not or the win
   t.note(("twice the work: %.4f J/call vs %.4f"):format(r2.energy_j, js[2]))
   t.ok(r2.energy_j / js[2] > 1.6 and r2.energy_j / js[2] < 2.4, r2.energy_j / js[2])
   -- a window of a few ms: no number, a reason
-  local s = timing.time(work(10000), { mode = "warm", min_samples = 20, max_samples = 20 })
+  local s = timing.time(work(10000), { mode = "warm", energy = true, min_samples = 20, max_samples = 20 })
   t.eq(s.energy_j, nil)
   t.ok(s.energy_unavailable and s.energy_unavailable:find("energy counter", 1, true), tostring(s.energy_unavailable))
+  -- not asked for: no window (its reads would hold up every wait for a sample), and said so
+  local n = timing.time(work(2000000), { mode = "warm" })
+  t.eq(n.energy_j, nil)
+  t.eq(n.energy_unavailable, "not measured (energy = false)")
   local c = timing.time(work(2000000), { energy = true })
   t.ok(c.energy_j and c.energy_includes_flush == true, tostring(c.energy_unavailable))
 end)
