@@ -1,0 +1,127 @@
+-- GPU + torch: the fastest reference known to be right (Judge:try_fast_reference). A task
+-- with a naive CUDA reference and a PyTorch model (reference.py) has its timed calls' checks
+-- and verify's fresh trial at the timed shape judged by PyTorch eager once eager agreed with
+-- the CUDA reference there; never where it did not; the fixed trials and the other shapes
+-- always by the task's own reference; and a kernel wrong on inputs it never saw is caught
+-- by eager as by the CUDA reference.
+local t = require "km.tap"
+local testing = require "km.testing"
+testing.require_torch(t, { gpu = true, cuda = true })
+local task = require "km.task"
+local judge_mod = require "km.judge"
+
+local ROOT = testing.paths()
+local OPTS = { energy = false, compile_mode = "off" }
+
+-- tests/tasks/t_rowsum (a row sum, first shape 4096 x 4096) with a reference.py whose
+-- forward is x.sum(dim=1) followed by `tail`
+local function rowsum_with(tail)
+  local dir = testing.tmpdir() .. "/t_rowsum"
+  assert(os.execute(("cp -r '%s' '%s'"):format(ROOT .. "/tests/tasks/t_rowsum", dir)))
+  local f = assert(io.open(dir .. "/task.lua"))
+  local src, n = f:read("a"):gsub('launch = "reference.lua" }', 'launch = "reference.lua", pytorch = "reference.py" }')
+  f:close()
+  assert(n == 1, "t_rowsum's reference line")
+  testing.write(dir .. "/task.lua", src)
+  testing.write(dir .. "/reference.py", ([[
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return x.sum(dim=1)%s
+
+
+rows, cols = 4096, 4096
+
+
+def get_inputs():
+    return [torch.rand(rows, cols) * 2 - 1]
+
+
+def get_init_inputs():
+    return []
+]]):format(tail))
+  return assert(task.load(dir))
+end
+
+local RIGHT, WRONG = rowsum_with(""), rowsum_with(" + 1")
+local STARTER = assert(task.starter(RIGHT))
+local LAST = "if (threadIdx.x == 0) y[r] = part[0];"
+local function cand(name, extra)
+  local i = assert(STARTER.source:find(LAST, 1, true), "the starter's last line")
+  return { name = name, launch = STARTER.launch, params = STARTER.params,
+    source = STARTER.source:sub(1, i - 1) .. "if (threadIdx.x == 0) y[r] = part[0] + " .. extra .. ";" .. STARTER.source:sub(i + #LAST) }
+end
+local GOOD, ROW0 = cand("good", "0.f"), cand("row 0 off by 0.01", "(r == 0 ? 0.01f : 0.f)")
+
+-- a judge that counts its reference runs by which reference ran
+local function counted()
+  local j = assert(judge_mod.new())
+  j.runs = { cuda = 0, torch = 0 }
+  local run = j.run_reference
+  j.run_reference = function(self, st, ref_in, dims, sym, which, ...)
+    local k = which and which.torch and "torch" or "cuda"
+    self.runs[k] = self.runs[k] + 1
+    return run(self, st, ref_in, dims, sym, which, ...)
+  end
+  return j
+end
+
+local function fast_rows(v)
+  local n = 0
+  for _, c in ipairs(v.checks) do
+    if c.reference then
+      n = n + 1
+      t.eq(c.reference, "pytorch_eager")
+      t.ok(c.shape == 1 and c.fresh, ("shape %s seed %s fresh %s"):format(c.shape, c.seed, tostring(c.fresh)))
+    end
+  end
+  return n
+end
+
+t.test("eager agreed at the timed shape: it judges that shape's fresh trial and the timed checks; nothing else", function()
+  local j = counted()
+  local v = j:eval(RIGHT, GOOD, OPTS)
+  t.eq(v.status, "correct", v.feedback)
+  t.ok(j.tasks[RIGHT.dir].fast_ref, "eager agreed on the first trial")
+  t.eq(fast_rows(v), 1, "the fresh trial at shape 1")
+  j.runs = { cuda = 0, torch = 0 }
+  v = j:eval(RIGHT, GOOD, OPTS)
+  t.eq(v.status, "correct", v.feedback)
+  t.eq(fast_rows(v), 1)
+  -- the CUDA reference ran for the fresh trials of the other shapes (3) and the fixed trials
+  -- whose results were not kept
+  t.ok(j.runs.cuda >= #RIGHT.shapes - 1 and j.runs.cuda <= 2 * #RIGHT.shapes + #RIGHT.shapes - 1, j.runs.cuda)
+  t.eq(j.runs.torch, 1, "eager's run_reference: the fresh trial (the timed checks run it bound, Problem:bind)")
+  t.note(("second evaluation: CUDA reference %d runs, PyTorch eager %d (checked timed calls: %s)"):format(j.runs.cuda,
+    j.runs.torch, tostring(v.timing.candidate.checked_calls)))
+end)
+
+t.test("eager disagreed with the CUDA reference: every trial is judged by the task's reference", function()
+  local j = counted()
+  local v = j:eval(WRONG, GOOD, OPTS)
+  t.eq(v.status, "correct", v.feedback)
+  t.eq(j.tasks[WRONG.dir].fast_ref, false)
+  t.eq(fast_rows(v), 0)
+  v = j:eval(WRONG, GOOD, OPTS)
+  t.eq(v.status, "correct", v.feedback)
+  t.eq(fast_rows(v), 0)
+end)
+
+t.test("a kernel wrong on the fresh trial is caught by eager there", function()
+  local j = counted()
+  t.eq(j:eval(RIGHT, GOOD, OPTS).status, "correct")
+  -- one trial per shape, and that one fresh: shape 1's is eager's
+  local v = j:eval(RIGHT, ROW0, { energy = false, compile_mode = "off", seeds = 1, timing = false })
+  t.eq(v.status, "mismatch", v.feedback)
+  t.eq(v.failed_at and v.failed_at.shape, 1)
+  t.eq(v.failed_at and v.failed_at.fresh, true)
+  t.eq(v.checks[#v.checks].reference, "pytorch_eager")
+end)
+
+t.done()
