@@ -250,10 +250,10 @@ _km_result = json.dumps({'api_in_gaps': sorted(([k, v[0] / 1e9, v[1]] for k, v i
 ]==]
 
 local opts = { energy = false, compile_mode = "off" }
-local rows, rc, m_all, k_all, started = {}, 0, 0, 0, false
+local rows, rc, m_all, k_all, v_all, started = {}, 0, 0, 0, 0, false
 print(fmt("# bench/measure_profile.lua: %s, %s", J.device.name, os.date("!%Y-%m-%d %H:%M UTC")))
-print("| task | measure s per eval | kernel s per eval | measure / kernel | samples per eval | checked calls per eval |")
-print("| --- | --- | --- | --- | --- | --- |")
+print("| task | measure s per eval | kernel s per eval | measure / kernel | samples per eval | checked calls per eval | verify s per eval |")
+print("| --- | --- | --- | --- | --- | --- | --- |")
 for _, dir in ipairs(dirs) do
   local tk, terr = task.load(dir)
   if not tk then io.stderr:write("bench/measure_profile.lua: ", tostring(terr), "\n") return EXIT.USAGE end
@@ -266,20 +266,22 @@ for _, dir in ipairs(dirs) do
   J:eval(tk, cand, opts) -- sets the task up: not counted
   counting = true
   if python and not started then assert(python.exec("_km_prof.__enter__()")) started = true end
-  local m, k, n, c = 0, 0, 0, 0
+  local m, k, n, c, vs = 0, 0, 0, 0, 0
   for _ = 1, a.evals do
     local v = J:eval(tk, cand, opts)
     if v.status ~= "correct" then rc = 1 end
     local ct = v.timing and v.timing.candidate or {}
     m, k = m + ((v.stage_seconds or {}).measure or 0), k + (v.kernel_seconds or 0)
+    vs = vs + ((v.stage_seconds or {}).verify or 0)
     n, c = n + (ct.n or 0), c + (ct.checked_calls or 0)
   end
   counting = false
-  m_all, k_all = m_all + m, k_all + k
-  print(fmt("| %s | %.4f | %.4f | %.2fx | %.1f | %.1f |", tk.name, m / a.evals, k / a.evals, k > 0 and m / k or 0,
-    n / a.evals, c / a.evals))
+  m_all, k_all, v_all = m_all + m, k_all + k, v_all + vs
+  print(fmt("| %s | %.4f | %.4f | %.2fx | %.1f | %.1f | %.4f |", tk.name, m / a.evals, k / a.evals, k > 0 and m / k or 0,
+    n / a.evals, c / a.evals, vs / a.evals))
 end
-print(fmt("| all | %.4f | %.4f | %.2fx | | |", m_all / (#dirs * a.evals), k_all / (#dirs * a.evals), k_all > 0 and m_all / k_all or 0))
+print(fmt("| all | %.4f | %.4f | %.2fx | | | %.4f |", m_all / (#dirs * a.evals), k_all / (#dirs * a.evals), k_all > 0 and m_all / k_all or 0,
+  v_all / (#dirs * a.evals)))
 print()
 print("| counted evaluations' part | seconds | calls |")
 print("| --- | --- | --- |")
