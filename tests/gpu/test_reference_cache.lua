@@ -116,6 +116,17 @@ t.test("timed checks run the reference on their own inputs: a timed evaluation a
   t.ok(j.ref_runs >= checked, ("%d reference runs for %d checked calls"):format(j.ref_runs, checked))
 end)
 
+t.test("every timing mode judges: cold and warm (the first call is the first warm-up call), graph (a first call before the capture)", function()
+  local j = assert(judge_mod.new())
+  for _, mode in ipairs { "cold", "warm", "graph" } do
+    local v = j:eval(rowsum, GOOD, { mode = mode, energy = false })
+    t.eq(v.status, "correct", mode .. ": " .. tostring(v.feedback))
+    local c = v.timing and v.timing.candidate or {}
+    t.ok((c.n or 0) >= 10 and (c.checked_calls or 0) >= 1, ("%s: n=%s checked=%s"):format(mode, tostring(c.n), tostring(c.checked_calls)))
+    t.ok(type(c.protocol) == "string" and c.protocol:find("mode=" .. mode .. " ", 1, true), tostring(c.protocol))
+  end
+end)
+
 t.test("the byte cap holds; a reference quicker than copying its outputs is not kept", function()
   local j = counted { reference_cache_bytes = 100 }
   t.eq(j:eval(rowsum, GOOD, { timing = false }).status, "correct")
