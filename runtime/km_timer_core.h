@@ -26,7 +26,8 @@
  * slower than the GPU (a Python model's forward launching its kernels one by one) then leaves
  * the GPU idle before a sample, never inside its timed window: the time is the work's GPU
  * time, not the host's launch gaps (nvbench's blocking kernel, per sample). A gate opens by
- * itself after 4 times the longest warm-up call's host time (at least 50 ms, at most 2 s):
+ * itself after 4 times the longest warm-up call's host time (the first call's only where it
+ * is the only one; at least 50 ms, at most 2 s):
  * one opened so means the host waited for the GPU while enqueueing (the work synchronized),
  * and gating stops for the rest of the run; gate_timeouts says so.
  *

@@ -24,6 +24,7 @@
 typedef struct {
   double now, gpu;          /* host clock; when the GPU's queue runs dry */
   double host_ms;           /* host time each enqueued call or flush costs */
+  double first_warm_ms;     /* and the first warm-up call this much more (its set-up) */
   double wake_ms;           /* host wake-up latency after a blocking wait */
   double ev_at[KM_TIMER_EVENTS];
   int ev_made[KM_TIMER_EVENTS];
@@ -303,7 +304,7 @@ static int w_call(void *ud, km_timer_phase ph) {
     return f->fail_call < 0 ? 1 : 0;
   }
   if (ph == KM_TIMER_WARMUP) {
-    f->warm_calls++;
+    if (f->warm_calls++ == 0) f->now += f->first_warm_ms;
     run_gpu(f, f->warm_ms);
     note(f, 'w');
     return 0;
@@ -788,6 +789,23 @@ TEST(a_gates_timeout_follows_the_hosts_longest_warmup_call) {
   }
 }
 
+/* A first warm-up call that sets up (500 ms of the host here) does not size the gate when
+ * more calls follow; where it is the only warm-up call it does. */
+TEST(a_first_warmup_calls_set_up_is_not_the_gates_measure) {
+  double want[] = {120, 2000};
+  for (int k = 0; k < 2; k++) {
+    km_timing_protocol p = proto("cold", 1, 10, 20, 0.002);
+    p.warmup = k == 0 ? 3 : 1, p.warmup_ms = 0;
+    fake *f = fresh(three_quarter_ms);
+    f->host_ms = 30, f->first_warm_ms = 500;
+    km_timer_work w = {w_call_three, NULL, NULL, f, 0};
+    km_timer_result r;
+    ASSERT_EQ_INT(km_timer_run(&OPS_GATE, f, &p, &w, buf, &r), KM_TIMER_OK);
+    ASSERT_EQ_INT(f->warm_calls, p.warmup);
+    ASSERT(fabs(r.gate_timeout_ms - want[k]) < 1e-9);
+  }
+}
+
 /* A gate that opens by its timeout (the work waited for the GPU while the gate held it):
  * the run goes on without gates and says so. A failing call still opens its gate. */
 TEST(a_gate_timeout_stops_gating_and_a_failure_still_releases) {
@@ -985,6 +1003,7 @@ int main(void) {
   RUN(the_gate_keeps_a_slow_hosts_gaps_out_of_the_window);
   RUN(a_gate_timeout_stops_gating_and_a_failure_still_releases);
   RUN(a_gates_timeout_follows_the_hosts_longest_warmup_call);
+  RUN(a_first_warmup_calls_set_up_is_not_the_gates_measure);
   RUN(a_page_written_before_a_run_opens_its_gates_unless_checked);
   RUN(a_write_during_a_sample_is_found_at_its_release_and_voids_the_run);
   RUN(a_write_between_samples_is_found_before_the_next_gate);
