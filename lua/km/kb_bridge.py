@@ -110,12 +110,28 @@ def _torch():
         except BaseException as e:
             raise ProblemError("PyTorch is not importable by %s: %s: %s"
                                % (sys.executable, type(e).__name__, e), "NO_TORCH")
-        try:  # meta kernels import sympy on first use (seconds): here, not in a problem's time
+        torch = t
+    return torch
+
+
+_meta_warm = [False]
+
+
+@_api
+def warm_meta():
+    """The first op on the meta device imports sympy and torch's meta kernels: 1.0 s on the
+    H200 host, after 1.7 s for torch itself (bench/RESULTS.md, round 8), more on a slow CPU.
+    Done once, before a problem is first loaded on meta (a spec built, a precompile), under
+    the import's long deadline rather than the problem's; never on a GPU worker's way to a
+    problem whose spec is cached, which runs nothing on meta."""
+    t = _torch()
+    if not _meta_warm[0]:
+        try:
             t.relu(t.empty(1, device="meta"))
         except Exception:
             pass
-        torch = t
-    return torch
+        _meta_warm[0] = True
+    return True
 
 
 @_api

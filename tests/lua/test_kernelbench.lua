@@ -33,6 +33,19 @@ local MIXED = problem("mixed_dtypes", { imports = F, args = "num_classes",
   body = "logits = self.proj(predictions)\npicked = logits.gather(1, targets.unsqueeze(1)).squeeze(1)", returns = "picked * mask",
   sizes = "", inputs = "torch.randn(10, 7), torch.randint(0, 7, (10,)), torch.rand(10) > 0.5", init_inputs = "7" })
 
+-- first, before anything here loads a problem on meta: torch's import does not warm the meta
+-- device (sympy: a second), a CPU load does not, a meta load does, once (kb_bridge.warm_meta)
+t.test("the meta device is warmed by the first load on it, not by torch's import", function()
+  local function has_sympy() return python.eval("'sympy' in __import__('sys').modules") end
+  t.eq(has_sympy(), false, "torch imported, sympy not")
+  assert(kb.load(RELU)):release()
+  t.eq(has_sympy(), false, "a CPU load runs nothing on meta")
+  local p = assert(kb.load(RELU, { device = "meta" }))
+  t.eq(has_sympy(), true, "a meta load warmed it first")
+  t.ok(p:spec(1), "and its spec")
+  p:release()
+end)
+
 local NAMES = problem("names", { imports = F,
   init = "self.layers = nn.ModuleList([nn.Linear(3, 3), nn.Linear(3, 3)])\nself.out = nn.Parameter(torch.ones(3))",
   forward = "out, *rest", body = "y = self.layers[1](self.layers[0](out)) * self.out\nfor r in rest:\n    y = y + r",
