@@ -1220,7 +1220,17 @@ function Judge:time_run(st, run, sym, opts, check)
     end
   end
   topts.before, topts.after = hooks.before, hooks.after
-  local res, err, code = timing.time(timed, topts)
+  local okt, res, err, code = pcall(timing.time, timed, topts)
+  if not okt then
+    -- raised, not returned: an error met in a hook's own work, such as the driver's sticky
+    -- error at the next input refresh after a kernel faulted. The context says whether it
+    -- was the device (the candidate's crash, as a worker's context check would say); any
+    -- other error is raised again as it was.
+    local oks, ss, sm = sync_status()
+    if oks then error(res, 0) end
+    failure = failure or { ss, "The kernel failed while being timed: " .. tostring(sm) }
+    res, err, code = nil, sm, nil
+  end
   -- a timed PyTorch run (a baseline): torch's cache may still hold its last outputs, back to
   -- the driver before a candidate runs
   if run.torch then require("km.kernelbench").empty_cache() end

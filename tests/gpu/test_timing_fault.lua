@@ -1,0 +1,39 @@
+-- GPU: a kernel that faults first in a timing, judged by an in-process km.judge (library use,
+-- bench scripts; no worker's context check behind it): the verdict is `crashed`, whether the
+-- fault shows at a wait of the timing loop or as the driver's sticky error raised in the next
+-- input refresh (a hook), never an error raised out of Judge:eval. One test: the context is
+-- lost after it, so nothing else can run in this process.
+local t = require "km.tap"
+t.require_gpu()
+local task = require "km.task"
+local judge_mod = require "km.judge"
+local testing = require "km.testing"
+
+local ROOT = testing.paths()
+local rowsum = assert(task.load(ROOT .. "/tests/tasks/t_rowsum"))
+local STARTER = assert(task.starter(rowsum))
+local LAST = "if (threadIdx.x == 0) y[r] = part[0];"
+local i = assert(STARTER.source:find(LAST, 1, true), "the starter's last line")
+-- the kernel writes far out of any allocation once `late` is set
+local SOURCE = STARTER.source:sub(1, i - 1):gsub("int rows, int cols%)", "int rows, int cols, int late)")
+  .. "if (threadIdx.x == 0) y[r] = part[0];\n  if (late && r == 0 && threadIdx.x == 0) y[1ll << 40] = 1.f;" .. STARTER.source:sub(i + #LAST)
+-- verify makes one call per shape (seeds = 1); every later call (the timing's) faults
+local LAUNCH = ([[local calls = 0
+return function(k, io, s)
+  calls = calls + 1
+  k.rowsum{ grid = s.rows, block = k.params.BLOCK }(io.x, io.y, s.rows, s.cols, calls > %d and 1 or 0)
+end]]):format(#rowsum.shapes)
+
+t.test("a kernel faulting from its timing's first call: crashed, context lost, nothing raised", function()
+  local j = assert(judge_mod.new())
+  local ok, v = pcall(j.eval, j, rowsum, { name = "faults once timed", source = SOURCE, launch = LAUNCH,
+    params = STARTER.params }, { seeds = 1, energy = false })
+  t.ok(ok, "Judge:eval returned: " .. tostring(not ok and v or ""))
+  if not ok then return end
+  t.eq(v.status, "crashed", v.feedback)
+  t.eq(v.context_lost, true)
+  t.ok(v.feedback:find("timed", 1, true), v.feedback)
+  t.eq(v.failed_at, nil, "not blamed on a verified trial")
+end)
+
+t.done()
