@@ -1229,7 +1229,7 @@ function Judge:time_run(st, run, sym, opts, check)
     local oks, ss, sm = sync_status()
     if oks then error(res, 0) end
     failure = failure or { ss, "The kernel failed while being timed: " .. tostring(sm) }
-    res, err, code = nil, sm, nil
+    res = nil -- the failure says what happened: err and code are not read
   end
   -- a timed PyTorch run (a baseline): torch's cache may still hold its last outputs, back to
   -- the driver before a candidate runs
