@@ -11,6 +11,7 @@
  *   local l = proc.listen(path)        -- a Unix socket for this user's processes (kmrun serve)
  *   local ch = l:accept(ms)            -- a channel to one client | nil, why, TIMEOUT/EPERM
  *   local ch = proc.connect(path)      -- a channel to a listener | nil, why, CODE
+ *   proc.quick_exit(code)              -- ends this process now (stdio flushed, nothing else)
  *
  * Why frames and not lines: payloads (verdicts, logs) contain newlines and arbitrary bytes.
  * Ownership: a km.Proc owns its two pipe ends and its child; close/__gc kills and reaps. */
@@ -21,6 +22,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -420,6 +422,19 @@ static int proc_pid(lua_State *L) {
   return 1;
 }
 
+/* proc.quick_exit([code]): C stdio flushed, then _exit(code) — no Lua finalizers, no atexit
+ * handlers, no C++ static destructors. For a GPU worker told to quit after its last verdict:
+ * what a normal exit would run there is teardown the kernel and the driver do at process
+ * exit anyway (torch's static destructors and caching allocator, the CUDA context, NVRTC),
+ * and it took a fresh `kmrun eval` ~0.4 s (bench/RESULTS.md, round 9). Not for a process
+ * that still has files, stores or children to close. */
+static int l_quick_exit(lua_State *L) {
+  int code = (int)luaL_optinteger(L, 1, 0);
+  fflush(NULL);
+  _exit(code);
+  return 0;
+}
+
 int luaopen_km_proc(lua_State *L) {
   static const luaL_Reg methods[] = {{"send", proc_send}, {"recv", proc_recv}, {"kill", proc_kill},
                                      {"wait", proc_wait}, {"alive", proc_alive}, {"pid", proc_pid},
@@ -428,7 +443,8 @@ int luaopen_km_proc(lua_State *L) {
   static const luaL_Reg lmethods[] = {{"accept", listener_accept}, {"close", listener_close}, {NULL, NULL}};
   km_newclass(L, KM_LISTENER_MT, lmethods, listener_close);
   static const luaL_Reg fns[] = {{"spawn", l_spawn},   {"stdio_channel", l_stdio_channel}, {"select", l_select},
-                                 {"listen", l_listen}, {"connect", l_connect},             {NULL, NULL}};
+                                 {"listen", l_listen}, {"connect", l_connect},             {"quick_exit", l_quick_exit},
+                                 {NULL, NULL}};
   luaL_newlib(L, fns);
   return 1;
 }
