@@ -19,7 +19,12 @@
 -- GPU's idle time is then put down to the work that ended just before each gap (what the
 -- host was answering: a check's read, a first call's wait, ...).
 --
---   build/kmrun bench/measure_profile.lua [TASK_DIR...] [--evals N] [--cupti]
+--   build/kmrun bench/measure_profile.lua [TASK_DIR...] [--evals N] [--cupti] [--warmup N,M]
+--
+-- --warmup N,M: the counted evaluations alternate between N and M warm-up calls per timing
+-- (the judge's `warmup`), in one process on the same tasks, and a second table gives each
+-- side's measure stage and counted kernel time and the candidates' medians M over N (does
+-- the median move with fewer warm-up calls after verify has run the kernel?).
 --
 -- Default tasks: eight of tasks/ from small to large kernels. torch.compile is not timed;
 -- energy is not measured. Exit status: 0, 1 when an evaluation is not correct, 2 on usage
@@ -34,10 +39,17 @@ local SPEC = A.spec {
   options = {
     { "evals", "N", "counted evaluations per task, after one that sets the task up", type = "positive", default = 4 },
     { "cupti", nil, "also what the GPU ran during the candidates' timings (torch.profiler; needs torch)", type = "flag" },
+    { "warmup", "N,M", "alternate the counted evaluations between N and M warm-up calls per timing" },
   },
 }
 local a, code = A.parse(SPEC, arg)
 if not a then return code end
+local warmups -- { N, M } of --warmup
+if a.warmup then
+  local n1, n2 = a.warmup:match("^(%d+),(%d+)$")
+  if not n1 then io.stderr:write("bench/measure_profile.lua: --warmup wants N,M (two counts of warm-up calls), not ", a.warmup, "\n") return EXIT.USAGE end
+  warmups = { tonumber(n1), tonumber(n2) }
+end
 local okg, why = require("km.cuda").available()
 if not okg then io.stderr:write("bench/measure_profile.lua: no GPU: ", tostring(why), "\n") return EXIT.NO_GPU end
 
@@ -250,6 +262,36 @@ _km_result = json.dumps({'api_in_gaps': sorted(([k, v[0] / 1e9, v[1]] for k, v i
 ]==]
 
 local opts = { energy = false, compile_mode = "off" }
+
+-- --warmup N,M: per task and side, the measure stage, the counted kernel time and the
+-- candidate's medians; then the sides against each other
+local ab, ab_order = {}, {}
+local function ab_add(name, side, v)
+  if not ab[name] then ab[name] = { {}, {} } ab_order[#ab_order + 1] = name end
+  local s = ab[name][side]
+  local ct = v.timing and v.timing.candidate or {}
+  s.m = (s.m or 0) + ((v.stage_seconds or {}).measure or 0)
+  s.k = (s.k or 0) + (v.kernel_seconds or 0)
+  if v.status == "correct" and ct.median then
+    s.log = (s.log or 0) + math.log(ct.median) s.n = (s.n or 0) + 1
+  end
+end
+local function ab_print()
+  local w = warmups
+  print(fmt("\n| task | measure / kernel, warmup %d | measure / kernel, warmup %d | median, warmup %d over %d (geomean) |", w[1], w[2], w[2], w[1]))
+  print("| --- | --- | --- | --- |")
+  local tm, tk2, lr, nr = { 0, 0 }, { 0, 0 }, 0, 0
+  for _, name in ipairs(ab_order) do
+    local s1, s2 = ab[name][1], ab[name][2]
+    local ratio = (s1.n or 0) > 0 and (s2.n or 0) > 0 and math.exp(s2.log / s2.n - s1.log / s1.n)
+    if ratio then lr, nr = lr + math.log(ratio), nr + 1 end
+    for i, s in ipairs { s1, s2 } do tm[i], tk2[i] = tm[i] + (s.m or 0), tk2[i] + (s.k or 0) end
+    print(fmt("| %s | %.2fx | %.2fx | %s |", name, (s1.k or 0) > 0 and s1.m / s1.k or 0, (s2.k or 0) > 0 and s2.m / s2.k or 0,
+      ratio and fmt("%.4f", ratio) or "n/a"))
+  end
+  print(fmt("| all | %.2fx | %.2fx | %s |\n", tk2[1] > 0 and tm[1] / tk2[1] or 0, tk2[2] > 0 and tm[2] / tk2[2] or 0,
+    nr > 0 and fmt("%.4f", math.exp(lr / nr)) or "n/a"))
+end
 local rows, rc, m_all, k_all, v_all, started = {}, 0, 0, 0, 0, false
 print(fmt("# bench/measure_profile.lua: %s, %s", J.device.name, os.date("!%Y-%m-%d %H:%M UTC")))
 print("| task | measure s per eval | kernel s per eval | measure / kernel | samples per eval | checked calls per eval | verify s per eval |")
@@ -267,8 +309,11 @@ for _, dir in ipairs(dirs) do
   counting = true
   if python and not started then assert(python.exec("_km_prof.__enter__()")) started = true end
   local m, k, n, c, vs = 0, 0, 0, 0, 0
-  for _ = 1, a.evals do
+  for e = 1, a.evals do
+    local side = warmups and (e - 1) % 2 + 1
+    if side then opts.warmup = warmups[side] end
     local v = J:eval(tk, cand, opts)
+    if side then ab_add(tk.name, side, v) end
     if v.status ~= "correct" then rc = 1 end
     local ct = v.timing and v.timing.candidate or {}
     m, k = m + ((v.stage_seconds or {}).measure or 0), k + (v.kernel_seconds or 0)
@@ -282,6 +327,7 @@ for _, dir in ipairs(dirs) do
 end
 print(fmt("| all | %.4f | %.4f | %.2fx | | | %.4f |", m_all / (#dirs * a.evals), k_all / (#dirs * a.evals), k_all > 0 and m_all / k_all or 0,
   v_all / (#dirs * a.evals)))
+if warmups then ab_print() end
 print()
 print("| counted evaluations' part | seconds | calls |")
 print("| --- | --- | --- |")

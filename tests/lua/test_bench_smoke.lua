@@ -243,6 +243,14 @@ t.test("kernelbench_lint_table.lua: per level and precision, flagged names and r
   t.eq(rc, 2, out)
 end)
 
+t.test("measure_profile --warmup wants two counts, before anything needs a GPU", function()
+  local out, rc = kmrun("measure_profile.lua", "--warmup 3", NO_GPU)
+  t.eq(rc, 2, out)
+  t.ok(out:find("--warmup wants N,M", 1, true), out)
+  out, rc = kmrun("measure_profile.lua", "--warmup 3,1", NO_GPU)
+  t.eq(rc, 3, "a good --warmup gets as far as the GPU check: " .. out)
+end)
+
 -- measure_profile.lua --cupti's tally of the GPU's record (run by Python beside torch's
 -- profiler): fed a made-up record here, through python3 alone
 t.test("measure_profile --cupti: the GPU's work by kind, busy time, and each idle gap put down to the work before it", function()
