@@ -310,6 +310,20 @@ function M.fake_pool(judge)
   return pool
 end
 
+-- tests/tasks/NAME loaded, and its starter. -> task, starter (an error where either fails)
+function M.test_task(name)
+  local task = require "km.task"
+  local tk = assert(task.load(M.paths() .. "/tests/tasks/" .. name))
+  return tk, assert(task.starter(tk))
+end
+
+-- text with its first `from` (plain text) replaced by `to`: a candidate made from a starter
+-- with one line changed. An error where text has no `from` (the starter changed under the test).
+function M.edit(text, from, to)
+  local i = assert(text:find(from, 1, true), "the text has " .. from)
+  return text:sub(1, i - 1) .. to .. text:sub(i + #from)
+end
+
 ----------------------------------------------------------------------------------------
 -- Strategy runs in this process
 

@@ -18,10 +18,7 @@ local rowsum = assert(task.load(ROOT .. "/tests/tasks/t_rowsum"))
 -- its last line, or with a branch put in before its sum.
 local STARTER = assert(task.starter(rowsum))
 local LAST, HEAD = "if (threadIdx.x == 0) y[r] = part[0];", "int r = blockIdx.x;"
-local function edit(text, from, to)
-  local i = assert(text:find(from, 1, true), "the starter has " .. from)
-  return text:sub(1, i - 1) .. to .. text:sub(i + #from)
-end
+local edit = testing.edit
 local function cand(name, extra, body)
   return { name = name, launch = STARTER.launch, params = STARTER.params, source = edit(STARTER.source, LAST,
     "if (threadIdx.x == 0) { y[r] = part[0] + " .. extra .. "; " .. (body or "") .. " }") }

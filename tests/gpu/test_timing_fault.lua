@@ -5,18 +5,14 @@
 -- lost after it, so nothing else can run in this process.
 local t = require "km.tap"
 t.require_gpu()
-local task = require "km.task"
 local judge_mod = require "km.judge"
 local testing = require "km.testing"
 
-local ROOT = testing.paths()
-local rowsum = assert(task.load(ROOT .. "/tests/tasks/t_rowsum"))
-local STARTER = assert(task.starter(rowsum))
+local rowsum, STARTER = testing.test_task("t_rowsum")
 local LAST = "if (threadIdx.x == 0) y[r] = part[0];"
-local i = assert(STARTER.source:find(LAST, 1, true), "the starter's last line")
 -- the kernel writes far out of any allocation once `late` is set
-local SOURCE = STARTER.source:sub(1, i - 1):gsub("int rows, int cols%)", "int rows, int cols, int late)")
-  .. "if (threadIdx.x == 0) y[r] = part[0];\n  if (late && r == 0 && threadIdx.x == 0) y[1ll << 40] = 1.f;" .. STARTER.source:sub(i + #LAST)
+local SOURCE = testing.edit(testing.edit(STARTER.source, "int rows, int cols)", "int rows, int cols, int late)"), LAST,
+  LAST .. "\n  if (late && r == 0 && threadIdx.x == 0) y[1ll << 40] = 1.f;")
 -- verify makes one call per shape (seeds = 1); every later call (the timing's) faults
 local LAUNCH = ([[local calls = 0
 return function(k, io, s)
