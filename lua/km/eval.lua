@@ -60,6 +60,9 @@ end
 function Pool:_start(slot)
   local env = self:_env(slot.gpu)
   if self.opts.torch_ahead then env.KM_TORCH_AHEAD = "1" end -- km.worker: torch imported from the start
+  -- a tool the worker runs under (compute-sanitizer, a profiler) reports at the process's
+  -- normal exit: km.worker skips its quick exit
+  if self.opts.wrap then env.KM_WORKER_EXIT = "normal" end
   if self.precompiler then env.KM_PRECOMPILE_DIR = self.precompiler.dir end -- km.precompile's claims
   local w0 = timing.wall()
   local p, err = proc.spawn(worker_argv(self.opts.wrap), { env = env, clean_env = true,

@@ -2,8 +2,8 @@
 -- the pool's `wrap`, as compute-sanitizer is) that speaks the real frames: one-time set-up
 -- announced by `hold` messages is not charged to the candidate's timeout; set-up that is not
 -- announced is; a worker that stops itself with status 124 (km.python's watchdog: a PyTorch
--- call that never returned) is a timeout verdict; and a worker's first verdict carries its
--- start time. The real worker's side (km.worker, km.judge) is tests/gpu/test_baseline.lua.
+-- call that never returned) is a timeout verdict; a worker's first verdict carries its
+-- start time; and a wrapped worker is told to exit normally (KM_WORKER_EXIT). The real worker's side (km.worker, km.judge) is tests/gpu/test_baseline.lua.
 local t = require "km.tap"
 local eval = require "km.eval"
 local testing = require "km.testing"
@@ -22,6 +22,8 @@ local STANDIN = testing.standin_worker(DIR .. "/standin.lua", [[
     ch:send(json.encode { id = req.id, verdict = { status = "correct", candidate = c } })
   elseif c == "watchdog" then
     os.exit(124)
+  elseif c == "exit mode" then
+    ch:send(json.encode { id = req.id, verdict = { status = "correct", candidate = os.getenv("KM_WORKER_EXIT") } })
   else
     ch:send(json.encode { id = req.id, verdict = { status = "correct", candidate = c } })
   end
@@ -53,6 +55,10 @@ t.test("a worker stopped by the PyTorch watchdog (exit 124) is a timeout", funct
   t.eq(v.status, "timeout", v.feedback)
   t.ok(v.feedback:find("PyTorch call did not return", 1, true), v.feedback)
   t.eq(pool:eval(TASK, { name = "quick" }, { timeout = 2 }).status, "correct")
+end)
+
+t.test("a worker run under a tool (wrap) is told to exit normally, where the tool reports", function()
+  t.eq(pool:eval(TASK, { name = "exit mode" }, { timeout = 2 }).candidate, "normal")
 end)
 
 pool:close()
