@@ -14,7 +14,8 @@
 -- everything the GPU ran during the candidates' counted timings (time_run): how much of
 -- their wall time the GPU was busy at all, and what with — the candidate's own kernels, the
 -- reference (a CUDA reference's or torch's kernels), and km's own kernels by kind (L2 flush,
--- fresh inputs, poison, checks, the timing gate, which waits on the host), copies and fills.
+-- fresh inputs, poison, checks, the timing gate, which waits on the host), copies and fills,
+-- and the 20 kernels and copies that took longest by name (what a kind's seconds are made of).
 -- That says whether the stage waits on the host (checks' round trips) or on GPU work; the
 -- GPU's idle time is then put down to the work that ended just before each gap (what the
 -- host was answering: a check's read, a first call's wait, ...).
@@ -207,7 +208,7 @@ def _kind(n):
     if n.startswith('Memcpy') or n.startswith('Memset'): return n.split(' (')[0] + ' (any)'
     if any(c in n for c in _cand): return 'the candidate\'s kernels'
     return 'the reference and anything else'
-_rows, _wall, _busy, _busy_ng, _idle, _gaps = {}, 0, 0, 0, {}, []
+_rows, _names, _wall, _busy, _busy_ng, _idle, _gaps = {}, {}, 0, 0, 0, {}, []
 # the host's CUDA API calls CUPTI recorded (where it records them), to set against the gaps
 _api = sorted((e.start_ns(), e.start_ns() + e.duration_ns(), e.name()) for e in _evs
               if e.device_type() != _CUDA and e.name().startswith('cu') and e.duration_ns() > 0)
@@ -222,6 +223,7 @@ for (w0, w1) in _wins:
         c0, c1 = max(g0, w0), min(g1, w1)
         k = _kind(n)
         r = _rows.setdefault(k, [0, 0]); r[0] += c1 - c0; r[1] += 1
+        r = _names.setdefault((k, n), [0, 0]); r[0] += c1 - c0; r[1] += 1
         spans.append((c0, c1))
         kinds.append((c0, c1, k))
         if n != 'km_gate': spans_ng.append((c0, c1))
@@ -258,6 +260,7 @@ _km_result = json.dumps({'api_in_gaps': sorted(([k, v[0] / 1e9, v[1]] for k, v i
     'api_events': len(_api), 'windows': len(_wins), 'gpu_events': len(_gpu), 'wall': _wall / 1e9, 'busy': _busy / 1e9,
     'busy_no_gate': _busy_ng / 1e9,
     'rows': sorted(([k, v[0] / 1e9, v[1]] for k, v in _rows.items()), key=lambda r: -r[1]),
+    'names': sorted(([k[0], k[1][:80], v[0] / 1e9, v[1]] for k, v in _names.items()), key=lambda r: -r[2])[:20],
     'idle': sorted(([k, v[0] / 1e9, v[1]] for k, v in _idle.items()), key=lambda r: -r[1])})
 ]==]
 
@@ -348,6 +351,9 @@ if python and started then
   for _, row in ipairs(r.rows) do
     print(fmt("| %s | %.4f | %d | %.1f%% |", row[1], row[2], row[3], r.wall > 0 and 100 * row[2] / r.wall or 0))
   end
+  print("\n| the 20 GPU kernels and copies that took longest, by name | kind | seconds | records |")
+  print("| --- | --- | --- | --- |")
+  for _, row in ipairs(r.names or {}) do print(fmt("| %s | %s | %.4f | %d |", row[2], row[1], row[3], row[4])) end
   print("\n| the GPU idle, after | seconds | gaps | share of the windows' wall |")
   print("| --- | --- | --- | --- |")
   for _, row in ipairs(r.idle) do

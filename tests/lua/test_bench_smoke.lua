@@ -292,6 +292,11 @@ print(g['_km_result'])
   local by = {}
   for _, row in ipairs(r.rows) do by[row[1]] = ns(row[2]) end
   t.eq(by["the candidate's kernels"], 300)
+  local names = {}
+  for _, row in ipairs(r.names) do names[row[2]] = row[1] .. ": " .. ns(row[3]) .. " ns in " .. row[4] end
+  t.eq(names.relu, "the candidate's kernels: 300 ns in 2", "by name, inside the window only")
+  t.eq(names.km_compare, "km: checks (inputs, guards, checksums, compare): 50 ns in 1")
+  t.eq(r.names[1][2], "relu", "longest first")
   local idle = {}
   for _, row in ipairs(r.idle) do idle[row[1]] = ns(row[2]) end
   t.eq(idle["after the start of the timing (set-up before the first GPU work)"], 100)
