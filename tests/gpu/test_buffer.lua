@@ -95,6 +95,27 @@ t.test("random_check: zero for the buffer b:random wrote, and counts each elemen
   end
 end)
 
+t.test("random_check on buffers of several groups a thread (two reads in flight per round, an odd count left)", function()
+  for _, c in ipairs { { "f32", { dist = "normal", mean = 0, std = 1 } }, { "f16", { dist = "uniform", lo = -1, hi = 1 } },
+    { "bf16", { dist = "normal", mean = 1, std = 0.5 } } } do
+    local dt, law = c[1], c[2]
+    law.seed = 987654321
+    for _, n in ipairs { (1 << 21) + 3, (1 << 22) + (1 << 12) + 1 } do
+      local b = buffer.new(dt, n):random(law)
+      t.eq(b:random_check(law), 0, dt .. " n=" .. n .. ": as drawn")
+      -- 17 elements changed (to 7, which none of these laws' draws reach): 16 spread over the
+      -- buffer, so over the rounds of the threads that read them (both groups of a round, on
+      -- a grid of 2 to 4 groups a thread), and the last, in the tail
+      local v = b:to_table()
+      local at = { n }
+      for k = 0, 15 do at[#at + 1] = 1 + k * (n // 16) end
+      for _, i in ipairs(at) do v[i] = 7 end
+      b:from_table(v)
+      t.eq(b:random_check(law), #at, dt .. " n=" .. n .. ": changed elements counted")
+    end
+  end
+end)
+
 t.test("sparse poison: one 128-byte line in every 4 KiB, at places the seed draws; small buffers whole", function()
   local n = (256 << 10) + 5 -- f32: 1 MiB + 20 bytes, 257 blocks (the last one short)
   local b = buffer.new("f32", n):fill(1)
