@@ -190,36 +190,21 @@ extern "C" __global__ void km_random_check(const void *in, int dtype, uint64_t n
   if ((dtype == F32 || dtype == F16 || dtype == BF16) && dist != 2) {
     const float fa = (float)a, fb = (float)b, span = (float)(b - a);
     const uint32_t k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32) | 1u;
-    // four elements to a vector load where aligned, as km_random stores them; two groups a
-    // thread per round, both loaded before either is drawn again, so two reads are in flight
-    // (with one, the check took 1.7x km_random's time on the same buffers: bench/RESULTS.md
-    // round 9, run AT); the key of j's high word kept, as km_random keeps it
+    // four elements to a vector load where aligned, as km_random stores them
     unsigned align = dtype == F32 ? 16 : 8;
     uint64_t groups = ((uintptr_t)in % align) ? 0 : n / 4, done = groups * 4;
-    uint32_t khi = 0xFFFFFFFFu, kh = 0;
-    for (uint64_t g = tid; g < groups; g += 2 * stride) {
-      uint64_t gs[2] = {g, g + stride};
-      int m = gs[1] < groups ? 2 : 1;
-      float4 x4[2];
-      uint2 x2[2];
-      for (int q = 0; q < m; q++) {
-        if (dtype == F32) x4[q] = ((const float4 *)in)[gs[q]];
-        else x2[q] = ((const uint2 *)in)[gs[q]];
-      }
-      for (int q = 0; q < m; q++) {
-        uint64_t j = 2 * gs[q];
-        uint32_t hi = (uint32_t)(j >> 32);
-        if (hi != khi) khi = hi, kh = pair_key(k0, j);
-        f2 v = pair_values((uint32_t)j, kh, k1, dist, fa, fb, span), w = pair_values((uint32_t)j + 1, kh, k1, dist, fa, fb, span);
-        if (dtype == F32) {
-          float4 x = x4[q];
-          miss += (__float_as_uint(x.x) != __float_as_uint(v.x)) + (__float_as_uint(x.y) != __float_as_uint(v.y)) +
-                  (__float_as_uint(x.z) != __float_as_uint(w.x)) + (__float_as_uint(x.w) != __float_as_uint(w.y));
-        } else {
-          uint2 x = x2[q];
-          miss += ((x.x & 0xFFFFu) != float_bits(dtype, v.x)) + ((x.x >> 16) != float_bits(dtype, v.y)) +
-                  ((x.y & 0xFFFFu) != float_bits(dtype, w.x)) + ((x.y >> 16) != float_bits(dtype, w.y));
-        }
+    for (uint64_t g = tid; g < groups; g += stride) {
+      uint64_t j = 2 * g;
+      uint32_t kh = pair_key(k0, j);
+      f2 v = pair_values((uint32_t)j, kh, k1, dist, fa, fb, span), w = pair_values((uint32_t)j + 1, kh, k1, dist, fa, fb, span);
+      if (dtype == F32) {
+        float4 x = ((const float4 *)in)[g];
+        miss += (__float_as_uint(x.x) != __float_as_uint(v.x)) + (__float_as_uint(x.y) != __float_as_uint(v.y)) +
+                (__float_as_uint(x.z) != __float_as_uint(w.x)) + (__float_as_uint(x.w) != __float_as_uint(w.y));
+      } else {
+        uint2 x = ((const uint2 *)in)[g];
+        miss += ((x.x & 0xFFFFu) != float_bits(dtype, v.x)) + ((x.x >> 16) != float_bits(dtype, v.y)) +
+                ((x.y & 0xFFFFu) != float_bits(dtype, w.x)) + ((x.y >> 16) != float_bits(dtype, w.y));
       }
     }
     for (uint64_t i = done + 2 * tid; i < n; i += 2 * stride) { // the tail, or an unaligned buffer
