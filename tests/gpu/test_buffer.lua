@@ -95,7 +95,7 @@ t.test("random_check: zero for the buffer b:random wrote, and counts each elemen
   end
 end)
 
-t.test("random_check on buffers of several groups a thread (two reads in flight per round, an odd count left)", function()
+t.test("random_check on buffers of several groups a thread: zero as drawn, and 17 changed elements counted", function()
   for _, c in ipairs { { "f32", { dist = "normal", mean = 0, std = 1 } }, { "f16", { dist = "uniform", lo = -1, hi = 1 } },
     { "bf16", { dist = "normal", mean = 1, std = 0.5 } } } do
     local dt, law = c[1], c[2]
@@ -104,8 +104,8 @@ t.test("random_check on buffers of several groups a thread (two reads in flight 
       local b = buffer.new(dt, n):random(law)
       t.eq(b:random_check(law), 0, dt .. " n=" .. n .. ": as drawn")
       -- 17 elements changed (to 7, which none of these laws' draws reach): 16 spread over the
-      -- buffer, so over the rounds of the threads that read them (both groups of a round, on
-      -- a grid of 2 to 4 groups a thread), and the last, in the tail
+      -- buffer, so over several grid-stride rounds of the threads that read them (2 to 4
+      -- groups a thread on the H200), and the last, in the tail
       local v = b:to_table()
       local at = { n }
       for k = 0, 15 do at[#at + 1] = 1 + k * (n // 16) end
