@@ -196,7 +196,6 @@ int km_timer_run(const km_timer_ops *ops, void *dev, const km_timing_protocol *p
    * kernels (bench/RESULTS.md, round 8) for a number only an energy pass reports. */
   const char *energy_why = p->energy ? "not measured (no energy counter)" : "not measured (energy = false)";
   int window = p->energy && ops->energy_begin && ops->energy_begin(dev, &energy_why) == 0;
-  int want_energy = window;
 
   /* The stop rule (km_sampling_core) is asked at every sample, in order, so n is the first
    * count that satisfies it, whatever was queued. Samples are queued ahead as far as
@@ -206,12 +205,12 @@ int km_timer_run(const km_timer_ops *ops, void *dev, const km_timing_protocol *p
    * waited for, but do not enter the statistics. */
   km_sampler smp;
   km_sampler_init(&smp, &p->stop, buf, buf + max_n);
-  km_pace pace = {0, 0, want_energy ? ENERGY_SLACK_MS : SLACK_MS, 0, 0, KM_TIMER_SLOTS - 1};
+  km_pace pace = {0, 0, window ? ENERGY_SLACK_MS : SLACK_MS, 0, 0, KM_TIMER_SLOTS - 1};
   int queued = 0, taken = 0;
   double start = ops->now_ms(dev);
   for (;;) {
     pace.elapsed_ms = ops->now_ms(dev) - start;
-    pace.hold = want_energy && !ops->energy_enough(dev);
+    pace.hold = window && !ops->energy_enough(dev);
     int target = km_sampler_plan(&smp, queued, &pace);
     if (target > queued) {
       double h0 = ops->now_ms(dev);
@@ -239,7 +238,7 @@ int km_timer_run(const km_timer_ops *ops, void *dev, const km_timing_protocol *p
       taken++;
       if (r.gate && ops->gate_timeouts && (out->gate_timeouts = ops->gate_timeouts(dev)) > 0)
         r.gate = 0; /* the work waits for the GPU: gates would only stall it */
-      int hold = want_energy && !ops->energy_enough(dev);
+      int hold = window && !ops->energy_enough(dev);
       if (km_sampler_add(&smp, (double)ms / per_sample_calls, seen, hold) != KM_SAMPLE_ON) break;
     } while (taken < queued && ops->query(dev, EV(taken, 1)) == 0);
   }
