@@ -20,12 +20,13 @@
 -- GPU's idle time is then put down to the work that ended just before each gap (what the
 -- host was answering: a check's read, a first call's wait, ...).
 --
---   build/kmrun bench/measure_profile.lua [TASK_DIR...] [--evals N] [--cupti] [--warmup N,M]
+--   build/kmrun bench/measure_profile.lua [TASK_DIR...] [--evals N] [--cupti] [--warmup A,B]
 --
--- --warmup N,M: the counted evaluations alternate between N and M warm-up calls per timing
--- (the judge's `warmup`), in one process on the same tasks, and a second table gives each
--- side's measure stage and counted kernel time and the candidates' medians M over N (does
--- the median move with fewer warm-up calls after verify has run the kernel?).
+-- --warmup A,B: the counted evaluations alternate between two warm-up protocols, each N
+-- (warm-up calls, the judge's `warmup`) or N/MS (and at least MS milliseconds of them, its
+-- `warmup_ms`; the judge's own when left out), in one process on the same tasks, and a second
+-- table gives each side's measure stage and counted kernel time and the candidates' medians
+-- B over A (does the median move with less warm-up after verify has run the kernel?).
 --
 -- Default tasks: eight of tasks/ from small to large kernels. torch.compile is not timed;
 -- energy is not measured. Exit status: 0, 1 when an evaluation is not correct, 2 on usage
@@ -40,16 +41,24 @@ local SPEC = A.spec {
   options = {
     { "evals", "N", "counted evaluations per task, after one that sets the task up", type = "positive", default = 4 },
     { "cupti", nil, "also what the GPU ran during the candidates' timings (torch.profiler; needs torch)", type = "flag" },
-    { "warmup", "N,M", "alternate the counted evaluations between N and M warm-up calls per timing" },
+    { "warmup", "A,B", "alternate the counted evaluations between two warm-ups per timing, each N calls or N/MS (calls/least ms)" },
   },
 }
 local a, code = A.parse(SPEC, arg)
 if not a then return code end
-local warmups -- { N, M } of --warmup
+local warmups -- the two sides of --warmup: { calls = N, ms = MS or nil, label = "N" or "N/MSms" }
 if a.warmup then
-  local n1, n2 = a.warmup:match("^(%d+),(%d+)$")
-  if not n1 then io.stderr:write("bench/measure_profile.lua: --warmup wants N,M (two counts of warm-up calls), not ", a.warmup, "\n") return EXIT.USAGE end
-  warmups = { tonumber(n1), tonumber(n2) }
+  local function side(text)
+    local n, ms = text:match("^(%d+)/(%d*%.?%d+)$")
+    n = n or text:match("^(%d+)$")
+    return n and { calls = tonumber(n), ms = tonumber(ms), label = ms and string.format("%s/%sms", n, ms) or n }
+  end
+  local s1, s2 = a.warmup:match("^([^,]+),([^,]+)$")
+  warmups = s1 and { side(s1), side(s2) }
+  if not (warmups and warmups[1] and warmups[2]) then
+    io.stderr:write("bench/measure_profile.lua: --warmup wants A,B, each N (warm-up calls) or N/MS (calls/least ms), not ", a.warmup, "\n")
+    return EXIT.USAGE
+  end
 end
 local okg, why = require("km.cuda").available()
 if not okg then io.stderr:write("bench/measure_profile.lua: no GPU: ", tostring(why), "\n") return EXIT.NO_GPU end
@@ -281,7 +290,8 @@ local function ab_add(name, side, v)
 end
 local function ab_print()
   local w = warmups
-  print(fmt("\n| task | measure / kernel, warmup %d | measure / kernel, warmup %d | median, warmup %d over %d (geomean) |", w[1], w[2], w[2], w[1]))
+  print(fmt("\n| task | measure / kernel, warmup %s | measure / kernel, warmup %s | median, warmup %s over %s (geomean) |",
+    w[1].label, w[2].label, w[2].label, w[1].label))
   print("| --- | --- | --- | --- |")
   local tm, tk2, lr, nr = { 0, 0 }, { 0, 0 }, 0, 0
   for _, name in ipairs(ab_order) do
@@ -314,7 +324,7 @@ for _, dir in ipairs(dirs) do
   local m, k, n, c, vs = 0, 0, 0, 0, 0
   for e = 1, a.evals do
     local side = warmups and (e - 1) % 2 + 1
-    if side then opts.warmup = warmups[side] end
+    if side then opts.warmup, opts.warmup_ms = warmups[side].calls, warmups[side].ms end
     local v = J:eval(tk, cand, opts)
     if side then ab_add(tk.name, side, v) end
     if v.status ~= "correct" then rc = 1 end

@@ -677,7 +677,11 @@ static int l_guards_intact(lua_State *L) {
  *   L:random_check(b, law) -> i       one slot: elements not what b:random(law) writes
  *   L:digest({ { ptr, nbytes }, ... }) -> i   one slot per range: buffer.digest's value
  *   compare.enqueue(a, b, opts, L) -> i       (km.compare) an allclose's KM_CMP_SLOTS slots
- *   L:read() -> true | nil, msg, code the used slots copied back: the batch's one wait
+ *   L:read([between]) -> true | nil, msg, code   the used slots copied back: the batch's one
+ *                                     wait. between: a function called once the copy is
+ *                                     enqueued, before the wait, whose GPU work (enqueued
+ *                                     behind the copy) is not waited for: the judge's next
+ *                                     input refresh runs while the host judges this batch
  *   L:u64(i) -> integer               slot i after read (1-based, as the ops return)
  *
  * Each op zeroes its own slots first, in stream order; slot numbers index this batch. The
@@ -688,19 +692,26 @@ typedef struct {
   CUdeviceptr dev;
   CUcontext ctx;
   size_t cap, used, limit; /* slots allocated, taken in this batch, begun for it */
-  uint64_t *host;
+  uint64_t *host;          /* page-locked (cuMemAllocHost): the copy back is asynchronous */
+  CUevent done;            /* recorded behind the copy back (a read with `between`) */
 } km_ledger;
 
 static km_ledger *ledger_check(lua_State *L, int idx) { return luaL_checkudata(L, idx, KM_LEDGER_MT); }
 
-static int ledger_gc(lua_State *L) {
-  km_ledger *g = ledger_check(L, 1);
+/* The device array, the host slots and the event, where their context is still current (a
+ * context that went took them with it). */
+static void ledger_free(km_ledger *g) {
   CUcontext ctx = NULL;
-  if (g->dev && km_cu && km_cu->cuCtxGetCurrent(&ctx) == CUDA_SUCCESS && ctx == g->ctx) km_cu->cuMemFree(g->dev);
-  g->dev = 0;
-  free(g->host);
-  g->host = NULL;
+  int live = km_cu && km_cu->cuCtxGetCurrent(&ctx) == CUDA_SUCCESS && ctx && ctx == g->ctx;
+  if (live && g->dev) km_cu->cuMemFree(g->dev);
+  if (live && g->host) km_cu->cuMemFreeHost(g->host);
+  if (live && g->done) km_cu->cuEventDestroy(g->done);
+  g->dev = 0, g->host = NULL, g->done = NULL;
   g->cap = g->used = 0;
+}
+
+static int ledger_gc(lua_State *L) {
+  ledger_free(ledger_check(L, 1));
   return 0;
 }
 
@@ -718,16 +729,16 @@ static int g_begin(lua_State *L) {
   const km_cuda_api *cu = km_cuda_check(L);
   CUcontext ctx = NULL;
   cu->cuCtxGetCurrent(&ctx);
-  if (ctx != g->ctx) g->dev = 0, g->cap = 0; /* another context: the old array went with it */
+  if (ctx != g->ctx) g->dev = 0, g->host = NULL, g->done = NULL, g->cap = 0; /* another context: the old went with it */
   if ((size_t)n > g->cap) {
     size_t cap = (size_t)n < 256 ? 256 : (size_t)n * 2;
-    uint64_t *h = realloc(g->host, cap * 8);
-    if (!h) return luaL_error(L, "ledger: out of host memory");
-    g->host = h;
+    ledger_free(g); /* freeing waits for the device: only when the batch outgrows the array */
+    void *h = NULL;
     CUdeviceptr p;
+    check(L, cu->cuMemAllocHost(&h, cap * 8), "ledger (host slots)");
+    g->host = h, g->ctx = ctx;
     check(L, cu->cuMemAlloc(&p, cap * 8), "ledger");
-    if (g->dev) cu->cuMemFree(g->dev);
-    g->dev = p, g->cap = cap, g->ctx = ctx;
+    g->dev = p, g->cap = cap;
   }
   g->used = 0;
   g->limit = (size_t)n;
@@ -793,10 +804,28 @@ static int g_digest(lua_State *L) {
 static int g_read(lua_State *L) {
   km_ledger *g = ledger_check(L, 1);
   const km_cuda_api *cu = km_cuda_check(L);
+  int between = !lua_isnoneornil(L, 2);
+  if (between) luaL_checktype(L, 2, LUA_TFUNCTION);
+  CUstream s = km_cuda_stream();
   CUresult r = CUDA_SUCCESS;
-  if (g->used) r = cu->cuMemcpyDtoHAsync(g->host, g->dev, g->used * 8, km_cuda_stream());
-  /* the whole context, as cuda.synchronize: work on any stream is done and its error seen */
-  if (r == CUDA_SUCCESS) r = cu->cuCtxSynchronize();
+  if (g->used) r = cu->cuMemcpyDtoHAsync(g->host, g->dev, g->used * 8, s);
+  if (!between) {
+    /* the whole context, as cuda.synchronize: work on any stream is done and its error seen */
+    if (r == CUDA_SUCCESS) r = cu->cuCtxSynchronize();
+    if (r != CUDA_SUCCESS) return km_cuda_fail(L, r, "synchronize");
+    lua_pushboolean(L, 1);
+    return 1;
+  }
+  /* behind the copy on the stream, which everything the batch checks ran on (the candidate's
+   * launches, the references' kernels, torch's on kmrun's stream): the slots are read when
+   * the event is, and a fault before it (sticky) is the event's error too */
+  if (r == CUDA_SUCCESS && !g->done) r = cu->cuEventCreate(&g->done, CU_EVENT_DISABLE_TIMING);
+  if (r == CUDA_SUCCESS) r = cu->cuEventRecord(g->done, s);
+  if (r != CUDA_SUCCESS) return km_cuda_fail(L, r, "synchronize");
+  lua_pushvalue(L, 2);
+  int called = lua_pcall(L, 0, 0, 0);
+  r = cu->cuEventSynchronize(g->done); /* waited for even when `between` raised */
+  if (called != LUA_OK) return lua_error(L);
   if (r != CUDA_SUCCESS) return km_cuda_fail(L, r, "synchronize");
   lua_pushboolean(L, 1);
   return 1;

@@ -190,12 +190,31 @@ CUresult km_cuda_util_get(const char *name, CUfunction *fn) {
 }
 
 
-/* Launches a utility kernel over n items with a grid sized for the device. */
+/* Blocks of 256 threads of fn one SM holds at once (its registers decide: km_compare's 48 a
+ * thread leave room for 5, km_random_check's 34 for 6), asked of the driver once a function
+ * and kept; 8 (a full SM at 32 registers) where it cannot say. */
+static int util_blocks_per_sm(CUfunction fn) {
+  static struct { CUfunction fn; int blocks; } seen[32];
+  static unsigned next;
+  for (unsigned i = 0; i < sizeof seen / sizeof *seen; i++)
+    if (seen[i].fn == fn) return seen[i].blocks;
+  int b = 0;
+  if (api.cuOccupancyMaxActiveBlocksPerMultiprocessor(&b, fn, 256, 0) != CUDA_SUCCESS || b < 1 || b > 8) b = 8;
+  seen[next % (sizeof seen / sizeof *seen)].fn = fn;
+  seen[next++ % (sizeof seen / sizeof *seen)].blocks = b;
+  return b;
+}
+
+/* Launches a utility kernel over n items with a grid sized for the device: at most one wave,
+ * as many blocks as the SMs hold at once. The kernels stride over their items, so a grid of
+ * more blocks than fit runs in two waves, the second a fraction of the SMs' width (8 blocks
+ * an SM were launched before; km_random_check, which fits 6, took 1.7x km_random's time on
+ * the same buffers in run AT). */
 CUresult km_cuda_util_launch(CUfunction fn, uint64_t n, CUstream s, void **args) {
   static int sms = 0;
   if (!sms && api.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, cu_device) != CUDA_SUCCESS) sms = 0;
   uint64_t blocks = (n + 255) / 256;
-  uint64_t cap = (uint64_t)(sms > 0 ? sms : 1) * 8;
+  uint64_t cap = (uint64_t)(sms > 0 ? sms : 1) * (uint64_t)util_blocks_per_sm(fn);
   if (blocks > cap) blocks = cap;
   if (blocks < 1) blocks = 1;
   return api.cuLaunchKernel(fn, (unsigned)blocks, 1, 1, 256, 1, 1, 0, s, args, NULL);

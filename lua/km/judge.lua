@@ -11,7 +11,8 @@
 -- scratch_bytes (8 GiB), mode ("cold"), max_ms (timing cap per side, 2000),
 -- check_every (a timed call is re-verified with probability 1/check_every, 2), min_samples
 -- (10: timing's stop rule, then noise), warmup (warm-up calls before a timing's samples,
--- M.WARMUP = 1; part of the protocol key, so cached timings are kept apart),
+-- M.WARMUP = 1) and warmup_ms (their least wall time, M.WARMUP_MS): part of the protocol
+-- key, so cached timings are kept apart,
 -- energy (false: a separate pass for joules per call where NVML is available).
 --
 -- Three stages, one screen each: prepare (compile, load, sandbox the launch code), verify
@@ -1062,9 +1063,11 @@ M.TARGET = 0.005
 -- the counted kernel time: the two warm-up calls more were the GPU's work and nothing else.
 -- A baseline is timed the same way (compiled ahead, its first calls made before: Judge:baselines).
 M.WARMUP = 1
+-- And warm-up calls for at least this long (km.timing's warmup_ms; its default is 1 ms).
+M.WARMUP_MS = 1
 local function time_opts(opts)
   return { mode = opts.mode or "cold", max_ms = opts.max_ms or 2000, min_samples = opts.min_samples or 10,
-    target = opts.target or M.TARGET, warmup = opts.warmup or M.WARMUP }
+    target = opts.target or M.TARGET, warmup = opts.warmup or M.WARMUP, warmup_ms = opts.warmup_ms or M.WARMUP_MS }
 end
 M.time_opts = time_opts
 
@@ -1093,15 +1096,22 @@ function Judge:time_run(st, run, sym, opts, check)
   run.state.poison = false
   local failure -- { status, text } of a failed timed check
   local checking, calls, checked, cur_seed = false, 0, 0, seed
+  -- the next call's inputs, drawn while a check's results come back (check_now): its seed
+  local drawn
+  local last_checked = 0 -- the call whose check passed last
   -- seeds from the judge's private generator: the inputs of later calls cannot be
   -- predicted (and precomputed) by an untimed first call. Outputs are poisoned sparsely (a
   -- 128-byte line in every 4 KiB, drawn from the seed): the rest holds the previous call's
   -- outputs, wrong for these inputs, so a check still finds any output left unwritten
   -- unless it does not depend on the inputs, and such a run of 4 KiB or more meets poison.
   -- A full poison wrote as many bytes as the kernel's outputs on every call.
+  local function draw()
+    local s = rng(1 << 40)
+    self:fill_inputs(t, sym, cand, s, true)
+    return s
+  end
   local function refresh()
-    cur_seed = rng(1 << 40)
-    self:fill_inputs(t, sym, cand, cur_seed, true)
+    cur_seed, drawn = drawn or draw(), nil
     for _, spec in ipairs(t.outputs) do cand[spec.name]:poison { sparse = cur_seed } end
   end
   -- The reference on a checked call's inputs -> io (inputs and its outputs), kept (io is
@@ -1137,7 +1147,12 @@ function Judge:time_run(st, run, sym, opts, check)
   -- one per read: the GPU runs the whole check while the host prepares it.) The truth's
   -- digests are enqueued before anything reads it (the parameters handed to the reference,
   -- the reference itself): a change is found, restored and failed here, whatever ran on it.
-  local function check_now(where)
+  -- A check inside the timing (ahead = true) draws the next call's inputs into the
+  -- candidate's buffers behind the batch, before the wait: the GPU draws them while the host
+  -- judges the batch (it idled 0.23 ms a check, bench/RESULTS.md run AS). Nothing read after
+  -- the wait is in those buffers (the ledger's slots; on a failure, the outputs' examples and
+  -- the guards); the outputs are poisoned by the call's own refresh, after this returns.
+  local function check_now(where, ahead)
     checked = checked + 1
     local L, tslot, e, ref_io, rs, rmsg, kept, slots, seal
     local judged = setmetatable(copy(last_outs), { __index = cand })
@@ -1166,7 +1181,18 @@ function Judge:time_run(st, run, sym, opts, check)
       return false
     end
     -- the one wait: the candidate's call, then the check (a fault in the call shows here)
-    local okr, cs, cmsg = wait_status(L:read())
+    -- (outputs the launch code handed back in an input's buffer: no draw ahead, their
+    -- examples are read after the wait)
+    if ahead then
+      for _, spec in ipairs(t.outputs) do
+        local o = judged[spec.name]
+        for _, ispec in ipairs(t.inputs) do
+          local x = cand[ispec.name]
+          if o:ptr() < x:ptr() + x:nbytes() and x:ptr() < o:ptr() + o:nbytes() then ahead = false end
+        end
+      end
+    end
+    local okr, cs, cmsg = wait_status(L:read(ahead and function() drawn = draw() end or nil))
     if not okr then
       failure = { cs, feedback.launch(cs, cmsg, where) }
       if cs ~= "crashed" then put_back() end
@@ -1188,6 +1214,7 @@ function Judge:time_run(st, run, sym, opts, check)
     -- no poison on the way back: outputs for inputs of an unpredictable seed
     put_back()
     if ms then failure = { ms, mtext } return false end
+    last_checked = calls
     return true
   end
   -- The first warm-up call is the first call: scratch is allocated there, outside the timed
@@ -1212,7 +1239,7 @@ function Judge:time_run(st, run, sym, opts, check)
       checking = check and phase == "sample" and rng(every) == 1
     end,
     after = function(phase)
-      if checking and not check_now(fmt("timed call %d", calls)) then return nil, "a timed call failed its check", "CHECK" end
+      if checking and not check_now(fmt("timed call %d", calls), true) then return nil, "a timed call failed its check", "CHECK" end
     end,
   }
   local timed = function()
@@ -1243,8 +1270,9 @@ function Judge:time_run(st, run, sym, opts, check)
   -- a timed PyTorch run (a baseline): torch's cache may still hold its last outputs, back to
   -- the driver before a candidate runs
   if run.torch then require("km.kernelbench").empty_cache() end
-  -- the last timed call is always re-verified
-  if res and check and not check_now(fmt("the last timed call (%d)", calls)) then res = nil end
+  -- the last timed call is always re-verified (where its own check has not: then the
+  -- candidate's inputs hold a draw for a call that was not made)
+  if res and check and last_checked ~= calls and not check_now(fmt("the last timed call (%d)", calls)) then res = nil end
   -- torch's cached blocks may still hold the checks' reference results: they stay there. They
   -- are for this timing's seeds, drawn from the judge's private generator, which no later
   -- call gets (so are the pool's buffers that held them, Pool:put); handing the blocks back

@@ -221,6 +221,16 @@ for _, case in ipairs {
     t.eq(v.failed_at, nil, "not blamed on a verified trial")
   end)
 end
+-- Wrong values from the tenth call on: the feedback's examples are the values the timed call
+-- wrote (read after its check's wait, while the next call's inputs are drawn behind it: the
+-- outputs are poisoned only by that call's own refresh, later).
+t.test("a kernel that writes wrong values only once timed: a mismatch whose examples are what it wrote", function()
+  local v = judge("late wrong", late_src("{}\n  if (late && i < n) y[i] = -0.25f;"), LATE_LAUNCH, { timing = true })
+  t.eq(v.status, "mismatch", v.feedback)
+  t.ok(v.feedback:find("timed", 1, true), "caught at a timed call: " .. v.feedback)
+  local _, got = v.feedback:gsub("got %-0%.25,", "")
+  t.eq(got, 5, "five examples, each the value the call wrote: " .. v.feedback)
+end)
 t.test("after the late faults, an honest candidate is correct", function()
   t.eq(judge("honest after late faults", HONEST, RELU_LAUNCH, { timing = true }).status, "correct")
 end)

@@ -243,12 +243,16 @@ t.test("kernelbench_lint_table.lua: per level and precision, flagged names and r
   t.eq(rc, 2, out)
 end)
 
-t.test("measure_profile --warmup wants two counts, before anything needs a GPU", function()
-  local out, rc = kmrun("measure_profile.lua", "--warmup 3", NO_GPU)
-  t.eq(rc, 2, out)
-  t.ok(out:find("--warmup wants N,M", 1, true), out)
-  out, rc = kmrun("measure_profile.lua", "--warmup 3,1", NO_GPU)
-  t.eq(rc, 3, "a good --warmup gets as far as the GPU check: " .. out)
+t.test("measure_profile --warmup wants two warm-ups (N or N/MS), before anything needs a GPU", function()
+  for _, bad in ipairs { "3", "3,", "3,1,2", "a,1", "1/x,1", "1/,2" } do
+    local out, rc = kmrun("measure_profile.lua", "--warmup " .. bad, NO_GPU)
+    t.eq(rc, 2, bad .. ": " .. out)
+    t.ok(out:find("--warmup wants A,B", 1, true), out)
+  end
+  for _, good in ipairs { "3,1", "1,1/0", "1/0.5,2/1" } do
+    local out, rc = kmrun("measure_profile.lua", "--warmup " .. good, NO_GPU)
+    t.eq(rc, 3, good .. ": a good --warmup gets as far as the GPU check: " .. out)
+  end
 end)
 
 -- measure_profile.lua --cupti's tally of the GPU's record (run by Python beside torch's
