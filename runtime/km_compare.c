@@ -221,7 +221,8 @@ static int allclose_dev(lua_State *L, const km_tol *tol) {
 
 /* compare.enqueue(a, b, opts, ledger) -> i: allclose of two buffers enqueued with no wait, its
  * result in the ledger's slots from i (km.buffer's ledger); compare.result(a, b, opts,
- * ledger, i) -> allclose's table, once the ledger was read. */
+ * ledger, i) -> allclose's table, once the ledger was read. b may be a range of device
+ * memory, { ptr, nbytes }, of a's dtype and size. */
 typedef struct {
   km_tol tol;
   CUdeviceptr pa, pb;
@@ -230,14 +231,40 @@ typedef struct {
   int poison_on;
 } ledger_cmp;
 
-/* The arguments both read: two buffers at 1 and 2, the options at 3 (nil: defaults). */
+/* The arguments both read: a buffer at 1, at 2 a buffer or a range of device memory of the
+ * same dtype, { ptr = address, nbytes = n } (a PyTorch reference's own output tensor, kept by
+ * km.kernelbench while the batch is read), the options at 3 (nil: defaults). */
 static void ledger_args(lua_State *L, int top, ledger_cmp *c) {
   lua_settop(L, top);
   luaL_checkudata(L, 1, "km.Buffer");
-  luaL_checkudata(L, 2, "km.Buffer");
-  if (lua_isnil(L, 3)) { lua_newtable(L); lua_replace(L, 3); }
-  read_tol(L, 3, &c->tol);
-  c->dt = dev_args(L, &c->pa, &c->pb, &c->n);
+  if (lua_istable(L, 2)) {
+    int isnum = 0, isbytes = 0;
+    lua_getfield(L, 2, "ptr");
+    lua_Integer ptr = lua_tointegerx(L, -1, &isnum);
+    lua_getfield(L, 2, "nbytes");
+    lua_Integer nbytes = lua_tointegerx(L, -1, &isbytes);
+    lua_pop(L, 2);
+    luaL_argcheck(L, isnum && isbytes && ptr > 0 && nbytes >= 0, 2, "a range is { ptr = address, nbytes = n }");
+    if (lua_isnil(L, 3)) { lua_newtable(L); lua_replace(L, 3); }
+    read_tol(L, 3, &c->tol);
+    km_cuda_check(L);
+    size_t ba;
+    c->pa = km_buffer_ptr(L, 1, &ba);
+    c->pb = (CUdeviceptr)ptr;
+    lua_getfield(L, 1, "dtype");
+    lua_pushvalue(L, 1);
+    lua_call(L, 1, 1);
+    c->dt = (km_dtype)km_dtype_parse(lua_tostring(L, -1));
+    lua_pop(L, 1);
+    if ((size_t)nbytes != ba) luaL_error(L, "allclose: sizes differ (%I vs %I bytes)", (lua_Integer)ba, nbytes);
+    c->n = ba / km_dtype_size(c->dt);
+    km_cuda_util(L, "km_compare");
+  } else {
+    luaL_checkudata(L, 2, "km.Buffer");
+    if (lua_isnil(L, 3)) { lua_newtable(L); lua_replace(L, 3); }
+    read_tol(L, 3, &c->tol);
+    c->dt = dev_args(L, &c->pa, &c->pb, &c->n);
+  }
   c->poison_on = poison_opt(L);
 }
 

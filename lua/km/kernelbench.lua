@@ -250,20 +250,25 @@ end
 -- A function that runs the model on io with no per-call checks or wrapping: io is checked
 -- and wrapped once here (the model runs once to check the outputs). run(false) leaves the
 -- outputs where torch put them (timing eager: the model's own work and nothing else);
--- run() copies them into io's output buffers. Valid until the next bind or release.
+-- run() copies them into io's output buffers; run("keep") -> true, { output name = device
+-- address }: outputs of their buffer's shape and dtype, contiguous and not in an input's
+-- memory, are kept by torch until the next run or bind and given by address (compared in
+-- place: km.compare.enqueue's range), the others copied. Valid until the next bind or release.
 -- opts.variant = "compile": the model as Problem:compile made it (default "eager").
 function Problem:bind(io, opts)
   local id = check(self)
   local ok, err, code = call("bind", id, describe(io, 2), stream_of(opts), opts and opts.variant or "eager")
   if not ok then return nil, err, code end
-  local args = { [true] = json.encode(json.array { id, true }), [false] = json.encode(json.array { id, false }) }
+  local args = { [true] = json.encode(json.array { id, true }), [false] = json.encode(json.array { id, false }),
+    keep = json.encode(json.array { id, "keep" }) }
   return function(copy)
     if not self.id then error("attempt to use a released km.kernelbench problem", 2) end
-    local with_copy = copy ~= false -- (not inline: Lua 5.4.4 miscompiles t[x ~= false])
-    local out, e, c = python.call(BRIDGE, "run_bound", args[with_copy])
+    local mode = copy == "keep" and "keep" or copy ~= false -- (not inline: Lua 5.4.4 miscompiles t[x ~= false])
+    local out, e, c = python.call(BRIDGE, "run_bound", args[mode])
     if out == "true" then return true end
     if not out then return nil, e, c end
     local v = json.decode(out)
+    if mode == "keep" and type(v) == "table" and type(v.kept) == "table" then return true, v.kept end
     return nil, type(v) == "table" and v.error or out, type(v) == "table" and v.code or "PROBLEM_ERROR"
   end
 end

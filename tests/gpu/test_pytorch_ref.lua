@@ -78,6 +78,21 @@ t.test("the judge's defences hold with a PyTorch reference", function()
     "if %(i < n%)", "unsigned int c = calls; if (i == 0) atomicAdd(&calls, 1u); if (c > 8) return; if (i < n)"),
     launch = RELU_LAUNCH }, { seeds = 1 })
   t.eq(v.status, "mismatch", v.feedback)
+  -- wrong values once timed: compared against the model's own output, where torch put it
+  -- (run("keep")), and the feedback's examples are both sides' values
+  local w = pool:eval(rt, { name = "wrong when timed", source = '__device__ unsigned int calls;\n' .. RELU_SRC:gsub(
+    "if %(i < n%)", "unsigned int c = calls; if (i == 0) atomicAdd(&calls, 1u); if (c > 8) { if (i < n) y[i] = -0.25f; return; } if (i < n)"),
+    launch = RELU_LAUNCH }, { seeds = 1 })
+  t.eq(w.status, "mismatch", w.feedback)
+  t.ok(w.feedback:find("timed", 1, true), w.feedback)
+  local examples, wants = 0, 0
+  for want in w.feedback:gmatch("got %-0%.25, want ([^\n]+)") do
+    examples = examples + 1
+    local x = tonumber(want)
+    if x and x >= 0 then wants = wants + 1 end
+  end
+  t.eq(examples, 5, w.feedback)
+  t.eq(wants, 5, "each want is relu's, a number >= 0: " .. w.feedback)
   local m = pool:eval(rt, { name = "modifies x", source = RELU_SRC:gsub("y%[i%] = fmaxf%(x%[i%], 0.f%);",
     "{ y[i] = fmaxf(x[i], 0.f); ((float *)x)[i] = 0.f; }"), launch = RELU_LAUNCH }, { seeds = 1, timing = false })
   t.eq(m.status, "inputs_modified", m.feedback)

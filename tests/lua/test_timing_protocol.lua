@@ -113,12 +113,16 @@ else
   t.skip("km_time_protocol_key (C API) gives km.timing's key", not jit and "no luajit on this host" or "no build/lib/libkmrun.so")
 end
 
--- The judge's own protocol: 10 samples at least, the median to 0.5% (nvbench's max-noise);
+-- The judge's own protocol: 10 samples at least, the median to 0.5% (nvbench's max-noise),
+-- one warm-up call;
 -- a caller's target is kept, and changes the key (a cached baseline is keyed by it).
 t.test("the judge's timings: n >= 10, noise <= 0.5%, its own key", function()
   local judge = require "km.judge"
   local k = timing.protocol_key(judge.time_opts {})
   t.ok(k:find("stop=noise<=0.005,n=10..300,", 1, true), k)
+  -- one warm-up call and no least warm-up time (the kernel has just run in verify)
+  t.ok(k:find(" warmup=1,0ms ", 1, true), k)
+  t.ok(timing.protocol_key(judge.time_opts { warmup = 3, warmup_ms = 1 }):find(" warmup=3,1ms ", 1, true))
   t.eq(judge.time_opts({}).target, judge.TARGET)
   local k2 = timing.protocol_key(judge.time_opts { target = 0.002 })
   t.ok(k2:find("stop=noise<=0.002,n=10..300,", 1, true), k2)
