@@ -244,7 +244,7 @@ static void ledger_args(lua_State *L, int top, ledger_cmp *c) {
     lua_getfield(L, 2, "nbytes");
     lua_Integer nbytes = lua_tointegerx(L, -1, &isbytes);
     lua_pop(L, 2);
-    luaL_argcheck(L, isnum && isbytes && ptr > 0 && nbytes >= 0, 2, "a range is { ptr = address, nbytes = n }");
+    luaL_argcheck(L, isnum && isbytes && ptr > 0 && nbytes >= 0, 2, "a km.Buffer or a range { ptr = address, nbytes = n } expected");
     if (lua_isnil(L, 3)) { lua_newtable(L); lua_replace(L, 3); }
     read_tol(L, 3, &c->tol);
     km_cuda_check(L);
