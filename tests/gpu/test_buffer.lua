@@ -398,4 +398,26 @@ t.test("the ledger: a batch of checks enqueued with no wait and read back once, 
   t.eq(L:u64(gi + 3999), 0)
 end)
 
+-- L:read(between): the slots as a plain read gives them; between's work is enqueued behind the
+-- copy back and runs after it (km.judge draws the next call's inputs there); an error in
+-- between is raised after the wait.
+t.test("the ledger's read with work between the copy back and the wait", function()
+  local L = buffer.ledger()
+  local law = { dist = "uniform", lo = -1, hi = 1, seed = 9 }
+  local x = buffer.new("f32", 1 << 20):random(law)
+  L:begin(1)
+  local r = L:random_check(x, law)
+  local ran = 0
+  t.eq(L:read(function() ran = ran + 1; x:fill(3) end), true)
+  t.eq(ran, 1, "between called once")
+  t.eq(L:u64(r), 0, "checked before between's fill: x as drawn")
+  t.ok(cuda.synchronize())
+  t.eq(x:to_table(4)[4], 3.0, "between's fill ran, after the copy")
+  L:begin(1)
+  r = L:random_check(x, law)
+  t.raises(function() L:read(function() error("between failed") end) end, "between failed")
+  t.eq(L:u64(r), 1 << 20, "the batch was still read: every element differs from its law")
+  t.raises(function() L:read(42) end, "function expected")
+end)
+
 t.done()
