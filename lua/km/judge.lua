@@ -1147,7 +1147,7 @@ function Judge:time_run(st, run, sym, opts, check)
     if not ok then return nil, "launch_error", kept end
     local io = setmetatable({}, { __index = bound.io })
     for _, spec in ipairs(t.outputs) do
-      local at = kept[spec.name]
+      local at = (kept or {})[spec.name]
       if at then io[spec.name] = { ptr = at, nbytes = ref_outs[spec.name]:nbytes() } end
     end
     return io, nil, nil, true
