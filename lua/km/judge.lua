@@ -737,7 +737,7 @@ end
 -- for the baselines, at the timed shape's sizes) re-verifies timed calls against PyTorch
 -- eager (cuBLAS, cuDNN) once eager agreed with the CUDA reference, within the task's
 -- tolerance, on the timed shape's first trial of this worker (st.fast_ref; false when it did
--- not or cannot). Verify's fixed trials always use the task's own reference (kept results
+-- not or cannot), unless the CUDA reference was timed faster (Judge:check_reference). Verify's fixed trials always use the task's own reference (kept results
 -- make a slow one cheap); its fresh trial at the timed shape is the timed checks' case —
 -- inputs from the private generator, which no kept result covers — and uses st.fast_ref too.
 function Judge:try_fast_reference(st, ref_in, ref_io, dims, sym)
@@ -761,6 +761,19 @@ function Judge:try_fast_reference(st, ref_in, ref_io, dims, sym)
     self.pool:put(fast_io[spec.name])
   end
   if agree then st.fast_ref = run end
+end
+
+-- The timed checks' reference at shape sym: eager (st.fast_ref) where it agreed with the
+-- task's CUDA reference, unless the CUDA reference was timed faster at that shape (both by
+-- the judge's protocol: st.times and the eager baseline; l1_maxpool2d's CUDA reference takes
+-- half eager's time). -> st.fast_ref | nil (the task's own reference)
+function Judge:check_reference(st, sym)
+  if not st.fast_ref then return nil end
+  local tk = task_mod.fmt_shape(sym)
+  local ref_t, bl = st.times[tk], st.baselines and st.baselines[tk]
+  local eager = bl and bl.eager
+  if ref_t and eager and ref_t.median and eager.median and ref_t.median < eager.median then return nil end
+  return st.fast_ref
 end
 
 -- Rejects a reference whose output cannot tell right from wrong.
@@ -1124,9 +1137,10 @@ function Judge:time_run(st, run, sym, opts, check)
   -- input buffers and outputs of its own, for the whole timing (Problem:bind): each check is
   -- then the model alone, not the buffers described and wrapped again; its outputs are
   -- ranges of torch's memory ({ ptr, nbytes }, compared in place) where it could keep them.
+  local fast = self:check_reference(st, sym)
   local function reference(ref_src, plan)
-    local which = st.fast_ref or st.ref
-    if not (plan and which.torch) then return self:run_reference(st, ref_src, dims, sym, st.fast_ref, true, true) end
+    local which = fast or st.ref
+    if not (plan and which.torch) then return self:run_reference(st, ref_src, dims, sym, fast, true, true) end
     if not bound then
       local io = inputs_of(t, cand)
       ref_outs = {}

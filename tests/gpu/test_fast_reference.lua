@@ -1,7 +1,8 @@
 -- GPU + torch: the fastest reference known to be right (Judge:try_fast_reference). A task
 -- with a naive CUDA reference and a PyTorch model (reference.py) has its timed calls' checks
 -- and verify's fresh trial at the timed shape judged by PyTorch eager once eager agreed with
--- the CUDA reference there; never where it did not; the fixed trials and the other shapes
+-- the CUDA reference there (the timed checks: unless the CUDA reference was timed faster);
+-- never where it did not; the fixed trials and the other shapes
 -- always by the task's own reference; and a kernel wrong on inputs it never saw is caught
 -- by eager as by the CUDA reference.
 local t = require "km.tap"
@@ -50,6 +51,9 @@ def get_init_inputs():
 end
 
 local RIGHT, WRONG = rowsum_with(""), rowsum_with(" + 1")
+-- eager right but slow on the GPU (a 40M-cycle spin, ~20 ms, before the sum; not on the meta
+-- device the spec is built on): slower than the naive CUDA reference
+local SLOW = rowsum_with(" + (torch.cuda._sleep(40000000) or 0) if x.is_cuda else x.sum(dim=1)")
 local STARTER = assert(task.starter(RIGHT))
 local LAST = "if (threadIdx.x == 0) y[r] = part[0];"
 local function cand(name, extra)
@@ -100,6 +104,27 @@ t.test("eager agreed at the timed shape: it judges that shape's fresh trial and 
   t.eq(j.runs.torch, 1, "eager's run_reference: the fresh trial (the timed checks run it bound, Problem:bind)")
   t.note(("second evaluation: CUDA reference %d runs, PyTorch eager %d (checked timed calls: %s)"):format(j.runs.cuda,
     j.runs.torch, tostring(v.timing.candidate.checked_calls)))
+end)
+
+t.test("eager agreed but the CUDA reference was timed faster: the timed checks run the CUDA reference", function()
+  local j = counted()
+  local v = j:eval(SLOW, GOOD, OPTS)
+  t.eq(v.status, "correct", v.feedback)
+  local st = j.tasks[SLOW.dir]
+  t.ok(st.fast_ref, "eager agreed on the first trial")
+  t.eq(j:check_reference(st, SLOW.shapes[1]), nil, "the CUDA reference, timed faster at the timed shape")
+  j.runs = { cuda = 0, torch = 0 }
+  v = j:eval(SLOW, GOOD, OPTS)
+  t.eq(v.status, "correct", v.feedback)
+  local checked = v.timing.candidate.checked_calls
+  t.ok(checked >= 1)
+  -- the fresh trials of the other shapes, the fixed trials not kept, and every timed check
+  t.ok(j.runs.cuda >= checked + #SLOW.shapes - 1, ("CUDA reference %d runs for %d checked calls"):format(j.runs.cuda, checked))
+  t.eq(j.runs.torch, 1, "eager: the fresh trial at the timed shape only")
+  -- where eager is the faster (RIGHT: torch's sum against the naive kernel), the checks stay with it
+  local r = counted()
+  t.eq(r:eval(RIGHT, GOOD, OPTS).status, "correct")
+  t.eq(r:check_reference(r.tasks[RIGHT.dir], RIGHT.shapes[1]), r.tasks[RIGHT.dir].fast_ref)
 end)
 
 t.test("eager disagreed with the CUDA reference: every trial is judged by the task's reference", function()
