@@ -167,18 +167,37 @@ static void dev_fetch(void *c, int which, int64_t i, double *d, int64_t *iv) {
   memcpy(iv, tmp, 8);
 }
 
-/* The two km.Buffers at 1 and 2: their dtype (the same), pointers and element count; raises. */
+/* A km.Buffer at 1 and, at 2, a km.Buffer or a range of device memory of the first's dtype,
+ * { ptr = address, nbytes = n } (a PyTorch reference's own output, kept by km.kernelbench):
+ * their dtype (the same), pointers and element count; raises. */
 static km_dtype dev_args(lua_State *L, CUdeviceptr *pa, CUdeviceptr *pb, uint64_t *n) {
   km_cuda_check(L);
   /* dtype and size via the buffers' own methods keeps km_buffer's struct private */
   size_t ba, bb;
-  *pa = km_buffer_ptr(L, 1, &ba), *pb = km_buffer_ptr(L, 2, &bb);
+  int range = lua_istable(L, 2);
+  *pa = km_buffer_ptr(L, 1, &ba);
+  if (range) {
+    int isnum = 0, isbytes = 0;
+    lua_getfield(L, 2, "ptr");
+    lua_Integer ptr = lua_tointegerx(L, -1, &isnum);
+    lua_getfield(L, 2, "nbytes");
+    lua_Integer nbytes = lua_tointegerx(L, -1, &isbytes);
+    lua_pop(L, 2);
+    luaL_argcheck(L, isnum && isbytes && ptr > 0 && nbytes >= 0, 2, "a km.Buffer or a range { ptr = address, nbytes = n } expected");
+    *pb = (CUdeviceptr)ptr, bb = (size_t)nbytes;
+  } else {
+    *pb = km_buffer_ptr(L, 2, &bb);
+  }
   lua_getfield(L, 1, "dtype");
   lua_pushvalue(L, 1);
   lua_call(L, 1, 1);
-  lua_getfield(L, 2, "dtype");
-  lua_pushvalue(L, 2);
-  lua_call(L, 1, 1);
+  if (range) {
+    lua_pushvalue(L, -1);
+  } else {
+    lua_getfield(L, 2, "dtype");
+    lua_pushvalue(L, 2);
+    lua_call(L, 1, 1);
+  }
   if (strcmp(lua_tostring(L, -1), lua_tostring(L, -2)))
     luaL_error(L, "allclose: dtypes differ (%s vs %s)", lua_tostring(L, -2), lua_tostring(L, -1));
   km_dtype dt = (km_dtype)km_dtype_parse(lua_tostring(L, -1));
@@ -231,40 +250,15 @@ typedef struct {
   int poison_on;
 } ledger_cmp;
 
-/* The arguments both read: a buffer at 1, at 2 a buffer or a range of device memory of the
- * same dtype, { ptr = address, nbytes = n } (a PyTorch reference's own output tensor, kept by
- * km.kernelbench while the batch is read), the options at 3 (nil: defaults). */
+/* The arguments both read: a buffer at 1, at 2 a buffer or a range of device memory
+ * (dev_args), the options at 3 (nil: defaults). */
 static void ledger_args(lua_State *L, int top, ledger_cmp *c) {
   lua_settop(L, top);
   luaL_checkudata(L, 1, "km.Buffer");
-  if (lua_istable(L, 2)) {
-    int isnum = 0, isbytes = 0;
-    lua_getfield(L, 2, "ptr");
-    lua_Integer ptr = lua_tointegerx(L, -1, &isnum);
-    lua_getfield(L, 2, "nbytes");
-    lua_Integer nbytes = lua_tointegerx(L, -1, &isbytes);
-    lua_pop(L, 2);
-    luaL_argcheck(L, isnum && isbytes && ptr > 0 && nbytes >= 0, 2, "a km.Buffer or a range { ptr = address, nbytes = n } expected");
-    if (lua_isnil(L, 3)) { lua_newtable(L); lua_replace(L, 3); }
-    read_tol(L, 3, &c->tol);
-    km_cuda_check(L);
-    size_t ba;
-    c->pa = km_buffer_ptr(L, 1, &ba);
-    c->pb = (CUdeviceptr)ptr;
-    lua_getfield(L, 1, "dtype");
-    lua_pushvalue(L, 1);
-    lua_call(L, 1, 1);
-    c->dt = (km_dtype)km_dtype_parse(lua_tostring(L, -1));
-    lua_pop(L, 1);
-    if ((size_t)nbytes != ba) luaL_error(L, "allclose: sizes differ (%I vs %I bytes)", (lua_Integer)ba, nbytes);
-    c->n = ba / km_dtype_size(c->dt);
-    km_cuda_util(L, "km_compare");
-  } else {
-    luaL_checkudata(L, 2, "km.Buffer");
-    if (lua_isnil(L, 3)) { lua_newtable(L); lua_replace(L, 3); }
-    read_tol(L, 3, &c->tol);
-    c->dt = dev_args(L, &c->pa, &c->pb, &c->n);
-  }
+  if (!lua_istable(L, 2)) luaL_checkudata(L, 2, "km.Buffer");
+  if (lua_isnil(L, 3)) { lua_newtable(L); lua_replace(L, 3); }
+  read_tol(L, 3, &c->tol);
+  c->dt = dev_args(L, &c->pa, &c->pb, &c->n);
   c->poison_on = poison_opt(L);
 }
 

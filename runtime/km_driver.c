@@ -200,8 +200,8 @@ static int util_blocks_per_sm(CUfunction fn) {
     if (seen[i].fn == fn) return seen[i].blocks;
   int b = 0;
   if (api.cuOccupancyMaxActiveBlocksPerMultiprocessor(&b, fn, 256, 0) != CUDA_SUCCESS || b < 1 || b > 8) b = 8;
-  seen[next % (sizeof seen / sizeof *seen)].fn = fn;
-  seen[next++ % (sizeof seen / sizeof *seen)].blocks = b;
+  unsigned k = next++ % (sizeof seen / sizeof *seen);
+  seen[k].fn = fn, seen[k].blocks = b;
   return b;
 }
 
