@@ -26,7 +26,9 @@
 -- (warm-up calls, the judge's `warmup`) or N/MS (and at least MS milliseconds of them, its
 -- `warmup_ms`; the judge's own when left out), in one process on the same tasks, and a second
 -- table gives each side's measure stage and counted kernel time and the candidates' medians
--- B over A (does the median move with less warm-up after verify has run the kernel?).
+-- B over A (does the median move with less warm-up after verify has run the kernel?). A side
+-- ending in w (e.g. 1w) lets verify's last call, at the timed shape, count as a warm-up call
+-- (the judge's default since round 11); without it every timing makes its own.
 --
 -- Default tasks: eight of tasks/ from small to large kernels. torch.compile is not timed;
 -- energy is not measured. Exit status: 0, 1 when an evaluation is not correct, 2 on usage
@@ -41,7 +43,7 @@ local SPEC = A.spec {
   options = {
     { "evals", "N", "counted evaluations per task, after one that sets the task up", type = "positive", default = 4 },
     { "cupti", nil, "also what the GPU ran during the candidates' timings (torch.profiler; needs torch)", type = "flag" },
-    { "warmup", "A,B", "alternate the counted evaluations between two warm-ups per timing, each N calls or N/MS (calls/least ms)" },
+    { "warmup", "A,B", "alternate the counted evaluations between two warm-ups per timing, each N calls or N/MS (calls/least ms), w after it: verify's last call counts" },
   },
 }
 local a, code = A.parse(SPEC, arg)
@@ -49,14 +51,16 @@ if not a then return code end
 local warmups -- the two sides of --warmup: { calls = N, ms = MS or nil, label = "N" or "N/MSms" }
 if a.warmup then
   local function side(text)
-    local n, ms = text:match("^(%d+)/(%d*%.?%d+)$")
-    n = n or text:match("^(%d+)$")
-    return n and { calls = tonumber(n), ms = tonumber(ms), label = ms and string.format("%s/%sms", n, ms) or n }
+    local body, w = text:match("^(.-)(w?)$")
+    local n, ms = body:match("^(%d+)/(%d*%.?%d+)$")
+    n = n or body:match("^(%d+)$")
+    return n and { calls = tonumber(n), ms = tonumber(ms), warmed = w == "w",
+      label = (ms and string.format("%s/%sms", n, ms) or n) .. w }
   end
   local s1, s2 = a.warmup:match("^([^,]+),([^,]+)$")
   warmups = s1 and { side(s1), side(s2) }
   if not (warmups and warmups[1] and warmups[2]) then
-    io.stderr:write("bench/measure_profile.lua: --warmup wants A,B, each N (warm-up calls) or N/MS (calls/least ms), not ", a.warmup, "\n")
+    io.stderr:write("bench/measure_profile.lua: --warmup wants A,B, each N (warm-up calls) or N/MS (calls/least ms), w after it for verify's last call counted, not ", a.warmup, "\n")
     return EXIT.USAGE
   end
 end
@@ -307,8 +311,8 @@ local function ab_print()
 end
 local rows, rc, m_all, k_all, v_all, started = {}, 0, 0, 0, 0, false
 print(fmt("# bench/measure_profile.lua: %s, %s", J.device.name, os.date("!%Y-%m-%d %H:%M UTC")))
-print("| task | measure s per eval | kernel s per eval | measure / kernel | samples per eval | checked calls per eval | verify s per eval |")
-print("| --- | --- | --- | --- | --- | --- | --- |")
+print("| task | measure s per eval | kernel s per eval | measure / kernel | samples per eval | extra samples per eval | warm-up calls per eval | checked calls per eval | verify s per eval |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 for _, dir in ipairs(dirs) do
   local tk, terr = task.load(dir)
   if not tk then io.stderr:write("bench/measure_profile.lua: ", tostring(terr), "\n") return EXIT.USAGE end
@@ -321,10 +325,10 @@ for _, dir in ipairs(dirs) do
   J:eval(tk, cand, opts) -- sets the task up: not counted
   counting = true
   if python and not started then assert(python.exec("_km_prof.__enter__()")) started = true end
-  local m, k, n, c, vs = 0, 0, 0, 0, 0
+  local m, k, n, c, vs, x, wu = 0, 0, 0, 0, 0, 0, 0
   for e = 1, a.evals do
     local side = warmups and (e - 1) % 2 + 1
-    if side then opts.warmup, opts.warmup_ms = warmups[side].calls, warmups[side].ms end
+    if side then opts.warmup, opts.warmup_ms, opts.warmed = warmups[side].calls, warmups[side].ms, warmups[side].warmed end
     local v = J:eval(tk, cand, opts)
     if side then ab_add(tk.name, side, v) end
     if v.status ~= "correct" then rc = 1 end
@@ -332,13 +336,14 @@ for _, dir in ipairs(dirs) do
     m, k = m + ((v.stage_seconds or {}).measure or 0), k + (v.kernel_seconds or 0)
     vs = vs + ((v.stage_seconds or {}).verify or 0)
     n, c = n + (ct.n or 0), c + (ct.checked_calls or 0)
+    x, wu = x + (ct.n_extra or 0), wu + (ct.warmup_calls or 0)
   end
   counting = false
   m_all, k_all, v_all = m_all + m, k_all + k, v_all + vs
-  print(fmt("| %s | %.4f | %.4f | %.2fx | %.1f | %.1f | %.4f |", tk.name, m / a.evals, k / a.evals, k > 0 and m / k or 0,
-    n / a.evals, c / a.evals, vs / a.evals))
+  print(fmt("| %s | %.4f | %.4f | %.2fx | %.1f | %.1f | %.1f | %.1f | %.4f |", tk.name, m / a.evals, k / a.evals, k > 0 and m / k or 0,
+    n / a.evals, x / a.evals, wu / a.evals, c / a.evals, vs / a.evals))
 end
-print(fmt("| all | %.4f | %.4f | %.2fx | | | %.4f |", m_all / (#dirs * a.evals), k_all / (#dirs * a.evals), k_all > 0 and m_all / k_all or 0,
+print(fmt("| all | %.4f | %.4f | %.2fx | | | | | %.4f |", m_all / (#dirs * a.evals), k_all / (#dirs * a.evals), k_all > 0 and m_all / k_all or 0,
   v_all / (#dirs * a.evals)))
 if warmups then ab_print() end
 print()

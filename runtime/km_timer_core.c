@@ -169,7 +169,8 @@ int km_timer_run(const km_timer_ops *ops, void *dev, const km_timing_protocol *p
    * call sets up (a candidate's scratch allocated, kernels looked up, a model's lazy init) */
   double t0 = ops->now_ms(dev), call_ms = 0, first_ms = 0;
   int warm_n = 0;
-  for (int i = 0; i < p->warmup || (ops->now_ms(dev) - t0 < p->warmup_ms && i < WARMUP_MAX); i++) {
+  int own = p->warmup - (w->warmed > 0 ? w->warmed : 0); /* the caller's calls count */
+  for (int i = 0; i < own || (ops->now_ms(dev) - t0 < p->warmup_ms && i < WARMUP_MAX); i++) {
     if ((rc = hook(&r, w->before, KM_TIMER_WARMUP))) return rc;
     double c0 = ops->now_ms(dev);
     if ((rc = launch(&r, KM_TIMER_WARMUP))) return rc;
@@ -177,10 +178,11 @@ int km_timer_run(const km_timer_ops *ops, void *dev, const km_timing_protocol *p
     if (warm_n++ == 0) first_ms = c;
     else if (c > call_ms) call_ms = c;
     if ((rc = hook(&r, w->after, KM_TIMER_WARMUP))) return rc;
-    if (((i & 7) == 7 || i + 1 >= p->warmup) && (e = ops->sync(dev))) return dev_fail(&r, e, "warmup");
+    if (((i & 7) == 7 || i + 1 >= own) && (e = ops->sync(dev))) return dev_fail(&r, e, "warmup");
   }
   if ((e = ops->sync(dev))) return dev_fail(&r, e, "warmup");
   if (warm_n == 1) call_ms = first_ms;
+  out->warmup_calls = warm_n;
   r.gate_ms = GATE_CALLS * call_ms;
   if (r.gate_ms < GATE_MIN_MS) r.gate_ms = GATE_MIN_MS;
   if (r.gate_ms > GATE_MAX_MS) r.gate_ms = GATE_MAX_MS;

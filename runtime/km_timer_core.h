@@ -13,7 +13,7 @@
  *
  * One run: in graph mode, `rep` calls of the work are captured into a graph once (unless the
  * work already launches a graph) and its replays are timed; then warm-up calls (at least
- * `warmup` and `warmup_ms`); then samples. A sample is before(sample), the L2 flush (cold
+ * `warmup` and `warmup_ms`, less the work's `warmed` calls made before); then samples. A sample is before(sample), the L2 flush (cold
  * mode), start event, the timed calls, end event, after(sample), all enqueued. Samples are
  * queued ahead as far as km_sampler_plan says and put to the stop rule one at a time, in
  * order, so n is the first count that satisfies it whatever was queued; samples queued past
@@ -103,6 +103,10 @@ typedef struct km_timer_work {
   int (*after)(void *ud, km_timer_phase phase);
   void *ud;
   int is_graph; /* call launches a graph already: graph mode replays it as is, once a sample */
+  /* calls of the work the caller made just before, at the same size (e.g. the judge's last
+   * verify trial): they count toward the protocol's `warmup` calls, which is met with fewer
+   * (none, where warmed >= warmup) of its own; the protocol, and so its key, is unchanged */
+  int warmed;
 } km_timer_work;
 
 enum { KM_TIMER_OK = 0, KM_TIMER_EDEV = -1, KM_TIMER_EWORK = -2, KM_TIMER_EINVAL = -3, KM_TIMER_ETAMPERED = -4 };
@@ -111,6 +115,7 @@ typedef struct km_timer_result {
   double median, mean, min, max, p25, p75; /* ms per call of the work */
   double rel_noise, total_ms;
   int n, n_extra;         /* samples counted; samples queued past the stop (run, not counted) */
+  int warmup_calls;       /* warm-up calls this run made (the work's `warmed` calls not among them) */
   km_stop stop;
   const double *samples;  /* the n counted samples in the order taken (the caller's buffer) */
   size_t flush_bytes;     /* cold mode: bytes written before each sample */

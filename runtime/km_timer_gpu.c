@@ -352,21 +352,29 @@ void km_timer_gpu_release(km_timer_gpu *g) {
 
 /* ==== clocks and ceilings ==== */
 
-double km_timer_gpu_sm_clock(void) {
+/* The probe's two words: device memory of the process's, allocated once (a cuMemFree after
+ * each probe waited for the whole device, twice a timing). */
+static CUdeviceptr probe_out;
+
+double km_timer_gpu_sm_clock_cycles(long long cycles) {
   CUfunction fn;
   if (km_cuda_util_get("km_clock_probe", &fn) != CUDA_SUCCESS) return NAN;
-  CUdeviceptr out;
-  if (km_cu->cuMemAlloc(&out, 16) != CUDA_SUCCESS) return NAN;
-  long long cycles = 400000; /* ~0.2 ms at 2 GHz: %globaltimer ticks are coarse */
+  pthread_mutex_lock(&flush_lock);
+  CUresult r = probe_out ? CUDA_SUCCESS : km_cu->cuMemAlloc(&probe_out, 16);
+  CUdeviceptr out = probe_out;
+  pthread_mutex_unlock(&flush_lock);
+  if (r != CUDA_SUCCESS) return NAN;
   void *args[] = {&cycles, &out};
   unsigned long long v[2] = {0, 0};
-  CUresult r = km_cu->cuLaunchKernel(fn, 1, 1, 1, 32, 1, 1, 0, km_cuda_stream(), args, NULL);
+  r = km_cu->cuLaunchKernel(fn, 1, 1, 1, 32, 1, 1, 0, km_cuda_stream(), args, NULL);
   if (r == CUDA_SUCCESS) r = km_cu->cuStreamSynchronize(km_cuda_stream());
   if (r == CUDA_SUCCESS) r = km_cu->cuMemcpyDtoH(v, out, 16);
-  km_cu->cuMemFree(out);
   if (r != CUDA_SUCCESS || v[1] == 0) return NAN;
   return (double)v[0] / (double)v[1] * 1000.0;
 }
+
+/* ~0.2 ms at 2 GHz: %globaltimer ticks are coarse */
+double km_timer_gpu_sm_clock(void) { return km_timer_gpu_sm_clock_cycles(KM_CLOCK_PROBE_CYCLES); }
 
 /* Best (minimum) event time of `reps` launches of fn over `n` items, in ms. */
 static CUresult best_ms(CUfunction fn, uint64_t n, void **args, int reps, unsigned grid, double *out) {

@@ -40,8 +40,12 @@ void km_timer_gpu_release(km_timer_gpu *g);
 /* The ops: with clocks and energy (km.timing reports them) or without (km_time does not). */
 const km_timer_ops *km_timer_gpu_ops(int clocks_and_energy);
 
-/* The SM clock in MHz while a kernel runs (clock64 against %globaltimer); NaN on failure. */
+/* The SM clock in MHz while a kernel runs (clock64 against %globaltimer, over `cycles` SM
+ * cycles of one warp's spin: KM_CLOCK_PROBE_CYCLES for a timing's start and end); NaN on
+ * failure. */
+#define KM_CLOCK_PROBE_CYCLES 400000LL
 double km_timer_gpu_sm_clock(void);
+double km_timer_gpu_sm_clock_cycles(long long cycles);
 
 /* The gate's page checked now (put back where it differs from its shadow, km_gate_check):
  * the process's count of checks, by runs and by this call, that found it written. Needs no

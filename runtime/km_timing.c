@@ -4,8 +4,8 @@
  *                              min_samples = 20, max_samples = 300, target = 0.002,
  *                              min_ms = 0, max_ms = 2000, rep = 1, flush_bytes = 2*L2,
  *                              samples = false, energy = false, gate = true, before = fn(phase),
- *                              after = fn(phase) })
- *     -> { median, mean, min, max, p25, p75, n, n_extra, stop, rel_noise, mode, rep, total_ms,
+ *                              after = fn(phase), warmed = 0 })
+ *     -> { median, mean, min, max, p25, p75, n, n_extra, warmup_calls, stop, rel_noise, mode, rep, total_ms,
  *          protocol, samples?, gated, gate_timeouts, gate_timeout_ms, sm_clock_mhz,
  *          sm_clock_start_mhz, sm_clock_min_mhz, sm_clock_max_mhz, clock_moved, energy_j?, energy_window_ms?, energy_calls?,
  *          energy_includes_flush?, energy_unavailable?, flush_bytes? }
@@ -16,7 +16,8 @@
  *   timing.protocol_key(opts) -> the string naming the protocol those options give (a cache
  *                        key: equal keys, comparable timings); timing.protocol(opts) -> its table
  *   timing.floor()     -> the empty-kernel launch floor (warm mode), measured once
- *   timing.sm_clock()  -> SM clock in MHz while a kernel runs (clock64 vs %globaltimer)
+ *   timing.sm_clock([cycles]) -> SM clock in MHz while a kernel runs (clock64 vs %globaltimer
+ *                        over `cycles` SM cycles, KM_CLOCK_PROBE_CYCLES by default)
  *   timing.gate_check() -> the gate's page checked now (and put back): the process's count of
  *                        checks that found it written, ever (no GPU needed; 0 before any gate)
  *   timing.gate_page_address() -> the page's device address: a test hook (tests/gpu/
@@ -56,6 +57,10 @@
  * pair), when the sample is enqueued; work they enqueue goes to the stream in order. A hook
  * returning nil, msg [, code] stops timing with that failure. In graph mode they run around
  * each replay, never during the capture.
+ *
+ * warmed: calls of fn the caller made just before at the same size (the judge's last verify
+ * trial at the timed shape): they count toward `warmup`, so the run makes that many fewer
+ * warm-up calls of its own (warmup_calls says how many it made); the protocol is unchanged.
  *
  * Clocks: the SM clock is probed (km_clock_probe) just before the first sample and after
  * the last (sm_clock_start_mhz, sm_clock_mhz); where NVML is there its SM clock is also read
@@ -97,8 +102,10 @@ static double now_ms(void) {
 }
 
 static int l_sm_clock(lua_State *L) {
+  lua_Integer cycles = luaL_optinteger(L, 1, KM_CLOCK_PROBE_CYCLES);
+  luaL_argcheck(L, cycles >= 1000 && cycles <= 1000000000, 1, "cycles: 1000 to 1e9");
   km_cuda_check(L);
-  lua_pushnumber(L, km_timer_gpu_sm_clock());
+  lua_pushnumber(L, km_timer_gpu_sm_clock_cycles((long long)cycles));
   return 1;
 }
 
@@ -266,6 +273,7 @@ static void push_result(lua_State *L, const km_timer_result *r, const km_timing_
   }
   lua_pushinteger(L, r->n); lua_setfield(L, -2, "n");
   lua_pushinteger(L, r->n_extra); lua_setfield(L, -2, "n_extra");
+  lua_pushinteger(L, r->warmup_calls); lua_setfield(L, -2, "warmup_calls");
   lua_pushstring(L, km_stop_name(r->stop)); lua_setfield(L, -2, "stop");
   lua_pushstring(L, proto->mode); lua_setfield(L, -2, "mode");
   lua_pushinteger(L, proto->rep); lua_setfield(L, -2, "rep");
@@ -334,7 +342,7 @@ static int l_time(lua_State *L) {
   lua_toclose(L, -1);
   lua_work w = {L, is_graph, 0};
   km_timer_work work = {work_call, lua_isnil(L, BEFORE) ? NULL : work_before, lua_isnil(L, AFTER) ? NULL : work_after,
-                        &w, is_graph};
+                        &w, is_graph, (int)km_optfield_int(L, 2, "warmed", 0)};
   km_timer_result r;
   int rc = km_timer_run(km_timer_gpu_ops(1), gpu, &proto, &work, buf, &r);
   if (rc == KM_TIMER_EWORK) return w.raise ? lua_error(L) : 3; /* what fn or the hook left on top */

@@ -421,7 +421,7 @@ static double buf[KM_TIMER_BUF(MAXN)];
 
 static int run(fake *f, const km_timer_ops *ops, const km_timing_protocol *p, int hooks, int is_graph,
                km_timer_result *r) {
-  km_timer_work w = {w_call, hooks ? w_before : NULL, hooks ? w_after : NULL, f, is_graph};
+  km_timer_work w = {w_call, hooks ? w_before : NULL, hooks ? w_after : NULL, f, is_graph, 0};
   return km_timer_run(ops, f, p, &w, buf, r);
 }
 
@@ -741,7 +741,7 @@ TEST(the_gate_keeps_a_slow_hosts_gaps_out_of_the_window) {
   for (int gated = 0; gated < 2; gated++) {
     fake *f = fresh(three_quarter_ms);
     f->host_ms = 0.5;
-    km_timer_work w = {w_call_three, w_before, w_after, f, 0};
+    km_timer_work w = {w_call_three, w_before, w_after, f, 0, 0};
     km_timer_result r;
     ASSERT_EQ_INT(km_timer_run(gated ? &OPS_GATE : &OPS, f, &p, &w, buf, &r), KM_TIMER_OK);
     ASSERT_EQ_INT(r.gated, gated ? r.n + r.n_extra : 0);
@@ -765,7 +765,7 @@ TEST(the_gate_keeps_a_slow_hosts_gaps_out_of_the_window) {
   }
   /* the protocol says whether the gate is on */
   fake *f = fresh(three_quarter_ms);
-  km_timer_work w = {w_call_three, NULL, NULL, f, 0};
+  km_timer_work w = {w_call_three, NULL, NULL, f, 0, 0};
   km_timer_result r;
   p.gate = 0;
   ASSERT_EQ_INT(km_timer_run(&OPS_GATE, f, &p, &w, buf, &r), KM_TIMER_OK);
@@ -782,7 +782,7 @@ TEST(a_gates_timeout_follows_the_hosts_longest_warmup_call) {
   for (int k = 0; k < 2; k++) {
     fake *f = fresh(three_quarter_ms);
     f->host_ms = host[k]; /* the warm-up call is one launch here (w_call): host_ms each */
-    km_timer_work w = {w_call_three, NULL, NULL, f, 0};
+    km_timer_work w = {w_call_three, NULL, NULL, f, 0, 0};
     km_timer_result r;
     ASSERT_EQ_INT(km_timer_run(&OPS_GATE, f, &p, &w, buf, &r), KM_TIMER_OK);
     ASSERT(fabs(r.gate_timeout_ms - want[k]) < 1e-9 && fabs(f->gate_timeout_ms - want[k]) < 1e-9);
@@ -798,11 +798,37 @@ TEST(a_first_warmup_calls_set_up_is_not_the_gates_measure) {
     p.warmup = k == 0 ? 3 : 1, p.warmup_ms = 0;
     fake *f = fresh(three_quarter_ms);
     f->host_ms = 30, f->first_warm_ms = 500;
-    km_timer_work w = {w_call_three, NULL, NULL, f, 0};
+    km_timer_work w = {w_call_three, NULL, NULL, f, 0, 0};
     km_timer_result r;
     ASSERT_EQ_INT(km_timer_run(&OPS_GATE, f, &p, &w, buf, &r), KM_TIMER_OK);
     ASSERT_EQ_INT(f->warm_calls, p.warmup);
     ASSERT(fabs(r.gate_timeout_ms - want[k]) < 1e-9);
+  }
+}
+
+/* Calls the caller made just before (warmed) count toward the protocol's warm-up calls: with
+ * warmup = 1 and one such call the run makes none of its own, with warmup = 3 two; the
+ * protocol's key does not change (the same protocol, the same cached timings), and with no
+ * warm-up call of its own the gate's timeout is the least one. */
+TEST(calls_made_before_count_toward_the_warmup) {
+  int warmups[] = {1, 3, 1}, warmed[] = {1, 1, 0}, want[] = {0, 2, 1};
+  for (int k = 0; k < 3; k++) {
+    km_timing_protocol p = proto("cold", 1, 10, 20, 0.002);
+    p.warmup = warmups[k], p.warmup_ms = 0;
+    char key_before[512], key_after[512];
+    km_timing_protocol_key(&p, key_before, sizeof key_before);
+    fake *f = fresh(three_quarter_ms);
+    f->host_ms = 30;
+    km_timer_work w = {w_call_three, NULL, NULL, f, 0, warmed[k]};
+    km_timer_result r;
+    ASSERT_EQ_INT(km_timer_run(&OPS_GATE, f, &p, &w, buf, &r), KM_TIMER_OK);
+    ASSERT_EQ_INT(f->warm_calls, want[k]);
+    ASSERT_EQ_INT(r.warmup_calls, want[k]);
+    ASSERT(r.n >= 10);
+    km_timing_protocol_key(&p, key_after, sizeof key_after);
+    ASSERT_EQ_STR(key_before, key_after);
+    if (want[k] == 0) ASSERT(fabs(r.gate_timeout_ms - 50) < 1e-9);
+    else ASSERT(fabs(r.gate_timeout_ms - 120) < 1e-9);
   }
 }
 
@@ -812,7 +838,7 @@ TEST(a_gate_timeout_stops_gating_and_a_failure_still_releases) {
   km_timing_protocol p = proto("cold", 1, 20, 40, 0.002);
   fake *f = fresh(three_quarter_ms);
   f->timeout_after = 3;
-  km_timer_work w = {w_call_three, NULL, NULL, f, 0};
+  km_timer_work w = {w_call_three, NULL, NULL, f, 0, 0};
   km_timer_result r;
   ASSERT_EQ_INT(km_timer_run(&OPS_GATE, f, &p, &w, buf, &r), KM_TIMER_OK);
   ASSERT_EQ_INT(r.gate_timeouts, 1);
@@ -824,7 +850,7 @@ TEST(a_gate_timeout_stops_gating_and_a_failure_still_releases) {
   ASSERT(f->shadow.timeouts == 1 && f->shadow.tampered == 0);
   f = fresh(three_quarter_ms);
   f->fail_call = 2;
-  km_timer_work w2 = {w_call, NULL, NULL, f, 0};
+  km_timer_work w2 = {w_call, NULL, NULL, f, 0, 0};
   ASSERT_EQ_INT(km_timer_run(&OPS_GATE, f, &p, &w2, buf, &r), KM_TIMER_EWORK);
   ASSERT(!f->held);
   ASSERT_EQ_INT(f->gates, f->releases);
@@ -841,7 +867,7 @@ static km_timing_protocol gate_proto(void) { return proto("cold", 1, 10, 10, 0.0
 static int run_slow_host(fake *f, const km_timer_ops *ops, km_timer_result *r) {
   km_timing_protocol p = gate_proto();
   f->host_ms = 0.5;
-  km_timer_work w = {w_call_three, w_before, w_after, f, 0};
+  km_timer_work w = {w_call_three, w_before, w_after, f, 0, 0};
   return km_timer_run(ops, f, &p, &w, buf, r);
 }
 
@@ -978,7 +1004,7 @@ TEST(a_run_left_by_a_failure_leaves_the_page_clean) {
   fake *f = fresh(three_quarter_ms);
   f->fail_call = 4;
   km_timing_protocol p = gate_proto();
-  km_timer_work w = {w_call, NULL, NULL, f, 0};
+  km_timer_work w = {w_call, NULL, NULL, f, 0, 0};
   ASSERT_EQ_INT(km_timer_run(&OPS_GATE, f, &p, &w, buf, &r), KM_TIMER_EWORK);
   ASSERT_EQ_INT(r.gate_tampered, 0);
   f = next_run(f, three_quarter_ms);
@@ -1004,6 +1030,7 @@ int main(void) {
   RUN(a_gate_timeout_stops_gating_and_a_failure_still_releases);
   RUN(a_gates_timeout_follows_the_hosts_longest_warmup_call);
   RUN(a_first_warmup_calls_set_up_is_not_the_gates_measure);
+  RUN(calls_made_before_count_toward_the_warmup);
   RUN(a_page_written_before_a_run_opens_its_gates_unless_checked);
   RUN(a_write_during_a_sample_is_found_at_its_release_and_voids_the_run);
   RUN(a_write_between_samples_is_found_before_the_next_gate);

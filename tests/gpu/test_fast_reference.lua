@@ -61,7 +61,7 @@ local function cand(name, extra)
   return { name = name, launch = STARTER.launch, params = STARTER.params,
     source = STARTER.source:sub(1, i - 1) .. "if (threadIdx.x == 0) y[r] = part[0] + " .. extra .. ";" .. STARTER.source:sub(i + #LAST) }
 end
-local GOOD, ROW0 = cand("good", "0.f"), cand("row 0 off by 0.01", "(r == 0 ? 0.01f : 0.f)")
+local GOOD, ROW0 = cand("good", "0.f"), cand("row 0 off by 0.01 at the timed shape", "(r == 0 && gridDim.x == 4096 ? 0.01f : 0.f)")
 
 -- a judge that counts its reference runs by which reference ran
 local function counted()

@@ -244,12 +244,12 @@ t.test("kernelbench_lint_table.lua: per level and precision, flagged names and r
 end)
 
 t.test("measure_profile --warmup wants two warm-ups (N or N/MS), before anything needs a GPU", function()
-  for _, bad in ipairs { "3", "3,", "3,1,2", "a,1", "1/x,1", "1/,2" } do
+  for _, bad in ipairs { "3", "3,", "3,1,2", "a,1", "1/x,1", "1/,2", "1ww,1", "w,1", "1,1x" } do
     local out, rc = kmrun("measure_profile.lua", "--warmup " .. bad, NO_GPU)
     t.eq(rc, 2, bad .. ": " .. out)
     t.ok(out:find("--warmup wants A,B", 1, true), out)
   end
-  for _, good in ipairs { "3,1", "1,1/0", "1/0.5,2/1" } do
+  for _, good in ipairs { "3,1", "1,1/0", "1/0.5,2/1", "1,1w", "1/0w,0" } do
     local out, rc = kmrun("measure_profile.lua", "--warmup " .. good, NO_GPU)
     t.eq(rc, 3, good .. ": a good --warmup gets as far as the GPU check: " .. out)
   end

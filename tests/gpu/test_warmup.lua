@@ -1,0 +1,63 @@
+-- GPU: a candidate's timing takes verify's last call as its warm-up call (Judge:verify puts
+-- the timed shape's last trial last; Judge:time_run passes `warmed` to km.timing). The
+-- timing then makes no warm-up call of its own, its protocol key is the one a timing with its
+-- own warm-up call has (speedups against cached timings still divide), and a launch whose
+-- scratch follows the shape finds it already of the timed shape's size. With one seed, or
+-- opts.warmed = false, the timing warms up itself.
+local t = require "km.tap"
+t.require_gpu()
+local judge_mod = require "km.judge"
+local testing = require "km.testing"
+
+local rowsum, STARTER = testing.test_task("t_rowsum")
+local OPTS = { energy = false, compile_mode = "off" }
+local function with(o)
+  local r = {}
+  for k, v in pairs(OPTS) do r[k] = v end
+  for k, v in pairs(o or {}) do r[k] = v end
+  return r
+end
+
+-- scratch whose size follows the shape (a launch that sizes a buffer by rows x cols)
+local SCRATCH = { name = "scratch by shape", source = STARTER.source, params = STARTER.params, launch = [[
+return function(k, io, s)
+  local tmp = k.scratch("f32", s.rows * s.cols)
+  k.rowsum{ grid = s.rows, block = k.params.BLOCK }(io.x, io.y, s.rows, s.cols)
+end]] }
+
+local j = assert(judge_mod.new())
+
+t.test("verify's last trial is the timed shape's, and the timing makes no warm-up call of its own", function()
+  local v = j:eval(rowsum, STARTER, OPTS)
+  t.eq(v.status, "correct", v.feedback)
+  local last = v.checks[#v.checks]
+  t.eq(last.shape, 1, "the last trial's shape")
+  t.eq(last.seed, 3, "the last trial's seed")
+  t.eq(v.timing.candidate.warmup_calls, 0)
+  t.ok(v.timing.candidate.n >= 10, v.timing.candidate.n)
+  t.ok(v.speedup and v.speedup > 0, "a speedup over the reference's timing: " .. tostring(v.speedup))
+end)
+
+t.test("one seed, or warmed = false: the timing makes its own warm-up call, under the same protocol", function()
+  local a = j:eval(rowsum, STARTER, with { seeds = 1 })
+  t.eq(a.status, "correct", a.feedback)
+  t.eq(a.timing.candidate.warmup_calls, 1, "one seed: verify ended at another shape")
+  local b = j:eval(rowsum, STARTER, with { warmed = false })
+  t.eq(b.status, "correct", b.feedback)
+  t.eq(b.timing.candidate.warmup_calls, 1)
+  local c = j:eval(rowsum, STARTER, OPTS)
+  t.eq(c.timing.candidate.warmup_calls, 0)
+  t.eq(b.timing.candidate.protocol, c.timing.candidate.protocol, "one protocol")
+  t.ok(type(c.timing.candidate.protocol) == "string" and c.timing.candidate.protocol:find("warmup=1,", 1, true), c.timing.candidate.protocol)
+  t.ok(b.speedup and c.speedup, "both divide by the same cached reference timing")
+end)
+
+t.test("scratch sized by the shape: the timing's first call finds it at the timed shape's size", function()
+  local v = j:eval(rowsum, SCRATCH, OPTS)
+  t.eq(v.status, "correct", v.feedback)
+  t.eq(v.timing.candidate.warmup_calls, 0)
+  t.eq(v.timing.candidate.gate_timeouts or 0, 0, "no allocation waited inside a gate")
+  t.eq(v.scratch_bytes, 4 * rowsum.shapes[1].rows * rowsum.shapes[1].cols)
+end)
+
+t.done()
