@@ -221,7 +221,7 @@ def _kind(n):
     if n.startswith('Memcpy') or n.startswith('Memset'): return n.split(' (')[0] + ' (any)'
     if any(c in n for c in _cand): return 'the candidate\'s kernels'
     return 'the reference and anything else'
-_rows, _names, _wall, _busy, _busy_ng, _idle, _gaps = {}, {}, 0, 0, 0, {}, []
+_rows, _names, _wall, _busy, _busy_ng, _idle, _gaps, _pairs = {}, {}, 0, 0, 0, {}, [], {}
 # the host's CUDA API calls CUPTI recorded (where it records them), to set against the gaps
 _api = sorted((e.start_ns(), e.start_ns() + e.duration_ns(), e.name()) for e in _evs
               if e.device_type() != _CUDA and e.name().startswith('cu') and e.duration_ns() > 0)
@@ -238,15 +238,18 @@ for (w0, w1) in _wins:
         r = _rows.setdefault(k, [0, 0]); r[0] += c1 - c0; r[1] += 1
         r = _names.setdefault((k, n), [0, 0]); r[0] += c1 - c0; r[1] += 1
         spans.append((c0, c1))
-        kinds.append((c0, c1, k))
+        kinds.append((c0, c1, k, n))
         if n != 'km_gate': spans_ng.append((c0, c1))
     # the GPU's idle time, each gap put down to the work that ended last before it (what the
     # host was answering), and the gaps at the window's start and end
     kinds.sort()
-    end, last = w0, 'the start of the timing (set-up before the first GPU work)'
-    for (c0, c1, k) in kinds:
-        if c0 > end: _gap('after ' + last, c0 - end); _gaps.append((end, c0))
-        if c1 > end: end, last = c1, k
+    end, last, last_n = w0, 'the start of the timing (set-up before the first GPU work)', '(start)'
+    for (c0, c1, k, n) in kinds:
+        if c0 > end:
+            _gap('after ' + last, c0 - end); _gaps.append((end, c0))
+            # by name: the work before the gap and the work that ended it
+            r = _pairs.setdefault((last_n[:40], n[:40]), [0, 0]); r[0] += c0 - end; r[1] += 1
+        if c1 > end: end, last, last_n = c1, k, n
     _gap('after the last GPU work (the end of the timing)' if kinds else 'a timing with no GPU work', w1 - end)
     if w1 > end: _gaps.append((end, w1))
     for lst, which in ((spans, 0), (spans_ng, 1)):
@@ -274,7 +277,8 @@ _km_result = json.dumps({'api_in_gaps': sorted(([k, v[0] / 1e9, v[1]] for k, v i
     'busy_no_gate': _busy_ng / 1e9,
     'rows': sorted(([k, v[0] / 1e9, v[1]] for k, v in _rows.items()), key=lambda r: -r[1]),
     'names': sorted(([k[0], k[1][:80], v[0] / 1e9, v[1]] for k, v in _names.items()), key=lambda r: -r[2])[:20],
-    'idle': sorted(([k, v[0] / 1e9, v[1]] for k, v in _idle.items()), key=lambda r: -r[1])})
+    'idle': sorted(([k, v[0] / 1e9, v[1]] for k, v in _idle.items()), key=lambda r: -r[1]),
+    'pairs': sorted(([k[0], k[1], v[0] / 1e9, v[1]] for k, v in _pairs.items()), key=lambda r: -r[2])[:12]})
 ]==]
 
 local opts = { energy = false, compile_mode = "off" }
@@ -374,6 +378,9 @@ if python and started then
   for _, row in ipairs(r.idle) do
     print(fmt("| %s | %.4f | %d | %.1f%% |", row[1]:gsub("^after ", ""), row[2], row[3], r.wall > 0 and 100 * row[2] / r.wall or 0))
   end
+  print("\n| the GPU idle, by name: the work before the gap | the work that ended it | seconds | gaps |")
+  print("| --- | --- | --- | --- |")
+  for _, row in ipairs(r.pairs or {}) do print(fmt("| %s | %s | %.4f | %d |", row[1], row[2], row[3], row[4])) end
   print(fmt("\n| the host inside, while the GPU idled (%d CUDA API calls recorded) | seconds | calls |", r.api_events or 0))
   print("| --- | --- | --- |")
   for _, row in ipairs(r.api_in_gaps or {}) do print(fmt("| %s | %.4f | %d |", row[1], row[2], row[3])) end

@@ -684,7 +684,8 @@ static int l_guards_intact(lua_State *L) {
  *                                     input refresh runs while the host judges this batch
  *   L:u64(i) -> integer               slot i after read (1-based, as the ops return)
  *
- * Each op zeroes its own slots first, in stream order; slot numbers index this batch. The
+ * L:begin zeroes the batch's n slots (one memset, in stream order) and each op adds into its
+ * own; slot numbers index this batch. The
  * results are in device memory until read: a caller reads them before any code it does not
  * trust runs on the device again (km.judge's timed checks do, once per check). */
 #define KM_LEDGER_MT "km.Ledger"
@@ -742,6 +743,9 @@ static int g_begin(lua_State *L) {
   }
   g->used = 0;
   g->limit = (size_t)n;
+  /* every slot of the batch zeroed at once, in stream order (after the last batch's copy
+   * back): the ops add into their slots */
+  if (n) check(L, cu->cuMemsetD8Async(g->dev, 0, (size_t)n * 8, km_cuda_stream()), "ledger");
   lua_settop(L, 1);
   return 1;
 }
@@ -772,7 +776,6 @@ static int g_guards(lua_State *L) {
   km_cuda_util(L, "km_guard_count");
   CUdeviceptr acc = ledger_take(L, g, (size_t)(n ? n : 1));
   if (n) check(L, km_devbufs_guards_at(bs, (size_t)n, km_cuda_stream(), acc), "the guards");
-  else check(L, km_cu->cuMemsetD8Async(acc, 0, 8, km_cuda_stream()), "the guards");
   return 1;
 }
 

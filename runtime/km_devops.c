@@ -168,16 +168,19 @@ static CUresult acc_zeroed(size_t n, CUstream s) {
   return km_cu->cuMemsetD8Async(dg_acc, 0, n * 8, s);
 }
 
-/* ---- checks into slots: each op zeroes its own 8-byte slots at `acc` and enqueues its
- * kernels, with no wait (the *_at forms, a km.buffer ledger's); the plain forms use the
- * shared accumulator array, copy the slots back and wait for the stream. */
+/* ---- checks into slots: each op adds into 8-byte slots at `acc` that the caller zeroed
+ * (a km.buffer ledger zeroes a batch's slots at its begin, in one memset; the plain forms'
+ * acc_zeroed) and enqueues its kernels, with no wait (the *_at forms); the plain forms use
+ * the shared accumulator array, copy the slots back and wait for the stream. One memset a
+ * batch, not one or two an op: each was a few microseconds of the GPU's timeline, about 45 a
+ * timing (bench/RESULTS.md round 11). */
 
 CUresult km_devbuf_random_check_at(const km_devbuf *b, int dist, double a, double c, uint64_t seed, CUstream s,
                                    CUdeviceptr acc) {
-  CUresult r = km_cu->cuMemsetD8Async(acc, 0, 8, s);
-  if (r != CUDA_SUCCESS || !b->numel) return r;
+  if (!b->numel) return CUDA_SUCCESS;
   CUfunction fn;
-  if ((r = km_cuda_util_get("km_random_check", &fn)) != CUDA_SUCCESS) return r;
+  CUresult r = km_cuda_util_get("km_random_check", &fn);
+  if (r != CUDA_SUCCESS) return r;
   int dt = (int)b->dtype;
   uint64_t n = (uint64_t)b->numel;
   CUdeviceptr p = b->ptr;
@@ -189,7 +192,6 @@ CUresult km_devbufs_guards_at(const km_devbuf *const *bs, size_t n, CUstream s, 
   CUfunction fn;
   CUresult r = km_cuda_util_get("km_guard_count", &fn);
   if (r != CUDA_SUCCESS || n == 0) return r;
-  r = km_cu->cuMemsetD8Async(acc, 0, n * 8, s);
   for (size_t i = 0; i < n && r == CUDA_SUCCESS; i++) {
     const km_devbuf *b = bs[i];
     if (!b->guard || !b->base) continue; /* no guards, or freed */
@@ -207,7 +209,6 @@ CUresult km_dev_digest_at(const CUdeviceptr *ptrs, const uint64_t *bytes, size_t
   CUresult r = km_cuda_util_get("km_checksum", &fn);
   if (r != CUDA_SUCCESS || n == 0) return r;
   pthread_once(&dg_once, dg_init);
-  r = km_cu->cuMemsetD8Async(acc, 0, n * 8, s);
   for (size_t i = 0; i < n && r == CUDA_SUCCESS; i++) {
     CUdeviceptr p = ptrs[i], slot = acc + 8 * i;
     uint64_t nb = bytes[i], key = dg_key;
@@ -285,7 +286,7 @@ CUresult km_devbuf_check_guards(const km_devbuf *b, int *ok, int *side, size_t *
 
 /* Must match struct cmp_out in runtime/kernels/km_util.cu. */
 typedef struct {
-  unsigned long long mismatches, nan_got, inf_got, first;
+  unsigned long long mismatches, nan_got, inf_got, first_inv; /* ~first; 0: none */
   unsigned long long unwritten;
   unsigned long long max_abs_bits, max_rel_bits;
   unsigned long long n_examples;
@@ -300,7 +301,6 @@ static int cmp_int64(const void *a, const void *b) {
 
 CUresult km_devcompare_at(km_dtype dt, CUdeviceptr pa, CUdeviceptr pb, uint64_t n, const km_tol *tol,
                           int poison_on, CUstream s, CUdeviceptr dres) {
-  const km_cuda_api *cu = km_cu;
   CUfunction fn;
   CUresult r = km_cuda_util_get("km_compare", &fn);
   if (r != CUDA_SUCCESS) return r;
@@ -308,10 +308,9 @@ CUresult km_devcompare_at(km_dtype dt, CUdeviceptr pa, CUdeviceptr pb, uint64_t 
   double atol = tol->atol, rtol = tol->rtol;
   unsigned long long poison = poison_on ? km_poison_pattern(dt) : 0;
   void *args[] = {&pa, &pb, &dti, &n, &atol, &rtol, &eqnan, &dres, &poison_on, &poison};
-  /* zeroed, and `first` all ones, in stream order (a copy from the host would wait for it) */
-  r = cu->cuMemsetD8Async(dres, 0, sizeof(km_cmp_dev), s);
-  if (r == CUDA_SUCCESS) r = cu->cuMemsetD32Async(dres + offsetof(km_cmp_dev, first), 0xFFFFFFFFu, 2, s);
-  if (r == CUDA_SUCCESS && n) r = km_cuda_util_launch(fn, n, s, args);
+  /* the slots are zero already (the caller's: a ledger's begin, acc_zeroed), which reads as
+   * an empty result: no memset of its own (each was a few microseconds of the GPU's timeline) */
+  if (n) r = km_cuda_util_launch(fn, n, s, args);
   return r;
 }
 
@@ -325,7 +324,7 @@ void km_devcompare_decode(const uint64_t *slots, uint64_t n, km_cmp_result *res,
   res->inf_got = out.inf_got;
   memcpy(&res->max_abs, &out.max_abs_bits, 8);
   memcpy(&res->max_rel, &out.max_rel_bits, 8);
-  res->first = out.mismatches ? (int64_t)out.first : -1;
+  res->first = out.mismatches && out.first_inv ? (int64_t)~out.first_inv : -1;
   res->n_examples = (int)(out.n_examples < 32 ? out.n_examples : 32);
   for (int i = 0; i < res->n_examples; i++) res->examples[i] = (int64_t)out.examples[i];
   qsort(res->examples, (size_t)res->n_examples, sizeof(int64_t), cmp_int64);

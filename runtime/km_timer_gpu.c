@@ -373,7 +373,6 @@ double km_timer_gpu_sm_clock_cycles(long long cycles) {
   return (double)v[0] / (double)v[1] * 1000.0;
 }
 
-/* ~0.2 ms at 2 GHz: %globaltimer ticks are coarse */
 double km_timer_gpu_sm_clock(void) { return km_timer_gpu_sm_clock_cycles(KM_CLOCK_PROBE_CYCLES); }
 
 /* Best (minimum) event time of `reps` launches of fn over `n` items, in ms. */

@@ -287,7 +287,8 @@ extern "C" __global__ void km_checksum(const uint8_t *p, uint64_t bytes, uint64_
 
 // Compare result, laid out as in km_compare.c's struct km_cmp_dev.
 struct cmp_out {
-  unsigned long long mismatches, nan_got, inf_got, first;  // first: lowest mismatching index
+  // first_inv: ~(lowest mismatching index), 0 where none: zeroed slots are an empty result
+  unsigned long long mismatches, nan_got, inf_got, first_inv;
   unsigned long long unwritten;                            // elements still holding the poison
   unsigned long long max_abs_bits, max_rel_bits;           // non-negative doubles as bits
   unsigned long long n_examples;
@@ -383,7 +384,7 @@ extern "C" __global__ void km_compare(const void *got, const void *want, int dty
     if (s.nans) atomicAdd(&out->nan_got, s.nans);
     if (s.infs) atomicAdd(&out->inf_got, s.infs);
     if (s.unw) atomicAdd(&out->unwritten, s.unw);
-    if (s.first != ~0ull) atomicMin(&out->first, s.first);
+    if (s.first != ~0ull) atomicMax(&out->first_inv, ~s.first);
     atomicMax(&out->max_abs_bits, (unsigned long long)__double_as_longlong(s.max_abs));
     atomicMax(&out->max_rel_bits, (unsigned long long)__double_as_longlong(max_rel));
   }

@@ -307,6 +307,12 @@ print(g['_km_result'])
   t.eq(idle["after km: checks (inputs, guards, checksums, compare)"], 150)
   t.eq(idle["after km: fresh inputs"], 50)
   t.eq(idle["after the last GPU work (the end of the timing)"], 250)
+  local pairs_ = {}
+  for _, row in ipairs(r.pairs) do pairs_[row[1] .. " -> " .. row[2]] = ns(row[3]) .. " ns in " .. row[4] end
+  t.eq(pairs_["(start) -> relu"], "100 ns in 1", "the gap before the first work, by the work that ended it")
+  t.eq(pairs_["km_compare -> km_random"], "150 ns in 1")
+  t.eq(pairs_["km_random -> relu"], "50 ns in 1")
+  t.eq(r.pairs[1][1] .. " -> " .. r.pairs[1][2], "km_compare -> km_random", "longest first")
   local api = {}
   for _, row in ipairs(r.api_in_gaps) do api[row[1]] = ns(row[2]) .. " ns in " .. row[3] end
   t.eq(r.api_events, 3)
