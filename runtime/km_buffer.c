@@ -685,9 +685,9 @@ static int l_guards_intact(lua_State *L) {
  *   L:u64(i) -> integer               slot i after read (1-based, as the ops return)
  *
  * L:begin zeroes the batch's n slots (one memset, in stream order) and each op adds into its
- * own; slot numbers index this batch. The
- * results are in device memory until read: a caller reads them before any code it does not
- * trust runs on the device again (km.judge's timed checks do, once per check). */
+ * own; slot numbers index this batch. The results are in device memory until read: a caller
+ * reads them before any code it does not trust runs on the device again (km.judge's timed
+ * checks do, once per check). */
 #define KM_LEDGER_MT "km.Ledger"
 typedef struct {
   CUdeviceptr dev;

@@ -13,11 +13,12 @@
  *
  * One run: in graph mode, `rep` calls of the work are captured into a graph once (unless the
  * work already launches a graph) and its replays are timed; then warm-up calls (at least
- * `warmup` and `warmup_ms`, less the work's `warmed` calls made before); then samples. A sample is before(sample), the L2 flush (cold
- * mode), start event, the timed calls, end event, after(sample), all enqueued. Samples are
- * queued ahead as far as km_sampler_plan says and put to the stop rule one at a time, in
- * order, so n is the first count that satisfies it whatever was queued; samples queued past
- * the stop (n_extra) run and are waited for but are not counted.
+ * `warmup` and `warmup_ms`, less the work's `warmed` calls made before); then samples. A
+ * sample is before(sample), the L2 flush (cold mode), start event, the timed calls, end
+ * event, after(sample), all enqueued. Samples are queued ahead as far as km_sampler_plan says
+ * and put to the stop rule one at a time, in order, so n is the first count that satisfies it
+ * whatever was queued; samples queued past the stop (n_extra) run and are waited for but are
+ * not counted.
  *
  * The gate (protocol's gate, with ops that have one): each sample's start event is enqueued
  * behind a gate (after the before hook's work and the flush, which run meanwhile) that the

@@ -919,82 +919,80 @@ function Judge:verify(st, run, v, opts)
   for _, trial in ipairs(order) do
     local si, seed = trial[1], trial[2]
     local sym = t.shapes[si]
-    do
-      -- a problem file's held-out shape (km.kbtask) is never named with its sizes: feedback
-      -- goes to the model, and a kernel that knows them could hard-code them too
-      local hidden = t.heldout and t.heldout.shape == si
-      local where = hidden and fmt("the held-out shape, seed %d", seed)
-        or fmt("shape %d %s, seed %d", si, task_mod.fmt_shape(sym), seed)
-      local failed_at = { shape = si, seed = seed, sym = not hidden and sym or nil, heldout = hidden or nil }
-      -- Each shape's last trial draws its inputs from a seed of the judge's private
-      -- generator, new in every evaluation (opts.fresh_trial = false: none, to reproduce a
-      -- verdict exactly). The other trials' seeds are fixed: reproducible, and their CUDA
-      -- reference results kept (Judge:trial_reference). A kernel that printed the fixed
-      -- trials' inputs once and came back with their outputs written in (the timed calls'
-      -- checks cover the timed shape only) still meets, at every shape, inputs it never saw.
-      local fresh = seed == nseeds and opts.fresh_trial ~= false
-      local trial_seed = fresh and rng(1 << 40) or (opts.seed_base or 1000) + si * 101 + seed
-      failed_at.fresh = fresh or nil -- a failure there is not reproduced by judging again
-      local cand, ref_in, dims = self:trial_io(t, sym, trial_seed)
-      local ref_io
-      local function done(status, text, extra)
-        self.pool:put_all(cand, true); self.pool:put_all(ref_in, true)
-        if ref_io then for _, spec in ipairs(t.outputs) do self.pool:put(ref_io[spec.name]) end end
-        extra = extra or {}
-        extra.failed_at = extra.failed_at or failed_at
-        return status, text, extra
-      end
-      run.state.poison = true
-      local okc, cs, cmsg = call_launch(self, run, cand, sym, budget)
-      local outs = okc and cs
-      if okc then okc, cs, cmsg = sync_status() end
-      if not okc then
-        if cs == "crashed" then self.pool:drop(false) return cs, feedback.launch(cs, cmsg, where), { failed_at = failed_at, context_lost = true } end
-        if cs == "wrong_shape" then return done(cs, cmsg .. " (at " .. where .. ")") end
-        return done(cs, feedback.launch(cs, cmsg, where))
-      end
-      local ts, ttext = self:truth_check(st, where)
-      if ts then return done(ts, ttext) end
-      local ref_src, es, etext = self:proven_inputs(st, sym, cand, ref_in, run.state.scratch, where, trial_seed)
-      if not ref_src then return done(es, etext) end
-      local rs, rmsg
-      -- torch's cached blocks keep this trial's reference results until verify ends (Judge:eval
-      -- empties them then, whatever the outcome): the candidate's next trials have other
-      -- seeds, whose results these are not, and no trial's seed comes again in this evaluation.
-      -- A CUDA reference's results come from host memory after the first candidate
-      local key = not fresh and concat({ si, trial_seed, task_mod.fmt_shape(sym), io_dtypes(t) }, "|") or nil
-      -- the fastest reference known right here; its results left in torch's cached blocks are
-      -- for a seed of the private generator, which no later call gets (as the timed checks')
-      local fast = fresh and si == 1 and st.fast_ref or nil
-      if fast then
-        ref_io, rs, rmsg = self:run_reference(st, ref_src, dims, sym, fast, true)
-      else
-        ref_io, rs, rmsg = self:trial_reference(st, ref_src, dims, sym, key)
-      end
-      if not ref_io and rs == "inputs_modified" then return done(rs, rmsg) end
-      if not ref_io then
-        if rs == "crashed" then self.pool:drop(false) return verdict.ERROR, "the task's reference failed at " .. where .. ": " .. tostring(rmsg), { context_lost = true } end
-        return done(verdict.ERROR, "the task's reference failed at " .. where .. ": " .. tostring(rmsg))
-      end
-      if not st.checked then
-        for _, spec in ipairs(t.outputs) do
-          local why = degenerate(ref_io[spec.name], spec)
-          if why then return done(verdict.ERROR, fmt("task rejected: the reference output '%s' is degenerate at %s (%s)", spec.name, where, why)) end
-        end
-        st.checked = true
-      end
-      if si == 1 and seed == 1 and opts.timing ~= false then self:try_fast_reference(st, ref_src, ref_io, dims, sym) end
-      local judged = setmetatable(outs, { __index = cand })
-      local later = si > 1 and "shape" or seed > 1 and "seed" or nil
-      local n0 = #v.checks
-      local ms, mtext, mname = compare_outputs(t, judged, ref_io, hidden and {} or dims, where, later, v.checks, si, seed, fresh)
-      if fast then for i = n0 + 1, #v.checks do v.checks[i].reference = "pytorch_eager" end end
-      if ms then
-        failed_at.output = mname
-        return done(ms, mtext)
-      end
-      done()
+    -- a problem file's held-out shape (km.kbtask) is never named with its sizes: feedback
+    -- goes to the model, and a kernel that knows them could hard-code them too
+    local hidden = t.heldout and t.heldout.shape == si
+    local where = hidden and fmt("the held-out shape, seed %d", seed)
+      or fmt("shape %d %s, seed %d", si, task_mod.fmt_shape(sym), seed)
+    local failed_at = { shape = si, seed = seed, sym = not hidden and sym or nil, heldout = hidden or nil }
+    -- Each shape's last trial draws its inputs from a seed of the judge's private
+    -- generator, new in every evaluation (opts.fresh_trial = false: none, to reproduce a
+    -- verdict exactly). The other trials' seeds are fixed: reproducible, and their CUDA
+    -- reference results kept (Judge:trial_reference). A kernel that printed the fixed
+    -- trials' inputs once and came back with their outputs written in (the timed calls'
+    -- checks cover the timed shape only) still meets, at every shape, inputs it never saw.
+    local fresh = seed == nseeds and opts.fresh_trial ~= false
+    local trial_seed = fresh and rng(1 << 40) or (opts.seed_base or 1000) + si * 101 + seed
+    failed_at.fresh = fresh or nil -- a failure there is not reproduced by judging again
+    local cand, ref_in, dims = self:trial_io(t, sym, trial_seed)
+    local ref_io
+    local function done(status, text, extra)
+      self.pool:put_all(cand, true); self.pool:put_all(ref_in, true)
+      if ref_io then for _, spec in ipairs(t.outputs) do self.pool:put(ref_io[spec.name]) end end
+      extra = extra or {}
+      extra.failed_at = extra.failed_at or failed_at
+      return status, text, extra
     end
+    run.state.poison = true
+    local okc, cs, cmsg = call_launch(self, run, cand, sym, budget)
+    local outs = okc and cs
+    if okc then okc, cs, cmsg = sync_status() end
+    if not okc then
+      if cs == "crashed" then self.pool:drop(false) return cs, feedback.launch(cs, cmsg, where), { failed_at = failed_at, context_lost = true } end
+      if cs == "wrong_shape" then return done(cs, cmsg .. " (at " .. where .. ")") end
+      return done(cs, feedback.launch(cs, cmsg, where))
+    end
+    local ts, ttext = self:truth_check(st, where)
+    if ts then return done(ts, ttext) end
+    local ref_src, es, etext = self:proven_inputs(st, sym, cand, ref_in, run.state.scratch, where, trial_seed)
+    if not ref_src then return done(es, etext) end
+    local rs, rmsg
+    -- torch's cached blocks keep this trial's reference results until verify ends (Judge:eval
+    -- empties them then, whatever the outcome): the candidate's next trials have other
+    -- seeds, whose results these are not, and no trial's seed comes again in this evaluation.
+    -- A CUDA reference's results come from host memory after the first candidate
+    local key = not fresh and concat({ si, trial_seed, task_mod.fmt_shape(sym), io_dtypes(t) }, "|") or nil
+    -- the fastest reference known right here; its results left in torch's cached blocks are
+    -- for a seed of the private generator, which no later call gets (as the timed checks')
+    local fast = fresh and si == 1 and st.fast_ref or nil
+    if fast then
+      ref_io, rs, rmsg = self:run_reference(st, ref_src, dims, sym, fast, true)
+    else
+      ref_io, rs, rmsg = self:trial_reference(st, ref_src, dims, sym, key)
+    end
+    if not ref_io and rs == "inputs_modified" then return done(rs, rmsg) end
+    if not ref_io then
+      if rs == "crashed" then self.pool:drop(false) return verdict.ERROR, "the task's reference failed at " .. where .. ": " .. tostring(rmsg), { context_lost = true } end
+      return done(verdict.ERROR, "the task's reference failed at " .. where .. ": " .. tostring(rmsg))
+    end
+    if not st.checked then
+      for _, spec in ipairs(t.outputs) do
+        local why = degenerate(ref_io[spec.name], spec)
+        if why then return done(verdict.ERROR, fmt("task rejected: the reference output '%s' is degenerate at %s (%s)", spec.name, where, why)) end
+      end
+      st.checked = true
+    end
+    if si == 1 and seed == 1 and opts.timing ~= false then self:try_fast_reference(st, ref_src, ref_io, dims, sym) end
+    local judged = setmetatable(outs, { __index = cand })
+    local later = si > 1 and "shape" or seed > 1 and "seed" or nil
+    local n0 = #v.checks
+    local ms, mtext, mname = compare_outputs(t, judged, ref_io, hidden and {} or dims, where, later, v.checks, si, seed, fresh)
+    if fast then for i = n0 + 1, #v.checks do v.checks[i].reference = "pytorch_eager" end end
+    if ms then
+      failed_at.output = mname
+      return done(ms, mtext)
+    end
+    done()
   end
 end
 
