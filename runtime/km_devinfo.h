@@ -25,7 +25,8 @@
   X(max_shared_per_block_optin, MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, 1)                               \
   X(max_shared_per_sm, MAX_SHARED_MEMORY_PER_MULTIPROCESSOR, 1)                                     \
   X(regs_per_sm, MAX_REGISTERS_PER_MULTIPROCESSOR, 1) X(regs_per_block, MAX_REGISTERS_PER_BLOCK, 1) \
-  X(pci_bus_id, PCI_BUS_ID, 1)
+  X(pci_bus_id, PCI_BUS_ID, 1)                                                                      \
+  X(pageable_memory_access, PAGEABLE_MEMORY_ACCESS, 1)
 
 typedef struct km_devinfo {
   km_device_info pub; /* name, arch, cc_major/minor, sm_count, total_mem, uuid, driver_version:

@@ -20,6 +20,11 @@
  *   sys.sleep(seconds)
  *   sys.uid()                     -> this process's effective user id (per-user paths: kmrun serve's socket)
  *   sys.pid()                     -> this process's id
+ *   sys.random(n)                 -> an integer uniform in [1, n] (1 <= n <= 2^62) from the kernel's
+ *                                    CSPRNG (getrandom), 8 fresh bytes a draw, nothing kept: what
+ *                                    the judge draws (seeds, which calls are checked) is not
+ *                                    predictable from earlier draws, nor from this process's memory.
+ *                                    Raises where getrandom fails (there is no weaker fallback)
  *
  * CODEs: NOT_FOUND, NOT_DIR, EXISTS, ACCESS, NOT_CHILD, NO_PROCESS, SPAWN, IO.
  * Ownership: nothing is kept between calls; a spawned child is the caller's to wait for
@@ -36,6 +41,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdint.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -327,11 +334,31 @@ static int l_kill(lua_State *L) {
   return 1;
 }
 
+/* Rejection sampling: draws at or above the largest multiple of n are drawn again, so every
+ * value in [1, n] is equally likely. */
+static int l_random(lua_State *L) {
+  lua_Integer n = luaL_checkinteger(L, 1);
+  luaL_argcheck(L, n >= 1 && n <= ((lua_Integer)1 << 62), 1, "between 1 and 2^62");
+  uint64_t un = (uint64_t)n, lim = (UINT64_MAX / un) * un, x;
+  do {
+    unsigned char *b = (unsigned char *)&x;
+    size_t got = 0;
+    while (got < sizeof x) {
+      ssize_t r = getrandom(b + got, sizeof x - got, 0);
+      if (r > 0) got += (size_t)r;
+      else if (r < 0 && errno != EINTR) return luaL_error(L, "sys.random: getrandom: %s", strerror(errno));
+    }
+  } while (x >= lim);
+  lua_pushinteger(L, (lua_Integer)(x % un) + 1);
+  return 1;
+}
+
 int luaopen_km_sys(lua_State *L) {
   static const luaL_Reg fns[] = {{"readdir", l_readdir}, {"mkdir", l_mkdir}, {"create", l_create},         {"rmtree", l_rmtree},
                                  {"realpath", l_realpath}, {"isatty", l_isatty},     {"cpu_count", l_cpu_count},
                                  {"sleep", l_sleep},     {"spawn", l_spawn},         {"wait", l_wait},
                                  {"kill", l_kill},       {"uid", l_uid},             {"pid", l_pid},
+                                 {"random", l_random},
                                  {NULL, NULL}};
   luaL_newlib(L, fns);
   return 1;

@@ -30,6 +30,7 @@ local task_mod = require "km.task"
 local sandbox = require "km.sandbox"
 local verdict = require "km.verdict"
 local feedback = require "km.feedback"
+local sys = require "km.sys"
 
 local fmt, concat = string.format, table.concat
 local pairs, ipairs, type, tostring, pcall, error, rawget, next = pairs, ipairs, type, tostring, pcall, error, rawget, next
@@ -45,30 +46,17 @@ M.STATUSES = verdict.STATUSES
 M.Judge = Judge
 
 ----------------------------------------------------------------------------------------
--- the judge's private random numbers (which timed calls are re-verified): launch code
--- shares this process's math.random, so the judge must not
-
-local rng_state
-local function rng_seed()
-  local f = io.open("/dev/urandom", "rb")
-  local s = f and f:read(8)
-  if f then f:close() end
-  local x = 0
-  for i = 1, #(s or "") do x = (x << 8) | s:byte(i) end
-  if x == 0 then x = math.floor(wall() * 1e6) | 1 end
-  rng_state = x
-end
--- xorshift64*: an integer in [1, n] from the output's high bits (its best): the top 31 for
--- n up to 2^31, the top 63 above (a timed call's seed is one of 2^40; the top 31 alone
--- made it one of 2^31)
-local function rng(n)
-  if not rng_state then rng_seed() end
-  local x = rng_state
-  x = x ~ (x >> 12); x = x ~ (x << 25); x = x ~ (x >> 27)
-  rng_state = x
-  local r = x * 0x2545F4914F6CDD1D
-  return (n <= 1 << 31 and r >> 33 or r >> 1) % n + 1
-end
+-- the judge's private random numbers (each timed call's seed, which timed calls are
+-- re-verified, each shape's fresh verify seed): an integer in [1, n], 8 bytes of the
+-- kernel's CSPRNG a draw (sys.random). A candidate sees every seed it is given: its inputs
+-- are a function of the seed it can invert (km_random's hashes are bijections). A
+-- generator whose state its outputs reveal (a xorshift64*'s 40-bit draws gave its state from
+-- two of them) let a kernel read a call's seed from its inputs, solve for the state and
+-- know whether the call would be checked: tests/lua/test_judge_random.lua. Draws from the
+-- kernel share no state, and none is kept here for a kernel to read. (Launch code shares
+-- this process's math.random, so the judge never used that.)
+local function rng(n) return sys.random(n) end
+M.random = rng -- for the tests: the judge's draws
 
 ----------------------------------------------------------------------------------------
 -- the buffer pool: owned by the judge, buffers come back with fresh guards, and poisoned
