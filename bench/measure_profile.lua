@@ -20,7 +20,7 @@
 -- GPU's idle time is then put down to the work that ended just before each gap (what the
 -- host was answering: a check's read, a first call's wait, ...).
 --
---   build/kmrun bench/measure_profile.lua [TASK_DIR...] [--evals N] [--cupti] [--warmup A,B]
+--   build/kmrun bench/measure_profile.lua [TASK_DIR...] [--evals N] [--cupti] [--warmup A,B | --ab OPT=A,B]
 --
 -- --warmup A,B: the counted evaluations alternate between two warm-up protocols, each N
 -- (warm-up calls, the judge's `warmup`) or N/MS (and at least MS milliseconds of them, its
@@ -29,6 +29,8 @@
 -- B over A (does the median move with less warm-up after verify has run the kernel?). A side
 -- ending in w (e.g. 1w) lets verify's last call, at the timed shape, count as a warm-up call
 -- (the judge's default since round 11); without it every timing makes its own.
+-- --ab OPT=A,B: the same, alternating any judge option between two values (true, false, a
+-- number or a word), e.g. --ab check_likely_last=false,true.
 --
 -- Default tasks: eight of tasks/ from small to large kernels. torch.compile is not timed;
 -- energy is not measured. Exit status: 0, 1 when an evaluation is not correct, 2 on usage
@@ -44,18 +46,39 @@ local SPEC = A.spec {
     { "evals", "N", "counted evaluations per task, after one that sets the task up", type = "positive", default = 4 },
     { "cupti", nil, "also what the GPU ran during the candidates' timings (torch.profiler; needs torch)", type = "flag" },
     { "warmup", "A,B", "alternate the counted evaluations between two warm-ups per timing, each N calls or N/MS (calls/least ms), w after it: verify's last call counts" },
+    { "ab", "OPT=A,B", "alternate the counted evaluations between two values of a judge option (true, false, a number or a word)" },
   },
 }
 local a, code = A.parse(SPEC, arg)
 if not a then return code end
-local warmups -- the two sides of --warmup: { calls = N, ms = MS or nil, label = "N" or "N/MSms" }
+local warmups -- the two sides of --warmup or --ab: { label, apply = function(opts) }
+if a.warmup and a.ab then
+  io.stderr:write("bench/measure_profile.lua: --warmup and --ab are two ways of taking sides: one at a time\n")
+  return EXIT.USAGE
+end
+if a.ab then
+  local key, v1, v2 = a.ab:match("^([%a_][%w_]*)=([^,]+),([^,]+)$")
+  if not key then
+    io.stderr:write("bench/measure_profile.lua: --ab wants OPT=A,B (a judge option and two values), not ", a.ab, "\n")
+    return EXIT.USAGE
+  end
+  local function value(text)
+    if text == "true" then return true elseif text == "false" then return false end
+    return tonumber(text) or text
+  end
+  warmups = {}
+  for i, text in ipairs { v1, v2 } do
+    local v = value(text)
+    warmups[i] = { label = key .. "=" .. text, apply = function(o) o[key] = v end }
+  end
+end
 if a.warmup then
   local function side(text)
     local body, w = text:match("^(.-)(w?)$")
     local n, ms = body:match("^(%d+)/(%d*%.?%d+)$")
     n = n or body:match("^(%d+)$")
-    return n and { calls = tonumber(n), ms = tonumber(ms), warmed = w == "w",
-      label = (ms and string.format("%s/%sms", n, ms) or n) .. w }
+    return n and { label = "warmup " .. (ms and string.format("%s/%sms", n, ms) or n) .. w,
+      apply = function(o) o.warmup, o.warmup_ms, o.warmed = tonumber(n), tonumber(ms), w == "w" end }
   end
   local s1, s2 = a.warmup:match("^([^,]+),([^,]+)$")
   warmups = s1 and { side(s1), side(s2) }
@@ -298,7 +321,7 @@ local function ab_add(name, side, v)
 end
 local function ab_print()
   local w = warmups
-  print(fmt("\n| task | measure / kernel, warmup %s | measure / kernel, warmup %s | median, warmup %s over %s (geomean) |",
+  print(fmt("\n| task | measure / kernel, %s | measure / kernel, %s | median, %s over %s (geomean) |",
     w[1].label, w[2].label, w[2].label, w[1].label))
   print("| --- | --- | --- | --- |")
   local tm, tk2, lr, nr = { 0, 0 }, { 0, 0 }, 0, 0
@@ -332,7 +355,7 @@ for _, dir in ipairs(dirs) do
   local m, k, n, c, vs, x, wu = 0, 0, 0, 0, 0, 0, 0
   for e = 1, a.evals do
     local side = warmups and (e - 1) % 2 + 1
-    if side then opts.warmup, opts.warmup_ms, opts.warmed = warmups[side].calls, warmups[side].ms, warmups[side].warmed end
+    if side then warmups[side].apply(opts) end
     local v = J:eval(tk, cand, opts)
     if side then ab_add(tk.name, side, v) end
     if v.status ~= "correct" then rc = 1 end

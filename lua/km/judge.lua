@@ -9,7 +9,8 @@
 -- opts: seeds (3), timing (true), baseline (true), budget (instructions per launch call,
 -- 1e6), lua_memory (bytes of Lua memory per launch call, the sandbox's default),
 -- scratch_bytes (8 GiB), mode ("cold"), max_ms (timing cap per side, 2000),
--- check_every (a timed call is re-verified with probability 1/check_every, 2), min_samples
+-- check_every (a timed call is re-verified with probability 1/check_every, 2; the call at
+-- min_samples and the last always: check_likely_last = false leaves the first), min_samples
 -- (10: timing's stop rule, then noise), warmup (warm-up calls before a timing's samples,
 -- M.WARMUP = 1) and warmup_ms (their least wall time, M.WARMUP_MS): part of the protocol
 -- key, so cached timings are kept apart,
@@ -1015,7 +1016,7 @@ end
 
 local SUMMARY_FIELDS = { "median", "mean", "p25", "p75", "min", "n", "n_extra", "warmup_calls", "stop", "rel_noise", "mode",
   "sm_clock_mhz", "clock_moved", "sm_clock_start_mhz", "sm_clock_min_mhz", "sm_clock_max_mhz", "energy_j",
-  "energy_unavailable", "checked_calls", "cached" }
+  "energy_unavailable", "checked_calls", "last_checked_after", "cached" }
 -- The protocol key of a timing: a fresh result holds km.timing's protocol table, a summary
 -- or a record read from disk the key alone.
 local function protocol_of(r) return r and (type(r.protocol) == "table" and r.protocol.key or r.protocol) end
@@ -1272,14 +1273,24 @@ function Judge:time_run(st, run, sym, opts, check)
       return nil, s0, "The kernel failed while being timed: " .. tostring(m0)
     end
   end
+  -- The call at the stop rule's least count (min_samples) is checked in place, always: the
+  -- rule stops there in most timings (10.2 samples a timing in run BE), and that call's check
+  -- then needs no batch of its own after the timing, enqueued while the GPU waits for the host
+  -- (0.39 ms a timing, run BE), nor draws inputs ahead for a call that is never made. Calls
+  -- before and after it are checked with probability 1/check_every, the last always (after
+  -- the timing where its own check has not). opts.check_likely_last = false: only those.
+  local sampled, likely_last = 0, opts.check_likely_last ~= false and topts.min_samples or -1
   local hooks = {
     before = function(phase)
       refresh()
       calls = calls + 1
-      checking = check and phase == "sample" and rng(every) == 1
+      if phase == "sample" then sampled = sampled + 1 end
+      checking = check and phase == "sample" and (sampled == likely_last or rng(every) == 1)
     end,
     after = function(phase)
-      if checking and not check_now(fmt("timed call %d", calls), true) then return nil, "a timed call failed its check", "CHECK" end
+      if checking and not check_now(fmt("timed call %d", calls), sampled ~= likely_last) then
+        return nil, "a timed call failed its check", "CHECK"
+      end
     end,
   }
   local timed = function()
@@ -1312,7 +1323,10 @@ function Judge:time_run(st, run, sym, opts, check)
   if run.torch then require("km.kernelbench").empty_cache() end
   -- the last timed call is always re-verified (where its own check has not: then the
   -- candidate's inputs hold a draw for a call that was not made)
-  if res and check and last_checked ~= calls and not check_now(fmt("the last timed call (%d)", calls)) then res = nil end
+  if res and check and last_checked ~= calls then
+    res.last_checked_after = true
+    if not check_now(fmt("the last timed call (%d)", calls)) then res = nil end
+  end
   -- torch's cached blocks may still hold the checks' reference results: they stay there. They
   -- are for this timing's seeds, drawn from the judge's private generator, which no later
   -- call gets (so are the pool's buffers that held them, Pool:put); handing the blocks back

@@ -255,6 +255,21 @@ t.test("measure_profile --warmup wants two warm-ups (N or N/MS), before anything
   end
 end)
 
+t.test("measure_profile --ab wants OPT=A,B, and not beside --warmup, before anything needs a GPU", function()
+  for _, bad in ipairs { "x", "x=1", "x=1,2,3", "=1,2", "1x=1,2", "a-b=1,2" } do
+    local out, rc = kmrun("measure_profile.lua", "--ab " .. bad, NO_GPU)
+    t.eq(rc, 2, bad .. ": " .. out)
+    t.ok(out:find("--ab wants OPT=A,B", 1, true), out)
+  end
+  local out, rc = kmrun("measure_profile.lua", "--ab check_every=2,4 --warmup 1,1w", NO_GPU)
+  t.eq(rc, 2, out)
+  t.ok(out:find("one at a time", 1, true), out)
+  for _, good in ipairs { "check_likely_last=false,true", "check_every=2,4", "mode=cold,warm" } do
+    out, rc = kmrun("measure_profile.lua", "--ab " .. good, NO_GPU)
+    t.eq(rc, 3, good .. ": a good --ab gets as far as the GPU check: " .. out)
+  end
+end)
+
 -- measure_profile.lua --cupti's tally of the GPU's record (run by Python beside torch's
 -- profiler): fed a made-up record here, through python3 alone
 t.test("measure_profile --cupti: the GPU's work by kind, busy time, and each idle gap put down to the work before it", function()
