@@ -198,6 +198,15 @@ timing.time = function(fn, o)
   local t1 = wall()
   core(t1, "return")
   add("candidate: timing.time", t1 - t0)
+  -- the run's end, from the last sample enqueued to the return (the result's `tail`): what the
+  -- host does there, the GPU has finished and waits for
+  local tail = type(r[1]) == "table" and r[1].tail
+  if tail then
+    add("end: samples read, stop decided", tail.read_ms / 1e3)
+    add("end: the closing clock probe", tail.probe_ms / 1e3)
+    add("end: the rest of the timing core", (tail.total_ms - tail.read_ms - tail.probe_ms) / 1e3)
+    add("end: the binding, to the return", (t1 - last_t) - tail.total_ms / 1e3)
+  end
   return table.unpack(r, 1, r.n)
 end
 

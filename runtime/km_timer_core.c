@@ -209,7 +209,7 @@ int km_timer_run(const km_timer_ops *ops, void *dev, const km_timing_protocol *p
   km_sampler_init(&smp, &p->stop, buf, buf + max_n);
   km_pace pace = {0, 0, window ? ENERGY_SLACK_MS : SLACK_MS, 0, 0, KM_TIMER_SLOTS - 1};
   int queued = 0, taken = 0;
-  double start = ops->now_ms(dev);
+  double start = ops->now_ms(dev), last_enqueued = start;
   for (;;) {
     pace.elapsed_ms = ops->now_ms(dev) - start;
     pace.hold = window && !ops->energy_enough(dev);
@@ -219,7 +219,8 @@ int km_timer_run(const km_timer_ops *ops, void *dev, const km_timing_protocol *p
       int k = target - queued;
       for (; queued < target; queued++)
         if ((rc = enqueue(&r, queued))) return rc;
-      double h = (ops->now_ms(dev) - h0) / k;
+      last_enqueued = ops->now_ms(dev);
+      double h = (last_enqueued - h0) / k;
       pace.host_ms = pace.host_ms > 0 ? 0.75 * pace.host_ms + 0.25 * h : h;
     }
     if (smp.stop != KM_SAMPLE_ON || taken >= queued) break;
@@ -246,6 +247,7 @@ int km_timer_run(const km_timer_ops *ops, void *dev, const km_timing_protocol *p
   }
   if (queued > taken && (e = wait_sample(&r, queued - 1, queued, window, per_sample_calls)))
     return dev_fail(&r, e, "timing");
+  out->tail_read_ms = ops->now_ms(dev) - last_enqueued;
   /* every sample has run, and every gate: a write in the last samples is found here, before
    * the run's numbers are handed out (and before a later run's gates could be opened by it) */
   if ((rc = page_check(&r, 1, "the end of the run"))) return rc;
@@ -253,8 +255,10 @@ int km_timer_run(const km_timer_ops *ops, void *dev, const km_timing_protocol *p
   if (window && ops->energy_end(dev, &out->energy_j, &out->energy_ms, &out->energy_calls, &energy_why) != 0)
     out->energy_j = NAN;
   out->energy_why = out->energy_j == out->energy_j ? NULL : energy_why;
+  double probe0 = ops->now_ms(dev);
   double clock_end = ops->sm_clock ? ops->sm_clock(dev) : NAN;
   clock_note(&clk, clock_end);
+  out->tail_probe_ms = ops->now_ms(dev) - probe0;
 
   int n = smp.n;
   const double *sorted = smp.sorted;
@@ -274,6 +278,7 @@ int km_timer_run(const km_timer_ops *ops, void *dev, const km_timing_protocol *p
   out->sm_clock_min = clk.lo;
   out->sm_clock_max = clk.hi;
   out->clock_moved = clk.hi > clk.lo * (1 + CLOCK_MOVED);
+  out->tail_ms = ops->now_ms(dev) - last_enqueued;
   return KM_TIMER_OK;
 }
 

@@ -130,6 +130,10 @@ typedef struct km_timer_result {
                              stops at the first (KM_TIMER_ETAMPERED), so 0 or 1 */
   int gate_tamper_what;   /* KM_GATE_* found written (km_gate_what names them) */
   double energy_j, energy_ms, energy_calls; /* energy_j NaN: energy_why says why */
+  /* The run's end on the host, ms after the last sample was enqueued (its after hook
+   * returned): the samples read and the stop decided, the closing clock probe done, the run
+   * over. What the host spends there the GPU waits for (bench/measure_profile.lua). */
+  double tail_read_ms, tail_probe_ms, tail_ms;
   const char *energy_why;
   int err;                /* KM_TIMER_EDEV: the device's error code ... */
   const char *what;       /* ... and what the run was doing ("timing", "warmup", ...) */

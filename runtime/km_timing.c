@@ -8,7 +8,9 @@
  *     -> { median, mean, min, max, p25, p75, n, n_extra, warmup_calls, stop, rel_noise, mode, rep, total_ms,
  *          protocol, samples?, gated, gate_timeouts, gate_timeout_ms, sm_clock_mhz,
  *          sm_clock_start_mhz, sm_clock_min_mhz, sm_clock_max_mhz, clock_moved, energy_j?, energy_window_ms?, energy_calls?,
- *          energy_includes_flush?, energy_unavailable?, flush_bytes? }
+ *          energy_includes_flush?, energy_unavailable?, flush_bytes?,
+ *          tail = { read_ms, probe_ms, total_ms } (the run's end on the host, ms after the last
+ *          sample was enqueued: samples read, the closing clock probe, all of it) }
  *        (times in ms per call of fn)
  *        | nil, msg, code when fn (or CUDA) reports a failure; an error fn raises is
  *          raised again after the CUDA events are released
@@ -281,6 +283,11 @@ static void push_result(lua_State *L, const km_timer_result *r, const km_timing_
   lua_pushinteger(L, r->gated); lua_setfield(L, -2, "gated");
   lua_pushinteger(L, r->gate_timeouts); lua_setfield(L, -2, "gate_timeouts");
   lua_pushnumber(L, r->gate_timeout_ms); lua_setfield(L, -2, "gate_timeout_ms");
+  lua_createtable(L, 0, 3); /* the run's end on the host (km_timer_result) */
+  lua_pushnumber(L, r->tail_read_ms); lua_setfield(L, -2, "read_ms");
+  lua_pushnumber(L, r->tail_probe_ms); lua_setfield(L, -2, "probe_ms");
+  lua_pushnumber(L, r->tail_ms); lua_setfield(L, -2, "total_ms");
+  lua_setfield(L, -2, "tail");
   if (r->energy_j == r->energy_j) {
     lua_pushnumber(L, r->energy_j); lua_setfield(L, -2, "energy_j");
     lua_pushnumber(L, r->energy_ms); lua_setfield(L, -2, "energy_window_ms");

@@ -41,6 +41,7 @@ typedef struct {
   int fail_flush_prepare, fail_capture_begin;
   /* clocks and energy */
   double clocks[2];
+  double probe_ms;          /* host time a clock probe takes */
   int sm_probes, clock_reads;
   double energy_at;        /* energy_enough once the host clock passes it */
   int polls, pauses;
@@ -181,7 +182,7 @@ static int f_replay(void *d) {
   return 0;
 }
 
-static double f_sm_clock(void *d) { fake *f = d; return f->clocks[f->sm_probes++ % 2]; }
+static double f_sm_clock(void *d) { fake *f = d; f->now += f->probe_ms; return f->clocks[f->sm_probes++ % 2]; }
 static int f_read_clock(void *d, double *mhz) { fake *f = d; f->clock_reads++; *mhz = 1050; return 0; }
 static int f_energy_begin(void *d, const char **why) { (void)d; (void)why; return 0; }
 static void f_energy_poll(void *d, double calls) {
@@ -684,6 +685,24 @@ TEST(clocks_are_probed_around_the_samples_and_read_while_they_run) {
   ASSERT_EQ_STR(r.energy_why, "not measured (energy = false)");
 }
 
+/* The run's end on the host, after the last sample was enqueued: the samples read (the
+ * wait for the last of them), the closing probe, all of it; each part within the whole. */
+TEST(the_runs_end_on_the_host_is_reported_in_parts) {
+  fake *f = fresh(one_ms);
+  f->probe_ms = 0.05;
+  km_timing_protocol p = proto("warm", 1, 10, 10, 0.002);
+  km_timer_result r;
+  ASSERT_EQ_INT(run(f, &OPS_EXTRAS, &p, 0, 0, &r), KM_TIMER_OK);
+  ASSERT_NEAR(r.tail_probe_ms, 0.05, 1e-9);
+  ASSERT(r.tail_read_ms >= 0);
+  ASSERT(r.tail_ms >= r.tail_read_ms + r.tail_probe_ms - 1e-9);
+  /* the last samples still ran when the last was enqueued: reading them waited for the GPU */
+  ASSERT(r.tail_read_ms > 0.5);
+  f = fresh(one_ms);
+  ASSERT_EQ_INT(run(f, &OPS, &p, 0, 0, &r), KM_TIMER_OK);
+  ASSERT_NEAR(r.tail_probe_ms, 0, 1e-9); /* no probe op: nothing spent */
+}
+
 TEST(an_energy_window_polls_while_waiting_and_holds_a_noise_stop) {
   /* not asked for: no window, no poll; each wait blocks on the sample's end event (a poll
    * is an NVML read that blocks the host ~3 ms: every wait answered the GPU that much later) */
@@ -1031,6 +1050,7 @@ int main(void) {
   RUN(a_gates_timeout_follows_the_hosts_longest_warmup_call);
   RUN(a_first_warmup_calls_set_up_is_not_the_gates_measure);
   RUN(calls_made_before_count_toward_the_warmup);
+  RUN(the_runs_end_on_the_host_is_reported_in_parts);
   RUN(a_page_written_before_a_run_opens_its_gates_unless_checked);
   RUN(a_write_during_a_sample_is_found_at_its_release_and_voids_the_run);
   RUN(a_write_between_samples_is_found_before_the_next_gate);
