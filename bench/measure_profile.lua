@@ -133,6 +133,13 @@ Judge.time_run = function(self, st, run, sym, opts, check)
   return table.unpack(r, 1, r.n)
 end
 local function cand_key(name) return function() return (in_cand and "candidate: " or "outside timings: ") .. name end end
+-- the measure stage around the candidate's timing: what else it spends, piece by piece
+local judge_mod = require "km.judge"
+Judge.measure = timed(function() return "measure stage: Judge:measure" end, Judge.measure)
+Judge.baselines = timed(function() return "measure stage: baselines (the baselines stage's call too)" end, Judge.baselines)
+Judge.peaks = timed(function() return "measure stage: peaks" end, Judge.peaks)
+judge_mod.speedups = timed(function() return "measure stage: speedups" end, judge_mod.speedups)
+timing.floor = timed(function() return "measure stage: timing.floor" end, timing.floor)
 Judge.fill_inputs = timed(cand_key("fill_inputs"), Judge.fill_inputs)
 Judge.truth_check = timed(cand_key("truth_check"), Judge.truth_check)
 Judge.proven_inputs = timed(cand_key("proven_inputs (guards, inputs checked)"), Judge.proven_inputs)
