@@ -105,6 +105,7 @@ end
 local J = assert(require("km.judge").new())
 local Judge = getmetatable(J).__index
 local acc, counting, in_cand = {}, false, false
+local side_tag = "" -- with --warmup or --ab: " [side]" after the keys that compare the sides
 local function add(k, dt)
   if not counting then return end
   local e = acc[k] or { s = 0, n = 0 }
@@ -127,7 +128,7 @@ Judge.time_run = function(self, st, run, sym, opts, check)
   if in_cand and counting then mark(true) end
   local t0 = wall()
   local r = table.pack(time_run(self, st, run, sym, opts, check))
-  add(check and "candidate: time_run" or "other timings: time_run", wall() - t0)
+  add(check and "candidate: time_run" .. side_tag or "other timings: time_run", wall() - t0)
   if in_cand and counting then mark(false) end
   in_cand = false
   return table.unpack(r, 1, r.n)
@@ -135,7 +136,7 @@ end
 local function cand_key(name) return function() return (in_cand and "candidate: " or "outside timings: ") .. name end end
 -- the measure stage around the candidate's timing: what else it spends, piece by piece
 local judge_mod = require "km.judge"
-Judge.measure = timed(function() return "measure stage: Judge:measure" end, Judge.measure)
+Judge.measure = timed(function() return "measure stage: Judge:measure" .. side_tag end, Judge.measure)
 Judge.baselines = timed(function() return "measure stage: baselines (the baselines stage's call too)" end, Judge.baselines)
 Judge.peaks = timed(function() return "measure stage: peaks" end, Judge.peaks)
 judge_mod.speedups = timed(function() return "measure stage: speedups" end, judge_mod.speedups)
@@ -209,10 +210,10 @@ timing.time = function(fn, o)
   -- host does there, the GPU has finished and waits for
   local tail = type(r[1]) == "table" and r[1].tail
   if tail then
-    add("end: samples read, stop decided", tail.read_ms / 1e3)
-    add("end: the closing clock probe", tail.probe_ms / 1e3)
-    add("end: the rest of the timing core", (tail.total_ms - tail.read_ms - tail.probe_ms) / 1e3)
-    add("end: the binding, to the return", (t1 - last_t) - tail.total_ms / 1e3)
+    add("end: samples read, stop decided" .. side_tag, tail.read_ms / 1e3)
+    add("end: the closing clock probe" .. side_tag, tail.probe_ms / 1e3)
+    add("end: the rest of the timing core" .. side_tag, (tail.total_ms - tail.read_ms - tail.probe_ms) / 1e3)
+    add("end: the binding, to the return" .. side_tag, (t1 - last_t) - tail.total_ms / 1e3)
   end
   return table.unpack(r, 1, r.n)
 end
@@ -371,7 +372,7 @@ for _, dir in ipairs(dirs) do
   local m, k, n, c, vs, x, wu = 0, 0, 0, 0, 0, 0, 0
   for e = 1, a.evals do
     local side = warmups and (e - 1) % 2 + 1
-    if side then warmups[side].apply(opts) end
+    if side then warmups[side].apply(opts) side_tag = " [" .. warmups[side].label .. "]" end
     local v = J:eval(tk, cand, opts)
     if side then ab_add(tk.name, side, v) end
     if v.status ~= "correct" then rc = 1 end
