@@ -14,10 +14,7 @@
 -- (10: timing's stop rule, then noise), warmup (warm-up calls before a timing's samples,
 -- M.WARMUP = 1) and warmup_ms (their least wall time, M.WARMUP_MS): part of the protocol
 -- key, so cached timings are kept apart,
--- energy (false: a separate pass for joules per call where NVML is available),
--- gc_stepsize (Lua's collector's step, log2 bytes, M.GC_STEPSIZE = 10; false: left alone),
--- gc_in_waits (collector steps in each timed check's wait for the GPU, KiB of allocation's
--- worth, M.GC_IN_WAITS = 64; false: none).
+-- energy (false: a separate pass for joules per call where NVML is available).
 --
 -- Three stages, one screen each: prepare (compile, load, sandbox the launch code), verify
 -- (every shape x seeds, candidate before reference), measure (timing, with every timed
@@ -1110,7 +1107,6 @@ function Judge:time_run(st, run, sym, opts, check)
   -- to move the median (say 60%, at random) escapes with probability 0.7^9 * 0.4 = 1.6%, as
   -- 1 in 4 over the 24 calls it took with at least 20 samples (0.85^23 * 0.4 = 1.0%)
   local every = opts.check_every or 2
-  local gc_kib = opts.gc_in_waits == false and 0 or tonumber(opts.gc_in_waits) or M.GC_IN_WAITS
   local seed = (opts.seed_base or 1000) + 7777
   local cand, ref_in, dims = self:trial_io(t, sym, seed)
   local bound, ref_outs -- a PyTorch reference bound for the checks (reference() below)
@@ -1228,14 +1224,7 @@ function Judge:time_run(st, run, sym, opts, check)
         end
       end
     end
-    local okr, cs, cmsg = wait_status(L:read(function()
-      if ahead then drawn = draw() end
-      -- the host waits here for the GPU (the call, its check, the next call's draw): Lua's
-      -- collector, stopped for the timing, takes a step meanwhile (opts.gc_in_waits, KiB of
-      -- allocation's worth). A finalizer's cuMemFree here waits for the same work the read
-      -- does; no gate is held (the sample's was released before its after hook).
-      if gc_kib > 0 then collectgarbage("step", gc_kib) end
-    end))
+    local okr, cs, cmsg = wait_status(L:read(ahead and function() drawn = draw() end or nil))
     if not okr then
       failure = { cs, feedback.launch(cs, cmsg, where) }
       if cs ~= "crashed" then put_back() end
@@ -1659,30 +1648,9 @@ end
 -- the evaluation
 
 -- Judges one candidate. Never raises for a candidate's faults; returns the verdict.
--- Lua's collector in steps of 2^M.GC_STEPSIZE bytes' work (Lua's default 2^13) while the
--- judge evaluates (opts.gc_stepsize: another exponent; false: the process's setting left as
--- it is). A timing stops the collector (km.timing: no finalizer may free device memory
--- inside a sample), and the first allocation after it restarts takes a whole step: with
--- 8 KiB steps 0.4-2 ms of marking in a judge's heap, the GPU idle meanwhile (1.0 ms a
--- timing, bench/measure_profile.lua in run BI). Smaller steps, the same work, in shorter
--- pauses. It is the process's collector: a host that embeds the judge and minds its
--- settings passes false.
-M.GC_STEPSIZE = 10
--- KiB of allocation's worth of collector steps taken in each timed check's wait for the GPU
--- (Judge:time_run; opts.gc_in_waits: a number, or false for none)
-M.GC_IN_WAITS = 64
-
 function Judge:eval(t, cand, opts)
   opts = opts or {}
   local t0, w0 = os.clock(), wall()
-  local gcs = opts.gc_stepsize
-  if gcs == nil then gcs = M.GC_STEPSIZE end
-  if gcs then
-    if math.type(gcs) ~= "integer" or gcs < 1 or gcs > 40 then
-      error("km.judge: gc_stepsize: an integer exponent 1..40 (log2 bytes) or false, not " .. tostring(gcs), 2)
-    end
-    collectgarbage("incremental", 0, 0, gcs)
-  end
   -- where an evaluation's time goes: task (loading it; a PyTorch model's first load includes
   -- torch's import), prepare (compile and load), baselines, verify, measure — seconds each
   local stages, mark = {}, w0

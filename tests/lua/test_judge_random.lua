@@ -106,12 +106,4 @@ t.test("the judge keeps no generator state to read", function()
   t.eq(table.concat(names, ","), "sys", "the judge's draw closes over km.sys alone")
 end)
 
-t.test("gc_stepsize: an integer exponent or false, refused otherwise before anything runs", function()
-  local j = setmetatable({}, judge_mod.Judge)
-  for _, bad in ipairs { 0, 41, 2.5, "10", true } do
-    t.raises(function() j:eval({}, {}, { gc_stepsize = bad }) end, "gc_stepsize: an integer exponent 1..40")
-  end
-  t.eq(judge_mod.GC_STEPSIZE, 10)
-end)
-
 t.done()
