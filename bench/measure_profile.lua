@@ -51,7 +51,7 @@ local SPEC = A.spec {
 }
 local a, code = A.parse(SPEC, arg)
 if not a then return code end
-local warmups -- the two sides of --warmup or --ab: { label, apply = function(opts) }
+local sides -- the two sides of --warmup or --ab: { label, apply = function(opts) }
 if a.warmup and a.ab then
   io.stderr:write("bench/measure_profile.lua: --warmup and --ab are two ways of taking sides: one at a time\n")
   return EXIT.USAGE
@@ -66,10 +66,10 @@ if a.ab then
     if text == "true" then return true elseif text == "false" then return false end
     return tonumber(text) or text
   end
-  warmups = {}
+  sides = {}
   for i, text in ipairs { v1, v2 } do
     local v = value(text)
-    warmups[i] = { label = key .. "=" .. text, apply = function(o) o[key] = v end }
+    sides[i] = { label = key .. "=" .. text, apply = function(o) o[key] = v end }
   end
 end
 if a.warmup then
@@ -81,8 +81,8 @@ if a.warmup then
       apply = function(o) o.warmup, o.warmup_ms, o.warmed = tonumber(n), tonumber(ms), w == "w" end }
   end
   local s1, s2 = a.warmup:match("^([^,]+),([^,]+)$")
-  warmups = s1 and { side(s1), side(s2) }
-  if not (warmups and warmups[1] and warmups[2]) then
+  sides = s1 and { side(s1), side(s2) }
+  if not (sides and sides[1] and sides[2]) then
     io.stderr:write("bench/measure_profile.lua: --warmup wants A,B, each N (warm-up calls) or N/MS (calls/least ms), w after it for verify's last call counted, not ", a.warmup, "\n")
     return EXIT.USAGE
   end
@@ -337,7 +337,7 @@ local function ab_add(name, side, v)
   end
 end
 local function ab_print()
-  local w = warmups
+  local w = sides
   print(fmt("\n| task | measure / kernel, %s | measure / kernel, %s | median, %s over %s (geomean) |",
     w[1].label, w[2].label, w[2].label, w[1].label))
   print("| --- | --- | --- | --- |")
@@ -371,8 +371,8 @@ for _, dir in ipairs(dirs) do
   if python and not started then assert(python.exec("_km_prof.__enter__()")) started = true end
   local m, k, n, c, vs, x, wu = 0, 0, 0, 0, 0, 0, 0
   for e = 1, a.evals do
-    local side = warmups and (e - 1) % 2 + 1
-    if side then warmups[side].apply(opts) side_tag = " [" .. warmups[side].label .. "]" end
+    local side = sides and (e - 1) % 2 + 1
+    if side then sides[side].apply(opts) side_tag = " [" .. sides[side].label .. "]" end
     local v = J:eval(tk, cand, opts)
     if side then ab_add(tk.name, side, v) end
     if v.status ~= "correct" then rc = 1 end
@@ -389,7 +389,7 @@ for _, dir in ipairs(dirs) do
 end
 print(fmt("| all | %.4f | %.4f | %.2fx | | | | | %.4f |", m_all / (#dirs * a.evals), k_all / (#dirs * a.evals), k_all > 0 and m_all / k_all or 0,
   v_all / (#dirs * a.evals)))
-if warmups then ab_print() end
+if sides then ab_print() end
 print()
 print("| counted evaluations' part | seconds | calls |")
 print("| --- | --- | --- |")

@@ -4,7 +4,6 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
-#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 #include <stddef.h>
@@ -13,6 +12,7 @@
 #include "km.h"
 #include "km_driver.h"
 #include "km_devops.h"
+#include "km_hash_core.h"
 
 /* ==== buffers ==== */
 
@@ -143,7 +143,7 @@ static CUcontext dg_ctx;
 
 static void dg_init(void) {
   uint64_t k = 0;
-  if (getrandom(&k, sizeof k, 0) != (ssize_t)sizeof k) {
+  if (km_random_bytes(&k, sizeof k) != 0) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     k = (uint64_t)ts.tv_nsec * 0x9E3779B97F4A7C15ull ^ (uint64_t)getpid() << 32 ^ (uint64_t)ts.tv_sec;

@@ -1,8 +1,21 @@
 /* km_hash_core.c — SHA-256 after FIPS 180-4 (see km_hash_core.h). Written for clarity
  * over speed: cache keys hash a few kilobytes of source and a cubin per call, which costs
  * microseconds either way. */
+#include <errno.h>
 #include <string.h>
+#include <sys/random.h>
 #include "km_hash_core.h"
+
+int km_random_bytes(void *buf, size_t n) {
+  unsigned char *b = buf;
+  size_t got = 0;
+  while (got < n) {
+    ssize_t r = getrandom(b + got, n - got, 0);
+    if (r > 0) got += (size_t)r;
+    else if (r < 0 && errno != EINTR) return -1;
+  }
+  return 0;
+}
 
 /* First 32 bits of the fractional parts of the cube roots of the first 64 primes. */
 static const uint32_t K[64] = {

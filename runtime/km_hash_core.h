@@ -1,4 +1,5 @@
-/* km_hash_core.h — SHA-256 (FIPS 180-4), streaming and one-shot, plus hex encoding.
+/* km_hash_core.h — SHA-256 (FIPS 180-4), streaming and one-shot, plus hex encoding and the
+ * kernel's random bytes.
  *
  * Pure C, no allocation: a km_sha256_ctx is a plain value the caller owns; it may
  * live on the stack and needs no cleanup. Used for content-addressed cache keys and for
@@ -28,4 +29,9 @@ void km_sha256_hex(const void *data, size_t n, char out[KM_SHA256_HEX]);
 
 /* Lower-case hex of n bytes into out (2n chars and a NUL). */
 void km_hex(const uint8_t *in, size_t n, char *out);
+
+/* n bytes of the kernel's CSPRNG (getrandom; interrupted and short reads retried): keys,
+ * ids, the judge's draws. 0, or -1 with errno set where getrandom fails: no weaker fallback
+ * here, each caller says what it does then. */
+int km_random_bytes(void *buf, size_t n);
 #endif

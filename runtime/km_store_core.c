@@ -12,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -22,6 +21,7 @@
 #include "km.h"
 #include "km_store_core.h"
 #include "km_scrub_core.h"
+#include "km_hash_core.h"
 
 /* ---- the schema (docs/store.md documents every column) ---- */
 
@@ -179,18 +179,12 @@ double km_store_now(void) {
 /* A random (version 4) UUID: ids that stay unique when stores from many hosts are merged. */
 static void make_uuid(char out[37]) {
   unsigned char b[16];
-  size_t got = 0;
-  while (got < sizeof b) {
-    ssize_t r = getrandom(b + got, sizeof b - got, 0);
-    if (r > 0) got += (size_t)r;
-    else if (errno != EINTR) break;
-  }
-  if (got < sizeof b) { /* no getrandom (old kernel, seccomp): weaker but still distinct */
+  if (km_random_bytes(b, sizeof b) != 0) { /* no getrandom (old kernel, seccomp): weaker but still distinct */
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     uint64_t x = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30) ^ ((uint64_t)getpid() << 17) ^
                  (uint64_t)(uintptr_t)out;
-    for (size_t i = got; i < sizeof b; i++) {
+    for (size_t i = 0; i < sizeof b; i++) {
       x ^= x << 13; x ^= x >> 7; x ^= x << 17; /* xorshift64 */
       b[i] = (unsigned char)x;
     }

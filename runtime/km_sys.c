@@ -42,7 +42,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <stdint.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -53,6 +52,7 @@
 #include <lualib.h>
 
 #include "km.h"
+#include "km_hash_core.h"
 
 extern char **environ;
 
@@ -341,13 +341,7 @@ static int l_random(lua_State *L) {
   luaL_argcheck(L, n >= 1 && n <= ((lua_Integer)1 << 62), 1, "between 1 and 2^62");
   uint64_t un = (uint64_t)n, lim = (UINT64_MAX / un) * un, x;
   do {
-    unsigned char *b = (unsigned char *)&x;
-    size_t got = 0;
-    while (got < sizeof x) {
-      ssize_t r = getrandom(b + got, sizeof x - got, 0);
-      if (r > 0) got += (size_t)r;
-      else if (r < 0 && errno != EINTR) return luaL_error(L, "sys.random: getrandom: %s", strerror(errno));
-    }
+    if (km_random_bytes(&x, sizeof x) != 0) return luaL_error(L, "sys.random: getrandom: %s", strerror(errno));
   } while (x >= lim);
   lua_pushinteger(L, (lua_Integer)(x % un) + 1);
   return 1;

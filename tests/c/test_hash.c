@@ -1,6 +1,7 @@
 /* test_hash.c — SHA-256 against the FIPS 180-4 / NIST example vectors, padding edges
  * and streaming in odd chunk sizes. */
 #include <stdlib.h>
+#include <string.h>
 #include "test.h"
 #include "km_hash_core.h"
 
@@ -104,6 +105,21 @@ TEST(hex_encoding) {
   ASSERT_EQ_STR(h, "000fa5ff");
 }
 
+/* The kernel's random bytes: every byte written (a 4 KiB fill past getrandom's 256-byte
+ * atomic size), two draws differ, nothing asked for is nothing written. */
+TEST(random_bytes_fill_and_differ) {
+  static unsigned char a[4096], b[4096];
+  memset(a, 0, sizeof a);
+  memset(b, 0, sizeof b);
+  ASSERT_EQ_INT(km_random_bytes(a, sizeof a), 0);
+  ASSERT_EQ_INT(km_random_bytes(b, sizeof b), 0);
+  ASSERT(memcmp(a, b, sizeof a) != 0);
+  int zeros = 0;
+  for (size_t i = 0; i < sizeof a; i++) zeros += a[i] == 0;
+  ASSERT(zeros < 64); /* about 16 expected; an unwritten tail would be hundreds */
+  ASSERT_EQ_INT(km_random_bytes(a, 0), 0);
+}
+
 int main(void) {
   RUN(empty_string);
   RUN(abc);
@@ -113,5 +129,6 @@ int main(void) {
   RUN(padding_edges);
   RUN(streaming_equals_one_shot);
   RUN(hex_encoding);
+  RUN(random_bytes_fill_and_differ);
   return DONE();
 }
