@@ -30,7 +30,9 @@
 -- ending in w (e.g. 1w) lets verify's last call, at the timed shape, count as a warm-up call
 -- (the judge's default since round 11); without it every timing makes its own.
 -- --ab OPT=A,B: the same, alternating any judge option between two values (true, false, a
--- number or a word), e.g. --ab check_likely_last=false,true.
+-- number or a word), e.g. --ab check_every=2,4; several options joined by + change together
+-- (--ab check_draw=each,subset+check_lines=1,16: the timed-call checks before and after
+-- round 13).
 --
 -- Default tasks: eight of tasks/ from small to large kernels. torch.compile is not timed;
 -- energy is not measured. Exit status: 0, 1 when an evaluation is not correct, 2 on usage
@@ -46,7 +48,7 @@ local SPEC = A.spec {
     { "evals", "N", "counted evaluations per task, after one that sets the task up", type = "positive", default = 4 },
     { "cupti", nil, "also what the GPU ran during the candidates' timings (torch.profiler; needs torch)", type = "flag" },
     { "warmup", "A,B", "alternate the counted evaluations between two warm-ups per timing, each N calls or N/MS (calls/least ms), w after it: verify's last call counts" },
-    { "ab", "OPT=A,B", "alternate the counted evaluations between two values of a judge option (true, false, a number or a word)" },
+    { "ab", "OPT=A,B", "alternate the counted evaluations between two values of a judge option (true, false, a number or a word; several joined by +)" },
   },
 }
 local a, code = A.parse(SPEC, arg)
@@ -57,19 +59,26 @@ if a.warmup and a.ab then
   return EXIT.USAGE
 end
 if a.ab then
-  local key, v1, v2 = a.ab:match("^([%a_][%w_]*)=([^,]+),([^,]+)$")
-  if not key then
-    io.stderr:write("bench/measure_profile.lua: --ab wants OPT=A,B (a judge option and two values), not ", a.ab, "\n")
-    return EXIT.USAGE
-  end
   local function value(text)
     if text == "true" then return true elseif text == "false" then return false end
     return tonumber(text) or text
   end
-  sides = {}
-  for i, text in ipairs { v1, v2 } do
-    local v = value(text)
-    sides[i] = { label = key .. "=" .. text, apply = function(o) o[key] = v end }
+  sides = { { labels = {}, set = {} }, { labels = {}, set = {} } }
+  for part in (a.ab .. "+"):gmatch("(.-)%+") do
+    local key, v1, v2 = part:match("^([%a_][%w_]*)=([^,]+),([^,]+)$")
+    if not key then
+      io.stderr:write("bench/measure_profile.lua: --ab wants OPT=A,B (a judge option and two values; several joined by +), not ", a.ab, "\n")
+      return EXIT.USAGE
+    end
+    for i, text in ipairs { v1, v2 } do
+      local side = sides[i]
+      side.labels[#side.labels + 1] = key .. "=" .. text
+      side.set[key] = value(text)
+    end
+  end
+  for _, side in ipairs(sides) do
+    side.label = table.concat(side.labels, " ")
+    side.apply = function(o) for k, v in pairs(side.set) do o[k] = v end end
   end
 end
 if a.warmup then

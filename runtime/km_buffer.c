@@ -674,7 +674,8 @@ static int l_guards_intact(lua_State *L) {
  *   L:begin(n) -> L                   a new batch of at most n slots (more raise; grows the
  *                                     array where it must: freeing the old one waits for the device)
  *   L:guards({ b, ... }) -> i         one slot per buffer: guard bytes changed (0: intact)
- *   L:random_check(b, law) -> i       one slot: elements not what b:random(law) writes
+ *   L:random_check(b, law[, lines]) -> i  one slot: elements not what b:random(law) writes
+ *                                     (lines = { key, shift }: of a sample of the lines)
  *   L:digest({ { ptr, nbytes }, ... }) -> i   one slot per range: buffer.digest's value
  *   compare.enqueue(a, b, opts, L) -> i       (km.compare) an allclose's KM_CMP_SLOTS slots
  *   L:read([between]) -> true | nil, msg, code   the used slots copied back: the batch's one
@@ -787,9 +788,22 @@ static int g_random_check(lua_State *L) {
   double a, c;
   uint64_t seed;
   random_law(L, 3, b, &d, &a, &c, &seed);
+  /* 4: { key = k, shift = s }: a sample of the lines (km_lines), or nil: every line */
+  km_lines lines, *smp = NULL;
+  if (!lua_isnoneornil(L, 4)) {
+    luaL_checktype(L, 4, LUA_TTABLE);
+    int okk = 0, oks = 0;
+    lua_getfield(L, 4, "key");
+    lua_Integer key = lua_tointegerx(L, -1, &okk);
+    lua_getfield(L, 4, "shift");
+    lua_Integer shift = lua_tointegerx(L, -1, &oks);
+    lua_pop(L, 2);
+    luaL_argcheck(L, okk && oks && shift >= 0 && shift <= 20, 4, "{ key = integer, shift = 0..20 } expected");
+    lines.key = (uint64_t)key, lines.shift = (unsigned)shift, smp = &lines;
+  }
   km_cuda_util(L, "km_random_check");
   CUdeviceptr acc = ledger_take(L, g, 1);
-  check(L, km_devbuf_random_check_at(b, d, a, c, seed, km_cuda_stream(), acc), "random_check");
+  check(L, km_devbuf_random_check_at(b, d, a, c, seed, km_cuda_stream(), acc, smp), "random_check");
   return 1;
 }
 

@@ -61,6 +61,8 @@ static void push_result(lua_State *L, km_dtype dt, const km_cmp_result *r, const
   lua_setfield(L, -2, "n");
   lua_pushinteger(L, (lua_Integer)r->mismatches);
   lua_setfield(L, -2, "mismatches");
+  lua_pushinteger(L, (lua_Integer)r->compared);
+  lua_setfield(L, -2, "compared");
   lua_pushinteger(L, (lua_Integer)r->nan_got);
   lua_setfield(L, -2, "nan");
   lua_pushinteger(L, (lua_Integer)r->inf_got);
@@ -248,7 +250,30 @@ typedef struct {
   uint64_t n;
   km_dtype dt;
   int poison_on;
+  int sampled;
+  km_lines lines;
 } ledger_cmp;
+
+/* opts.lines = { key = k, shift = s } (enqueue only): a sample of the lines, one in 2^s
+ * (km_lines), drawn from k after the outputs were written; absent: every line. */
+static void lines_opt(lua_State *L, int idx, ledger_cmp *c) {
+  c->sampled = 0;
+  if (lua_getfield(L, idx, "lines") == LUA_TTABLE) {
+    int okk = 0, oks = 0;
+    lua_getfield(L, -1, "key");
+    lua_Integer key = lua_tointegerx(L, -1, &okk);
+    lua_getfield(L, -2, "shift");
+    lua_Integer shift = lua_tointegerx(L, -1, &oks);
+    luaL_argcheck(L, okk && oks && shift >= 0 && shift <= 20, idx, "lines: { key = integer, shift = 0..20 } expected");
+    c->sampled = 1;
+    c->lines.key = (uint64_t)key;
+    c->lines.shift = (unsigned)shift;
+    lua_pop(L, 2);
+  } else if (!lua_isnil(L, -1)) {
+    luaL_argerror(L, idx, "lines: { key = integer, shift = 0..20 } expected");
+  }
+  lua_pop(L, 1);
+}
 
 /* The arguments both read: a buffer at 1, at 2 a buffer or a range of device memory
  * (dev_args), the options at 3 (nil: defaults). */
@@ -260,13 +285,15 @@ static void ledger_args(lua_State *L, int top, ledger_cmp *c) {
   read_tol(L, 3, &c->tol);
   c->dt = dev_args(L, &c->pa, &c->pb, &c->n);
   c->poison_on = poison_opt(L);
+  lines_opt(L, 3, c);
 }
 
 static int l_enqueue(lua_State *L) {
   ledger_cmp c;
   ledger_args(L, 4, &c);
   CUdeviceptr acc = km_ledger_take(L, 4, KM_CMP_SLOTS);
-  CUresult r = km_devcompare_at(c.dt, c.pa, c.pb, c.n, &c.tol, c.poison_on, km_cuda_stream(), acc);
+  CUresult r = km_devcompare_at(c.dt, c.pa, c.pb, c.n, &c.tol, c.poison_on, km_cuda_stream(), acc,
+                                c.sampled ? &c.lines : NULL);
   if (r != CUDA_SUCCESS) return km_cuda_raise(L, r, "allclose");
   return 1;
 }

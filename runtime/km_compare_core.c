@@ -16,6 +16,7 @@ int km_compare_host(km_dtype dt, const void *got, const void *want, uint64_t n,
   if ((unsigned)dt >= KM_NDTYPES || !out || !tol || (n && (!got || !want))) return KM_EINVAL;
   memset(out, 0, sizeof *out);
   out->n = n;
+  out->compared = n;
   out->first = -1;
   for (uint64_t i = 0; i < n; i++) {
     double a = km_dtype_get(dt, got, i), b = km_dtype_get(dt, want, i);
@@ -45,4 +46,11 @@ int km_compare_host(km_dtype dt, const void *got, const void *want, uint64_t n,
   }
   out->ok = out->mismatches == 0;
   return KM_OK;
+}
+
+unsigned km_lines_shift(uint64_t bytes, unsigned want) {
+  uint64_t lines = (bytes + 127) / 128;
+  unsigned s = want > 40 ? 40 : want;
+  while (s > 0 && (lines >> s) < KM_LINES_MIN) s--;
+  return s;
 }

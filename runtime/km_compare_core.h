@@ -19,11 +19,28 @@ typedef struct {
 typedef struct {
   int ok;
   uint64_t n, mismatches, nan_got, inf_got;
+  uint64_t compared;            /* elements read: n, or those of a sample of lines (km_lines) */
   double max_abs, max_rel;      /* over pairs where both are finite */
   int64_t first;                /* lowest mismatching index, -1 if none */
   int n_examples;               /* mismatching indices, ascending */
   int64_t examples[KM_CMP_EXAMPLES];
 } km_cmp_result;
+
+/* A check of a sample of a buffer's 128-byte lines (a timed call's, km.judge's check_lines):
+ * one line in each block of 2^shift lines, at an offset drawn from key (km_util.cu's struct
+ * lines); shift 0 reads every line. */
+typedef struct {
+  uint64_t key;
+  unsigned shift;
+} km_lines;
+
+/* A sampled check still reads at least this many lines of a buffer (512 KiB), every line of
+ * a smaller one. */
+#define KM_LINES_MIN 4096
+
+/* The shift a check of `bytes` bytes reads with: `want` (one line in 2^want), less where
+ * that would read fewer than KM_LINES_MIN lines. */
+unsigned km_lines_shift(uint64_t bytes, unsigned want);
 
 /* Returns 1 when the pair passes. */
 int km_compare_pair(double got, double want, const km_tol *tol);

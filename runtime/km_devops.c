@@ -176,16 +176,17 @@ static CUresult acc_zeroed(size_t n, CUstream s) {
  * timing (bench/RESULTS.md round 11). */
 
 CUresult km_devbuf_random_check_at(const km_devbuf *b, int dist, double a, double c, uint64_t seed, CUstream s,
-                                   CUdeviceptr acc) {
+                                   CUdeviceptr acc, const km_lines *smp) {
   if (!b->numel) return CUDA_SUCCESS;
   CUfunction fn;
   CUresult r = km_cuda_util_get("km_random_check", &fn);
   if (r != CUDA_SUCCESS) return r;
   int dt = (int)b->dtype;
-  uint64_t n = (uint64_t)b->numel;
+  uint64_t n = (uint64_t)b->numel, skey = smp ? smp->key : 0;
+  unsigned shift = smp ? km_lines_shift(b->bytes, smp->shift) : 0;
   CUdeviceptr p = b->ptr;
-  void *args[] = {&p, &dt, &n, &seed, &dist, &a, &c, &acc};
-  return km_cuda_util_launch(fn, n / 4 + 1, s, args);
+  void *args[] = {&p, &dt, &n, &seed, &dist, &a, &c, &acc, &skey, &shift};
+  return km_cuda_util_launch(fn, (n >> shift) / 4 + 1, s, args);
 }
 
 CUresult km_devbufs_guards_at(const km_devbuf *const *bs, size_t n, CUstream s, CUdeviceptr acc) {
@@ -234,7 +235,7 @@ CUresult km_devbuf_random_check(const km_devbuf *b, int dist, double a, double c
                                 uint64_t *bad) {
   *bad = 0;
   if (!b->numel) return CUDA_SUCCESS;
-  ACC_READ(1, bad, s, km_devbuf_random_check_at(b, dist, a, c, seed, s, acc));
+  ACC_READ(1, bad, s, km_devbuf_random_check_at(b, dist, a, c, seed, s, acc, NULL));
 }
 
 CUresult km_devbufs_guards(const km_devbuf *const *bs, size_t n, CUstream s, uint64_t *bad) {
@@ -288,6 +289,7 @@ CUresult km_devbuf_check_guards(const km_devbuf *b, int *ok, int *side, size_t *
 typedef struct {
   unsigned long long mismatches, nan_got, inf_got, first_inv; /* ~first; 0: none */
   unsigned long long unwritten;
+  unsigned long long compared; /* elements read */
   unsigned long long max_abs_bits, max_rel_bits;
   unsigned long long n_examples;
   unsigned long long examples[32];
@@ -300,17 +302,19 @@ static int cmp_int64(const void *a, const void *b) {
 }
 
 CUresult km_devcompare_at(km_dtype dt, CUdeviceptr pa, CUdeviceptr pb, uint64_t n, const km_tol *tol,
-                          int poison_on, CUstream s, CUdeviceptr dres) {
+                          int poison_on, CUstream s, CUdeviceptr dres, const km_lines *smp) {
   CUfunction fn;
   CUresult r = km_cuda_util_get("km_compare", &fn);
   if (r != CUDA_SUCCESS) return r;
   int dti = (int)dt, eqnan = tol->equal_nan;
   double atol = tol->atol, rtol = tol->rtol;
   unsigned long long poison = poison_on ? km_poison_pattern(dt) : 0;
-  void *args[] = {&pa, &pb, &dti, &n, &atol, &rtol, &eqnan, &dres, &poison_on, &poison};
+  uint64_t skey = smp ? smp->key : 0;
+  unsigned shift = smp ? km_lines_shift(n * km_dtype_size(dt), smp->shift) : 0;
+  void *args[] = {&pa, &pb, &dti, &n, &atol, &rtol, &eqnan, &dres, &poison_on, &poison, &skey, &shift};
   /* the slots are zero already (the caller's: a ledger's begin, acc_zeroed), which reads as
    * an empty result: no memset of its own (each was a few microseconds of the GPU's timeline) */
-  if (n) r = km_cuda_util_launch(fn, n, s, args);
+  if (n) r = km_cuda_util_launch(fn, (n >> shift) + 1, s, args);
   return r;
 }
 
@@ -322,6 +326,7 @@ void km_devcompare_decode(const uint64_t *slots, uint64_t n, km_cmp_result *res,
   res->mismatches = out.mismatches;
   res->nan_got = out.nan_got;
   res->inf_got = out.inf_got;
+  res->compared = out.compared;
   memcpy(&res->max_abs, &out.max_abs_bits, 8);
   memcpy(&res->max_rel, &out.max_rel_bits, 8);
   res->first = out.mismatches && out.first_inv ? (int64_t)~out.first_inv : -1;
@@ -339,7 +344,7 @@ CUresult km_devcompare(km_dtype dt, CUdeviceptr pa, CUdeviceptr pb, uint64_t n, 
    * one wait for the stream; the lock keeps the array the judge's for the whole compare */
   pthread_mutex_lock(&dg_lock);
   CUresult r = acc_zeroed(KM_CMP_SLOTS, s);
-  if (r == CUDA_SUCCESS) r = km_devcompare_at(dt, pa, pb, n, tol, poison_on, s, dg_acc);
+  if (r == CUDA_SUCCESS) r = km_devcompare_at(dt, pa, pb, n, tol, poison_on, s, dg_acc, NULL);
   if (r == CUDA_SUCCESS) r = km_cu->cuMemcpyDtoHAsync(slots, dg_acc, sizeof slots, s);
   if (r == CUDA_SUCCESS) r = km_cu->cuStreamSynchronize(s);
   pthread_mutex_unlock(&dg_lock);

@@ -80,12 +80,14 @@ CUresult km_devcompare(km_dtype dt, CUdeviceptr got, CUdeviceptr want, uint64_t 
  * ledger): each writes its result to 8-byte slots at `acc` in device memory, zeroing them
  * first in stream order — random_check and checksum one slot per buffer or range, guards
  * one per buffer, a compare KM_CMP_SLOTS, decoded by km_devcompare_decode once copied back. */
-#define KM_CMP_SLOTS 40
+#define KM_CMP_SLOTS 41
+/* smp (NULL: every line): random_check and compare read a sample of the buffers' lines
+ * (km_lines: the shift given is lowered for a small buffer, km_lines_shift). */
 CUresult km_devbuf_random_check_at(const km_devbuf *b, int dist, double a, double c, uint64_t seed, CUstream s,
-                                   CUdeviceptr acc);
+                                   CUdeviceptr acc, const km_lines *smp);
 CUresult km_devbufs_guards_at(const km_devbuf *const *bs, size_t n, CUstream s, CUdeviceptr acc);
 CUresult km_dev_digest_at(const CUdeviceptr *ptrs, const uint64_t *bytes, size_t n, CUstream s, CUdeviceptr acc);
 CUresult km_devcompare_at(km_dtype dt, CUdeviceptr got, CUdeviceptr want, uint64_t n, const km_tol *tol,
-                          int poison_on, CUstream s, CUdeviceptr acc);
+                          int poison_on, CUstream s, CUdeviceptr acc, const km_lines *smp);
 void km_devcompare_decode(const uint64_t *slots, uint64_t n, km_cmp_result *res, uint64_t *unwritten);
 #endif

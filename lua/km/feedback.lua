@@ -56,17 +56,19 @@ end
 -- later: what earlier trials passed ("shape", "seed", or nil), for the hint.
 function M.mismatch(name, r, tol, dims, where, later)
   local status, head
+  -- a timed call's check reads a sample of the lines: its counts are of the elements read
+  local of = r.compared and r.compared < r.n and fmt("%d (a sample of the %d)", r.compared, r.n) or tostring(r.n)
   if (r.unwritten or 0) > 0 then
     status = "mismatch"
-    head = fmt("%d of %d elements of '%s' were never written.", r.unwritten, r.n, name)
+    head = fmt("%d of %s elements of '%s' were never written.", r.unwritten, of, name)
   elseif r.nan + r.inf > 0 and r.mismatches <= r.nan + r.inf then
     -- every wrong element is NaN/Inf; with finite wrong values too, it is a mismatch
     status = "nan_inf"
     head = fmt("'%s' has %d NaN and %d Inf values where the reference is finite.", name, r.nan, r.inf)
   else
     status = "mismatch"
-    head = fmt("'%s' differs from the reference in %d of %d elements (max abs error %.3g, max rel error %.3g; tolerance atol %g, rtol %g).",
-      name, r.mismatches, r.n, r.max_abs, r.max_rel, tol.atol, tol.rtol)
+    head = fmt("'%s' differs from the reference in %d of %s elements (max abs error %.3g, max rel error %.3g; tolerance atol %g, rtol %g).",
+      name, r.mismatches, of, r.max_abs, r.max_rel, tol.atol, tol.rtol)
   end
   local lines = { head .. " At " .. where .. ":" }
   local ex = r.examples or {}

@@ -9,8 +9,10 @@
 -- opts: seeds (3), timing (true), baseline (true), budget (instructions per launch call,
 -- 1e6), lua_memory (bytes of Lua memory per launch call, the sandbox's default),
 -- scratch_bytes (8 GiB), mode ("cold"), max_ms (timing cap per side, 2000),
--- check_every (a timed call is re-verified with probability 1/check_every, 2; the call at
--- min_samples and the last always: check_likely_last = false leaves the first), min_samples
+-- check_first (how many of a timing's first min_samples calls are re-verified, a uniform draw:
+-- 2/5 of them, M.check_first), check_every (a later timed call is, with probability
+-- 1/check_every, 2), check_lines (a check reads one line in check_lines of a large buffer,
+-- M.CHECK_LINES), check_draw ("each": the scheme before round 13), min_samples
 -- (10: timing's stop rule, then noise), warmup (warm-up calls before a timing's samples,
 -- M.WARMUP = 1) and warmup_ms (their least wall time, M.WARMUP_MS): part of the protocol
 -- key, so cached timings are kept apart,
@@ -787,7 +789,7 @@ end
 -- same inputs drawn again; or, given a timed plan, against the laws they were drawn by,
 -- b:random_check, and the parameters' source). Its reads are enqueued into the ledger L
 -- (km.buffer's: no wait) -> what evidence_read reads back once L was read.
-local function evidence_enqueue(L, t, cand, ref_in, scratch, plan, seed)
+local function evidence_enqueue(L, t, cand, ref_in, scratch, plan, seed, lines)
   local list, label = {}, {}
   local function add(b, what) list[#list + 1] = b; label[#list] = what end
   for name, b in pairs(cand) do add(b, fmt("buffer '%s'", name)) end
@@ -800,7 +802,7 @@ local function evidence_enqueue(L, t, cand, ref_in, scratch, plan, seed)
       slot = L:digest { { b:ptr(), b:nbytes() }, { r:ptr(), r:nbytes() } }
     elseif plan.laws[spec.name] then
       local l = plan.laws[spec.name]
-      slot, count = L:random_check(b, seeded(l.law, seed, l.index)), true
+      slot, count = L:random_check(b, seeded(l.law, seed, l.index), lines), true
     else
       local r = plan.params[spec.name]
       slot = L:digest { { b:ptr(), b:nbytes() }, { r.ptr, r.nbytes } }
@@ -1016,7 +1018,7 @@ end
 
 local SUMMARY_FIELDS = { "median", "mean", "p25", "p75", "min", "n", "n_extra", "warmup_calls", "stop", "rel_noise", "mode",
   "sm_clock_mhz", "clock_moved", "sm_clock_start_mhz", "sm_clock_min_mhz", "sm_clock_max_mhz", "energy_j",
-  "energy_unavailable", "checked_calls", "last_checked_after", "cached" }
+  "energy_unavailable", "checked_calls", "last_checked_after", "check_lines", "cached" }
 -- The protocol key of a timing: a fresh result holds km.timing's protocol table, a summary
 -- or a record read from disk the key alone.
 local function protocol_of(r) return r and (type(r.protocol) == "table" and r.protocol.key or r.protocol) end
@@ -1093,6 +1095,83 @@ local function time_opts(opts)
 end
 M.time_opts = time_opts
 
+-- How a timing's calls are checked (Judge:time_run). To move the median of n samples a
+-- kernel must be fast on at least half of them; checking a uniform draw of m of the first
+-- min_samples calls (no call is checked for sure, so a kernel cannot be honest just there)
+-- leaves a kernel that cheats on k of them unchecked with probability C(n-k, m) / C(n, m):
+-- with m = 4 of 10, 2.4% for k = 5 and 0.5% for k = 6. The rule before round 13 checked each
+-- call with probability 1/2 and the 10th always: 5.5 checks a timing of 10, and a kernel
+-- honest on the 10th that cheated on 5 of the other 9 escaped with 0.5^5 = 3.1%.
+M.CHECK_FIRST = 2 / 5
+function M.check_first(m, min_samples, every)
+  if m == nil then
+    -- check_every = 1 (every later call checked): every one of the first too
+    if every == 1 then return min_samples end
+    return math.max(1, math.ceil(min_samples * M.CHECK_FIRST - 1e-9))
+  end
+  if math.type(m) ~= "integer" or m < 1 or m > min_samples then
+    error(fmt("check_first: an integer in 1..min_samples (%d) expected, got %s", min_samples, tostring(m)), 0)
+  end
+  return m
+end
+
+-- A timing's check decisions, sample by sample: picker(k) for k = 1, 2, ... in order -> whether
+-- the k-th sample's call is checked: `first` of the first min_samples (each draw takes the
+-- next call with probability checks left / calls left: every m-subset equally likely), then
+-- 1 in `every`. each = true: every call 1 in `every`, the min_samples-th always.
+function M.check_picker(min_samples, first, every, each)
+  local left_calls, left_checks = min_samples, first
+  return function(k)
+    if each then return k == min_samples or rng(every) == 1 end
+    if k > min_samples then return rng(every) == 1 end
+    local yes = rng(left_calls) <= left_checks
+    left_calls = left_calls - 1
+    if yes then left_checks = left_checks - 1 end
+    return yes
+  end
+end
+
+-- The probability that a kernel cheating on k of n calls escapes m checks drawn without
+-- replacement among them: C(n-k, m) / C(n, m).
+function M.escape(n, k, m)
+  local p = 1
+  for i = 0, m - 1 do p = p * math.max(0, n - k - i) / (n - i) end
+  return p
+end
+
+-- Each check of a timed call reads one 128-byte line in `check_lines` (a power of two;
+-- 1: every line) of the inputs it proves and of the outputs it compares, in each block of
+-- that many lines, at an offset drawn after the call ran; a buffer keeps at least 4096
+-- lines read (KM_LINES_MIN: all of one under 512 KiB). A wrong run of 2 x check_lines - 1
+-- lines holds a whole block and is read whatever the draw; a fraction w of wrong lines
+-- scattered over L lines escapes a check with probability about exp(-w * L / check_lines).
+-- Work a kernel skips shows as wrong lines (stale outputs of the previous call, or poison),
+-- so what escapes is work of a few lines: a few lines' worth of time. Verify's trials read
+-- everything; check_lines = 1 makes the timed calls' checks do so too.
+M.CHECK_LINES = 16
+function M.lines_shift(n) -- check_lines -> its log2; raises
+  n = n or M.CHECK_LINES
+  local shift = math.type(n) == "integer" and n >= 1 and math.log(n, 2) or nil
+  if not shift or shift ~= math.floor(shift) or shift > 20 then
+    error("check_lines: a power of two from 1 to 2^20 expected, got " .. tostring(n), 0)
+  end
+  return math.floor(shift)
+end
+
+-- The timed-call check options (check_draw, check_first, check_every, check_lines) ->
+-- draw_each, first, shift; raises on a bad one (Judge:eval, before anything runs).
+function M.check_opts(opts)
+  if opts.check_draw ~= nil and opts.check_draw ~= "each" and opts.check_draw ~= "subset" then
+    error("check_draw: \"subset\" or \"each\" expected, got " .. tostring(opts.check_draw), 0)
+  end
+  local every = opts.check_every or 2
+  if math.type(every) ~= "integer" or every < 1 then
+    error("check_every: a positive integer expected, got " .. tostring(every), 0)
+  end
+  return opts.check_draw == "each", M.check_first(opts.check_first, time_opts(opts).min_samples, every),
+    M.lines_shift(opts.check_lines)
+end
+
 -- Times `run` on the timed shape. Every call — warm-up and timed — gets fresh input values
 -- (same buffers, a new unpredictable seed) and poisoned outputs, both outside the timed
 -- window; with check = true, a random selection of timed calls and the last one are
@@ -1103,10 +1182,11 @@ M.time_opts = time_opts
 function Judge:time_run(st, run, sym, opts, check)
   local t = st.task
   local budget = opts.budget or 1e6
-  -- 1 in 2 (with the last always): over 10 timed calls, a kernel that cheats on enough calls
-  -- to move the median (say 60%, at random) escapes with probability 0.7^9 * 0.4 = 1.6%, as
-  -- 1 in 4 over the 24 calls it took with at least 20 samples (0.85^23 * 0.4 = 1.0%)
+  -- Which timed calls are checked (M.check_plan): `first` of the first min_samples, drawn
+  -- without replacement, then 1 in `every`; each check reads one line in `lines` of the
+  -- inputs and outputs (all of a buffer under 512 KiB)
   local every = opts.check_every or 2
+  local draw_each, first, shift = M.check_opts(opts)
   local seed = (opts.seed_base or 1000) + 7777
   local cand, ref_in, dims = self:trial_io(t, sym, seed)
   local bound, ref_outs -- a PyTorch reference bound for the checks (reference() below)
@@ -1186,7 +1266,7 @@ function Judge:time_run(st, run, sym, opts, check)
   -- the guards); the outputs are poisoned by the call's own refresh, after this returns.
   local function check_now(where, ahead)
     checked = checked + 1
-    local L, tslot, e, ref_io, rs, rmsg, kept, slots, seal
+    local L, tslot, e, ref_io, rs, rmsg, kept, slots, seal, lines
     local judged = setmetatable(copy(last_outs), { __index = cand })
     local okq, qerr = pcall(function()
       L = self:ledger(evidence_slots(t, cand, run.state.scratch) + #t.outputs * compare.SLOTS
@@ -1194,14 +1274,17 @@ function Judge:time_run(st, run, sym, opts, check)
       tslot = self:truth_enqueue(st, L)
       local plan = self:input_plan(st, sym, cand)
       if not plan then self:fill_inputs(t, sym, ref_in, cur_seed, true) end -- after the truth's digests
-      e = evidence_enqueue(L, t, cand, ref_in, run.state.scratch, plan, cur_seed)
+      -- the sample of lines is drawn now, after the call was enqueued
+      lines = shift > 0 and { key = rng(1 << 62), shift = shift } or nil
+      e = evidence_enqueue(L, t, cand, ref_in, run.state.scratch, plan, cur_seed, lines)
       ref_io, rs, rmsg, kept = reference(plan and inputs_of(t, cand) or ref_in, plan)
       seal = self:seal_enqueue(st, L) -- the truth after the reference ran: sealed with the batch
       if not ref_io then return end
       slots = {}
       for _, spec in ipairs(t.outputs) do
         local tol = t.tolerance[spec.dtype]
-        slots[spec.name] = compare.enqueue(judged[spec.name], ref_io[spec.name], { atol = tol.atol, rtol = tol.rtol, poison = true }, L)
+        slots[spec.name] = compare.enqueue(judged[spec.name], ref_io[spec.name],
+          { atol = tol.atol, rtol = tol.rtol, poison = true, lines = lines }, L)
       end
     end)
     local function put_back()
@@ -1242,7 +1325,7 @@ function Judge:time_run(st, run, sym, opts, check)
       return false
     end
     local ms, mtext = compare_outputs(t, judged, ref_io, dims, where, "timed", nil, nil, nil, nil,
-      function(name, a, b, o) return compare.result(a, b, o, L, slots[name]) end)
+      function(name, a, b, o) o.lines = lines return compare.result(a, b, o, L, slots[name]) end)
     -- no poison on the way back: outputs for inputs of an unpredictable seed
     put_back()
     if ms then failure = { ms, mtext } return false end
@@ -1273,20 +1356,21 @@ function Judge:time_run(st, run, sym, opts, check)
       return nil, s0, "The kernel failed while being timed: " .. tostring(m0)
     end
   end
-  -- The call at the stop rule's least count (min_samples) is checked in place, always: the
-  -- rule stops there in most of the headline's timings (10.2 samples a timing in run BE), and
-  -- that call's check then needs no batch of its own after the timing nor an ahead draw for a
-  -- call never made. Side by side the measure stage did not move beyond the noise (1.64x ->
-  -- 1.63x, run BH): kept because it never checks fewer calls. Calls before and after it are
-  -- checked with probability 1/check_every, the last always (after the timing where its own
-  -- check has not). opts.check_likely_last = false: only those.
-  local sampled, likely_last = 0, opts.check_likely_last ~= false and topts.min_samples or -1
+  -- Which calls are checked: `first` of the first min_samples calls, a uniform draw without
+  -- replacement made call by call (the kernel cannot tell which, nor which call is the last:
+  -- the stop is decided after the sample is read), then each later call with probability
+  -- 1/every; where the timing did not stop at min_samples, its last call too (after the
+  -- timing where it was not checked in place). M.check_plan says what that guarantees.
+  -- check_draw = "each": every call 1/every, the call at min_samples and the last always
+  -- (the scheme before round 13, for side-by-side runs).
+  local sampled, likely_last = 0, topts.min_samples
+  local pick = M.check_picker(topts.min_samples, first, every, draw_each)
   local hooks = {
     before = function(phase)
       refresh()
       calls = calls + 1
       if phase == "sample" then sampled = sampled + 1 end
-      checking = check and phase == "sample" and (sampled == likely_last or rng(every) == 1)
+      checking = check and phase == "sample" and pick(sampled)
     end,
     after = function(phase)
       if checking and not check_now(fmt("timed call %d", calls), sampled ~= likely_last) then
@@ -1322,9 +1406,9 @@ function Judge:time_run(st, run, sym, opts, check)
   -- a timed PyTorch run (a baseline): torch's cache may still hold its last outputs, back to
   -- the driver before a candidate runs
   if run.torch then require("km.kernelbench").empty_cache() end
-  -- the last timed call is always re-verified (where its own check has not: then the
-  -- candidate's inputs hold a draw for a call that was not made)
-  if res and check and last_checked ~= calls then
+  -- the last timed call is re-verified where the timing did not stop at min_samples and its
+  -- own check has not (then the candidate's inputs hold a draw for a call that was not made)
+  if res and check and last_checked ~= calls and (draw_each or sampled ~= topts.min_samples) then
     res.last_checked_after = true
     if not check_now(fmt("the last timed call (%d)", calls)) then res = nil end
   end
@@ -1344,6 +1428,7 @@ function Judge:time_run(st, run, sym, opts, check)
     return nil, status, "The kernel failed while being timed: " .. tostring(err)
   end
   res.checked_calls = check and checked or nil
+  res.check_lines = check and shift > 0 and (1 << shift) or nil
   release()
   return res
 end
@@ -1651,6 +1736,7 @@ end
 -- Judges one candidate. Never raises for a candidate's faults; returns the verdict.
 function Judge:eval(t, cand, opts)
   opts = opts or {}
+  M.check_opts(opts) -- a bad option is the caller's error: raised before anything runs
   local t0, w0 = os.clock(), wall()
   -- where an evaluation's time goes: task (loading it; a PyTorch model's first load includes
   -- torch's import), prepare (compile and load), baselines, verify, measure — seconds each

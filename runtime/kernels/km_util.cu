@@ -157,6 +157,16 @@ __device__ __forceinline__ unsigned long long raw_bits(const void *p, int dtype,
   }
 }
 
+// An element's size in bytes.
+__device__ __forceinline__ unsigned elem_size(int dtype) {
+  switch (dtype) {
+  case F32: case I32: return 4;
+  case F64: case I64: return 8;
+  case F16: case BF16: return 2;
+  default: return 1;
+  }
+}
+
 // The bits store_double would write for v.
 __device__ __forceinline__ unsigned long long double_bits(int dtype, double v) {
   switch (dtype) {
@@ -178,11 +188,37 @@ __device__ __forceinline__ unsigned long long float_bits(int dtype, float v) {
   return __bfloat16_as_ushort(__float2bfloat16_rn(v));
 }
 
+// A timed call's check reads a stratified sample of a buffer's 128-byte lines (km.judge's
+// check_lines): with shift s > 0, one line in each block of 2^s lines, at an offset drawn
+// from (key, block) after the call ran; s = 0 reads every line. A run of 2^(s+1) - 1 lines
+// holds a whole block, so a read line, whatever the key; wrong lines scattered over a
+// buffer's L lines, a fraction w of them, escape one check with probability about
+// exp(-w * L / 2^s). Lines count from the buffer's start.
+// A thread walks units (upl to a line: an element, or a vector of them); unit_at maps its
+// t-th visit to a unit of the buffer (a short last block's line: its first).
+struct lines { uint64_t key; unsigned shift, upl; uint64_t units; };
+
+__device__ __forceinline__ uint64_t unit_at(const lines &l, uint64_t t) {
+  if (!l.shift) return t;
+  uint64_t blk = t / l.upl, nlines = (l.units + l.upl - 1) / l.upl;
+  uint64_t line = (blk << l.shift) + (splitmix64(l.key ^ blk) & ((1ull << l.shift) - 1));
+  if (line >= nlines) line = blk << l.shift;
+  return line * l.upl + t % l.upl;
+}
+
+// How many units a walk visits: every unit, or upl for each block of lines.
+__device__ __forceinline__ uint64_t units_visited(const lines &l) {
+  if (!l.shift) return l.units;
+  uint64_t nlines = (l.units + l.upl - 1) / l.upl;
+  return ((nlines + (1ull << l.shift) - 1) >> l.shift) * l.upl;
+}
+
 // Counts the elements of `in` that differ (bitwise) from what km_random writes with the same
 // arguments: whether a buffer still holds the values the judge drew, read once, without a
 // second copy drawn for comparison (km.judge's check of a timed call's inputs).
 extern "C" __global__ void km_random_check(const void *in, int dtype, uint64_t n, uint64_t seed, int dist,
-                                           double a, double b, unsigned long long *bad) {
+                                           double a, double b, unsigned long long *bad, uint64_t skey,
+                                           unsigned sshift) {
   uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
   uint64_t key = splitmix64(seed ^ 0x6A09E667F3BCC909ull);
   uint64_t tid = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -193,7 +229,11 @@ extern "C" __global__ void km_random_check(const void *in, int dtype, uint64_t n
     // four elements to a vector load where aligned, as km_random stores them
     unsigned align = dtype == F32 ? 16 : 8;
     uint64_t groups = ((uintptr_t)in % align) ? 0 : n / 4, done = groups * 4;
-    for (uint64_t g = tid; g < groups; g += stride) {
+    lines l = {skey, sshift, 128 / align, groups};
+    uint64_t visits = units_visited(l);
+    for (uint64_t t = tid; t < visits; t += stride) {
+      uint64_t g = unit_at(l, t);
+      if (g >= groups) continue;
       uint64_t j = 2 * g;
       uint32_t kh = pair_key(k0, j);
       f2 v = pair_values((uint32_t)j, kh, k1, dist, fa, fb, span), w = pair_values((uint32_t)j + 1, kh, k1, dist, fa, fb, span);
@@ -207,15 +247,20 @@ extern "C" __global__ void km_random_check(const void *in, int dtype, uint64_t n
                 ((x.y & 0xFFFFu) != float_bits(dtype, w.x)) + ((x.y >> 16) != float_bits(dtype, w.y));
       }
     }
-    for (uint64_t i = done + 2 * tid; i < n; i += 2 * stride) { // the tail, or an unaligned buffer
+    // the tail, or an unaligned buffer (read whole: the judge's buffers are aligned)
+    for (uint64_t i = done + 2 * tid; i < n; i += 2 * stride) {
       uint64_t j = i / 2;
       f2 v = pair_values((uint32_t)j, pair_key(k0, j), k1, dist, fa, fb, span);
       miss += raw_bits(in, dtype, i) != float_bits(dtype, v.x);
       if (i + 1 < n) miss += raw_bits(in, dtype, i + 1) != float_bits(dtype, v.y);
     }
   } else {
-    for (uint64_t i = tid; i < n; i += stride)
-      miss += raw_bits(in, dtype, i) != double_bits(dtype, double_value(key, i, dist, a, b));
+    lines l = {skey, sshift, 128u / elem_size(dtype), n};
+    uint64_t visits = units_visited(l);
+    for (uint64_t t = tid; t < visits; t += stride) {
+      uint64_t i = unit_at(l, t);
+      if (i < n) miss += raw_bits(in, dtype, i) != double_bits(dtype, double_value(key, i, dist, a, b));
+    }
   }
   for (int off = 16; off > 0; off >>= 1) miss += __shfl_down_sync(0xffffffffu, miss, off);
   if ((threadIdx.x & 31) == 0 && miss) atomicAdd(bad, miss);
@@ -290,6 +335,7 @@ struct cmp_out {
   // first_inv: ~(lowest mismatching index), 0 where none: zeroed slots are an empty result
   unsigned long long mismatches, nan_got, inf_got, first_inv;
   unsigned long long unwritten;                            // elements still holding the poison
+  unsigned long long compared;                             // elements read (all, or a sample)
   unsigned long long max_abs_bits, max_rel_bits;           // non-negative doubles as bits
   unsigned long long n_examples;
   unsigned long long examples[32];
@@ -301,13 +347,14 @@ struct cmp_out {
 // One thread's part of a compare. The largest relative error is kept as a fraction
 // (rel_num / rel_den, compared by cross-multiplying), so an element costs no division.
 struct cmp_acc {
-  unsigned long long bad, nans, infs, first, unw;
+  unsigned long long bad, nans, infs, first, unw, seen;
   double max_abs, rel_num, rel_den;
   bool rel_inf;
 };
 
 __device__ __forceinline__ void cmp_elem(cmp_acc &s, double a, double b, bool ok, bool poisoned, uint64_t i,
                                          int dtype, double atol, double rtol, int equal_nan, cmp_out *out) {
+  s.seen++;
   if (poisoned) s.unw++;
   else if (isnan(a)) s.nans++;
   else if (isinf(a)) s.infs++;
@@ -336,16 +383,21 @@ __device__ __forceinline__ void cmp_elem(cmp_acc &s, double a, double b, bool ok
 }
 
 // poison_on: also count got elements whose bits equal `poison` (never written by the kernel).
-// f32 buffers aligned to 16 bytes are read four elements to a load.
+// f32 buffers aligned to 16 bytes are read four elements to a load. sshift > 0: a sample of
+// the lines (struct lines, the same lines of both buffers), drawn from skey.
 extern "C" __global__ void km_compare(const void *got, const void *want, int dtype, uint64_t n,
                                       double atol, double rtol, int equal_nan, cmp_out *out,
-                                      int poison_on, unsigned long long poison) {
+                                      int poison_on, unsigned long long poison, uint64_t skey, unsigned sshift) {
   uint64_t stride = (uint64_t)gridDim.x * blockDim.x, tid = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
-  cmp_acc s = {0, 0, 0, ~0ull, 0, 0.0, 0.0, 1.0, false};
+  cmp_acc s = {0, 0, 0, ~0ull, 0, 0, 0.0, 0.0, 1.0, false};
   uint64_t done = 0;
   if (dtype == F32 && ((uintptr_t)got % 16) == 0 && ((uintptr_t)want % 16) == 0) {
     uint64_t groups = n / 4;
-    for (uint64_t g = tid; g < groups; g += stride) {
+    lines l = {skey, sshift, 8, groups};
+    uint64_t visits = units_visited(l);
+    for (uint64_t t = tid; t < visits; t += stride) {
+      uint64_t g = unit_at(l, t);
+      if (g >= groups) continue;
       float4 x = ((const float4 *)got)[g], y = ((const float4 *)want)[g];
       float xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
 #pragma unroll
@@ -357,7 +409,12 @@ extern "C" __global__ void km_compare(const void *got, const void *want, int dty
     }
     done = groups * 4;
   }
-  for (uint64_t i = done + tid; i < n; i += stride) {
+  // the tail, or every element (sampled by the same lines where this is the whole buffer)
+  lines l = {skey, done ? 0u : sshift, 128u / elem_size(dtype), n - done};
+  uint64_t visits = units_visited(l);
+  for (uint64_t t = tid; t < visits; t += stride) {
+    uint64_t i = done + unit_at(l, t);
+    if (i >= n) continue;
     double a = load_as_double(got, dtype, i), b = load_as_double(want, dtype, i);
     bool ok;
     if (dtype == I64) {
@@ -375,6 +432,7 @@ extern "C" __global__ void km_compare(const void *got, const void *want, int dty
     s.nans += __shfl_down_sync(0xffffffffu, s.nans, off);
     s.infs += __shfl_down_sync(0xffffffffu, s.infs, off);
     s.unw += __shfl_down_sync(0xffffffffu, s.unw, off);
+    s.seen += __shfl_down_sync(0xffffffffu, s.seen, off);
     s.first = min(s.first, __shfl_down_sync(0xffffffffu, s.first, off));
     s.max_abs = fmax(s.max_abs, __shfl_down_sync(0xffffffffu, s.max_abs, off));
     max_rel = fmax(max_rel, __shfl_down_sync(0xffffffffu, max_rel, off));
@@ -384,6 +442,7 @@ extern "C" __global__ void km_compare(const void *got, const void *want, int dty
     if (s.nans) atomicAdd(&out->nan_got, s.nans);
     if (s.infs) atomicAdd(&out->inf_got, s.infs);
     if (s.unw) atomicAdd(&out->unwritten, s.unw);
+    if (s.seen) atomicAdd(&out->compared, s.seen);
     if (s.first != ~0ull) atomicMax(&out->first_inv, ~s.first);
     atomicMax(&out->max_abs_bits, (unsigned long long)__double_as_longlong(s.max_abs));
     atomicMax(&out->max_rel_bits, (unsigned long long)__double_as_longlong(max_rel));

@@ -81,6 +81,7 @@ TEST(host_compare_report) {
   ASSERT_EQ_INT(r.examples[2], 4);
   ASSERT_NEAR(r.max_abs, 0.5, 1e-12);
   ASSERT_NEAR(r.max_rel, 0.2, 1e-7);
+  ASSERT_EQ_INT(r.compared, 6); /* the host compare reads every element */
 }
 
 TEST(host_compare_i64_exact) {
@@ -97,6 +98,21 @@ TEST(host_compare_bad_args) {
   ASSERT_EQ_INT(km_compare_host((km_dtype)99, "", "", 0, &t, &r), KM_EINVAL);
 }
 
+/* A sampled check's shift: one line in 2^want, lowered so that at least KM_LINES_MIN lines
+ * (512 KiB) are read, every line of a smaller buffer. */
+TEST(lines_shift) {
+  ASSERT_EQ_INT(km_lines_shift(0, 4), 0);
+  ASSERT_EQ_INT(km_lines_shift(4096 * 128, 4), 0);       /* 512 KiB: every line */
+  ASSERT_EQ_INT(km_lines_shift(4096 * 128 * 2 - 128, 4), 0); /* 8191 lines */
+  ASSERT_EQ_INT(km_lines_shift(4096 * 128 * 2, 4), 1);   /* 1 MiB: one in 2, 4096 read */
+  ASSERT_EQ_INT(km_lines_shift(4096 * 128 * 16, 4), 4);  /* 8 MiB: as asked */
+  ASSERT_EQ_INT(km_lines_shift(1ull << 30, 4), 4);
+  ASSERT_EQ_INT(km_lines_shift(1ull << 30, 0), 0);
+  ASSERT_EQ_INT(km_lines_shift(1ull << 30, 20), 11);     /* 2^23 lines: 2^12 of them read */
+  ASSERT((((1ull << 30) / 128) >> km_lines_shift(1ull << 30, 20)) >= KM_LINES_MIN);
+  ASSERT_EQ_INT(km_lines_shift(1ull << 60, 99), 40);          /* capped */
+}
+
 int main(void) {
   RUN(dtype_names);
   RUN(half_roundtrip);
@@ -106,5 +122,6 @@ int main(void) {
   RUN(host_compare_report);
   RUN(host_compare_i64_exact);
   RUN(host_compare_bad_args);
+  RUN(lines_shift);
   return DONE();
 }

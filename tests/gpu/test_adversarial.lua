@@ -145,6 +145,24 @@ t.test("a kernel that skips all work when its output is not fully poisoned (time
   t.ok(v.feedback:find("timed", 1, true), "caught at a timed call: " .. v.feedback)
 end)
 
+-- The check of a timed call reads a sample of the output's lines (one in 16, at offsets drawn
+-- after the call): work skipped shows as wrong lines (the previous call's outputs, or poison),
+-- and a kernel that skips one line in 4096 once timed (0.02% of the work) leaves 2048 blocks
+-- of 16 lines with a wrong one, each read with probability 1/16: it escapes a check with
+-- probability (15/16)^2048.
+t.test("a kernel that skips one output line in 4096 once timed is caught by the sampled check", function()
+  local v = judge("skips a line in 4096", '__device__ int timed_call;\n' ..
+    'extern "C" __global__ void probe(const float *y, long long n) {\n' ..
+    '  timed_call = y[0] == y[0] && y[n - 1] == y[n - 1]; }\n' ..
+    relu_src("if (timed_call && (i / 32) % 4096 == 7) return;\n  if (i < n) y[i] = fmaxf(x[i], 0.f);"), [[return function(k, io, s)
+    k.probe{ grid = 1, block = 1 }(io.y, s.n)
+    k.relu{ grid = k.cdiv(s.n, 256), block = 256 }(io.x, io.y, s.n)
+  end]], { timing = true })
+  t.eq(v.status, "mismatch", v.feedback)
+  t.ok(v.feedback:find("timed", 1, true), "caught at a timed call: " .. v.feedback)
+  t.ok(v.feedback:find("a sample of the", 1, true), "the counts are of the sample: " .. v.feedback)
+end)
+
 -- A task whose output ends in a run that does not depend on the inputs (y = relu(x), then
 -- `pad` ones): the stale values of the previous call are right there, so only the poison can
 -- catch a kernel that stops writing that run once it is being timed.
@@ -208,13 +226,19 @@ local function late_src(fault)
     '  long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;\n' ..
     '  if (i < n) y[i] = fmaxf(x[i], 0.f);\n  if (late && i == 0) ' .. fault .. "\n}\n"
 end
+-- A timed call's check reads one line in 16 of a large input (km.judge's check_lines): a run
+-- of 31 lines (4 KiB here) is read whatever the draw; one element is read for certain only
+-- where every line is (check_lines = 1).
 for _, case in ipairs {
   { "writes past its output", "y[n + 8] = 1.f;", "out_of_bounds" },
-  { "writes its input", "((float *)x)[n / 2] = 5.f;", "inputs_modified" },
+  { "writes one element of its input (every line read)", "((float *)x)[n / 2] = 5.f;", "inputs_modified", { check_lines = 1 } },
+  { "writes 4 KiB of its input", "for (int j = 0; j < 1024; j++) ((float *)x)[n / 2 + j] = 5.f;", "inputs_modified" },
   { "faults", "y[n + (1ll << 40)] = 1.f;", "crashed" },
 } do
   t.test("a kernel that " .. case[1] .. " only once timed: " .. case[3] .. " at a timed call", function()
-    local v = judge("late " .. case[3], late_src(case[2]), LATE_LAUNCH, { timing = true })
+    local opts = { timing = true }
+    for k, x in pairs(case[4] or {}) do opts[k] = x end
+    local v = judge("late " .. case[3], late_src(case[2]), LATE_LAUNCH, opts)
     t.eq(v.status, case[3], v.feedback)
     -- where: a timed call's check (a fault may show first at the warm-up's wait, or after)
     if case[3] ~= "crashed" then t.ok(v.feedback:find("timed", 1, true), "caught at a timed call: " .. v.feedback) end

@@ -60,29 +60,33 @@ t.test("scratch sized by the shape: the timing's first call finds it at the time
   t.eq(v.scratch_bytes, 4 * rowsum.shapes[1].rows * rowsum.shapes[1].cols)
 end)
 
--- The call at the stop rule's least count is checked in place (Judge:time_run): a timing
--- that stops there (most of the headline's do; a noise target of 50% makes every one here)
--- needs no check after it. With check_likely_last = false that call is checked with
--- probability 1/2, and where it was not, after the timing.
-t.test("the call at min_samples is checked in place: no check after a timing that stops there", function()
-  local STOP10 = { target = 0.5 }
-  for _ = 1, 6 do
-    local v = j:eval(rowsum, STARTER, with(STOP10))
+-- Which timed calls are checked (Judge:time_run, km.judge's check_picker): a timing that
+-- stops at min_samples (a noise target of 50% makes every one here) checks exactly
+-- check_first of its calls (4 of 10 by default), each in place, and none after it.
+-- check_draw = "each" is the rule before round 13: the 10th always, the others 1 in 2.
+t.test("a timing that stops at min_samples checks exactly check_first of its calls, none after it", function()
+  for _ = 1, 4 do
+    local v = j:eval(rowsum, STARTER, with { target = 0.5 })
     t.eq(v.status, "correct", v.feedback)
     local c = v.timing.candidate
     t.eq(c.n, 10, "the rule stops at min_samples")
-    t.eq(c.last_checked_after, nil, "the 10th call was checked in place")
-    t.ok((c.checked_calls or 0) >= 1, "checked calls: " .. tostring(c.checked_calls))
+    t.eq(c.checked_calls, 4, "4 of the 10")
+    t.eq(c.last_checked_after, nil, "no check after the timing")
+    t.eq(c.check_lines, 16, "one line in 16 of a large buffer")
   end
-  local after = 0
-  for _ = 1, 8 do
-    local v = j:eval(rowsum, STARTER, with { target = 0.5, check_likely_last = false })
-    t.eq(v.status, "correct", v.feedback)
-    t.eq(v.timing.candidate.n, 10)
-    if v.timing.candidate.last_checked_after then after = after + 1 end
+  local v = j:eval(rowsum, STARTER, with { target = 0.5, check_first = 10, check_lines = 1 })
+  t.eq(v.timing.candidate.checked_calls, 10, "check_first = 10: every call")
+  t.eq(v.timing.candidate.check_lines, nil, "check_lines = 1: every line")
+  local counts = {}
+  for _ = 1, 6 do
+    local e = j:eval(rowsum, STARTER, with { target = 0.5, check_draw = "each" })
+    t.eq(e.status, "correct", e.feedback)
+    t.eq(e.timing.candidate.last_checked_after, nil, "the old rule: the 10th checked in place")
+    counts[#counts + 1] = e.timing.candidate.checked_calls
+    t.ok(e.timing.candidate.checked_calls >= 1, "the 10th at least")
   end
-  -- 1/2 a timing: none in 8 has odds 2^-8
-  t.ok(after >= 1, "without it, some last calls were checked after the timing: " .. after .. " of 8")
+  t.ok(#counts == 6, table.concat(counts, " "))
+  t.raises(function() j:eval(rowsum, STARTER, with { check_draw = "some" }) end, "check_draw")
 end)
 
 t.done()

@@ -256,7 +256,7 @@ t.test("measure_profile --warmup wants two warm-ups (N or N/MS), before anything
 end)
 
 t.test("measure_profile --ab wants OPT=A,B, and not beside --warmup, before anything needs a GPU", function()
-  for _, bad in ipairs { "x", "x=1", "x=1,2,3", "=1,2", "1x=1,2", "a-b=1,2" } do
+  for _, bad in ipairs { "x", "x=1", "x=1,2,3", "=1,2", "1x=1,2", "a-b=1,2", "x=1,2+", "x=1,2+y=3" } do
     local out, rc = kmrun("measure_profile.lua", "--ab " .. bad, NO_GPU)
     t.eq(rc, 2, bad .. ": " .. out)
     t.ok(out:find("--ab wants OPT=A,B", 1, true), out)
@@ -264,7 +264,7 @@ t.test("measure_profile --ab wants OPT=A,B, and not beside --warmup, before anyt
   local out, rc = kmrun("measure_profile.lua", "--ab check_every=2,4 --warmup 1,1w", NO_GPU)
   t.eq(rc, 2, out)
   t.ok(out:find("one at a time", 1, true), out)
-  for _, good in ipairs { "check_likely_last=false,true", "check_every=2,4", "mode=cold,warm" } do
+  for _, good in ipairs { "check_draw=each,subset+check_lines=1,16", "check_every=2,4", "mode=cold,warm" } do
     out, rc = kmrun("measure_profile.lua", "--ab " .. good, NO_GPU)
     t.eq(rc, 3, good .. ": a good --ab gets as far as the GPU check: " .. out)
   end
