@@ -33,6 +33,15 @@ int km_fail(lua_State *L, const char *code, const char *fmt, ...);
 void km_newclass(lua_State *L, const char *mtname, const luaL_Reg *methods,
                  lua_CFunction release);
 
+/* While a timing runs (km_timing.c), the finalizers of km_newclass objects keep them instead
+ * of releasing device resources (a release may wait for the device); km_gc_defer_end, at the
+ * outermost end, releases every object kept and returns how many. Nestable. */
+void km_gc_defer_begin(lua_State *L);
+int km_gc_defer_end(lua_State *L);
+/* timing.finalize(obj, fn), for finalizers written in Lua that may wait for the device:
+ * fn(obj) now, or kept for km_gc_defer_end while a timing runs. */
+int km_gc_finalize(lua_State *L);
+
 /* Reads an optional field from the table at idx; the default when absent or nil. */
 lua_Integer km_optfield_int(lua_State *L, int idx, const char *field, lua_Integer def);
 lua_Number km_optfield_num(lua_State *L, int idx, const char *field, lua_Number def);

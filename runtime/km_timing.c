@@ -4,7 +4,7 @@
  *                              min_samples = 20, max_samples = 300, target = 0.002,
  *                              min_ms = 0, max_ms = 2000, rep = 1, flush_bytes = 2*L2,
  *                              samples = false, energy = false, gate = true, before = fn(phase),
- *                              after = fn(phase), warmed = 0 })
+ *                              after = fn(phase), warmed = 0, gc = "defer"|"stop" })
  *     -> { median, mean, min, max, p25, p75, n, n_extra, warmup_calls, stop, rel_noise, mode, rep, total_ms,
  *          protocol, samples?, gated, gate_timeouts, gate_timeout_ms, sm_clock_mhz,
  *          sm_clock_start_mhz, sm_clock_min_mhz, sm_clock_max_mhz, clock_moved, energy_j?, energy_window_ms?, energy_calls?,
@@ -22,6 +22,10 @@
  *                        over `cycles` SM cycles, KM_CLOCK_PROBE_CYCLES by default)
  *   timing.gate_check() -> the gate's page checked now (and put back): the process's count of
  *                        checks that found it written, ever (no GPU needed; 0 before any gate)
+ *   timing.finalize(obj, fn) -> fn(obj) now, or, inside a timing (gc = "defer"), at its end:
+ *                        for a __gc written in Lua that may wait for the device
+ *   timing.gc_deferred(fn) -> n: fn run with finalizers deferred as inside a timing (gc =
+ *                        "defer"), then the n objects they kept released: a test hook
  *   timing.gate_page_address() -> the page's device address: a test hook (tests/gpu/
  *                        test_gate_tamper.lua plays an attacker who learned it), not an API
  *
@@ -116,13 +120,15 @@ static int l_sm_clock(lua_State *L) {
  * unwinds, and the error goes on unchanged. */
 typedef struct {
   km_timer_gpu gpu; /* first: the userdata is also a km_timer_gpu */
-  int restart_gc;   /* Lua's collector was running when the run began: it runs again at the end */
+  int restart_gc;   /* gc = "stop": Lua's collector was running when the run began: it runs again at the end */
+  int deferring;    /* gc = "defer": finalizers are deferred until the end (km_gc_defer_begin) */
 } run_state;
 
 static int gpu_gc(lua_State *L) {
   run_state *rs = luaL_checkudata(L, 1, KM_TIMING_EVENTS_MT);
   km_timer_gpu_release(&rs->gpu);
   if (rs->restart_gc) rs->restart_gc = 0, lua_gc(L, LUA_GCRESTART);
+  if (rs->deferring) rs->deferring = 0, km_gc_defer_end(L);
   return 0;
 }
 
@@ -325,6 +331,10 @@ static int push_tampered(lua_State *L, const km_timer_result *r) {
 static int l_time(lua_State *L) {
   km_timing_protocol proto;
   read_protocol(L, 2, &proto); /* misuse is an error with or without a GPU */
+  const char *gcm = lua_istable(L, 2) ? km_optfield_str(L, 2, "gc", "defer") : "defer";
+  int gc_defer = strcmp(gcm, "defer") == 0;
+  if (!gc_defer && strcmp(gcm, "stop") != 0)
+    return luaL_error(L, "timing: option 'gc' must be \"defer\" or \"stop\", not \"%s\"", gcm);
   km_cuda_check(L);
   int is_graph = luaL_testudata(L, FN, "km.Graph") != NULL;
   if (!is_graph) luaL_checktype(L, FN, LUA_TFUNCTION);
@@ -341,11 +351,21 @@ static int l_time(lua_State *L) {
   km_timer_gpu *gpu = &rs->gpu;
   km_timer_gpu_init(gpu);
   luaL_setmetatable(L, KM_TIMING_EVENTS_MT);
-  /* No collection while samples are enqueued: a finalizer freeing device memory (cuMemFree
-   * waits for the device) inside a sample would wait on its own gate, or, ungated, stall
-   * the GPU inside a timed window. The garbage of one run is small; it is collected after. */
-  rs->restart_gc = lua_gc(L, LUA_GCISRUNNING);
-  if (rs->restart_gc) lua_gc(L, LUA_GCSTOP);
+  /* No finalizer releases device resources while samples are enqueued: one freeing device
+   * memory (cuMemFree waits for the device) inside a sample would wait on its own gate, or,
+   * ungated, stall the GPU inside a timed window. gc = "defer" (the default): the collector
+   * runs, its steps falling where the host is ahead of the GPU, and finalizers keep their
+   * objects until the run ends (km_gc_defer_begin). gc = "stop": no collection until the end,
+   * where the first allocation takes the collector's whole step while the GPU idles (about
+   * 1 ms in the judge's heap, bench/RESULTS.md run BI). */
+  rs->restart_gc = rs->deferring = 0;
+  if (gc_defer) {
+    km_gc_defer_begin(L);
+    rs->deferring = 1;
+  } else {
+    rs->restart_gc = lua_gc(L, LUA_GCISRUNNING);
+    if (rs->restart_gc) lua_gc(L, LUA_GCSTOP);
+  }
   lua_toclose(L, -1);
   lua_work w = {L, is_graph, 0};
   km_timer_work work = {work_call, lua_isnil(L, BEFORE) ? NULL : work_before, lua_isnil(L, AFTER) ? NULL : work_after,
@@ -415,6 +435,19 @@ static int l_peaks(lua_State *L) {
 
 /* timing.gate_check() -> the process's count of checks that found the gate's page written,
  * this one included (the page is put back) */
+/* timing.gc_deferred(fn) -> how many objects' release the end ran: fn called with
+ * finalizers deferred as inside a timing (gc = "defer"); no GPU needed (tests). */
+static int l_gc_deferred(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TFUNCTION);
+  km_gc_defer_begin(L);
+  lua_settop(L, 1);
+  int rc = lua_pcall(L, 0, 0, 0);
+  int n = km_gc_defer_end(L);
+  if (rc != LUA_OK) return lua_error(L);
+  lua_pushinteger(L, n);
+  return 1;
+}
+
 static int l_gate_check(lua_State *L) {
   lua_pushinteger(L, (lua_Integer)km_timer_gpu_gate_check());
   return 1;
@@ -439,7 +472,7 @@ static int l_wall(lua_State *L) {
 
 int luaopen_km_timing(lua_State *L) {
   static const luaL_Reg fns[] = {{"time", l_time}, {"sm_clock", l_sm_clock}, {"wall", l_wall}, {"protocol_key", l_protocol_key},
-                                  {"protocol", l_protocol}, {"gate_check", l_gate_check},
+                                  {"protocol", l_protocol}, {"gate_check", l_gate_check}, {"gc_deferred", l_gc_deferred}, {"finalize", km_gc_finalize},
                                   {"gate_page_address", l_gate_page_address}, {NULL, NULL}};
   static const luaL_Reg no_methods[] = {{NULL, NULL}};
   km_newclass(L, KM_TIMING_EVENTS_MT, no_methods, gpu_gc);

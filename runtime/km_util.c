@@ -21,6 +21,106 @@ int km_fail(lua_State *L, const char *code, const char *fmt, ...) {
   return 3;
 }
 
+/* ---- finalizers deferred while a timing runs ----
+ * A class's release may free device memory or unload a module, and those wait for the
+ * device: inside a timing's sample loop a finalizer must not (km.timing). So while
+ * km_gc_defer_begin is in force, a finalizer keeps its object instead (a list in the
+ * registry: the object lives on, its finalizer has run) and km_gc_defer_end releases every
+ * kept object through its release function, once the timing is done. The collector itself
+ * keeps running. */
+#define DEFER_DEPTH "km.gc_defer_depth"
+#define DEFER_LIST "km.gc_defer_list"
+
+static lua_Integer defer_depth(lua_State *L) {
+  lua_getfield(L, LUA_REGISTRYINDEX, DEFER_DEPTH);
+  lua_Integer d = lua_tointeger(L, -1);
+  lua_pop(L, 1);
+  return d;
+}
+
+void km_gc_defer_begin(lua_State *L) {
+  lua_pushinteger(L, defer_depth(L) + 1);
+  lua_setfield(L, LUA_REGISTRYINDEX, DEFER_DEPTH);
+}
+
+/* Keeps obj (at idx) and its release fn (at fidx; 0: obj's __close) for km_gc_defer_end. */
+static void defer_keep(lua_State *L, int idx, int fidx) {
+  idx = lua_absindex(L, idx);
+  if (fidx) fidx = lua_absindex(L, fidx);
+  if (lua_getfield(L, LUA_REGISTRYINDEX, DEFER_LIST) != LUA_TTABLE) {
+    lua_pop(L, 1);
+    lua_newtable(L);
+    lua_pushvalue(L, -1);
+    lua_setfield(L, LUA_REGISTRYINDEX, DEFER_LIST);
+  }
+  lua_Integer n = (lua_Integer)lua_rawlen(L, -1);
+  lua_pushvalue(L, idx);
+  lua_rawseti(L, -2, n + 1);
+  if (fidx) lua_pushvalue(L, fidx); else lua_pushboolean(L, 0);
+  lua_rawseti(L, -2, n + 2);
+  lua_pop(L, 1);
+}
+
+int km_gc_defer_end(lua_State *L) {
+  lua_Integer d = defer_depth(L) - 1;
+  lua_pushinteger(L, d > 0 ? d : 0);
+  lua_setfield(L, LUA_REGISTRYINDEX, DEFER_DEPTH);
+  if (d > 0) return 0;
+  int n = 0;
+  /* the list is taken first: a release may allocate and collect, and what is finalized
+   * then (depth is 0) is released at once, not kept */
+  while (lua_getfield(L, LUA_REGISTRYINDEX, DEFER_LIST) == LUA_TTABLE) {
+    lua_pushnil(L);
+    lua_setfield(L, LUA_REGISTRYINDEX, DEFER_LIST); /* [list] */
+    lua_Integer len = (lua_Integer)lua_rawlen(L, -1);
+    for (lua_Integer i = 1; i + 1 <= len; i += 2) {
+      lua_rawgeti(L, -1, i + 1);              /* [list, fn|false] */
+      lua_rawgeti(L, -2, i);                  /* [list, fn|false, obj] */
+      if (!lua_toboolean(L, -2)) {
+        lua_remove(L, -2);                    /* [list, obj] */
+        if (luaL_getmetafield(L, -1, "__close") == LUA_TNIL) { lua_pop(L, 1); continue; }
+        lua_insert(L, -2);                    /* [list, release, obj] */
+      }
+      /* a release that raises is reported like a finalizer's error, and the rest go on */
+      if (lua_pcall(L, 1, 0, 0) != LUA_OK) {
+        lua_warning(L, "error in a deferred finalizer (", 1);
+        lua_warning(L, lua_tostring(L, -1) ? lua_tostring(L, -1) : "?", 1);
+        lua_warning(L, ")", 0);
+        lua_pop(L, 1);
+      }
+      n++;
+    }
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+  return n;
+}
+
+/* __gc of a class with a release: the release now, or, inside km_gc_defer_begin/end, the
+ * object kept for km_gc_defer_end. */
+static int gc_release(lua_State *L) {
+  if (defer_depth(L) > 0) {
+    defer_keep(L, 1, 0);
+    return 0;
+  }
+  lua_CFunction release = lua_tocfunction(L, lua_upvalueindex(1));
+  lua_settop(L, 1);
+  return release(L);
+}
+
+int km_gc_finalize(lua_State *L) {
+  luaL_checkany(L, 1);
+  luaL_checktype(L, 2, LUA_TFUNCTION);
+  if (defer_depth(L) > 0) {
+    defer_keep(L, 1, 2);
+    return 0;
+  }
+  lua_settop(L, 2);
+  lua_insert(L, 1);
+  lua_call(L, 1, 0);
+  return 0;
+}
+
 void km_newclass(lua_State *L, const char *mtname, const luaL_Reg *methods,
                  lua_CFunction release) {
   luaL_newmetatable(L, mtname);           /* [mt] */
@@ -29,6 +129,7 @@ void km_newclass(lua_State *L, const char *mtname, const luaL_Reg *methods,
   lua_setfield(L, -2, "__index");         /* [mt] */
   if (release) {
     lua_pushcfunction(L, release);
+    lua_pushcclosure(L, gc_release, 1);
     lua_setfield(L, -2, "__gc");
     lua_pushcfunction(L, release);
     lua_setfield(L, -2, "__close");

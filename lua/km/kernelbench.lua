@@ -26,6 +26,7 @@
 local python = require "km.python"
 local json = require "km.json"
 local progress = require "km.progress"
+local timing = require "km.timing"
 
 local type, pairs, ipairs, setmetatable, tostring, pcall = type, pairs, ipairs, setmetatable, tostring, pcall
 local fmt = string.format
@@ -360,8 +361,11 @@ function Problem:release(opts)
   return call("release", id, opts and opts.empty_cache or false)
 end
 
-Problem.__gc = function(self) if self.id then pcall(Problem.release, self) end end
-Problem.__close = Problem.__gc
+-- a finalizer inside a timing waits for its end (km.timing's gc = "defer"): releasing a model
+-- is a Python call, and the host buffer's cudaFreeHost below waits for the device
+local function release_quietly(self) if self.id then pcall(Problem.release, self) end end
+Problem.__gc = function(self) if self.id then timing.finalize(self, release_quietly) end end
+Problem.__close = release_quietly
 Problem.__tostring = function(self)
   return fmt("km.kernelbench problem %s (%s, %s)%s", self.name or "?", self.precision, self.device,
     self.id and "" or " released")
@@ -431,7 +435,7 @@ function Host:free()
   if self.id then call("host_free", self.id) end
   self.id = nil
 end
-Host.__gc = Host.free
+Host.__gc = function(self) if self.id then timing.finalize(self, Host.free) end end
 Host.__close = Host.free
 
 -- kb.host_buffer(dtype, shape) -> zeroed host memory | nil, why, code

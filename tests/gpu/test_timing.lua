@@ -84,14 +84,47 @@ t.test("work that waits for the GPU while gated: one gate times out, the run goe
   t.eq(g.gated, g.n + g.n_extra)
 end)
 
-t.test("no Lua collection inside a run: a finalizer that waits for the GPU cannot stall a gated sample", function()
+-- Inside a run the collector runs (gc = "defer", the default), and no finalizer that may wait
+-- for the device runs there: a km.Buffer's cuMemFree and a Lua finalizer through
+-- timing.finalize (one that synchronizes here) are kept until the run ends, so no gated
+-- sample waits on them.
+t.test("finalizers inside a run wait for its end: the collector runs, no sample waits on a free", function()
+  local buffer = require "km.buffer"
+  local finalized, released, worst = 0, 0, 0
+  local live0 = buffer.live()
+  local r = timing.time(function()
+    for _ = 1, 20 do
+      buffer.new("f32", 1024) -- dropped at once: its finalizer's cuMemFree waits for the device
+      setmetatable({}, { __gc = function(o)
+        finalized = finalized + 1
+        timing.finalize(o, function() cuda.synchronize() released = released + 1 end)
+      end })
+    end
+    local junk = {}
+    for i = 1, 20000 do junk[i] = { i } end -- enough allocation to run the collector's steps
+    assert(spin{ grid = 1, block = 32 }(20000))
+    worst = math.max(worst, released)
+  end, { min_samples = 10, max_samples = 20, target = 0 })
+  t.eq(r.gate_timeouts, 0)
+  t.eq(r.gated, r.n + r.n_extra)
+  t.ok(finalized > 0, "the collector ran inside the run: " .. finalized .. " finalizers called")
+  t.eq(worst, 0, "none released inside")
+  t.eq(released, finalized, "every one released at the end")
+  collectgarbage()
+  collectgarbage()
+  t.eq(buffer.live(), live0, "the buffers freed: no device memory kept")
+end)
+
+-- gc = "stop": no collection inside a run at all (the way before round 13): a finalizer that
+-- waits for the GPU, not written through timing.finalize, cannot stall a gated sample either.
+t.test("gc = \"stop\": no Lua collection inside a run", function()
   local function trap() setmetatable({}, { __gc = function() cuda.synchronize() end }) end
   local r = timing.time(function()
     for _ = 1, 50 do trap() end
     local junk = {}
     for i = 1, 20000 do junk[i] = { i } end -- enough allocation to run the collector's steps
     assert(spin{ grid = 1, block = 32 }(20000))
-  end, { min_samples = 10, max_samples = 20, target = 0 })
+  end, { min_samples = 10, max_samples = 20, target = 0, gc = "stop" })
   t.eq(r.gate_timeouts, 0)
   t.eq(r.gated, r.n + r.n_extra)
   t.ok(collectgarbage("isrunning"), "the collector runs again after the run")

@@ -57,6 +57,66 @@ t.test("misuse raises, in timing.time before any CUDA call too", function()
   t.raises(function() timing.protocol_key { rep = 0 } end, "rep >= 1")
   t.raises(function() timing.protocol_key "cold" end, "table expected")
   t.raises(function() timing.time(function() end, { mode = "hot" }) end, "unknown mode 'hot'")
+  t.raises(function() timing.time(function() end, { gc = "never" }) end, "option 'gc' must be \"defer\" or \"stop\"")
+end)
+
+-- Inside a timing (gc = "defer", the default) the collector runs but finalizers that may wait
+-- for the device keep their objects until the run ends: every km class's (a km.Proc here:
+-- its release kills and reaps the child), and those written in Lua through timing.finalize.
+-- timing.gc_deferred runs a function under the same rule, no GPU needed.
+local proc = require "km.proc"
+local function proc_state(pid)
+  local f = io.open("/proc/" .. pid .. "/stat")
+  if not f then return nil end
+  local st = f:read("a")
+  f:close()
+  return st:match("%) (%a)")
+end
+
+t.test("finalizers deferred: a km object and timing.finalize's kept until the end, then released", function()
+  local pid, finalized, released, inside = nil, 0, 0, nil
+  local n = timing.gc_deferred(function()
+    local p = assert(proc.spawn { "sleep", "30" })
+    pid = p:pid()
+    p = nil -- luacheck: ignore (dropped for the collector)
+    for _ = 1, 3 do
+      setmetatable({}, { __gc = function(o)
+        finalized = finalized + 1
+        timing.finalize(o, function() released = released + 1 end)
+      end })
+    end
+    collectgarbage()
+    collectgarbage()
+    inside = { state = proc_state(pid), finalized = finalized, released = released }
+  end)
+  t.ok(inside.state and inside.state ~= "Z", "the child lives on inside: " .. tostring(inside.state))
+  t.eq(inside.finalized, 3, "the Lua finalizers ran inside (the collector is not stopped)")
+  t.eq(inside.released, 0, "but released nothing")
+  t.eq(released, 3, "released at the end")
+  t.eq(n, 4, "the proc and the three")
+  t.eq(proc_state(pid), nil, "the child killed and reaped at the end")
+  -- outside, both release at once
+  local q = assert(proc.spawn { "sleep", "30" })
+  local qpid = q:pid()
+  q = nil -- luacheck: ignore
+  collectgarbage()
+  t.eq(proc_state(qpid), nil, "outside a timing the finalizer releases at once")
+  local now = 0
+  timing.finalize({}, function() now = now + 1 end)
+  t.eq(now, 1, "timing.finalize outside a timing: at once")
+end)
+
+t.test("finalizers deferred: an error in fn still releases what was kept, and is raised", function()
+  local released = 0
+  t.raises(function()
+    timing.gc_deferred(function()
+      setmetatable({}, { __gc = function(o) timing.finalize(o, function() released = released + 1 end) end })
+      collectgarbage()
+      error("boom")
+    end)
+  end, "boom")
+  t.eq(released, 1)
+  t.raises(function() timing.finalize({}, 3) end, "function expected")
 end)
 
 -- The C API's km_time runs the same loop (km_timer_core.c) under the protocol its options
