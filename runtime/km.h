@@ -42,6 +42,11 @@ int km_gc_defer_end(lua_State *L);
  * fn(obj) now, or kept for km_gc_defer_end while a timing runs. */
 int km_gc_finalize(lua_State *L);
 
+/* A sample of lines for a check (km_compare_core.h's km_lines) from the table at idx,
+ * { key = integer, shift = 0..20 }; raises an argument error for `arg` otherwise. */
+struct km_lines;
+void km_check_lines(lua_State *L, int idx, int arg, struct km_lines *out);
+
 /* Reads an optional field from the table at idx; the default when absent or nil. */
 lua_Integer km_optfield_int(lua_State *L, int idx, const char *field, lua_Integer def);
 lua_Number km_optfield_num(lua_State *L, int idx, const char *field, lua_Number def);

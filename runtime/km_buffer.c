@@ -790,17 +790,7 @@ static int g_random_check(lua_State *L) {
   random_law(L, 3, b, &d, &a, &c, &seed);
   /* 4: { key = k, shift = s }: a sample of the lines (km_lines), or nil: every line */
   km_lines lines, *smp = NULL;
-  if (!lua_isnoneornil(L, 4)) {
-    luaL_checktype(L, 4, LUA_TTABLE);
-    int okk = 0, oks = 0;
-    lua_getfield(L, 4, "key");
-    lua_Integer key = lua_tointegerx(L, -1, &okk);
-    lua_getfield(L, 4, "shift");
-    lua_Integer shift = lua_tointegerx(L, -1, &oks);
-    lua_pop(L, 2);
-    luaL_argcheck(L, okk && oks && shift >= 0 && shift <= 20, 4, "{ key = integer, shift = 0..20 } expected");
-    lines.key = (uint64_t)key, lines.shift = (unsigned)shift, smp = &lines;
-  }
+  if (!lua_isnoneornil(L, 4)) km_check_lines(L, 4, 4, &lines), smp = &lines;
   km_cuda_util(L, "km_random_check");
   CUdeviceptr acc = ledger_take(L, g, 1);
   check(L, km_devbuf_random_check_at(b, d, a, c, seed, km_cuda_stream(), acc, smp), "random_check");

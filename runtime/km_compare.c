@@ -257,21 +257,8 @@ typedef struct {
 /* opts.lines = { key = k, shift = s } (enqueue only): a sample of the lines, one in 2^s
  * (km_lines), drawn from k after the outputs were written; absent: every line. */
 static void lines_opt(lua_State *L, int idx, ledger_cmp *c) {
-  c->sampled = 0;
-  if (lua_getfield(L, idx, "lines") == LUA_TTABLE) {
-    int okk = 0, oks = 0;
-    lua_getfield(L, -1, "key");
-    lua_Integer key = lua_tointegerx(L, -1, &okk);
-    lua_getfield(L, -2, "shift");
-    lua_Integer shift = lua_tointegerx(L, -1, &oks);
-    luaL_argcheck(L, okk && oks && shift >= 0 && shift <= 20, idx, "lines: { key = integer, shift = 0..20 } expected");
-    c->sampled = 1;
-    c->lines.key = (uint64_t)key;
-    c->lines.shift = (unsigned)shift;
-    lua_pop(L, 2);
-  } else if (!lua_isnil(L, -1)) {
-    luaL_argerror(L, idx, "lines: { key = integer, shift = 0..20 } expected");
-  }
+  c->sampled = lua_getfield(L, idx, "lines") != LUA_TNIL;
+  if (c->sampled) km_check_lines(L, -1, idx, &c->lines);
   lua_pop(L, 1);
 }
 

@@ -29,7 +29,7 @@ typedef struct {
 /* A check of a sample of a buffer's 128-byte lines (a timed call's, km.judge's check_lines):
  * one line in each block of 2^shift lines, at an offset drawn from key (km_util.cu's struct
  * lines); shift 0 reads every line. */
-typedef struct {
+typedef struct km_lines {
   uint64_t key;
   unsigned shift;
 } km_lines;

@@ -9,6 +9,7 @@
 #include <lauxlib.h>
 #include "km.h"
 #include "km_cuda.h"
+#include "km_compare_core.h"
 #include "km_scrub_core.h"
 
 int km_fail(lua_State *L, const char *code, const char *fmt, ...) {
@@ -19,6 +20,20 @@ int km_fail(lua_State *L, const char *code, const char *fmt, ...) {
   va_end(ap);
   lua_pushstring(L, code);
   return 3;
+}
+
+void km_check_lines(lua_State *L, int idx, int arg, struct km_lines *out) {
+  idx = lua_absindex(L, idx);
+  int okk = 0, oks = 0;
+  luaL_argcheck(L, lua_istable(L, idx), arg, "lines: { key = integer, shift = 0..20 } expected");
+  lua_getfield(L, idx, "key");
+  lua_Integer key = lua_tointegerx(L, -1, &okk);
+  lua_getfield(L, idx, "shift");
+  lua_Integer shift = lua_tointegerx(L, -1, &oks);
+  lua_pop(L, 2);
+  luaL_argcheck(L, okk && oks && shift >= 0 && shift <= 20, arg, "lines: { key = integer, shift = 0..20 } expected");
+  out->key = (uint64_t)key;
+  out->shift = (unsigned)shift;
 }
 
 /* ---- finalizers deferred while a timing runs ----

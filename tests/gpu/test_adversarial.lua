@@ -133,14 +133,19 @@ end)
 -- previous call's outputs elsewhere: a kernel that tells a timed call from a verified one by
 -- what its output buffer holds, and skips work there, must still be caught.
 -- (a one-thread probe kernel reads the output before the work kernel writes it: stream order)
-t.test("a kernel that skips all work when its output is not fully poisoned (timed calls) is caught", function()
-  local v = judge("lazy unless poisoned", '__device__ int timed_call;\n' ..
+local function timed_probe(body)
+  return '__device__ int timed_call;\n' ..
     'extern "C" __global__ void probe(const float *y, long long n) {\n' ..
-    '  timed_call = y[0] == y[0] && y[n - 1] == y[n - 1]; } // neither is the NaN poison\n' ..
-    relu_src("if (timed_call) return;\n  if (i < n) y[i] = fmaxf(x[i], 0.f);"), [[return function(k, io, s)
-    k.probe{ grid = 1, block = 1 }(io.y, s.n)
-    k.relu{ grid = k.cdiv(s.n, 256), block = 256 }(io.x, io.y, s.n)
-  end]], { timing = true })
+    '  timed_call = y[0] == y[0] && y[n - 1] == y[n - 1]; } // neither is the NaN poison\n' .. relu_src(body)
+end
+local PROBE_LAUNCH = [[return function(k, io, s)
+  k.probe{ grid = 1, block = 1 }(io.y, s.n)
+  k.relu{ grid = k.cdiv(s.n, 256), block = 256 }(io.x, io.y, s.n)
+end]]
+
+t.test("a kernel that skips all work when its output is not fully poisoned (timed calls) is caught", function()
+  local v = judge("lazy unless poisoned", timed_probe("if (timed_call) return;\n  if (i < n) y[i] = fmaxf(x[i], 0.f);"),
+    PROBE_LAUNCH, { timing = true })
   t.eq(v.status, "mismatch", v.feedback)
   t.ok(v.feedback:find("timed", 1, true), "caught at a timed call: " .. v.feedback)
 end)
@@ -151,13 +156,8 @@ end)
 -- of 16 lines with a wrong one, each read with probability 1/16: it escapes a check with
 -- probability (15/16)^2048.
 t.test("a kernel that skips one output line in 4096 once timed is caught by the sampled check", function()
-  local v = judge("skips a line in 4096", '__device__ int timed_call;\n' ..
-    'extern "C" __global__ void probe(const float *y, long long n) {\n' ..
-    '  timed_call = y[0] == y[0] && y[n - 1] == y[n - 1]; }\n' ..
-    relu_src("if (timed_call && (i / 32) % 4096 == 7) return;\n  if (i < n) y[i] = fmaxf(x[i], 0.f);"), [[return function(k, io, s)
-    k.probe{ grid = 1, block = 1 }(io.y, s.n)
-    k.relu{ grid = k.cdiv(s.n, 256), block = 256 }(io.x, io.y, s.n)
-  end]], { timing = true })
+  local v = judge("skips a line in 4096", timed_probe("if (timed_call && (i / 32) % 4096 == 7) return;\n" ..
+    "  if (i < n) y[i] = fmaxf(x[i], 0.f);"), PROBE_LAUNCH, { timing = true })
   t.eq(v.status, "mismatch", v.feedback)
   t.ok(v.feedback:find("timed", 1, true), "caught at a timed call: " .. v.feedback)
   t.ok(v.feedback:find("a sample of the", 1, true), "the counts are of the sample: " .. v.feedback)
