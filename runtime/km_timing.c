@@ -433,8 +433,6 @@ static int l_peaks(lua_State *L) {
   return 1;
 }
 
-/* timing.gate_check() -> the process's count of checks that found the gate's page written,
- * this one included (the page is put back) */
 /* timing.gc_deferred(fn) -> how many objects' release the end ran: fn called with
  * finalizers deferred as inside a timing (gc = "defer"); no GPU needed (tests). */
 static int l_gc_deferred(lua_State *L) {
@@ -448,6 +446,8 @@ static int l_gc_deferred(lua_State *L) {
   return 1;
 }
 
+/* timing.gate_check() -> the process's count of checks that found the gate's page written,
+ * this one included (the page is put back) */
 static int l_gate_check(lua_State *L) {
   lua_pushinteger(L, (lua_Integer)km_timer_gpu_gate_check());
   return 1;

@@ -1163,7 +1163,7 @@ function M.lines_shift(n) -- check_lines -> its log2; raises
 end
 
 -- The timed-call check options (check_draw, check_first, check_every, check_lines) ->
--- draw_each, first, shift; raises on a bad one (Judge:eval, before anything runs).
+-- draw_each, first, every, shift; raises on a bad one (Judge:eval, before anything runs).
 function M.check_opts(opts)
   if opts.check_draw ~= nil and opts.check_draw ~= "each" and opts.check_draw ~= "subset" then
     error("check_draw: \"subset\" or \"each\" expected, got " .. tostring(opts.check_draw), 0)
@@ -1173,7 +1173,7 @@ function M.check_opts(opts)
     error("check_every: a positive integer expected, got " .. tostring(every), 0)
   end
   return opts.check_draw == "each", M.check_first(opts.check_first, time_opts(opts).min_samples, every),
-    M.lines_shift(opts.check_lines)
+    every, M.lines_shift(opts.check_lines)
 end
 
 -- Times `run` on the timed shape. Every call — warm-up and timed — gets fresh input values
@@ -1186,11 +1186,10 @@ end
 function Judge:time_run(st, run, sym, opts, check)
   local t = st.task
   local budget = opts.budget or 1e6
-  -- Which timed calls are checked (M.check_plan): `first` of the first min_samples, drawn
-  -- without replacement, then 1 in `every`; each check reads one line in `lines` of the
-  -- inputs and outputs (all of a buffer under 512 KiB)
-  local every = opts.check_every or 2
-  local draw_each, first, shift = M.check_opts(opts)
+  -- Which timed calls are checked (M.check_picker): `first` of the first min_samples, drawn
+  -- without replacement, then 1 in `every`; each check reads one line in 2^shift of the
+  -- inputs and outputs (check_lines; all of a buffer under 512 KiB)
+  local draw_each, first, every, shift = M.check_opts(opts)
   local seed = (opts.seed_base or 1000) + 7777
   local cand, ref_in, dims = self:trial_io(t, sym, seed)
   local bound, ref_outs -- a PyTorch reference bound for the checks (reference() below)
@@ -1329,7 +1328,7 @@ function Judge:time_run(st, run, sym, opts, check)
       return false
     end
     local ms, mtext = compare_outputs(t, judged, ref_io, dims, where, "timed", nil, nil, nil, nil,
-      function(name, a, b, o) o.lines = lines return compare.result(a, b, o, L, slots[name]) end)
+      function(name, a, b, o) return compare.result(a, b, o, L, slots[name]) end)
     -- no poison on the way back: outputs for inputs of an unpredictable seed
     put_back()
     if ms then failure = { ms, mtext } return false end
@@ -1364,7 +1363,8 @@ function Judge:time_run(st, run, sym, opts, check)
   -- replacement made call by call (the kernel cannot tell which, nor which call is the last:
   -- the stop is decided after the sample is read), then each later call with probability
   -- 1/every; where the timing did not stop at min_samples, its last call too (after the
-  -- timing where it was not checked in place). M.check_plan says what that guarantees.
+  -- timing where it was not checked in place). M.check_first and M.escape say what that
+  -- guarantees.
   -- check_draw = "each": every call 1/every, the call at min_samples and the last always
   -- (the scheme before round 13, for side-by-side runs).
   local sampled, likely_last = 0, topts.min_samples

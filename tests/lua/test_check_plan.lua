@@ -95,13 +95,15 @@ t.test("check_lines: a power of two from 1 to 2^20, its log2", function()
 end)
 
 t.test("check_opts: the defaults, and each bad option raised before anything runs", function()
-  local each, first, shift = judge.check_opts {}
+  local each, first, every, shift = judge.check_opts {}
   t.eq(each, false)
   t.eq(first, 4)
+  t.eq(every, 2)
   t.eq(shift, 4)
-  each, first, shift = judge.check_opts { check_draw = "each", check_every = 1, check_lines = 1, min_samples = 20 }
+  each, first, every, shift = judge.check_opts { check_draw = "each", check_every = 1, check_lines = 1, min_samples = 20 }
   t.eq(each, true)
   t.eq(first, 20, "check_every = 1: every call of the first min_samples")
+  t.eq(every, 1)
   t.eq(shift, 0)
   t.raises(function() judge.check_opts { check_draw = "some" } end, "check_draw")
   t.raises(function() judge.check_opts { check_every = 0 } end, "check_every")
