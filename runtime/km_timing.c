@@ -28,6 +28,8 @@
  *                        "defer"), then the n objects they kept released: a test hook
  *   timing.gate_page_address() -> the page's device address: a test hook (tests/gpu/
  *                        test_gate_tamper.lua plays an attacker who learned it), not an API
+ *   timing.rel_noise({ ms, ... }) -> the median's relative standard error the stop rule
+ *                        compares with its target (no GPU needed)
  *
  * The loop is the timing core's (km_timer_core.c, on CUDA through km_timer_gpu.c), the same
  * one the C API's km_time runs; this file reads the options, calls fn and the hooks for it
@@ -87,6 +89,7 @@
  * energy_unavailable says why. */
 #include <math.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -96,6 +99,7 @@
 #include "km.h"
 #include "km_cuda.h"
 #include "km_sampling_core.h"
+#include "km_stats_core.h"
 #include "km_timer_core.h"
 #include "km_timer_gpu.h"
 
@@ -464,6 +468,26 @@ static int l_gate_page_address(lua_State *L) {
   return 1;
 }
 
+/* timing.rel_noise({ ms, ... }) -> the median's relative standard error that the stop rule
+ * compares with its target (km_stats_rel_noise; infinity under 3 samples). No GPU needed:
+ * km.judge.cheat_gain asks what a timing's samples may look like when it stops. */
+static int l_rel_noise(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  lua_Integer n = luaL_len(L, 1);
+  luaL_argcheck(L, n >= 0 && n <= 1 << 20, 1, "at most 2^20 samples");
+  double *v = lua_newuserdatauv(L, (size_t)(n ? n : 1) * sizeof *v, 0);
+  for (lua_Integer i = 0; i < n; i++) {
+    lua_geti(L, 1, i + 1);
+    int ok;
+    v[i] = lua_tonumberx(L, -1, &ok);
+    if (!ok) return luaL_error(L, "timing.rel_noise: sample %d is not a number", (int)(i + 1));
+    lua_pop(L, 1);
+  }
+  qsort(v, (size_t)n, sizeof *v, km_stats_cmp_double);
+  lua_pushnumber(L, km_stats_rel_noise(v, (int)n));
+  return 1;
+}
+
 /* timing.wall() -> seconds on the monotonic clock (for host-side durations) */
 static int l_wall(lua_State *L) {
   lua_pushnumber(L, now_ms() / 1e3);
@@ -473,7 +497,7 @@ static int l_wall(lua_State *L) {
 int luaopen_km_timing(lua_State *L) {
   static const luaL_Reg fns[] = {{"time", l_time}, {"sm_clock", l_sm_clock}, {"wall", l_wall}, {"protocol_key", l_protocol_key},
                                   {"protocol", l_protocol}, {"gate_check", l_gate_check}, {"gc_deferred", l_gc_deferred}, {"finalize", km_gc_finalize},
-                                  {"gate_page_address", l_gate_page_address}, {NULL, NULL}};
+                                  {"gate_page_address", l_gate_page_address}, {"rel_noise", l_rel_noise}, {NULL, NULL}};
   static const luaL_Reg no_methods[] = {{NULL, NULL}};
   km_newclass(L, KM_TIMING_EVENTS_MT, no_methods, gpu_gc);
   luaL_newlib(L, fns);

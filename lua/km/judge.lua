@@ -10,8 +10,8 @@
 -- 1e6), lua_memory (bytes of Lua memory per launch call, the sandbox's default),
 -- scratch_bytes (8 GiB), mode ("cold"), max_ms (timing cap per side, 2000),
 -- check_first (how many of a timing's first min_samples calls are re-verified, a uniform draw:
--- 2/5 of them, M.check_first), check_every (a later timed call is, with probability
--- 1/check_every, 2), check_lines (a check reads one line in check_lines of a large buffer,
+-- 3/10 of them, M.check_first; min_samples: every call), check_every (a later timed call is,
+-- with probability 1/check_every, 1: every one), check_lines (a check reads one line in check_lines of a large buffer,
 -- M.CHECK_LINES), check_draw ("each": the scheme before round 13), min_samples
 -- (10: timing's stop rule, then noise), warmup (warm-up calls before a timing's samples,
 -- M.WARMUP = 1) and warmup_ms (their least wall time, M.WARMUP_MS): part of the protocol
@@ -1102,17 +1102,22 @@ M.time_opts = time_opts
 -- How a timing's calls are checked (Judge:time_run). To move the median of n samples a
 -- kernel must be fast on at least half of them; checking a uniform draw of m of the first
 -- min_samples calls (no call is checked for sure, so a kernel cannot be honest just there)
--- leaves a kernel that cheats on k of them unchecked with probability C(n-k, m) / C(n, m):
--- with m = 4 of 10, 2.4% for k = 5 and 0.5% for k = 6. The rule before round 13 checked each
--- call with probability 1/2 and the 10th always: 5.5 checks a timing of 10, and a kernel
--- honest on the 10th that cheated on 5 of the other 9 escaped with 0.5^5 = 3.1%.
-M.CHECK_FIRST = 2 / 5
-function M.check_first(m, min_samples, every)
-  if m == nil then
-    -- check_every = 1 (every later call checked): every one of the first too
-    if every == 1 then return min_samples end
-    return math.max(1, math.ceil(min_samples * M.CHECK_FIRST - 1e-9))
-  end
+-- leaves a kernel that cheats on k of them unchecked with probability C(n-k, m) / C(n, m)
+-- (M.escape), and every later call is checked (check_every = 1). What a cheat can gain is
+-- then bounded by the stop rule, not by luck (M.cheat_gain; docs/eval.md, "How many timed
+-- calls are checked"): a timing that stops at n = 10 has the median's noise within the
+-- target, so the interquartile range within 1.7% of the median, and a kernel fast on
+-- k = 5, 6, 7 of the 10 gains at most 0.84%, 1.7%, 2.2% on its median; k >= 8 gains
+-- without bound but leaves 2 honest calls, which any 3 checks cannot all miss. Past 10 calls
+-- no call goes unchecked, so no longer timing helps it. With m = 3 the largest gain a cheat
+-- can escape with is 2.2% (k = 7, 0.8% of the time); the rule of round 13 (4 of 10, then 1 in
+-- 2) let a kernel that kept its noise up until the 17th-21st call escape with any gain, once
+-- in 10^4-10^5 timings (tests/lua/test_check_plan.lua works out both). Most timings stop at
+-- 10 calls, so this is one check fewer a timing; a timing that runs on checks every call.
+M.CHECK_FIRST = 3 / 10
+M.CHECK_EVERY = 1
+function M.check_first(m, min_samples)
+  if m == nil then return math.max(1, math.ceil(min_samples * M.CHECK_FIRST - 1e-9)) end
   if math.type(m) ~= "integer" or m < 1 or m > min_samples then
     error(fmt("check_first: an integer in 1..min_samples (%d) expected, got %s", min_samples, tostring(m)), 0)
   end
@@ -1143,6 +1148,37 @@ function M.escape(n, k, m)
   return p
 end
 
+-- The largest relative gain on its median a kernel can have from being fast on k of the n
+-- samples of a timing that stopped by the noise rule at n (target: the median's relative
+-- standard error, M.TARGET): its fast calls all at one time f (lower quartiles only raise the
+-- spread), the others at the honest time, f as low as the rule still allows (a bisection on
+-- timing.rel_noise, the rule's own statistic). 1 where the rule allows any f (the
+-- interquartile range lies among the fast calls: k >= 8 of 10).
+function M.cheat_gain(n, k, target)
+  target = target or M.TARGET
+  local function samples(f)
+    local s = {}
+    for i = 1, n do s[i] = i <= k and f or 1 end
+    return s
+  end
+  local function median(f)
+    local s = samples(f)
+    table.sort(s)
+    local pos = (n - 1) / 2
+    local lo = math.floor(pos)
+    return s[lo + 1] + (s[math.min(lo + 2, n)] - s[lo + 1]) * (pos - lo)
+  end
+  if k <= 0 then return 0 end
+  local tiny = 1e-12
+  if timing.rel_noise(samples(tiny)) <= target then return 1 - median(tiny) end
+  local lo, hi = tiny, 1 -- rel_noise(lo) > target >= rel_noise(hi)
+  for _ = 1, 60 do
+    local mid = (lo + hi) / 2
+    if timing.rel_noise(samples(mid)) <= target then hi = mid else lo = mid end
+  end
+  return 1 - median(hi)
+end
+
 -- Each check of a timed call reads one 128-byte line in `check_lines` (a power of two;
 -- 1: every line) of the inputs it proves and of the outputs it compares, in each block of
 -- that many lines, at an offset drawn after the call ran; a buffer keeps at least 4096
@@ -1168,12 +1204,12 @@ function M.check_opts(opts)
   if opts.check_draw ~= nil and opts.check_draw ~= "each" and opts.check_draw ~= "subset" then
     error("check_draw: \"subset\" or \"each\" expected, got " .. tostring(opts.check_draw), 0)
   end
-  local every = opts.check_every or 2
+  local each = opts.check_draw == "each"
+  local every = opts.check_every or (each and 2 or M.CHECK_EVERY)
   if math.type(every) ~= "integer" or every < 1 then
     error("check_every: a positive integer expected, got " .. tostring(every), 0)
   end
-  return opts.check_draw == "each", M.check_first(opts.check_first, time_opts(opts).min_samples, every),
-    every, M.lines_shift(opts.check_lines)
+  return each, M.check_first(opts.check_first, time_opts(opts).min_samples), every, M.lines_shift(opts.check_lines)
 end
 
 -- Times `run` on the timed shape. Every call — warm-up and timed — gets fresh input values
@@ -1362,9 +1398,9 @@ function Judge:time_run(st, run, sym, opts, check)
   -- Which calls are checked: `first` of the first min_samples calls, a uniform draw without
   -- replacement made call by call (the kernel cannot tell which, nor which call is the last:
   -- the stop is decided after the sample is read), then each later call with probability
-  -- 1/every; where the timing did not stop at min_samples, its last call too (after the
-  -- timing where it was not checked in place). M.check_first and M.escape say what that
-  -- guarantees.
+  -- 1/every (every one by default); where the timing did not stop at min_samples, its last
+  -- call too (after the timing where it was not checked in place). M.check_first,
+  -- M.escape and M.cheat_gain say what that guarantees.
   -- check_draw = "each": every call 1/every, the call at min_samples and the last always
   -- (the scheme before round 13, for side-by-side runs).
   local sampled, likely_last = 0, topts.min_samples

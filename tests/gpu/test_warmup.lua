@@ -62,7 +62,8 @@ end)
 
 -- Which timed calls are checked (Judge:time_run, km.judge's check_picker): a timing that
 -- stops at min_samples (a noise target of 50% makes every one here) checks exactly
--- check_first of its calls (4 of 10 by default), each in place, and none after it.
+-- check_first of its calls (3 of 10 by default), each in place, and none after it; one
+-- that runs on checks every later call (check_every = 1).
 -- check_draw = "each" is the rule before round 13: the 10th always, the others 1 in 2.
 t.test("a timing that stops at min_samples checks exactly check_first of its calls, none after it", function()
   for _ = 1, 4 do
@@ -70,13 +71,23 @@ t.test("a timing that stops at min_samples checks exactly check_first of its cal
     t.eq(v.status, "correct", v.feedback)
     local c = v.timing.candidate
     t.eq(c.n, 10, "the rule stops at min_samples")
-    t.eq(c.checked_calls, 4, "4 of the 10")
+    t.eq(c.checked_calls, 3, "3 of the 10")
     t.eq(c.last_checked_after, nil, "no check after the timing")
     t.eq(c.check_lines, 16, "one line in 16 of a large buffer")
   end
   local v = j:eval(rowsum, STARTER, with { target = 0.5, check_first = 10, check_lines = 1 })
   t.eq(v.timing.candidate.checked_calls, 10, "check_first = 10: every call")
   t.eq(v.timing.candidate.check_lines, nil, "check_lines = 1: every line")
+  -- a timing that does not stop at 10 (a noise target no timing meets, stopped by max_ms):
+  -- 3 of the first 10 and every call after them, each in place
+  for _ = 1, 2 do
+    local e = j:eval(rowsum, STARTER, with { target = 1e-9, max_ms = 40 })
+    t.eq(e.status, "correct", e.feedback)
+    local c = e.timing.candidate
+    t.ok(c.n > 10, "ran past min_samples: " .. tostring(c.n))
+    t.eq(c.checked_calls, 3 + c.n + (c.n_extra or 0) - 10, "every call past the 10th checked")
+    t.eq(c.last_checked_after, nil, "the last call checked in place")
+  end
   local counts = {}
   for _ = 1, 6 do
     local e = j:eval(rowsum, STARTER, with { target = 0.5, check_draw = "each" })

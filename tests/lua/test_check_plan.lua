@@ -3,16 +3,16 @@
 -- run without a GPU. The GPU side (the sampled reads themselves) is tests/gpu/test_check_lines.lua.
 local t = require "km.tap"
 local judge = require "km.judge"
+local timing = require "km.timing"
 
 local function close(a, b, tol, what) t.ok(math.abs(a - b) <= tol, ("%s: %.4f vs %.4f (+-%.4f)"):format(what, a, b, tol)) end
 
-t.test("check_first: 2/5 of min_samples by default, every one with check_every = 1, bad values refused", function()
-  t.eq(judge.check_first(nil, 10), 4)
-  t.eq(judge.check_first(nil, 20), 8)
+t.test("check_first: 3/10 of min_samples by default, bad values refused", function()
+  t.eq(judge.check_first(nil, 10), 3)
+  t.eq(judge.check_first(nil, 20), 6)
   t.eq(judge.check_first(nil, 1), 1)
-  t.eq(judge.check_first(nil, 10, 1), 10, "check_every = 1: every call")
-  t.eq(judge.check_first(nil, 10, 2), 4)
   t.eq(judge.check_first(7, 10), 7)
+  t.eq(judge.check_first(10, 10), 10, "every call")
   for _, bad in ipairs { 0, 11, 1.5, "4" } do
     t.raises(function() judge.check_first(bad, 10) end, "check_first: an integer in 1..min_samples")
   end
@@ -23,9 +23,62 @@ t.test("escape: C(n-k, m) / C(n, m)", function()
   close(judge.escape(10, 6, 4), 1 / 210, 1e-12, "6 of 10")
   t.eq(judge.escape(10, 7, 4), 0, "7 cheated leave 3 honest: 4 checks cannot all miss")
   t.eq(judge.escape(10, 0, 4), 1)
-  -- the new draw beats the old rule at the attack that moves the median: 5 cheated calls
-  -- (the old rule: the 10th checked always, so 5 of the other 9, each checked 1 in 2)
+  close(judge.escape(10, 7, 3), 1 / 120, 1e-12, "7 of 10, 3 checked")
+  t.eq(judge.escape(10, 8, 3), 0, "8 cheated leave 2 honest: 3 checks cannot all miss")
+  -- the draw beats the rule before round 13 at the attack that moves the median: 5 cheated
+  -- calls (that rule: the 10th checked always, so 5 of the other 9, each checked 1 in 2)
   t.ok(judge.escape(10, 5, 4) < 0.5 ^ 5, "2.4% < 3.1%")
+end)
+
+-- What a kernel gains from cheating on k of n calls of a timing the noise rule stopped at n:
+-- worked out from the rule's own statistic (timing.rel_noise), against the numbers by hand
+-- (at n = 10 the interquartile range must stay within 0.005 x 1.349 x sqrt(10) / 1.2533 =
+-- 1.70% of the median: for k = 7, 0.75 (h - f) <= 0.0170 f).
+t.test("cheat_gain: the stop rule bounds what k fast calls of 10 gain, up to k = 7", function()
+  t.eq(judge.cheat_gain(10, 0), 0)
+  t.eq(judge.cheat_gain(10, 4), 0, "4 fast calls of 10 leave the median among the honest")
+  close(judge.cheat_gain(10, 5), 0.0085, 0.0002, "k = 5: the median halfway, the range = h - f")
+  close(judge.cheat_gain(10, 6), 0.0170, 0.0003, "k = 6: the median fast, the range = h - f")
+  close(judge.cheat_gain(10, 7), 0.0222, 0.0003, "k = 7: the upper quartile 3/4 honest")
+  t.ok(judge.cheat_gain(10, 8) > 0.99, "k = 8: the range lies among the fast calls, any gain")
+  -- a looser target lets more through; more samples narrow what a given share gains
+  t.ok(judge.cheat_gain(10, 6, 0.01) > judge.cheat_gain(10, 6))
+  t.ok(timing.rel_noise { 1, 1, 1 } == 0 and timing.rel_noise { 1, 2 } == math.huge)
+  t.raises(function() timing.rel_noise { 1, "x", 3 } end, "not a number")
+end)
+
+-- The rule's guarantee, over every way to cheat: k1 of the first 10 calls (escaping the
+-- draw of check_first with M.escape) and k2 of the calls past 10 (each escaping a check
+-- with probability 1 - 1/check_every), the timing stopping by the noise rule at n (the last
+-- call past 10 checked where the draw left it: it is honest). The largest gain a cheat
+-- escapes with at all, and with a chance over 1 in 1000.
+local function worst(first, every)
+  local w, w3 = 0, 0
+  for n = 10, 40 do
+    for k1 = 0, 10 do
+      for k2 = 0, math.max(0, n - 11) do
+        local p = judge.escape(10, k1, first) * (1 - 1 / every) ^ k2
+        if n == 10 and k2 > 0 then p = 0 end
+        if p > 0 then
+          local g = judge.cheat_gain(n, k1 + k2)
+          if g > w then w = g end
+          if p > 1e-3 and g > w3 then w3 = g end
+        end
+      end
+    end
+  end
+  return w, w3
+end
+
+t.test("the default rule: no cheat escapes with more than 2.2% on its median; the round-13 rule let any gain through", function()
+  local _, first, every = judge.check_opts {}
+  t.eq(first, 3)
+  t.eq(every, 1)
+  local w = worst(first, every)
+  t.ok(w > 0.02 and w < 0.0225, ("the worst gain that can escape: %.4f (k = 7 of 10, 1 time in 120)"):format(w))
+  local w_old, w3_old = worst(4, 2)
+  t.ok(w_old > 0.99, "4 of 10 then 1 in 2: a kernel that stops the timing later escapes with any gain (rarely)")
+  t.ok(w3_old > 0.02, "and with a chance over 1 in 1000, with as much as the new rule's worst")
 end)
 
 -- The picker over many timings: exactly `first` of the first min_samples checked, each call
@@ -97,14 +150,17 @@ end)
 t.test("check_opts: the defaults, and each bad option raised before anything runs", function()
   local each, first, every, shift = judge.check_opts {}
   t.eq(each, false)
-  t.eq(first, 4)
-  t.eq(every, 2)
-  t.eq(shift, 4)
-  each, first, every, shift = judge.check_opts { check_draw = "each", check_every = 1, check_lines = 1, min_samples = 20 }
-  t.eq(each, true)
-  t.eq(first, 20, "check_every = 1: every call of the first min_samples")
+  t.eq(first, 3)
   t.eq(every, 1)
+  t.eq(shift, 4)
+  each, first, every, shift = judge.check_opts { check_draw = "each", check_lines = 1, min_samples = 20 }
+  t.eq(each, true)
+  t.eq(first, 6)
+  t.eq(every, 2, "the old rule's later calls: 1 in 2")
   t.eq(shift, 0)
+  _, first, every = judge.check_opts { check_first = 10, check_every = 4 }
+  t.eq(first, 10)
+  t.eq(every, 4)
   t.raises(function() judge.check_opts { check_draw = "some" } end, "check_draw")
   t.raises(function() judge.check_opts { check_every = 0 } end, "check_every")
   t.raises(function() judge.check_opts { check_first = 11 } end, "check_first")
