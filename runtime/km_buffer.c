@@ -661,10 +661,22 @@ static int l_guards_intact(lua_State *L) {
   uint64_t *bad;
   lua_Integer n = read_buffers(L, 1, &bs, &bad); /* boxed: freed by the collector if anything below raises */
   if (n == 0) return 0;
-  km_cuda_util(L, "km_guard_count");
+  km_cuda_util(L, "km_guards");
   check(L, km_devbufs_guards(bs, (size_t)n, km_cuda_stream(), bad), "reading the guards");
   for (lua_Integer i = 1; i <= n; i++)
     if (bad[i - 1]) { lua_pushinteger(L, i); return 1; }
+  return 0;
+}
+
+/* buffer.reset_guards({ b1, b2, ... }): refills their guard zones, enqueued on the stream (one
+ * launch per 16 buffers, no wait; b:reset_guards() is two memsets a buffer). */
+static int l_reset_guards(lua_State *L) {
+  const km_devbuf **bs;
+  uint64_t *unused;
+  lua_Integer n = read_buffers(L, 1, &bs, &unused);
+  if (n == 0) return 0;
+  km_cuda_util(L, "km_guards");
+  check(L, km_devbufs_reset_guards(bs, (size_t)n, km_cuda_stream()), "filling the guards");
   return 0;
 }
 
@@ -774,7 +786,7 @@ static int g_guards(lua_State *L) {
   const km_devbuf **bs;
   uint64_t *bad;
   lua_Integer n = read_buffers(L, 2, &bs, &bad);
-  km_cuda_util(L, "km_guard_count");
+  km_cuda_util(L, "km_guards");
   CUdeviceptr acc = ledger_take(L, g, (size_t)(n ? n : 1));
   if (n) check(L, km_devbufs_guards_at(bs, (size_t)n, km_cuda_stream(), acc), "the guards");
   return 1;
@@ -950,7 +962,7 @@ int luaopen_km_buffer(lua_State *L) {
   km_newclass(L, KM_LEDGER_MT, ledger_methods, ledger_gc);
   static const luaL_Reg fns[] = {{"new", l_new}, {"load", l_load}, {"view", l_view}, {"unwrap", l_unwrap},
                                  {"revoke_views", l_revoke_views}, {"digest", l_digest}, {"copy_in", l_copy_in},
-                                 {"guards_intact", l_guards_intact}, {"live", l_live}, {"ledger", l_ledger}, {NULL, NULL}};
+                                 {"guards_intact", l_guards_intact}, {"reset_guards", l_reset_guards}, {"live", l_live}, {"ledger", l_ledger}, {NULL, NULL}};
   luaL_newlib(L, fns);
   lua_pushinteger(L, DEFAULT_GUARD);
   lua_setfield(L, -2, "DEFAULT_GUARD");

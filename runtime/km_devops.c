@@ -189,20 +189,48 @@ CUresult km_devbuf_random_check_at(const km_devbuf *b, int dist, double a, doubl
   return km_cuda_util_launch(fn, (n >> shift) / 4 + 1, s, args);
 }
 
-CUresult km_devbufs_guards_at(const km_devbuf *const *bs, size_t n, CUstream s, CUdeviceptr acc) {
+/* Must match struct guard_batch in runtime/kernels/km_util.cu. */
+#define KM_GUARD_BATCH 16
+typedef struct {
+  unsigned long long head[KM_GUARD_BATCH], tail[KM_GUARD_BATCH];
+  unsigned head_len[KM_GUARD_BATCH], tail_len[KM_GUARD_BATCH], slot[KM_GUARD_BATCH];
+} km_guard_batch;
+
+/* km_guards over bs in launches of KM_GUARD_BATCH (buffers without guards, or freed, left
+ * out): fill = 0 counts into acc's slot i for buffer i, fill = 1 writes the pattern. */
+static CUresult guards_batched(const km_devbuf *const *bs, size_t n, CUstream s, int fill, CUdeviceptr acc) {
   CUfunction fn;
-  CUresult r = km_cuda_util_get("km_guard_count", &fn);
+  CUresult r = km_cuda_util_get("km_guards", &fn);
   if (r != CUDA_SUCCESS || n == 0) return r;
-  for (size_t i = 0; i < n && r == CUDA_SUCCESS; i++) {
-    const km_devbuf *b = bs[i];
-    if (!b->guard || !b->base) continue; /* no guards, or freed */
-    CUdeviceptr head = b->base, tail = b->ptr + b->bytes, slot = acc + 8 * i;
-    uint64_t hl = b->guard, tl = b->alloc - b->guard - b->bytes;
-    unsigned pat = KM_GUARD_BYTE;
-    void *args[] = {&head, &hl, &tail, &tl, &pat, &slot};
-    r = km_cuda_util_launch(fn, hl + tl, s, args);
+  km_guard_batch g;
+  unsigned k = 0, longest = 0, pat = KM_GUARD_BYTE;
+  for (size_t i = 0; i <= n && r == CUDA_SUCCESS; i++) {
+    if (i < n) {
+      const km_devbuf *b = bs[i];
+      if (!b->guard || !b->base) continue;
+      g.head[k] = b->base, g.tail[k] = b->ptr + b->bytes;
+      g.head_len[k] = (unsigned)b->guard, g.tail_len[k] = (unsigned)(b->alloc - b->guard - b->bytes);
+      g.slot[k] = (unsigned)i;
+      if (g.head_len[k] + g.tail_len[k] > longest) longest = g.head_len[k] + g.tail_len[k];
+      if (++k < KM_GUARD_BATCH) continue;
+    }
+    if (!k) break;
+    unsigned blocks = (longest + 1023) / 1024; /* 4 bytes a thread */
+    if (blocks > 64) blocks = 64;
+    int f = fill;
+    void *args[] = {&g, &pat, &f, &acc};
+    r = km_cu->cuLaunchKernel(fn, blocks ? blocks : 1, k, 1, 256, 1, 1, 0, s, args, NULL);
+    k = longest = 0;
   }
   return r;
+}
+
+CUresult km_devbufs_guards_at(const km_devbuf *const *bs, size_t n, CUstream s, CUdeviceptr acc) {
+  return guards_batched(bs, n, s, 0, acc);
+}
+
+CUresult km_devbufs_reset_guards(const km_devbuf *const *bs, size_t n, CUstream s) {
+  return guards_batched(bs, n, s, 1, 0);
 }
 
 CUresult km_dev_digest_at(const CUdeviceptr *ptrs, const uint64_t *bytes, size_t n, CUstream s, CUdeviceptr acc) {

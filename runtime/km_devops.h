@@ -86,6 +86,8 @@ CUresult km_devcompare(km_dtype dt, CUdeviceptr got, CUdeviceptr want, uint64_t 
 CUresult km_devbuf_random_check_at(const km_devbuf *b, int dist, double a, double c, uint64_t seed, CUstream s,
                                    CUdeviceptr acc, const km_lines *smp);
 CUresult km_devbufs_guards_at(const km_devbuf *const *bs, size_t n, CUstream s, CUdeviceptr acc);
+/* Refills the guard zones of n buffers, enqueued on s (a few launches, no wait). */
+CUresult km_devbufs_reset_guards(const km_devbuf *const *bs, size_t n, CUstream s);
 CUresult km_dev_digest_at(const CUdeviceptr *ptrs, const uint64_t *bytes, size_t n, CUstream s, CUdeviceptr acc);
 CUresult km_devcompare_at(km_dtype dt, CUdeviceptr got, CUdeviceptr want, uint64_t n, const km_tol *tol,
                           int poison_on, CUstream s, CUdeviceptr acc, const km_lines *smp);

@@ -48,6 +48,8 @@ typedef struct {
   int cold, captured, per_sample_launches;
   int gate; /* samples are enqueued behind a gate (the protocol's, while no gate has timed out) */
   double gate_ms; /* its timeout */
+  int probing;    /* the clock is probed before the first sample and after the last */
+  double clock_start;
 } run;
 
 static int dev_fail(run *r, int err, const char *what) {
@@ -81,24 +83,31 @@ static int launch(run *r, km_timer_phase ph) {
   return r->w->call(r->w->ud, ph) ? KM_TIMER_EWORK : 0;
 }
 
-/* Enqueues sample i: before hook, L2 flush, [page check, gate,] start event, the calls, end
- * event, [release, page check,] after hook. The hook's work and the flush run while the host
- * enqueues the rest; the gate opens before the after hook, which may wait for the sample. */
+/* Enqueues sample i: before hook, L2 flush, [the start probe,] [page check, gate,] start
+ * event, the calls, end event, [release, page check,] after hook. The hook's work and the
+ * flush run while the host enqueues the rest; the gate opens before the after hook, which
+ * may wait for the sample. The first sample carries the clock's start probe, read before any
+ * of the sample's calls can run (before the release, or before the calls where there is no
+ * gate): the GPU runs what came before while the host enqueues, where a probe of its own
+ * waited for the queue to drain twice (0.1 ms a timing, bench/RESULTS.md run BO). */
 static int enqueue(run *r, int i) {
   const km_timer_ops *o = r->ops;
-  int e, rc, gated = r->gate;
+  int e, rc, gated = r->gate, probe = i == 0 && r->probing;
   if ((rc = hook(r, r->w->before, KM_TIMER_SAMPLE))) return rc;
   if (r->cold && (e = o->flush(r->dev))) return dev_fail(r, e, "timing");
+  if (probe && o->probe(r->dev, 0)) probe = 0, r->clock_start = NAN;
   if (gated) {
     if ((rc = page_check(r, 0, "a gate"))) return rc;
     if ((e = o->gate(r->dev, r->gate_ms))) return dev_fail(r, e, "timing (gate)");
     r->out->gated++;
   }
+  if (probe && !gated) r->clock_start = o->probe_read(r->dev, 0), probe = 0; /* before the window opens */
   rc = 0;
   if ((e = o->record(r->dev, EV(i, 0)))) rc = dev_fail(r, e, "timing");
   for (int k = 0; k < r->per_sample_launches && !rc; k++) rc = launch(r, KM_TIMER_SAMPLE);
   if (!rc && (e = o->record(r->dev, EV(i, 1)))) rc = dev_fail(r, e, "timing");
   if (gated) {
+    if (probe) r->clock_start = o->probe_read(r->dev, 0);
     o->release(r->dev); /* on failure too: nothing may stay held */
     if (!rc) rc = page_check(r, 0, "a release");
   }
@@ -140,7 +149,8 @@ int km_timer_run(const km_timer_ops *ops, void *dev, const km_timing_protocol *p
     return KM_TIMER_EINVAL;
   int cold = !strcmp(p->mode, "cold"), graph_mode = !strcmp(p->mode, "graph");
   int rep = p->rep, max_n = p->stop.max_samples, e, rc;
-  run r = {ops, dev, w, out, cold, 0, rep, p->gate && ops->gate && ops->release, GATE_MIN_MS};
+  run r = {ops, dev, w, out, cold, 0, rep, p->gate && ops->gate && ops->release, GATE_MIN_MS,
+           ops->probe && ops->probe_read, NAN};
   /* a page written before this run (between timings) is found, and put back, before any of
    * its gates: this run's gates are sound, but the write is someone's and must be told */
   if ((rc = page_check(&r, 1, "the start of the run"))) return rc;
@@ -180,7 +190,9 @@ int km_timer_run(const km_timer_ops *ops, void *dev, const km_timing_protocol *p
     if ((rc = hook(&r, w->after, KM_TIMER_WARMUP))) return rc;
     if (((i & 7) == 7 || i + 1 >= own) && (e = ops->sync(dev))) return dev_fail(&r, e, "warmup");
   }
-  if ((e = ops->sync(dev))) return dev_fail(&r, e, "warmup");
+  /* no call of its own (the caller's count, and were waited for): nothing to wait for, and
+   * what the GPU still runs from before runs while the first sample is enqueued */
+  if (warm_n > 0 && (e = ops->sync(dev))) return dev_fail(&r, e, "warmup");
   if (warm_n == 1) call_ms = first_ms;
   out->warmup_calls = warm_n;
   r.gate_ms = GATE_CALLS * call_ms;
@@ -189,8 +201,6 @@ int km_timer_run(const km_timer_ops *ops, void *dev, const km_timing_protocol *p
   out->gate_timeout_ms = r.gate ? r.gate_ms : 0;
 
   clock_span clk = {NAN, NAN};
-  double clock_start = ops->sm_clock ? ops->sm_clock(dev) : NAN;
-  clock_note(&clk, clock_start);
   /* The energy window only when asked for: while it is open every wait for a sample polls
    * NVML's counter (a read blocks the host ~3 ms on the H200), so the host answered the GPU
    * that much later after each wait, and a drained queue (a timed call's check) left the GPU
@@ -256,7 +266,8 @@ int km_timer_run(const km_timer_ops *ops, void *dev, const km_timing_protocol *p
     out->energy_j = NAN;
   out->energy_why = out->energy_j == out->energy_j ? NULL : energy_why;
   double probe0 = ops->now_ms(dev);
-  double clock_end = ops->sm_clock ? ops->sm_clock(dev) : NAN;
+  double clock_end = r.probing && ops->probe(dev, 1) == 0 ? ops->probe_read(dev, 1) : NAN;
+  clock_note(&clk, r.clock_start);
   clock_note(&clk, clock_end);
   out->tail_probe_ms = ops->now_ms(dev) - probe0;
 
@@ -273,7 +284,7 @@ int km_timer_run(const km_timer_ops *ops, void *dev, const km_timing_protocol *p
   out->max = n ? sorted[n - 1] : NAN;
   out->mean = n ? smp.sum_ms / n : NAN;
   out->rel_noise = smp.noise;
-  out->sm_clock_start = clock_start;
+  out->sm_clock_start = r.clock_start;
   out->sm_clock_end = clock_end;
   out->sm_clock_min = clk.lo;
   out->sm_clock_max = clk.hi;

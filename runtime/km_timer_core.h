@@ -71,9 +71,11 @@ typedef struct km_timer_ops {
   int (*capture_begin)(void *dev, const char **what); /* graph mode: capture what is enqueued */
   int (*capture_end)(void *dev, int keep, const char **what); /* keep: make it replayable */
   int (*replay)(void *dev);                    /* enqueue the captured graph */
-  /* Optional (NULL: not measured). sm_clock probes synchronously (MHz, NaN on failure);
-   * read_clock is a cheap reading taken while samples run (NVML). */
-  double (*sm_clock)(void *dev);
+  /* Optional (NULL: not measured). probe enqueues a clock probe into slot 0 (before the first
+   * sample) or 1 (after the last); probe_read waits for that slot's probe and gives its MHz
+   * (NaN on failure). read_clock is a cheap reading taken while samples run (NVML). */
+  int (*probe)(void *dev, int slot);
+  double (*probe_read)(void *dev, int slot);
   int (*read_clock)(void *dev, double *mhz);
   /* An energy window over the samples (km_nvml.h): 0 when open, else *why says why not. */
   int (*energy_begin)(void *dev, const char **why);

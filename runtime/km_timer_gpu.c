@@ -208,9 +208,80 @@ static int replay(void *dev) {
   return km_cu->cuGraphLaunch(g->exec, g->s);
 }
 
-static double sm_clock(void *dev) {
-  (void)dev;
-  return km_timer_gpu_sm_clock();
+/* ==== the clock probes of runs: enqueued, copied back, read once reached ====
+ * The process's pinned host words and device words, PROBE_PAIRS pairs of slots (a run's start
+ * and end probe), each pair held by one timer at a time (under flush_lock). A probe writes its
+ * two words in device memory, an async copy brings them into the pinned pair and an event
+ * marks it; the core reads a slot before any candidate call behind it can run (the start
+ * probe before the first sample's gate opens, the end probe after the last sample), so no
+ * call sees the copy land. */
+#define PROBE_PAIRS 64
+static unsigned long long *probe_host; /* 4 words a pair: slot k at 2k */
+static CUdeviceptr probe_dev;
+static unsigned long long probe_taken; /* bit i: pair i held */
+
+static CUresult probe_claim(km_timer_gpu *g) {
+  if (g->probe_pair) return CUDA_SUCCESS;
+  CUresult r = CUDA_SUCCESS;
+  pthread_mutex_lock(&flush_lock);
+  if (!probe_host) {
+    void *h = NULL;
+    r = km_cu->cuMemHostAlloc(&h, PROBE_PAIRS * 32, CU_MEMHOSTALLOC_PORTABLE);
+    if (r == CUDA_SUCCESS && (r = km_cu->cuMemAlloc(&probe_dev, PROBE_PAIRS * 32)) != CUDA_SUCCESS)
+      km_cu->cuMemFreeHost(h), h = NULL;
+    probe_host = h;
+  }
+  int pair = -1;
+  for (int i = 0; r == CUDA_SUCCESS && i < PROBE_PAIRS && pair < 0; i++)
+    if (!(probe_taken >> i & 1)) pair = i;
+  if (pair >= 0) probe_taken |= 1ull << pair, g->probe_pair = pair + 1;
+  else if (r == CUDA_SUCCESS) r = CUDA_ERROR_OUT_OF_MEMORY; /* every pair held */
+  pthread_mutex_unlock(&flush_lock);
+  for (int k = 0; r == CUDA_SUCCESS && k < 2; k++)
+    if (!g->probe_ev[k]) r = km_cu->cuEventCreate(&g->probe_ev[k], CU_EVENT_DISABLE_TIMING);
+  return r;
+}
+
+static int probe(void *dev, int slot) {
+  km_timer_gpu *g = dev;
+  CUfunction fn;
+  CUresult r = km_cuda_util_get("km_clock_probe", &fn);
+  if (r == CUDA_SUCCESS) r = probe_claim(g);
+  if (r != CUDA_SUCCESS) return r;
+  int w = 4 * (g->probe_pair - 1) + 2 * slot;
+  CUdeviceptr out = probe_dev + 8 * (size_t)w;
+  long long cycles = KM_CLOCK_PROBE_CYCLES;
+  void *args[] = {&cycles, &out};
+  r = km_cu->cuLaunchKernel(fn, 1, 1, 1, 32, 1, 1, 0, g->s, args, NULL);
+  if (r == CUDA_SUCCESS) r = km_cu->cuMemcpyDtoHAsync(probe_host + w, out, 16, g->s);
+  if (r == CUDA_SUCCESS) r = km_cu->cuEventRecord(g->probe_ev[slot], g->s);
+  if (r == CUDA_SUCCESS) g->probe_pending |= 1 << slot;
+  return r;
+}
+
+static double probe_read(void *dev, int slot) {
+  km_timer_gpu *g = dev;
+  if (!(g->probe_pending >> slot & 1)) return NAN;
+  g->probe_pending &= ~(1 << slot);
+  if (km_cu->cuEventSynchronize(g->probe_ev[slot]) != CUDA_SUCCESS) return NAN;
+  unsigned long long *v = probe_host + 4 * (g->probe_pair - 1) + 2 * slot;
+  double mhz = v[1] ? (double)v[0] / (double)v[1] * 1000.0 : NAN;
+  v[0] = v[1] = 0;
+  return mhz;
+}
+
+/* The pair back to the process, once no copy into it can still land. */
+static void probe_leave(km_timer_gpu *g) {
+  for (int k = 0; k < 2; k++)
+    if (g->probe_pending >> k & 1) km_cu->cuEventSynchronize(g->probe_ev[k]); /* failing: the context is gone */
+  g->probe_pending = 0;
+  for (int k = 0; k < 2; k++)
+    if (g->probe_ev[k]) km_cu->cuEventDestroy(g->probe_ev[k]), g->probe_ev[k] = NULL;
+  if (!g->probe_pair) return;
+  pthread_mutex_lock(&flush_lock);
+  probe_taken &= ~(1ull << (g->probe_pair - 1));
+  pthread_mutex_unlock(&flush_lock);
+  g->probe_pair = 0;
 }
 
 static int read_clock(void *dev, double *mhz) {
@@ -319,11 +390,11 @@ static void gate_leave(km_timer_gpu *g) {
 
 static const km_timer_ops OPS_FULL = {now_ms, pause_200us, record, query, wait_event, elapsed, sync_stream,
                                       flush_prepare, flush, capture_begin, capture_end, replay,
-                                      sm_clock, read_clock, energy_begin, energy_poll, energy_enough, energy_end,
+                                      probe, probe_read, read_clock, energy_begin, energy_poll, energy_enough, energy_end,
                                       gate, release, gate_timeouts, gate_check};
 static const km_timer_ops OPS_PLAIN = {now_ms, pause_200us, record, query, wait_event, elapsed, sync_stream,
                                        flush_prepare, flush, capture_begin, capture_end, replay,
-                                       NULL, NULL, NULL, NULL, NULL, NULL, gate, release, gate_timeouts, gate_check};
+                                       NULL, NULL, NULL, NULL, NULL, NULL, NULL, gate, release, gate_timeouts, gate_check};
 
 const km_timer_ops *km_timer_gpu_ops(int clocks_and_energy) { return clocks_and_energy ? &OPS_FULL : &OPS_PLAIN; }
 
@@ -342,6 +413,7 @@ void km_timer_gpu_release(km_timer_gpu *g) {
     g->cap = NULL;
   }
   gate_leave(g);
+  probe_leave(g);
   for (int i = 0; i < g->made; i++) km_cu->cuEventDestroy(g->ev[i]);
   g->made = 0;
   if (g->exec) km_cu->cuGraphExecDestroy(g->exec);

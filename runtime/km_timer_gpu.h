@@ -31,6 +31,9 @@ typedef struct km_timer_gpu {
   unsigned long long gate_base;     /* the process's gate timeouts when this run's first gate went */
   int gate_base_set;
   int gate_busy;                    /* this run has gates not known to have run */
+  int probe_pair;                   /* the process's probe slots this timer holds, + 1 (0: none) */
+  CUevent probe_ev[2];              /* reached once probe slot 0 / 1 was copied back */
+  int probe_pending;                /* bit k: slot k's probe enqueued, not yet waited for */
 } km_timer_gpu;
 
 /* The driver must be loaded (km_cuda_get). */

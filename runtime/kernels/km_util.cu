@@ -299,16 +299,29 @@ extern "C" __global__ void km_poison_sparse(uint8_t *p, uint64_t bytes, uint64_t
   }
 }
 
-// Counts the bytes of a buffer's two guard zones that no longer hold `pattern` (km.judge's
-// check of many buffers with one wait: buffer.guards_intact).
-extern "C" __global__ void km_guard_count(const uint8_t *head, uint64_t head_len, const uint8_t *tail,
-                                          uint64_t tail_len, unsigned pattern, unsigned long long *out) {
-  uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+// The guard zones of up to KM_GUARD_BATCH buffers, one launch (km_devops.c's
+// km_guard_batch, laid out the same): buffer i is blockIdx.y. fill = 0: counts the bytes of
+// each buffer's two zones that no longer hold `pattern` into out[slot[i]] (km.judge's check
+// of many buffers with one wait); fill = 1: writes `pattern` into them (buffers going back to
+// the judge's pool: one launch where a memset pair each waited on the host's launches).
+#define KM_GUARD_BATCH 16
+struct guard_batch {
+  unsigned long long head[KM_GUARD_BATCH], tail[KM_GUARD_BATCH];
+  unsigned head_len[KM_GUARD_BATCH], tail_len[KM_GUARD_BATCH], slot[KM_GUARD_BATCH];
+};
+extern "C" __global__ void km_guards(guard_batch g, unsigned pattern, int fill, unsigned long long *out) {
+  unsigned b = blockIdx.y;
+  uint8_t *head = (uint8_t *)g.head[b], *tail = (uint8_t *)g.tail[b];
+  uint64_t hl = g.head_len[b], n = hl + g.tail_len[b], stride = (uint64_t)gridDim.x * blockDim.x;
   unsigned long long bad = 0;
-  for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < head_len + tail_len; i += stride)
-    bad += (i < head_len ? head[i] : tail[i - head_len]) != (uint8_t)pattern;
+  for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+    uint8_t *p = i < hl ? head + i : tail + (i - hl);
+    if (fill) *p = (uint8_t)pattern;
+    else bad += *p != (uint8_t)pattern;
+  }
+  if (fill) return;
   for (int off = 16; off > 0; off >>= 1) bad += __shfl_down_sync(0xffffffffu, bad, off);
-  if ((threadIdx.x & 31) == 0 && bad) atomicAdd(out, bad);
+  if ((threadIdx.x & 31) == 0 && bad) atomicAdd(out + g.slot[b], bad);
 }
 
 // Keyed 64-bit digest: sum over 8-byte words of splitmix64(word ^ splitmix64(position ^

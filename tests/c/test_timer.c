@@ -41,8 +41,10 @@ typedef struct {
   int fail_flush_prepare, fail_capture_begin;
   /* clocks and energy */
   double clocks[2];
-  double probe_ms;          /* host time a clock probe takes */
+  double probe_ms;          /* host time a clock probe's read takes */
+  double probe_at[2];       /* when the GPU has run each slot's probe (-1: held behind a gate) */
   int sm_probes, clock_reads;
+  int start_read_calls, start_read_releases; /* sample calls enqueued, releases, at the start probe's read */
   double energy_at;        /* energy_enough once the host clock passes it */
   int polls, pauses;
   double last_poll_calls;
@@ -182,7 +184,24 @@ static int f_replay(void *d) {
   return 0;
 }
 
-static double f_sm_clock(void *d) { fake *f = d; f->now += f->probe_ms; return f->clocks[f->sm_probes++ % 2]; }
+/* A probe is GPU work of no time; its read waits for the GPU to reach it. */
+static int f_probe(void *d, int slot) {
+  fake *f = d;
+  run_gpu(f, 0);
+  f->probe_at[slot] = f->held ? -1 : f->gpu;
+  note(f, 'K');
+  return 0;
+}
+static double f_probe_read(void *d, int slot) {
+  fake *f = d;
+  if (f->probe_at[slot] < 0) { f->waited_held = 1; return NAN; } /* behind a held gate: for ever */
+  if (f->probe_at[slot] > f->now) f->now = f->probe_at[slot] + f->wake_ms;
+  f->now += f->probe_ms;
+  if (slot == 0) f->start_read_calls = f->sample_calls, f->start_read_releases = f->releases;
+  f->sm_probes++;
+  note(f, 'k');
+  return f->clocks[slot];
+}
 static int f_read_clock(void *d, double *mhz) { fake *f = d; f->clock_reads++; *mhz = 1050; return 0; }
 static int f_energy_begin(void *d, const char **why) { (void)d; (void)why; return 0; }
 static void f_energy_poll(void *d, double calls) {
@@ -279,19 +298,23 @@ static void tamper(fake *f) {
 
 static const km_timer_ops OPS = {f_now, f_pause, f_record, f_query, f_wait, f_elapsed, f_sync,
                                  f_flush_prepare, f_flush, f_capture_begin, f_capture_end, f_replay,
-                                 NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+                                 NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
 static const km_timer_ops OPS_EXTRAS = {f_now, f_pause, f_record, f_query, f_wait, f_elapsed, f_sync,
                                         f_flush_prepare, f_flush, f_capture_begin, f_capture_end, f_replay,
-                                        f_sm_clock, f_read_clock, f_energy_begin, f_energy_poll,
+                                        f_probe, f_probe_read, f_read_clock, f_energy_begin, f_energy_poll,
                                         f_energy_enough, f_energy_end, NULL, NULL, NULL, NULL};
 static const km_timer_ops OPS_GATE = {f_now, f_pause, f_record, f_query, f_wait, f_elapsed, f_sync,
                                       f_flush_prepare, f_flush, f_capture_begin, f_capture_end, f_replay,
-                                      NULL, NULL, NULL, NULL, NULL, NULL, f_gate, f_release, f_gate_timeouts,
+                                      NULL, NULL, NULL, NULL, NULL, NULL, NULL, f_gate, f_release, f_gate_timeouts,
                                       f_gate_check};
+static const km_timer_ops OPS_GATE_PROBE = {f_now, f_pause, f_record, f_query, f_wait, f_elapsed, f_sync,
+                                            f_flush_prepare, f_flush, f_capture_begin, f_capture_end, f_replay,
+                                            f_probe, f_probe_read, NULL, NULL, NULL, NULL, NULL, f_gate, f_release,
+                                            f_gate_timeouts, f_gate_check};
 /* the gate as it was before its page was checked: what a written page does when nobody looks */
 static const km_timer_ops OPS_GATE_UNCHECKED = {f_now, f_pause, f_record, f_query, f_wait, f_elapsed, f_sync,
                                                 f_flush_prepare, f_flush, f_capture_begin, f_capture_end, f_replay,
-                                                NULL, NULL, NULL, NULL, NULL, NULL, f_gate, f_release_raise_only,
+                                                NULL, NULL, NULL, NULL, NULL, NULL, NULL, f_gate, f_release_raise_only,
                                                 f_gate_timeouts, NULL};
 
 /* ---- the work and hooks ---- */
@@ -685,6 +708,40 @@ TEST(clocks_are_probed_around_the_samples_and_read_while_they_run) {
   ASSERT_EQ_STR(r.energy_why, "not measured (energy = false)");
 }
 
+/* The start probe rides with the first sample: read before any of its calls can run (before
+ * the gate opens; before the calls are enqueued where there is no gate), and before the
+ * sample's start event where there is no gate (the wait is not inside the window). With no
+ * warm-up call of its own the run does not wait for the queue before it begins: the first
+ * sample is enqueued behind whatever the GPU still runs. */
+TEST(the_start_probe_is_read_before_the_first_sample_runs_and_nothing_drains_first) {
+  for (int gated = 0; gated < 2; gated++) {
+    fake *f = fresh(one_ms);
+    f->clocks[0] = 1040, f->clocks[1] = 1045; /* and NVML's 1050 while samples run (OPS_EXTRAS) */
+    f->gpu = 5; /* work enqueued before the run still running */
+    km_timing_protocol p = proto("cold", 1, 10, 10, 0.002);
+    p.warmup = 1, p.warmup_ms = 0;
+    km_timer_work w = {w_call, w_before, w_after, f, 0, 1};
+    km_timer_result r;
+    ASSERT_EQ_INT(km_timer_run(gated ? &OPS_GATE_PROBE : &OPS_EXTRAS, f, &p, &w, buf, &r), KM_TIMER_OK);
+    ASSERT_EQ_INT(r.warmup_calls, 0);
+    ASSERT_EQ_INT(count(f, 'Y'), 0); /* no drain */
+    if (!gated) ASSERT_EQ_INT(f->start_read_calls, 0); /* gated: enqueued, held */
+    ASSERT_EQ_INT(f->start_read_releases, 0);
+    ASSERT_EQ_INT(f->waited_held, 0);
+    ASSERT_EQ_INT(f->sm_probes, 2);
+    ASSERT_NEAR(r.sm_clock_start, 1040, 0);
+    ASSERT_NEAR(r.sm_clock_end, 1045, 0);
+    ASSERT_EQ_INT(r.clock_moved, 0);
+    /* ungated: the probe's read comes before the first start event; gated, before the release */
+    const char *k = strchr(f->log, 'k'), *sev = strchr(f->log, 'S'), *rel = strchr(f->log, 'r');
+    ASSERT(k && sev);
+    if (gated) ASSERT(rel && k < rel);
+    else ASSERT(k < sev);
+    ASSERT(strchr(f->log, 'K') < sev); /* enqueued before the window */
+    ASSERT(r.n == 10 && r.median > 0.99 && r.median < 1.01); /* the samples are the calls alone */
+  }
+}
+
 /* The run's end on the host, after the last sample was enqueued: the samples read (the
  * wait for the last of them), the closing probe, all of it; each part within the whole. */
 TEST(the_runs_end_on_the_host_is_reported_in_parts) {
@@ -1050,6 +1107,7 @@ int main(void) {
   RUN(a_gates_timeout_follows_the_hosts_longest_warmup_call);
   RUN(a_first_warmup_calls_set_up_is_not_the_gates_measure);
   RUN(calls_made_before_count_toward_the_warmup);
+  RUN(the_start_probe_is_read_before_the_first_sample_runs_and_nothing_drains_first);
   RUN(the_runs_end_on_the_host_is_reported_in_parts);
   RUN(a_page_written_before_a_run_opens_its_gates_unless_checked);
   RUN(a_write_during_a_sample_is_found_at_its_release_and_voids_the_run);

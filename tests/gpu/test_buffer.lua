@@ -240,6 +240,29 @@ t.test("guard zones catch writes past either end", function()
     :launch({ grid = 1, block = 1 }, d, 4096 + 200))
   t.eq(buffer.guards_intact { fine, d }, 2, "a write 200 bytes past the end")
   t.eq(buffer.guards_intact {}, nil)
+  -- 40 buffers of mixed sizes: one launch per 16 checks (km_guards); a write into the front
+  -- guard of the 17th and the back of the 38th (the second and third launches) are found,
+  -- each in its own slot; buffer.reset_guards refills them all, enqueued on the stream
+  local many = {}
+  for i = 1, 40 do many[i] = buffer.new(i % 3 == 0 and "f16" or "f32", 100 * i + 3) end
+  t.eq(buffer.guards_intact(many), nil)
+  assert(w:launch({ grid = 1, block = 1 }, many[17], -3))
+  assert(kernel([[extern "C" __global__ void w16(unsigned short *p, long long i) { p[i] = 7; }]], "w16")
+    :launch({ grid = 1, block = 1 }, many[39], 100 * 39 + 3 + 5))
+  t.eq(buffer.guards_intact(many), 17)
+  local L = buffer.ledger()
+  L:begin(40)
+  local g = L:guards(many)
+  assert(L:read())
+  for i = 1, 40 do t.eq(L:u64(g + i - 1) > 0, i == 17 or i == 39, "buffer " .. i) end
+  buffer.reset_guards(many)
+  t.eq(buffer.guards_intact(many), nil, "every guard refilled")
+  t.eq(many[17]:check_guards(), true)
+  t.eq(many[39]:check_guards(), true)
+  buffer.reset_guards {}
+  t.raises(function() buffer.reset_guards { many[1], 5 } end, "km.Buffer")
+  many[5]:free()
+  t.raises(function() buffer.reset_guards(many) end, "freed")
 end)
 
 t.test("poison makes unwritten outputs fail a compare", function()
