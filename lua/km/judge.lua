@@ -566,7 +566,9 @@ end
 -- (poisoned), and buffers for the reference's inputs, which stay poisoned until
 -- Judge:pristine draws them again from the same seed — after the candidate ran, so no
 -- candidate kernel can find and alter the copy it will be checked against.
-function Judge:trial_io(t, sym, seed)
+-- refreshed: the caller draws the inputs before every call (a timing's refresh): they are
+-- not drawn here (a whole draw of the inputs a timing, 1.5% of the candidates' timings).
+function Judge:trial_io(t, sym, seed, refreshed)
   local cand, ref_in, dims = {}, {}, {}
   for _, spec in ipairs(t.inputs) do
     local d = task_mod.shape_of(spec, sym)
@@ -574,7 +576,7 @@ function Judge:trial_io(t, sym, seed)
     cand[spec.name] = self.pool:get(spec.dtype, d)
     ref_in[spec.name] = self.pool:get(spec.dtype, d)
   end
-  self:fill_inputs(t, sym, cand, seed)
+  if not refreshed then self:fill_inputs(t, sym, cand, seed) end
   for _, spec in ipairs(t.outputs) do
     local d = task_mod.shape_of(spec, sym)
     dims[spec.name] = d
@@ -1237,7 +1239,9 @@ function Judge:time_run(st, run, sym, opts, check)
   -- inputs and outputs (check_lines; all of a buffer under 512 KiB)
   local draw_each, first, every, shift = M.check_opts(opts)
   local seed = (opts.seed_base or 1000) + 7777
-  local cand, ref_in, dims = self:trial_io(t, sym, seed)
+  -- refresh() draws every call's inputs; a PyTorch model bound below may run once on them
+  -- (Problem:bind, to learn its outputs): those are drawn first
+  local cand, ref_in, dims = self:trial_io(t, sym, seed, not run.torch)
   local bound, ref_outs -- a PyTorch reference bound for the checks (reference() below)
   -- outputs of this timing's calls are for seeds of the judge's private generator
   local function release()
