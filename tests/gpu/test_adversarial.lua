@@ -74,11 +74,15 @@ end)
 ----------------------------------------------------------------------------------------
 -- class 3: the timed run is the verified run
 
+-- verify makes 8 calls here (4 shapes x 2 seeds); from the 9th on every call is timed, and
+-- every one cheats, so whichever calls are checked find it. (A cheat that starts later, on
+-- the last 2 of 10 samples, cannot move the median and escapes the 3 checks of 10 in 47% of
+-- timings: docs/eval.md, "How many timed calls are checked".)
 t.test("launch code that shrinks the shape table while timed is caught, baselines unharmed", function()
   local v = judge("shrink s", HONEST, [[local calls = 0
   return function(k, io, s)
     calls = calls + 1
-    if calls > 16 then s.n = 1 end
+    if calls > 8 then s.n = 1 end
     k.relu{ grid = k.cdiv(s.n, 256), block = 256 }(io.x, io.y, s.n)
   end]], { timing = true })
   t.eq(v.status, "mismatch", v.feedback)
