@@ -19,7 +19,7 @@ local FILES = {
   ["eager_timing.lua"] = "gpu_lua", ["kernelbench_refs.lua"] = "gpu_lua", ["pytorch_cost.lua"] = "gpu_lua",
   ["need_gpu.lua"] = "gpu_lua", ["launch_lua.lua"] = "gpu_lua", ["headline.lua"] = "gpu_lua",
   ["eval_stages.lua"] = "gpu_lua", ["gate_ab.lua"] = "gpu_lua", ["measure_profile.lua"] = "gpu_lua",
-  ["precompile_gpu_work.lua"] = "gpu_lua",
+  ["precompile_gpu_work.lua"] = "gpu_lua", ["placement.lua"] = "gpu_lua",
   ["smollm2_summary.lua"] = "cpu_lua", ["kernelbench_lint_table.lua"] = "cpu_lua", ["launch_ffi.lua"] = "luajit",
   ["gpu_run.sh"] = "gpu_sh", ["gpu_sweeps.sh"] = "gpu_sh", ["kernelbench_gpu.sh"] = "gpu_sh",
   ["kernelbench_lint.sh"] = "gpu_sh", ["launch_overhead.sh"] = "gpu_sh", ["smollm2.sh"] = "cpu_sh",
@@ -37,7 +37,8 @@ local GPU_ARGS = {
 -- scripts whose arguments km.args reads (an unknown option is exit status 2)
 local ARGS_PARSER = { ["core.lua"] = 1, ["eval.lua"] = 1, ["baselines_table.lua"] = 1, ["eager_timing.lua"] = 1,
   ["kernelbench_refs.lua"] = 1, ["pytorch_cost.lua"] = 1, ["smollm2_summary.lua"] = 1, ["headline.lua"] = 1,
-  ["eval_stages.lua"] = 1, ["gate_ab.lua"] = 1, ["measure_profile.lua"] = 1, ["precompile_gpu_work.lua"] = 1 }
+  ["eval_stages.lua"] = 1, ["gate_ab.lua"] = 1, ["measure_profile.lua"] = 1, ["precompile_gpu_work.lua"] = 1,
+  ["placement.lua"] = 1 }
 
 t.test("every file in bench/ has a smoke test here", function()
   local p = io.popen("ls -1 '" .. ROOT .. "/bench'")
@@ -268,6 +269,16 @@ t.test("measure_profile --ab wants OPT=A,B, and not beside --warmup, before anyt
     out, rc = kmrun("measure_profile.lua", "--ab " .. good, NO_GPU)
     t.eq(rc, 3, good .. ": a good --ab gets as far as the GPU check: " .. out)
   end
+end)
+
+t.test("placement: its laws and spacers checked before anything needs a GPU", function()
+  for _, bad in ipairs { "--law poisson", "--law normal,", "--spacers 1.5", "--spacers -2", "--spacers 2,x" } do
+    local out, rc = kmrun("placement.lua", bad, NO_GPU)
+    t.eq(rc, 2, bad .. ": " .. out)
+  end
+  local out, rc = kmrun("placement.lua", "--law normal,uniform --spacers 0,2 --n 1000", NO_GPU)
+  t.eq(rc, 3, out)
+  t.ok(out:find("no GPU", 1, true), out)
 end)
 
 -- measure_profile.lua --cupti's tally of the GPU's record (run by Python beside torch's
