@@ -11,8 +11,8 @@
 -- scratch_bytes (8 GiB), mode ("cold"), max_ms (timing cap per side, 2000),
 -- check_first (how many of a timing's first min_samples calls are re-verified, a uniform draw:
 -- 3/10 of them, M.check_first; min_samples: every call), check_every (a later timed call is,
--- with probability 1/check_every, 1: every one), check_lines (a check reads one line in check_lines of a large buffer,
--- M.CHECK_LINES), check_draw ("each": the scheme before round 13), min_samples
+-- with probability 1/check_every, 1: every one), check_lines (a check reads one line in
+-- check_lines of a large buffer, M.CHECK_LINES), check_draw ("each": the scheme before round 13), min_samples
 -- (10: timing's stop rule, then noise), warmup (warm-up calls before a timing's samples,
 -- M.WARMUP = 1) and warmup_ms (their least wall time, M.WARMUP_MS): part of the protocol
 -- key, so cached timings are kept apart,
@@ -567,7 +567,8 @@ end
 -- Judge:pristine draws them again from the same seed — after the candidate ran, so no
 -- candidate kernel can find and alter the copy it will be checked against.
 -- refreshed: the caller draws the inputs before every call (a timing's refresh): they are
--- not drawn here (a whole draw of the inputs a timing, 1.5% of the candidates' timings).
+-- not drawn here (a whole draw a timing that no call read: a tenth of a 10-sample timing's
+-- fresh-input work, about 1% of the candidates' timings by run BO's figures).
 function Judge:trial_io(t, sym, seed, refreshed)
   local cand, ref_in, dims = {}, {}, {}
   for _, spec in ipairs(t.inputs) do
