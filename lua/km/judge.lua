@@ -99,14 +99,7 @@ function Pool:get(dtype, dims)
   return alloc(dtype, dims, function() self:drop(true) end)
 end
 
--- Buffers go back poisoned where they may hold a reference result a later candidate could
--- find (its outputs for a verified call's seed, which the next candidate's call of that seed
--- would have). plain: b holds nothing of the kind — a candidate's own inputs and outputs, the
--- reference's inputs, or reference outputs for a seed from the judge's private generator
--- that no later call gets — and goes back as it is (a poison writes every byte).
--- Guard zones are refilled on the stream, many buffers to a launch (buffer.reset_guards):
--- before anything later on the stream uses them, and with no wait for the host (two memsets
--- a buffer were 1.3% of the candidates' timings, bench/RESULTS.md run BO).
+-- A buffer into its list (the pool over its limit drops its idle buffers first).
 local function keep(self, b)
   if self.bytes + b:nbytes() > POOL_LIMIT then self:drop(true) end
   local key = pool_key(b:dtype(), b:shape())
@@ -116,14 +109,15 @@ local function keep(self, b)
   self.bytes = self.bytes + b:nbytes()
 end
 
-function Pool:put(b, plain)
-  if b:freed() then return end
-  if not plain then b:poison() end
-  buffer.reset_guards { b }
-  keep(self, b)
-end
-
--- Returns every buffer of a table (each once) to the pool; plain: Pool:put's.
+-- Returns every buffer of a table (each once) to the pool. Buffers go back poisoned where
+-- they may hold a reference result a later candidate could find (its outputs for a verified
+-- call's seed, which the next candidate's call of that seed would have). plain: they hold
+-- nothing of the kind — a candidate's own inputs and outputs, the reference's inputs, or
+-- reference outputs for a seed from the judge's private generator that no later call gets —
+-- and go back as they are (a poison writes every byte). Guard zones are refilled on the
+-- stream, many buffers to a launch (buffer.reset_guards): before anything later on the
+-- stream uses them, and with no wait for the host (two memsets a buffer were 1.3% of the
+-- candidates' timings, bench/RESULTS.md run BO).
 function Pool:put_all(t, plain)
   local seen, list = {}, {}
   for _, b in pairs(t) do
@@ -136,6 +130,8 @@ function Pool:put_all(t, plain)
   buffer.reset_guards(list)
   for _, b in ipairs(list) do keep(self, b) end
 end
+
+function Pool:put(b, plain) self:put_all({ b }, plain) end
 
 -- free = true: release the memory (over the limit); false: forget it (the context is gone)
 function Pool:drop(free)
@@ -1174,12 +1170,11 @@ function M.cheat_gain(n, k, target)
     for i = 1, n do s[i] = i <= k and f or 1 end
     return s
   end
+  local quantile = require("km.report_metrics").quantile
   local function median(f)
     local s = samples(f)
     table.sort(s)
-    local pos = (n - 1) / 2
-    local lo = math.floor(pos)
-    return s[lo + 1] + (s[math.min(lo + 2, n)] - s[lo + 1]) * (pos - lo)
+    return quantile(s, 0.5)
   end
   if k <= 0 then return 0 end
   local tiny = 1e-12
