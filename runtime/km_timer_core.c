@@ -138,13 +138,167 @@ static int wait_sample(run *r, int i, int queued, int energy, int per_sample) {
   return 0;
 }
 
-int km_timer_run(const km_timer_ops *ops, void *dev, const km_timing_protocol *p, const km_timer_work *w,
-                 double *buf, km_timer_result *out) {
-  if (!out) return KM_TIMER_EINVAL;
+/* What a run reports before it has measured anything: no clock, no energy. */
+static void result_reset(km_timer_result *out) {
   memset(out, 0, sizeof *out);
   out->sm_clock_start = out->sm_clock_end = out->sm_clock_min = out->sm_clock_max = NAN;
   out->energy_j = NAN;
   out->energy_why = "not measured";
+}
+
+/* Graph mode: captures rep calls of the work once, so that a sample replays the graph.
+ * *calls_per_launch is the calls of the work in one launch of the timed thing. */
+static int capture_graph(run *r, int rep, int *calls_per_launch) {
+  const km_timer_ops *ops = r->ops;
+  const char *what = "begin capture";
+  int e;
+  if ((e = ops->capture_begin(r->dev, &what))) return dev_fail(r, e, what);
+  int failed = 0;
+  for (int k = 0; k < rep && !failed; k++) failed = r->w->call(r->w->ud, KM_TIMER_CAPTURE);
+  what = "capturing a graph (was work sent to another stream?)";
+  e = ops->capture_end(r->dev, !failed, &what);
+  if (failed) return KM_TIMER_EWORK;
+  if (e) return dev_fail(r, e, what);
+  r->captured = 1;
+  *calls_per_launch = rep;
+  return 0;
+}
+
+/* Warm-up: at least `warmup` calls and `warmup_ms` of wall time; the longest call's host
+ * time sizes the gate's timeout, the first call's only where it is the only one: a first
+ * call sets up (a candidate's scratch allocated, kernels looked up, a model's lazy init). */
+static int warm_up(run *r, const km_timing_protocol *p) {
+  const km_timer_ops *ops = r->ops;
+  const km_timer_work *w = r->w;
+  double t0 = ops->now_ms(r->dev), call_ms = 0, first_ms = 0;
+  int warm_n = 0, e, rc;
+  int own = p->warmup - (w->warmed > 0 ? w->warmed : 0); /* the caller's calls count */
+  for (int i = 0; i < own || (ops->now_ms(r->dev) - t0 < p->warmup_ms && i < WARMUP_MAX); i++) {
+    if ((rc = hook(r, w->before, KM_TIMER_WARMUP))) return rc;
+    double c0 = ops->now_ms(r->dev);
+    if ((rc = launch(r, KM_TIMER_WARMUP))) return rc;
+    double c = (ops->now_ms(r->dev) - c0) * r->per_sample_launches;
+    if (warm_n++ == 0) first_ms = c;
+    else if (c > call_ms) call_ms = c;
+    if ((rc = hook(r, w->after, KM_TIMER_WARMUP))) return rc;
+    if (((i & 7) == 7 || i + 1 >= own) && (e = ops->sync(r->dev))) return dev_fail(r, e, "warmup");
+  }
+  /* no call of its own (the caller's count, and were waited for): nothing to wait for, and
+   * what the GPU still runs from before runs while the first sample is enqueued */
+  if (warm_n > 0 && (e = ops->sync(r->dev))) return dev_fail(r, e, "warmup");
+  if (warm_n == 1) call_ms = first_ms;
+  r->out->warmup_calls = warm_n;
+  r->gate_ms = GATE_CALLS * call_ms;
+  if (r->gate_ms < GATE_MIN_MS) r->gate_ms = GATE_MIN_MS;
+  if (r->gate_ms > GATE_MAX_MS) r->gate_ms = GATE_MAX_MS;
+  r->out->gate_timeout_ms = r->gate ? r->gate_ms : 0;
+  return 0;
+}
+
+/* The sampling loop's state. */
+typedef struct {
+  km_sampler smp;
+  km_pace pace;
+  clock_span clk;       /* SM clocks seen */
+  int window;           /* an energy window is open */
+  int per_sample_calls; /* calls of the work in one sample */
+  int queued, taken;    /* samples enqueued; samples read and put to the stop rule */
+  double start, last_enqueued; /* host ms: the loop's start, the last enqueue's end */
+} sampling;
+
+/* Enqueues samples up to the count km_sampler_plan asks for, and updates the host's
+ * enqueue time per sample from how long they took. */
+static int enqueue_planned(run *r, sampling *s) {
+  const km_timer_ops *ops = r->ops;
+  int target = km_sampler_plan(&s->smp, s->queued, &s->pace), rc;
+  if (target <= s->queued) return 0;
+  double h0 = ops->now_ms(r->dev);
+  int k = target - s->queued;
+  for (; s->queued < target; s->queued++)
+    if ((rc = enqueue(r, s->queued))) return rc;
+  s->last_enqueued = ops->now_ms(r->dev);
+  double h = (s->last_enqueued - h0) / k;
+  s->pace.host_ms = s->pace.host_ms > 0 ? 0.75 * s->pace.host_ms + 0.25 * h : h;
+  return 0;
+}
+
+/* Reads every sample completed so far, in order, and puts each to the stop rule; `seen` is
+ * the host's elapsed ms when they were waited for. */
+static int take_completed(run *r, sampling *s, double seen) {
+  const km_timer_ops *ops = r->ops;
+  int e;
+  do {
+    float ms = 0, gap = 0;
+    if ((e = ops->elapsed(r->dev, EV(s->taken, 0), EV(s->taken, 1), &ms))) return dev_fail(r, e, "timing");
+    /* end to end: the GPU's time per sample, flush and hook work included */
+    if (s->taken > 0 && ops->elapsed(r->dev, EV(s->taken - 1, 1), EV(s->taken, 1), &gap) == 0 && gap > 0)
+      s->pace.sample_ms = s->pace.sample_ms > 0 ? 0.75 * s->pace.sample_ms + 0.25 * gap : gap;
+    else if (s->taken == 0)
+      s->pace.sample_ms = ms; /* the work alone: a first guess */
+    s->taken++;
+    if (r->gate && ops->gate_timeouts && (r->out->gate_timeouts = ops->gate_timeouts(r->dev)) > 0)
+      r->gate = 0; /* the work waits for the GPU: gates would only stall it */
+    int hold = s->window && !ops->energy_enough(r->dev);
+    if (km_sampler_add(&s->smp, (double)ms / s->per_sample_calls, seen, hold) != KM_SAMPLE_ON) break;
+  } while (s->taken < s->queued && ops->query(r->dev, EV(s->taken, 1)) == 0);
+  return 0;
+}
+
+/* The stop rule (km_sampling_core) is asked at every sample, in order, so n is the first
+ * count that satisfies it, whatever was queued. Samples are queued ahead as far as
+ * km_sampler_plan says: enough that the GPU does not wait while the host reads, decides
+ * and enqueues (sized from the measured time per sample and per enqueue), never more than
+ * the rule may need. Samples queued beyond the stop (n_extra) ran, hooks and all, and are
+ * waited for, but do not enter the statistics. */
+static int sample_until_stop(run *r, sampling *s) {
+  const km_timer_ops *ops = r->ops;
+  int e, rc;
+  s->start = s->last_enqueued = ops->now_ms(r->dev);
+  for (;;) {
+    s->pace.elapsed_ms = ops->now_ms(r->dev) - s->start;
+    s->pace.hold = s->window && !ops->energy_enough(r->dev);
+    if ((rc = enqueue_planned(r, s))) return rc;
+    if (s->smp.stop != KM_SAMPLE_ON || s->taken >= s->queued) break;
+    if (ops->read_clock && s->taken % 16 == 0) { /* e.g. NVML's SM clock, read while samples run */
+      double mhz = NAN;
+      if (ops->read_clock(r->dev, &mhz) == 0) clock_note(&s->clk, mhz);
+    }
+    if ((e = wait_sample(r, s->taken, s->queued, s->window, s->per_sample_calls))) return dev_fail(r, e, "timing");
+    double seen = ops->now_ms(r->dev) - s->start;
+    if ((rc = take_completed(r, s, seen))) return rc;
+  }
+  if (s->queued > s->taken && (e = wait_sample(r, s->queued - 1, s->queued, s->window, s->per_sample_calls)))
+    return dev_fail(r, e, "timing");
+  return 0;
+}
+
+/* The run's statistics and clocks, from the samples the stop rule took. */
+static void report_samples(run *r, const sampling *s, double clock_end) {
+  km_timer_result *out = r->out;
+  int n = s->smp.n;
+  const double *sorted = s->smp.sorted;
+  out->n = n;
+  out->n_extra = s->queued - n;
+  out->stop = s->smp.stop;
+  out->samples = s->smp.samples;
+  out->median = km_stats_quantile(sorted, n, 0.5);
+  out->p25 = km_stats_quantile(sorted, n, 0.25);
+  out->p75 = km_stats_quantile(sorted, n, 0.75);
+  out->min = n ? sorted[0] : NAN;
+  out->max = n ? sorted[n - 1] : NAN;
+  out->mean = n ? s->smp.sum_ms / n : NAN;
+  out->rel_noise = s->smp.noise;
+  out->sm_clock_start = r->clock_start;
+  out->sm_clock_end = clock_end;
+  out->sm_clock_min = s->clk.lo;
+  out->sm_clock_max = s->clk.hi;
+  out->clock_moved = s->clk.hi > s->clk.lo * (1 + CLOCK_MOVED);
+}
+
+int km_timer_run(const km_timer_ops *ops, void *dev, const km_timing_protocol *p, const km_timer_work *w,
+                 double *buf, km_timer_result *out) {
+  if (!out) return KM_TIMER_EINVAL;
+  result_reset(out);
   if (!ops || !p || !p->mode || !w || !w->call || !buf || km_stop_rule_valid(&p->stop) || p->rep < 1 || p->warmup < 0)
     return KM_TIMER_EINVAL;
   int cold = !strcmp(p->mode, "cold"), graph_mode = !strcmp(p->mode, "graph");
@@ -155,141 +309,39 @@ int km_timer_run(const km_timer_ops *ops, void *dev, const km_timing_protocol *p
    * its gates: this run's gates are sound, but the write is someone's and must be told */
   if ((rc = page_check(&r, 1, "the start of the run"))) return rc;
 
-  /* graph mode: capture rep calls once, then time replays */
   int calls_per_launch = 1; /* calls of the work in one launch of the timed thing */
-  if (graph_mode && !w->is_graph) {
-    const char *what = "begin capture";
-    if ((e = ops->capture_begin(dev, &what))) return dev_fail(&r, e, what);
-    int failed = 0;
-    for (int k = 0; k < rep && !failed; k++) failed = w->call(w->ud, KM_TIMER_CAPTURE);
-    what = "capturing a graph (was work sent to another stream?)";
-    e = ops->capture_end(dev, !failed, &what);
-    if (failed) return KM_TIMER_EWORK;
-    if (e) return dev_fail(&r, e, what);
-    r.captured = 1;
-    calls_per_launch = rep;
-  }
+  if (graph_mode && !w->is_graph && (rc = capture_graph(&r, rep, &calls_per_launch))) return rc;
   r.per_sample_launches = (w->is_graph || r.captured) && graph_mode ? 1 : rep;
-  int per_sample_calls = r.per_sample_launches * calls_per_launch;
   const char *what = "allocating the L2 flush buffer";
   if (cold && (e = ops->flush_prepare(dev, p->flush_bytes, &out->flush_bytes, &what))) return dev_fail(&r, e, what);
+  if ((rc = warm_up(&r, p))) return rc;
 
-  /* warmup: at least `warmup` calls and `warmup_ms` of wall time; the longest call's host
-   * time sizes the gate's timeout, the first call's only where it is the only one: a first
-   * call sets up (a candidate's scratch allocated, kernels looked up, a model's lazy init) */
-  double t0 = ops->now_ms(dev), call_ms = 0, first_ms = 0;
-  int warm_n = 0;
-  int own = p->warmup - (w->warmed > 0 ? w->warmed : 0); /* the caller's calls count */
-  for (int i = 0; i < own || (ops->now_ms(dev) - t0 < p->warmup_ms && i < WARMUP_MAX); i++) {
-    if ((rc = hook(&r, w->before, KM_TIMER_WARMUP))) return rc;
-    double c0 = ops->now_ms(dev);
-    if ((rc = launch(&r, KM_TIMER_WARMUP))) return rc;
-    double c = (ops->now_ms(dev) - c0) * r.per_sample_launches;
-    if (warm_n++ == 0) first_ms = c;
-    else if (c > call_ms) call_ms = c;
-    if ((rc = hook(&r, w->after, KM_TIMER_WARMUP))) return rc;
-    if (((i & 7) == 7 || i + 1 >= own) && (e = ops->sync(dev))) return dev_fail(&r, e, "warmup");
-  }
-  /* no call of its own (the caller's count, and were waited for): nothing to wait for, and
-   * what the GPU still runs from before runs while the first sample is enqueued */
-  if (warm_n > 0 && (e = ops->sync(dev))) return dev_fail(&r, e, "warmup");
-  if (warm_n == 1) call_ms = first_ms;
-  out->warmup_calls = warm_n;
-  r.gate_ms = GATE_CALLS * call_ms;
-  if (r.gate_ms < GATE_MIN_MS) r.gate_ms = GATE_MIN_MS;
-  if (r.gate_ms > GATE_MAX_MS) r.gate_ms = GATE_MAX_MS;
-  out->gate_timeout_ms = r.gate ? r.gate_ms : 0;
-
-  clock_span clk = {NAN, NAN};
   /* The energy window only when asked for: while it is open every wait for a sample polls
-   * NVML's counter (a read blocks the host ~3 ms on the H200), so the host answered the GPU
-   * that much later after each wait, and a drained queue (a timed call's check) left the GPU
-   * idle for it. Open on every timing it cost a third of the judge's measure stage on small
-   * kernels (bench/RESULTS.md, round 8) for a number only an energy pass reports. */
+   * NVML's counter (a read blocks the host ~3 ms on the H200), so the host answers the GPU
+   * that much later after each wait, and a drained queue (a timed call's check) leaves the
+   * GPU idle for it: on small kernels it costs a third of the judge's measure stage, for a
+   * number only an energy pass reports. */
   const char *energy_why = p->energy ? "not measured (no energy counter)" : "not measured (energy = false)";
-  int window = p->energy && ops->energy_begin && ops->energy_begin(dev, &energy_why) == 0;
-
-  /* The stop rule (km_sampling_core) is asked at every sample, in order, so n is the first
-   * count that satisfies it, whatever was queued. Samples are queued ahead as far as
-   * km_sampler_plan says: enough that the GPU does not wait while the host reads, decides
-   * and enqueues (sized from the measured time per sample and per enqueue), never more than
-   * the rule may need. Samples queued beyond the stop (n_extra) ran, hooks and all, and are
-   * waited for, but do not enter the statistics. */
-  km_sampler smp;
-  km_sampler_init(&smp, &p->stop, buf, buf + max_n);
-  km_pace pace = {0, 0, window ? ENERGY_SLACK_MS : SLACK_MS, 0, 0, KM_TIMER_SLOTS - 1};
-  int queued = 0, taken = 0;
-  double start = ops->now_ms(dev), last_enqueued = start;
-  for (;;) {
-    pace.elapsed_ms = ops->now_ms(dev) - start;
-    pace.hold = window && !ops->energy_enough(dev);
-    int target = km_sampler_plan(&smp, queued, &pace);
-    if (target > queued) {
-      double h0 = ops->now_ms(dev);
-      int k = target - queued;
-      for (; queued < target; queued++)
-        if ((rc = enqueue(&r, queued))) return rc;
-      last_enqueued = ops->now_ms(dev);
-      double h = (last_enqueued - h0) / k;
-      pace.host_ms = pace.host_ms > 0 ? 0.75 * pace.host_ms + 0.25 * h : h;
-    }
-    if (smp.stop != KM_SAMPLE_ON || taken >= queued) break;
-    if (ops->read_clock && taken % 16 == 0) { /* e.g. NVML's SM clock, read while samples run */
-      double mhz = NAN;
-      if (ops->read_clock(dev, &mhz) == 0) clock_note(&clk, mhz);
-    }
-    if ((e = wait_sample(&r, taken, queued, window, per_sample_calls))) return dev_fail(&r, e, "timing");
-    double seen = ops->now_ms(dev) - start;
-    do { /* every sample completed so far, in order, each one put to the rule */
-      float ms = 0, gap = 0;
-      if ((e = ops->elapsed(dev, EV(taken, 0), EV(taken, 1), &ms))) return dev_fail(&r, e, "timing");
-      /* end to end: the GPU's time per sample, flush and hook work included */
-      if (taken > 0 && ops->elapsed(dev, EV(taken - 1, 1), EV(taken, 1), &gap) == 0 && gap > 0)
-        pace.sample_ms = pace.sample_ms > 0 ? 0.75 * pace.sample_ms + 0.25 * gap : gap;
-      else if (taken == 0)
-        pace.sample_ms = ms; /* the work alone: a first guess */
-      taken++;
-      if (r.gate && ops->gate_timeouts && (out->gate_timeouts = ops->gate_timeouts(dev)) > 0)
-        r.gate = 0; /* the work waits for the GPU: gates would only stall it */
-      int hold = window && !ops->energy_enough(dev);
-      if (km_sampler_add(&smp, (double)ms / per_sample_calls, seen, hold) != KM_SAMPLE_ON) break;
-    } while (taken < queued && ops->query(dev, EV(taken, 1)) == 0);
-  }
-  if (queued > taken && (e = wait_sample(&r, queued - 1, queued, window, per_sample_calls)))
-    return dev_fail(&r, e, "timing");
-  out->tail_read_ms = ops->now_ms(dev) - last_enqueued;
+  sampling s = {.clk = {NAN, NAN}, .per_sample_calls = r.per_sample_launches * calls_per_launch};
+  s.window = p->energy && ops->energy_begin && ops->energy_begin(dev, &energy_why) == 0;
+  km_sampler_init(&s.smp, &p->stop, buf, buf + max_n);
+  s.pace = (km_pace){0, 0, s.window ? ENERGY_SLACK_MS : SLACK_MS, 0, 0, KM_TIMER_SLOTS - 1};
+  if ((rc = sample_until_stop(&r, &s))) return rc;
+  out->tail_read_ms = ops->now_ms(dev) - s.last_enqueued;
   /* every sample has run, and every gate: a write in the last samples is found here, before
    * the run's numbers are handed out (and before a later run's gates could be opened by it) */
   if ((rc = page_check(&r, 1, "the end of the run"))) return rc;
-  out->total_ms = ops->now_ms(dev) - start;
-  if (window && ops->energy_end(dev, &out->energy_j, &out->energy_ms, &out->energy_calls, &energy_why) != 0)
+  out->total_ms = ops->now_ms(dev) - s.start;
+  if (s.window && ops->energy_end(dev, &out->energy_j, &out->energy_ms, &out->energy_calls, &energy_why) != 0)
     out->energy_j = NAN;
   out->energy_why = out->energy_j == out->energy_j ? NULL : energy_why;
   double probe0 = ops->now_ms(dev);
   double clock_end = r.probing && ops->probe(dev, 1) == 0 ? ops->probe_read(dev, 1) : NAN;
-  clock_note(&clk, r.clock_start);
-  clock_note(&clk, clock_end);
+  clock_note(&s.clk, r.clock_start);
+  clock_note(&s.clk, clock_end);
   out->tail_probe_ms = ops->now_ms(dev) - probe0;
-
-  int n = smp.n;
-  const double *sorted = smp.sorted;
-  out->n = n;
-  out->n_extra = queued - n;
-  out->stop = smp.stop;
-  out->samples = smp.samples;
-  out->median = km_stats_quantile(sorted, n, 0.5);
-  out->p25 = km_stats_quantile(sorted, n, 0.25);
-  out->p75 = km_stats_quantile(sorted, n, 0.75);
-  out->min = n ? sorted[0] : NAN;
-  out->max = n ? sorted[n - 1] : NAN;
-  out->mean = n ? smp.sum_ms / n : NAN;
-  out->rel_noise = smp.noise;
-  out->sm_clock_start = r.clock_start;
-  out->sm_clock_end = clock_end;
-  out->sm_clock_min = clk.lo;
-  out->sm_clock_max = clk.hi;
-  out->clock_moved = clk.hi > clk.lo * (1 + CLOCK_MOVED);
-  out->tail_ms = ops->now_ms(dev) - last_enqueued;
+  report_samples(&r, &s, clock_end);
+  out->tail_ms = ops->now_ms(dev) - s.last_enqueued;
   return KM_TIMER_OK;
 }
 
