@@ -6,21 +6,31 @@
 --   local judge = require("km.judge").new()
 --   local verdict = judge:eval(task_or_dir, { source, launch, params, name }, opts)
 --
--- opts: seeds (3), timing (true), baseline (true), budget (instructions per launch call,
--- 1e6), lua_memory (bytes of Lua memory per launch call, the sandbox's default),
--- scratch_bytes (8 GiB), mode ("cold"), max_ms (timing cap per side, 2000),
--- check_first (how many of a timing's first min_samples calls are re-verified, a uniform draw:
--- 3/10 of them, M.check_first; min_samples: every call), check_every (a later timed call is,
--- with probability 1/check_every, 1: every one), check_lines (a check reads one line in
--- check_lines of a large buffer, M.CHECK_LINES), check_draw ("each": the scheme before round 13), min_samples
--- (10: timing's stop rule, then noise), warmup (warm-up calls before a timing's samples,
--- M.WARMUP = 1) and warmup_ms (their least wall time, M.WARMUP_MS): part of the protocol
--- key, so cached timings are kept apart,
--- energy (false: a separate pass for joules per call where NVML is available).
+-- opts (all optional):
+--   option        default            meaning
+--   seeds         3                  seeds per shape set in verify (the last one fresh)
+--   timing        true               measure the candidate (false: verify only)
+--   baseline      true               time PyTorch eager / torch.compile beside it
+--   budget        1e6                Lua instructions per launch call
+--   lua_memory    the sandbox's      bytes of Lua memory per launch call
+--   scratch_bytes 8 GiB              k.scratch's budget per launch
+--   mode          "cold"             timing mode (km.timing's MODES)
+--   max_ms        2000               timing cap per side
+--   min_samples   10                 the stop rule's least sample count
+--   warmup        M.WARMUP (1)       warm-up calls before a timing's samples
+--   warmup_ms     M.WARMUP_MS (0)    their least wall time
+--   check_first   min_samples        timed calls re-verified among the first min_samples
+--                                    (fewer: a uniform draw; M.check_first)
+--   check_every   1                  later timed calls re-verified 1 in check_every
+--   check_lines   M.CHECK_LINES (16) a check reads one output line in check_lines
+--   check_draw    "subset"           "each": every call 1 in check_every (side-by-side runs)
+--   energy        false              a separate pass for joules per call (NVML)
+-- The mode, min_samples and warm-up options are part of the protocol key, so cached timings
+-- are kept apart.
 --
--- Three stages, one screen each: prepare (compile, load, sandbox the launch code), verify
--- (every shape x seeds, candidate before reference), measure (timing, with every timed
--- call on fresh inputs and poisoned outputs, random timed calls and the last re-verified).
+-- Four stages (Judge:eval): task (load, reference state), prepare (compile, load, sandbox
+-- the launch code), verify (every shape x seeds, candidate before reference), measure
+-- (timing, with every timed call on fresh inputs and poisoned outputs, and re-verified).
 -- The candidate is hostile (DESIGN.md): launch code sees buffers only as views that die
 -- after each call, gets fresh copies of the shape table, never sees a reference result;
 -- what it returns is checked in C, and nothing it wrote is called outside the sandbox.
@@ -196,7 +206,8 @@ local function make_k(self, mod, params, state)
     local b = state.scratch[i]
     local okn, n = pcall(function() return type(shape) == "number" and shape or task_mod.numel(shape) end)
     if not okn or math.type(n) ~= "integer" then error("k.scratch: shape must be an integer or a list of integers", 2) end
-    if not b or b:dtype() ~= dtype or b:numel() ~= n then
+    local new = not b or b:dtype() ~= dtype or b:numel() ~= n
+    if new then
       -- the slot is emptied before anything below can fail: a launch that catches the
       -- failure (pcall) must not leave a freed buffer for the judge to trip on later
       if b then state.scratch_bytes = state.scratch_bytes - b:nbytes(); b:free(); state.scratch[i] = nil end
@@ -212,8 +223,10 @@ local function make_k(self, mod, params, state)
       b = nb
       if state.scratch_bytes > state.scratch_peak then state.scratch_peak = state.scratch_bytes end
     end
+    -- a new buffer may be memory the launch freed a moment ago, values and all: poisoned
+    -- whatever the call (Judge:time_run poisons the ones it keeps before every timed call)
     if type(o) == "table" and rawget(o, "zero") then b:zero()
-    elseif state.poison then b:poison() end
+    elseif state.poison or new then b:poison() end
     return buffer.view(b)
   end
   local fns = {}
@@ -301,6 +314,20 @@ local function prepare(self, source, launch_src, params, label)
     end
   end
   return run
+end
+
+-- The scratch buffers launch code could return as an output (returned() takes a buffer of
+-- the output's dtype and element count).
+function M.returnable(scratch, outputs, dims)
+  local list = {}
+  for _, b in pairs(scratch) do
+    if not b:freed() then
+      for _, spec in ipairs(outputs) do
+        if b:dtype() == spec.dtype and b:numel() == task_mod.numel(dims[spec.name]) then list[#list + 1] = b break end
+      end
+    end
+  end
+  return list
 end
 
 -- Views of a trial's buffers, for one launch call.
@@ -795,10 +822,14 @@ local function degenerate(ref_out, spec)
 end
 
 -- The evidence after a candidate call: guard zones, inputs unchanged (against ref_in, the
--- same inputs drawn again; or, given a timed plan, against the laws they were drawn by,
--- b:random_check, and the parameters' source). Its reads are enqueued into the ledger L
--- (km.buffer's: no wait) -> what evidence_read reads back once L was read.
-local function evidence_enqueue(L, t, cand, ref_in, scratch, plan, seed, lines)
+-- same inputs drawn again; or, given a plan, against the laws they were drawn by,
+-- b:random_check, and the parameters' source). Every input is proven in full, every element
+-- of it, in verify and in timed calls alike: the reference then computes on the candidate's
+-- own input buffers (a plan's inputs), and one element the proof did not read could make the
+-- reference's answer trivial (a spike that takes over a batch's statistics, a max, a
+-- softmax). Its reads are enqueued into the ledger L (km.buffer's: no wait) -> what
+-- evidence_read reads back once L was read.
+local function evidence_enqueue(L, t, cand, ref_in, scratch, plan, seed)
   local list, label = {}, {}
   local function add(b, what) list[#list + 1] = b; label[#list] = what end
   for name, b in pairs(cand) do add(b, fmt("buffer '%s'", name)) end
@@ -811,7 +842,7 @@ local function evidence_enqueue(L, t, cand, ref_in, scratch, plan, seed, lines)
       slot = L:digest { { b:ptr(), b:nbytes() }, { r:ptr(), r:nbytes() } }
     elseif plan.laws[spec.name] then
       local l = plan.laws[spec.name]
-      slot, count = L:random_check(b, seeded(l.law, seed, l.index), lines), true
+      slot, count = L:random_check(b, seeded(l.law, seed, l.index)), true
     else
       local r = plan.params[spec.name]
       slot = L:digest { { b:ptr(), b:nbytes() }, { r.ptr, r.nbytes } }
@@ -1108,22 +1139,20 @@ local function time_opts(opts)
 end
 M.time_opts = time_opts
 
--- How a timing's calls are checked (Judge:time_run). To move the median of n samples a
--- kernel must be fast on at least half of them; checking a uniform draw of m of the first
--- min_samples calls (no call is checked for sure, so a kernel cannot be honest just there)
--- leaves a kernel that cheats on k of them unchecked with probability C(n-k, m) / C(n, m)
--- (M.escape), and every later call is checked (check_every = 1). What a cheat can gain is
--- then bounded by the stop rule, not by luck (M.cheat_gain; docs/eval.md, "How many timed
--- calls are checked"): a timing that stops at n = 10 has the median's noise within the
--- target, so the interquartile range within 1.7% of the median, and a kernel fast on
--- k = 5, 6, 7 of the 10 gains at most 0.84%, 1.7%, 2.2% on its median; k >= 8 gains
--- without bound but leaves 2 honest calls, which any 3 checks cannot all miss. Past 10 calls
--- no call goes unchecked, so no longer timing helps it. With m = 3 the largest gain a cheat
--- can escape with is 2.2% (k = 7, 0.8% of the time); the rule of round 13 (4 of 10, then 1 in
--- 2) let a kernel that kept its noise up until the 17th-21st call escape with any gain, once
--- in 10^4-10^5 timings (tests/lua/test_check_plan.lua works out both). Most timings stop at
--- 10 calls, so this is one check fewer a timing; a timing that runs on checks every call.
-M.CHECK_FIRST = 3 / 10
+-- How a timing's calls are checked (Judge:time_run). By default every timed call is: a
+-- check waits for the device and runs the reference, so a kernel that reads %globaltimer
+-- sees the longer gap after a checked call (and the ledger's and the reference's writes in
+-- memory). Were only some calls checked, it could count them and know when the rest are
+-- not; with all of them checked there is nothing to learn, and no cheat on a timed call
+-- escapes except in the output lines a check does not read (check_lines, below).
+-- check_first = m < min_samples checks a uniform draw of m of the first min_samples calls
+-- and every later call 1 in check_every: a kernel that cannot tell which calls are checked
+-- and cheats on k of n escapes with probability C(n-k, m) / C(n, m) (M.escape), and its
+-- gain on the median is bounded by the stop rule (M.cheat_gain: fast on k = 5, 6, 7 of 10
+-- calls, at most 0.84%, 1.7%, 2.2%); one that counts the checks by their gaps escapes
+-- whenever the draw's m checks came early, with the same bound on its gain. Such a rule is
+-- for side-by-side runs, not for verdicts a dataset keeps (docs/security.md).
+M.CHECK_FIRST = 1
 M.CHECK_EVERY = 1
 function M.check_first(m, min_samples)
   if m == nil then return math.max(1, math.ceil(min_samples * M.CHECK_FIRST - 1e-9)) end
@@ -1261,9 +1290,13 @@ function Judge:time_run(st, run, sym, opts, check)
     self:fill_inputs(t, sym, cand, s, true)
     return s
   end
+  -- Whatever can be judged is poisoned alike: the io outputs and every scratch buffer the
+  -- launch could hand back as an output (one of an output's dtype and size; M.returnable),
+  -- so a returned scratch buffer does not keep the previous call's values.
   local function refresh()
     cur_seed, drawn = drawn or draw(), nil
     for _, spec in ipairs(t.outputs) do cand[spec.name]:poison { sparse = cur_seed } end
+    for _, b in ipairs(M.returnable(run.state.scratch, t.outputs, dims)) do b:poison { sparse = cur_seed } end
   end
   -- The reference on a checked call's inputs -> io (inputs and its outputs), kept (io is
   -- this timing's: not for the pool) | nil, status, message. A PyTorch reference (a problem
@@ -1325,7 +1358,7 @@ function Judge:time_run(st, run, sym, opts, check)
       if not plan then self:fill_inputs(t, sym, ref_in, cur_seed, true) end -- after the truth's digests
       -- the sample of lines is drawn now, after the call was enqueued
       lines = shift > 0 and { key = rng(1 << 62), shift = shift } or nil
-      e = evidence_enqueue(L, t, cand, ref_in, run.state.scratch, plan, cur_seed, lines)
+      e = evidence_enqueue(L, t, cand, ref_in, run.state.scratch, plan, cur_seed)
       ref_io, rs, rmsg, kept = reference(plan and inputs_of(t, cand) or ref_in, plan)
       seal = self:seal_enqueue(st, L) -- the truth after the reference ran: sealed with the batch
       if not ref_io then return end

@@ -7,9 +7,9 @@ local timing = require "km.timing"
 
 local function close(a, b, tol, what) t.ok(math.abs(a - b) <= tol, ("%s: %.4f vs %.4f (+-%.4f)"):format(what, a, b, tol)) end
 
-t.test("check_first: 3/10 of min_samples by default, bad values refused", function()
-  t.eq(judge.check_first(nil, 10), 3)
-  t.eq(judge.check_first(nil, 20), 6)
+t.test("check_first: every one of min_samples by default, bad values refused", function()
+  t.eq(judge.check_first(nil, 10), 10)
+  t.eq(judge.check_first(nil, 20), 20)
   t.eq(judge.check_first(nil, 1), 1)
   t.eq(judge.check_first(7, 10), 7)
   t.eq(judge.check_first(10, 10), 10, "every call")
@@ -25,7 +25,7 @@ t.test("escape: C(n-k, m) / C(n, m)", function()
   t.eq(judge.escape(10, 0, 4), 1)
   close(judge.escape(10, 7, 3), 1 / 120, 1e-12, "7 of 10, 3 checked")
   t.eq(judge.escape(10, 8, 3), 0, "8 cheated leave 2 honest: 3 checks cannot all miss")
-  -- the draw beats the rule before round 13 at the attack that moves the median: 5 cheated
+  -- the draw beats check_draw = "each" at the attack that moves the median: 5 cheated
   -- calls (that rule: the 10th checked always, so 5 of the other 9, each checked 1 in 2)
   t.ok(judge.escape(10, 5, 4) < 0.5 ^ 5, "2.4% < 3.1%")
 end)
@@ -47,7 +47,7 @@ t.test("cheat_gain: the stop rule bounds what k fast calls of 10 gain, up to k =
   t.raises(function() timing.rel_noise { 1, "x", 3 } end, "not a number")
 end)
 
--- The rule's guarantee, over every way to cheat: k1 of the first 10 calls (escaping the
+-- A rule's guarantee, over every way to cheat: k1 of the first 10 calls (escaping the
 -- draw of check_first with M.escape) and k2 of the calls past 10 (each escaping a check
 -- with probability 1 - 1/check_every), the timing stopping by the noise rule at n (the last
 -- call past 10 checked where the draw left it: it is honest). The largest gain a cheat
@@ -70,12 +70,50 @@ local function worst(first, every)
   return w, w3
 end
 
-t.test("the default rule: no cheat escapes with more than 2.2% on its median; the round-13 rule let any gain through", function()
+-- A kernel that tells checked calls from the gaps between its calls (a check waits for the
+-- device and runs the reference) and cheats on every call of the first min_samples left once
+-- it has counted all `first` checks: it escapes whenever the draw put them early, and gains
+-- what cheating on the calls after the last check gives. Played against the picker.
+local function informed(first, n)
+  local worst_gain, escaped = 0, 0
+  for _ = 1, n do
+    local pick, seen, caught, cheated = judge.check_picker(10, first, 1, false), 0, false, 0
+    for k = 1, 10 do
+      local cheat = seen == first -- all checks counted: the rest look safe
+      if pick(k) then
+        seen = seen + 1
+        if cheat then caught = true end
+      elseif cheat then
+        cheated = cheated + 1
+      end
+    end
+    if not caught and cheated > 0 then
+      escaped = escaped + 1
+      local g = judge.cheat_gain(10, cheated)
+      if g > worst_gain then worst_gain = g end
+    end
+  end
+  return worst_gain, escaped / n
+end
+
+t.test("the default rule checks every timed call: no cheat escapes, informed or not", function()
   local _, first, every = judge.check_opts {}
-  t.eq(first, 3)
+  t.eq(first, 10)
   t.eq(every, 1)
-  local w = worst(first, every)
+  t.eq(worst(first, every), 0, "no cheated call goes unchecked")
+  local g, p = informed(first, 2000)
+  t.eq(g, 0)
+  t.eq(p, 0, "a kernel counting the checks never sees all of them behind it before the 10th call")
+end)
+
+t.test("3 of 10: a blind cheat escapes with at most 2.2%; one that counts the checks escapes often, with the same bound", function()
+  local w = worst(3, 1)
   t.ok(w > 0.02 and w < 0.0225, ("the worst gain that can escape: %.4f (k = 7 of 10, 1 time in 120)"):format(w))
+  local g, p = informed(3, 4000)
+  t.ok(g > 0.02 and g < 0.0225, ("the informed cheat's worst gain: %.4f (7 calls after checks at 1, 2, 3)"):format(g))
+  -- it cheats after the third check, which comes before the 10th call unless the 10th is one:
+  -- 1 - C(9, 2) / C(10, 3) = 0.7 of timings
+  close(p, 0.7, 0.03, "the informed cheat escapes")
   local w_old, w3_old = worst(4, 2)
   t.ok(w_old > 0.99, "4 of 10 then 1 in 2: a kernel that stops the timing later escapes with any gain (rarely)")
   t.ok(w3_old > 0.02, "and with a chance over 1 in 1000, with as much as the new rule's worst")
@@ -100,7 +138,7 @@ t.test("the picker: exactly 4 of the first 10, every call equally likely, later 
   close(later / (4 * N), 0.5, 0.03, "calls past min_samples")
 end)
 
-t.test("the picker's old rule (check_draw = \"each\"): the min_samples-th always, the others 1 in 2", function()
+t.test("the picker with check_draw = \"each\": the min_samples-th always, the others 1 in 2", function()
   local N, at = 2000, {}
   for _ = 1, N do
     local pick = judge.check_picker(10, 4, 2, true)
@@ -111,9 +149,9 @@ t.test("the picker's old rule (check_draw = \"each\"): the min_samples-th always
 end)
 
 -- The attack the numbers are about, played against the picker: a kernel fast (and wrong) on
--- a set of calls it chose, honest on the rest. Against the old rule its best set avoids the
+-- a set of calls it chose, honest on the rest. Against check_draw = "each" its best set avoids the
 -- 10th call; against the draw no call is safer than another.
-t.test("a kernel cheating on 5 chosen calls escapes the draw as often as C(5,4)/C(10,4) says, less than the old rule", function()
+t.test("a kernel cheating on 5 chosen calls escapes the draw as often as C(5,4)/C(10,4) says, less than check_draw = \"each\"", function()
   local N = 20000
   local function escapes(each, cheat)
     local n = 0
@@ -131,7 +169,7 @@ t.test("a kernel cheating on 5 chosen calls escapes the draw as often as C(5,4)/
   local old = escapes(true, { [1] = true, [3] = true, [5] = true, [7] = true, [9] = true })
   -- sd: sqrt(p (1 - p) / N) = 0.0011 and 0.0012
   close(new, 5 / 210, 0.005, "the draw")
-  close(old, 1 / 32, 0.005, "the old rule")
+  close(old, 1 / 32, 0.005, "check_draw = each")
   -- and the last five calls (a kernel that starts cheating late) fare no better
   close(escapes(false, { [6] = true, [7] = true, [8] = true, [9] = true, [10] = true }), 5 / 210, 0.005, "calls 6-10")
 end)
@@ -150,13 +188,13 @@ end)
 t.test("check_opts: the defaults, and each bad option raised before anything runs", function()
   local each, first, every, shift = judge.check_opts {}
   t.eq(each, false)
-  t.eq(first, 3)
+  t.eq(first, 10)
   t.eq(every, 1)
   t.eq(shift, 4)
   each, first, every, shift = judge.check_opts { check_draw = "each", check_lines = 1, min_samples = 20 }
   t.eq(each, true)
-  t.eq(first, 6)
-  t.eq(every, 2, "the old rule's later calls: 1 in 2")
+  t.eq(first, 20)
+  t.eq(every, 2, "each: later calls 1 in 2")
   t.eq(shift, 0)
   _, first, every = judge.check_opts { check_first = 10, check_every = 4 }
   t.eq(first, 10)
