@@ -334,18 +334,11 @@ static int string_mt(lua_State *L) {
   return has;
 }
 
-/* limits.run(fn, budget, memory, seconds, block, ...) */
-static int l_run(lua_State *L) {
-  luaL_checkany(L, 1);
-  lua_Integer budget = luaL_checkinteger(L, 2);
-  lua_Integer memory = luaL_optinteger(L, 3, -1);
-  lua_Number seconds = luaL_optnumber(L, 4, 0);
-  lua_Integer block = luaL_optinteger(L, 5, 0);
-  if (lua_gettop(L) < 5) lua_settop(L, 5);
-  int nargs = lua_gettop(L) - 5;
-  memcap *m = memcap_get(L);
-
-  /* everything that allocates, before anything changes */
+/* Everything l_run allocates, before anything changes: the thread holding fn and its
+ * arguments, and the bounded string index ready to swap in.
+ * [fn, b, m, s, blk, args...] -> [co], or [co, smt, old, "__index", bounded] where strings
+ * have a metatable (*has_mt). */
+static lua_State *run_prepare(lua_State *L, int nargs, int *has_mt) {
   lua_State *co = lua_newthread(L);                 /* [fn, b, m, s, args..., co] */
   lua_insert(L, 1);                                 /* [co, fn, b, m, s, args...] */
   lua_pushvalue(L, 2);
@@ -355,98 +348,98 @@ static int l_run(lua_State *L) {
     lua_xmove(L, co, nargs);                        /* [co, fn, b, m, s, blk] */
   }
   lua_settop(L, 1);                                 /* [co] */
-  int has_mt = string_mt(L);                        /* [co, smt?] */
-  if (has_mt) {
+  *has_mt = string_mt(L);                           /* [co, smt?] */
+  if (*has_mt) {
     lua_pushliteral(L, "__index");
     lua_rawget(L, -2);                              /* [co, smt, old] */
     lua_pushliteral(L, "__index");
     lua_rawgetp(L, LUA_REGISTRYINDEX, &strlib_key); /* [co, smt, old, "__index", bounded] */
   }
-  luaL_checkstack(L, LUA_MINSTACK, "too many results");
+  return co;
+}
 
-  run_t r;
-  memset(&r, 0, sizeof r);
-  r.co = co;
-  r.budget = budget > 0 ? budget : 1;
-  r.step = r.budget < HOOK_STEP ? (int)r.budget : HOOK_STEP;
-  r.prev = current;
+/* The run's deadline: `seconds` from now (none where 0), never later than the outer run's. */
+static void run_set_deadline(run_t *r, lua_Number seconds) {
   if (seconds > 0) {
-    clock_gettime(CLOCK_MONOTONIC, &r.deadline);
+    clock_gettime(CLOCK_MONOTONIC, &r->deadline);
     double whole = seconds > 1e9 ? 1e9 : seconds;
     time_t s = (time_t)whole;
     long ns = (long)((whole - (double)s) * 1e9);
-    r.deadline.tv_sec += s;
-    r.deadline.tv_nsec += ns;
-    if (r.deadline.tv_nsec >= 1000000000L) { r.deadline.tv_sec++; r.deadline.tv_nsec -= 1000000000L; }
-    r.has_deadline = 1;
+    r->deadline.tv_sec += s;
+    r->deadline.tv_nsec += ns;
+    if (r->deadline.tv_nsec >= 1000000000L) { r->deadline.tv_sec++; r->deadline.tv_nsec -= 1000000000L; }
+    r->has_deadline = 1;
   }
-  if (r.prev && r.prev->has_deadline && (!r.has_deadline || ts_ge(r.deadline, r.prev->deadline))) {
-    r.deadline = r.prev->deadline;
-    r.has_deadline = 1;
+  if (r->prev && r->prev->has_deadline && (!r->has_deadline || ts_ge(r->deadline, r->prev->deadline))) {
+    r->deadline = r->prev->deadline;
+    r->has_deadline = 1;
   }
-  size_t prev_cap = m->cap;
+}
+
+/* The allocator's limits around one run: the outer ones, put back when it ends, and the
+ * run's own. */
+typedef struct {
+  size_t cap, block; /* the outer run's (0: none) */
+  int refusals;      /* the outer run's count so far */
+  size_t allowed;    /* bytes this run may allocate */
+  size_t run_block;  /* this run's largest block (0: any), read when it ends */
+} mem_limits;
+
+/* Narrows the allocator's limits for a run: `memory` bytes more than in use now (< 0: the
+ * outer cap), blocks of `block` bytes at most (<= 0: the outer limit); never wider than the
+ * outer run's. */
+static void memcap_enter(memcap *m, lua_Integer memory, lua_Integer block, mem_limits *ml) {
+  ml->cap = m->cap;
   if (memory >= 0) {
     size_t cap = m->used + (size_t)memory < m->used ? SIZE_MAX : m->used + (size_t)memory;
-    if (prev_cap && prev_cap < cap) cap = prev_cap;
+    if (ml->cap && ml->cap < cap) cap = ml->cap;
     m->cap = cap ? cap : 1;
   }
-  size_t allowed = m->cap > m->used ? m->cap - m->used : 0;
-  size_t prev_block = m->block;
-  if (block > 0 && (!prev_block || (size_t)block < prev_block)) m->block = (size_t)block;
-  int prev_refusals = m->refusals;
+  ml->allowed = m->cap > m->used ? m->cap - m->used : 0;
+  ml->block = m->block;
+  if (block > 0 && (!ml->block || (size_t)block < ml->block)) m->block = (size_t)block;
+  ml->refusals = m->refusals;
   m->refused = 0;
   m->refusals = 0;
+}
 
-  /* the run */
-  if (has_mt) lua_rawset(L, -4);                    /* [co, smt, old] */
-  lua_sethook(co, count_hook, LUA_MASKCOUNT, r.step);
-  current = &r; /* before arming: a signal from here on sees this run */
-  arm(&r);
-  int nres = 0;
-  int status = lua_resume(co, L, nargs, &nres);
-  current = r.prev;
-  arm(r.prev);
-  lua_sethook(co, NULL, 0, 0);
-  m->cap = prev_cap;
-  size_t run_block = m->block;
-  m->block = prev_block;
-  m->refusals = prev_refusals;
-  if (has_mt) {
-    lua_pushliteral(L, "__index");
-    lua_insert(L, -2);
-    lua_rawset(L, -3);                              /* [co, smt] */
-  }
-  /* the outer run pays for the inner one */
-  if (r.prev) {
-    r.prev->used = r.prev->used > LUA_MAXINTEGER - r.used ? LUA_MAXINTEGER : r.prev->used + r.used;
-  }
+static void memcap_leave(memcap *m, mem_limits *ml) {
+  m->cap = ml->cap;
+  ml->run_block = m->block;
+  m->block = ml->block;
+  m->refusals = ml->refusals;
+}
 
-  if (status == LUA_ERRMEM && !r.why) r.why = WHY_MEMORY;
-  if (r.why) {
-    lua_pushboolean(L, 0);
-    switch (r.why) {
-    case WHY_BUDGET:
-      lua_pushfstring(L, "instruction budget exceeded (%I units)", (LUAI_UACINT)r.budget);
-      break;
-    case WHY_TIME:
-      lua_pushfstring(L, "time budget exceeded (%f s)", (LUAI_UACNUMBER)seconds);
-      break;
-    default: {
-      char buf[160];
-      if (run_block && m->refused > run_block)
-        snprintf(buf, sizeof buf, "memory budget exceeded (a single object of %.1f MiB; the limit is %.1f MiB)",
-                 m->refused / 1048576.0, run_block / 1048576.0);
-      else if (memory >= 0)
-        snprintf(buf, sizeof buf, "memory budget exceeded (%.1f MiB allowed; a request for %.1f MiB was refused)",
-                 allowed / 1048576.0, m->refused / 1048576.0);
-      else
-        snprintf(buf, sizeof buf, "memory budget exceeded (not enough memory)");
-      lua_pushstring(L, buf);
-    }
-    }
-    lua_pushstring(L, why_code[r.why]);
-    return 3;
+/* [.., false, message, code] for a run its budget, deadline or memory cap stopped. */
+static int push_stopped(lua_State *L, const run_t *r, const memcap *m, const mem_limits *ml,
+                        lua_Number seconds, lua_Integer memory) {
+  lua_pushboolean(L, 0);
+  switch (r->why) {
+  case WHY_BUDGET:
+    lua_pushfstring(L, "instruction budget exceeded (%I units)", (LUAI_UACINT)r->budget);
+    break;
+  case WHY_TIME:
+    lua_pushfstring(L, "time budget exceeded (%f s)", (LUAI_UACNUMBER)seconds);
+    break;
+  default: {
+    char buf[160];
+    if (ml->run_block && m->refused > ml->run_block)
+      snprintf(buf, sizeof buf, "memory budget exceeded (a single object of %.1f MiB; the limit is %.1f MiB)",
+               m->refused / 1048576.0, ml->run_block / 1048576.0);
+    else if (memory >= 0)
+      snprintf(buf, sizeof buf, "memory budget exceeded (%.1f MiB allowed; a request for %.1f MiB was refused)",
+               ml->allowed / 1048576.0, m->refused / 1048576.0);
+    else
+      snprintf(buf, sizeof buf, "memory budget exceeded (not enough memory)");
+    lua_pushstring(L, buf);
   }
+  }
+  lua_pushstring(L, why_code[r->why]);
+  return 3;
+}
+
+/* [.., true, results...] for a run that returned, else [.., false, message, code]. */
+static int push_ended(lua_State *L, lua_State *co, int status, int nres) {
   if (status == LUA_OK) {
     luaL_checkstack(L, nres + 1, "too many results");
     lua_pushboolean(L, 1);
@@ -462,6 +455,56 @@ static int l_run(lua_State *L) {
     lua_pushliteral(L, "ERROR");
   }
   return 3;
+}
+
+/* limits.run(fn, budget, memory, seconds, block, ...) */
+static int l_run(lua_State *L) {
+  luaL_checkany(L, 1);
+  lua_Integer budget = luaL_checkinteger(L, 2);
+  lua_Integer memory = luaL_optinteger(L, 3, -1);
+  lua_Number seconds = luaL_optnumber(L, 4, 0);
+  lua_Integer block = luaL_optinteger(L, 5, 0);
+  if (lua_gettop(L) < 5) lua_settop(L, 5);
+  int nargs = lua_gettop(L) - 5;
+  memcap *m = memcap_get(L);
+  int has_mt;
+  lua_State *co = run_prepare(L, nargs, &has_mt);
+  luaL_checkstack(L, LUA_MINSTACK, "too many results");
+
+  run_t r;
+  memset(&r, 0, sizeof r);
+  r.co = co;
+  r.budget = budget > 0 ? budget : 1;
+  r.step = r.budget < HOOK_STEP ? (int)r.budget : HOOK_STEP;
+  r.prev = current;
+  run_set_deadline(&r, seconds);
+  mem_limits ml;
+  memcap_enter(m, memory, block, &ml);
+
+  /* the run */
+  if (has_mt) lua_rawset(L, -4);                    /* [co, smt, old] */
+  lua_sethook(co, count_hook, LUA_MASKCOUNT, r.step);
+  current = &r; /* before arming: a signal from here on sees this run */
+  arm(&r);
+  int nres = 0;
+  int status = lua_resume(co, L, nargs, &nres);
+  current = r.prev;
+  arm(r.prev);
+  lua_sethook(co, NULL, 0, 0);
+  memcap_leave(m, &ml);
+  if (has_mt) {
+    lua_pushliteral(L, "__index");
+    lua_insert(L, -2);
+    lua_rawset(L, -3);                              /* [co, smt] */
+  }
+  /* the outer run pays for the inner one */
+  if (r.prev) {
+    r.prev->used = r.prev->used > LUA_MAXINTEGER - r.used ? LUA_MAXINTEGER : r.prev->used + r.used;
+  }
+
+  if (status == LUA_ERRMEM && !r.why) r.why = WHY_MEMORY;
+  if (r.why) return push_stopped(L, &r, m, &ml, seconds, memory);
+  return push_ended(L, co, status, nres);
 }
 
 /* ==================================================================================== */
