@@ -1064,7 +1064,9 @@ static int push_network(lua_State *L, client *c, request *req) {
 
 /* ---- replay ---- */
 
-static int replay_one(lua_State *L, client *c) {
+/* Pushes the next recorded reply as a table (a recorded string is its content). Returns 0,
+ * or km_fail's results where every reply has been played. */
+static int replay_take(lua_State *L, client *c) {
   lua_getiuservalue(L, 1, UV_REPLIES); /* [.., replies] */
   lua_Integer total = luaL_len(L, -1);
   if (c->replay_next > total) {
@@ -1081,17 +1083,13 @@ static int replay_one(lua_State *L, client *c) {
   } else if (t != LUA_TTABLE) {
     luaL_error(L, "km.llm: recorded reply %d is not a table or a string", (int)(c->replay_next - 1));
   }
-  int r = lua_gettop(L);
-  /* A recorded failure plays back as one. */
-  if (lua_getfield(L, r, "error") != LUA_TNIL) {
-    const char *msg = lua_tostring(L, -1);
-    lua_getfield(L, r, "code");
-    const char *code = lua_tostring(L, -1);
-    c->failures++;
-    return km_fail(L, code ? code : "REPLAY_ERROR", "%s", msg ? msg : "recorded failure");
-  }
-  lua_pop(L, 1);
-  lua_createtable(L, 0, 12); /* [.., r, out]: a shallow copy with the fields filled in */
+  return 0;
+}
+
+/* [.., r] -> [.., r, out]: a shallow copy of the reply at r, its content filled in (the first
+ * choice's, else ""). Returns out's index. */
+static int replay_copy(lua_State *L, int r) {
+  lua_createtable(L, 0, 12);
   int o = r + 1;
   lua_pushnil(L);
   while (lua_next(L, r)) {
@@ -1100,7 +1098,7 @@ static int replay_one(lua_State *L, client *c) {
     lua_rawset(L, o);
   }
   if (lua_getfield(L, o, "content") == LUA_TNIL) { /* [.., r, o, nil] */
-    lua_pushliteral(L, "");                          /* the first choice's, else "" */
+    lua_pushliteral(L, "");
     lua_replace(L, o + 1);
     if (lua_getfield(L, o, "choices") == LUA_TTABLE && lua_geti(L, -1, 1) == LUA_TTABLE &&
         lua_getfield(L, -1, "content") == LUA_TSTRING)
@@ -1109,7 +1107,11 @@ static int replay_one(lua_State *L, client *c) {
     lua_setfield(L, o, "content");
   }
   lua_settop(L, o);
-  /* tool_calls copied, with args decoded from the arguments text */
+  return o;
+}
+
+/* The reply's tool_calls copied, with args decoded from the arguments text ({} when none). */
+static void replay_tool_calls(lua_State *L, int o) {
   if (lua_getfield(L, o, "tool_calls") == LUA_TTABLE) {
     int src = lua_gettop(L);
     lua_Integer n = luaL_len(L, src);
@@ -1140,6 +1142,11 @@ static int replay_one(lua_State *L, client *c) {
     lua_setfield(L, o, "tool_calls");
   }
   lua_settop(L, o);
+}
+
+/* finish_reason (from the tool calls) and choices (the reply's own fields) where the
+ * recording has none. */
+static void replay_choices(lua_State *L, int o) {
   if (lua_getfield(L, o, "finish_reason") == LUA_TNIL) {
     lua_getfield(L, o, "tool_calls");
     lua_pushstring(L, luaL_len(L, -1) > 0 ? "tool_calls" : "stop");
@@ -1158,17 +1165,42 @@ static int replay_one(lua_State *L, client *c) {
     lua_setfield(L, o, "choices");
   }
   lua_settop(L, o);
-  long long in = 0, out = 0;
+}
+
+/* The reply's usage, rewritten with its total; the token counts in *in and *out. */
+static void replay_usage(lua_State *L, int o, long long *in, long long *out) {
+  *in = 0, *out = 0;
   if (lua_getfield(L, o, "usage") == LUA_TTABLE) {
-    in = km_optfield_int(L, -1, "prompt_tokens", 0);
-    out = km_optfield_int(L, -1, "completion_tokens", 0);
+    *in = km_optfield_int(L, -1, "prompt_tokens", 0);
+    *out = km_optfield_int(L, -1, "completion_tokens", 0);
   }
   lua_createtable(L, 0, 3);
-  set_int(L, "prompt_tokens", in);
-  set_int(L, "completion_tokens", out);
-  set_int(L, "total_tokens", in + out);
+  set_int(L, "prompt_tokens", *in);
+  set_int(L, "completion_tokens", *out);
+  set_int(L, "total_tokens", *in + *out);
   lua_setfield(L, o, "usage");
   lua_settop(L, o);
+}
+
+/* The next recorded reply, as a live one would answer: a recorded failure plays back as one;
+ * missing fields are filled in; tokens and dollars are counted against the budget. */
+static int replay_one(lua_State *L, client *c) {
+  int failed = replay_take(L, c);
+  if (failed) return failed;
+  int r = lua_gettop(L);
+  if (lua_getfield(L, r, "error") != LUA_TNIL) {
+    const char *msg = lua_tostring(L, -1);
+    lua_getfield(L, r, "code");
+    const char *code = lua_tostring(L, -1);
+    c->failures++;
+    return km_fail(L, code ? code : "REPLAY_ERROR", "%s", msg ? msg : "recorded failure");
+  }
+  lua_pop(L, 1);
+  int o = replay_copy(L, r); /* [.., r, out] */
+  replay_tool_calls(L, o);
+  replay_choices(L, o);
+  long long in, out;
+  replay_usage(L, o, &in, &out);
   if (lua_getfield(L, o, "model") == LUA_TNIL) {
     lua_pushstring(L, c->model ? c->model : c->p->name);
     lua_setfield(L, o, "model");

@@ -423,71 +423,81 @@ static int resolve(void *h) {
   return 0;
 }
 
-static void load(void) {
-  const char *env = getenv("KM_PYTHON");
-  const char *target = env && *env ? env : "python3";
-  char *probe = NULL;
-  size_t probe_n = 0;
-  const char *f[F_NFIXED] = {0};
-  void *h = NULL;
-  char ver[16] = "";
+/* What load() learnt of KM_PYTHON before the interpreter starts. */
+typedef struct {
+  char *probe;              /* the probe's answer (malloc'd; NULL when KM_PYTHON named a library) */
+  size_t probe_n;
+  const char *f[F_NFIXED];  /* its fields, pointing into probe */
+  char ver[16];             /* the probed Python's version, else the library's */
+} py_found;
 
+/* Opens libpython: KM_PYTHON's library itself, or the one its probed executable names.
+ * -> the handle, or NULL (why() says why). */
+static void *open_python(const char *target, py_found *pf) {
   const char *base = strrchr(target, '/');
   base = base ? base + 1 : target;
   if (!strncmp(base, "lib", 3) && looks_like_lib(base)) { /* a path, or a soname the linker finds */
-    h = dlopen(target, RTLD_NOW | RTLD_GLOBAL);
-    if (!h) { const char *e = dlerror(); why("cannot load KM_PYTHON=%s (%s)", target, e ? e : "?"); return; }
+    void *h = dlopen(target, RTLD_NOW | RTLD_GLOBAL);
+    if (!h) { const char *e = dlerror(); why("cannot load KM_PYTHON=%s (%s)", target, e ? e : "?"); return NULL; }
     set_lib_path(h, target);
-  } else {
-    if (run_probe(target, &probe, &probe_n) != 0) return;
-    size_t pos = 6; /* past "KMPY1\0" */
-    for (int i = 0; i < F_NFIXED; i++) {
-      f[i] = pos <= probe_n ? probe + pos : "";
-      pos += strlen(f[i]) + 1;
-    }
-    snprintf(exe_path, sizeof exe_path, "%s", f[F_EXE]);
-    snprintf(ver, sizeof ver, "%s", f[F_VER]);
-    char tried[1024];
-    h = open_lib(f, tried, sizeof tried);
-    if (!h) {
-      why("%s (Python %s) has no shared libpython%s: looked in %s. Install it (Debian/Ubuntu: "
-          "apt install libpython%s, or libpython%st64), use a Python built with --enable-shared, "
-          "or set KM_PYTHON to a python executable or libpython%s.so that has one",
-          exe_path, ver, ver, tried, ver, ver, ver);
-      free(probe);
-      return;
-    }
+    return h;
   }
-  if (resolve(h) != 0) { free(probe); return; }
+  if (run_probe(target, &pf->probe, &pf->probe_n) != 0) return NULL;
+  size_t pos = 6; /* past "KMPY1\0" */
+  for (int i = 0; i < F_NFIXED; i++) {
+    pf->f[i] = pos <= pf->probe_n ? pf->probe + pos : "";
+    pos += strlen(pf->f[i]) + 1;
+  }
+  snprintf(exe_path, sizeof exe_path, "%s", pf->f[F_EXE]);
+  snprintf(pf->ver, sizeof pf->ver, "%s", pf->f[F_VER]);
+  char tried[1024];
+  void *h = open_lib(pf->f, tried, sizeof tried);
+  if (!h)
+    why("%s (Python %s) has no shared libpython%s: looked in %s. Install it (Debian/Ubuntu: "
+        "apt install libpython%s, or libpython%st64), use a Python built with --enable-shared, "
+        "or set KM_PYTHON to a python executable or libpython%s.so that has one",
+        exe_path, pf->ver, pf->ver, tried, pf->ver, pf->ver, pf->ver);
+  return h;
+}
 
-  /* The library's version must be the probed one: its stdlib is the one sys.path names. */
+/* The library's version must be the probed one: its stdlib is the one sys.path names. */
+static int check_version(py_found *pf) {
   int lmaj = 0, lmin = 0, pmaj = -1, pmin = -1;
   sscanf(py.GetVersion(), "%d.%d", &lmaj, &lmin);
-  if (!*ver) snprintf(ver, sizeof ver, "%d.%d", lmaj, lmin);
-  else if (sscanf(ver, "%d.%d", &pmaj, &pmin) != 2 || pmaj != lmaj || pmin != lmin) {
-    why("%s is Python %d.%d but %s is Python %s", lib_path, lmaj, lmin, exe_path, ver);
-    free(probe);
-    return;
+  if (!*pf->ver) snprintf(pf->ver, sizeof pf->ver, "%d.%d", lmaj, lmin);
+  else if (sscanf(pf->ver, "%d.%d", &pmaj, &pmin) != 2 || pmaj != lmaj || pmin != lmin) {
+    why("%s is Python %d.%d but %s is Python %s", lib_path, lmaj, lmin, exe_path, pf->ver);
+    return -1;
   }
+  return 0;
+}
 
-  /* Where the standard library is: Py_InitializeEx aborts the process when it cannot find
-   * it, so it is checked first, and named through PYTHONHOME for the initialization only
-   * (a relocated Python's compiled-in prefix is wrong; a venv's base is the right home). */
+/* Where the standard library is (into `home`): Py_InitializeEx aborts the process when it
+ * cannot find it, so it is checked first, and named through PYTHONHOME for the
+ * initialization only (a relocated Python's compiled-in prefix is wrong; a venv's base is
+ * the right home). */
+static int find_home(const py_found *pf) {
+  const char *const *f = pf->f;
   if (f[F_BASE] && *f[F_BASE]) {
     char enc[PATH_MAX + 16];
     snprintf(enc, sizeof enc, "%s/encodings", f[F_STDLIB]);
-    if (!is_dir(enc)) { why("%s's standard library %s has no encodings package", exe_path, f[F_STDLIB]); free(probe); return; }
+    if (!is_dir(enc)) { why("%s's standard library %s has no encodings package", exe_path, f[F_STDLIB]); return -1; }
     if (strcmp(f[F_BASE], f[F_BASE_EXEC]) == 0) snprintf(home, sizeof home, "%s", f[F_BASE]);
     else snprintf(home, sizeof home, "%s:%s", f[F_BASE], f[F_BASE_EXEC]);
-  } else {
-    home_from_lib(lib_path, ver, home, sizeof home);
-    if (!*home && !getenv("PYTHONHOME")) {
-      why("cannot find the standard library (lib/python%s/encodings) above %s; set KM_PYTHON "
-          "to the python executable instead", ver, lib_path);
-      return;
-    }
+    return 0;
   }
+  home_from_lib(lib_path, pf->ver, home, sizeof home);
+  if (!*home && !getenv("PYTHONHOME")) {
+    why("cannot find the standard library (lib/python%s/encodings) above %s; set KM_PYTHON "
+        "to the python executable instead", pf->ver, lib_path);
+    return -1;
+  }
+  return 0;
+}
 
+/* Initializes the interpreter unless the process already has one, and releases the GIL.
+ * -> whether PYTHONHOME was set for it. */
+static int start_interpreter(void) {
   int home_set = 0;
   if (!py.IsInitialized()) {
     if (*home && !getenv("PYTHONHOME")) home_set = setenv("PYTHONHOME", home, 1) == 0;
@@ -495,7 +505,14 @@ static void load(void) {
     if (home_set) unsetenv("PYTHONHOME");
     py.EvalSaveThread(); /* from here on, every entry takes the GIL */
   }
+  return home_set;
+}
 
+/* Runs kmrun's dispatcher and its "setup" (sys.path from the probe, the stop handler).
+ * -> 0, or -1 (why() says why). */
+static int run_setup(const py_found *pf, int home_set) {
+  const char *probe = pf->probe;
+  size_t probe_n = pf->probe_n;
   int g = py.GILEnsure();
   PyObject *globals = py.DictNew();
   PyObject *r = globals ? py.RunString(BOOT, PY_FILE_INPUT, globals, globals, NULL) : NULL;
@@ -503,8 +520,7 @@ static void load(void) {
     py.ErrPrint();
     why("the embedded interpreter could not run kmrun's dispatcher (traceback on stderr)");
     py.GILRelease(g);
-    free(probe);
-    return;
+    return -1;
   }
   py.DecRef(r);
   dispatcher = py.DictGetItemString(globals, "run"); /* borrowed; globals is never released */
@@ -526,9 +542,19 @@ static void load(void) {
   if (!ok) why("setting up the interpreter (sys.path, the stop handler) failed: %.*s", (int)xn, text ? text : "");
   if (res) py.DecRef(res);
   py.GILRelease(g);
-  free(probe);
-  if (!ok) return;
-  load_state = 1;
+  return ok ? 0 : -1;
+}
+
+/* Loads and starts the embedded Python once: load_state 1, else load_why says why not. */
+static void load(void) {
+  const char *env = getenv("KM_PYTHON");
+  const char *target = env && *env ? env : "python3";
+  py_found pf = {0};
+  void *h = open_python(target, &pf);
+  int ok = h && resolve(h) == 0 && check_version(&pf) == 0 && find_home(&pf) == 0 &&
+           run_setup(&pf, start_interpreter()) == 0;
+  free(pf.probe);
+  if (ok) load_state = 1;
 }
 
 static const char *ensure(void) {
