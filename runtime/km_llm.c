@@ -237,6 +237,76 @@ static double positive(lua_State *L, int cfg, const char *field, double def, int
   return v;
 }
 
+/* The config's budget: requests, tokens, dollars (-1: no limit). Leaves [cfg]. */
+static km_llm_budget read_budget(lua_State *L, int cfg) {
+  km_llm_budget budget = {-1, -1, -1};
+  if (!lua_isnoneornil(L, cfg) && lua_getfield(L, cfg, "budget") != LUA_TNIL) {
+    luaL_argcheck(L, lua_istable(L, -1), cfg, "budget must be a table");
+    budget.requests = km_optfield_int(L, -1, "requests", -1);
+    budget.tokens = km_optfield_int(L, -1, "tokens", -1);
+    budget.dollars = km_optfield_num(L, -1, "dollars", -1);
+  }
+  lua_settop(L, 1);
+  return budget;
+}
+
+/* [cfg] -> [cfg, prices]: the config's prices, checked now, so a typo shows at new() and not
+ * as a silent zero cost later. */
+static void push_prices(lua_State *L, int cfg) {
+  lua_newtable(L); /* [cfg, prices] */
+  if (!lua_isnoneornil(L, cfg) && lua_getfield(L, cfg, "prices") != LUA_TNIL) {
+    luaL_argcheck(L, lua_istable(L, -1), cfg, "prices must be a table { [model] = { input =, output = } }");
+    lua_pushnil(L); /* [cfg, prices, src, k] */
+    while (lua_next(L, -2)) {
+      if (lua_type(L, -2) != LUA_TSTRING || !lua_istable(L, -1))
+        luaL_error(L, "km.llm: prices must map model names to { input =, output = }");
+      double in = km_optfield_num(L, -1, "input", 0), out = km_optfield_num(L, -1, "output", 0);
+      if (!(in >= 0) || !(out >= 0)) luaL_error(L, "km.llm: prices must be non-negative");
+      lua_pop(L, 1);
+      lua_pushvalue(L, -1); /* [.., k, k] */
+      lua_createtable(L, 0, 2);
+      lua_pushnumber(L, in);
+      lua_setfield(L, -2, "input");
+      lua_pushnumber(L, out);
+      lua_setfield(L, -2, "output");
+      lua_settable(L, 2);
+    }
+  }
+  lua_settop(L, 2);
+}
+
+/* [cfg, prices] -> [cfg, prices, replies]: the recorded replies a replay client plays ({}). */
+static void push_replies(lua_State *L, int cfg) {
+  if (!lua_isnoneornil(L, cfg)) lua_getfield(L, cfg, "replies"); /* [cfg, prices, replies] */
+  else lua_pushnil(L);
+  if (lua_isnil(L, 3)) {
+    lua_pop(L, 1);
+    lua_newtable(L);
+  }
+  luaL_argcheck(L, lua_istable(L, 3), cfg, "replies must be a list of reply tables");
+}
+
+/* An HTTP provider's side of a new client: its URL, key, headers and curl multi handle. */
+static void open_http(lua_State *L, client *c, const char *base, const char *key, const char *version) {
+  const km_llm_provider *pv = c->p;
+  c->base_url = xstrdup(L, base);
+  c->api_key = xstrdup(L, key);
+  c->url = xstrdup(L, push_url(L, c->api, base, pv->path, 1));
+  lua_pop(L, 1);
+  c->version = xstrdup(L, version);
+  add_header(L, c, "Content-Type", "", "application/json");
+  add_header(L, c, "Accept", "", "application/json");
+  /* "Expect:" with no value: otherwise curl waits up to a second for "100 Continue"
+   * before sending a large body, and plain HTTP/1.0 servers never send one. */
+  struct curl_slist *h = curl_slist_append(c->headers, "Expect:");
+  if (!h) luaL_error(L, "km.llm: out of memory");
+  c->headers = h;
+  if (pv->version_header && version) add_header(L, c, pv->version_header, "", version);
+  if (key && pv->auth_header) add_header(L, c, pv->auth_header, pv->auth_prefix, key);
+  c->multi = curl_multi_init();
+  if (!c->multi) luaL_error(L, "km.llm: cannot create a curl multi handle");
+}
+
 static int l_new(lua_State *L) {
   const int cfg = 1;
   if (!lua_isnoneornil(L, cfg)) luaL_checktype(L, cfg, LUA_TTABLE);
@@ -259,43 +329,9 @@ static int l_new(lua_State *L) {
   lua_Integer retries = km_optfield_int(L, cfg, "max_retries", 4);
   luaL_argcheck(L, retries >= 0 && retries <= 100, cfg, "max_retries must be 0..100");
 
-  km_llm_budget budget = {-1, -1, -1};
-  if (!lua_isnoneornil(L, cfg) && lua_getfield(L, cfg, "budget") != LUA_TNIL) {
-    luaL_argcheck(L, lua_istable(L, -1), cfg, "budget must be a table");
-    budget.requests = km_optfield_int(L, -1, "requests", -1);
-    budget.tokens = km_optfield_int(L, -1, "tokens", -1);
-    budget.dollars = km_optfield_num(L, -1, "dollars", -1);
-  }
-  lua_settop(L, 1);
-
-  /* Prices: checked now, so a typo shows at new() and not as a silent zero cost later. */
-  lua_newtable(L); /* [cfg, prices] */
-  if (!lua_isnoneornil(L, cfg) && lua_getfield(L, cfg, "prices") != LUA_TNIL) {
-    luaL_argcheck(L, lua_istable(L, -1), cfg, "prices must be a table { [model] = { input =, output = } }");
-    lua_pushnil(L); /* [cfg, prices, src, k] */
-    while (lua_next(L, -2)) {
-      if (lua_type(L, -2) != LUA_TSTRING || !lua_istable(L, -1))
-        luaL_error(L, "km.llm: prices must map model names to { input =, output = }");
-      double in = km_optfield_num(L, -1, "input", 0), out = km_optfield_num(L, -1, "output", 0);
-      if (!(in >= 0) || !(out >= 0)) luaL_error(L, "km.llm: prices must be non-negative");
-      lua_pop(L, 1);
-      lua_pushvalue(L, -1); /* [.., k, k] */
-      lua_createtable(L, 0, 2);
-      lua_pushnumber(L, in);
-      lua_setfield(L, -2, "input");
-      lua_pushnumber(L, out);
-      lua_setfield(L, -2, "output");
-      lua_settable(L, 2);
-    }
-  }
-  lua_settop(L, 2);
-  if (!lua_isnoneornil(L, cfg)) lua_getfield(L, cfg, "replies"); /* [cfg, prices, replies] */
-  else lua_pushnil(L);
-  if (lua_isnil(L, 3)) {
-    lua_pop(L, 1);
-    lua_newtable(L);
-  }
-  luaL_argcheck(L, lua_istable(L, 3), cfg, "replies must be a list of reply tables");
+  km_llm_budget budget = read_budget(L, cfg);
+  push_prices(L, cfg);  /* [cfg, prices] */
+  push_replies(L, cfg); /* [cfg, prices, replies] */
 
   /* Closed userdata first, then the resources: a raise in between leaks nothing. */
   client *c = lua_newuserdatauv(L, sizeof *c, 3); /* [cfg, prices, replies, c] */
@@ -319,24 +355,7 @@ static int l_new(lua_State *L) {
   c->rng = ((uint64_t)time(NULL) << 20) ^ (uint64_t)getpid() ^ (uint64_t)(uintptr_t)c;
   if (!c->rng) c->rng = 88172645463325252ULL;
   c->model = xstrdup(L, model);
-  if (pv->body) { /* a provider that talks HTTP */
-    c->base_url = xstrdup(L, base);
-    c->api_key = xstrdup(L, key);
-    c->url = xstrdup(L, push_url(L, api, base, pv->path, 1));
-    lua_pop(L, 1);
-    c->version = xstrdup(L, version);
-    add_header(L, c, "Content-Type", "", "application/json");
-    add_header(L, c, "Accept", "", "application/json");
-    /* "Expect:" with no value: otherwise curl waits up to a second for "100 Continue"
-     * before sending a large body, and plain HTTP/1.0 servers never send one. */
-    struct curl_slist *h = curl_slist_append(c->headers, "Expect:");
-    if (!h) luaL_error(L, "km.llm: out of memory");
-    c->headers = h;
-    if (pv->version_header && version) add_header(L, c, pv->version_header, "", version);
-    if (key && pv->auth_header) add_header(L, c, pv->auth_header, pv->auth_prefix, key);
-    c->multi = curl_multi_init();
-    if (!c->multi) luaL_error(L, "km.llm: cannot create a curl multi handle");
-  }
+  if (pv->body) open_http(L, c, base, key, version); /* a provider that talks HTTP */
   return 1;
 }
 
@@ -454,31 +473,9 @@ static void read_messages(anchor *a, int list, km_llm_message **out, size_t *n_o
   *n_out = (size_t)n;
 }
 
-static void read_params(anchor *a, int opts, client *c, km_llm_params *p) {
+/* The option stop: a string or a list of strings. */
+static void read_stop(anchor *a, int opts, km_llm_params *p) {
   lua_State *L = a->L;
-  memset(p, 0, sizeof *p);
-  p->model = c->model;
-  p->n = 1;
-  if (lua_isnoneornil(L, opts)) return;
-  luaL_checktype(L, opts, LUA_TTABLE);
-  const char *model = field_str(a, opts, "model", "option");
-  if (model) p->model = model;
-  if (lua_getfield(L, opts, "temperature") != LUA_TNIL) {
-    p->has_temperature = 1;
-    p->temperature = km_optfield_num(L, opts, "temperature", 0);
-  }
-  lua_pop(L, 1);
-  lua_Integer mt = km_optfield_int(L, opts, "max_tokens", 0);
-  if (mt < 0) luaL_error(L, "km.llm: option 'max_tokens' must be positive");
-  p->max_tokens = (long)mt;
-  lua_Integer n = km_optfield_int(L, opts, "n", 1);
-  if (n < 1 || n > MAX_N) luaL_error(L, "km.llm: option 'n' must be 1..%d", MAX_N);
-  p->n = (int)n;
-  if (lua_getfield(L, opts, "seed") != LUA_TNIL) {
-    p->has_seed = 1;
-    p->seed = (long long)km_optfield_int(L, opts, "seed", 0);
-  }
-  lua_pop(L, 1);
   int t = lua_getfield(L, opts, "stop");
   if (t == LUA_TSTRING) {
     const char **stop = anchored_array(a, 1, sizeof *stop);
@@ -501,7 +498,13 @@ static void read_params(anchor *a, int opts, client *c, km_llm_params *p) {
   } else {
     lua_pop(L, 1);
   }
-  t = lua_getfield(L, opts, "tools");
+}
+
+/* The option tools: a list of { name, description, parameters } (a JSON-schema table, or
+ * its JSON text). */
+static void read_tools(anchor *a, int opts, km_llm_params *p) {
+  lua_State *L = a->L;
+  int t = lua_getfield(L, opts, "tools");
   if (t == LUA_TTABLE) {
     int list = lua_gettop(L);
     lua_Integer k = luaL_len(L, list);
@@ -534,8 +537,37 @@ static void read_params(anchor *a, int opts, client *c, km_llm_params *p) {
   } else {
     lua_pop(L, 1);
   }
+}
+
+static void read_params(anchor *a, int opts, client *c, km_llm_params *p) {
+  lua_State *L = a->L;
+  memset(p, 0, sizeof *p);
+  p->model = c->model;
+  p->n = 1;
+  if (lua_isnoneornil(L, opts)) return;
+  luaL_checktype(L, opts, LUA_TTABLE);
+  const char *model = field_str(a, opts, "model", "option");
+  if (model) p->model = model;
+  if (lua_getfield(L, opts, "temperature") != LUA_TNIL) {
+    p->has_temperature = 1;
+    p->temperature = km_optfield_num(L, opts, "temperature", 0);
+  }
+  lua_pop(L, 1);
+  lua_Integer mt = km_optfield_int(L, opts, "max_tokens", 0);
+  if (mt < 0) luaL_error(L, "km.llm: option 'max_tokens' must be positive");
+  p->max_tokens = (long)mt;
+  lua_Integer n = km_optfield_int(L, opts, "n", 1);
+  if (n < 1 || n > MAX_N) luaL_error(L, "km.llm: option 'n' must be 1..%d", MAX_N);
+  p->n = (int)n;
+  if (lua_getfield(L, opts, "seed") != LUA_TNIL) {
+    p->has_seed = 1;
+    p->seed = (long long)km_optfield_int(L, opts, "seed", 0);
+  }
+  lua_pop(L, 1);
+  read_stop(a, opts, p);
+  read_tools(a, opts, p);
   p->tool_choice = field_str(a, opts, "tool_choice", "option");
-  t = lua_getfield(L, opts, "extra");
+  int t = lua_getfield(L, opts, "extra");
   if (t == LUA_TTABLE) {
     km_json_push_encoded(L, -1, KM_JSON_SORT_KEYS);
     lua_remove(L, -2);
