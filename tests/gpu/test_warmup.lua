@@ -60,28 +60,33 @@ t.test("scratch sized by the shape: the timing's first call finds it at the time
   t.eq(v.scratch_bytes, 4 * rowsum.shapes[1].rows * rowsum.shapes[1].cols)
 end)
 
--- Which timed calls are checked (Judge:time_run, km.judge's check_picker): a timing that
--- stops at min_samples (a noise target of 50% makes every one here) checks exactly
--- check_first of its calls (3 of 10 by default), each in place, and none after it; one
--- that runs on checks every later call (check_every = 1).
--- check_draw = "each" is the rule before round 13: the 10th always, the others 1 in 2.
-t.test("a timing that stops at min_samples checks exactly check_first of its calls, none after it", function()
-  for _ = 1, 4 do
+-- Which timed calls are checked (Judge:time_run, km.judge's check_picker): by default every
+-- one, in place, and none after the timing; check_first = m checks exactly m of the first
+-- min_samples (a timing that stops there: a noise target of 50% makes every one here) and,
+-- in one that runs on, every later call (check_every = 1). check_draw = "each": the 10th
+-- always, the others 1 in 2.
+t.test("every timed call is checked in place by default; check_first = 3 checks exactly 3 of 10", function()
+  for _ = 1, 2 do
     local v = j:eval(rowsum, STARTER, with { target = 0.5 })
     t.eq(v.status, "correct", v.feedback)
     local c = v.timing.candidate
     t.eq(c.n, 10, "the rule stops at min_samples")
-    t.eq(c.checked_calls, 3, "3 of the 10")
+    t.eq(c.checked_calls, 10, "every call")
     t.eq(c.last_checked_after, nil, "no check after the timing")
-    t.eq(c.check_lines, 16, "one line in 16 of a large buffer")
+    t.eq(c.check_lines, 16, "one output line in 16 of a large buffer")
   end
-  local v = j:eval(rowsum, STARTER, with { target = 0.5, check_first = 10, check_lines = 1 })
-  t.eq(v.timing.candidate.checked_calls, 10, "check_first = 10: every call")
+  for _ = 1, 3 do
+    local v = j:eval(rowsum, STARTER, with { target = 0.5, check_first = 3 })
+    t.eq(v.status, "correct", v.feedback)
+    t.eq(v.timing.candidate.checked_calls, 3, "3 of the 10")
+    t.eq(v.timing.candidate.last_checked_after, nil, "no check after the timing")
+  end
+  local v = j:eval(rowsum, STARTER, with { target = 0.5, check_lines = 1 })
   t.eq(v.timing.candidate.check_lines, nil, "check_lines = 1: every line")
   -- a timing that does not stop at 10 (a noise target no timing meets, stopped by max_ms):
   -- 3 of the first 10 and every call after them, each in place
   for _ = 1, 2 do
-    local e = j:eval(rowsum, STARTER, with { target = 1e-9, max_ms = 40 })
+    local e = j:eval(rowsum, STARTER, with { target = 1e-9, max_ms = 40, check_first = 3 })
     t.eq(e.status, "correct", e.feedback)
     local c = e.timing.candidate
     t.ok(c.n > 10, "ran past min_samples: " .. tostring(c.n))
@@ -92,7 +97,7 @@ t.test("a timing that stops at min_samples checks exactly check_first of its cal
   for _ = 1, 6 do
     local e = j:eval(rowsum, STARTER, with { target = 0.5, check_draw = "each" })
     t.eq(e.status, "correct", e.feedback)
-    t.eq(e.timing.candidate.last_checked_after, nil, "the old rule: the 10th checked in place")
+    t.eq(e.timing.candidate.last_checked_after, nil, "each: the 10th checked in place")
     counts[#counts + 1] = e.timing.candidate.checked_calls
     t.ok(e.timing.candidate.checked_calls >= 1, "the 10th at least")
   end

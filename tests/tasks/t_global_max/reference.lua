@@ -1,0 +1,3 @@
+return function(k, io, s)
+  k.global_max_ref{ grid = 1, block = 1024 }(io.x, io.y, s.n)
+end
