@@ -435,28 +435,94 @@ static void read_cfg(lua_State *L, int cfg, km_kernel_cfg *c) {
  * launches through km_kernel_launch, one pointer per parameter into that buffer. Raises on
  * misuse (wrong count or kind, naming the parameter); returns true or nil, msg, code for
  * CUDA failures. */
-static int do_launch(lua_State *L, int fidx, km_function *f, const km_kernel_cfg *c, int first, int nargs) {
-  if (nargs != f->nparams) {
-    /* "kernel 'k' takes 3 arguments (x, y, n), got 2" */
-    int base = lua_gettop(L);
-    if (lua_getiuservalue(L, fidx, 2) == LUA_TTABLE && lua_getfield(L, -1, "params") == LUA_TTABLE) {
-      int tbl = lua_gettop(L), n = (int)lua_rawlen(L, tbl);
-      lua_pushliteral(L, " (");
-      for (int i = 1; i <= n; i++) {
-        lua_rawgeti(L, tbl, i);
-        lua_getfield(L, -1, "name");
-        lua_remove(L, -2);
-        if (!lua_isstring(L, -1)) { lua_pop(L, 1); lua_pushliteral(L, "?"); }
-        if (i < n) lua_pushliteral(L, ", ");
-      }
-      lua_pushliteral(L, ")");
-      lua_concat(L, lua_gettop(L) - tbl);
-    } else lua_pushliteral(L, "");
-    const char *names = lua_tostring(L, -1);
-    (void)base;
-    return luaL_error(L, "kernel '%s' takes %d argument%s%s, got %d", f->name, f->nparams,
-                      f->nparams == 1 ? "" : "s", names, nargs);
+/* Raises "kernel 'k' takes 3 arguments (x, y, n), got 2", the names from the signature. */
+static int arity_error(lua_State *L, int fidx, km_function *f, int nargs) {
+  if (lua_getiuservalue(L, fidx, 2) == LUA_TTABLE && lua_getfield(L, -1, "params") == LUA_TTABLE) {
+    int tbl = lua_gettop(L), n = (int)lua_rawlen(L, tbl);
+    lua_pushliteral(L, " (");
+    for (int i = 1; i <= n; i++) {
+      lua_rawgeti(L, tbl, i);
+      lua_getfield(L, -1, "name");
+      lua_remove(L, -2);
+      if (!lua_isstring(L, -1)) { lua_pop(L, 1); lua_pushliteral(L, "?"); }
+      if (i < n) lua_pushliteral(L, ", ");
+    }
+    lua_pushliteral(L, ")");
+    lua_concat(L, lua_gettop(L) - tbl);
+  } else lua_pushliteral(L, "");
+  const char *names = lua_tostring(L, -1);
+  return luaL_error(L, "kernel '%s' takes %d argument%s%s, got %d", f->name, f->nparams,
+                    f->nparams == 1 ? "" : "s", names, nargs);
+}
+
+/* A userdata argument at a (a buffer's address, or a typed scalar) into dst, a parameter of
+ * sz bytes declared as `kind`. -> NULL, or what is wrong. */
+static const char *pack_userdata(lua_State *L, int a, void *dst, size_t sz, int kind) {
+  size_t bytes;
+  CUdeviceptr p = km_buffer_ptr(L, a, &bytes);
+  km_scalar *s;
+  if (p) {
+    if (sz != 8 || (kind != KIND_PTR && kind != KIND_UNKNOWN)) return "a buffer was passed where the kernel takes a non-pointer";
+    memcpy(dst, &p, 8);
+    return NULL;
   }
+  if ((s = luaL_testudata(L, a, KM_SCALAR_MT))) {
+    int is_int = !(s->kind == KIND_F32 || s->kind == KIND_F64 || s->kind == KIND_F16 || s->kind == KIND_BF16);
+    if (kind != KIND_UNKNOWN && kind != s->kind) return lua_pushfstring(L, "a %s value was passed where the kernel declares %s", kind_names[s->kind], kind_names[kind]);
+    return put_number(dst, sz, s->kind, is_int, s->v.i, s->v.f);
+  }
+  return "unsupported userdata";
+}
+
+/* A Lua number at a into dst: an address for a pointer, else a number of the declared kind
+ * (without a signature, of the kind the number's subtype and the width say). */
+static const char *pack_number(lua_State *L, int a, void *dst, size_t sz, int kind) {
+  int is_int = lua_isinteger(L, a);
+  int k = kind;
+  if (k == KIND_PTR) {
+    if (!is_int) return "a pointer parameter needs a buffer or an integer address";
+    long long v = lua_tointeger(L, a);
+    memcpy(dst, &v, 8);
+    return NULL;
+  }
+  if (k == KIND_UNKNOWN) { /* no signature: the Lua number's subtype and the width decide */
+    if (sz == 4) k = is_int ? KIND_I32 : KIND_F32;
+    else if (sz == 8) k = is_int ? KIND_I64 : KIND_F64;
+    else if (sz == 1 && is_int) k = KIND_I8;
+    else return "cannot infer this parameter's type; wrap the value (cuda.f16(x), cuda.i16(x), ...)";
+  }
+  return put_number(dst, sz, k, is_int, is_int ? lua_tointeger(L, a) : 0, lua_tonumber(L, a));
+}
+
+/* Argument a into dst, parameter i of f. -> NULL, or what is wrong. */
+static const char *pack_arg(lua_State *L, int a, km_function *f, int i, void *dst) {
+  size_t sz = f->size[i];
+  int kind = f->kind[i];
+  int t = lua_type(L, a);
+  if (t == LUA_TUSERDATA) return pack_userdata(L, a, dst, sz, kind);
+  if (t == LUA_TNUMBER) return pack_number(L, a, dst, sz, kind);
+  if (t == LUA_TBOOLEAN) {
+    if (sz != 1 && !(kind == KIND_I32 || kind == KIND_U32 || (kind == KIND_UNKNOWN && sz == 4))) return "a boolean needs a 1-byte (bool) or int parameter";
+    int v = lua_toboolean(L, a);
+    memcpy(dst, &v, sz == 1 ? 1 : 4);
+    return NULL;
+  }
+  if (t == LUA_TSTRING) {
+    size_t len;
+    const char *s = lua_tolstring(L, a, &len);
+    if (len != sz) return lua_pushfstring(L, "a %d-byte string was passed for a %d-byte parameter", (int)len, (int)sz);
+    memcpy(dst, s, sz);
+    return NULL;
+  }
+  if (t == LUA_TNIL && kind == KIND_PTR) {
+    memset(dst, 0, 8); /* nil is the null pointer */
+    return NULL;
+  }
+  return lua_pushfstring(L, "got %s", luaL_typename(L, a));
+}
+
+static int do_launch(lua_State *L, int fidx, km_function *f, const km_kernel_cfg *c, int first, int nargs) {
+  if (nargs != f->nparams) return arity_error(L, fidx, f, nargs);
   unsigned char stackbuf[512];
   unsigned char *buf = stackbuf;
   if (f->argbytes > sizeof stackbuf) buf = lua_newuserdatauv(L, f->argbytes, 0);
@@ -465,53 +531,9 @@ static int do_launch(lua_State *L, int fidx, km_function *f, const km_kernel_cfg
   void **args = stackargs;
   if (nargs > 64) args = lua_newuserdatauv(L, sizeof(void *) * (size_t)nargs, 0);
   for (int i = 0; i < nargs; i++) {
-    int a = first + i;
     void *dst = buf + f->offset[i];
     args[i] = dst;
-    size_t sz = f->size[i];
-    int kind = f->kind[i];
-    const char *err = NULL;
-    int t = lua_type(L, a);
-    if (t == LUA_TUSERDATA) {
-      size_t bytes;
-      CUdeviceptr p = km_buffer_ptr(L, a, &bytes);
-      km_scalar *s;
-      if (p) {
-        if (sz != 8 || (kind != KIND_PTR && kind != KIND_UNKNOWN)) err = "a buffer was passed where the kernel takes a non-pointer";
-        else memcpy(dst, &p, 8);
-      } else if ((s = luaL_testudata(L, a, KM_SCALAR_MT))) {
-        int is_int = !(s->kind == KIND_F32 || s->kind == KIND_F64 || s->kind == KIND_F16 || s->kind == KIND_BF16);
-        if (kind != KIND_UNKNOWN && kind != s->kind) err = lua_pushfstring(L, "a %s value was passed where the kernel declares %s", kind_names[s->kind], kind_names[kind]);
-        else err = put_number(dst, sz, s->kind, is_int, s->v.i, s->v.f);
-      } else err = "unsupported userdata";
-    } else if (t == LUA_TNUMBER) {
-      int is_int = lua_isinteger(L, a);
-      int k = kind;
-      if (k == KIND_PTR) {
-        if (!is_int) err = "a pointer parameter needs a buffer or an integer address";
-        else { long long v = lua_tointeger(L, a); memcpy(dst, &v, 8); }
-      } else {
-        if (k == KIND_UNKNOWN) { /* no signature: the Lua number's subtype and the width decide */
-          if (sz == 4) k = is_int ? KIND_I32 : KIND_F32;
-          else if (sz == 8) k = is_int ? KIND_I64 : KIND_F64;
-          else if (sz == 1 && is_int) k = KIND_I8;
-          else err = "cannot infer this parameter's type; wrap the value (cuda.f16(x), cuda.i16(x), ...)";
-        }
-        if (!err) err = put_number(dst, sz, k, is_int, is_int ? lua_tointeger(L, a) : 0, lua_tonumber(L, a));
-      }
-    } else if (t == LUA_TBOOLEAN) {
-      if (sz != 1 && !(kind == KIND_I32 || kind == KIND_U32 || (kind == KIND_UNKNOWN && sz == 4))) err = "a boolean needs a 1-byte (bool) or int parameter";
-      else { int v = lua_toboolean(L, a); memcpy(dst, &v, sz == 1 ? 1 : 4); }
-    } else if (t == LUA_TSTRING) {
-      size_t len;
-      const char *s = lua_tolstring(L, a, &len);
-      if (len != sz) err = lua_pushfstring(L, "a %d-byte string was passed for a %d-byte parameter", (int)len, (int)sz);
-      else memcpy(dst, s, sz);
-    } else if (t == LUA_TNIL && kind == KIND_PTR) {
-      memset(dst, 0, 8); /* nil is the null pointer */
-    } else {
-      err = lua_pushfstring(L, "got %s", luaL_typename(L, a));
-    }
+    const char *err = pack_arg(L, first + i, f, i, dst);
     if (err) {
       const char *pd = param_desc(L, fidx, f, i);
       return luaL_error(L, "kernel '%s', argument %d %s: %s", f->name, i + 1, pd, err);
