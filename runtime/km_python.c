@@ -731,6 +731,71 @@ static int box_gc(lua_State *L) {
 
 /* One request to the dispatcher, under lim's deadline. Pushes the Lua results and returns
  * their count. */
+/* The dispatcher's answer, read while the GIL is held: its tag ("ok", "int", "str", "err",
+ * ...), and its value (a number here, text in the box). */
+typedef struct {
+  char tag[8];
+  long long iv;
+  double dv;
+} py_answer;
+
+/* Reads the dispatcher's (tag, value) tuple into ans and box; the GIL is held. */
+static void read_answer(PyObject *res, pybox *box, py_answer *ans) {
+  char *s = NULL;
+  ssize_t n = 0;
+  if (py.BytesAs(py.TupleGetItem(res, 0), &s, &n) == 0 && n > 0 && n < (ssize_t)sizeof ans->tag) {
+    memcpy(ans->tag, s, (size_t)n);
+    ans->tag[n] = '\0';
+  }
+  const char *tag = ans->tag;
+  PyObject *v = py.TupleGetItem(res, 1);
+  if (!strcmp(tag, "int")) ans->iv = py.LongAsLongLong(v);
+  else if (!strcmp(tag, "float")) ans->dv = py.FloatAsDouble(v);
+  else if (!strcmp(tag, "str") || !strcmp(tag, "err") || !strcmp(tag, "type") || !strcmp(tag, "stop")) {
+    if (py.BytesAs(v, &s, &n) == 0 && (box->p = malloc((size_t)n + 1))) {
+      memcpy(box->p, s, (size_t)n);
+      box->n = (size_t)n;
+    } else {
+      snprintf(ans->tag, sizeof ans->tag, "nomem");
+    }
+  }
+}
+
+/* Pushes the answer as Lua values: the value, or nil, message, code (PYTHON_ERROR,
+ * PYTHON_TYPE, TIMEOUT, INTERRUPTED). No Python state is held: Lua may raise. -> the count. */
+static int push_answer(lua_State *L, const char *op, const char *secs, int why, const pybox *box,
+                       const py_answer *ans) {
+  const char *tag = ans->tag;
+  if (!strcmp(tag, "ok") || !strcmp(tag, "true")) return lua_pushboolean(L, 1), 1;
+  if (!strcmp(tag, "false")) return lua_pushboolean(L, 0), 1;
+  if (!strcmp(tag, "none")) return lua_pushnil(L), 1;
+  if (!strcmp(tag, "int")) return lua_pushinteger(L, (lua_Integer)ans->iv), 1;
+  if (!strcmp(tag, "float")) return lua_pushnumber(L, (lua_Number)ans->dv), 1;
+  if (!strcmp(tag, "str")) return lua_pushlstring(L, box->p, box->n), 1;
+  if (!strcmp(tag, "err")) {
+    lua_pushnil(L);
+    lua_pushlstring(L, box->p, box->n);
+    lua_pushliteral(L, "PYTHON_ERROR");
+    return 3;
+  }
+  if (!strcmp(tag, "stop") || !strcmp(tag, "stopped")) {
+    lua_pushnil(L);
+    if (box->p) lua_pushlstring(L, box->p, box->n);
+    else if (why == STOP_DEADLINE) lua_pushfstring(L, "%s: did not return within %s s", op, secs);
+    else lua_pushfstring(L, "%s: was interrupted", op);
+    lua_pushstring(L, why == STOP_DEADLINE || !why ? "TIMEOUT" : "INTERRUPTED");
+    return 3;
+  }
+  if (!strcmp(tag, "type")) {
+    lua_pushnil(L);
+    lua_pushlstring(L, box->p, box->n);
+    lua_pushliteral(L, "PYTHON_TYPE");
+    return 3;
+  }
+  return km_fail(L, "PYTHON_ERROR", "the Python dispatcher failed (%s; details on stderr)",
+                 !strcmp(tag, "nomem") ? "out of memory" : "no result");
+}
+
 static int dispatch(lua_State *L, const char *op, const char *a, size_t an, const char *b,
                     size_t bn, const char *c, size_t cn, const limit *lim) {
   const char *w = ensure();
@@ -739,9 +804,8 @@ static int dispatch(lua_State *L, const char *op, const char *a, size_t an, cons
   box->p = NULL, box->n = 0;
   luaL_setmetatable(L, KM_PYBOX_MT);
 
-  char tag[8] = "", secs[32] = "";
-  long long iv = 0;
-  double dv = 0;
+  py_answer ans = {"", 0, 0};
+  char secs[32] = "";
   int why = 0, sig = 0;
   if (lim->seconds > 0) snprintf(secs, sizeof secs, "%g", lim->seconds);
   int g = py.GILEnsure();
@@ -757,62 +821,18 @@ static int dispatch(lua_State *L, const char *op, const char *a, size_t an, cons
   for (int i = 0; i < 5; i++) if (args[i]) py.DecRef(args[i]);
   if (!res && why) {
     py.ErrClear(); /* stopped again as the dispatcher reported the stop */
-    snprintf(tag, sizeof tag, "stopped");
+    snprintf(ans.tag, sizeof ans.tag, "stopped");
   } else if (!res) {
     py.ErrPrint(); /* only a failure of the dispatcher itself (out of memory) gets here */
-    snprintf(tag, sizeof tag, "fail");
+    snprintf(ans.tag, sizeof ans.tag, "fail");
   } else {
-    char *s = NULL;
-    ssize_t n = 0;
-    if (py.BytesAs(py.TupleGetItem(res, 0), &s, &n) == 0 && n > 0 && n < (ssize_t)sizeof tag) {
-      memcpy(tag, s, (size_t)n);
-      tag[n] = '\0';
-    }
-    PyObject *v = py.TupleGetItem(res, 1);
-    if (!strcmp(tag, "int")) iv = py.LongAsLongLong(v);
-    else if (!strcmp(tag, "float")) dv = py.FloatAsDouble(v);
-    else if (!strcmp(tag, "str") || !strcmp(tag, "err") || !strcmp(tag, "type") || !strcmp(tag, "stop")) {
-      if (py.BytesAs(v, &s, &n) == 0 && (box->p = malloc((size_t)n + 1))) {
-        memcpy(box->p, s, (size_t)n);
-        box->n = (size_t)n;
-      } else {
-        snprintf(tag, sizeof tag, "nomem");
-      }
-    }
+    read_answer(res, box, &ans);
     py.DecRef(res);
   }
   py.GILRelease(g);
   if (sig) raise(sig); /* the Ctrl-C the call was stopped for, now to kmrun's own handler */
 
-  /* No Python state is held from here: Lua may raise. */
-  int nret;
-  if (!strcmp(tag, "ok") || !strcmp(tag, "true")) lua_pushboolean(L, 1), nret = 1;
-  else if (!strcmp(tag, "false")) lua_pushboolean(L, 0), nret = 1;
-  else if (!strcmp(tag, "none")) lua_pushnil(L), nret = 1;
-  else if (!strcmp(tag, "int")) lua_pushinteger(L, (lua_Integer)iv), nret = 1;
-  else if (!strcmp(tag, "float")) lua_pushnumber(L, (lua_Number)dv), nret = 1;
-  else if (!strcmp(tag, "str")) lua_pushlstring(L, box->p, box->n), nret = 1;
-  else if (!strcmp(tag, "err")) {
-    lua_pushnil(L);
-    lua_pushlstring(L, box->p, box->n);
-    lua_pushliteral(L, "PYTHON_ERROR");
-    nret = 3;
-  } else if (!strcmp(tag, "stop") || !strcmp(tag, "stopped")) {
-    lua_pushnil(L);
-    if (box->p) lua_pushlstring(L, box->p, box->n);
-    else if (why == STOP_DEADLINE) lua_pushfstring(L, "%s: did not return within %s s", op, secs);
-    else lua_pushfstring(L, "%s: was interrupted", op);
-    lua_pushstring(L, why == STOP_DEADLINE || !why ? "TIMEOUT" : "INTERRUPTED");
-    nret = 3;
-  } else if (!strcmp(tag, "type")) {
-    lua_pushnil(L);
-    lua_pushlstring(L, box->p, box->n);
-    lua_pushliteral(L, "PYTHON_TYPE");
-    nret = 3;
-  } else {
-    nret = km_fail(L, "PYTHON_ERROR", "the Python dispatcher failed (%s; details on stderr)",
-                   !strcmp(tag, "nomem") ? "out of memory" : "no result");
-  }
+  int nret = push_answer(L, op, secs, why, box, &ans);
   free(box->p);
   box->p = NULL;
   lua_remove(L, -nret - 1); /* the box */
