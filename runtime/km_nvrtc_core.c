@@ -144,8 +144,17 @@ static const char *skip_raw(const char *s, const char *end) {
   return end;
 }
 
-static tok lex_next(lexer *L) {
-  const char *s = L->s, *end = L->end;
+/* s at a block comment's opening: -> past its close (the end of the text where it is not closed). */
+static const char *skip_block_comment(const char *s, const char *end) {
+  s += 2;
+  while (s + 1 < end && !(s[0] == '*' && s[1] == '/')) s++;
+  return s + 1 < end ? s + 2 : end;
+}
+
+/* Skips whitespace, comments and preprocessor directives (a '#' at the start of a line, with
+ * its continuation lines), noting line starts in L->bol. -> where the next token starts. */
+static const char *skip_blank(lexer *L, const char *s) {
+  const char *end = L->end;
   for (;;) {
     while (s < end && (*s == ' ' || *s == '\t' || *s == '\r' || *s == '\f' || *s == '\v' ||
                        *s == '\n')) {
@@ -157,50 +166,56 @@ static tok lex_next(lexer *L) {
       continue;
     }
     if (s + 1 < end && s[0] == '/' && s[1] == '*') {
-      s += 2;
-      while (s + 1 < end && !(s[0] == '*' && s[1] == '/')) s++;
-      s = s + 1 < end ? s + 2 : end;
+      s = skip_block_comment(s, end);
       continue;
     }
     if (s < end && *s == '#' && L->bol) { /* a directive, with its continuation lines */
       while (s < end && *s != '\n') {
         if (*s == '\\' && s + 1 < end && s[1] == '\n') s += 2;
         else if (*s == '\\' && s + 2 < end && s[1] == '\r' && s[2] == '\n') s += 3;
-        else if (s + 1 < end && s[0] == '/' && s[1] == '*') {
-          s += 2;
-          while (s + 1 < end && !(s[0] == '*' && s[1] == '/')) s++;
-          s = s + 1 < end ? s + 2 : end;
-        } else s++;
+        else if (s + 1 < end && s[0] == '/' && s[1] == '*') s = skip_block_comment(s, end);
+        else s++;
       }
       continue;
     }
-    break;
+    return s;
   }
+}
+
+/* An identifier starting at b, or an encoding prefix glued to the literal that follows it
+ * (u8"..", L'x', R"(..)"), which is then one string or character token. Sets t's type and
+ * length; -> the token's end. */
+static const char *lex_ident(const char *b, const char *end, tok *t) {
+  const char *s = b;
+  while (s < end && is_ident_char((unsigned char)*s)) s++;
+  size_t n = (size_t)(s - b);
+  if (s < end && (*s == '"' || *s == '\'')) {
+    int raw = b[n - 1] == 'R' && *s == '"';
+    int pre = (n == 1 && (*b == 'u' || *b == 'U' || *b == 'L' || *b == 'R')) ||
+              (n == 2 && (!memcmp(b, "u8", 2) || (b[1] == 'R' && strchr("uUL", *b)))) ||
+              (n == 3 && !memcmp(b, "u8R", 3));
+    if (pre) {
+      char q = *s;
+      s = raw ? skip_raw(s, end) : skip_quoted(s, end, q);
+      t->type = q == '"' ? T_STR : T_CHAR;
+      t->n = (size_t)(s - b);
+      return s;
+    }
+  }
+  t->type = T_IDENT;
+  t->n = n;
+  return s;
+}
+
+static tok lex_next(lexer *L) {
+  const char *end = L->end;
+  const char *s = skip_blank(L, L->s);
   tok t = {T_EOF, s, 0};
   if (s >= end) { L->s = s; return t; }
   L->bol = 0;
   const char *b = s;
   if (is_ident_start((unsigned char)*s)) {
-    while (s < end && is_ident_char((unsigned char)*s)) s++;
-    size_t n = (size_t)(s - b);
-    /* Encoding prefixes glue to a following literal: u8"..", L'x', R"(..)". */
-    if (s < end && (*s == '"' || *s == '\'')) {
-      int raw = b[n - 1] == 'R' && *s == '"';
-      int pre = (n == 1 && (*b == 'u' || *b == 'U' || *b == 'L' || *b == 'R')) ||
-                (n == 2 && (!memcmp(b, "u8", 2) || (b[1] == 'R' && strchr("uUL", *b)))) ||
-                (n == 3 && !memcmp(b, "u8R", 3));
-      if (pre) {
-        char q = *s;
-        s = raw ? skip_raw(s, end) : skip_quoted(s, end, q);
-        t.type = q == '"' ? T_STR : T_CHAR;
-        t.p = b;
-        t.n = (size_t)(s - b);
-        L->s = s;
-        return t;
-      }
-    }
-    t.type = T_IDENT;
-    t.n = n;
+    s = lex_ident(b, end, &t);
   } else if (is_digit((unsigned char)*s) || (*s == '.' && s + 1 < end && is_digit((unsigned char)s[1]))) {
     /* pp-number: digits, letters, '.', digit separators, and signs after an exponent */
     while (s < end) {
