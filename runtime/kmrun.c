@@ -468,6 +468,47 @@ static int plan_flag(lua_State *L, const char *field) {
   return v;
 }
 
+/* The plan's command (into `command`) and script (its path into path). -> the script's argv
+ * index, 0 when there is none. [plan] at index 1. */
+static int plan_script(lua_State *L, char *path, size_t n) {
+  lua_getfield(L, 1, "command");
+  static char command_name[128];
+  if (lua_isstring(L, -1)) {
+    snprintf(command_name, sizeof command_name, "%s", lua_tostring(L, -1));
+    command = command_name;
+  }
+  lua_pop(L, 1);
+  int script = 0;
+  lua_getfield(L, 1, "script");
+  if (lua_isstring(L, -1)) {
+    snprintf(path, n, "%s", lua_tostring(L, -1));
+    lua_getfield(L, 1, "script_index");
+    script = (int)lua_tointeger(L, -1);
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+  return script;
+}
+
+/* Runs the plan's -e chunks and -l libraries in order. -> 1 at the first that fails, else 0. */
+static int run_actions(lua_State *L, int nactions) {
+  int rc = 0;
+  for (int i = 1; i <= nactions && !rc; i++) {
+    lua_getfield(L, 1, "actions");
+    lua_rawgeti(L, -1, i);        /* [plan, actions, {opt, value}] */
+    lua_rawgeti(L, -1, 1);
+    lua_rawgeti(L, -2, 2);        /* [plan, actions, action, opt, value] */
+    char opt = lua_tostring(L, -2)[0];
+    lua_replace(L, -4);           /* [plan, value, action, opt] */
+    lua_pop(L, 2);                /* [plan, value]: kept while it runs */
+    const char *value = lua_tostring(L, -1);
+    if (opt == 'e') rc = run_string(L, value) ? 1 : 0;
+    else rc = dolibrary(L, value) ? 1 : 0;
+    lua_pop(L, 1);
+  }
+  return rc;
+}
+
 int main(int argc, char **argv) {
   lua_State *L = luaL_newstate();
   if (!L) {
@@ -492,23 +533,8 @@ int main(int argc, char **argv) {
   int interactive = plan_flag(L, "interactive");
   int version = plan_flag(L, "version");
   if (plan_flag(L, "warnings")) lua_warning(L, "@on", 0);
-  lua_getfield(L, 1, "command");
-  static char command_name[128];
-  if (lua_isstring(L, -1)) {
-    snprintf(command_name, sizeof command_name, "%s", lua_tostring(L, -1));
-    command = command_name;
-  }
-  lua_pop(L, 1);
-  int script = 0; /* argv index of the script, 0 when there is none */
   char script_path[PATH_MAX] = "";
-  lua_getfield(L, 1, "script");
-  if (lua_isstring(L, -1)) {
-    snprintf(script_path, sizeof script_path, "%s", lua_tostring(L, -1));
-    lua_getfield(L, 1, "script_index");
-    script = (int)lua_tointeger(L, -1);
-    lua_pop(L, 1);
-  }
-  lua_pop(L, 1);
+  int script = plan_script(L, script_path, sizeof script_path); /* argv index, 0: none */
   lua_getfield(L, 1, "actions");
   int nactions = (int)lua_rawlen(L, -1);
   lua_pop(L, 1);
@@ -518,19 +544,7 @@ int main(int argc, char **argv) {
   if (version && print_version(L)) rc = 1;
   /* LUA_INIT: before chunks, scripts and the prompt, as lua runs it; not before commands */
   if (!rc && !ignore_env && !command && handle_luainit(L) != LUA_OK) rc = 1;
-  for (int i = 1; i <= nactions && !rc; i++) {
-    lua_getfield(L, 1, "actions");
-    lua_rawgeti(L, -1, i);        /* [plan, actions, {opt, value}] */
-    lua_rawgeti(L, -1, 1);
-    lua_rawgeti(L, -2, 2);        /* [plan, actions, action, opt, value] */
-    char opt = lua_tostring(L, -2)[0];
-    lua_replace(L, -4);           /* [plan, value, action, opt] */
-    lua_pop(L, 2);                /* [plan, value]: kept while it runs */
-    const char *value = lua_tostring(L, -1);
-    if (opt == 'e') rc = run_string(L, value) ? 1 : 0;
-    else rc = dolibrary(L, value) ? 1 : 0;
-    lua_pop(L, 1);
-  }
+  if (!rc) rc = run_actions(L, nactions);
   if (!rc && script) {
     int code = run_script(L, strcmp(script_path, "-") ? script_path : NULL, argv, argc, script);
     rc = code < 0 ? 1 : code;
