@@ -12,7 +12,10 @@
 -- and trivial candidates (zeros, a constant at the output's mean, an input passed through,
 -- the reference on other inputs) go through the judge's comparison (km.compare, atol + rtol
 -- of the task's tolerance, NaN never passes). Trivial candidates are judged on outputs of at
--- least MIN_ELEMENTS elements (a 1-element output equals its own mean). With a GPU the
+-- least MIN_ELEMENTS elements, and on outputs smaller than that at every shape set (a loss,
+-- a statistic), whose constant is the other seed's mean (a 1-element output equals its own).
+-- An output without a row per input row is also estimated from a sample of the inputs' rows
+-- (sample_estimate, below), at every size. With a GPU the
 -- judge's own path runs the reference (km.judge: inputs made on the GPU) and times it on the
 -- timed shape; without one a PyTorch reference runs on the CPU (km.kernelbench, host
 -- memory), and what could not be checked is said: CUDA-only references, timing, sizes over
@@ -26,13 +29,16 @@ local M = {}
 local fmt, concat = string.format, table.concat
 local ipairs, pairs, type, tostring, pcall = ipairs, pairs, type, tostring, pcall
 
-M.VERSION = 2          -- bump when what a result holds or how it is decided changes
+M.VERSION = 4          -- bump when what a result holds or how it is decided changes
                        -- (2: a reference that cannot run is flagged, not left unchecked)
-M.MIN_ELEMENTS = 64    -- trivial candidates are judged on outputs at least this large
+                       -- (4: sample_estimate; outputs small at every shape judged)
+M.MIN_ELEMENTS = 64    -- trivial candidates are judged on outputs at least this large (or
+                       -- under it at every shape set)
 M.BELOW_SHARE = 0.9    -- below_tolerance: at least this share of the output is within atol of 0
 M.TOO_SHORT_MS = 0.01  -- too_short: the reference's median under this (and under 4 empty kernels)
 M.CPU_MAX_BYTES = 256 << 20 -- a shape whose buffers pass this is not run on the CPU
 M.SEEDS = { 101, 202 } -- the reference runs on the first twice, on the second once
+M.SAMPLE_RATIO = 64    -- sample_estimate: the reference on the first 1/SAMPLE_RATIO of the rows
 
 -- The reasons, one row each: key, what a table prints, what it means.
 M.REASONS = {
@@ -41,6 +47,8 @@ M.REASONS = {
   { key = "trivial_input", short = "input passes", text = "an input passed through unchanged passes" },
   { key = "input_independent", short = "input-independent",
     text = "the output does not depend on the inputs (the reference on other inputs passes)" },
+  { key = "sample_estimate", short = "sample estimates",
+    text = "the reference on a small sample of the input rows (the first 1/64, repeated) passes: the output can be estimated without reading most of the inputs" },
   { key = "below_tolerance", short = "below tolerance",
     text = "most of the output is within atol of zero (below the tolerance's resolution)" },
   { key = "nan_inf", short = "NaN/Inf", text = "the reference's output holds NaN or Inf" },
@@ -55,7 +63,11 @@ for _, r in ipairs(M.REASONS) do M.REASON[r.key] = r end
 -- they are notes.
 M.EVERY_SHAPE = { trivial_zeros = true, trivial_constant = true, trivial_input = true,
   input_independent = true, below_tolerance = true }
-
+-- sample_estimate is decided at the timed shape (shape set 1), the one a verdict's speed is
+-- measured on: a candidate may compute exactly at the other shapes and estimate only there.
+-- Where it was tried at the timed shape and does not hold, it is a note at the others; where
+-- the timed shape was not run here (too large for the CPU), it flags at any shape it holds at
+-- (an estimate only gets better with more rows).
 ----------------------------------------------------------------------------------------
 -- backends: where the reference runs. Each opens a task (-> session | nil, why), runs the
 -- reference on a shape and seed (-> { outs, ins } | nil, why, "SKIP" when it was not tried),
@@ -76,20 +88,67 @@ local function bytes_of(t, sym)
   return n
 end
 
+-- sample_estimate's inputs: each input named in rows.names keeps its first rows.keep of
+-- rows.rows rows, and the rest of it becomes copies of them. tile(buf, keep_bytes) does it
+-- to one buffer in place.
+local function tile_rows(bufs, rows, tile)
+  for name in pairs(rows.names) do
+    local b = bufs[name]
+    tile(b, b:nbytes() // rows.rows * rows.keep)
+  end
+end
+
+-- The GPU's tile: one kernel, compiled at first use, that writes byte (or 4-byte word) i past
+-- the prefix as the prefix's i mod keep, on kmrun's stream (before the reference's run).
+local TILE_SOURCE = [[
+extern "C" __global__ void km_lint_tile1(unsigned char *p, unsigned long long keep, unsigned long long n) {
+  for (unsigned long long i = keep + (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (unsigned long long)gridDim.x * blockDim.x) p[i] = p[i % keep];
+}
+extern "C" __global__ void km_lint_tile4(unsigned int *p, unsigned long long keep, unsigned long long n) {
+  for (unsigned long long i = keep + (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (unsigned long long)gridDim.x * blockDim.x) p[i] = p[i % keep];
+}
+]]
+local function gpu_tiler(judge)
+  local fns
+  return function(b, keep)
+    local n = b:nbytes()
+    if keep <= 0 or keep >= n then return end
+    if not fns then
+      local cuda = require "km.cuda"
+      local prog, log = require("km.nvrtc").compile(TILE_SOURCE, { arch = judge.device.arch, name = "lint_tile.cu" })
+      if not prog then error("the sample's tile kernel does not compile: " .. tostring(log), 0) end
+      local mod = assert(cuda.load(prog))
+      fns = { [1] = assert(mod:get("km_lint_tile1")), [4] = assert(mod:get("km_lint_tile4")) }
+    end
+    local w = (keep % 4 == 0 and n % 4 == 0) and 4 or 1
+    local blocks = math.min(((n - keep) // w + 255) // 256, 4096)
+    local ok, err = fns[w]:launch({ grid = blocks, block = 256 }, b, keep // w, n // w)
+    if not ok then error("the sample's tile kernel: " .. tostring(err), 0) end
+  end
+end
+
 -- With a GPU: the judge in this process (as `kmrun tasks check`).
 local function gpu_backend(judge, device)
   local buffer = require "km.buffer"
   local B = { where = "cuda", device = device }
+  local tile = gpu_tiler(judge)
   function B.open(t)
     local st, err = judge:task_state(t)
     if not st then return nil, err end
     return { t = t, st = st }
   end
-  function B.run(s, sym, seed)
+  -- rows (sample_estimate's): the reference's inputs tiled from a prefix of their rows
+  function B.run(s, sym, seed, rows)
     local ok, res, why = pcall(function()
       local cand, ref_in, dims = judge:trial_io(s.t, sym, seed)
       judge.pool:put_all(cand)
       judge:pristine(s.t, sym, ref_in, seed)
+      if rows then
+        local okt, terr = pcall(tile_rows, ref_in, rows, tile)
+        if not okt then judge.pool:put_all(ref_in) error(terr, 0) end
+      end
       local ref_io, rs, rmsg = judge:run_reference(s.st, ref_in, dims, sym)
       if not ref_io then judge.pool:put_all(ref_in) return nil, tostring(rs) .. ": " .. tostring(rmsg) end
       local outs = {}
@@ -169,7 +228,19 @@ local function cpu_backend()
     end
     return s
   end
-  function B.run(s, sym, seed)
+  -- the CPU's tile: doubling copies of what is already tiled (ctypes.memmove)
+  local function tile(h, keep)
+    local ptr, n = h:ptr(), h:nbytes()
+    if keep <= 0 then return end
+    local done = keep
+    while done < n do
+      local c = math.min(done, n - done)
+      assert(python.eval(fmt("__import__('ctypes').memmove(%d, %d, %d)", ptr + done, ptr, c)))
+      done = done + c
+    end
+  end
+  -- rows (sample_estimate's): the inputs tiled from a prefix of their rows; r.ins is not kept
+  function B.run(s, sym, seed, rows)
     local t = s.t
     local nb = bytes_of(t, sym)
     if nb > M.CPU_MAX_BYTES then
@@ -191,11 +262,14 @@ local function cpu_backend()
       hosts[spec.name], outs_h[spec.name] = h, h
     end
     local ok, err = prob:make_inputs(seed, ins)
+    if ok and rows then ok, err = pcall(tile_rows, ins, rows, tile) end
     if ok and next(params) then ok, err = prob:write_params(params) end
     if ok then ok, err = prob:forward(hosts) end
     if not ok then free_all() return nil, tostring(err) end
     local r = { ins = {}, outs = {}, samples = {} }
-    for _, spec in ipairs(t.inputs) do r.ins[spec.name] = { dtype = spec.dtype, bytes = bytes(hosts[spec.name]) } end
+    for _, spec in ipairs(t.inputs) do
+      if not rows then r.ins[spec.name] = { dtype = spec.dtype, bytes = bytes(hosts[spec.name]) } end
+    end
     for _, spec in ipairs(t.outputs) do
       r.outs[spec.name] = { dtype = spec.dtype, bytes = bytes(outs_h[spec.name]),
         sample = outs_h[spec.name]:to_table(1 << 16) }
@@ -255,6 +329,102 @@ end
 
 local function g(x) return fmt("%.3g", x) end
 
+----------------------------------------------------------------------------------------
+-- sample_estimate: can an output be estimated from a small sample of the inputs' rows? The
+-- rows are the leading dimension of the task's first input (not a parameter); every input
+-- (not a parameter) whose leading dimension has that length is sampled. The reference runs
+-- on those inputs with every row past the first keep = rows // SAMPLE_RATIO replaced by a copy
+-- of row (i mod keep): an output that is a mean over rows comes out as the prefix's mean, a
+-- sum as the prefix's sum rescaled by rows / keep (the raw and the rescaled estimate, each
+-- where it applies), anything else as what the prefix alone decides. An output with a
+-- dimension of the rows' length (a row per input row: elementwise ops, matmuls, per-row
+-- reductions) is not estimated: it cannot be made from fewer rows. An output is flagged where
+-- the estimate passes the task's tolerance against the full answer at both seeds.
+
+-- The rows to sample at shape sym -> { rows, keep, names = { input name -> true } } | nil (no
+-- input has rows, or fewer than SAMPLE_RATIO of them)
+local function sample_rows(t, sym)
+  local rows
+  for _, spec in ipairs(t.inputs) do
+    local d = spec.role ~= "parameter" and task_mod.shape_of(spec, sym)
+    if d and #d > 0 then rows = d[1] break end
+  end
+  if not rows or rows < M.SAMPLE_RATIO then return nil end
+  local names = {}
+  for _, spec in ipairs(t.inputs) do
+    local d = spec.role ~= "parameter" and task_mod.shape_of(spec, sym)
+    if d and #d > 0 and d[1] == rows then names[spec.name] = true end
+  end
+  return { rows = rows, keep = rows // M.SAMPLE_RATIO, names = names }
+end
+
+-- The outputs at sym without a dimension of `rows`' length (and not empty).
+local function estimable(t, sym, rows)
+  local list = {}
+  for _, o in ipairs(t.outputs) do
+    local per_row = false
+    for _, d in ipairs(task_mod.shape_of(o, sym)) do if d == rows then per_row = true end end
+    if not per_row and numel_of(o, sym) > 0 then list[#list + 1] = o end
+  end
+  return list
+end
+
+-- Estimates the outputs at shape si from the sample; full = { seed 1's run, seed 2's run }.
+-- Flags through flag(reason, si, output, detail); a run that failed is said in res (unchecked
+-- when out of memory: the result is then not kept, M.transient; a note otherwise).
+-- -> true when the estimate was made
+local function sample_estimate(B, s, t, sym, si, full, flag, res, label)
+  local rows = sample_rows(t, sym)
+  if not rows then return false end
+  local outs = estimable(t, sym, rows.rows)
+  if #outs == 0 then return false end
+  local worst = {} -- output name -> the largest |estimate - full| at a seed where it passed
+  for i, seed in ipairs(M.SEEDS) do
+    local e, err, code = B.run(s, sym, seed, rows)
+    if not e then
+      local list = (code == "SKIP" or out_of_memory(err)) and res.unchecked or res.notes
+      list[#list + 1] = fmt("%s: the sample estimate did not run: %s", label, tostring(err))
+      return false
+    end
+    for _, o in ipairs(outs) do
+      local c = B.compare(e.outs[o.name], full[i].outs[o.name], t.tolerance[o.dtype])
+      if c.ok and (i == 1 or worst[o.name]) then
+        worst[o.name] = math.max(worst[o.name] or 0, c.max_abs or 0)
+      else
+        worst[o.name] = nil
+      end
+    end
+    B.release(s, e)
+  end
+  for _, o in ipairs(outs) do
+    if worst[o.name] then
+      local tol = t.tolerance[o.dtype]
+      flag("sample_estimate", si, o.name, fmt("the reference on the first %d of %d rows (1/%d), repeated, passes at seeds %d and %d: max |diff| %s (atol %g, rtol %g)",
+        rows.keep, rows.rows, M.SAMPLE_RATIO, M.SEEDS[1], M.SEEDS[2], g(worst[o.name]), tol.atol, tol.rtol))
+    end
+  end
+  return true
+end
+
+-- sample_estimate at the timed shape decides (M.EVERY_SHAPE's comment): its flags at other
+-- shapes become notes where it was made at the timed shape and did not hold there.
+-- estimated: shape -> true where the estimate was made. -> the flags kept
+local function timed_shape_rule(flags, estimated, notes)
+  local at_timed = false
+  for _, f in ipairs(flags) do if f.reason == "sample_estimate" and f.shape == 1 then at_timed = true end end
+  if at_timed or not estimated[1] then return flags end
+  local kept = {}
+  for _, f in ipairs(flags) do
+    if f.reason == "sample_estimate" then
+      notes[#notes + 1] = fmt("%s at shape %d only (%s, %s): not at the timed shape", M.REASON[f.reason].short,
+        f.shape, f.output, f.detail)
+    else
+      kept[#kept + 1] = f
+    end
+  end
+  return kept
+end
+
 -- Lints one task (at the precision it was loaded at) with backend B. -> result:
 -- { task, path, precision, level, where, device, flags, unchecked, shapes, reference_ms }
 function M.run(t, opts)
@@ -262,12 +432,19 @@ function M.run(t, opts)
   local B = opts.backend or M.backend()
   local res = { task = t.name, path = t.path or t.dir, precision = t.reference.precision or "fp32",
     level = t.level, where = B.where, device = B.device, flags = {}, unchecked = {}, shapes = #t.shapes,
-    heldout = t.heldout and t.heldout.shape or nil, version = M.VERSION }
+    heldout = t.heldout and t.heldout.shape or nil, version = M.VERSION, notes = {} }
   local function flag(reason, si, output, detail)
     res.flags[#res.flags + 1] = { reason = reason, shape = si, heldout = (res.heldout == si) or nil,
       output = output, detail = detail }
   end
   local judged = {} -- shapes the trivial candidates were judged on
+  local estimated = {} -- shapes the sample estimate was made at
+  -- outputs under MIN_ELEMENTS at every shape set (a loss, a statistic): judged at every size
+  local small = {}
+  for _, o in ipairs(t.outputs) do
+    small[o.name] = true
+    for _, sym in ipairs(t.shapes) do if numel_of(o, sym) >= M.MIN_ELEMENTS then small[o.name] = nil end end
+  end
   local s, why = B.open(t)
   if not s then
     -- out of memory says nothing about the task (the device was busy); anything else is
@@ -305,18 +482,22 @@ function M.run(t, opts)
             local d = B.compare(a2.outs[o.name], y, tol)
             if not d.ok then flag("nondeterministic", si, o.name, fmt("%d of %d elements differ, max |diff| %s", d.mismatches or 0, n, g(d.max_abs or 0))) end
           end
-          if n >= M.MIN_ELEMENTS then
+          if n >= M.MIN_ELEMENTS or (small[o.name] and n > 0) then
             judged[si] = true
             local zr = B.compare(zeros, y, tol)
             if zr.ok then flag("trivial_zeros", si, o.name, fmt("max |y| %s, atol %g", g(z.max_abs or 0), tol.atol))
             elseif (n - (z.mismatches or 0)) / n >= M.BELOW_SHARE then
               flag("below_tolerance", si, o.name, fmt("%.1f%% of elements within atol %g of 0", 100 * (n - z.mismatches) / n, tol.atol))
             end
-            local m = mean_of(B.sample(y, 1 << 16))
+            -- the constant: the output's mean, or on a small output (its own mean is itself, or
+            -- nearly) the other seed's, a value known without these inputs
+            local m, whose
+            if n >= M.MIN_ELEMENTS then m = mean_of(B.sample(y, 1 << 16))
+            elseif b then m, whose = mean_of(B.sample(b.outs[o.name], 1 << 16)), fmt(", seed %d's mean", M.SEEDS[2]) end
             if m and not zr.ok then
               if is_int_dtype(o.dtype) then m = math.floor(m + 0.5) end
               local c = B.const(y, m)
-              if B.compare(c, y, tol).ok then flag("trivial_constant", si, o.name, fmt("the constant %s", g(m))) end
+              if B.compare(c, y, tol).ok then flag("trivial_constant", si, o.name, fmt("the constant %s%s", g(m), whose or "")) end
               B.free(c)
             end
             for _, spec in ipairs(t.inputs) do
@@ -332,6 +513,7 @@ function M.run(t, opts)
         B.free(zeros)
       end
       if a2 then B.release(s, a2) end
+      if b and sample_estimate(B, s, t, sym, si, { a, b }, flag, res, label) then estimated[si] = true end
       if b then B.release(s, b) end
       B.release(s, a)
     end
@@ -356,8 +538,7 @@ function M.run(t, opts)
     for si in pairs(judged) do if not shapes[si] then partial[reason] = true end end
   end
   local flags = {}
-  res.notes = {}
-  for _, f in ipairs(res.flags) do
+  for _, f in ipairs(timed_shape_rule(res.flags, estimated, res.notes)) do
     if partial[f.reason] then
       res.notes[#res.notes + 1] = fmt("%s at shape %d only (%s%s): other shapes catch it", M.REASON[f.reason].short,
         f.shape, f.output and (f.output .. ", ") or "", f.detail or "")
