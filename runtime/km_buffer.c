@@ -16,7 +16,8 @@
 #include <lauxlib.h>
 
 #include "km.h"
-#include "km_cuda.h"
+#include "km_util.h"
+#include "km_buffer.h"
 #include "km_devops.h"
 #include "km_dtype.h"
 

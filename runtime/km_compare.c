@@ -17,7 +17,8 @@
 
 #include "km.h"
 #include "km_compare_core.h"
-#include "km_cuda.h"
+#include "km_util.h"
+#include "km_buffer.h"
 #include "km_devops.h"
 #include "km_dtype.h"
 

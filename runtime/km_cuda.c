@@ -24,6 +24,8 @@
 
 #include "km.h"
 #include "km_cuda.h"
+#include "km_buffer.h"
+#include "km_util.h"
 #include "km_devinfo.h"
 #include "km_dtype.h"
 #include "km_kernel.h"

@@ -3,7 +3,7 @@
  * binding, runtime/km_cuda.c) and km_device() (the public C API, runtime/kmrun_api.c). No
  * lua_State here; each front end picks the fields it shows.
  *
- * Not a *_core.c file: it calls the driver (km_cuda.h), which the C unit tests do not link.
+ * Not a *_core.c file: it calls the driver (km_driver.h), which the C unit tests do not link.
  *
  * Ownership: *out is the caller's; nothing is allocated. The driver must be loaded
  * (km_cuda_get). */

@@ -7,7 +7,7 @@
  * old_prototype). km_driver.c owns
  * the one process-wide context (the primary context of the chosen device), the stream
  * launches go to and kmrun's utility kernels. Nothing here touches a lua_State; the Lua
- * side of it (failures as nil, message, code) is km_cuda.h's. */
+ * side of it (failures as nil, message, code) is km_util.h's. */
 #ifndef KM_DRIVER_H
 #define KM_DRIVER_H
 #include <stddef.h>

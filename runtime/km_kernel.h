@@ -5,7 +5,7 @@
  * fact has one implementation. Turning the caller's values into cuLaunchKernel's parameter
  * array stays with the caller (Lua values in km_cuda.c; the C API takes the array as is).
  *
- * Not a *_core.c file: it calls the driver (km_cuda.h), which the C unit tests do not link.
+ * Not a *_core.c file: it calls the driver (km_driver.h), which the C unit tests do not link.
  *
  * Ownership: a CUmodule from km_kernel_load belongs to the caller, who releases it with
  * km_kernel_unload; a CUfunction is borrowed from its module. The driver must be loaded

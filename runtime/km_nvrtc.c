@@ -30,21 +30,12 @@
 #include <nvrtc.h>
 
 #include "km.h"
-#include "km_cuda.h"
+#include "km_driver.h"
 #include "km_nvrtc_core.h"
 
 #define KM_NVRTC_OUT_MT "km.nvrtc.Out"
 #define KM_NVRTC_MANY_MT "km.nvrtc.Many" /* compile_many's boxed results */
 #define KM_NVRTC_DIR_KEY "km.nvrtc.cache_dir" /* registry: set_cache_dir's override */
-#define KM_NVRTC_DEFAULT_ARCH "sm_90"
-#define KM_NVRTC_DEFAULT_SM 90
-
-/* km_cuda.c provides the real one; this keeps km.nvrtc linkable without it. */
-__attribute__((weak)) int km_cuda_current_arch(int *major, int *minor) {
-  (void)major;
-  (void)minor;
-  return 0;
-}
 
 /* ---- building a request ---- */
 
@@ -124,29 +115,6 @@ static void check_keys(lua_State *L, reqbuild *rb) {
   }
 }
 
-/* Without an `arch` option: the device's when this process already holds a CUDA context
- * (a GPU worker, a script that used km.cuda), else sm_90 — or NVRTC's newest when it no
- * longer supports sm_90. Never opens a context: the driver process compiles too and must
- * not touch CUDA, and a fixed default keeps its cache keys the same on every host. */
-void km_nvrtc_default_arch(char *buf, size_t n) {
-  int major = 0, minor = 0;
-  if (km_cuda_current_arch(&major, &minor) && major > 0 && minor >= 0) {
-    snprintf(buf, n, "sm_%d%d", major, minor);
-    if (km_nvrtc_arch_valid(buf)) return;
-  }
-  snprintf(buf, n, "%s", KM_NVRTC_DEFAULT_ARCH);
-  int count = 0;
-  if (nvrtcGetNumSupportedArchs(&count) != NVRTC_SUCCESS || count <= 0 || count > 256) return;
-  int archs[256];
-  if (nvrtcGetSupportedArchs(archs) != NVRTC_SUCCESS) return;
-  int newest = 0;
-  for (int i = 0; i < count; i++) {
-    if (archs[i] == KM_NVRTC_DEFAULT_SM) return;
-    if (archs[i] > newest) newest = archs[i];
-  }
-  if (newest > 0) snprintf(buf, n, "sm_%d", newest);
-}
-
 /* The cache folder: set_cache_dir's override, else the environment's; "" when none. */
 static void resolve_cache_dir(lua_State *L, char *buf, size_t n) {
   buf[0] = '\0';
@@ -219,21 +187,6 @@ static void build_defines(lua_State *L, reqbuild *rb) {
   rb->req.defines = v;
   rb->req.ndefines = k;
 }
-
-/* NVRTC ships no C library headers, yet kernels (and models) often include <stdint.h>.
- * When the source names it and the caller gives none, these definitions stand in. */
-const char km_nvrtc_builtin_stdint[] =
-    "#pragma once\n"
-    "typedef signed char int8_t; typedef unsigned char uint8_t;\n"
-    "typedef short int16_t; typedef unsigned short uint16_t;\n"
-    "typedef int int32_t; typedef unsigned int uint32_t;\n"
-    "typedef long long int64_t; typedef unsigned long long uint64_t;\n"
-    "typedef long long intptr_t; typedef unsigned long long uintptr_t;\n"
-    "#define INT8_MIN (-128)\n#define INT8_MAX 127\n#define UINT8_MAX 255\n"
-    "#define INT16_MIN (-32768)\n#define INT16_MAX 32767\n#define UINT16_MAX 65535\n"
-    "#define INT32_MIN (-2147483647 - 1)\n#define INT32_MAX 2147483647\n#define UINT32_MAX 4294967295u\n"
-    "#define INT64_MIN (-9223372036854775807LL - 1)\n#define INT64_MAX 9223372036854775807LL\n"
-    "#define UINT64_MAX 18446744073709551615ULL\n";
 
 /* headers = { ["name.h"] = source }: what #include "name.h" finds before any folder. */
 static void build_headers(lua_State *L, reqbuild *rb) {
@@ -308,7 +261,11 @@ static void build_req(lua_State *L, reqbuild *rb, int src, int opts, int entry) 
   if (arch && !km_nvrtc_arch_valid(arch))
     req_error(L, rb, 1, "option 'arch': bad architecture '%s' (want sm_NN, sm_NNa or compute_NN)", arch);
   if (arch) snprintf(rb->arch, sizeof rb->arch, "%s", arch);
-  else km_nvrtc_default_arch(rb->arch, sizeof rb->arch);
+  else {
+    int major = 0, minor = 0; /* 0: this process holds no context */
+    km_cuda_current_arch(&major, &minor);
+    km_nvrtc_default_arch(major, minor, rb->arch, sizeof rb->arch);
+  }
   rb->req.arch = rb->arch;
 
   const char *std = opt_string(L, rb, "std");

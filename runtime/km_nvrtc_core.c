@@ -18,6 +18,9 @@
 #include "km_scrub_core.h"
 #include "km_confine_core.h"
 
+#define KM_NVRTC_DEFAULT_ARCH "sm_90"
+#define KM_NVRTC_DEFAULT_SM 90
+
 /* ======================================================================================
  * Growable byte buffer: the key material and the cache entry are built in one of these.
  * An allocation failure is remembered and reported once at the end.
@@ -604,6 +607,39 @@ int km_nvrtc_arch_valid(const char *arch) {
   if (*p == 'a' || *p == 'f') p++;
   return *p == '\0';
 }
+
+void km_nvrtc_default_arch(int major, int minor, char *buf, size_t n) {
+  if (major > 0 && minor >= 0) {
+    snprintf(buf, n, "sm_%d%d", major, minor);
+    if (km_nvrtc_arch_valid(buf)) return;
+  }
+  snprintf(buf, n, "%s", KM_NVRTC_DEFAULT_ARCH);
+  int count = 0;
+  if (nvrtcGetNumSupportedArchs(&count) != NVRTC_SUCCESS || count <= 0 || count > 256) return;
+  int archs[256];
+  if (nvrtcGetSupportedArchs(archs) != NVRTC_SUCCESS) return;
+  int newest = 0;
+  for (int i = 0; i < count; i++) {
+    if (archs[i] == KM_NVRTC_DEFAULT_SM) return;
+    if (archs[i] > newest) newest = archs[i];
+  }
+  if (newest > 0) snprintf(buf, n, "sm_%d", newest);
+}
+
+/* NVRTC ships no C library headers, yet kernels (and models) often include <stdint.h>.
+ * When the source names it and the caller gives none, these definitions stand in. */
+const char km_nvrtc_builtin_stdint[] =
+    "#pragma once\n"
+    "typedef signed char int8_t; typedef unsigned char uint8_t;\n"
+    "typedef short int16_t; typedef unsigned short uint16_t;\n"
+    "typedef int int32_t; typedef unsigned int uint32_t;\n"
+    "typedef long long int64_t; typedef unsigned long long uint64_t;\n"
+    "typedef long long intptr_t; typedef unsigned long long uintptr_t;\n"
+    "#define INT8_MIN (-128)\n#define INT8_MAX 127\n#define UINT8_MAX 255\n"
+    "#define INT16_MIN (-32768)\n#define INT16_MAX 32767\n#define UINT16_MAX 65535\n"
+    "#define INT32_MIN (-2147483647 - 1)\n#define INT32_MAX 2147483647\n#define UINT32_MAX 4294967295u\n"
+    "#define INT64_MIN (-9223372036854775807LL - 1)\n#define INT64_MAX 9223372036854775807LL\n"
+    "#define UINT64_MAX 18446744073709551615ULL\n";
 
 static int is_identifier(const char *s) {
   if (!s || !is_ident_start((unsigned char)*s)) return 0;

@@ -148,10 +148,14 @@ typedef struct km_nvrtc_world {
 int km_nvrtc_check_includes(const char *src, size_t len, const char *file, const km_nvrtc_world *w,
                             char *msg, size_t msgn);
 
-/* Defined in km_nvrtc.c (shared with the C API): the arch compiled for when none is given
- * (the context's device, else sm_90 or NVRTC's newest), and the stdint.h given to sources
- * that include it. */
-void km_nvrtc_default_arch(char *buf, size_t n);
+/* The arch compiled for when none is given: sm_<major><minor>, the device of the context
+ * this process already holds (km_cuda_current_arch; major 0: none), else sm_90, or NVRTC's
+ * newest when it no longer supports sm_90. The caller never opens a context for it: the
+ * driver process compiles too and must not touch CUDA, and a fixed default keeps its cache
+ * keys the same on every host. */
+void km_nvrtc_default_arch(int major, int minor, char *buf, size_t n);
+/* NVRTC ships no C library headers, yet kernels (and models) often include <stdint.h>:
+ * given to sources that name it when the caller gives none. */
 extern const char km_nvrtc_builtin_stdint[];
 
 /* $KM_CACHE_DIR, else $XDG_CACHE_HOME/kmrun/nvrtc, else $HOME/.cache/kmrun/nvrtc.

@@ -97,7 +97,7 @@
 #include <lauxlib.h>
 
 #include "km.h"
-#include "km_cuda.h"
+#include "km_util.h"
 #include "km_sampling_core.h"
 #include "km_stats_core.h"
 #include "km_timer_core.h"

@@ -1,5 +1,5 @@
 /* km_util.c — shared helpers for the Lua bindings (km.h), and the Lua side of the driver
- * (km_cuda.h): a failed CUDA call as nil, message, code or as an error. */
+ * (km_util.h): a failed CUDA call as nil, message, code or as an error. */
 #include <signal.h>
 #include <spawn.h>
 #include <stdarg.h>
@@ -8,7 +8,7 @@
 #include <lua.h>
 #include <lauxlib.h>
 #include "km.h"
-#include "km_cuda.h"
+#include "km_util.h"
 #include "km_compare_core.h"
 #include "km_scrub_core.h"
 
@@ -194,7 +194,7 @@ int km_optfield_bool(lua_State *L, int idx, const char *name, int def) {
   return v;
 }
 
-/* ---- the Lua side of the driver ---- */
+/* ---- the Lua side of the driver (km_util.h) ---- */
 
 int km_cuda_fail(lua_State *L, CUresult r, const char *what) {
   char msg[KM_CUDA_MSG];

@@ -31,7 +31,7 @@
 #include "km_api.h"
 #include "km_sampling_core.h"
 #include "km_compare_core.h"
-#include "km_cuda.h"
+#include "km_driver.h"
 #include "km_devinfo.h"
 #include "km_devops.h"
 #include "km_kernel.h"
@@ -270,7 +270,11 @@ km_status km_compile(const char *source, const km_compile_opts *opts, km_prog **
       return fail(KMRUN_EINVAL, NULL, "km_compile: bad architecture '%s' (want sm_NN, sm_NNa or compute_NN)",
                   opts->arch);
     snprintf(arch, sizeof arch, "%s", opts->arch);
-  } else km_nvrtc_default_arch(arch, sizeof arch);
+  } else {
+    int major = 0, minor = 0; /* 0: this process holds no context */
+    km_cuda_current_arch(&major, &minor);
+    km_nvrtc_default_arch(major, minor, arch, sizeof arch);
+  }
   km_nvrtc_req req;
   memset(&req, 0, sizeof req);
   req.source = source;
