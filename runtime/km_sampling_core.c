@@ -108,6 +108,16 @@ int km_sampler_plan(const km_sampler *s, int queued, const km_pace *p) {
 
 /* ==== the protocol ==== */
 
+/* cold: L2 flushed before each sample; warm: back to back; graph: the calls captured once
+ * into a CUDA graph, its replays timed. */
+const char *const km_timing_modes[KM_TIMING_NMODES] = {"cold", "warm", "graph"};
+
+const char *km_timing_mode(const char *name) {
+  for (int i = 0; name && i < KM_TIMING_NMODES; i++)
+    if (!strcmp(name, km_timing_modes[i])) return km_timing_modes[i];
+  return NULL;
+}
+
 void km_timing_protocol_default(km_timing_protocol *p) {
   p->mode = "cold";
   p->rep = 1;

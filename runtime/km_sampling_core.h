@@ -75,8 +75,16 @@ typedef struct km_pace {
 int km_sampler_plan(const km_sampler *s, int queued, const km_pace *p);
 
 /* ---- the protocol: everything that decides how a time is taken ---- */
+
+/* The timing modes by name, in the order of include/kmrun.h's km_time_mode: the one list
+ * km.timing (timing.modes), the C API (km_time) and km.ffi read. */
+#define KM_TIMING_NMODES 3
+extern const char *const km_timing_modes[KM_TIMING_NMODES];
+/* The list's own string for a mode's name (static: the caller may keep it), or NULL. */
+const char *km_timing_mode(const char *name);
+
 typedef struct km_timing_protocol {
-  const char *mode;   /* "cold", "warm" or "graph" */
+  const char *mode;   /* one of km_timing_modes */
   int rep;            /* calls of the timed function per sample */
   int warmup;         /* warm-up calls, at least */
   double warmup_ms;   /* and at least this long */

@@ -199,16 +199,27 @@ static int work_after(void *ud, km_timer_phase ph) { return call_hook(((lua_work
 
 /* ==== the protocol: the options that decide how a time is taken ==== */
 
+/* Pushes the timing modes' names as one string, "cold, warm, graph". */
+static void push_modes(lua_State *L) {
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  for (int i = 0; i < KM_TIMING_NMODES; i++) {
+    if (i) luaL_addstring(&b, ", ");
+    luaL_addstring(&b, km_timing_modes[i]);
+  }
+  luaL_pushresult(&b);
+}
+
 /* Reads them from the options table at idx (absent: the defaults); raises on misuse. */
 static void read_protocol(lua_State *L, int idx, km_timing_protocol *p) {
   if (!lua_isnoneornil(L, idx)) luaL_checktype(L, idx, LUA_TTABLE);
   km_timing_protocol_default(p);
   const char *mode = km_optfield_str(L, idx, "mode", p->mode);
-  static const char *const MODES[] = {"cold", "warm", "graph"};
-  p->mode = NULL;
-  for (int i = 0; i < 3; i++)
-    if (!strcmp(mode, MODES[i])) p->mode = MODES[i]; /* a static string: the option's may go */
-  if (!p->mode) luaL_error(L, "timing: unknown mode '%s' (cold, warm, graph)", mode);
+  p->mode = km_timing_mode(mode); /* a static string: the option's may go */
+  if (!p->mode) {
+    push_modes(L);
+    luaL_error(L, "timing: unknown mode '%s' (%s)", mode, lua_tostring(L, -1));
+  }
   p->warmup = (int)km_optfield_int(L, idx, "warmup", p->warmup);
   p->warmup_ms = km_optfield_num(L, idx, "warmup_ms", p->warmup_ms);
   p->rep = (int)km_optfield_int(L, idx, "rep", p->rep);
@@ -507,5 +518,11 @@ int luaopen_km_timing(lua_State *L) {
   lua_setfield(L, -3, "floor");
   lua_pushcclosure(L, l_peaks, 1);
   lua_setfield(L, -2, "peaks");
+  lua_createtable(L, KM_TIMING_NMODES, 0); /* timing.modes: { "cold", "warm", "graph" } */
+  for (int i = 0; i < KM_TIMING_NMODES; i++) {
+    lua_pushstring(L, km_timing_modes[i]);
+    lua_rawseti(L, -2, i + 1);
+  }
+  lua_setfield(L, -2, "modes");
   return 1;
 }

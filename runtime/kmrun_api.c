@@ -629,16 +629,17 @@ km_status km_allclose_host(km_dtype dtype, const void *got, const void *want, ui
 
 /* ==== timing ==== */
 
+_Static_assert(KM_TIME_GRAPH + 1 == KM_TIMING_NMODES, "km_time_mode is km_timing_modes' order");
+
 /* km_time's options as the timing core's protocol: km.timing's defaults (km_sampling_core),
  * with what km_time_opts sets (0: the default; max_samples below min_samples is raised to it). */
 static km_status time_protocol(const km_time_opts *opts, km_timing_protocol *p, const char *fn) {
   km_time_opts o;
   memset(&o, 0, sizeof o);
   if (opts) o = *opts;
-  static const char *const MODES[] = {"cold", "warm", "graph"};
   if (o.mode < KM_TIME_COLD || o.mode > KM_TIME_GRAPH) return fail(KMRUN_EINVAL, NULL, "%s: unknown mode %d", fn, (int)o.mode);
   km_timing_protocol_default(p);
-  p->mode = MODES[o.mode];
+  p->mode = km_timing_modes[o.mode];
   if (o.warmup > 0) p->warmup = o.warmup;
   if (o.min_samples > 0) p->stop.min_samples = o.min_samples;
   if (o.max_samples > 0) p->stop.max_samples = o.max_samples;

@@ -23,7 +23,6 @@ local error, type, tostring, tonumber, setmetatable, select, pairs, pcall =
 
 local DTYPES = { f32 = 0, f64 = 1, f16 = 2, bf16 = 3, i8 = 4, i32 = 5, i64 = 6, u8 = 7 }
 M.UNIFORM, M.NORMAL, M.INT = 0, 1, 2
-local MODES = { cold = 0, warm = 1, graph = 2 }
 
 -- The folder this file is in, and the header's candidates around it.
 local here = (debug.getinfo(1, "S").source:match("^@(.*)/km/ffi%.lua$")) or "lua"
@@ -277,12 +276,20 @@ function M.allclose_host(dtype, got, want, n, t)
   return result_table(r)
 end
 
+-- A timing mode's value in kmrun.h's km_time_mode: "cold" is KM_TIME_COLD; nil for a name
+-- that is not a mode.
+local function mode_value(name)
+  if type(name) ~= "string" or not name:match("^%l+$") then return nil end
+  local ok, v = pcall(function() return C["KM_TIME_" .. name:upper()] end)
+  return ok and tonumber(v) or nil
+end
+
 -- rt:time(spec, opts) -> { median, p25, p75, min, max, mean, n, rel_noise, total_ms }; spec is
 -- k:launcher's second value. Timed in C (km_time_launch): no Lua runs per sample.
 function Rt:time(spec, opts)
   opts = opts or {}
   local o = ffi.new("km_time_opts")
-  o.mode = MODES[opts.mode or "cold"] or error("km.ffi: unknown mode " .. tostring(opts.mode), 2)
+  o.mode = mode_value(opts.mode or "cold") or error("km.ffi: unknown mode " .. tostring(opts.mode), 2)
   o.warmup, o.min_samples, o.max_samples = opts.warmup or 0, opts.min_samples or 0, opts.max_samples or 0
   o.target, o.max_ms = opts.target or 0, opts.max_ms or 0
   local r = ffi.new("km_time_result")
