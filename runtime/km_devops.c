@@ -172,8 +172,8 @@ static CUresult acc_zeroed(size_t n, CUstream s) {
  * (a km.buffer ledger zeroes a batch's slots at its begin, in one memset; the plain forms'
  * acc_zeroed) and enqueues its kernels, with no wait (the *_at forms); the plain forms use
  * the shared accumulator array, copy the slots back and wait for the stream. One memset a
- * batch, not one or two an op: each was a few microseconds of the GPU's timeline, about 45 a
- * timing (bench/RESULTS.md round 11). */
+ * batch, not one or two an op: each is a few microseconds of the GPU's timeline, about 45 a
+ * timing (bench/RESULTS.md, "one-memset"). */
 
 CUresult km_devbuf_random_check_at(const km_devbuf *b, int dist, double a, double c, uint64_t seed, CUstream s,
                                    CUdeviceptr acc, const km_lines *smp) {

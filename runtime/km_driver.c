@@ -207,9 +207,9 @@ static int util_blocks_per_sm(CUfunction fn) {
 
 /* Launches a utility kernel over n items with a grid sized for the device: at most one wave,
  * as many blocks as the SMs hold at once. The kernels stride over their items, so a grid of
- * more blocks than fit runs in two waves, the second a fraction of the SMs' width (8 blocks
- * an SM were launched before; km_random_check, which fits 6, took 1.7x km_random's time on
- * the same buffers in run AT). */
+ * more blocks than fit runs in two waves, the second a fraction of the SMs' width (at 8
+ * blocks an SM, km_random_check, which fits 6, takes 1.7x km_random's time on the same
+ * buffers: bench/RESULTS.md, "one-wave"). */
 CUresult km_cuda_util_launch(CUfunction fn, uint64_t n, CUstream s, void **args) {
   static int sms = 0;
   if (!sms && api.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, cu_device) != CUDA_SUCCESS) sms = 0;

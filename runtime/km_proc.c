@@ -426,7 +426,7 @@ static int proc_pid(lua_State *L) {
  * handlers, no C++ static destructors. For a GPU worker told to quit after its last verdict:
  * what a normal exit would run there is teardown the kernel and the driver do at process
  * exit anyway (torch's static destructors and caching allocator, the CUDA context, NVRTC),
- * and it took a fresh `kmrun eval` ~0.4 s (bench/RESULTS.md, round 9). Not for a process
+ * and it takes a fresh `kmrun eval` ~0.4 s (bench/RESULTS.md, "quick-exit"). Not for a process
  * that still has files, stores or children to close. */
 static int l_quick_exit(lua_State *L) {
   int code = (int)luaL_optinteger(L, 1, 0);

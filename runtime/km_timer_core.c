@@ -89,7 +89,7 @@ static int launch(run *r, km_timer_phase ph) {
  * may wait for the sample. The first sample carries the clock's start probe, read before any
  * of the sample's calls can run (before the release, or before the calls where there is no
  * gate): the GPU runs what came before while the host enqueues, where a probe of its own
- * waited for the queue to drain twice (0.1 ms a timing, bench/RESULTS.md run BO). */
+ * would wait for the queue to drain twice (bench/RESULTS.md, "probe-with-sample"). */
 static int enqueue(run *r, int i) {
   const km_timer_ops *o = r->ops;
   int e, rc, gated = r->gate, probe = i == 0 && r->probing;
@@ -319,8 +319,8 @@ int km_timer_run(const km_timer_ops *ops, void *dev, const km_timing_protocol *p
   /* The energy window only when asked for: while it is open every wait for a sample polls
    * NVML's counter (a read blocks the host ~3 ms on the H200), so the host answers the GPU
    * that much later after each wait, and a drained queue (a timed call's check) leaves the
-   * GPU idle for it: on small kernels it costs a third of the judge's measure stage, for a
-   * number only an energy pass reports. */
+   * GPU idle for it: on small kernels it costs a third of the judge's measure stage
+   * (bench/RESULTS.md, "energy-window"), for a number only an energy pass reports. */
   const char *energy_why = p->energy ? "not measured (no energy counter)" : "not measured (energy = false)";
   sampling s = {.clk = {NAN, NAN}, .per_sample_calls = r.per_sample_launches * calls_per_launch};
   s.window = p->energy && ops->energy_begin && ops->energy_begin(dev, &energy_why) == 0;

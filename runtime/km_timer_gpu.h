@@ -45,11 +45,9 @@ const km_timer_ops *km_timer_gpu_ops(int clocks_and_energy);
 
 /* The SM clock in MHz while a kernel runs (clock64 against %globaltimer, over `cycles` SM
  * cycles of one warp's spin); NaN on failure. A timing's start and end probe
- * KM_CLOCK_PROBE_CYCLES: 20k cycles, 10 us at 1980 MHz. On an H200, 40 probes of each length
- * read 1978.7 MHz with a standard deviation of 0.8 MHz (0.04%) at 50k and 0.16 MHz at 400k
- * (bench/RESULTS.md round 11), and 2.55 MHz (0.13%) at 20k against 1.18 MHz at 50k (run BS,
- * interleaved): far inside the 2% that clock_moved tells; 400k cycles (0.2 ms, twice a timing)
- * was 2% of the candidates' timings in make demo's tasks. */
+ * KM_CLOCK_PROBE_CYCLES: 20k cycles, 10 us at 1980 MHz. On an H200 its standard deviation is
+ * 0.13% (bench/RESULTS.md, "clock-probe"): far inside the 2% that clock_moved tells, where a
+ * longer probe costs the candidates' timings more (400k cycles: 2%, "probe-length"). */
 #define KM_CLOCK_PROBE_CYCLES 20000LL
 double km_timer_gpu_sm_clock(void);
 double km_timer_gpu_sm_clock_cycles(long long cycles);

@@ -372,7 +372,7 @@ static int l_time(lua_State *L) {
    * runs, its steps falling where the host is ahead of the GPU, and finalizers keep their
    * objects until the run ends (km_gc_defer_begin). gc = "stop": no collection until the end,
    * where the first allocation takes the collector's whole step while the GPU idles (about
-   * 1 ms in the judge's heap, bench/RESULTS.md run BI). */
+   * 1 ms in the judge's heap, bench/RESULTS.md, "gc-defer"). */
   rs->restart_gc = rs->deferring = 0;
   if (gc_defer) {
     km_gc_defer_begin(L);

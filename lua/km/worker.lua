@@ -100,9 +100,9 @@ local function set_up(judge, key, hold)
 end
 
 -- The worker's end (told to quit, its parent gone, or its context lost): stdio flushed and
--- the process gone at once (km.proc.quick_exit). A normal exit ran torch's and the CUDA
+-- the process gone at once (km.proc.quick_exit). A normal exit runs torch's and the CUDA
 -- context's teardown first, which the driver does at process exit anyway, while `kmrun eval`
--- waited for it (~0.4 s of a fresh evaluation, bench/RESULTS.md round 9). Under a tool (a
+-- waits for it (~0.4 s of a fresh evaluation, bench/RESULTS.md, "quick-exit"). Under a tool (a
 -- pool's `wrap`: KM_WORKER_EXIT=normal; compute-sanitizer: KM_SANITIZE) the process exits as
 -- usual: such a tool reports at that exit.
 local function finish(code)

@@ -25,7 +25,7 @@ local FILES = {
   ["kernelbench_lint.sh"] = "gpu_sh", ["launch_overhead.sh"] = "gpu_sh", ["smollm2.sh"] = "cpu_sh",
   ["kb_harness.sh"] = "gpu_sh", ["kb_harness.py"] = "python", ["headline_ab.sh"] = "gpu_sh",
   ["kernelbench_style.py"] = "python", ["launch_capi.c"] = "c", ["raw_bench.c"] = "c",
-  ["kb_relu"] = "candidate", ["RESULTS.md"] = "doc",
+  ["kb_relu"] = "candidate", ["RESULTS.md"] = "doc", ["history"] = "doc",
 }
 -- the arguments a GPU script needs to get as far as its GPU check
 local GPU_ARGS = {
