@@ -334,9 +334,15 @@ static int run_probe(const char *exe, char **out, size_t *n) {
   if (timed_out) { why("%s did not answer within %d s", exe, PROBE_TIMEOUT_MS / 1000); free(buf); return -1; }
   if (len < 6 || memcmp(buf, "KMPY1", 6) != 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     for (size_t i = 0; i < len; i++) if (buf[i] == '\0') buf[i] = ' ';
-    why("%s failed to describe itself (%s %d): %.300s", exe,
+    /* a program that printed nothing, or not Python's traceback, is not a Python at all */
+    int python = strstr(buf, "Traceback") != NULL || strstr(buf, "Error") != NULL;
+    if (!python) for (size_t i = 0; i < len; i++) if (buf[i] == '\n') buf[i] = ' ';
+    why("%s %s (%s %d%s%.*s)%s", exe,
+        python ? "failed to describe itself" : "is not a Python: it did not run `-c` as Python does",
         WIFEXITED(status) ? "exit status" : "signal",
-        WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), buf);
+        WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status),
+        len ? ", it printed: " : ", it printed nothing", python ? 300 : 80, buf,
+        python ? "" : "; KM_PYTHON must name a python executable or a libpython3.X.so");
     free(buf);
     return -1;
   }

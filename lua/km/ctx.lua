@@ -174,8 +174,10 @@ function M.new(t, env)
 end
 
 -- What a candidate gets where there is no GPU (ctx.eval without workers, kmrun eval):
--- kernel.cu compiled by NVRTC for `arch` (default sm_90) and launch.lua loaded in the
--- sandbox, nothing run. -> a verdict: compile_error, or compiled (exit status 3).
+-- kernel.cu compiled by NVRTC for `arch` (default sm_90), launch.lua loaded in the sandbox
+-- and the kernels it calls looked up in the source, nothing run. -> a verdict:
+-- compile_error, launch_error (it calls a kernel the source does not define, as the judge
+-- would find on a GPU), or compiled (exit status 3).
 function M.compile_check(cand, arch)
   local nvrtc = require "km.nvrtc"
   local src = cand.source or ""
@@ -186,6 +188,15 @@ function M.compile_check(cand, arch)
   end
   local fn, err = require("km.sandbox").load(cand.launch or "", "launch.lua")
   if not fn then return { status = "compile_error", feedback = "launch.lua does not load: " .. tostring(err) } end
+  local missing = require("km.sandbox").undefined_kernels(cand.launch, prog.kernels)
+  if #missing > 0 then
+    local defined = {}
+    for name in pairs(prog.kernels or {}) do defined[#defined + 1] = name end
+    table.sort(defined)
+    return { status = "launch_error", compile_log = prog.log, kernels = prog.kernels,
+      feedback = fmt("launch.lua calls k.%s, which kernel.cu does not define (its kernels: %s); found without " ..
+        "running it (no GPU).", table.concat(missing, ", k."), #defined > 0 and table.concat(defined, ", ") or "none") }
+  end
   return { status = "compiled", feedback = "kernel.cu compiles and launch.lua loads (not run: no GPU).",
     compile_log = prog.log, kernels = prog.kernels }
 end

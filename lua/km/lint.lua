@@ -29,9 +29,9 @@ local M = {}
 local fmt, concat = string.format, table.concat
 local ipairs, pairs, type, tostring, pcall = ipairs, pairs, type, tostring, pcall
 
-M.VERSION = 4          -- bump when what a result holds or how it is decided changes
-                       -- (2: a reference that cannot run is flagged, not left unchecked)
+M.VERSION = 5          -- bump when what a result holds or how it is decided changes
                        -- (4: sample_estimate; outputs small at every shape judged)
+                       -- (5: what the machine lacks is never a flag nor kept)
 M.MIN_ELEMENTS = 64    -- trivial candidates are judged on outputs at least this large (or
                        -- under it at every shape set)
 M.BELOW_SHARE = 0.9    -- below_tolerance: at least this share of the output is within atol of 0
@@ -68,8 +68,14 @@ M.EVERY_SHAPE = { trivial_zeros = true, trivial_constant = true, trivial_input =
 -- Where it was tried at the timed shape and does not hold, it is a note at the others; where
 -- the timed shape was not run here (too large for the CPU), it flags at any shape it holds at
 -- (an estimate only gets better with more rows).
+
+-- What a machine can lack, by the code a backend's open returns with it: a fact about the
+-- machine, not the task, so a task it stops is "not checked", never flagged, never kept.
+M.MACHINE = { NO_PYTORCH = "needs PyTorch", NO_GPU = "needs a GPU" }
+
 ----------------------------------------------------------------------------------------
--- backends: where the reference runs. Each opens a task (-> session | nil, why), runs the
+-- backends: where the reference runs. Each opens a task (-> session | nil, why, CODE; CODE a
+-- key of M.MACHINE when this machine cannot run the reference at all), runs the
 -- reference on a shape and seed (-> { outs, ins } | nil, why, "SKIP" when it was not tried),
 -- and makes, compares and frees the values checked.
 
@@ -194,14 +200,14 @@ local function cpu_backend()
   end
   function B.open(t)
     local ok, why = kb.available()
-    if not ok then return nil, "PyTorch is not available here: " .. tostring(why) end
+    if not ok then return nil, "PyTorch is not available here: " .. tostring(why), "NO_PYTORCH" end
     local r = t.reference
     if r.pytorch then
       local prob, err = kb.load(r.pytorch, { device = "cpu", precision = r.precision })
       if not prob then return nil, err end
       return { t = t, prob_of = function() return prob end, probs = { prob } }
     end
-    if not r.pytorch_file then return nil, "a CUDA-only reference runs only on a GPU" end
+    if not r.pytorch_file then return nil, "a CUDA-only reference runs only on a GPU", "NO_GPU" end
     -- a task's reference.py at shape set si: the file with that set's symbols assigned after it
     local s = { t = t, probs = {}, by_shape = {} }
     local names = { inputs = {}, outputs = {} }
@@ -434,7 +440,7 @@ function M.run(t, opts)
     level = t.level, where = B.where, device = B.device, flags = {}, unchecked = {}, shapes = #t.shapes,
     heldout = t.heldout and t.heldout.shape or nil, version = M.VERSION, notes = {} }
   local function flag(reason, si, output, detail)
-    res.flags[#res.flags + 1] = { reason = reason, shape = si, heldout = (res.heldout == si) or nil,
+    res.flags[#res.flags + 1] = { reason = reason, shape = si, heldout = (si ~= nil and res.heldout == si) or nil,
       output = output, detail = detail }
   end
   local judged = {} -- shapes the trivial candidates were judged on
@@ -445,12 +451,15 @@ function M.run(t, opts)
     small[o.name] = true
     for _, sym in ipairs(t.shapes) do if numel_of(o, sym) >= M.MIN_ELEMENTS then small[o.name] = nil end end
   end
-  local s, why = B.open(t)
+  local s, why, code = B.open(t)
   if not s then
-    -- out of memory says nothing about the task (the device was busy); anything else is
-    -- the reference failing to load or run as written (at this precision: an LSTM whose
-    -- forward makes an fp32 h0 cannot run at fp16)
-    if out_of_memory(why) then
+    -- what the machine lacks (PyTorch, a GPU) and out of memory (the device was busy) say
+    -- nothing about the task; anything else is the reference failing to load or run as
+    -- written (at this precision: an LSTM whose forward makes an fp32 h0 cannot run at fp16)
+    if M.MACHINE[code] then
+      res.machine = { code = code, why = tostring(why) }
+      res.unchecked[#res.unchecked + 1] = "the reference: " .. M.MACHINE[code]
+    elseif out_of_memory(why) then
       res.unchecked[#res.unchecked + 1] = "the reference: " .. tostring(why)
     else
       flag("reference_error", nil, nil, tostring(why))
@@ -599,15 +608,20 @@ end
 
 local function cache_dir() return require("km.jsoncache").dir("lint", "KM_LINT_DIR") end
 
--- A result with a check left undone for want of GPU memory: the device was busy (other
--- processes, a large neighbour), which says nothing about the task. Such a result is not
--- kept, so the next lint tries again.
+-- A result that says more about the machine than the task: the reference could not run
+-- here at all (res.machine: no PyTorch, no GPU), or a check was left undone for want of GPU
+-- memory (the device was busy: other processes, a large neighbour). Such a result is not
+-- kept, so the next lint, on a machine that has what was missing, tries again.
 function M.transient(res)
+  if res and res.machine then return true end
   for _, u in ipairs(res and res.unchecked or {}) do if out_of_memory(u) then return true end end
   return false
 end
 
+-- Keeps a result under what it depended on (the task's content, precision, where it ran,
+-- the torch version); a transient one is refused. -> true | nil, why
 function M.put(t, res)
+  if M.transient(res) then return nil, "not kept: it says what this machine lacks, not what the task is" end
   return require("km.jsoncache").put(cache_dir(), cache_key(t, res.where), { result = M.encodable(res) })
 end
 
@@ -675,26 +689,43 @@ end
 ----------------------------------------------------------------------------------------
 -- output
 
--- A table: one line per task (ok / FLAGGED / unchecked), a line per flag under it.
+-- A table: one line per task (ok / FLAGGED / unchecked: the machine could not run its
+-- reference), a line per flag under it; what the machine lacks is said once, at the end.
 function M.format(results)
-  local out, w = {}, 8
-  for _, r in ipairs(results) do w = math.max(w, #r.task + #r.precision + 1) end
-  local nflag = 0
+  local out, w, sw = {}, 8, 7
+  for _, r in ipairs(results) do
+    w = math.max(w, #r.task + #r.precision + 1)
+    if r.machine then sw = 9 end
+  end
+  local nflag, lacks, lacked = 0, {}, {}
   for _, r in ipairs(results) do
     local name = r.task .. "@" .. r.precision
-    local state = M.flagged(r) and "FLAGGED" or "ok"
+    local state = M.flagged(r) and "FLAGGED" or r.machine and "unchecked" or "ok"
     if M.flagged(r) then nflag = nflag + 1 end
-    local extra = r.reference_ms and fmt("  reference %.4f ms", r.reference_ms) or ""
-    out[#out + 1] = fmt("%-7s  %-" .. w .. "s  %s%s%s", state, name, r.where,
-      r.heldout and fmt(", %d shapes (held-out %d)", r.shapes, r.heldout) or fmt(", %d shape%s", r.shapes, r.shapes == 1 and "" or "s"), extra)
-    for _, f in ipairs(r.flags) do
-      out[#out + 1] = fmt("         %-17s shape %s%s%s  %s", M.REASON[f.reason].short, tostring(f.shape),
-        f.heldout and " (held-out)" or "", f.output and ("  " .. f.output) or "", f.detail or "")
+    if r.machine then
+      local code = r.machine.code
+      if not lacked[code] then lacked[code] = 0; lacks[#lacks + 1] = r.machine end
+      lacked[code] = lacked[code] + 1
     end
-    for _, u in ipairs(r.notes or {}) do out[#out + 1] = "         note: " .. u end
-    for _, u in ipairs(r.unchecked) do out[#out + 1] = "         not checked: " .. u end
+    local extra = r.reference_ms and fmt("  reference %.4f ms", r.reference_ms) or ""
+    out[#out + 1] = fmt("%-" .. sw .. "s  %-" .. w .. "s  %s%s%s", state, name, r.where,
+      r.heldout and fmt(", %d shapes (held-out %d)", r.shapes, r.heldout) or fmt(", %d shape%s", r.shapes, r.shapes == 1 and "" or "s"), extra)
+    local pad = (" "):rep(sw + 2)
+    for _, f in ipairs(r.flags) do
+      out[#out + 1] = fmt("%s%-17s %s%s%s  %s", pad, M.REASON[f.reason].short,
+        f.shape and ("shape " .. f.shape) or "every shape", f.heldout and " (held-out)" or "",
+        f.output and ("  " .. f.output) or "", f.detail or "")
+    end
+    for _, u in ipairs(r.notes or {}) do out[#out + 1] = pad .. "note: " .. u end
+    for _, u in ipairs(r.unchecked) do out[#out + 1] = pad .. "not checked: " .. u end
   end
-  out[#out + 1] = fmt("%d task-precision(s) linted, %d flagged", #results, nflag)
+  local nmachine = 0
+  for _, n in pairs(lacked) do nmachine = nmachine + n end
+  out[#out + 1] = fmt("%d task-precision(s) linted, %d flagged%s", #results, nflag,
+    nmachine > 0 and fmt(", %d not checked here (nothing kept for them)", nmachine) or "")
+  for _, m in ipairs(lacks) do
+    out[#out + 1] = fmt("not checked (%d): %s", lacked[m.code], m.why)
+  end
   return concat(out, "\n") .. "\n"
 end
 

@@ -25,7 +25,7 @@ local M = {}
 -- that each lua/km/cmd/*.lua is listed).
 M.COMMANDS = {
   { "eval", "judge one candidate against a task in an isolated GPU worker" },
-  { "tasks", "list, check, count and deduplicate a task suite" },
+  { "tasks", "list, check, count, deduplicate and lint a task suite (tasks lint: degenerate tasks)" },
   { "sweep", "tasks x strategies x models x repeats, concurrent and resumable" },
   { "merge", "combine stores (e.g. sweep shards) without duplicates" },
   { "report", "what a sweep achieved: tables, fast_p, pass@k, charts, CSV" },
@@ -72,6 +72,10 @@ strategies (by name or path): implement, repair, optimize, tune, select, agent, 
 environment: KM_PATH (Lua module folders searched before the library, ':'-separated),
   KM_CPATH (C modules), KM_STRATEGIES (strategy folders), LUA_PATH, LUA_CPATH, LUA_INIT
   (as lua reads them: LUA_INIT runs before scripts, -e and the prompt, not before commands)
+caches: $XDG_CACHE_HOME/kmrun/ (else ~/.cache/kmrun/): nvrtc/ (compiled kernels), specs/
+  (problem files' specs), baselines/ (PyTorch timings), lint/ (kmrun tasks lint's results);
+  KM_CACHE_DIR, KM_SPEC_DIR, KM_BASELINE_DIR, KM_LINT_DIR move one each. Each only saves
+  time: delete a folder (rm -rf ~/.cache/kmrun/lint) or all of them to clear it.
 `kmrun help COMMAND` (or kmrun COMMAND --help) shows a command's options.
 ]]
 end

@@ -143,6 +143,23 @@ function M.load(src, name, env, opts)
   return fn
 end
 
+-- The helpers the judge gives launch code beside its kernels (km.judge's k).
+M.LAUNCH_HELPERS = { scratch = true, cdiv = true, set_shared = true }
+
+-- The kernels launch code calls (k.NAME{...} or k.NAME(...)) that `kernels` (a set of the
+-- names the source defines, as NVRTC lists them) lacks, in the order first called; read
+-- from the text, so found without a GPU. -> { name, ... } (empty: none missing)
+function M.undefined_kernels(src, kernels)
+  local missing, seen = {}, {}
+  for name in tostring(src or ""):gmatch("k%.([%a_][%w_]*)%s*[{(]") do
+    if not seen[name] and not M.LAUNCH_HELPERS[name] and not (kernels or EMPTY)[name] then
+      missing[#missing + 1] = name
+    end
+    seen[name] = true
+  end
+  return missing
+end
+
 -- A copy of v made of plain data only — tables, strings, numbers, booleans — with at most
 -- max_items values (1e5) nested at most max_depth deep (32); or nil, "path: why" (the path
 -- of the offending field, as `shapes[2].n`, or "value"). What a task file returned goes

@@ -285,8 +285,15 @@ end
 -- workers are started for). Returns env or nil, message, exit status.
 function M.run(args, out, tasks)
   local store = require "km.store"
+  -- a store named by --store goes in a folder that exists (a typo in its path is an
+  -- error, not a tree of new folders); the default one's runs/ is made when missing
   local dir = out:match("^(.*)/[^/]+$")
-  if dir then
+  if dir == "" then dir = "/" end
+  if dir and args.store then
+    if not sys.readdir(dir) then
+      return nil, "--store " .. out .. ": no such folder '" .. dir .. "' (create it first)", 2
+    end
+  elseif dir then
     local okd, derr = sys.mkdir(dir)
     if not okd then return nil, tostring(derr), 2 end
   end
@@ -347,20 +354,25 @@ M.EXIT = { OK = 0, NOT_ALL_CORRECT = 1, USAGE = 2, NO_GPU = 3, MODEL = 4 }
 
 M.EXIT_STATUS = [[
 Exit status: 0 when every episode ended correct, 1 otherwise, 2 on usage errors, 3 when
-there was no GPU (candidates were only compiled), 4 when the model could not be used (the
+there was no GPU and every episode's candidate compiled (nothing was run; a compile error
+is 1, as from kmrun eval), 4 when the model could not be used (the
 run was stopped by it, or an episode ended on a model error), 130 on Ctrl-C (143 on SIGTERM).]]
 
 -- The exit status for a finished (or interrupted) run: 128 + the signal when interrupted;
 -- MODEL when the model could not be used (the run was stopped by it, or an episode ended
 -- on a model error); NO_GPU when candidates were only compiled (now, or before and still
--- not judged); else 0 or 1 over every planned episode, those finished in earlier runs of
--- the same store too (res.before, km.sweep).
+-- not judged) and every episode ended compiled or correct; else 0 or 1 over every planned
+-- episode, those finished in earlier runs of the same store too (res.before, km.sweep).
+-- An episode that ended on a compile error is 1 with or without a GPU, as kmrun eval's
+-- compile_error is.
 function M.exit_status(res, pool)
   if res.interrupted then return require("km.signal").exit_status(res.interrupted) end
   if res.stopped or (res.model_errors or 0) > 0 then return M.EXIT.MODEL end
   local before = res.before or { n = 0, correct = 0, compiled = 0 }
-  if not pool and (res.ran > 0 or before.compiled > 0) then return M.EXIT.NO_GPU end
-  return (res.correct + before.correct == res.ran + before.n) and M.EXIT.OK or M.EXIT.NOT_ALL_CORRECT
+  local n, correct = res.ran + before.n, res.correct + before.correct
+  local compiled = (res.compiled or 0) + before.compiled
+  if not pool and compiled > 0 and correct + compiled == n then return M.EXIT.NO_GPU end
+  return correct == n and M.EXIT.OK or M.EXIT.NOT_ALL_CORRECT
 end
 
 local function geomean(xs)

@@ -205,6 +205,7 @@ local function count_done(ep, tally, show)
     return
   end
   if status == "model_error" then tally.model_errors = tally.model_errors + 1 end
+  if status == "compiled" then tally.compiled = tally.compiled + 1 end
   if status == "correct" then
     tally.correct = tally.correct + 1
     if v and v.speedup then
@@ -335,7 +336,7 @@ function M.run(opts)
   local run_id = db:begin_run { name = opts.name or "sweep", config = { args = opts.argv, planned = #plan, todo = #todo,
     shard = opts.shard and fmt("%d/%d", opts.shard[1], opts.shard[2]) or nil } }
   if not args.quiet then io.stdout:write(intro_line(#plan, #todo, resumed, opts.shard)) end
-  local tally = { total = #todo, finished = 0, correct = 0, model_errors = 0, speedups = {}, speedups_by = {} }
+  local tally = { total = #todo, finished = 0, correct = 0, compiled = 0, model_errors = 0, speedups = {}, speedups_by = {} }
   local get_client, clients = client_cache(opts.make_client, opts.replay)
   local env = { store = db, run_id = run_id, pool = pool, client = get_client, guidance = opts.guidance, args = args }
   local t0 = wall()
@@ -356,7 +357,7 @@ function M.run(opts)
     if tally.stopped then io.stderr:write("kmrun: stopping: ", tostring(tally.stopped), "\n") end
     db:finish_run(run_id, tally.stopped and "stopped" or "finished")
   end
-  return { planned = #plan, ran = tally.finished, correct = tally.correct, seconds = wall() - t0,
+  return { planned = #plan, ran = tally.finished, correct = tally.correct, compiled = tally.compiled, seconds = wall() - t0,
     skipped = #plan - #todo, before = resumed.before, speedups = tally.speedups, speedups_by = tally.speedups_by,
     stopped = tally.stopped, model_errors = tally.model_errors, interrupted = interrupted,
     n_interrupted = n_interrupted, not_started = #todo - next_item + 1 }

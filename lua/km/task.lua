@@ -160,10 +160,10 @@ function M.load(dir)
     if #t.shapes > MAX_SHAPES then fail(file, "shapes", fmt("has %d shape sets; the limit is %d", #t.shapes, MAX_SHAPES)) end
     for i, sym in ipairs(t.shapes) do
       if type(sym) ~= "table" then fail(file, fmt("shapes[%d]", i), "must be a table") end
-      for _, list in ipairs { t.inputs, t.outputs } do
-        for _, io in ipairs(list) do
+      for _, field in ipairs { "inputs", "outputs" } do
+        for j, io in ipairs(t[field]) do
           local okd, e = pcall(M.shape_of, io, sym)
-          if not okd then fail(file, fmt("shapes[%d]", i), tostring(e)) end
+          if not okd then fail(file, fmt("%s[%d].shape", field, j), fmt("at shapes[%d]: %s", i, tostring(e))) end
         end
       end
     end
@@ -209,8 +209,19 @@ end
 
 -- The tasks under dir, unloaded: each task folder (with a task.lua) and problem file (.py),
 -- sorted by name; a problem file named at the precision (km.kbtask.key).
+-- "2_foo" before "10_foo": names compared with their runs of digits as numbers
+-- (KernelBench's problem files are numbered 1_ ... 100_).
+function M.natural_less(a, b)
+  local function key(s) return (s:gsub("%d+", function(d) return ("0"):rep(24 - #d) .. d end)) end
+  local ka, kb = key(a), key(b)
+  if ka ~= kb then return ka < kb end
+  return a < b
+end
+
+-- The tasks in dir, in natural order (M.natural_less): task folders and problem files.
 function M.entries(dir, precision)
   local names = sys.readdir(dir) or {}
+  table.sort(names, M.natural_less)
   local out = {}
   for _, name in ipairs(names) do
     local d = dir:gsub("/+$", "") .. "/" .. name

@@ -41,8 +41,12 @@ t.test("an executable that is not a Python says what it answered", function()
   local fake = write(DIR .. "/notpython", "#!/bin/sh\necho 'I am not Python'\nexit 3\n")
   os.execute("chmod +x " .. fake)
   local out = run("KM_PYTHON=" .. fake, PRINT_ALL)
-  t.ok(out:find("failed to describe itself (exit status 3): I am not Python", 1, true), out)
+  t.ok(out:find(fake .. " is not a Python: it did not run `-c` as Python does (exit status 3, it printed: I am not Python", 1, true), out)
+  t.ok(out:find("KM_PYTHON must name a python executable", 1, true), out)
   t.ok(out:find("rc=0", 1, true), out)
+  -- one that prints nothing at all says so, not an empty detail
+  out = run("KM_PYTHON=/bin/true", PRINT_ALL)
+  t.ok(out:find("/bin/true is not a Python: it did not run `-c` as Python does (exit status 0, it printed nothing)", 1, true), out)
 end)
 
 t.test("a Python without a shared libpython: the places looked in and what to install", function()

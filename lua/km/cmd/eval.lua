@@ -1,10 +1,12 @@
 -- kmrun eval TASK_DIR CANDIDATE_DIR [--json] [--seeds N] [--no-timing] [--timeout S] [--gpus I] [--sanitize]
 -- Judges a candidate in an isolated GPU worker (a `kmrun serve`'s where one runs and matches,
 -- km.serve) and prints the verdict; without a GPU it
--- compiles the candidate and says so (as strategies do). Slow one-time work (torch's import,
+-- compiles the candidate, checks the kernels its launch code calls, and says so (as
+-- strategies do). Slow one-time work (torch's import,
 -- a spec built, NVRTC, baselines measured) is told on stderr as it happens (km.progress).
 -- Exit status: 0 correct, 1 not correct (a compile error included), 2 usage or
--- infrastructure error, 3 no GPU: it compiles and its launch code loads, nothing was run.
+-- infrastructure error, 3 no GPU: it compiles, its launch code loads and calls only kernels
+-- the source defines; nothing was run.
 local task = require "km.task"
 local json = require "km.json"
 local progress = require "km.progress"
@@ -16,8 +18,10 @@ local SPEC = A.spec {
   synopsis = "TASK_DIR CANDIDATE_DIR [options]",
   about = [[
 Judges a candidate in an isolated GPU worker and prints the verdict. Without a GPU the
-candidate is compiled (NVRTC, sm_90) and its launch code loaded in the sandbox: a compile
-error is a verdict (exit 1), a candidate that compiles is 'compiled' (exit 3).]],
+candidate is compiled (NVRTC, sm_90), its launch code loaded in the sandbox and the kernels
+it calls looked up in the source: a compile error is a verdict (exit 1), launch code calling
+a kernel the source does not define is launch_error (exit 1), and a candidate that passes
+all three is 'compiled' (exit 3).]],
   positional = {
     { "task_dir", "TASK_DIR", "a task folder (task.lua, reference, shapes, tolerance), or a KernelBench\n" ..
         "problem file (PROBLEM.py: class Model, get_inputs, get_init_inputs)", required = true, type = "path" },
@@ -44,7 +48,8 @@ error is a verdict (exit 1), a candidate that compiles is 'compiled' (exit 3).]]
     table.unpack(require("km.baseline").OPTIONS),
   },
   footer = "exit status: 0 correct, 1 not correct (a compile error included), 2 usage or infrastructure\n" ..
-    "error, 3 no GPU: it compiles and its launch code loads, but nothing was run",
+    "error, 3 no GPU: it compiles, its launch code loads and calls only kernels the source\n" ..
+    "defines, but nothing was run",
 }
 
 local a, code = A.parse(SPEC, arg)

@@ -60,9 +60,15 @@ local total_eps = 0
 for _, src in ipairs(inputs) do
   local before = count("SELECT count(*) FROM episodes")
   local unparsable = 0
+  -- what the input holds, and of it what OUT has already (the same episode, by its uuid)
+  -- and what does not parse, counted before anything is added
+  local n_src, present, bad_new = 0, 0, 0
   local ok, e = pcall(function()
     assert(db:exec("ATTACH DATABASE " .. q(src) .. " AS src"))
     assert(db:exec("BEGIN IMMEDIATE"))
+    n_src = count("SELECT count(*) FROM src.episodes")
+    present = count("SELECT count(*) FROM src.episodes WHERE uuid IN (SELECT uuid FROM main.episodes)")
+    bad_new = count("SELECT count(*) FROM src.episodes e WHERE e.uuid NOT IN (SELECT uuid FROM main.episodes) AND " .. bad_json("e"))
     assert(db:exec([[INSERT INTO runs(uuid, name, started_at, finished_at, status, config, host, kmrun_version)
       SELECT uuid, name, started_at, finished_at, status, config, host, kmrun_version FROM src.runs
       WHERE uuid NOT IN (SELECT uuid FROM main.runs)]]))
@@ -96,7 +102,15 @@ for _, src in ipairs(inputs) do
   end
   local added = count("SELECT count(*) FROM episodes") - before
   total_eps = total_eps + added
-  print(string.format("merged %s: %d episode(s) added", src, added))
+  -- the rest were kept out by a finished episode of the same key in OUT (the rule above)
+  local superseded = n_src - added - present - bad_new
+  local skipped = {}
+  if present > 0 then skipped[#skipped + 1] = string.format("%d already in %s (the same episodes)", present, out) end
+  if superseded > 0 then
+    skipped[#skipped + 1] = string.format("%d whose task, strategy, model and repeat %s already has finished", superseded, out)
+  end
+  print(string.format("merged %s: %d episode(s) added%s", src, added,
+    #skipped > 0 and ("; skipped " .. table.concat(skipped, ", ")) or ""))
 end
 print(string.format("%s: %d episode(s) added in all, %d in the store", out, total_eps, count("SELECT count(*) FROM episodes")))
 db:close()

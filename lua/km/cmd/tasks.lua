@@ -74,9 +74,11 @@ reason: a trivial output passes; the output does not depend on the inputs; most 
 below the tolerance's resolution, or it holds NaN/Inf; two runs of the reference disagree;
 the reference is too short to time (GPU only). With a GPU it runs there through the judge;
 without one PyTorch references run on the CPU, and what could not be checked (CUDA-only
-references, timing, sizes too large) is said. Results are kept (KM_LINT_DIR, else
-~/.cache/kmrun/lint) by content, precision and torch version; kmrun eval, strategies and
-sweeps read them (docs/tasks.md, "Linting tasks").
+references, timing, sizes too large) is said. What this machine lacks (PyTorch, a GPU,
+GPU memory) is "not checked", said once, never a flag and never kept. Results are kept
+(KM_LINT_DIR, else $XDG_CACHE_HOME/kmrun/lint, else ~/.cache/kmrun/lint; --no-cache lints
+again, deleting the folder clears them) by content, precision, where they ran and torch
+version; kmrun eval, strategies and sweeps read them (docs/tasks.md, "Linting tasks").
 Exit status: 0 nothing flagged, 1 something flagged (or no task found), 2 usage error.]], {
     { "precision", "P[,P...]", "problem files at these precisions (default fp32): fp32, fp16, bf16",
       type = "choices", choices = { "fp32", "fp16", "bf16" } },
@@ -206,12 +208,7 @@ end
 
 -- "2_foo" before "10_foo": names compared with their runs of digits as numbers
 -- (KernelBench's problem files are numbered 1_ ... 100_).
-local function natural_less(a, b)
-  local ka, kb = a.name:gsub("%d+", function(d) return ("%012d"):format(tonumber(d)) end),
-    b.name:gsub("%d+", function(d) return ("%012d"):format(tonumber(d)) end)
-  if ka ~= kb then return ka < kb end
-  return a.name < b.name
-end
+local function natural_less(a, b) return task.natural_less(a.name, b.name) end
 
 local function forms(t)
   local f = {}
@@ -230,10 +227,8 @@ local function check_one(t, arch)
     if not prog then problems[#problems + 1] = label .. ": compile failed:\n" .. log return end
     local fn, err = sandbox.load(launch, label .. " launch")
     if not fn then problems[#problems + 1] = label .. ": " .. err return end
-    for name in launch:gmatch("k%.([%a_][%w_]*)%s*[{(]") do
-      if not prog.kernels[name] and name ~= "scratch" and name ~= "cdiv" and name ~= "set_shared" then
-        problems[#problems + 1] = string.format("%s: launch code calls k.%s, which the source does not define", label, name)
-      end
+    for _, name in ipairs(sandbox.undefined_kernels(launch, prog.kernels)) do
+      problems[#problems + 1] = string.format("%s: launch code calls k.%s, which the source does not define", label, name)
     end
   end
   chk("reference", t.reference.source_text, t.reference.launch_text)
@@ -261,7 +256,14 @@ local function shown(errors)
   return out
 end
 
+-- Folders whose every task failed to load (problem files without PyTorch, say): the
+-- errors alone, on stderr, and true (no empty table or total after them).
 local function nothing(tasks, errors, empty)
+  if #tasks == 0 and #errors > 0 then
+    for _, e in ipairs(empty) do io.stderr:write("kmrun tasks: ", e, "\n") end
+    for _, e in ipairs(shown(errors)) do io.stderr:write("invalid: ", e, "\n") end
+    return true
+  end
   if #tasks > 0 or #errors > 0 then
     for _, e in ipairs(empty) do io.stderr:write("kmrun tasks: ", e, "\n") end
     return false
@@ -409,7 +411,13 @@ elseif cmd == "lint" then
   else
     io.stdout:write(lint.format(results))
     if no_gpu then
-      print("no GPU here (" .. tostring(no_gpu) .. "): references ran on the CPU; timing and CUDA-only references not checked")
+      local ran, kept = 0, 0
+      for _, r in ipairs(results) do
+        if r.cached then kept = kept + 1 elseif not r.machine then ran = ran + 1 end
+      end
+      local what = ran > 0 and ran .. " reference(s) ran on the CPU" or "no reference ran"
+      if kept > 0 then what = what .. string.format(", %d result(s) kept from an earlier lint", kept) end
+      print("no GPU here (" .. tostring(no_gpu) .. "): " .. what .. "; timing and CUDA-only references not checked")
     end
   end
   return (flagged == 0 and bad == 0) and 0 or 1
