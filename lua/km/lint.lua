@@ -116,14 +116,14 @@ extern "C" __global__ void km_lint_tile4(unsigned int *p, unsigned long long kee
        i += (unsigned long long)gridDim.x * blockDim.x) p[i] = p[i % keep];
 }
 ]]
-local function gpu_tiler(judge)
+local function gpu_tiler()
   local fns
   return function(b, keep)
     local n = b:nbytes()
     if keep <= 0 or keep >= n then return end
     if not fns then
       local cuda = require "km.cuda"
-      local prog, log = require("km.nvrtc").compile(TILE_SOURCE, { arch = judge.device.arch, name = "lint_tile.cu" })
+      local prog, log = require("km.nvrtc").compile(TILE_SOURCE, { arch = cuda.device().arch, name = "lint_tile.cu" })
       if not prog then error("the sample's tile kernel does not compile: " .. tostring(log), 0) end
       local mod = assert(cuda.load(prog))
       fns = { [1] = assert(mod:get("km_lint_tile1")), [4] = assert(mod:get("km_lint_tile4")) }
@@ -139,7 +139,7 @@ end
 local function gpu_backend(judge, device)
   local buffer = require "km.buffer"
   local B = { where = "cuda", device = device }
-  local tile = gpu_tiler(judge)
+  local tile = gpu_tiler()
   function B.open(t)
     local st, err = judge:task_state(t)
     if not st then return nil, err end

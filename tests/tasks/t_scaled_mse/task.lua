@@ -12,7 +12,7 @@ return {
     { name = "scale", dtype = "f32", shape = { 1 }, init = { "uniform", 1, 4 } },
   },
   outputs = { { name = "loss", dtype = "f32", shape = { 1 } } },
-  shapes = { { n = 1 << 22 }, { n = 4097 }, { n = 3 } },
+  shapes = { { n = 1 << 24 }, { n = 4097 }, { n = 3 } },
   tolerance = { f32 = { atol = 1e-3, rtol = 2e-2 } },
   bytes = "8*n + 8", flops = "4*n",
 }
