@@ -232,6 +232,8 @@ t.test("kernelbench_lint_table.lua: per level and precision, flagged names and r
   put("level1/19_ReLU.err", "")
   put("level1/23_Softmax.json", '{"results":[{"task":"23_Softmax","precision":"fp32","flags":[{"reason":"trivial_zeros"},{"reason":"input_independent"}]}]}')
   put("level1/23_Softmax.err", "")
+  put("level1/94_MSELoss.json", '{"results":[{"task":"94_MSELoss","precision":"bf16","flags":[{"reason":"sample_estimate","shape":1}]}]}')
+  put("level1/94_MSELoss.err", "")
   put("level2/8_Oom.json", '{"results":[{"task":"8_Oom","precision":"fp32","flags":[],"unchecked":["lint failed: out of memory"]},'
     .. '{"task":"8_Oom","precision":"fp16","flags":[]}]}')
   put("level2/8_Oom.err", "")
@@ -241,6 +243,8 @@ t.test("kernelbench_lint_table.lua: per level and precision, flagged names and r
   t.eq(rc, 0, out)
   t.ok(out:find("| 1 | fp32 | 2 | 2 | zeros pass 1, input passes 1, input-independent 1 | 19_ReLU, 23_Softmax |", 1, true), out)
   t.ok(out:find("| 1 | fp16 | 1 | 0 |  |  |", 1, true), out)
+  t.ok(out:find("| 1 | bf16 | 1 | 1 | sample estimates 1 | 94_MSELoss |", 1, true), "the sample estimate's reason: " .. out)
+  t.ok(out:find("- **sample estimates**: the reference on a small sample of the input rows", 1, true), out)
   t.ok(out:find("| 2 | fp32 | 0 | 0 |", 1, true), out)
   t.ok(out:find("| 2 | fp16 | 1 | 0 |", 1, true), out)
   t.ok(out:find("Not linted, level 2: 2: 7_Big (7_Big: deadline); 8_Oom@fp32 (lint failed: out of memory)", 1, true), out)
