@@ -139,10 +139,10 @@ end
 local ROOT = "lua/km"
 
 -- -> mods (name -> path), adj (name -> { dep -> "file:line" }) over every lua/km/*.lua and
--- lua/km/cmd/*.lua; deps are km.* names, Lua modules or C ones
+-- lua/km/cmd/*.lua and lua/km/judge/*.lua; deps are km.* names, Lua modules or C ones
 local function lua_graph()
   local mods, adj = {}, {}
-  for _, sub in ipairs { "", "/cmd" } do
+  for _, sub in ipairs { "", "/cmd", "/judge" } do
     for _, f in ipairs(assert(sys.readdir(ROOT .. sub))) do
       if f:match("%.lua$") then
         mods["km" .. sub:gsub("/", ".") .. "." .. f:gsub("%.lua$", "")] = ROOT .. sub .. "/" .. f
@@ -364,7 +364,7 @@ end)
 
 t.test("at most two shell-outs in lua/km, each with a comment saying why", function()
   local found = {}
-  for _, sub in ipairs { "", "/cmd" } do
+  for _, sub in ipairs { "", "/cmd", "/judge" } do
     for _, f in ipairs(assert(sys.readdir(ROOT .. sub))) do
       if f:match("%.lua$") then
         local path = ROOT .. sub .. "/" .. f

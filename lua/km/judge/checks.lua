@@ -1,0 +1,153 @@
+-- km.judge.checks — the check rule of timed calls: which calls are re-verified, how many
+-- output lines a check reads, and what a cheat can gain or escape under that rule.
+--
+-- Pure: no GPU, no judge state. It owns no state but its tunables (below) and draws from
+-- the kernel's CSPRNG (M.random); it loads without km.cuda or a report module.
+--
+--   name         default  meaning
+--   CHECK_FIRST  1        the fraction of the first min_samples timed calls checked
+--   CHECK_EVERY  1        later timed calls are checked 1 in CHECK_EVERY
+--   CHECK_LINES  16       a check reads one 128-byte output line in CHECK_LINES
+--   MIN_SAMPLES  10       the stop rule's least sample count (the judge's timings)
+--   TARGET       0.005    the stop rule's noise target: the median's relative standard error
+local sys = require "km.sys"
+
+local fmt = string.format
+
+local M = {}
+
+-- The judge's private random numbers (each timed call's seed, which timed calls are
+-- re-verified, each shape's fresh verify seed): an integer in [1, n], 8 bytes of the
+-- kernel's CSPRNG a draw (sys.random). A candidate sees every seed it is given: its inputs
+-- are a function of the seed it can invert (km_random's hashes are bijections). A generator
+-- whose state its outputs reveal (a xorshift64*'s 40-bit draws give its state from two of
+-- them) would let a kernel read a call's seed from its inputs, solve for the state and know
+-- whether the call will be checked: tests/lua/test_judge_random.lua. Draws from the kernel
+-- share no state, and none is kept here for a kernel to read. Launch code shares this
+-- process's math.random, so the judge never uses that.
+function M.random(n) return sys.random(n) end
+local rng = M.random
+
+-- The stop rule of the judge's timings (km.judge.timed's time_opts), which the bounds below
+-- are computed for: at least MIN_SAMPLES samples (nvbench's minimum; km.timing's own
+-- default is 20), then until the median is known to TARGET (one relative standard error:
+-- nvbench's default max-noise; km.timing's own is 0.2%). Every timed call costs a refresh
+-- and a flush, and a speedup of two medians so known is within about 0.7%.
+M.MIN_SAMPLES = 10
+M.TARGET = 0.005
+
+-- How a timing's calls are checked (km.judge.timed). By default every timed call is: a
+-- check waits for the device and runs the reference, so a kernel that reads %globaltimer
+-- sees the longer gap after a checked call (and the ledger's and the reference's writes in
+-- memory). Were only some calls checked, it could count them and know when the rest are
+-- not; with all of them checked there is nothing to learn, and no cheat on a timed call
+-- escapes except in the output lines a check does not read (check_lines, below).
+-- check_first = m < min_samples checks a uniform draw of m of the first min_samples calls
+-- and every later call 1 in check_every: a kernel that cannot tell which calls are checked
+-- and cheats on k of n escapes with probability C(n-k, m) / C(n, m) (M.escape), and its
+-- gain on the median is bounded by the stop rule (M.cheat_gain: fast on k = 5, 6, 7 of 10
+-- calls, at most 0.84%, 1.7%, 2.2%); one that counts the checks by their gaps escapes
+-- whenever the draw's m checks came early, with the same bound on its gain. Such a rule is
+-- for side-by-side runs, not for verdicts a dataset keeps (docs/security.md).
+M.CHECK_FIRST = 1
+M.CHECK_EVERY = 1
+function M.check_first(m, min_samples)
+  if m == nil then return math.max(1, math.ceil(min_samples * M.CHECK_FIRST - 1e-9)) end
+  if math.type(m) ~= "integer" or m < 1 or m > min_samples then
+    error(fmt("check_first: an integer in 1..min_samples (%d) expected, got %s", min_samples, tostring(m)), 0)
+  end
+  return m
+end
+
+-- A timing's check decisions, sample by sample: picker(k) for k = 1, 2, ... in order -> whether
+-- the k-th sample's call is checked: `first` of the first min_samples (each draw takes the
+-- next call with probability checks left / calls left: every m-subset equally likely), then
+-- 1 in `every`. each = true: every call 1 in `every`, the min_samples-th always.
+function M.check_picker(min_samples, first, every, each)
+  local left_calls, left_checks = min_samples, first
+  return function(k)
+    if each then return k == min_samples or rng(every) == 1 end
+    if k > min_samples then return rng(every) == 1 end
+    local yes = rng(left_calls) <= left_checks
+    left_calls = left_calls - 1
+    if yes then left_checks = left_checks - 1 end
+    return yes
+  end
+end
+
+-- The probability that a kernel cheating on k of n calls escapes m checks drawn without
+-- replacement among them: C(n-k, m) / C(n, m).
+function M.escape(n, k, m)
+  local p = 1
+  for i = 0, m - 1 do p = p * math.max(0, n - k - i) / (n - i) end
+  return p
+end
+
+-- The largest relative gain on its median a kernel can have from being fast on k of the n
+-- samples of a timing that stopped by the noise rule at n (target: the median's relative
+-- standard error, M.TARGET): its fast calls all at one time f (lower quartiles
+-- only raise the spread), the others at the honest time, f as low as the rule still allows
+-- (a bisection on timing.rel_noise, the rule's own statistic). 1 where the rule allows any f
+-- (the interquartile range lies among the fast calls: k >= 8 of 10). km.timing and the
+-- quantile are required here, when asked, not when the module loads.
+function M.cheat_gain(n, k, target)
+  target = target or M.TARGET
+  local rel_noise = require("km.timing").rel_noise
+  local function samples(f)
+    local s = {}
+    for i = 1, n do s[i] = i <= k and f or 1 end
+    return s
+  end
+  local quantile = require("km.report_metrics").quantile
+  local function median(f)
+    local s = samples(f)
+    table.sort(s)
+    return quantile(s, 0.5)
+  end
+  if k <= 0 then return 0 end
+  local tiny = 1e-12
+  if rel_noise(samples(tiny)) <= target then return 1 - median(tiny) end
+  local lo, hi = tiny, 1 -- rel_noise(lo) > target >= rel_noise(hi)
+  for _ = 1, 60 do
+    local mid = (lo + hi) / 2
+    if rel_noise(samples(mid)) <= target then hi = mid else lo = mid end
+  end
+  return 1 - median(hi)
+end
+
+-- Each check of a timed call reads one 128-byte line in `check_lines` (a power of two;
+-- 1: every line) of the outputs it compares, in each block of that many lines, at an
+-- offset drawn after the call ran; a buffer keeps at least 4096 lines read (KM_LINES_MIN:
+-- all of one under 512 KiB). Inputs are always proven in full (km.judge.evidence). A wrong
+-- run of 2 x check_lines - 1 lines holds a whole block and is read whatever the draw; a
+-- fraction w of wrong lines scattered over L lines escapes a check with probability about
+-- exp(-w * L / check_lines). Work a kernel skips shows as wrong lines (stale outputs of the
+-- previous call, or poison), so what escapes is work of a few lines: a few lines' worth of
+-- time. Verify's trials read everything; check_lines = 1 makes the timed calls' checks do
+-- so too.
+M.CHECK_LINES = 16
+function M.lines_shift(n) -- check_lines -> its log2; raises
+  n = n or M.CHECK_LINES
+  local shift = math.type(n) == "integer" and n >= 1 and math.log(n, 2) or nil
+  if not shift or shift ~= math.floor(shift) or shift > 20 then
+    error("check_lines: a power of two from 1 to 2^20 expected, got " .. tostring(n), 0)
+  end
+  return math.floor(shift)
+end
+
+-- The timed-call check options (check_draw, check_first, check_every, check_lines; and
+-- min_samples) -> draw_each, first, every, shift; raises on a bad one (Judge:eval, before
+-- anything runs).
+function M.check_opts(opts)
+  if opts.check_draw ~= nil and opts.check_draw ~= "each" and opts.check_draw ~= "subset" then
+    error("check_draw: \"subset\" or \"each\" expected, got " .. tostring(opts.check_draw), 0)
+  end
+  local each = opts.check_draw == "each"
+  local every = opts.check_every or (each and 2 or M.CHECK_EVERY)
+  if math.type(every) ~= "integer" or every < 1 then
+    error("check_every: a positive integer expected, got " .. tostring(every), 0)
+  end
+  return each, M.check_first(opts.check_first, opts.min_samples or M.MIN_SAMPLES), every, M.lines_shift(opts.check_lines)
+end
+
+return M

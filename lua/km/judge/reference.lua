@@ -1,0 +1,279 @@
+-- km.judge.reference — a task's state in this judge, and its reference runs.
+--
+-- Owns: the task state `st` (M.task_state below names every field), made once per task
+-- and kept in self.tasks; and the judge's host copies of CUDA reference results
+-- (self.ref_kept: bytes held, their cap, the task states holding them, least recently used
+-- first).
+local compare = require "km.compare"
+local buffer = require "km.buffer"
+local cuda = require "km.cuda"
+local task_mod = require "km.task"
+local timing = require "km.timing"
+local launch = require "km.judge.launch"
+
+local fmt = string.format
+local pairs, ipairs, type, tostring, pcall = pairs, ipairs, type, tostring, pcall
+local copy, call_launch, sync_status, fresh_state = launch.copy, launch.call_launch, launch.sync_status, launch.fresh_state
+local wall = timing.wall
+
+local M = {}
+local Judge = {}
+M.methods = Judge
+
+-- A task's state in this judge, every field it can have (nil until its part sets it).
+function M.task_state(t)
+  return {
+    task = t,            -- the loaded task (km.task)
+    times = {},          -- shape key -> the reference's timing summary (km.judge.measure)
+    base_times = {},     -- shape key -> the starter's timing summary, or false (none)
+    ref = nil,           -- the reference's prepared launch (km.judge.launch), or { torch = model }
+    prob = nil,          -- a problem file's PyTorch model, the reference itself (km.kernelbench)
+    truth = nil,         -- the model's state sealed: { ranges, names, digests } (km.judge.integrity)
+    truth_dirty = nil,   -- trusted code ran on the model since its seal: seal again before candidate code
+    plans = nil,         -- shape key -> input plan, or false (km.judge.inputs)
+    checked = nil,       -- the reference's outputs were found not degenerate (verify)
+    ref_outs = nil,      -- verify trial key -> { output name -> bytes }: kept reference results
+    ref_bytes = nil,     -- the bytes of ref_outs (counted in self.ref_kept)
+    fast_ref = nil,      -- nil: not tried; false: none; else the PyTorch run timed checks use
+    wants_torch = nil,   -- the task's PyTorch model is in use here (baselines): a fast reference may load it
+    torch_model = nil,   -- the task's reference.py loaded (a second model), or false (it does not load)
+    torch_why = nil,     -- why torch_model is false
+    baselines = nil,     -- shape key -> { eager, compile, errors } (km.judge.baselines)
+  }
+end
+
+-- The PyTorch model of a problem file, loaded and snapshotted under the pool's hold.
+-- -> the reference run | nil, why
+local function load_problem(self, st, t)
+  -- PyTorch eager is the reference and the baseline (KernelBench's): loaded in this
+  -- worker, on its context and stream, exchanging buffers without copies (km.kernelbench)
+  -- the first load imports torch (seconds): one-time set-up, not the candidate's time
+  if self.on_hold then self.on_hold("torch") end
+  local prob, err = require("km.kernelbench").load(t.reference.pytorch, { precision = t.reference.precision, device = "cuda" })
+  if not prob then
+    if self.on_hold then self.on_hold(nil) end
+    return nil, "the task's PyTorch reference does not load: " .. tostring(err)
+  end
+  st.prob = prob
+  -- the reference's own state, copied to the host before any candidate code runs (this
+  -- builds the held-out model too: set-up, still under the hold)
+  local snap, serr = prob:snapshot()
+  if self.on_hold then self.on_hold(nil) end
+  if not snap then return nil, "the task's PyTorch reference cannot be snapshotted: " .. tostring(serr) end
+  st.truth_dirty = true
+  return { torch = prob, task_dir = t.dir, state = fresh_state(), attrs = {} }
+end
+
+function Judge:task_state(t)
+  if type(t) == "string" then
+    local st = self.tasks[t]
+    if st then return st end
+    local loaded, err = task_mod.load(t)
+    if not loaded then return nil, err end
+    t = loaded
+  end
+  local st = self.tasks[t.dir]
+  if st then return st end
+  st = M.task_state(t)
+  local ref, err
+  if t.reference.pytorch then
+    ref, err = load_problem(self, st, t)
+    if not ref then return nil, err end
+  else
+    local status, msg
+    ref, status, msg = launch.prepare(self, t.reference.source_text, t.reference.launch_text, {}, "reference")
+    if not ref then return nil, "the task's reference does not build (" .. status .. "): " .. msg end
+  end
+  ref.task_outputs = t.outputs
+  st.ref = ref
+  self.tasks[t.dir] = st
+  return st
+end
+
+-- Runs the reference on ref_in's buffers plus fresh poisoned outputs (which the caller
+-- returns to the pool). keep_cache: call_launch's. -> ref_io (ref_in's names and the
+-- outputs) or nil, status, message
+-- no_wait: enqueued only (a batch of checks, which waits once for all of it).
+function Judge:run_reference(st, ref_in, dims, sym, which, keep_cache, no_wait)
+  local t = st.task
+  local io = copy(ref_in)
+  for _, spec in ipairs(t.outputs) do io[spec.name] = self.pool:get(spec.dtype, dims[spec.name]):poison() end
+  local ok, status, msg = call_launch(self, which or st.ref, io, sym, 1e8, keep_cache)
+  if ok and not no_wait then ok, status, msg = sync_status() end -- the reference's returned outputs are not used
+  if not ok then
+    if status ~= "crashed" then for _, spec in ipairs(t.outputs) do self.pool:put(io[spec.name]) end end
+    return nil, status, msg
+  end
+  return io
+end
+
+-- Verify's fixed trials draw the same inputs for every candidate of a task (their seeds are
+-- the evaluation's seed_base, the shape and the trial: the same for each), so a CUDA
+-- reference's outputs for such a trial (key: not nil) are the same for each candidate too.
+-- Where the reference takes longer than copying its outputs back and forth would (a naive
+-- GEMM or convolution, not an elementwise kernel: at least 2 x bytes / HOST_COPY_BPS
+-- seconds), they are kept after its first run in host memory (Lua strings: no kernel can
+-- address them, and nothing of them is on the device while candidate code runs); a later
+-- candidate's trial copies them into fresh buffers after it ran and its inputs were proven,
+-- where the reference would have run. Only a task's own CUDA reference (a PyTorch model can
+-- keep state), at most REFERENCE_CACHE_BYTES in all (opts.reference_cache_bytes; 0: none),
+-- the least recently used task's dropped first. Timed calls' checks never use these: their
+-- inputs come from the private generator.
+M.REFERENCE_CACHE_BYTES = 1 << 30
+M.HOST_COPY_BPS = 5e9
+local function touch(order, st)
+  for i, o in ipairs(order) do if o == st then table.remove(order, i) break end end
+  order[#order + 1] = st
+end
+
+-- A kept result copied into fresh buffers -> io (inputs and outputs)
+local function kept_io(self, st, ref_src, dims, hit)
+  local io = copy(ref_src)
+  for _, spec in ipairs(st.task.outputs) do
+    io[spec.name] = self.pool:get(spec.dtype, dims[spec.name])
+    io[spec.name]:from_string(hit[spec.name])
+  end
+  touch(self.ref_kept.order, st)
+  return io
+end
+
+-- io's outputs kept in host memory under key, whole tasks' results dropped for room.
+local function keep_result(kept, st, io, key, bytes)
+  local outs = {}
+  for _, spec in ipairs(st.task.outputs) do outs[spec.name] = io[spec.name]:to_string() end
+  -- room: whole tasks' results go, least recently used first
+  while kept.bytes + bytes > kept.cap and #kept.order > 0 do
+    local old = table.remove(kept.order, 1)
+    kept.bytes = kept.bytes - (old.ref_bytes or 0)
+    old.ref_outs, old.ref_bytes = nil, nil
+  end
+  st.ref_outs = st.ref_outs or {}
+  st.ref_outs[key] = outs
+  st.ref_bytes = (st.ref_bytes or 0) + bytes
+  kept.bytes = kept.bytes + bytes
+  touch(kept.order, st)
+end
+
+-- -> io (inputs and outputs), kept (true: copied from host memory) | nil, status, msg
+function Judge:trial_reference(st, ref_src, dims, sym, key)
+  local kept = self.ref_kept
+  local hit = key and not st.prob and st.ref_outs and st.ref_outs[key]
+  if hit then return kept_io(self, st, ref_src, dims, hit), nil, nil, true end
+  local w0 = wall()
+  local io, status, msg = self:run_reference(st, ref_src, dims, sym, nil, st.prob ~= nil)
+  local took = wall() - w0
+  if not io or not key or st.prob or kept.cap <= 0 then return io, status, msg end
+  local bytes = 0
+  for _, spec in ipairs(st.task.outputs) do bytes = bytes + io[spec.name]:nbytes() end
+  if bytes > kept.cap or took * M.HOST_COPY_BPS < 2 * bytes then return io end
+  keep_result(kept, st, io, key, bytes)
+  return io
+end
+
+-- Checks of timed calls use the fastest reference known to be right: a task whose
+-- reference is a naive CUDA kernel and which also has a PyTorch model (reference.py, loaded
+-- for the baselines, at the timed shape's sizes) re-verifies timed calls against PyTorch
+-- eager (cuBLAS, cuDNN) once eager agreed with the CUDA reference, within the task's
+-- tolerance, on the timed shape's first trial of this worker (st.fast_ref; false when it did
+-- not or cannot), unless the CUDA reference was timed faster (Judge:check_reference).
+-- Verify's fixed trials always use the task's own reference (kept results make a slow one
+-- cheap); its fresh trial at the timed shape is the timed checks' case — inputs from the
+-- private generator, which no kept result covers — and uses st.fast_ref too.
+function Judge:try_fast_reference(st, ref_in, ref_io, dims, sym)
+  if st.fast_ref ~= nil or st.prob or not st.wants_torch then return end
+  -- torch still importing (started ahead, km.kernelbench.import_ahead): this candidate's
+  -- checks use the task's own reference, and the next candidate's verify asks again
+  if not require("km.kernelbench").ready() then return end
+  st.fast_ref = false
+  if not self:torch_model(st) then return end
+  -- only a model that keeps nothing on the GPU between calls (our tasks' reference.py take
+  -- their weights as inputs): a model with state would be a truth to seal (st.prob's is)
+  local held = st.torch_model:truth()
+  if not held or #held > 0 then return end
+  local run = { torch = st.torch_model, task_dir = st.task.dir, state = fresh_state() }
+  local fast_io = self:run_reference(st, ref_in, dims, sym, run)
+  if not fast_io then return end
+  local agree = true
+  for _, spec in ipairs(st.task.outputs) do
+    local tol = st.task.tolerance[spec.dtype]
+    if agree and not compare.allclose(fast_io[spec.name], ref_io[spec.name], { atol = tol.atol, rtol = tol.rtol }).ok then agree = false end
+    self.pool:put(fast_io[spec.name])
+  end
+  if agree then st.fast_ref = run end
+end
+
+-- The timed checks' reference at shape sym: eager (st.fast_ref) where it agreed with the
+-- task's CUDA reference, unless the CUDA reference was timed faster at that shape (both by
+-- the judge's protocol: st.times and the eager baseline; l1_maxpool2d's CUDA reference takes
+-- half eager's time). -> st.fast_ref | nil (the task's own reference)
+function Judge:check_reference(st, sym)
+  if not st.fast_ref then return nil end
+  local tk = task_mod.fmt_shape(sym)
+  local ref_t, bl = st.times[tk], st.baselines and st.baselines[tk]
+  local eager = bl and bl.eager
+  if ref_t and eager and ref_t.median and eager.median and ref_t.median < eager.median then return nil end
+  return st.fast_ref
+end
+
+-- The task's PyTorch model: st.prob, or its reference.py loaded now. -> problem | nil, why
+function Judge:torch_model(st)
+  if st.prob then return st.prob end
+  local t = st.task
+  if st.torch_model ~= nil then return st.torch_model or nil, st.torch_why end
+  local kb = require "km.kernelbench"
+  local names = { inputs = {}, outputs = {} }
+  for i, spec in ipairs(t.inputs) do names.inputs[i] = spec.name end
+  for i, spec in ipairs(t.outputs) do names.outputs[i] = spec.name end
+  local prob, err = kb.load(t.reference.pytorch_file, { device = self.torch_device or "cuda", names = names })
+  if prob then
+    -- names (and the inputs' shapes forward checks buffers against) are fixed by a first spec
+    local okspec, serr = prob:spec()
+    if not okspec then prob:release() prob, err = nil, serr end
+  end
+  st.torch_model, st.torch_why = prob or false, err and tostring(err)
+  return prob, st.torch_why
+end
+
+-- Rejects a reference whose output cannot tell right from wrong.
+function M.degenerate(ref_out, spec)
+  local n = ref_out:numel()
+  if n == 0 then return nil end
+  local zero = buffer.new(spec.dtype, n):zero()
+  local why
+  if compare.allclose(ref_out, zero, { atol = 1e-6, rtol = 0 }).ok then why = "every element is within 1e-6 of zero" end
+  if not why and n > 1 then
+    local first = ref_out:to_table(1)[1]
+    zero:fill(first)
+    if compare.allclose(ref_out, zero, { atol = 0, rtol = 0 }).ok then why = "every element equals " .. tostring(first) end
+  end
+  zero:free()
+  return why
+end
+
+-- A task's reference run once on its first shape set (inputs from `seed`), its buffers
+-- handed back and, for a PyTorch model, the model released: does the reference run here?
+-- (kmrun tasks check, bench/kernelbench_refs.lua). -> nil | why it does not, and true when
+-- the context was lost with it (nothing more can run in this process).
+function Judge:try_reference(t, seed)
+  local ok, why = pcall(function()
+    local st, serr = self:task_state(t)
+    if not st then return serr end
+    local sym = t.shapes[1]
+    local cand, ref_in, dims = self:trial_io(t, sym, seed or 1)
+    self:pristine(t, sym, ref_in, seed or 1)
+    local ref_io, status, msg = self:run_reference(st, ref_in, dims, sym)
+    self.pool:put_all(cand, true); self.pool:put_all(ref_in, true)
+    if ref_io then for _, o in ipairs(t.outputs) do self.pool:put(ref_io[o.name]) end end
+    return not ref_io and (tostring(status) .. ": " .. tostring(msg)) or nil
+  end)
+  if not ok then why = tostring(why) end
+  local st = self.tasks[t.dir]
+  if st and st.prob then st.prob:release { empty_cache = true } end
+  self.tasks[t.dir] = nil
+  self.pool:drop(true)
+  local alive, cmsg = cuda.synchronize()
+  if not alive then return (why and why .. " " or "") .. "(context lost: " .. tostring(cmsg) .. ")", true end
+  return why
+end
+
+return M

@@ -1,0 +1,167 @@
+-- km.judge.verify — the verify stage: every shape x seeds, the candidate before the
+-- reference, so no reference result exists while candidate code runs.
+--
+-- Owns: one trial's record while it runs (its shape, seed, buffers and where a failure
+-- is told); on a task state, st.checked (the reference's outputs found not degenerate).
+local task_mod = require "km.task"
+local verdict = require "km.verdict"
+local feedback = require "km.feedback"
+local launch = require "km.judge.launch"
+local evidence = require "km.judge.evidence"
+local reference = require "km.judge.reference"
+local checks = require "km.judge.checks"
+
+local fmt, concat = string.format, table.concat
+local ipairs, setmetatable, tostring = ipairs, setmetatable, tostring
+local call_launch, sync_status, rng = launch.call_launch, launch.sync_status, checks.random
+
+local M = {}
+local Judge = {}
+M.methods = Judge
+
+-- The trials in order: { shape index, seed } for every shape x seed. The timed shape's last
+-- trial comes last: the candidate's call just before its timing is at the timed shape, so
+-- that call is the timing's warm-up (its module loaded, its scratch of the timed shape
+-- allocated; km.judge.timed) and no warm-up call of its own is needed. With one seed the
+-- timed shape stays first (a kernel wrong everywhere is told about the shape the model was
+-- asked for) and the timing makes its own warm-up call.
+local function trial_order(nshapes, nseeds)
+  local order = {}
+  for si = 1, nshapes do
+    for seed = 1, nseeds do
+      if not (si == 1 and seed == nseeds and nseeds > 1) then order[#order + 1] = { si, seed } end
+    end
+  end
+  if nseeds > 1 then order[#order + 1] = { 1, nseeds } end
+  return order
+end
+
+-- The task's input and output dtypes, in order: part of a kept reference result's key.
+local function io_dtypes(t)
+  local d = {}
+  for _, list in ipairs { t.inputs, t.outputs } do for _, spec in ipairs(list) do d[#d + 1] = spec.dtype end end
+  return concat(d, ",")
+end
+
+-- A trial's record: where it is (shape si, seed), what a failure says (where, failed_at),
+-- its seed, and its buffers.
+local function new_trial(self, t, si, seed, nseeds, opts)
+  local sym = t.shapes[si]
+  -- a problem file's held-out shape (km.kbtask) is never named with its sizes: feedback
+  -- goes to the model, and a kernel that knows them could hard-code them too
+  local hidden = t.heldout and t.heldout.shape == si
+  -- Each shape's last trial draws its inputs from a seed of the judge's private generator,
+  -- new in every evaluation (opts.fresh_trial = false: none, to reproduce a verdict
+  -- exactly). The other trials' seeds are fixed: reproducible, and their CUDA reference
+  -- results kept (Judge:trial_reference). A kernel that printed the fixed trials' inputs
+  -- once and came back with their outputs written in (the timed calls' checks cover the
+  -- timed shape only) still meets, at every shape, inputs it never saw.
+  local fresh = seed == nseeds and opts.fresh_trial ~= false
+  local tr = { si = si, seed = seed, sym = sym, hidden = hidden, fresh = fresh,
+    where = hidden and fmt("the held-out shape, seed %d", seed) or fmt("shape %d %s, seed %d", si, task_mod.fmt_shape(sym), seed),
+    failed_at = { shape = si, seed = seed, sym = not hidden and sym or nil, heldout = hidden or nil },
+    trial_seed = fresh and rng(1 << 40) or (opts.seed_base or 1000) + si * 101 + seed }
+  tr.failed_at.fresh = fresh or nil -- a failure there is not reproduced by judging again
+  tr.cand, tr.ref_in, tr.dims = self:trial_io(t, sym, tr.trial_seed)
+  return tr
+end
+
+-- The trial's end: its buffers back to the pool -> status, text, extra (with failed_at)
+local function trial_done(self, t, tr, status, text, extra)
+  self.pool:put_all(tr.cand, true); self.pool:put_all(tr.ref_in, true)
+  if tr.ref_io then for _, spec in ipairs(t.outputs) do self.pool:put(tr.ref_io[spec.name]) end end
+  extra = extra or {}
+  extra.failed_at = extra.failed_at or tr.failed_at
+  return status, text, extra
+end
+
+-- The candidate's call on the trial's buffers -> its outputs | nil, status, text, extra
+local function candidate_call(self, t, run, tr, budget)
+  run.state.poison = true
+  local ok, status, text = call_launch(self, run, tr.cand, tr.sym, budget)
+  local outs = ok and status
+  if ok then ok, status, text = sync_status() end
+  if ok then return outs end
+  if status == "crashed" then
+    self.pool:drop(false)
+    return nil, status, feedback.launch(status, text, tr.where), { failed_at = tr.failed_at, context_lost = true }
+  end
+  if status == "wrong_shape" then return nil, trial_done(self, t, tr, status, text .. " (at " .. tr.where .. ")") end
+  return nil, trial_done(self, t, tr, status, feedback.launch(status, text, tr.where))
+end
+
+-- The reference on the proven inputs (ref_src) -> nil (tr.ref_io set), whether it was
+-- PyTorch eager | status, text, extra (the trial ended)
+local function reference_run(self, st, tr, ref_src)
+  local t = st.task
+  -- torch's cached blocks keep this trial's reference results until verify ends (Judge:eval
+  -- empties them then, whatever the outcome): the candidate's next trials have other
+  -- seeds, whose results these are not, and no trial's seed comes again in this evaluation.
+  -- A CUDA reference's results come from host memory after the first candidate
+  local key = not tr.fresh and concat({ tr.si, tr.trial_seed, task_mod.fmt_shape(tr.sym), io_dtypes(t) }, "|") or nil
+  -- the fastest reference known right here; its results left in torch's cached blocks are
+  -- for a seed of the private generator, which no later call gets (as the timed checks')
+  local fast = tr.fresh and tr.si == 1 and st.fast_ref or nil
+  local ref_io, status, text
+  if fast then
+    ref_io, status, text = self:run_reference(st, ref_src, tr.dims, tr.sym, fast, true)
+  else
+    ref_io, status, text = self:trial_reference(st, ref_src, tr.dims, tr.sym, key)
+  end
+  tr.ref_io = ref_io
+  if ref_io then return nil, fast ~= nil end
+  if status == "inputs_modified" then return trial_done(self, t, tr, status, text) end
+  local why = "the task's reference failed at " .. tr.where .. ": " .. tostring(text)
+  if status == "crashed" then self.pool:drop(false) return verdict.ERROR, why, { context_lost = true } end
+  return trial_done(self, t, tr, verdict.ERROR, why)
+end
+
+-- One trial -> nil | status, text, extra
+local function run_trial(self, st, run, v, opts, tr)
+  local t = st.task
+  local outs, status, text, extra = candidate_call(self, t, run, tr, opts.budget or 1e6)
+  if not outs then return status, text, extra end
+  local moved, moved_text = self:truth_check(st, tr.where)
+  if moved then return trial_done(self, t, tr, moved, moved_text) end
+  local ref_src, failure, failure_text = self:proven_inputs(st, tr.sym, tr.cand, tr.ref_in, run.state.scratch, tr.where,
+    tr.trial_seed)
+  if not ref_src then return trial_done(self, t, tr, failure, failure_text) end
+  local ref_status, ref_text, ref_extra = reference_run(self, st, tr, ref_src)
+  if ref_status then return ref_status, ref_text, ref_extra end
+  local fast = ref_text
+  if not st.checked then
+    for _, spec in ipairs(t.outputs) do
+      local why = reference.degenerate(tr.ref_io[spec.name], spec)
+      if why then
+        return trial_done(self, t, tr, verdict.ERROR,
+          fmt("task rejected: the reference output '%s' is degenerate at %s (%s)", spec.name, tr.where, why))
+      end
+    end
+    st.checked = true
+  end
+  if tr.si == 1 and tr.seed == 1 and opts.timing ~= false then
+    self:try_fast_reference(st, ref_src, tr.ref_io, tr.dims, tr.sym)
+  end
+  local n0 = #v.checks
+  local mismatch, mismatch_text, output = evidence.compare_outputs(t, setmetatable(outs, { __index = tr.cand }), tr.ref_io,
+    tr.hidden and {} or tr.dims, { where = tr.where, later = tr.si > 1 and "shape" or tr.seed > 1 and "seed" or nil,
+      checks = v.checks, shape = tr.si, seed = tr.seed, fresh = tr.fresh })
+  if fast then for i = n0 + 1, #v.checks do v.checks[i].reference = "pytorch_eager" end end
+  if mismatch then
+    tr.failed_at.output = output
+    return trial_done(self, t, tr, mismatch, mismatch_text)
+  end
+  trial_done(self, t, tr)
+end
+
+-- Every trial in order -> nil (all correct) | status, text, extra (the first failure)
+function Judge:verify(st, run, v, opts)
+  local t = st.task
+  local nseeds = opts.seeds or 3
+  for _, trial in ipairs(trial_order(#t.shapes, nseeds)) do
+    local status, text, extra = run_trial(self, st, run, v, opts, new_trial(self, t, trial[1], trial[2], nseeds, opts))
+    if status then return status, text, extra end
+  end
+end
+
+return M
