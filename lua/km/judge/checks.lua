@@ -120,8 +120,8 @@ end
 -- offset drawn after the call ran; a buffer keeps at least 4096 lines read (KM_LINES_MIN:
 -- all of one under 512 KiB). Inputs are always proven in full (km.judge.evidence). A wrong
 -- run of 2 x check_lines - 1 lines holds a whole block and is read whatever the draw; a
--- fraction w of wrong lines scattered over L lines escapes a check with probability about
--- exp(-w * L / check_lines). Work a kernel skips shows as wrong lines (stale outputs of the
+-- fraction w of wrong lines scattered over n lines escapes a check with probability about
+-- exp(-w * n / check_lines). Work a kernel skips shows as wrong lines (stale outputs of the
 -- previous call, or poison), so what escapes is work of a few lines: a few lines' worth of
 -- time. Verify's trials read everything; check_lines = 1 makes the timed calls' checks do
 -- so too.
