@@ -12,10 +12,15 @@
 -- and trivial candidates (zeros, a constant at the output's mean, an input passed through,
 -- the reference on other inputs) go through the judge's comparison (km.compare, atol + rtol
 -- of the task's tolerance, NaN never passes). Trivial candidates are judged on outputs of at
--- least MIN_ELEMENTS elements, and on outputs smaller than that at every shape set (a loss,
--- a statistic), whose constant is the other seed's mean (a 1-element output equals its own).
+-- least MIN_ELEMENTS elements, on outputs smaller than that at every shape set (a loss, a
+-- statistic) and on every output at the timed shape (shape set 1); on an output under
+-- MIN_ELEMENTS the constant is the other seed's mean (a 1-element output equals its own).
 -- An output without a row per input row is also estimated from a sample of the inputs' rows
--- (sample_estimate, below), at every size. With a GPU the
+-- (sample_estimate, below), at every size. An output under MIN_ELEMENTS at the timed shape
+-- is run there on CLOSED_FORM_SEEDS and flagged closed_form where a constant would pass a
+-- trial with a probability above CLOSED_FORM_P (below). The trivial candidates, the sample
+-- estimate and the closed form flag where they hold at the timed shape, whose speed a verdict
+-- reports (AT_TIMED). With a GPU the
 -- judge's own path runs the reference (km.judge: inputs made on the GPU) and times it on the
 -- timed shape; without one a PyTorch reference runs on the CPU (km.kernelbench, host
 -- memory), and what could not be checked is said: CUDA-only references, timing, sizes over
@@ -29,16 +34,22 @@ local M = {}
 local fmt, concat = string.format, table.concat
 local ipairs, pairs, type, tostring, pcall = ipairs, pairs, type, tostring, pcall
 
-M.VERSION = 5          -- bump when what a result holds or how it is decided changes
+M.VERSION = 6          -- bump when what a result holds or how it is decided changes
                        -- (4: sample_estimate; outputs small at every shape judged)
                        -- (5: what the machine lacks is never a flag nor kept)
+                       -- (6: trivial candidates decided at the timed shape; closed_form)
 M.MIN_ELEMENTS = 64    -- trivial candidates are judged on outputs at least this large (or
-                       -- under it at every shape set)
+                       -- under it at every shape set, or at the timed shape)
 M.BELOW_SHARE = 0.9    -- below_tolerance: at least this share of the output is within atol of 0
 M.TOO_SHORT_MS = 0.01  -- too_short: the reference's median under this (and under 4 empty kernels)
 M.CPU_MAX_BYTES = 256 << 20 -- a shape whose buffers pass this is not run on the CPU
 M.SEEDS = { 101, 202 } -- the reference runs on the first twice, on the second once
 M.SAMPLE_RATIO = 64    -- sample_estimate: the reference on the first 1/SAMPLE_RATIO of the rows
+-- closed_form: an output under MIN_ELEMENTS at the timed shape runs on these K seeds (the
+-- first two are SEEDS', whose runs are reused: K - 2 more reference runs, at that shape only)
+M.CLOSED_FORM_SEEDS = { 101, 202, 303, 404, 505, 606, 707, 808 }
+M.CLOSED_FORM_P = 0.01 -- closed_form: flagged where a constant passes a trial with a
+                       -- probability above this (the normal model below)
 
 -- The reasons, one row each: key, what a table prints, what it means.
 M.REASONS = {
@@ -49,6 +60,8 @@ M.REASONS = {
     text = "the output does not depend on the inputs (the reference on other inputs passes)" },
   { key = "sample_estimate", short = "sample estimates",
     text = "the reference on a small sample of the input rows (the first 1/64, repeated) passes: the output can be estimated without reading most of the inputs" },
+  { key = "closed_form", short = "closed form",
+    text = "a constant passes part of the time: the output's spread across seeds is within a few tolerances (a constant at the seeds' mean passes a trial with a probability over 1%)" },
   { key = "below_tolerance", short = "below tolerance",
     text = "most of the output is within atol of zero (below the tolerance's resolution)" },
   { key = "nan_inf", short = "NaN/Inf", text = "the reference's output holds NaN or Inf" },
@@ -58,16 +71,20 @@ M.REASONS = {
 }
 M.REASON = {}
 for _, r in ipairs(M.REASONS) do M.REASON[r.key] = r end
--- A candidate must pass every shape set, so these flag a task only where they hold at every
--- shape they were judged on; at some shapes only (a sum over an axis of length 1 is its input)
--- they are notes.
+-- Launch code sees the shape table, so a candidate can compute exactly at the small shape
+-- sets and write a trivial answer at the timed shape (shape set 1), where its speed is
+-- measured: these reasons flag a task where they hold at the timed shape (every shape they
+-- hold at is then listed); where they were tried at the timed shape and do not hold there,
+-- what holds at other shapes is a note. decide() applies it.
+M.AT_TIMED = { trivial_zeros = true, trivial_constant = true, trivial_input = true,
+  input_independent = true, below_tolerance = true, sample_estimate = true, closed_form = true }
+-- Where the timed shape was not run here (over CPU_MAX_BYTES), these flag only where they
+-- hold at every shape they were judged on (a candidate must pass every shape set; at some
+-- shapes only, a sum over an axis of length 1 is its input, they are notes); sample_estimate
+-- flags at any shape it holds at (an estimate only gets better with more rows); closed_form
+-- is made at the timed shape only, so it is said to be unchecked.
 M.EVERY_SHAPE = { trivial_zeros = true, trivial_constant = true, trivial_input = true,
   input_independent = true, below_tolerance = true }
--- sample_estimate is decided at the timed shape (shape set 1), the one a verdict's speed is
--- measured on: a candidate may compute exactly at the other shapes and estimate only there.
--- Where it was tried at the timed shape and does not hold, it is a note at the others; where
--- the timed shape was not run here (too large for the CPU), it flags at any shape it holds at
--- (an estimate only gets better with more rows).
 
 -- What a machine can lack, by the code a backend's open returns with it: a fact about the
 -- machine, not the task, so a task it stops is "not checked", never flagged, never kept.
@@ -412,20 +429,129 @@ local function sample_estimate(B, s, t, sym, si, full, flag, res, label)
   return true
 end
 
--- sample_estimate at the timed shape decides (M.EVERY_SHAPE's comment): its flags at other
--- shapes become notes where it was made at the timed shape and did not hold there.
--- estimated: shape -> true where the estimate was made. -> the flags kept
-local function timed_shape_rule(flags, estimated, notes)
-  local at_timed = false
-  for _, f in ipairs(flags) do if f.reason == "sample_estimate" and f.shape == 1 then at_timed = true end end
-  if at_timed or not estimated[1] then return flags end
+----------------------------------------------------------------------------------------
+-- closed_form: does an output under MIN_ELEMENTS at the timed shape (a loss, a statistic)
+-- have a constant that passes part of the time? The reference runs there on the K seeds of
+-- CLOSED_FORM_SEEDS. For each element, with m and s the mean and standard deviation (K - 1
+-- in the denominator) of its K values: a constant c made without reading the inputs — the
+-- mean of K - 1 seeds' values, the best such guess — misses the reference's value x on a
+-- fresh draw by x - c ~ N(0, s^2 (1 + 1/(K - 1))) in a normal model, and passes where
+-- |x - c| <= atol + rtol * |x|, about tau = atol + rtol * |m|: with sigma = s * sqrt(1 + 1/(K - 1)),
+-- P(pass) = erf(tau / (sigma * sqrt 2)) (1 where s = 0). The elements are taken as independent:
+-- the output passes with the product of its elements' P. Flagged where that is over
+-- CLOSED_FORM_P. The seeds are fixed, so one machine decides a task the same way every run;
+-- the detail also counts the K leave-one-out trials that pass (seed k's value against the
+-- other seeds' mean).
+
+-- erf(x) (Abramowitz and Stegun 7.1.26, |error| < 1.5e-7)
+local function erf(x)
+  local sign = x < 0 and -1 or 1
+  x = math.abs(x)
+  local u = 1 / (1 + 0.3275911 * x)
+  local y = 1 - ((((1.061405429 * u - 1.453152027) * u + 1.421413741) * u - 0.284496736) * u + 0.254829592) * u * math.exp(-x * x)
+  return sign * y
+end
+M.erf = erf
+
+-- The closed-form rule on values[k][j] (seed k, element j) at tolerance tol. -> { p (the
+-- product), loo (leave-one-out trials that pass), m, s, tau (of the element with the lowest
+-- P) } | nil where a value is NaN or Inf
+function M.closed_form_p(values, tol)
+  local K = #values
+  local n = #values[1]
+  local out = { p = 1, loo = 0 }
+  local lowest = math.huge
+  local means = {}
+  for j = 1, n do
+    local sum = 0
+    for k = 1, K do
+      local x = values[k][j]
+      if x ~= x or x == math.huge or x == -math.huge then return nil end
+      sum = sum + x
+    end
+    local m = sum / K
+    local ss = 0
+    for k = 1, K do ss = ss + (values[k][j] - m) ^ 2 end
+    local sd = math.sqrt(ss / (K - 1))
+    local sigma = sd * math.sqrt(1 + 1 / (K - 1))
+    local tau = tol.atol + tol.rtol * math.abs(m)
+    local pj = sigma > 0 and erf(tau / (sigma * math.sqrt(2))) or 1
+    out.p = out.p * pj
+    if pj < lowest then lowest, out.m, out.s, out.tau = pj, m, sd, tau end
+    means[j] = sum
+  end
+  for k = 1, K do
+    local pass = true
+    for j = 1, n do
+      local x = values[k][j]
+      local c = (means[j] - x) / (K - 1)
+      if not (math.abs(x - c) <= tol.atol + tol.rtol * math.abs(x)) then pass = false end
+    end
+    if pass then out.loo = out.loo + 1 end
+  end
+  return out
+end
+
+-- The closed-form check at the timed shape sym; full = { seed 1's run, seed 2's run }
+-- (SEEDS'), reused. Flags through flag; a note says each output's probability where it is
+-- not flagged; a run that failed is said in res (as sample_estimate's). -> true when made
+local function closed_form(B, s, t, sym, full, flag, res)
+  local outs = {}
+  for _, o in ipairs(t.outputs) do
+    local n = numel_of(o, sym)
+    if n > 0 and n < M.MIN_ELEMENTS then outs[#outs + 1] = o end
+  end
+  if #outs == 0 then return false end
+  local seeds = M.CLOSED_FORM_SEEDS
+  local values = {} -- output name -> { seed index -> { element values } }
+  for _, o in ipairs(outs) do values[o.name] = {} end
+  for k, seed in ipairs(seeds) do
+    local r, err, code
+    if seed == M.SEEDS[1] then r = full[1] elseif seed == M.SEEDS[2] then r = full[2]
+    else r, err, code = B.run(s, sym, seed) end
+    if not r then
+      local list = (code == "SKIP" or out_of_memory(err)) and res.unchecked or res.notes
+      list[#list + 1] = fmt("shape 1: the closed-form check did not run (seed %d): %s", seed, tostring(err))
+      return false
+    end
+    for _, o in ipairs(outs) do values[o.name][k] = B.sample(r.outs[o.name], M.MIN_ELEMENTS) end
+    if r ~= full[1] and r ~= full[2] then B.release(s, r) end
+  end
+  for _, o in ipairs(outs) do
+    local tol = t.tolerance[o.dtype]
+    local c = M.closed_form_p(values[o.name], tol)
+    if c then
+      local text = fmt("over %d seeds (%d-%d) the mean is %s, the spread (sd) %s, the tolerance there %s: a constant passes a trial with probability %.3g (normal model; over %g flags), %d of %d leave-one-out trials pass",
+        #seeds, seeds[1], seeds[#seeds], g(c.m), g(c.s), g(c.tau), c.p, M.CLOSED_FORM_P, c.loo, #seeds)
+      if c.p > M.CLOSED_FORM_P then flag("closed_form", 1, o.name, text)
+      else res.notes[#res.notes + 1] = fmt("closed form not flagged (%s): %s", o.name, text) end
+    end
+  end
+  return true
+end
+
+-- Which flags stand (M.AT_TIMED's and M.EVERY_SHAPE's comments); the others become notes.
+-- tried: reason -> { shape -> true } where it was tried; judged: the shapes the trivial
+-- candidates were judged at. -> the flags kept
+local function decide(flags, tried, judged, notes)
+  local at_timed, at = {}, {}
+  for _, f in ipairs(flags) do
+    if f.shape == 1 then at_timed[f.reason .. "\0" .. tostring(f.output)] = true end
+    at[f.reason] = at[f.reason] or {}
+    at[f.reason][f.shape or 0] = true
+  end
   local kept = {}
   for _, f in ipairs(flags) do
-    if f.reason == "sample_estimate" then
-      notes[#notes + 1] = fmt("%s at shape %d only (%s, %s): not at the timed shape", M.REASON[f.reason].short,
-        f.shape, f.output, f.detail)
+    local r, keep, why = f.reason, true, nil
+    if M.AT_TIMED[r] and tried[r] and tried[r][1] then
+      keep, why = at_timed[r .. "\0" .. tostring(f.output)], "not at the timed shape"
+    elseif M.EVERY_SHAPE[r] then
+      for si in pairs(judged) do if not at[r][si] then keep, why = false, "other shapes catch it" end end
+    end
+    if keep then kept[#kept + 1] = f
     else
-      kept[#kept + 1] = f
+      notes[#notes + 1] = fmt("%s at shape %d only (%s%s): %s", M.REASON[r].short, f.shape,
+        f.output and (f.output .. ", ") or "", f.detail or "", why)
     end
   end
   return kept
@@ -445,6 +571,8 @@ function M.run(t, opts)
   end
   local judged = {} -- shapes the trivial candidates were judged on
   local estimated = {} -- shapes the sample estimate was made at
+  local closed = {} -- shapes the closed form was checked at (the timed shape, or none)
+  local ran = {} -- shapes the reference ran at
   -- outputs under MIN_ELEMENTS at every shape set (a loss, a statistic): judged at every size
   local small = {}
   for _, o in ipairs(t.outputs) do
@@ -475,6 +603,7 @@ function M.run(t, opts)
         res.unchecked[#res.unchecked + 1] = label .. ": " .. tostring(aerr)
       else flag("reference_error", si, nil, aerr) end
     else
+      ran[si] = true
       local a2 = B.run(s, sym, M.SEEDS[1])
       local b = B.run(s, sym, M.SEEDS[2])
       for _, o in ipairs(t.outputs) do
@@ -491,7 +620,7 @@ function M.run(t, opts)
             local d = B.compare(a2.outs[o.name], y, tol)
             if not d.ok then flag("nondeterministic", si, o.name, fmt("%d of %d elements differ, max |diff| %s", d.mismatches or 0, n, g(d.max_abs or 0))) end
           end
-          if n >= M.MIN_ELEMENTS or (small[o.name] and n > 0) then
+          if n >= M.MIN_ELEMENTS or (small[o.name] and n > 0) or (si == 1 and n > 0) then
             judged[si] = true
             local zr = B.compare(zeros, y, tol)
             if zr.ok then flag("trivial_zeros", si, o.name, fmt("max |y| %s, atol %g", g(z.max_abs or 0), tol.atol))
@@ -523,6 +652,7 @@ function M.run(t, opts)
       end
       if a2 then B.release(s, a2) end
       if b and sample_estimate(B, s, t, sym, si, { a, b }, flag, res, label) then estimated[si] = true end
+      if b and si == 1 and closed_form(B, s, t, sym, { a, b }, flag, res) then closed[si] = true end
       if b then B.release(s, b) end
       B.release(s, a)
     end
@@ -537,24 +667,24 @@ function M.run(t, opts)
   end
   local lost = B.close(s)
   if lost then res.unchecked[#res.unchecked + 1] = lost; res.context_lost = true end
-  -- reasons that hold at only some of the judged shapes are notes, not flags
-  local at = {}
-  for _, f in ipairs(res.flags) do
-    if M.EVERY_SHAPE[f.reason] then at[f.reason] = at[f.reason] or {}; at[f.reason][f.shape] = true end
+  -- the timed shape decides (M.AT_TIMED); where it did not run here, today's rule (M.EVERY_SHAPE)
+  if not ran[1] and next(judged) then
+    local list = {}
+    for si in pairs(judged) do list[#list + 1] = si end
+    table.sort(list)
+    res.notes[#res.notes + 1] = fmt("the timed shape did not run here: trivial candidates flag only where they hold at every shape judged (%s), the sample estimate at any shape", concat(list, ", "))
   end
-  local partial = {}
-  for reason, shapes in pairs(at) do
-    for si in pairs(judged) do if not shapes[si] then partial[reason] = true end end
-  end
-  local flags = {}
-  for _, f in ipairs(timed_shape_rule(res.flags, estimated, res.notes)) do
-    if partial[f.reason] then
-      res.notes[#res.notes + 1] = fmt("%s at shape %d only (%s%s): other shapes catch it", M.REASON[f.reason].short,
-        f.shape, f.output and (f.output .. ", ") or "", f.detail or "")
-    else
-      flags[#flags + 1] = f
+  if not ran[1] then
+    for _, o in ipairs(t.outputs) do
+      local n = numel_of(o, t.shapes[1])
+      if n > 0 and n < M.MIN_ELEMENTS then
+        res.unchecked[#res.unchecked + 1] = fmt("closed form (%s): it is decided at the timed shape, which did not run here", o.name)
+      end
     end
   end
+  local tried = { sample_estimate = estimated, closed_form = closed }
+  for r in pairs(M.EVERY_SHAPE) do tried[r] = judged end
+  local flags = decide(res.flags, tried, judged, res.notes)
   res.flags = flags
   return res
 end

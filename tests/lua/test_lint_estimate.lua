@@ -117,7 +117,10 @@ t.test("a scalar mean the inputs decide is estimated from 1/64 of the rows: flag
   local res = lint.run(tk, { backend = B })
   local at = reasons(res)
   t.eq(json.encode(at.sample_estimate or {}), "[1]", "flagged at the timed shape: " .. json.encode(res.flags))
-  t.eq(#res.flags, 1, "nothing else: the scale makes the seeds differ " .. json.encode(res.flags))
+  -- the scale makes the seeds differ, but only within a factor of 16: a constant at the
+  -- seeds' mean passes rtol 2e-2 about 3% of the time (closed_form), nothing else does
+  t.eq(json.encode(at.closed_form or {}), "[1]", json.encode(res.flags))
+  t.eq(#res.flags, 2, "nothing else: " .. json.encode(res.flags))
   t.ok(res.flags[1].detail:find("first 1024 of 65536 rows (1/64), repeated, passes at seeds 101 and 202", 1, true), res.flags[1].detail)
   -- the rows are x's; the scale (one row) is read whole
   t.eq(#B.sampled, 4, "two seeds at each shape with 64 rows or more")
@@ -170,7 +173,10 @@ end)
 t.test("an estimate that holds only at a shape other than the timed one is a note", function()
   local tk = task { name = "late", inputs = { X, SCALE }, outputs = LOSS, shapes = { { n = 100, d = 8 }, { n = 65536, d = 8 } } }
   local res = lint.run(tk, { backend = fake_backend(scaled_square(false)) })
-  t.eq(#res.flags, 0, json.encode(res.flags))
+  local at = reasons(res)
+  t.eq(at.sample_estimate, nil, json.encode(res.flags))
+  -- (the timed shape's scalar is the scale's, which a constant hits about 3% of the time)
+  t.eq(json.encode(at.closed_form or {}), "[1]", json.encode(res.flags))
   t.ok(table.concat(res.notes, "\n"):find("sample estimates at shape 2 only (loss, the reference on the first 1024", 1, true),
     json.encode(res.notes))
   -- where the timed shape could not run here, a shape that holds flags
@@ -276,7 +282,9 @@ t.test("the task folder t_scaled_mse on the CPU (its reference.py): the sample e
   t.ok(r, text)
   if r then
     t.eq(json.encode(r.at.sample_estimate or {}), "[1]", text)
-    t.eq(#r.res.flags, 1, "nothing else: " .. text)
+    -- a constant at the seeds' mean passes its rtol 2e-2 about 2% of the time
+    t.eq(json.encode(r.at.closed_form or {}), "[1]", text)
+    t.eq(#r.res.flags, 2, "nothing else: " .. text)
   end
 end)
 
