@@ -150,7 +150,7 @@ t.test("shell scripts parse, answer --help, and say no GPU with exit 3 (smollm2.
   t.eq(rc, 2, out)
   out, rc = sh("bash bench/headline_ab.sh")
   t.eq(rc, 2, out)
-  t.ok(out:find("usage: bench/headline_ab.sh OTHER_TREE", 1, true), out)
+  t.ok(out:find("usage: bench/headline_ab.sh TREE...", 1, true), out)
   out, rc = sh("bash bench/kb_harness.sh")
   t.eq(rc, 2, out)
   t.ok(out:find("usage: bench/kb_harness.sh KB_SRC", 1, true), out)
