@@ -20,7 +20,7 @@ local FILES = {
   ["need_gpu.lua"] = "gpu_lua", ["launch_lua.lua"] = "gpu_lua", ["headline.lua"] = "gpu_lua",
   ["eval_stages.lua"] = "gpu_lua", ["gate_ab.lua"] = "gpu_lua", ["measure_profile.lua"] = "gpu_lua",
   ["precompile_gpu_work.lua"] = "gpu_lua", ["placement.lua"] = "gpu_lua",
-  ["smollm2_summary.lua"] = "cpu_lua", ["kernelbench_lint_table.lua"] = "cpu_lua", ["launch_ffi.lua"] = "luajit",
+  ["smollm2_summary.lua"] = "cpu_lua", ["verdicts_diff.lua"] = "cpu_lua", ["kernelbench_lint_table.lua"] = "cpu_lua", ["launch_ffi.lua"] = "luajit",
   ["gpu_run.sh"] = "gpu_sh", ["gpu_sweeps.sh"] = "gpu_sh", ["kernelbench_gpu.sh"] = "gpu_sh",
   ["kernelbench_lint.sh"] = "gpu_sh", ["launch_overhead.sh"] = "gpu_sh", ["smollm2.sh"] = "cpu_sh",
   ["kb_harness.sh"] = "gpu_sh", ["kb_harness.py"] = "python", ["headline_ab.sh"] = "gpu_sh",
@@ -38,7 +38,7 @@ local GPU_ARGS = {
 local ARGS_PARSER = { ["core.lua"] = 1, ["eval.lua"] = 1, ["baselines_table.lua"] = 1, ["eager_timing.lua"] = 1,
   ["kernelbench_refs.lua"] = 1, ["pytorch_cost.lua"] = 1, ["smollm2_summary.lua"] = 1, ["headline.lua"] = 1,
   ["eval_stages.lua"] = 1, ["gate_ab.lua"] = 1, ["measure_profile.lua"] = 1, ["precompile_gpu_work.lua"] = 1,
-  ["placement.lua"] = 1 }
+  ["placement.lua"] = 1, ["verdicts_diff.lua"] = 1 }
 
 t.test("every file in bench/ has a smoke test here", function()
   local p = io.popen("ls -1 '" .. ROOT .. "/bench'")
@@ -112,6 +112,24 @@ t.test("smollm2_summary.lua runs on an empty store and usage log", function()
   t.ok(out:find("equal to the server: true", 1, true), out)
   local _, rc2 = kmrun("smollm2_summary.lua", "only-one-arg")
   t.eq(rc2, 2)
+  os.execute("rm -rf '" .. dir .. "'")
+end)
+
+t.test("verdicts_diff.lua: two runs of one command agree; a task in one run only is said and exits 1", function()
+  local dir = testing.tmpdir()
+  for _, s in ipairs { "a", "b" } do
+    sh(KMRUN .. " strategies/implement.lua tests/tasks/t_rowsum --store '" .. dir .. "/" .. s .. ".sqlite' >/dev/null 2>&1")
+  end
+  local out, rc = kmrun("verdicts_diff.lua", ("'%s/a.sqlite' '%s/b.sqlite'"):format(dir, dir))
+  t.eq(rc, 0, out)
+  t.ok(out:find("1 evaluations matched, 1 statuses equal, 0 in one run only", 1, true), out)
+  local db = assert(require("km.store").open(dir .. "/c.sqlite"))
+  db:close()
+  out, rc = kmrun("verdicts_diff.lua", ("'%s/a.sqlite' '%s/c.sqlite'"):format(dir, dir))
+  t.eq(rc, 1, out)
+  t.ok(out:find("only in A: t_rowsum", 1, true), out)
+  out, rc = kmrun("verdicts_diff.lua", ("'%s/a.sqlite' '%s/none/x.sqlite'"):format(dir, dir))
+  t.eq(rc, 2, out)
   os.execute("rm -rf '" .. dir .. "'")
 end)
 
