@@ -1,26 +1,20 @@
-// Pass 1: each of P threads sums a strided slice of the squared differences in double.
-extern "C" __global__ void mse_partial_ref(const float *pred, const float *target, double *partial, long long n, int P) {
-  int t = blockIdx.x * blockDim.x + threadIdx.x;
-  if (t >= P) return;
+// One block of 256 threads per row r: thread t adds the squared differences at columns t,
+// t+256, ... in double; thread 0 adds the 256 sums one by one and divides by cols.
+extern "C" __global__ void mse_rows_ref(const float *pred, const float *target, float *loss, int rows, int cols) {
+  __shared__ double sh[256];
+  int r = blockIdx.x, t = threadIdx.x;
+  if (r >= rows) return;
+  const float *p = pred + (size_t)r * cols, *q = target + (size_t)r * cols;
   double s = 0.0;
-  for (long long i = t; i < n; i += P) {
-    double d = (double)pred[i] - (double)target[i];
+  for (int c = t; c < cols; c += 256) {
+    double d = (double)p[c] - (double)q[c];
     s += d * d;
   }
-  partial[t] = s;
-}
-// Pass 2: one block of 256 threads; thread t adds partials t, t+256, ...; then thread 0
-// adds the 256 results and divides by n.
-extern "C" __global__ void mse_final_ref(const double *partial, int P, float *loss, long long n) {
-  __shared__ double sh[256];
-  int t = threadIdx.x;
-  double s = 0.0;
-  for (int i = t; i < P; i += 256) s += partial[i];
   sh[t] = s;
   __syncthreads();
   if (t == 0) {
     double total = 0.0;
     for (int i = 0; i < 256; i++) total += sh[i];
-    loss[0] = (float)(total / (double)n);
+    loss[r] = (float)(total / (double)cols);
   }
 }

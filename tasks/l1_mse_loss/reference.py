@@ -7,22 +7,23 @@ import torch.nn.functional as F
 
 
 class Model(nn.Module):
-    """loss = mean((pred - target)^2), in a 1-element tensor (the task's output shape [1])."""
+    """loss[r] = mean over c of (pred[r, c] - target[r, c])^2: one loss per row (sample)."""
 
     def __init__(self):
         super().__init__()
 
     def forward(self, pred, target):
-        return F.mse_loss(pred, target).reshape(1)
+        return F.mse_loss(pred, target, reduction="none").mean(dim=1)
 
 
 # The task's first (timed) shape set; get_inputs() reads these names when it is called.
-n = 1 << 28
+rows = 16384
+cols = 16384
 
 
 def get_inputs():
-    pred = torch.randn(n)  # normal(mean 0, std 1)
-    target = torch.rand(n) * 2 - 1  # uniform(-1, 1)
+    pred = torch.randn(rows, cols)  # normal(mean 0, std 1)
+    target = torch.rand(rows, cols) * 2 - 1  # uniform(-1, 1)
     return [pred, target]
 
 

@@ -357,9 +357,13 @@ MATH.l1_maxpool2d = function(I, s)
   return y
 end
 MATH.l1_mse_loss = function(I, s)
-  local acc = 0
-  for i = 1, s.n do acc = acc + (I.pred[i] - I.target[i]) ^ 2 end
-  return { acc / s.n }
+  local y = {}
+  for r = 0, s.rows - 1 do
+    local acc = 0
+    for c = 1, s.cols do acc = acc + (I.pred[r * s.cols + c] - I.target[r * s.cols + c]) ^ 2 end
+    y[r + 1] = acc / s.cols
+  end
+  return y
 end
 MATH.l1_relu = function(I) return map(I.x, function(v) return v > 0 and v or 0 end) end
 MATH.l1_rmsnorm = function(I, s)
