@@ -161,9 +161,24 @@ $(BUILD)/tests/fake_libnvml.so: tests/c/fake_libnvml.c | $(BUILD)/tests
 
 TESTS := $(CTESTS) $(wildcard tests/lua/test_*.lua) $(wildcard tests/gpu/test_*.lua)
 
+# The CPU tests run TEST_JOBS files at a time (most of their time is spent waiting: on child
+# processes, servers and timeouts), the longest first so that none is left alone at the end;
+# then the GPU tests one at a time, alone on the GPU (their timings must not share it). Each
+# file gets empty caches of its own (tests/exec).
+TEST_JOBS ?= 3
+SLOW_TESTS := tests/lua/test_slurm.lua tests/lua/test_llm.lua tests/lua/test_serve.lua tests/lua/test_task.lua \
+  tests/lua/test_first_hour.lua tests/lua/test_model_limits.lua tests/lua/test_pool_hold.lua
+CPU_TESTS = $(filter $(SLOW_TESTS),$(wildcard tests/lua/test_*.lua)) $(CTESTS) \
+  $(filter-out $(SLOW_TESTS),$(wildcard tests/lua/test_*.lua))
+
 test: deps
 	@$(MAKE) --no-print-directory all $(CTESTS) $(BUILD)/tests/fake_libcuda.so $(BUILD)/tests/fake_libnvml.so
-	KMRUN=$(BUILD)/kmrun prove -f --exec tests/exec $(CTESTS) $(wildcard tests/lua/test_*.lua) $(wildcard tests/gpu/test_*.lua)
+	@status=0; \
+	echo "KMRUN=$(BUILD)/kmrun prove -j$(TEST_JOBS) -f --exec tests/exec <CPU tests: tests/c, tests/lua>"; \
+	KMRUN=$(BUILD)/kmrun prove -j$(TEST_JOBS) -f --exec tests/exec $(CPU_TESTS) || status=1; \
+	echo "KMRUN=$(BUILD)/kmrun prove -f --exec tests/exec <GPU tests: tests/gpu>"; \
+	KMRUN=$(BUILD)/kmrun prove -f --exec tests/exec $(wildcard tests/gpu/test_*.lua) || status=1; \
+	exit $$status
 
 # A real model server for tests/model/ (make test-model): llama-cpp-python's OpenAI-compatible
 # server (built from source by pip: no wheel for this platform; see bench/RESULTS.md for how

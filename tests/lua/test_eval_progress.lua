@@ -93,11 +93,21 @@ end)
 ----------------------------------------------------------------------------------------
 -- the pool: frames about a job, the compile ahead of a worker's set-up
 
+-- A candidate named "setup" finds a set-up that lasts until its compile ahead is in the
+-- workers' cache (at most 10 s), and a moment for the compile process's answer to reach
+-- the driver; any other, none.
 local STANDIN = testing.standin_worker(DIR .. "/standin.lua", [[
   local function say(ev) ch:send(json.encode { id = req.id, progress = ev }) end
   say { stage = "torch", state = "start" }
   ch:send(json.encode { id = req.id, hold = "task" })
-  os.execute("sleep " .. (req.candidate.name == "setup" and "2" or "0"))
+  if req.candidate.name == "setup" then
+    local compiled, wall = require("km.eval").compiled, require("km.timing").wall
+    local o, t0 = require("km.judge").compile_opts("sm_90", req.candidate.params or {}), wall()
+    while not compiled(req.candidate.source, o, os.getenv("KM_CACHE_DIR")) and wall() - t0 < 10 do
+      os.execute("sleep 0.05")
+    end
+    os.execute("sleep 0.3")
+  end
   say { stage = "torch", state = "done", seconds = 2 }
   ch:send(json.encode { id = req.id, hold = false })
   ch:send(json.encode { id = req.id, verdict = { status = "correct", candidate = req.candidate.name } })
@@ -135,11 +145,12 @@ t.test("a worker's first job of a PyTorch-referenced task is compiled while the 
   t.eq(nv[1].state, "start") t.eq(nv[2].state, "done") t.eq(nv[2].failed, nil)
   t.eq(eval.compiled(KERNEL, o, cache), true, "in the workers' cache")
   -- the task is set up on that worker now: its judge compiles at once, nothing to gain
+  -- (a compile ahead is told as it starts, when the job is sent: these need no set-up time)
   local other = KERNEL:gsub("relu", "relu2")
-  pool:eval(torch_task, { name = "setup", source = other, launch = LAUNCH, params = {} })
+  pool:eval(torch_task, { name = "again", source = other, launch = LAUNCH, params = {} })
   t.eq(#nv, 2, "not again for a task the worker has")
   -- a CUDA task's set-up is short: no compile ahead either
-  pool:eval({ name = "c", dir = DIR .. "/c" }, { name = "setup", source = other .. " ", launch = LAUNCH, params = {} })
+  pool:eval({ name = "c", dir = DIR .. "/c" }, { name = "cuda", source = other .. " ", launch = LAUNCH, params = {} })
   t.eq(#nv, 2, "not for a task without a PyTorch reference")
   t.eq(eval.compiled(other .. " ", o, cache), false)
   pool:close()

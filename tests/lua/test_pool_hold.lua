@@ -12,13 +12,15 @@ local _, KMRUN = testing.paths()
 local DIR = testing.tmpdir()
 local STANDIN = testing.standin_worker(DIR .. "/standin.lua", [[
   local c = req.candidate.name
-  if c == "held" then -- 3 s of announced set-up, then a quick verdict
+  -- the pool's clock counts whole seconds: a timeout of 2 s stops a job after 1 to 2 s, so
+  -- 2.1 s is past it however the seconds fall
+  if c == "held" then -- 2.1 s of announced set-up, then a quick verdict
     ch:send(json.encode { id = req.id, hold = "compile" })
-    os.execute("sleep 3")
+    os.execute("sleep 2.1")
     ch:send(json.encode { id = req.id, hold = false })
     ch:send(json.encode { id = req.id, verdict = { status = "correct", candidate = c } })
-  elseif c == "slow" then -- 3 s with nothing announced
-    os.execute("sleep 3")
+  elseif c == "slow" then -- 2.1 s with nothing announced
+    os.execute("sleep 2.1")
     ch:send(json.encode { id = req.id, verdict = { status = "correct", candidate = c } })
   elseif c == "watchdog" then
     os.exit(124)

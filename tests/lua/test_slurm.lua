@@ -60,11 +60,11 @@ local MUNGE_PID = "/run/munge/munged.pid"
 -- flushing its state after SIGTERM must not be what the last test sees.
 local function stop()
   sh("for p in " .. dir .. "/slurmctld.pid " .. dir .. "/slurmd.pid; do [ -f $p ] && kill $(cat $p); done")
-  sh("for i in $(seq 30); do pgrep -f 'slurm(ctld|d) -f " .. dir .. "' >/dev/null || break; sleep 0.5; done; " ..
+  sh("for i in $(seq 150); do pgrep -f 'slurm(ctld|d) -f " .. dir .. "' >/dev/null || break; sleep 0.1; done; " ..
     "pkill -9 -f 'slurm(ctld|d) -f " .. dir .. "' ; true")
   if not munge_was_running then
     sh("[ -f " .. MUNGE_PID .. " ] && kill $(cat " .. MUNGE_PID .. ") 2>/dev/null; pkill -x munged; " ..
-      "for i in $(seq 30); do pgrep -x munged >/dev/null || break; sleep 0.5; done; pkill -9 -x munged; true")
+      "for i in $(seq 150); do pgrep -x munged >/dev/null || break; sleep 0.1; done; pkill -9 -x munged; true")
   end
 end
 
@@ -77,10 +77,10 @@ t.test("single-node Slurm starts", function()
   t.ok(okm and m:find("Success", 1, true), m)
   sh("SLURM_CONF=" .. conf .. " slurmctld -f " .. conf .. " && SLURM_CONF=" .. conf .. " slurmd -f " .. conf)
   local up = false
-  for _ = 1, 30 do
+  for _ = 1, 150 do
     local _, out = sh("SLURM_CONF=" .. conf .. " sinfo -h -o %t")
     if out:match("idle") then up = true break end
-    sh("sleep 1")
+    sh("sleep 0.2")
   end
   t.ok(up, "the node is idle")
 end)
@@ -100,8 +100,32 @@ KMRUN sweep --strategies ROOT/strategies/implement.lua,ROOT/strategies/repair.lu
 exit 0
 ]]):gsub("DIR", dir):gsub("ROOT", ROOT):gsub("KMRUN", KMRUN), "")
   jf:close()
-  local ok, out = sh("cd " .. dir .. " && SLURM_CONF=" .. conf .. " timeout 120 sbatch --wait " .. job)
+  -- submitted, then its three array tasks polled every 0.1 s until each has ended (sbatch
+  -- --wait polls at 2 s, then 8 s): each must have COMPLETED with exit code 0, as --wait's
+  -- own exit status says of an array
+  local ok, out = sh("cd " .. dir .. " && SLURM_CONF=" .. conf .. " sbatch --parsable " .. job)
   t.ok(ok, out)
+  local id = out:match("^(%d+)")
+  local states
+  for _ = 1, 1200 do
+    local _, q = sh("SLURM_CONF=" .. conf .. " scontrol -o show job " .. tostring(id))
+    states = {}
+    for line in q:gmatch("[^\n]+") do
+      local task = line:match("ArrayTaskId=(%d+)")
+      if task then states[#states + 1] = { task = task, state = line:match("JobState=(%S+)"), exit = line:match("ExitCode=(%S+)") } end
+    end
+    local ended = #states == 3
+    for _, s in ipairs(states) do
+      if s.state == "PENDING" or s.state == "RUNNING" or s.state == "CONFIGURING" or s.state == "COMPLETING" then ended = false end
+    end
+    if ended then break end
+    sh("sleep 0.1")
+  end
+  t.eq(#states, 3, "three array tasks")
+  for _, s in ipairs(states) do
+    t.eq(s.state, "COMPLETED", "array task " .. s.task)
+    t.eq(s.exit, "0:0", "array task " .. s.task)
+  end
   local okm, mout = sh(KMRUN .. " merge " .. dir .. "/all.sqlite " .. dir .. "/shard-1.sqlite " .. dir .. "/shard-2.sqlite " .. dir .. "/shard-3.sqlite")
   t.ok(okm, mout)
   local store = require "km.store"
