@@ -6,7 +6,11 @@
 -- exact tolerance is not flagged (the tiled run really differs from the full one: were the
 -- tiles lost, it would equal it). Problem files written here in KernelBench's form: a scaled
 -- MSE loss flagged at fp16 and bf16 (not fp32), a cross entropy at bf16, a sum of zero-mean
--- inputs never. Skips without a GPU; the problem files also without a CUDA torch (KM_PYTHON).
+-- inputs never. The closed form (km.lint's closed_form, on 8 seeds at the timed shape): the
+-- scalar MSE tasks/l1_mse_loss was until lint version 6 (one mean over 2^28 draws, its 4/3
+-- within the tolerance about 76% of the time), written here, flagged through the GPU backend;
+-- tasks/l1_mse_loss as it is now (a loss per row) not. Skips without a GPU; the problem files
+-- also without a CUDA torch (KM_PYTHON).
 local t = require "km.tap"
 local json = require "km.json"
 local testing = require "km.testing"
@@ -52,7 +56,9 @@ t.test("a task folder with a scalar output: the sample estimate flags its timed 
   t.eq(shapes_of(res, "sample_estimate"), "[1]", out)
   -- nothing the other checks find at every shape (the scale differs by seed; at n = 3 the
   -- seeds' answers differ); too short to time says nothing about the estimate
-  t.eq(others(res, { sample_estimate = true, too_short = true }), "", out)
+  -- a constant at the seeds' mean passes its rtol 2e-2 about 2% of the time, near the 1% the
+  -- closed form flags at: allowed, not required (the GPU's draws are not the CPU's)
+  t.eq(others(res, { sample_estimate = true, closed_form = true, too_short = true }), "", out)
 end)
 
 t.test("the judge agrees: a candidate that reads only the first 1/64 of the inputs at the timed shape is correct", function()
@@ -97,6 +103,79 @@ t.test("the same task at an exact tolerance is not flagged: the tiled run is not
   t.ok(res and res.where == "cuda", out)
   t.eq(shapes_of(res, "sample_estimate"), "[]", out)
   t.eq(others(res, { too_short = true }), "", out)
+end)
+
+-- the scalar MSE that tasks/l1_mse_loss was: CUDA reference only, inputs drawn by the judge
+local OLD = DIR .. "/old_mse_loss"
+testing.sh("mkdir -p " .. OLD)
+testing.write(OLD .. "/task.lua", [[
+return {
+  name = "old_mse_loss", level = 1, category = "loss",
+  description = "loss[0] = mean((pred - target)^2) over n elements.",
+  math = "loss = (1/n) * sum_i (pred_i - target_i)^2",
+  reference = { source = "reference.cu", launch = "reference.lua" },
+  inputs = {
+    { name = "pred", dtype = "f32", shape = { "n" }, init = { "normal", 0, 1 } },
+    { name = "target", dtype = "f32", shape = { "n" }, init = { "uniform", -1, 1 } },
+  },
+  outputs = { { name = "loss", dtype = "f32", shape = { 1 } } },
+  shapes = { { n = 1 << 28 }, { n = 3 }, { n = 1000003 }, { n = 4097 } },
+  tolerance = { f32 = { atol = 1e-6, rtol = 1e-4 } },
+  bytes = "8*n + 4", flops = "3*n",
+}
+]])
+testing.write(OLD .. "/reference.cu", [[
+extern "C" __global__ void mse_partial_ref(const float *pred, const float *target, double *partial, long long n, int P) {
+  int t = blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= P) return;
+  double s = 0.0;
+  for (long long i = t; i < n; i += P) {
+    double d = (double)pred[i] - (double)target[i];
+    s += d * d;
+  }
+  partial[t] = s;
+}
+extern "C" __global__ void mse_final_ref(const double *partial, int P, float *loss, long long n) {
+  __shared__ double sh[256];
+  int t = threadIdx.x;
+  double s = 0.0;
+  for (int i = t; i < P; i += 256) s += partial[i];
+  sh[t] = s;
+  __syncthreads();
+  if (t == 0) {
+    double total = 0.0;
+    for (int i = 0; i < 256; i++) total += sh[i];
+    loss[0] = (float)(total / (double)n);
+  }
+}
+]])
+testing.write(OLD .. "/reference.lua", [[
+return function(k, io, s)
+  local P = 65536
+  local partial = k.scratch("f64", { P })
+  k.mse_partial_ref{ grid = P // 256, block = 256 }(io.pred, io.target, partial, s.n, P)
+  k.mse_final_ref{ grid = 1, block = 256 }(partial, P, io.loss, s.n)
+end
+]])
+
+t.test("closed form on the GPU: the scalar MSE l1_mse_loss was is flagged at its timed shape; the per-row one is not", function()
+  local by, rc, out = lint(OLD)
+  t.eq(rc, 1, out)
+  local res = by["old_mse_loss@own"]
+  t.ok(res and res.where == "cuda", out)
+  t.eq(shapes_of(res, "closed_form"), "[1]", out)
+  local p
+  for _, f in ipairs(res and res.flags or {}) do
+    if f.reason == "closed_form" then p = tonumber(f.detail:match("with probability ([%d.e%-]+)")) end
+  end
+  t.ok(p and p > 0.3, "about 0.73 (sd 1.13e-4 against 1.33e-4): " .. tostring(p))
+  -- two seeds may or may not agree within the tolerance (about 60% of draws): allowed, not required
+  t.eq(others(res, { closed_form = true, trivial_constant = true, input_independent = true, too_short = true }), "", out)
+  local by2, rc2, out2 = lint(ROOT .. "/tasks/l1_mse_loss")
+  local now = by2["l1_mse_loss@own"]
+  t.eq(rc2, 0, out2)
+  t.ok(now and now.where == "cuda", out2)
+  t.eq(others(now, {}), "", out2)
 end)
 
 local okt, info = require("km.kernelbench").available()
