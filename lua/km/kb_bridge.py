@@ -120,7 +120,7 @@ _meta_warm = [False]
 @_api
 def warm_meta():
     """The first op on the meta device imports sympy and torch's meta kernels: 1.0 s on the
-    H200 host, after 1.7 s for torch itself (bench/RESULTS.md, round 8), more on a slow CPU.
+    H200 host, after 1.7 s for torch itself (bench/history/), more on a slow CPU.
     Done once, before a problem is first loaded on meta (a spec built, a precompile), under
     the import's long deadline rather than the problem's; never on a GPU worker's way to a
     problem whose spec is cached, which runs nothing on meta."""
