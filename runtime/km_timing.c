@@ -30,6 +30,7 @@
  *                        test_gate_tamper.lua plays an attacker who learned it), not an API
  *   timing.rel_noise({ ms, ... }) -> the median's relative standard error the stop rule
  *                        compares with its target (no GPU needed)
+ *   timing.median({ ms, ... }) -> the median a timing reports of these samples (no GPU needed)
  *
  * The loop is the timing core's (km_timer_core.c, on CUDA through km_timer_gpu.c), the same
  * one the C API's km_time runs; this file reads the options, calls fn and the hooks for it
@@ -482,7 +483,9 @@ static int l_gate_page_address(lua_State *L) {
 /* timing.rel_noise({ ms, ... }) -> the median's relative standard error that the stop rule
  * compares with its target (km_stats_rel_noise; infinity under 3 samples). No GPU needed:
  * km.judge.cheat_gain asks what a timing's samples may look like when it stops. */
-static int l_rel_noise(lua_State *L) {
+/* The samples at stack index 1 (a list of numbers), sorted, in a boxed array (pushed); who
+ * names the function in errors. Returns the count. */
+static int sorted_samples(lua_State *L, const char *who, double **out) {
   luaL_checktype(L, 1, LUA_TTABLE);
   lua_Integer n = luaL_len(L, 1);
   luaL_argcheck(L, n >= 0 && n <= 1 << 20, 1, "at most 2^20 samples");
@@ -491,11 +494,26 @@ static int l_rel_noise(lua_State *L) {
     lua_geti(L, 1, i + 1);
     int ok;
     v[i] = lua_tonumberx(L, -1, &ok);
-    if (!ok) return luaL_error(L, "timing.rel_noise: sample %d is not a number", (int)(i + 1));
+    if (!ok) return luaL_error(L, "timing.%s: sample %d is not a number", who, (int)(i + 1));
     lua_pop(L, 1);
   }
   qsort(v, (size_t)n, sizeof *v, km_stats_cmp_double);
-  lua_pushnumber(L, km_stats_rel_noise(v, (int)n));
+  *out = v;
+  return (int)n;
+}
+
+static int l_rel_noise(lua_State *L) {
+  double *v;
+  int n = sorted_samples(L, "rel_noise", &v);
+  lua_pushnumber(L, km_stats_rel_noise(v, n));
+  return 1;
+}
+
+/* timing.median(samples) -> the median a timing reports of these samples (NaN for none) */
+static int l_median(lua_State *L) {
+  double *v;
+  int n = sorted_samples(L, "median", &v);
+  lua_pushnumber(L, km_stats_quantile(v, n, 0.5));
   return 1;
 }
 
@@ -508,7 +526,7 @@ static int l_wall(lua_State *L) {
 int luaopen_km_timing(lua_State *L) {
   static const luaL_Reg fns[] = {{"time", l_time}, {"sm_clock", l_sm_clock}, {"wall", l_wall}, {"protocol_key", l_protocol_key},
                                   {"protocol", l_protocol}, {"gate_check", l_gate_check}, {"gc_deferred", l_gc_deferred}, {"finalize", km_gc_finalize},
-                                  {"gate_page_address", l_gate_page_address}, {"rel_noise", l_rel_noise}, {NULL, NULL}};
+                                  {"gate_page_address", l_gate_page_address}, {"rel_noise", l_rel_noise}, {"median", l_median}, {NULL, NULL}};
   static const luaL_Reg no_methods[] = {{NULL, NULL}};
   km_newclass(L, KM_TIMING_EVENTS_MT, no_methods, gpu_gc);
   luaL_newlib(L, fns);

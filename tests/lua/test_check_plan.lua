@@ -44,6 +44,11 @@ t.test("cheat_gain: the stop rule bounds what k fast calls of 10 gain, up to k =
   -- a looser target lets more through; more samples narrow what a given share gains
   t.ok(judge.cheat_gain(10, 6, 0.01) > judge.cheat_gain(10, 6))
   t.ok(timing.rel_noise { 1, 1, 1 } == 0 and timing.rel_noise { 1, 2 } == math.huge)
+  -- the median cheat_gain reads is the one a timing reports (sorted here, interpolated)
+  t.eq(timing.median { 3, 1, 2 }, 2)
+  t.eq(timing.median { 4, 1, 3, 2 }, 2.5)
+  t.ok(timing.median {} ~= timing.median {}, "none: NaN")
+  t.raises(function() timing.median { 1, {} } end, "timing.median: sample 2 is not a number")
   t.raises(function() timing.rel_noise { 1, "x", 3 } end, "not a number")
 end)
 

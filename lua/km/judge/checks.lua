@@ -88,22 +88,19 @@ end
 -- standard error, M.TARGET): its fast calls all at one time f (lower quartiles
 -- only raise the spread), the others at the honest time, f as low as the rule still allows
 -- (a bisection on timing.rel_noise, the rule's own statistic). 1 where the rule allows any f
--- (the interquartile range lies among the fast calls: k >= 8 of 10). km.timing and the
--- quantile are required here, when asked, not when the module loads.
+-- (the interquartile range lies among the fast calls: k >= 8 of 10), the median the one a
+-- timing reports (timing.median). km.timing is required here, when asked, not when the
+-- module loads.
 function M.cheat_gain(n, k, target)
   target = target or M.TARGET
-  local rel_noise = require("km.timing").rel_noise
+  local timing = require "km.timing"
+  local rel_noise = timing.rel_noise
   local function samples(f)
     local s = {}
     for i = 1, n do s[i] = i <= k and f or 1 end
     return s
   end
-  local quantile = require("km.report_metrics").quantile
-  local function median(f)
-    local s = samples(f)
-    table.sort(s)
-    return quantile(s, 0.5)
-  end
+  local function median(f) return timing.median(samples(f)) end
   if k <= 0 then return 0 end
   local tiny = 1e-12
   if rel_noise(samples(tiny)) <= target then return 1 - median(tiny) end
