@@ -3,7 +3,7 @@
 # Lua 5.4 is linked statically; cJSON is bundled beside the binary (build/lib, found
 # through an $ORIGIN rpath) because Debian ships it only as a shared library and the GPU
 # host has no cJSON package. SQLite, libcurl and NVRTC are taken from the host.
-# The CUDA driver is never linked: runtime/km_cuda.c loads it at run time.
+# The CUDA driver is never linked: runtime/core/km_driver.c loads it at run time.
 
 CUDA_HOME ?= /usr/local/cuda
 CC        ?= cc
@@ -17,7 +17,7 @@ CJSON_CFLAGS:= $(shell pkg-config --cflags libcjson 2>/dev/null)
 
 CFLAGS  ?= -O2 -g
 CFLAGS  += -std=gnu11 -Wall -Wextra -Wno-unused-parameter -fno-strict-aliasing \
-           -Iinclude -Iruntime -I$(BUILD) -I$(CUDA_HOME)/include $(LUA_CFLAGS) $(CJSON_CFLAGS)
+           -Iinclude $(RUNTIME_DIRS:%=-I%) -I$(BUILD) -I$(CUDA_HOME)/include $(LUA_CFLAGS) $(CJSON_CFLAGS)
 LDLIBS  := $(LUA_STATIC) -L$(CUDA_HOME)/lib64 -lnvrtc -lcjson -lsqlite3 -lcurl -ldl -lm -lpthread
 LDFLAGS += -Wl,-E -L$(CJSON_LIBDIR) -Wl,-rpath,'$$ORIGIN/lib' -Wl,-rpath,'$$ORIGIN/../lib/kmrun' \
            -Wl,-rpath,$(CUDA_HOME)/lib64
@@ -27,11 +27,16 @@ CFLAGS  += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer
 LDFLAGS += -fsanitize=$(SANITIZE)
 endif
 
-# Every runtime/*.c is part of the program (and of libkmrun and km.so below); files named
-# *_core.c are pure C (no lua_State, no driver) and are also linked into the C unit tests.
-# The plain-C files that call the driver (km_devops.c, km_kernel.c) are not *_core: the tests
-# do not link the driver table.
-SRCS     := $(wildcard runtime/*.c)
+# runtime/ by kind (docs/architecture.md): core/ plain C that never touches lua_State, bind/
+# the Lua bindings (one luaopen_km_X per file), glue/ the program, the C API and the shared
+# Lua helpers; runtime/km.h is shared by all three. Every runtime/*/*.c is part of the program
+# (and of libkmrun and km.so below); files named *_core.c are pure C (no lua_State, no
+# driver) and are also linked into the C unit tests. The plain-C files that call the driver
+# or NVML (km_devops.c, km_kernel.c, km_nvml_lib.c, ...) are not *_core: the tests do not link
+# the driver table.
+RUNTIME_DIRS := runtime runtime/core runtime/bind runtime/glue
+SRCS     := $(wildcard runtime/core/*.c runtime/bind/*.c runtime/glue/*.c)
+HDRS     := $(wildcard $(RUNTIME_DIRS:%=%/*.h))
 OBJS     := $(SRCS:runtime/%.c=$(BUILD)/obj/%.o)
 CORE_OBJS:= $(filter %_core.o,$(OBJS))
 CTESTS   := $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(wildcard tests/c/test_*.c))
@@ -39,7 +44,7 @@ CTESTS   := $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(wildcard tests/c/test_*.c)
 .PHONY: all deps test test-cpu test-gpu check-gpu clean bench demo valgrind model-deps test-model lib install
 all: $(BUILD)/kmrun lib
 
-# Modules are found by their luaopen_km_* symbol: adding runtime/km_x.c is enough.
+# Modules are found by their luaopen_km_* symbol: adding runtime/bind/km_x.c is enough.
 $(BUILD)/km_modules.inc: $(SRCS) | $(BUILD)/obj
 	@grep -ho 'luaopen_km_[a-z][a-z_0-9]*' $(SRCS) | sort -u | sed 's/^luaopen_km_\(.*\)/KM_MODULE(\1)/' > $@.tmp
 	@cmp -s $@.tmp $@ && rm $@.tmp || mv $@.tmp $@
@@ -53,10 +58,12 @@ NVCC ?= $(CUDA_HOME)/bin/nvcc
 $(BUILD)/km_util.fatbin: runtime/kernels/km_util.cu | $(BUILD)/obj
 	$(NVCC) -fatbin -O3 -gencode arch=compute_80,code=[sm_80,compute_80] \
 	  -gencode arch=compute_90,code=sm_90 -o $@ $<
-$(BUILD)/obj/km_blob.o: runtime/km_blob.c $(BUILD)/km_util.fatbin | $(BUILD)/obj
+$(BUILD)/obj/core/km_blob.o: runtime/core/km_blob.c $(BUILD)/km_util.fatbin | $(BUILD)/obj
+	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -DKM_UTIL_FATBIN='"$(BUILD)/km_util.fatbin"' -c -o $@ $<
 
-$(BUILD)/obj/%.o: runtime/%.c $(wildcard runtime/*.h) $(BUILD)/km_modules.inc | $(BUILD)/obj
+$(BUILD)/obj/%.o: runtime/%.c $(HDRS) $(BUILD)/km_modules.inc | $(BUILD)/obj
+	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -c -o $@ $<
 
 $(BUILD)/lib/libcjson.so.1: | $(BUILD)/lib
@@ -66,7 +73,7 @@ $(BUILD)/kmrun: $(OBJS) $(BUILD)/lib/libcjson.so.1
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(OBJS) $(LDLIBS)
 
 # ---- the library (docs/embedding.md) ----
-# include/kmrun.h is the public C API. libkmrun.so/.a hold every runtime/*.c but the program's
+# include/kmrun.h is the public C API. libkmrun.so/.a hold every runtime/*/*.c but the program's
 # main, built again as position-independent code. libkmrun.so uses Debian's shared Lua 5.4
 # (liblua5.4.so.0; the static liblua5.4.a the program links is not position-independent),
 # bundled beside it in $(BUILD)/lib like cJSON, since GPU hosts have no Lua package; it
@@ -75,7 +82,7 @@ $(BUILD)/kmrun: $(OBJS) $(BUILD)/lib/libcjson.so.1
 # static link adds -llua5.4 (kmrun.pc says so). km.so is the Lua 5.4
 # C module (`require "km"` from a stock lua5.4): the same objects without Lua, which the
 # interpreter provides, exporting only luaopen_km*. cJSON is found beside each, as for kmrun.
-LIB_SRCS := $(filter-out runtime/kmrun.c,$(SRCS))
+LIB_SRCS := $(filter-out runtime/glue/kmrun.c,$(SRCS))
 PIC_OBJS := $(LIB_SRCS:runtime/%.c=$(BUILD)/pic/%.o)
 LUA_SHARED := $(shell pkg-config --variable=libdir lua5.4 2>/dev/null)/liblua5.4.so.0
 LIB_LDLIBS := -L$(CJSON_LIBDIR) -L$(CUDA_HOME)/lib64 -lnvrtc -lcjson -lsqlite3 -lcurl -ldl -lm -lpthread
@@ -99,9 +106,11 @@ $(BUILD)/pic $(BUILD)/lib/lua $(BUILD)/examples $(BUILD)/bench:
 	@mkdir -p $@
 $(BUILD)/lib/liblua5.4.so.0: | $(BUILD)/lib
 	cp -L $(LUA_SHARED) $@
-$(BUILD)/pic/km_blob.o: runtime/km_blob.c $(BUILD)/km_util.fatbin | $(BUILD)/pic
+$(BUILD)/pic/core/km_blob.o: runtime/core/km_blob.c $(BUILD)/km_util.fatbin | $(BUILD)/pic
+	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -fPIC -DKM_UTIL_FATBIN='"$(BUILD)/km_util.fatbin"' -c -o $@ $<
-$(BUILD)/pic/%.o: runtime/%.c $(wildcard runtime/*.h) include/kmrun.h $(BUILD)/km_modules.inc | $(BUILD)/pic
+$(BUILD)/pic/%.o: runtime/%.c $(HDRS) include/kmrun.h $(BUILD)/km_modules.inc | $(BUILD)/pic
+	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -fPIC -c -o $@ $<
 
 # Exported: what kmrun.h marks KMRUN_API, nothing else.

@@ -1,5 +1,5 @@
 -- km.args — the one command-line parser of kmrun. Every command (lua/km/cmd/*.lua), the
--- strategy runner's options (km.runner) and kmrun's own flags (km.main, for runtime/kmrun.c)
+-- strategy runner's options (km.runner) and kmrun's own flags (km.main, for runtime/glue/kmrun.c)
 -- are declared as a spec and read here, so all of them answer alike:
 --
 --   --help, -h          the usage on stdout, exit status 0

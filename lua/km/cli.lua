@@ -6,7 +6,7 @@
 --   local ok, why = cli.check_pattern(p)         -- why: "malformed pattern (missing ']')"
 --
 -- A command that finds either answers with that line on stderr and exit status 2; an
--- unexpected Lua error is caught by kmrun's dispatcher (runtime/kmrun.c), one line, status 1.
+-- unexpected Lua error is caught by kmrun's dispatcher (runtime/glue/kmrun.c), one line, status 1.
 local store = require "km.store"
 
 local io_open, pairs, pcall, tostring, type = io.open, pairs, pcall, tostring, type

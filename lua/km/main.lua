@@ -1,5 +1,5 @@
 -- km.main — kmrun's own command line, read with the shared parser (km.args) before
--- runtime/kmrun.c runs anything, and the list of kmrun's commands.
+-- runtime/glue/kmrun.c runs anything, and the list of kmrun's commands.
 --
 --   kmrun [options] [SCRIPT.lua | COMMAND | STRATEGY] [ARGS...]
 --

@@ -1,6 +1,6 @@
 // km_util.cu — kernels kmrun itself needs: random fill, pattern fill, checksum, compare,
 // L2 flush, the empty kernel and the SM clock probe. Built by nvcc into a fatbin that is
-// embedded in the kmrun binary (runtime/km_blob.c), with PTX so newer GPUs JIT it.
+// embedded in the kmrun binary (runtime/core/km_blob.c), with PTX so newer GPUs JIT it.
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 #include <stdint.h>

@@ -234,34 +234,80 @@ local function lua_graph_text()
   return concat(lines, "\n")
 end
 
--- runtime/*.c: its kind (binding: defines luaopen_km_*; plain C: no lua.h; glue: the rest)
--- and the runtime/*.c files whose header it includes (X.h with an X.c beside it).
-local function c_graph()
-  local files, adj, kind = {}, {}, {}
+-- runtime/: each folder holds one kind of C file (docs/architecture.md), and a file's kind is
+-- read from its text: binding (defines luaopen_km_*), plain C (includes no Lua header),
+-- glue (the rest: the program, the C API, the shared Lua helpers).
+local RUNTIME_DIRS = { { dir = "core", kind = "plain C" }, { dir = "bind", kind = "binding" },
+  { dir = "glue", kind = "glue" } }
+local LUA_HEADERS = { ["lua.h"] = true, ["lauxlib.h"] = true, ["lualib.h"] = true }
+
+local function c_kind(src)
+  return src:match("int%s+luaopen_km_[%w_]*%s*%(") and "binding"
+    or (src:match("#include%s+<lua%.h>") or src:match("#include%s+<lauxlib%.h>")) and "glue" or "plain C"
+end
+
+-- -> files (name -> folder) of runtime/*/*.c, headers (name -> folder or "" for runtime/)
+local function c_files()
+  local files, headers = {}, {}
   for _, f in ipairs(assert(sys.readdir("runtime"))) do
-    if f:match("%.c$") then files[f:gsub("%.c$", "")] = true end
+    if f:match("%.h$") then headers[f:gsub("%.h$", "")] = "" end
   end
-  for name in pairs(files) do
-    local src = read("runtime/" .. name .. ".c")
+  for _, d in ipairs(RUNTIME_DIRS) do
+    for _, f in ipairs(assert(sys.readdir("runtime/" .. d.dir))) do
+      if f:match("%.c$") then files[f:gsub("%.c$", "")] = d.dir end
+      if f:match("%.h$") then headers[f:gsub("%.h$", "")] = d.dir end
+    end
+  end
+  return files, headers
+end
+
+local function runtime_path(folder, name, ext)
+  return "runtime/" .. (folder ~= "" and folder .. "/" or "") .. name .. ext
+end
+
+-- A C file's kind and the files whose header it includes (X.h with an X.c in runtime/).
+local function c_graph()
+  local files, headers = c_files()
+  local adj, kind = {}, {}
+  for name, dir in pairs(files) do
+    local path = runtime_path(dir, name, ".c")
+    local src = read(path)
     adj[name] = {}
     for h in src:gmatch('#include%s+"([%w_]+)%.h"') do
-      if files[h] and h ~= name and sys.realpath("runtime/" .. h .. ".h") then adj[name][h] = "runtime/" .. name .. ".c" end
+      if files[h] and h ~= name and headers[h] == files[h] then adj[name][h] = path end
     end
-    kind[name] = src:match("int%s+luaopen_km_[%w_]*%s*%(") and "binding"
-      or (src:match("#include%s+<lua%.h>") or src:match("#include%s+<lauxlib%.h>")) and "glue" or "plain C"
+    kind[name] = c_kind(src)
   end
-  return adj, kind
+  return adj, kind, files
+end
+
+-- Every header a file reaches, through the runtime headers it includes: name -> folder
+local function c_reach(path, headers, seen)
+  seen = seen or {}
+  local src = read(path)
+  for h in src:gmatch('#include%s+"([%w_]+)%.h"') do
+    if headers[h] and not seen[h] then
+      seen[h] = headers[h]
+      c_reach(runtime_path(headers[h], h, ".h"), headers, seen)
+    end
+  end
+  for h in src:gmatch("#include%s+<([%w_]+%.h)>") do
+    if LUA_HEADERS[h] then seen["<" .. h .. ">"] = "lua" end
+  end
+  return seen
 end
 
 local function c_graph_text()
-  local adj, kind = c_graph()
+  local adj, _, files = c_graph()
   local lines = {}
-  for _, k in ipairs { "plain C", "binding", "glue" } do
-    lines[#lines + 1] = k .. ":"
+  for _, d in ipairs(RUNTIME_DIRS) do
+    lines[#lines + 1] = "runtime/" .. d.dir .. " (" .. d.kind .. "):"
     for _, v in ipairs(sorted_keys(adj)) do
-      if kind[v] == k then
-        local deps = sorted_keys(adj[v])
-        lines[#lines + 1] = fmt("  %-20s %s", v, #deps > 0 and ("-> " .. concat(deps, " ")) or "")
+      if files[v] == d.dir then
+        local deps = {}
+        for _, w in ipairs(sorted_keys(adj[v])) do deps[#deps + 1] = files[w] .. "/" .. w end
+        sort(deps)
+        lines[#lines + 1] = fmt("  %-25s %s", d.dir .. "/" .. v, #deps > 0 and ("-> " .. concat(deps, " ")) or "")
         lines[#lines] = lines[#lines]:gsub("%s+$", "")
       end
     end
@@ -353,6 +399,35 @@ t.test("the scheduler does not require the command, nor the problem-file loader 
   t.eq(adj["km.cmd.sweep"]["km.runner"], nil, "kmrun sweep requires km.runner")
   t.eq(adj["km.setup"]["km.runner"], nil, "km.setup requires km.runner")
   t.eq(adj["km.kbtask"]["km.task"], nil, "km.kbtask requires km.task")
+end)
+
+t.test("runtime/'s folders hold their kind: core/ includes no Lua header and no binding's or glue's header, bind/ defines luaopen_km_*", function()
+  local _, kind, files = c_graph()
+  local _, headers = c_files()
+  local want = {}
+  for _, d in ipairs(RUNTIME_DIRS) do want[d.dir] = d.kind end
+  t.ok(files["km_compare_core"] == "core" and files["km_cuda"] == "bind" and files["kmrun"] == "glue", "the files are read")
+  local loose = {}
+  for _, f in ipairs(assert(sys.readdir("runtime"))) do
+    if f:match("%.c$") then loose[#loose + 1] = "runtime/" .. f end
+  end
+  t.eq(concat(loose, " "), "", "C files outside runtime/core, bind and glue")
+  for _, v in ipairs(sorted_keys(files)) do
+    local dir = files[v]
+    t.eq(kind[v], want[dir], dir .. "/" .. v .. ".c is " .. kind[v] .. ", its folder holds " .. want[dir])
+    if dir == "core" then
+      for h, hd in pairs(c_reach(runtime_path(dir, v, ".c"), headers)) do
+        t.ok(hd == "core" or hd == "", "core/" .. v .. ".c includes " .. h .. (hd == "lua" and "" or " (runtime/" .. hd .. ")"))
+      end
+    end
+  end
+  for h, hd in pairs(headers) do
+    if hd == "core" then
+      for inc, ihd in pairs(c_reach(runtime_path(hd, h, ".h"), headers)) do
+        t.ok(ihd == "core" or ihd == "", "core/" .. h .. ".h includes " .. inc)
+      end
+    end
+  end
 end)
 
 t.test("no include circle among runtime/ C files", function()

@@ -1,4 +1,4 @@
--- km.llm's providers are the rows of one table (km_llm_providers[] in runtime/km_llm_core.c):
+-- km.llm's providers are the rows of one table (km_llm_providers[] in runtime/core/km_llm_core.c):
 -- llm.providers() lists them, and what the client says and does is read from those rows —
 -- the names an unknown provider's error offers, how a provider is picked from the
 -- environment, its default base URL, what config() and a reply call it, what the offline

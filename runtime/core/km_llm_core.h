@@ -2,7 +2,7 @@
  * completions and Anthropic Messages APIs, response parsing, the retry/backoff policy,
  * server error text, key scrubbing, cost and budget arithmetic (docs/llm.md).
  *
- * No lua_State and no network here: runtime/km_llm.c moves bytes with libcurl and
+ * No lua_State and no network here: runtime/bind/km_llm.c moves bytes with libcurl and
  * translates Lua tables; tests/c/test_llm_core.c tests this file directly.
  *
  * Providers are rows of one table, km_llm_providers[] (below): a provider's name, where its

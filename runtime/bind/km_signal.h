@@ -1,4 +1,4 @@
-/* km_signal.h — the run's interrupt flag (`require "km.signal"`, runtime/km_signal.c).
+/* km_signal.h — the run's interrupt flag (`require "km.signal"`, runtime/bind/km_signal.c).
  *
  * km_signal_caught is 0, or the number of the first SIGINT/SIGTERM that arrived while
  * km.signal.catch() was in force. Long C loops (km.llm's transfer loop) read it and return

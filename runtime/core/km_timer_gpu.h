@@ -1,7 +1,7 @@
 /* km_timer_gpu.h — the timing core's device on CUDA (km_timer_core.h's ops): event pairs on
  * the launch stream, the L2 flush, graph capture and replay, the SM clock probe, NVML's SM
  * clock and energy window; and the measured ceilings (peaks). Plain C over km_driver.h and
- * km_nvml.h: no lua_State. km.timing (km_timing.c) and km_time (kmrun_api.c) time through it.
+ * km_nvml_lib.h: no lua_State. km.timing (km_timing.c) and km_time (kmrun_api.c) time through it.
  *
  * Ownership: a km_timer_gpu belongs to its caller (on the stack, or in a Lua userdata that
  * releases it when closed); km_timer_gpu_release frees what a run made in it (events, the
@@ -13,7 +13,7 @@
 #define KM_TIMER_GPU_H
 
 #include "km_driver.h"
-#include "km_nvml.h"
+#include "km_nvml_lib.h"
 #include "km_timer_core.h"
 
 typedef struct km_timer_gpu {

@@ -77,7 +77,7 @@ typedef struct km_timer_ops {
   int (*probe)(void *dev, int slot);
   double (*probe_read)(void *dev, int slot);
   int (*read_clock)(void *dev, double *mhz);
-  /* An energy window over the samples (km_nvml.h): 0 when open, else *why says why not. */
+  /* An energy window over the samples (km_nvml_lib.h): 0 when open, else *why says why not. */
   int (*energy_begin)(void *dev, const char **why);
   void (*energy_poll)(void *dev, double calls_done);
   int (*energy_enough)(void *dev);

@@ -1,6 +1,6 @@
 /* km_devops.h — device work in plain C: guarded buffers, fills, random data, checksums,
  * guard checks and the on-GPU compare. No lua_State here: km.buffer and km.compare (the Lua
- * bindings) and the public C API (include/kmrun.h, runtime/kmrun_api.c) all call these, so
+ * bindings) and the public C API (include/kmrun.h, runtime/glue/kmrun_api.c) all call these, so
  * each operation has one implementation.
  *
  * Ownership: a km_devbuf is a plain value the caller owns; km_devbuf_alloc fills it with a

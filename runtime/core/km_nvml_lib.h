@@ -1,14 +1,14 @@
-/* km_nvml.h — NVML (libnvidia-ml.so.1) as the other C modules see it: energy, memory and
+/* km_nvml_lib.h — NVML (libnvidia-ml.so.1) as the other C modules see it: energy, memory and
  * clocks of a GPU, where the library is there.
  *
- * NVML is never linked: km_nvml.c opens it with dlopen on first use (KM_NVML_LIB names
+ * NVML is never linked: km_nvml_lib.c opens it with dlopen on first use (KM_NVML_LIB names
  * another file, for tests), calls nvmlInit_v2 once and keeps it loaded for the process.
  * Without it every call fails with a reason; nothing else in kmrun needs it.
  * Devices are named by NVML index or, better, by UUID ("GPU-xxxxxxxx-..."), which is the
  * same for CUDA and NVML whatever CUDA_VISIBLE_DEVICES and device ordering say.
- * Pure C: no lua_State below, except the binding in km_nvml.c. */
-#ifndef KM_NVML_H
-#define KM_NVML_H
+ * Pure C: no lua_State; the binding, `require "km.nvml"`, is runtime/bind/km_nvml.c. */
+#ifndef KM_NVML_LIB_H
+#define KM_NVML_LIB_H
 #include <stdint.h>
 
 typedef struct km_nvml_dev_s *km_nvml_dev; /* NVML's nvmlDevice_t, opaque */

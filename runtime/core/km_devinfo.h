@@ -1,6 +1,6 @@
 /* km_devinfo.h — a device's facts in plain C: the one reading of name, compute capability,
  * memory, caches, clocks, limits, UUID and driver version behind km.cuda.device() (the Lua
- * binding, runtime/km_cuda.c) and km_device() (the public C API, runtime/kmrun_api.c). No
+ * binding, runtime/bind/km_cuda.c) and km_device() (the public C API, runtime/glue/kmrun_api.c). No
  * lua_State here; each front end picks the fields it shows.
  *
  * Not a *_core.c file: it calls the driver (km_driver.h), which the C unit tests do not link.

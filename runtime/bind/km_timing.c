@@ -77,7 +77,7 @@
  * clock_moved is true when max exceeds min by more than CLOCK_MOVED (2%): the samples were
  * not all taken at one clock, so compare such a time with care.
  *
- * Energy (NVML, km_nvml.h), with `energy = true` only (otherwise energy_unavailable says
+ * Energy (NVML, km_nvml_lib.h), with `energy = true` only (otherwise energy_unavailable says
  * "not measured"): NVML's energy counter moves in steps (~100 ms apart on the
  * H200), so while samples run the host polls it (instead of blocking on the next sample's
  * end event) and notes, at each step, how many timed calls had completed. energy_j = the

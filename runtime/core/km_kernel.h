@@ -1,7 +1,7 @@
 /* km_kernel.h — modules, kernels and launches in plain C: how a module is loaded, how a
  * kernel is found and its parameters described, how a launch configuration is read and how
  * the launch is issued and its failure worded. No lua_State here: km.cuda (the Lua binding,
- * runtime/km_cuda.c) and the public C API (runtime/kmrun_api.c) both call these, so each
+ * runtime/bind/km_cuda.c) and the public C API (runtime/glue/kmrun_api.c) both call these, so each
  * fact has one implementation. Turning the caller's values into cuLaunchKernel's parameter
  * array stays with the caller (Lua values in km_cuda.c; the C API takes the array as is).
  *

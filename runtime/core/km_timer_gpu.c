@@ -8,7 +8,7 @@
 
 #include "km_timer_gpu.h"
 #include "km_driver.h"
-#include "km_nvml.h"
+#include "km_nvml_lib.h"
 #include "km_timer_core.h"
 
 /* ==== the L2 flush scratch (the process's) ==== */
