@@ -10,9 +10,9 @@
 -- what it has. Ratios are geometric means; "x eager" is the time over eager's (above 1: slower).
 -- Exit status: 0, 2 on usage errors, 3 where there is no GPU (the reason on stderr).
 local task = require "km.task"
-local eval = require "km.eval"
+local eval = require "km.run.eval"
 local A = require "km.args"
-local EXIT = require("km.runner").EXIT
+local EXIT = require("km.run.runner").EXIT
 
 local SPEC = A.spec {
   name = "bench/baselines_table.lua",

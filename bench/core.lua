@@ -9,7 +9,7 @@
 local nvrtc, cuda = require "km.nvrtc", require "km.cuda"
 local buffer, timing = require "km.buffer", require "km.timing"
 local A = require "km.args"
-local EXIT = require("km.runner").EXIT
+local EXIT = require("km.run.runner").EXIT
 
 local SPEC = A.spec {
   name = "bench/core.lua", synopsis = "[OUT.md]",
@@ -141,8 +141,8 @@ local ncpu = tonumber(io.popen("nproc"):read("l")) or 1
 s0 = wall()
 for _, r in ipairs(nvrtc.compile_many(list, { threads = ncpu })) do assert(not r.error, r.error) end
 local parallel = wall() - s0
--- and through compile processes (km.compiler, as the worker pool warms its cache)
-local eval = require "km.eval"
+-- and through compile processes (km.run.compiler, as the worker pool warms its cache)
+local eval = require "km.run.eval"
 local nproc = math.min(16, ncpu)
 local comp = eval.compilers(nproc)
 for i = 1, nproc do comp.submit(SRC50 .. "\n// start " .. i, { cache = false }) end -- start them

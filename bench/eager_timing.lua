@@ -12,7 +12,7 @@ local judge_mod = require "km.judge"
 local task = require "km.task"
 local python = require "km.python"
 local A = require "km.args"
-local EXIT = require("km.runner").EXIT
+local EXIT = require("km.run.runner").EXIT
 
 local SPEC = A.spec {
   name = "bench/eager_timing.lua", synopsis = "PROBLEM.py...",

@@ -4,10 +4,10 @@
 -- Usage: kmrun bench/eval.lua [OUT.md] [--no-torch]
 -- Exit status: 0, 2 on usage errors, 3 where there is no GPU (the reason on stderr).
 local task = require "km.task"
-local eval = require "km.eval"
+local eval = require "km.run.eval"
 local json = require "km.json"
 local A = require "km.args"
-local EXIT = require("km.runner").EXIT
+local EXIT = require("km.run.runner").EXIT
 
 local SPEC = A.spec {
   name = "bench/eval.lua", synopsis = "[OUT.md] [options]",

@@ -10,7 +10,7 @@
 -- timed (compile_mode "off"); energy is not measured. Exit status: 0, 1 when an evaluation is
 -- not correct, 2 on usage errors, 3 where there is no GPU (the reason on stderr).
 local A = require "km.args"
-local EXIT = require("km.runner").EXIT
+local EXIT = require("km.run.runner").EXIT
 
 local SPEC = A.spec {
   name = "bench/eval_stages.lua", synopsis = "PROBLEM.py [CANDIDATE_DIR] [options]",
@@ -33,7 +33,7 @@ local function lap(what)
   print(("%-44s %.3f s"):format(what, wall() - t))
   t = wall()
 end
-local kb = require "km.kernelbench"
+local kb = require "km.task.kernelbench"
 local okt, terr = kb.available()
 if not okt then io.stderr:write("bench/eval_stages.lua: PyTorch: ", tostring(terr), "\n") return 1 end
 lap("import torch")

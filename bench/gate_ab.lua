@@ -11,7 +11,7 @@ local judge_mod = require "km.judge"
 local task = require "km.task"
 local timing = require "km.timing"
 local A = require "km.args"
-local EXIT = require("km.runner").EXIT
+local EXIT = require("km.run.runner").EXIT
 
 local SPEC = A.spec {
   name = "bench/gate_ab.lua", synopsis = "TASK_OR_PROBLEM...",

@@ -7,7 +7,7 @@
 -- Usage: kmrun bench/headline.lua [OUT.md] [--tasks DIR] [--compile-mode M]
 -- Exit status: 0, 2 on usage errors, 3 where there is no GPU (the reason on stderr).
 local A = require "km.args"
-local EXIT = require("km.runner").EXIT
+local EXIT = require("km.run.runner").EXIT
 
 local SPEC = A.spec {
   name = "bench/headline.lua", synopsis = "[OUT.md] [options]",
@@ -44,7 +44,7 @@ local function summarize(path)
   return sum
 end
 
--- The timings a pass measured and kept in its baselines folder (km.baseline records made
+-- The timings a pass measured and kept in its baselines folder (km.task.baseline records made
 -- since `since`, UTC text): the PyTorch baselines (eager, torch.compile: their compile_seconds)
 -- and the cached timings (CUDA reference, starter), with their samples and why each stopped.
 local function kept_timings(dir, since)
@@ -62,7 +62,7 @@ local function kept_timings(dir, since)
       k.stops[why] = (k.stops[why] or 0) + 1
       if (tonumber(rec.gate_timeouts) or 0) > 0 then k.ungated = k.ungated + 1 end
       if type(rec.compile_seconds) == "number" then k.compiled, k.compile_seconds = k.compiled + 1, k.compile_seconds + rec.compile_seconds end
-      -- km.precompile: compiled ahead by the pool's precompiler; inductor's FX graph cache
+      -- km.task.precompile: compiled ahead by the pool's precompiler; inductor's FX graph cache
       if rec.precompiled == true then k.precompiled = k.precompiled + 1 end
       k.cache_hits = k.cache_hits + (tonumber(rec.compile_cache_hits) or 0)
       k.cache_misses = k.cache_misses + (tonumber(rec.compile_cache_misses) or 0)

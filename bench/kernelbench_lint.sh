@@ -2,12 +2,12 @@
 # bench/kernelbench_lint.sh KB_DIR [BUILD] [OUT.md] — kmrun tasks lint over KernelBench's
 # levels 1-3 at fp32, fp16 and bf16 on a GPU host (references run through the judge on the
 # GPU, and timed), then a markdown table in OUT.md (default /tmp/kernelbench_lint.md): per
-# level and precision, the problems linted and flagged, the count per reason (km.lint's
+# level and precision, the problems linted and flagged, the count per reason (km.task.lint's
 # REASONS, the sample estimate of a loss's one element among them), and the names.
 # KB_DIR is a KernelBench checkout's KernelBench/ folder (level1..3), never copied into this
 # repository. Needs a python with torch (KM_PYTHON, else python3); results are kept in
 # KM_LINT_DIR (default ~/.cache/kmrun/lint), so a second run only prints; they are keyed by
-# km.lint's version, so a run after a check was added or changed lints every problem again.
+# km.task.lint's version, so a run after a check was added or changed lints every problem again.
 # One `kmrun tasks lint` per problem file, JOBS at a time (default 8; level 3 first, the
 # slowest), then those that ran out of GPU memory again RETRY_JOBS at a time (default 2), all
 # under one deadline of DEADLINE_S seconds (default 3000): a problem not finished by then is

@@ -6,7 +6,7 @@
 -- undone (a result's `unchecked`, e.g. out of GPU memory) and nothing flagged: never counted
 -- as passing.
 local json = require "km.json"
-local lint = require "km.lint"
+local lint = require "km.task.lint"
 local sys = require "km.sys"
 local dir, out, gpu, jobs = arg[1], arg[2], arg[3], arg[4]
 if dir == "-h" or dir == "--help" then

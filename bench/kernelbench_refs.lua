@@ -12,7 +12,7 @@ local judge_mod = require "km.judge"
 local task = require "km.task"
 local timing = require "km.timing"
 local A = require "km.args"
-local EXIT = require("km.runner").EXIT
+local EXIT = require("km.run.runner").EXIT
 
 local SPEC = A.spec {
   name = "bench/kernelbench_refs.lua", synopsis = "[options] DIR...",
@@ -44,7 +44,7 @@ for _, f in ipairs(files) do
   if timing.wall() - t0 > max_s then break end
   local w0 = timing.wall()
   local why
-  local key = require("km.kbtask").key(f, precision)
+  local key = require("km.task.kbtask").key(f, precision)
   local t, err = task.load(key)
   if not t then why = err
   else

@@ -38,7 +38,7 @@
 -- energy is not measured. Exit status: 0, 1 when an evaluation is not correct, 2 on usage
 -- errors, 3 where there is no GPU (the reason on stderr).
 local A = require "km.args"
-local EXIT = require("km.runner").EXIT
+local EXIT = require("km.run.runner").EXIT
 
 local SPEC = A.spec {
   name = "bench/measure_profile.lua", synopsis = "[TASK_DIR...] [options]",

@@ -3,7 +3,7 @@
 -- (kmrun's NO_GPU, as for the Lua scripts in bench/).
 --
 --   "$B/kmrun" bench/need_gpu.lua "$0" || exit $?
-local EXIT = require("km.runner").EXIT
+local EXIT = require("km.run.runner").EXIT
 local name = arg[1]
 if name == "-h" or name == "--help" then
   print("usage: kmrun bench/need_gpu.lua NAME   (exit 0 with a usable GPU, else 3 and why)")

@@ -12,7 +12,7 @@
 -- offset in its GiB, y - x in MiB, median, quartiles, samples. Exit status: 0, 2 on usage
 -- errors, 3 where there is no GPU (the reason on stderr).
 local A = require "km.args"
-local EXIT = require("km.runner").EXIT
+local EXIT = require("km.run.runner").EXIT
 
 local SPEC = A.spec {
   name = "bench/placement.lua", synopsis = "[options]",

@@ -1,4 +1,4 @@
--- bench/precompile_gpu_work.lua — whether km.precompile runs anything on the GPU: each
+-- bench/precompile_gpu_work.lua — whether km.task.precompile runs anything on the GPU: each
 -- problem file (a KernelBench problem, a task's reference.py) is precompiled as the pool's
 -- precompiler does it (kb_bridge.precompile, mode default), under torch.profiler with CUDA
 -- activity (CUPTI), in one Python process with an empty inductor cache, after the
@@ -13,13 +13,13 @@
 -- Exit status: 0, 1 when CUPTI saw GPU work during a precompile, 2 on usage errors, 3 where
 -- there is no GPU (the reason on stderr).
 local A = require "km.args"
-local EXIT = require("km.runner").EXIT
+local EXIT = require("km.run.runner").EXIT
 local json = require "km.json"
 local sys = require "km.sys"
 
 local SPEC = A.spec {
   name = "bench/precompile_gpu_work.lua", synopsis = "PATH... [options]",
-  about = "Precompiles problem files under CUPTI: what km.precompile leaves to the judge, and any GPU work it ran (none expected).",
+  about = "Precompiles problem files under CUPTI: what km.task.precompile leaves to the judge, and any GPU work it ran (none expected).",
   positional = { { "paths", "PATH", "problem files, or folders searched for *.py", many = true } },
   options = {
     { "precision", "P", "fp32 (default), fp16 or bf16", type = "choice", choices = { "fp32", "fp16", "bf16" }, default = "fp32" },
@@ -81,7 +81,7 @@ local dev = require("km.cuda").device()
 local py = os.getenv("KM_PYTHON") or "python3"
 local list = {}
 for i, p in ipairs(files) do list[i] = "'" .. p:gsub("'", "'\\''") .. "'" end
-local cmd = ("TORCHINDUCTOR_CACHE_DIR=%s/inductor CUDA_VISIBLE_DEVICES=%d %s %s %s/lua/km %s %s 2>%s/stderr.txt")
+local cmd = ("TORCHINDUCTOR_CACHE_DIR=%s/inductor CUDA_VISIBLE_DEVICES=%d %s %s %s/lua/km/task %s %s 2>%s/stderr.txt")
   :format(tmp, dev.index or 0, py, probe, ROOT, a.precision, table.concat(list, " "), tmp)
 local p = assert(io.popen(cmd))
 local rows, warm = {}, nil
@@ -109,7 +109,7 @@ for _, r in ipairs(rows) do
     gpu[#gpu + 1] = ("%s: %d (%s)"):format(short(r.path), r.gpu, table.concat(r.names or {}, "; "))
   end
 end
-say("# km.precompile under CUPTI: %s, torch in %s, %s", dev.name, py, os.date("!%Y-%m-%d %H:%M UTC"))
+say("# km.task.precompile under CUPTI: %s, torch in %s, %s", dev.name, py, os.date("!%Y-%m-%d %H:%M UTC"))
 say("")
 say("| problems | compiled ahead | refused (GPU work) | not compiled (other) | with GPU work seen | compile seconds (ahead) |")
 say("| --- | --- | --- | --- | --- | --- |")

@@ -11,13 +11,13 @@
 -- the disk cache or measured) is reported apart; the N after it are the per-candidate cost.
 -- --dry-run writes and loads both tasks and says what it would run, with no GPU. Exit status:
 -- 0, 2 on usage errors, 3 where there is no GPU (the reason on stderr).
-local eval = require "km.eval"
+local eval = require "km.run.eval"
 local task = require "km.task"
 local testing = require "km.testing"
 local timing = require "km.timing"
 local cuda = require "km.cuda"
 local A = require "km.args"
-local EXIT = require("km.runner").EXIT
+local EXIT = require("km.run.runner").EXIT
 
 local SPEC = A.spec {
   name = "bench/pytorch_cost.lua",
@@ -39,7 +39,7 @@ local twin, problem = dir .. "/cuda/l1_relu", dir .. "/l1_relu.py"
 assert(os.execute(("mkdir -p '%s' && cp -r '%s/tasks/l1_relu/.' '%s'"):format(twin, ROOT, twin)))
 assert(os.execute(("cp '%s/tasks/l1_relu/reference.py' '%s'"):format(ROOT, problem)))
 -- The twin verifies the shapes the problem file does: its own (n = 2^28) and the held-out
--- one the problem file gets (km.kbtask), so the ratio is the reference's cost and not a
+-- one the problem file gets (km.task.kbtask), so the ratio is the reference's cost and not a
 -- second shape's. Without torch the problem file does not load: the twin keeps one shape.
 local pt = task.load(problem)
 local held = pt and pt.shapes[2] and pt.shapes[2].n
@@ -93,7 +93,7 @@ local function side(path, out, extra)
     return { name = "relu" .. i, source = SRC:format(i), launch = LAUNCH:format(b, b, out) }
   end
   -- every candidate compiled before the first is judged, on both sides alike: in a running
-  -- pool the driver compiles waiting jobs ahead (km.eval), so neither side's per-candidate
+  -- pool the driver compiles waiting jobs ahead (km.run.eval), so neither side's per-candidate
   -- cost holds NVRTC (the side run second would otherwise find the first side's compiles)
   local all = {}
   for i = 0, a.n do all[#all + 1] = cand(i) end

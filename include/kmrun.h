@@ -275,7 +275,7 @@ KMRUN_API km_status km_traj_steps(km_traj *t, int64_t episode, km_step_fn fn, vo
 /* ==== Lua (the embedded Lua 5.4 with every km.* module) ==== */
 
 /* Runs a Lua script or strategy file as `kmrun path argv...` does: a script that returns a
- * function is a strategy, run over the tasks argv names (km.runner). GPU work goes to
+ * function is a strategy, run over the tasks argv names (km.run.runner). GPU work goes to
  * worker processes (the kmrun program installed beside this library, or $KM_EXE), so the
  * calling process opens no CUDA context. *exit_status gets the script's exit status.
  * The Lua library is found beside this library (../share/kmrun/lua) or through $KM_PATH.

@@ -2,7 +2,7 @@
 -- read_guidance, submit — until it submits or runs out of turns.
 --
 -- --set turns=15  model turns before the episode ends without a submission (default 3 x --rounds)
-local prompt = require "km.prompt"
+local prompt = require "km.run.prompt"
 
 local function code_args(desc)
   return { type = "object", required = { "kernel_cu", "launch_lua" }, properties = {
@@ -34,7 +34,7 @@ return function(ctx)
   for _ = 1, ctx.args.turns or ctx.args.rounds * 3 do
     -- tool_choice: servers such as llama.cpp's ignore tools unless asked to use them
     local reply = ctx.llm:chat(messages, { tools = TOOLS, tool_choice = "auto" })
-    if not reply then break end -- a model error: the episode ends on it (km.model)
+    if not reply then break end -- a model error: the episode ends on it (km.run.model)
     table.insert(messages, { role = "assistant", content = reply.content or "", tool_calls = reply.tool_calls,
       km_call = reply.km_call })
     if not reply.tool_calls or #reply.tool_calls == 0 then

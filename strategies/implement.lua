@@ -1,5 +1,5 @@
 -- implement: one shot. Show the task, ask once, judge the answer.
-local prompt = require "km.prompt"
+local prompt = require "km.run.prompt"
 
 return function(ctx)
   local messages = prompt.implement(ctx.task, {

@@ -1,7 +1,7 @@
 -- optimize: get a correct kernel, then show the model its time, the roofline fraction and
 -- guidance for a correct kernel of this category; keep the fastest correct version.
-local prompt = require "km.prompt"
-local steps = require "km.steps"
+local prompt = require "km.run.prompt"
+local steps = require "km.run.steps"
 
 return function(ctx)
   local messages = prompt.implement(ctx.task, { forms = ctx.args.forms })

@@ -1,8 +1,8 @@
 -- repair_then_tune: implement -> repair until correct -> tune its parameters -> keep the
 -- fastest correct version (re-measured). Offline, the task's starter is repaired (it is
 -- already correct) and tuned.
-local prompt = require "km.prompt"
-local steps = require "km.steps"
+local prompt = require "km.run.prompt"
+local steps = require "km.run.steps"
 
 return function(ctx)
   local messages = prompt.implement(ctx.task, {

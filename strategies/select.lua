@@ -2,8 +2,8 @@
 -- --models if given, judge them all, keep the fastest correct one.
 --
 -- --set draw_temperature=0.8  the sampling temperature of the drafts (higher: more varied)
-local prompt = require "km.prompt"
-local steps = require "km.steps"
+local prompt = require "km.run.prompt"
+local steps = require "km.run.steps"
 
 return function(ctx)
   local messages = prompt.implement(ctx.task, { forms = ctx.args.forms })

@@ -2,7 +2,7 @@
 -- --method), skipping duplicates and points that break the constraints; the winner is
 -- measured again beside the runner-up.
 local task = require "km.task"
-local steps = require "km.steps"
+local steps = require "km.run.steps"
 
 return function(ctx)
   local cand = assert(task.starter(ctx.task), ctx.task.name .. " has no starter to tune")

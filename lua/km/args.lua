@@ -1,5 +1,5 @@
 -- km.args — the one command-line parser of kmrun. Every command (lua/km/cmd/*.lua), the
--- strategy runner's options (km.runner) and kmrun's own flags (km.main, for runtime/glue/kmrun.c)
+-- strategy runner's options (km.run.runner) and kmrun's own flags (km.main, for runtime/glue/kmrun.c)
 -- are declared as a spec and read here, so all of them answer alike:
 --
 --   --help, -h          the usage on stdout, exit status 0
@@ -35,7 +35,7 @@
 --   integers >= 0), choice (one of choices), choices (a list, each one of choices),
 --   pattern (a Lua pattern, checked), dir (an existing folder), file (an existing file),
 --   path (a path that need not exist).
--- Strategy options that no spec knows travel as --set NAME=VALUE (km.runner).
+-- Strategy options that no spec knows travel as --set NAME=VALUE (km.run.runner).
 local cli = require "km.cli"
 
 local fmt, concat, rep, sub, find = string.format, table.concat, string.rep, string.sub, string.find

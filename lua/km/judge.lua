@@ -1,6 +1,6 @@
 -- km.judge — evaluate one candidate against a task, in this process, on this GPU.
 --
--- This is what a GPU worker (km.worker) runs; strategies go through km.eval, which keeps
+-- This is what a GPU worker (km.run.worker) runs; strategies go through km.run.eval, which keeps
 -- the judge in a child process so a faulting kernel takes down only the worker.
 --
 --   local judge = require("km.judge").new()

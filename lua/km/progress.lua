@@ -10,9 +10,9 @@
 --                                                     --        seconds (done), failed (done) }
 --   local p = progress.printer("kmrun eval", io.stderr) -- events as lines: p.event(ev [, delay]), p.tick(), p.close()
 --
--- Who announces what: km.kernelbench torch's import (the first km.kernelbench.available()),
--- km.kbtask a spec it builds (none read from the spec cache), km.worker the reference's
--- load and the baselines (from the judge's holds), km.eval a candidate compiled ahead. A GPU
+-- Who announces what: km.task.kernelbench torch's import (the first km.task.kernelbench.available()),
+-- km.task.kbtask a spec it builds (none read from the spec cache), km.run.worker the reference's
+-- load and the baselines (from the judge's holds), km.run.eval a candidate compiled ahead. A GPU
 -- worker's sink sends each event to the driver as a frame (`{ id, progress = ev }`); the
 -- pool hands it to its `on_progress` (docs/eval.md, "What a cold start says").
 local wall = require("km.timing").wall

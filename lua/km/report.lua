@@ -12,22 +12,22 @@
 -- KernelBench where it defines them (fast_p); docs/report.md defines every number.
 --
 -- This module is the façade: each concern has its own module, and the names below are theirs.
---   km.report_load      load: episodes from stores
---   km.report_metrics   build, metrics and the numbers behind them (pass@k, curves, the task map)
---   km.report_text      text: number formats, the tables' cells, the terminal layout
---   km.report_json      json
---   km.report_csv       csv_files
---   km.report_svg       svg_*: the charts
---   km.report_html      html: the page
+--   km.report.load      load: episodes from stores
+--   km.report.metrics   build, metrics and the numbers behind them (pass@k, curves, the task map)
+--   km.report.text      text: number formats, the tables' cells, the terminal layout
+--   km.report.json      json
+--   km.report.csv       csv_files
+--   km.report.svg       svg_*: the charts
+--   km.report.html      html: the page
 local M = {}
 
-local report_load = require "km.report_load"
-local metrics = require "km.report_metrics"
-local text = require "km.report_text"
-local json = require "km.report_json"
-local csv = require "km.report_csv"
-local svg = require "km.report_svg"
-local html = require "km.report_html"
+local report_load = require "km.report.load"
+local metrics = require "km.report.metrics"
+local text = require "km.report.text"
+local json = require "km.report.json"
+local csv = require "km.report.csv"
+local svg = require "km.report.svg"
+local html = require "km.report.html"
 
 local ipairs, pairs, assert = ipairs, pairs, assert
 

@@ -1,7 +1,7 @@
 -- km.statuses — every status kmrun names, one row each: the judge's verdicts, the rounds
 -- that produced no candidate, the compile-only verdict and the episode's store statuses.
 -- km.verdict owns it (and re-exports it as verdict.statuses); everything that asks "what
--- is this status" asks here: the judge, km.model, the ctx, the sweep, guidance, the
+-- is this status" asks here: the judge, km.run.model, the ctx, the sweep, guidance, the
 -- report, the dataset tools and the commands. Adding a status is adding a row.
 --
 --   local statuses = require "km.statuses"
@@ -80,7 +80,7 @@ M.ROWS = {
   { name = "compiled", stage = "compile", colour = "#9ecae1", failure = false, stops = true, ends_as = "compiled",
     episode = true, exit = 3, meaning = "the kernel compiles and launch.lua loads; not run (no GPU)" },
   { name = "no_correct_candidate", stage = "run", failure = true,
-    meaning = "none of the candidates a strategy's pick weighed was correct (km.steps.pick)" },
+    meaning = "none of the candidates a strategy's pick weighed was correct (km.run.steps.pick)" },
   { name = "failed", stage = "episode", failure = true, episode = true,
     meaning = "the episode ended on a verdict other than correct, compiled or model_error" },
   { name = "running", stage = "episode", failure = false, episode = true, unfinished = true,

@@ -14,7 +14,7 @@
 local sandbox = require "km.sandbox"
 local limits = require "km.limits"
 local sys = require "km.sys"
-local shape = require "km.shape"
+local shape = require "km.task.shape"
 
 local M = {}
 
@@ -27,8 +27,8 @@ local FILE_OPTS = { budget = 1e7, memory = 64 << 20, time = 2 } -- task.lua, par
 M.MAX_FILE = MAX_FILE
 
 local LEVELS = { [1] = true, [2] = true, [3] = true }
--- the dtypes a task may use (with their sizes in bytes) and shape expressions: km.shape,
--- which km.kbtask uses too; kept here under their old names
+-- the dtypes a task may use (with their sizes in bytes) and shape expressions: km.task.shape,
+-- which km.task.kbtask uses too; kept here under their old names
 local DTYPES = shape.DTYPE_BYTES
 M.DTYPE_BYTES = DTYPES
 M.eval_expr, M.fmt_shape, M.shape_of, M.numel = shape.eval_expr, shape.fmt_shape, shape.shape_of, shape.numel
@@ -99,8 +99,8 @@ end
 -- Loads and validates dir/task.lua; returns the task table (with dir, files read) or
 -- nil, "dir/task.lua: field: why".
 function M.load(dir)
-  -- a KernelBench problem file is a task as it is (km.kbtask; needs PyTorch)
-  local kbtask = require "km.kbtask"
+  -- a KernelBench problem file is a task as it is (km.task.kbtask; needs PyTorch)
+  local kbtask = require "km.task.kbtask"
   if kbtask.is_problem(dir) then return kbtask.load(dir) end
   dir = dir:gsub("/+$", "")
   local file = dir .. "/task.lua"
@@ -141,7 +141,7 @@ function M.load(dir)
     end
     -- reference.pytorch: the same truth in KernelBench's form (reference.py), carried as
     -- pytorch_file (its resolved path) and pytorch_text. ref.pytorch itself is cleared:
-    -- on a task table it means "PyTorch is THE reference" (a problem file, km.kbtask).
+    -- on a task table it means "PyTorch is THE reference" (a problem file, km.task.kbtask).
     if ref.pytorch ~= nil then
       local name = ref.pytorch
       if type(name) ~= "string" or not name:match("%.py$") then
@@ -208,7 +208,7 @@ function M.load(dir)
 end
 
 -- The tasks under dir, unloaded: each task folder (with a task.lua) and problem file (.py),
--- sorted by name; a problem file named at the precision (km.kbtask.key).
+-- sorted by name; a problem file named at the precision (km.task.kbtask.key).
 -- "2_foo" before "10_foo": names compared with their runs of digits as numbers
 -- (KernelBench's problem files are numbered 1_ ... 100_).
 function M.natural_less(a, b)
@@ -226,13 +226,13 @@ function M.entries(dir, precision)
   for _, name in ipairs(names) do
     local d = dir:gsub("/+$", "") .. "/" .. name
     if limits.realpath(d .. "/task.lua") then out[#out + 1] = d -- exists; never opened here (a FIFO would block)
-    elseif name:match("%.py$") and limits.realpath(d) then out[#out + 1] = require("km.kbtask").key(d, precision) end
+    elseif name:match("%.py$") and limits.realpath(d) then out[#out + 1] = require("km.task.kbtask").key(d, precision) end
   end
   return out
 end
 
 -- Every task folder under dir (sorted by name); errors are returned alongside. precision
--- (fp16, bf16): the precision KernelBench problem files in it load at (km.kbtask).
+-- (fp16, bf16): the precision KernelBench problem files in it load at (km.task.kbtask).
 -- progress(k, n, path): called before each task loads.
 function M.list(dir, precision, progress)
   local tasks, errors = {}, {}

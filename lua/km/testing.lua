@@ -172,25 +172,25 @@ end
 
 -- PyTorch in the embedded Python (KM_PYTHON), or the whole test file skipped saying why.
 -- opts.gpu: a GPU first (t.require_gpu: a skip, or a failure under KM_REQUIRE_GPU=1);
--- opts.cuda: a CUDA build of torch. Returns km.kernelbench, what its available() said, and
+-- opts.cuda: a CUDA build of torch. Returns km.task.kernelbench, what its available() said, and
 -- km.cuda where a GPU was asked for.
 function M.require_torch(t, opts)
   opts = opts or {}
   local cuda = opts.gpu and t.require_gpu() or nil
-  local kb = require "km.kernelbench"
+  local kb = require "km.task.kernelbench"
   local ok, info = kb.available()
   if not ok then t.skip_all("PyTorch not available (set KM_PYTHON to a python with torch): " .. tostring(info)) end
   if opts.cuda and not info.cuda_version then t.skip_all("torch " .. info.version .. " is a CPU-only build") end
   return kb, info, cuda
 end
 
--- Writes DIR/km/kernelbench.lua, a shim (put DIR first on KM_PATH) that appends "worker" or
+-- Writes DIR/km/task/kernelbench.lua, a shim (put DIR first on KM_PATH) that appends "worker" or
 -- "driver" to the file KM_TEST_TORCH_LOG names at each process's first
--- km.kernelbench.available() — the call that imports torch. -> DIR
+-- km.task.kernelbench.available() — the call that imports torch. -> DIR
 function M.torch_import_shim(dir)
-  assert(sys.mkdir(dir .. "/km"))
-  M.write(dir .. "/km/kernelbench.lua", [[
-local real = dofile(package.km_libdir .. "/km/kernelbench.lua")
+  assert(sys.mkdir(dir .. "/km/task"))
+  M.write(dir .. "/km/task/kernelbench.lua", [[
+local real = dofile(package.km_libdir .. "/km/task/kernelbench.lua")
 local available, first = real.available, true
 real.available = function(...)
   if first then
@@ -295,7 +295,7 @@ function M.fake_llm_server_or_skip(t, opts)
 end
 
 -- A pool whose verdicts come from judge(task, candidate, opts) at once: the interface of
--- km.eval's pool (eval, submit, poll, pending, close, device, slots).
+-- km.run.eval's pool (eval, submit, poll, pending, close, device, slots).
 function M.fake_pool(judge)
   local pool = { device = { name = "fake GPU", arch = "sm_90" }, slots = { {} }, done = {}, evals = 0 }
   function pool:eval(t, c, o) self.evals = self.evals + 1 return judge(t, c, o or {}) end
@@ -365,7 +365,7 @@ function M.strategy(name)
   return { name = name, fn = assert(loadfile(root .. "/strategies/" .. name .. ".lua"))() }
 end
 
--- A sweep run in this process as `kmrun STRATEGY` and `kmrun sweep` run one (km.sweep), for
+-- A sweep run in this process as `kmrun STRATEGY` and `kmrun sweep` run one (km.run.sweep), for
 -- a test to look at its store and what it printed. o:
 --   strategies  { name, fn } rows, or strategy: the name of one in the tree's strategies/
 --   tasks       loaded tasks
@@ -383,16 +383,16 @@ end
 local OWN = { strategy = true, store = true, argv = true, args = true, judge = true, client = true, capture = true }
 
 function M.sweep(o)
-  local store, sweep, llm = require "km.store", require "km.sweep", require "km.llm"
+  local store, sweep, llm = require "km.store", require "km.run.sweep", require "km.llm"
   local root = M.paths()
-  local a = assert(require("km.runner").parse_args(o.argv or {}))
+  local a = assert(require("km.run.runner").parse_args(o.argv or {}))
   if type(o.args) == "function" then o.args(a) else for k, v in pairs(o.args or {}) do a[k] = v end end
   local db = assert(store.open(o.store))
   local opts = { strategies = o.strategy and { M.strategy(o.strategy) }, models = { false }, repeats = 1, store = db,
     pool = o.judge and M.fake_pool(o.judge), args = a, jobs = a.jobs,
     make_client = function() return llm.new(o.client or { provider = "offline" }) end }
   for k, v in pairs(o) do if not OWN[k] then opts[k] = v end end
-  if o.guidance == true then opts.guidance = require("km.guidance").load(root .. "/guidance") end
+  if o.guidance == true then opts.guidance = require("km.run.guidance").load(root .. "/guidance") end
   local file, real_out, real_err, real_print
   if o.capture then
     file = os.tmpname()

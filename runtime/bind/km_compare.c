@@ -171,7 +171,7 @@ static void dev_fetch(void *c, int which, int64_t i, double *d, int64_t *iv) {
 }
 
 /* A km.Buffer at 1 and, at 2, a km.Buffer or a range of device memory of the first's dtype,
- * { ptr = address, nbytes = n } (a PyTorch reference's own output, kept by km.kernelbench):
+ * { ptr = address, nbytes = n } (a PyTorch reference's own output, kept by km.task.kernelbench):
  * their dtype (the same), pointers and element count; raises. */
 static km_dtype dev_args(lua_State *L, CUdeviceptr *pa, CUdeviceptr *pb, uint64_t *n) {
   km_cuda_check(L);

@@ -5,7 +5,7 @@
  *   if sig.caught() then ... end   -- "SIGINT", "SIGTERM" or nil
  *   sig.release()            -- the handlers that were there before catch()
  *
- * A run (km.sweep) stops starting work when the flag is set, marks what was in flight as
+ * A run (km.run.sweep) stops starting work when the flag is set, marks what was in flight as
  * interrupted in the store and returns; no Lua error is raised, so no traceback is printed.
  * A second signal while the flag is set restores the default action and re-raises it: a
  * second Ctrl-C ends the process at once, as users expect.

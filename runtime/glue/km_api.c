@@ -1,7 +1,8 @@
 /* km_api.c — how a Lua state gets kmrun's modules and library (km_api.h): the built-in
- * modules into package.preload, package.path from KM_PATH and the library's folder, and
- * where the library and the kmrun program are. Used by the kmrun program (kmrun.c), the C
- * API's km_run_script (kmrun_api.c) and `require "km"` (km_lua_module.c). */
+ * modules into package.preload, the public names of Lua modules (a searcher), package.path
+ * from KM_PATH and the library's folder, and where the library and the kmrun program are.
+ * Used by the kmrun program (kmrun.c), the C API's km_run_script (kmrun_api.c) and
+ * `require "km"` (km_lua_module.c). */
 #define _GNU_SOURCE /* dladdr */
 #include <dlfcn.h>
 #include <limits.h>
@@ -27,10 +28,65 @@ static const luaL_Reg builtin[] = {
 #undef KM_MODULE
     {NULL, NULL}};
 
+/* The public names: the modules strategies and user code require by the names docs/strategies.md
+ * shows, mapped to where they live in lua/km's folders. One table, read by the searcher below,
+ * which every host's Lua state gets (kmrun, km_run_script, `require "km"` from a stock lua5.4).
+ * The tree itself uses the new names (tests/lua/test_public_names.lua checks both). */
+static const struct {
+  const char *name, *module;
+} public_names[] = {
+    {"km.prompt", "km.run.prompt"},   {"km.steps", "km.run.steps"},       {"km.search", "km.run.search"},
+    {"km.context", "km.run.context"}, {"km.model", "km.run.model"},       {"km.guidance", "km.run.guidance"},
+    {"km.eval", "km.run.eval"},       {"km.runner", "km.run.runner"},     {"km.dataset", "km.data.dataset"},
+    {"km.dedup", "km.data.dedup"},    {"km.kernelbench", "km.task.kernelbench"},
+};
+
+/* loader(name, module): require(module), so both names give the one table. */
+static int public_load(lua_State *L) {
+  lua_getglobal(L, "require");
+  lua_pushvalue(L, 2);
+  lua_call(L, 1, 1);
+  return 1;
+}
+
+/* package.searchers' last entry: a public name -> its loader; after the others, so a file of
+ * that name on KM_PATH or LUA_PATH still comes first. */
+static int public_searcher(lua_State *L) {
+  const char *name = luaL_checkstring(L, 1);
+  for (size_t i = 0; i < sizeof public_names / sizeof public_names[0]; i++) {
+    if (strcmp(name, public_names[i].name) == 0) {
+      lua_pushcfunction(L, public_load);
+      lua_pushstring(L, public_names[i].module);
+      return 2;
+    }
+  }
+  lua_pushfstring(L, "no public name '%s' (km_api.c)", name);
+  return 1;
+}
+
+/* Adds public_searcher to package.searchers once per state. */
+static void add_public_searcher(lua_State *L) {
+  static const char key = 0;
+  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &key) != LUA_TNIL) {
+    lua_pop(L, 1);
+    return;
+  }
+  lua_pop(L, 1);
+  lua_getglobal(L, "package");
+  if (lua_getfield(L, -1, "searchers") == LUA_TTABLE) {
+    lua_pushcfunction(L, public_searcher);
+    lua_rawseti(L, -2, (lua_Integer)luaL_len(L, -2) + 1);
+    lua_pushboolean(L, 1);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &key);
+  }
+  lua_pop(L, 2);
+}
+
 /* Every built-in km.* module, and km itself (open_km: km_lua_module.c's luaopen_km, passed
  * in so that this file does not depend on the module that calls it), into package.preload
- * (kept when already there). */
+ * (kept when already there); the public names' searcher into package.searchers. */
 void km_api_preload(lua_State *L, lua_CFunction open_km) {
+  add_public_searcher(L);
   luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_PRELOAD_TABLE);
   if (lua_getfield(L, -1, "km") == LUA_TNIL) {
     lua_pushcfunction(L, open_km);

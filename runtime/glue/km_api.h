@@ -20,7 +20,8 @@ void km_api_find_paths(char *libdir, size_t nl, char *exe, size_t ne);
 
 #ifdef LUA_VERSION_NUM
 /* Every built-in km.* module, and km itself (open_km: luaopen_km), into package.preload
- * (kept when already there). */
+ * (kept when already there); a searcher for the public names of Lua modules (km.prompt for
+ * km.run.prompt, ...) at the end of package.searchers, once. */
 void km_api_preload(lua_State *L, lua_CFunction open_km);
 /* Adds KM_PATH's folders (':'-separated), then libdir when it is not "", to a package.path
  * being built in b: "D/?.lua;D/?/init.lua" each, ';' between. */

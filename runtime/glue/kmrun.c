@@ -206,7 +206,7 @@ static int run_script(lua_State *L, const char *fname, char **argv, int argc, in
   if (lua_isfunction(L, -1) && fname) {
     /* a strategy: `return function(ctx) ... end` runs over the tasks named in arg */
     lua_getglobal(L, "require");
-    lua_pushliteral(L, "km.runner");
+    lua_pushliteral(L, "km.run.runner");
     status = docall(L, 1, 1);
     if (status != LUA_OK) { report(L, status); return -1; }
     lua_getfield(L, -1, "main");    /* [fn, runner, main] */

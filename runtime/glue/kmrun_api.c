@@ -866,9 +866,9 @@ km_status km_run_script(const char *path, int argc, const char *const *argv, int
     for (int i = 0; i < argc; i++) lua_pushstring(L, argv[i] ? argv[i] : "");
     ls = docall(L, argc, 1);
   }
-  if (ls == LUA_OK && lua_isfunction(L, -1)) { /* a strategy: km.runner runs it over the tasks */
+  if (ls == LUA_OK && lua_isfunction(L, -1)) { /* a strategy: km.run.runner runs it over the tasks */
     lua_getglobal(L, "require");
-    lua_pushliteral(L, "km.runner");
+    lua_pushliteral(L, "km.run.runner");
     ls = docall(L, 1, 1);
     if (ls == LUA_OK) {
       lua_getfield(L, -1, "main"); /* [fn, runner, main] */

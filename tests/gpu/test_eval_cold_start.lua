@@ -1,5 +1,5 @@
 -- GPU: kmrun eval's cold start (issue 17 item 5) with the real worker and judge. On a
--- problem file with empty caches torch is imported once, by the worker (a km.kernelbench put
+-- problem file with empty caches torch is imported once, by the worker (a km.task.kernelbench put
 -- before the library's through KM_PATH notes each process's first available(), the call that
 -- imports torch); the stages are told on stderr and not on stdout; a second run with warm
 -- caches tells no spec, compile or baseline, and its --json stdout is the verdict alone; with

@@ -13,7 +13,7 @@ local nvrtc = require "km.nvrtc"
 local buffer = require "km.buffer"
 local timing = require "km.timing"
 local task = require "km.task"
-local baseline = require "km.baseline"
+local baseline = require "km.task.baseline"
 local judge_mod = require "km.judge"
 local testing = require "km.testing"
 
@@ -302,7 +302,7 @@ end)
 ----------------------------------------------------------------------------------------
 -- a PyTorch eager baseline (the number speedups are divided by) timed over a written page
 
-local kb = require "km.kernelbench"
+local kb = require "km.task.kernelbench"
 if not kb.available() then
   t.skip("a PyTorch baseline over a written page", "PyTorch not available (set KM_PYTHON)")
 else

@@ -46,7 +46,7 @@ return function(k, io, s)
 end]] }
 
 local judge = require("km.judge").new()
-local tk = assert(require("km.kbtask").load(RELU))
+local tk = assert(require("km.task.kbtask").load(RELU))
 
 t.test("the problem file has a held-out shape: three quarters of each size, made odd", function()
   t.eq(#tk.shapes, 2)
@@ -95,7 +95,7 @@ t.test("kmrun tasks lint on the GPU: the sound problem exits 0, timed; the divid
   for _, f in ipairs(res.flags) do reasons[f.reason] = true end
   t.ok(reasons.trivial_zeros, "zeros pass: " .. json.encode(res.flags))
   -- and the judge agrees: zeros are judged correct on the degenerate problem
-  local td = assert(require("km.kbtask").load(DIVIDED))
+  local td = assert(require("km.task.kbtask").load(DIVIDED))
   local v = judge:eval(td, { name = "zeros", source = SOURCE, launch = ZEROS.launch }, { timing = false, seeds = 1 })
   t.ok(v.status == "correct" or tostring(v.feedback):find("degenerate", 1, true),
     "what lint says passes does pass (or the judge's own degenerate check refuses the task): " .. tostring(v.feedback))

@@ -6,7 +6,7 @@
 -- exact tolerance is not flagged (the tiled run really differs from the full one: were the
 -- tiles lost, it would equal it). Problem files written here in KernelBench's form: a scaled
 -- MSE loss flagged at fp16 and bf16 (not fp32), a cross entropy at bf16, a sum of zero-mean
--- inputs never. The closed form (km.lint's closed_form, on 8 seeds at the timed shape): the
+-- inputs never. The closed form (km.task.lint's closed_form, on 8 seeds at the timed shape): the
 -- scalar MSE tasks/l1_mse_loss was until lint version 6 (one mean over 2^28 draws, its 4/3
 -- within the tolerance about 76% of the time), written here, flagged through the GPU backend;
 -- tasks/l1_mse_loss as it is now (a loss per row) not. Skips without a GPU; the problem files
@@ -178,7 +178,7 @@ t.test("closed form on the GPU: the scalar MSE l1_mse_loss was is flagged at its
   t.eq(others(now, {}), "", out2)
 end)
 
-local okt, info = require("km.kernelbench").available()
+local okt, info = require("km.task.kernelbench").available()
 if not okt or not info.cuda_version then
   t.skip("problem files on the GPU", "no CUDA torch (set KM_PYTHON to a python with a CUDA build of torch): " ..
     tostring(okt and ("torch " .. tostring(info.version) .. " is a CPU-only build") or info))

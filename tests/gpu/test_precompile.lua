@@ -1,4 +1,4 @@
--- GPU: km.precompile on CUDA.
+-- GPU: km.task.precompile on CUDA.
 -- - Precompiling runs nothing on the GPU: every task's reference.py, and a problem whose
 --   misaligned fp16 matmul inductor would benchmark padded and plain, leave no kernel, copy
 --   or fill in CUPTI's record (torch.profiler), whatever each compile's outcome.
@@ -9,8 +9,8 @@ local t = require "km.tap"
 local testing = require "km.testing"
 testing.require_torch(t, { gpu = true, cuda = true })
 local task = require "km.task"
-local eval = require "km.eval"
-local pre = require "km.precompile"
+local eval = require "km.run.eval"
+local pre = require "km.task.precompile"
 local json = require "km.json"
 local sys = require "km.sys"
 local wall = require("km.timing").wall

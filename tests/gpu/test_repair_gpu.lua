@@ -4,8 +4,8 @@ local t = require "km.tap"
 t.require_gpu()
 local testing = require "km.testing"
 local task = require "km.task"
-local eval = require "km.eval"
-local prompt = require "km.prompt"
+local eval = require "km.run.eval"
+local prompt = require "km.run.prompt"
 
 local server, ROOT = testing.fake_llm_server_or_skip(t)
 

@@ -14,7 +14,7 @@
 local t = require "km.tap"
 t.require_gpu()
 local task = require "km.task"
-local eval = require "km.eval"
+local eval = require "km.run.eval"
 local testing = require "km.testing"
 
 local ROOT = testing.paths()
@@ -71,7 +71,7 @@ t.test("a task folder: one input element spiked to make the reference's maximum 
   end
 end)
 
-local kb_ok = require("km.kernelbench").available()
+local kb_ok = require("km.task.kernelbench").available()
 if not kb_ok then
   t.skip("a problem file: a spiked row makes training-mode batch norm's answer trivial", "PyTorch not available here")
 else

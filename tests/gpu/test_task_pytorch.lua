@@ -7,7 +7,7 @@
 -- the reference's under the task's tolerance; the inputs must come out unchanged. The
 -- bridge checks every buffer against the problem's own tensors, so a shape set other than
 -- the first is its own problem: reference.py with the shape symbols set after it. fp32,
--- TF32 off (km.kernelbench's default). One line per task. Skips without a GPU or torch.
+-- TF32 off (km.task.kernelbench's default). One line per task. Skips without a GPU or torch.
 local t = require "km.tap"
 local testing = require "km.testing"
 local kb, _, cuda = testing.require_torch(t, { gpu = true, cuda = true })

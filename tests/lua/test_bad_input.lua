@@ -31,7 +31,7 @@ local function one_line(label, err, rc, name, want_rc)
 end
 
 ----------------------------------------------------------------------------------------
--- a real store, as km.runner writes one: model turns, a final candidate and verdict, a summary
+-- a real store, as km.run.runner writes one: model turns, a final candidate and verdict, a summary
 
 local GOOD = dir .. "/good.sqlite"
 local N_EPISODES = 40

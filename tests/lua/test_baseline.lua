@@ -1,10 +1,10 @@
--- PyTorch baselines on the CPU (km.baseline's keys and records: tests/lua/test_jsoncache.lua):
+-- PyTorch baselines on the CPU (km.task.baseline's keys and records: tests/lua/test_jsoncache.lua):
 -- torch.compile through the bridge (a mode that fails falls back, every mode failing is a
 -- clear error, the compiled model gives eager's values on the same memory), a task's own
 -- names for its reference.py, and the options that choose baselines. The judge measures
 -- baselines on the GPU (tests/gpu/test_task_pytorch.lua). Skips without torch.
 local t = require "km.tap"
-local baseline = require "km.baseline"
+local baseline = require "km.task.baseline"
 local compare = require "km.compare"
 local testing = require "km.testing"
 local kb = testing.require_torch(t)
@@ -87,7 +87,7 @@ end)
 t.test("options: --baselines and --compile-mode, checked and mapped", function()
   local o = baseline.judge_opts({})
   t.eq(o.eager, true)
-  t.eq(o.compile_mode, nil, "the default mode (km.kernelbench.COMPILE_MODE)")
+  t.eq(o.compile_mode, nil, "the default mode (km.task.kernelbench.COMPILE_MODE)")
   o = baseline.judge_opts { baselines = { "eager" }, compile_mode = "default" }
   t.eq(o.eager, true)
   t.eq(o.compile_mode, "off")
@@ -112,7 +112,7 @@ t.test("options: --baselines and --compile-mode, checked and mapped", function()
 end)
 
 t.test("a problem's spec is kept on disk by content: read back without torch, read again when the file changes", function()
-  local jc, kbtask = require "km.jsoncache", require "km.kbtask"
+  local jc, kbtask = require "km.jsoncache", require "km.task.kbtask"
   local specs = DIR .. "/specs"
   local dir_of = jc.dir
   jc.dir = function(kind, env) return kind == "specs" and specs or dir_of(kind, env) end
@@ -156,7 +156,7 @@ end)
 
 -- The judge's baseline logic with stand-ins for its GPU parts: host buffers for its pool,
 -- a wall-clock timer for km.timing's protocol, torch on the CPU. What is real: the task,
--- its reference.py through the bridge with the task's names, torch.compile, km.baseline's
+-- its reference.py through the bridge with the task's names, torch.compile, km.task.baseline's
 -- folder, and Judge:baselines itself (order, cache, errors, the pool's hold messages).
 local judge_mod = require "km.judge"
 local task = require "km.task"

@@ -87,7 +87,7 @@ end)
 
 t.test("pytorch_cost.lua --dry-run: its CUDA twin keeps the task's name and loads; the problem file loads with torch", function()
   local out, rc = kmrun("pytorch_cost.lua", "--dry-run --n 2", NO_GPU)
-  local okk, why = require("km.kernelbench").available()
+  local okk, why = require("km.task.kernelbench").available()
   -- the twin verifies the problem file's shapes: its own and the held-out one
   t.ok(out:find(("would judge 3 candidates against [^\n]*/cuda/l1_relu %%(CUDA reference, shapes: %d%%)"):format(okk and 2 or 1)), out)
   if okk then
@@ -228,7 +228,7 @@ end)
 
 -- KernelBench's package imports with the stand-ins, where kb/kbsrc was extracted (never in CI)
 local KB_CHECK = "kb_harness.py --check imports KernelBench's package with the stand-ins"
-local okk, why = require("km.kernelbench").available()
+local okk, why = require("km.task.kernelbench").available()
 if not io.open(ROOT .. "/kb/kbsrc/src/kernelbench/eval.py") then
   t.skip(KB_CHECK, "no kb/kbsrc here (bench/kb_harness.sh --help says how to extract it)")
 elseif not okk then

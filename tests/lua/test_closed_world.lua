@@ -298,8 +298,8 @@ db:close()
     t.ok(not plain(text, KEY), format .. ": the key is in the export")
     t.ok(plain(text, MARK), format .. ": no mark in the export: " .. text)
   end
-  -- and km.dataset, which export builds its lines from, in this process
-  local dataset = require "km.dataset"
+  -- and km.data.dataset, which export builds its lines from, in this process
+  local dataset = require "km.data.dataset"
   local store = require "km.store"
   scrub.add(KEY)
   local h = assert(store.open(db, { readonly = true }))
@@ -399,7 +399,7 @@ end)
 
 t.test("GPU workers and compile processes are started with clean_env", function()
   local proc = require "km.proc"
-  local eval = require "km.eval"
+  local eval = require "km.run.eval"
   local spawn = proc.spawn
   local seen = {}
   proc.spawn = function(argv, o)

@@ -1,10 +1,10 @@
--- km.dataset and km.dedup: suite stats, near-duplicate tasks (synthetic copies and the real
+-- km.data.dataset and km.data.dedup: suite stats, near-duplicate tasks (synthetic copies and the real
 -- tasks/), stratified sampling of a synthetic store, and `kmrun export --sample`.
 local t = require "km.tap"
 local testing = require "km.testing"
 local task = require "km.task"
-local dataset = require "km.dataset"
-local dedup = require "km.dedup"
+local dataset = require "km.data.dataset"
+local dedup = require "km.data.dedup"
 local store = require "km.store"
 local json = require "km.json"
 local wall = require("km.timing").wall
@@ -296,7 +296,7 @@ t.test("failure and speedup buckets", function()
   t.ok(err:find("colour", 1, true))
 end)
 
--- A synthetic store shaped as km.runner writes it.
+-- A synthetic store shaped as km.run.runner writes it.
 local MIX = {
   -- n, category, forms, failure_modes, final status, speedup, reasoning chars, model calls
   { 12, "gemm", { "description", "math" }, { correct = 1 }, "correct", 1.2, 100, 1 },

@@ -20,7 +20,7 @@ t.test("the section is there, with a problem file, kernel.cu and launch.lua", fu
   t.ok(section:find("`s` for a problem file holds only its scalar inputs", 1, true), "says what s holds")
 end)
 
-local okk, why = require("km.kernelbench").available()
+local okk, why = require("km.task.kernelbench").available()
 local with_torch = okk and t.test or function(name) t.skip(name, "PyTorch not available (KM_PYTHON): " .. tostring(why)) end
 with_torch("kmrun eval judges it: compiled without a GPU (exit 3), correct with one (exit 0)", function()
   local dir = testing.tmpdir()

@@ -1,15 +1,15 @@
--- km.episode drives one episode: a fake strategy's requests come out of ep:resume in order
+-- km.run.episode drives one episode: a fake strategy's requests come out of ep:resume in order
 -- ("eval", "chat", "chat_many"), its answers go back in, and it ends "done" with the status,
 -- verdict and summary its row in the store also holds; ep:interrupt ends it "interrupted";
 -- a strategy that raises ends "error" with a reason; a model that refuses the key stops the
--- run. Through km.sweep: chat_many yields to the scheduler (the episodes in flight move on
+-- run. Through km.run.sweep: chat_many yields to the scheduler (the episodes in flight move on
 -- while its requests wait), and ctx.models() is served by the run's one client factory
 -- (--base-url, budgets, prices as for ctx.llm).
 local t = require "km.tap"
 local testing = require "km.testing"
-local episode = require "km.episode"
-local sweep = require "km.sweep"
-local setup = require "km.setup"
+local episode = require "km.run.episode"
+local sweep = require "km.run.sweep"
+local setup = require "km.run.setup"
 local store = require "km.store"
 local task = require "km.task"
 
@@ -19,7 +19,7 @@ local CAND = { name = "c", source = 'extern "C" __global__ void rowsum() {}', la
 local REPLY_CODE = "```cuda\nextern \"C\" __global__ void rowsum() {}\n```\n```lua\nreturn function(k, io, s) end\n```"
 
 local function args(list)
-  local a = assert(setup.finish_args(assert(require("km.args").read(require("km.runner").spec(), list or {}))))
+  local a = assert(setup.finish_args(assert(require("km.args").read(require("km.run.runner").spec(), list or {}))))
   a.quiet = true
   return a
 end
@@ -193,11 +193,11 @@ end)
 local function select_like(ctx)
   local name = ctx.task.name
   local many = ctx.llm:chat_many({ { { role = "user", content = name .. "-1" } }, { { role = "user", content = name .. "-2" } } })
-  local cand = require("km.prompt").extract(many[1][1].content)
+  local cand = require("km.run.prompt").extract(many[1][1].content)
   return cand, ctx.eval(cand)
 end
 
-t.test("through km.sweep, chat_many yields: both episodes' requests are out before any reply is back", function()
+t.test("through km.run.sweep, chat_many yields: both episodes' requests are out before any reply is back", function()
   local db = assert(store.open(DIR .. "/sweep_many.sqlite"))
   local log = {}
   local made = 0

@@ -4,7 +4,7 @@
 -- never calls a speedup over eager one "over the reference".
 local t = require "km.tap"
 local testing = require "km.testing"
-local runner = require "km.runner"
+local runner = require "km.run.runner"
 local task = require "km.task"
 
 local dir = testing.tmpdir()

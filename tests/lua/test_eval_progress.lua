@@ -1,5 +1,5 @@
 -- What a cold start says (issue 17 item 5): km.progress's stages, their frames from a GPU
--- worker through km.eval's pool, the pool's compile ahead of a worker's set-up, and
+-- worker through km.run.eval's pool, the pool's compile ahead of a worker's set-up, and
 -- `kmrun eval`'s lines on stderr, on the CPU:
 --   * without a GPU, on a task folder and on a KernelBench problem file (torch from
 --     KM_PYTHON): importing torch, building the spec, compiling, each once, on stderr only;
@@ -12,7 +12,7 @@
 --     stderr, and a warm run tells none of them but torch's import.
 local t = require "km.tap"
 local progress = require "km.progress"
-local eval = require "km.eval"
+local eval = require "km.run.eval"
 local json = require "km.json"
 local testing = require "km.testing"
 
@@ -101,7 +101,7 @@ local STANDIN = testing.standin_worker(DIR .. "/standin.lua", [[
   say { stage = "torch", state = "start" }
   ch:send(json.encode { id = req.id, hold = "task" })
   if req.candidate.name == "setup" then
-    local compiled, wall = require("km.eval").compiled, require("km.timing").wall
+    local compiled, wall = require("km.run.eval").compiled, require("km.timing").wall
     local o, t0 = require("km.judge").compile_opts("sm_90", req.candidate.params or {}), wall()
     while not compiled(req.candidate.source, o, os.getenv("KM_CACHE_DIR")) and wall() - t0 < 10 do
       os.execute("sleep 0.05")
@@ -209,7 +209,7 @@ t.test("kmrun eval without a GPU on a task folder: the compile is told once, on 
 end)
 
 -- torch for the rest: from KM_PYTHON
-local kb_ok, kb_why = require("km.kernelbench").available()
+local kb_ok, kb_why = require("km.task.kernelbench").available()
 if not kb_ok then
   t.skip("kmrun eval on a problem file", "PyTorch not available (set KM_PYTHON to a python with torch): " .. tostring(kb_why))
   os.execute("rm -rf " .. DIR)
@@ -235,7 +235,7 @@ t.test("kmrun eval without a GPU on a problem file: torch's import, the spec and
   t.ok(out:find("^compiled  slow_relu  "), out)
 end)
 
--- The GPU path with a stand-in judge: the real worker (km.worker), pool and kmrun eval; the
+-- The GPU path with a stand-in judge: the real worker (km.run.worker), pool and kmrun eval; the
 -- judge's set-up and holds as the real one's (a PyTorch reference loaded under the hold
 -- "torch", baselines not kept yet measured under "eager" then "compile"), on the CPU.
 local SHIM = DIR .. "/shim"
@@ -245,7 +245,7 @@ local real = dofile(package.km_libdir .. "/km/judge.lua")
 real.new = function()
   local cuda = require "km.cuda"
   cuda.synchronize = function() return true end -- no context to check
-  local task_mod, kb = require "km.task", require "km.kernelbench"
+  local task_mod, kb = require "km.task", require "km.task.kernelbench"
   local J = { device = { name = "stand-in", arch = "sm_90" }, tasks = {} }
   function J:task_state(tk)
     if type(tk) == "string" then
@@ -279,7 +279,7 @@ real.new = function()
 end
 return real
 ]])
--- each process's first km.kernelbench.available() (the one that imports torch), noted
+-- each process's first km.task.kernelbench.available() (the one that imports torch), noted
 testing.torch_import_shim(SHIM)
 
 t.test("kmrun eval with a GPU worker: torch imported once, by the worker; its slow stages told", function()

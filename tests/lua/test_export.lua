@@ -5,7 +5,7 @@ local t = require "km.tap"
 local testing = require "km.testing"
 local store = require "km.store"
 local json = require "km.json"
-local sft = require "km.sft"
+local sft = require "km.data.sft"
 
 local ROOT, KMRUN = testing.paths()
 local dir = testing.tmpdir()

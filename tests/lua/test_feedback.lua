@@ -2,7 +2,7 @@
 -- the baseline it was divided by, and taken from the verdict that holds it (issue 19).
 local t = require "km.tap"
 local feedback = require "km.feedback"
-local prompt = require "km.prompt"
+local prompt = require "km.run.prompt"
 
 -- A problem file's verdict: eager 1.02 ms (the speedup's baseline), the reference as the
 -- judge timed it 5 ms, torch.compile 0.9 ms; the candidate 0.81 ms.

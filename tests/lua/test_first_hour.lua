@@ -73,7 +73,7 @@ t.test("1. tasks lint without PyTorch: unchecked, said once, never flagged nor k
 end)
 
 t.test("1. lint results: a machine's lack refused by put, a flag without a shape printed without nil", function()
-  local lint = require "km.lint"
+  local lint = require "km.task.lint"
   local task = require "km.task"
   local tk = assert(task.load(RELU))
   local res = lint.run(tk, { backend = { where = "cpu",
@@ -92,7 +92,7 @@ t.test("1. lint results: a machine's lack refused by put, a flag without a shape
   t.ok(not text:find("nil", 1, true) and not text:find("held-out)  Syntax", 1, true), text)
 end)
 
-local kb_ok = require("km.kernelbench").available()
+local kb_ok = require("km.task.kernelbench").available()
 if kb_ok then
   t.test("1. tasks lint with PyTorch: the reference runs on the CPU, its result kept under what it depended on", function()
     local lints = DIR .. "/lint-torch"

@@ -1,9 +1,9 @@
--- km.guidance: the guides in guidance/ load with valid headers, cover every task category,
+-- km.run.guidance: the guides in guidance/ load with valid headers, cover every task category,
 -- selection follows the documented rules, malformed headers are reported by file and line,
 -- and every ```cuda snippet compiles with NVRTC for sm_90 (no GPU needed).
 local t = require "km.tap"
 local testing = require "km.testing"
-local G = require "km.guidance"
+local G = require "km.run.guidance"
 
 local ROOT = testing.paths()
 local DIR = ROOT .. "/guidance"
@@ -74,7 +74,7 @@ t.test("the statuses G knows are the judge's plus too_slow and no_code", functio
   local ok, judge = pcall(require, "km.judge")
   if ok then want = judge.STATUSES end
   local known = set_of(G.STATUSES)
-  for _, s in ipairs(want) do t.ok(known[s], "judge status " .. s .. " unknown to km.guidance") end
+  for _, s in ipairs(want) do t.ok(known[s], "judge status " .. s .. " unknown to km.run.guidance") end
   t.eq(#G.STATUSES, #want + 2)
 end)
 

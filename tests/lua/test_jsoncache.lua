@@ -1,8 +1,8 @@
 -- Content keys and records on disk without Python or a GPU: km.hash (SHA-256, checked
--- against FIPS 180-4's examples), km.jsoncache, and km.baseline's keys and records on it.
+-- against FIPS 180-4's examples), km.jsoncache, and km.task.baseline's keys and records on it.
 local t = require "km.tap"
 local hash = require "km.hash"
-local baseline = require "km.baseline"
+local baseline = require "km.task.baseline"
 local testing = require "km.testing"
 
 local DIR = testing.tmpdir()
@@ -69,11 +69,11 @@ t.test("records: put then get, atomically; corrupt or foreign files are missing"
   t.raises(function() baseline.get("../../etc/passwd", dir) end, "64-hex-digit key")
   t.raises(function() baseline.put(k, { n = 3 }, dir) end, "number median")
   -- the folder: KM_BASELINE_DIR, else under XDG_CACHE_HOME, else ~/.cache
-  local out = sh("KM_BASELINE_DIR=/x/y " .. KMRUN .. " -e 'print(require(\"km.baseline\").dir())'")
+  local out = sh("KM_BASELINE_DIR=/x/y " .. KMRUN .. " -e 'print(require(\"km.task.baseline\").dir())'")
   t.ok(out:find("^/x/y\n"), out)
-  out = sh("env -u KM_BASELINE_DIR XDG_CACHE_HOME=/c " .. KMRUN .. " -e 'print(require(\"km.baseline\").dir())'")
+  out = sh("env -u KM_BASELINE_DIR XDG_CACHE_HOME=/c " .. KMRUN .. " -e 'print(require(\"km.task.baseline\").dir())'")
   t.ok(out:find("^/c/kmrun/baselines\n"), out)
-  out = sh("env -u KM_BASELINE_DIR -u XDG_CACHE_HOME HOME=/h " .. KMRUN .. " -e 'print(require(\"km.baseline\").dir())'")
+  out = sh("env -u KM_BASELINE_DIR -u XDG_CACHE_HOME HOME=/h " .. KMRUN .. " -e 'print(require(\"km.task.baseline\").dir())'")
   t.ok(out:find("^/h/.cache/kmrun/baselines\n"), out)
 end)
 

@@ -1,4 +1,4 @@
--- km.kernelbench on the CPU: KernelBench problem files (written here, in KernelBench's
+-- km.task.kernelbench on the CPU: KernelBench problem files (written here, in KernelBench's
 -- format) loaded into the embedded interpreter; names, dtypes, shapes, seeds, precision
 -- casts, parameters, tuple outputs; tensors exchanged as DLPack views of host memory; and
 -- each kind of bad problem file a clear message naming the file. Skips without torch.
@@ -435,7 +435,7 @@ t.test("torch imported ahead: the version at once, ready() false until the impor
   local _, KMRUN = testing.paths()
   local script = DIR .. "/ahead.lua"
   testing.write(script, [[
-local kb = require "km.kernelbench"
+local kb = require "km.task.kernelbench"
 local wall = require("km.timing").wall
 local t0 = wall()
 print("ahead", kb.import_ahead())
@@ -459,7 +459,7 @@ end)
 t.test("without torch: a clear reason, and load says it with the path", function()
   local _, KMRUN = testing.paths()
   local script = DIR .. "/no_torch.lua"
-  testing.write(script, [[local kb = require "km.kernelbench"
+  testing.write(script, [[local kb = require "km.task.kernelbench"
 print(kb.available())
 print(kb.load("]] .. RELU .. [["))]])
   -- a python whose torch cannot be imported: PYTHONPATH puts a broken torch first

@@ -1,9 +1,12 @@
 -- The layers hold: no require circle among lua/km modules (lazy requires inside functions
 -- count as edges), no include circle among runtime/ C files, at most two shell-outs left in
 -- lua/km (each saying why), and docs/architecture.md's generated graphs are the real ones.
--- The orchestration layer stays small: no function in km.sweep, km.episode, km.runner,
--- km.setup or km.ctx over 80 lines, km.runner (the command) requires at most 6 modules, and
--- the defaults of the options every strategy takes are stated once (km.setup's table).
+-- The folders hold their kind: runtime/core plain C (no Lua header, no binding's or glue's
+-- header reached), runtime/bind the bindings, runtime/glue the rest; each lua/km folder
+-- requires only the folders below it.
+-- The orchestration layer stays small: no function in km.run.sweep, km.run.episode, km.run.runner,
+-- km.run.setup or km.run.ctx over 80 lines, km.run.runner (the command) requires at most 6 modules, and
+-- the defaults of the options every strategy takes are stated once (km.run.setup's table).
 --
 --   build/kmrun tests/lua/test_layers.lua --update-doc   rewrites the doc's generated blocks
 local t = require "km.tap"
@@ -137,12 +140,14 @@ end
 -- the graphs
 
 local ROOT = "lua/km"
+-- lua/km and its folders (docs/architecture.md, "The layers")
+local LUA_DIRS = { "", "/cmd", "/judge", "/run", "/task", "/report", "/data" }
 
--- -> mods (name -> path), adj (name -> { dep -> "file:line" }) over every lua/km/*.lua and
--- lua/km/cmd/*.lua and lua/km/judge/*.lua; deps are km.* names, Lua modules or C ones
+-- -> mods (name -> path), adj (name -> { dep -> "file:line" }) over every .lua file of
+-- LUA_DIRS; deps are km.* names, Lua modules or C ones
 local function lua_graph()
   local mods, adj = {}, {}
-  for _, sub in ipairs { "", "/cmd", "/judge" } do
+  for _, sub in ipairs(LUA_DIRS) do
     for _, f in ipairs(assert(sys.readdir(ROOT .. sub))) do
       if f:match("%.lua$") then
         mods["km" .. sub:gsub("/", ".") .. "." .. f:gsub("%.lua$", "")] = ROOT .. sub .. "/" .. f
@@ -384,21 +389,56 @@ end)
 
 t.test("no require circle among lua/km modules (lazy requires count)", function()
   local mods, adj = lua_graph()
-  t.ok(mods["km.runner"] and mods["km.sweep"] and mods["km.cmd.sweep"], "the modules are read")
-  t.ok(adj["km.task"]["km.kbtask"], "lazy requires are read (km.task loads problem files through km.kbtask)")
+  t.ok(mods["km.run.runner"] and mods["km.run.sweep"] and mods["km.cmd.sweep"], "the modules are read")
+  t.ok(adj["km.task"]["km.task.kbtask"], "lazy requires are read (km.task loads problem files through km.task.kbtask)")
   local cyc = find_cycle(adj)
   if cyc then t.diag("require circle:\n  " .. cycle_text(cyc, adj)) end
   t.eq(cyc and concat(cyc, " -> "), nil, "a require circle")
 end)
 
+-- lua/km's folders (docs/architecture.md, "The layers"): what each may require, and the two
+-- edges that cross the other way, each with its reason in the doc.
+local FOLDER_REQUIRES = {
+  base = { base = true },
+  judge = { base = true, judge = true, task = true },
+  task = { base = true, task = true },
+  report = { base = true, report = true },
+  data = { base = true, data = true },
+  run = { base = true, run = true, judge = true, task = true },
+}
+local CROSSING = { ["km.task.lint km.judge"] = true, ["km.data.sft km.run.prompt"] = true }
+local ENTRY = { judge = true, task = true, report = true } -- lua/km/X.lua beside lua/km/X/
+
+local function folder_of(name)
+  local top, rest = name:match("^km%.([%w_]+)(.*)$")
+  if rest ~= "" or ENTRY[top] then return top end
+  return top == "testing" and "testing" or "base"
+end
+
+t.test("each lua/km folder requires only the folders below it (and the two documented crossings)", function()
+  local _, adj = lua_graph()
+  t.eq(folder_of("km.run.sweep") .. folder_of("km.judge") .. folder_of("km.verdict") .. folder_of("km.cmd.eval"),
+    "runjudgebasecmd")
+  local bad = {}
+  for _, v in ipairs(sorted_keys(adj)) do
+    local allowed = FOLDER_REQUIRES[folder_of(v)]
+    for _, w in ipairs(sorted_keys(adj[v])) do
+      if allowed and adj[w] and not allowed[folder_of(w)] and not CROSSING[v .. " " .. w] then
+        bad[#bad + 1] = fmt("%s -> %s (%s)", v, w, adj[v][w])
+      end
+    end
+  end
+  t.eq(concat(bad, ", "), "", "requires across folders")
+end)
+
 t.test("the scheduler does not require the command, nor the problem-file loader the task loader", function()
   local _, adj = lua_graph()
-  t.eq(adj["km.sweep"]["km.runner"], nil, "km.sweep requires km.runner")
-  t.eq(adj["km.ctx"]["km.runner"], nil, "km.ctx requires km.runner")
-  t.eq(adj["km.episode"]["km.runner"], nil, "km.episode requires km.runner")
-  t.eq(adj["km.cmd.sweep"]["km.runner"], nil, "kmrun sweep requires km.runner")
-  t.eq(adj["km.setup"]["km.runner"], nil, "km.setup requires km.runner")
-  t.eq(adj["km.kbtask"]["km.task"], nil, "km.kbtask requires km.task")
+  t.eq(adj["km.run.sweep"]["km.run.runner"], nil, "km.run.sweep requires km.run.runner")
+  t.eq(adj["km.run.ctx"]["km.run.runner"], nil, "km.run.ctx requires km.run.runner")
+  t.eq(adj["km.run.episode"]["km.run.runner"], nil, "km.run.episode requires km.run.runner")
+  t.eq(adj["km.cmd.sweep"]["km.run.runner"], nil, "kmrun sweep requires km.run.runner")
+  t.eq(adj["km.run.setup"]["km.run.runner"], nil, "km.run.setup requires km.run.runner")
+  t.eq(adj["km.task.kbtask"]["km.task"], nil, "km.task.kbtask requires km.task")
 end)
 
 t.test("runtime/'s folders hold their kind: core/ includes no Lua header and no binding's or glue's header, bind/ defines luaopen_km_*", function()
@@ -439,7 +479,7 @@ end)
 
 t.test("at most two shell-outs in lua/km, each with a comment saying why", function()
   local found = {}
-  for _, sub in ipairs { "", "/cmd", "/judge" } do
+  for _, sub in ipairs(LUA_DIRS) do
     for _, f in ipairs(assert(sys.readdir(ROOT .. sub))) do
       if f:match("%.lua$") then
         local path = ROOT .. sub .. "/" .. f
@@ -472,8 +512,8 @@ end
 t.test(DOC .. " names the modules its prose points to", function()
   local doc = read(DOC)
   local mods = lua_graph()
-  for _, m in ipairs { "km.runner", "km.setup", "km.episode", "km.ctx", "km.sweep", "km.eval", "km.judge", "km.verdict",
-    "km.model", "km.task", "km.kbtask", "km.shape", "km.sys" } do
+  for _, m in ipairs { "km.run.runner", "km.run.setup", "km.run.episode", "km.run.ctx", "km.run.sweep", "km.run.eval", "km.judge", "km.verdict",
+    "km.run.model", "km.task", "km.task.kbtask", "km.task.shape", "km.sys" } do
     t.ok(mods[m] or package.preload[m], m .. " is no longer a module")
     t.ok(doc:find("`" .. m .. "`", 1, true), DOC .. " does not name `" .. m .. "`")
   end
@@ -483,7 +523,7 @@ end)
 -- the orchestration layer stays small (issue 20)
 
 local MAX_LINES, MAX_RUNNER_REQUIRES = 80, 6
-local ORCHESTRATION = { "sweep", "episode", "runner", "setup", "ctx" }
+local ORCHESTRATION = { "run/sweep", "run/episode", "run/runner", "run/setup", "run/ctx" }
 
 t.test("the function reader finds functions and their lengths; not in comments or strings", function()
   local src = [==[
@@ -504,7 +544,7 @@ function M.g() return t.end_ end
   t.eq(concat(got, " "), "(anonymous):9-9 f:4-10 M.g:11-11")
 end)
 
-t.test("no function in km.sweep, km.episode, km.runner, km.setup or km.ctx is over " .. MAX_LINES .. " lines", function()
+t.test("no function in km.run.sweep, km.run.episode, km.run.runner, km.run.setup or km.run.ctx is over " .. MAX_LINES .. " lines", function()
   local over, longest = {}, {}
   for _, m in ipairs(ORCHESTRATION) do
     local path = ROOT .. "/" .. m .. ".lua"
@@ -519,17 +559,17 @@ t.test("no function in km.sweep, km.episode, km.runner, km.setup or km.ctx is ov
   t.eq(concat(over, ", "), "", "functions over " .. MAX_LINES .. " lines")
 end)
 
-t.test("km.runner requires at most " .. MAX_RUNNER_REQUIRES .. " modules; km.sweep runs episodes through km.episode", function()
+t.test("km.run.runner requires at most " .. MAX_RUNNER_REQUIRES .. " modules; km.run.sweep runs episodes through km.run.episode", function()
   local _, adj = lua_graph()
-  local deps = sorted_keys(adj["km.runner"])
-  t.note("km.runner requires " .. #deps .. ": " .. concat(deps, " "))
-  t.ok(#deps <= MAX_RUNNER_REQUIRES, "km.runner requires " .. #deps .. ": " .. concat(deps, " "))
-  t.ok(adj["km.sweep"]["km.episode"], "km.sweep requires km.episode")
+  local deps = sorted_keys(adj["km.run.runner"])
+  t.note("km.run.runner requires " .. #deps .. ": " .. concat(deps, " "))
+  t.ok(#deps <= MAX_RUNNER_REQUIRES, "km.run.runner requires " .. #deps .. ": " .. concat(deps, " "))
+  t.ok(adj["km.run.sweep"]["km.run.episode"], "km.run.sweep requires km.run.episode")
 end)
 
-t.test("the options' defaults are stated once: in km.setup's table, filled in by the parser", function()
-  local setup = require "km.setup"
-  local a = assert(setup.finish_args(assert(require("km.args").read(require("km.runner").spec(), {}))))
+t.test("the options' defaults are stated once: in km.run.setup's table, filled in by the parser", function()
+  local setup = require "km.run.setup"
+  local a = assert(setup.finish_args(assert(require("km.args").read(require("km.run.runner").spec(), {}))))
   for key, want in pairs { rounds = 5, samples = 4, seeds = 3, timeout = 120, llm_timeout = 600 } do
     t.eq(a[key], want, key)
     t.eq(setup.option(key).default, want, key .. " in the table")

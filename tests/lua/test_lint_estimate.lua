@@ -2,7 +2,7 @@
 -- backend written here in Lua (no PyTorch: inputs drawn by math.random, the reference a Lua
 -- function): which outputs are estimated, which inputs are sampled, the timed-shape rule, and
 -- the trivial candidates on outputs under 64 elements. Then through PyTorch on the CPU
--- (km.kernelbench; skipped without torch): problems written here in KernelBench's form — a
+-- (km.task.kernelbench; skipped without torch): problems written here in KernelBench's form — a
 -- scaled MSE loss, its sum, a cross-entropy loss (flagged at bf16, where a sample of 1/64 of
 -- the rows estimates them within the tolerance; not at fp32, where it does not) and an
 -- elementwise op, a per-row reduction, a matmul and a sum of zero-mean inputs (never
@@ -10,7 +10,7 @@
 local t = require "km.tap"
 local json = require "km.json"
 local testing = require "km.testing"
-local lint = require "km.lint"
+local lint = require "km.task.lint"
 local task_mod = require "km.task"
 
 local ROOT, KMRUN = testing.paths()
@@ -212,7 +212,7 @@ end)
 ----------------------------------------------------------------------------------------
 -- through PyTorch on the CPU
 
-local okt, why = require("km.kernelbench").available()
+local okt, why = require("km.task.kernelbench").available()
 if not okt then
   t.skip("problem files and a task folder through PyTorch on the CPU", "PyTorch not available (set KM_PYTHON to a python with torch): " .. tostring(why))
   t.done()

@@ -44,7 +44,7 @@ local CONV = problem("rules", "conv", { args = "c_in, c_out, k", init = "self.co
   inputs = "torch.randn(batch_size, c_in, length), 0.5", init_inputs = "c_in, c_out, kernel_size" })
 local NOSIZES = problem("rules", "fixed", { init = false, returns = "x * 2", sizes = "", inputs = "torch.randn(8, 12)" })
 
-local kbtask = require "km.kbtask"
+local kbtask = require "km.task.kbtask"
 local task = require "km.task"
 
 t.test("held-out shape: every size of 16 or more scaled by 3/4 and made odd; dims become symbols", function()
@@ -107,7 +107,7 @@ t.test("held-out shape: the bridge runs the problem at its held-out sizes for bu
 end)
 
 t.test("held-out shape: prompts list only the timed shape and name the sizes", function()
-  local prompt = require "km.prompt"
+  local prompt = require "km.run.prompt"
   local tk = assert(kbtask.load(RELU))
   local text = prompt.interface(tk) .. prompt.task_text(tk, { "reference" })
   t.ok(text:find("batch_size=16", 1, true), "the timed shape is shown")
@@ -163,11 +163,11 @@ t.test("lint results are kept; the gate warns, and skips flagged tasks unless al
   t.eq(out4.task, "98_Twin")
   t.eq(out4.path, twin)
   -- the gate in this process reads the same folder
-  local lint = require "km.lint"
+  local lint = require "km.task.lint"
   local script = DIR .. "/gate.lua"
   testing.write(script, string.format([[
-    local lint = require "km.lint"
-    local kbtask = require "km.kbtask"
+    local lint = require "km.task.lint"
+    local kbtask = require "km.task.kbtask"
     local ts = { assert(kbtask.load(%q)), assert(kbtask.load(%q)) }
     local kept, skipped = lint.gate(ts, { skip = true, who = "test" })
     print("kept", #kept, kept[1].name, "skipped", skipped, "flagged", ts[1].lint.flagged)
@@ -275,7 +275,7 @@ t.test("lint: out of GPU memory leaves the task unchecked, not flagged, and the 
     t.ok(table.concat(res.unchecked, " "):find("out of memory", 1, true), out)
     t.ok(not res.cached, "round " .. round .. ": linted again, not read from the cache")
   end
-  local lint = require "km.lint"
+  local lint = require "km.task.lint"
   t.ok(lint.transient { unchecked = { "lint failed: judge.lua:87: CUDA_ERROR_OUT_OF_MEMORY: allocating" } })
   t.ok(not lint.transient { unchecked = { "timing: timing needs a GPU" } })
 end)

@@ -12,7 +12,7 @@
 local t = require "km.tap"
 local json = require "km.json"
 local testing = require "km.testing"
-local lint = require "km.lint"
+local lint = require "km.task.lint"
 local task_mod = require "km.task"
 
 local ROOT, KMRUN = testing.paths()
@@ -215,7 +215,7 @@ end)
 ----------------------------------------------------------------------------------------
 -- through PyTorch on the CPU
 
-local okt, why = require("km.kernelbench").available()
+local okt, why = require("km.task.kernelbench").available()
 if not okt then
   t.skip("problem files and tasks/l1_mse_loss through PyTorch on the CPU", "PyTorch not available (set KM_PYTHON to a python with torch): " .. tostring(why))
   t.done()

@@ -129,13 +129,13 @@ t.test("replies and the offline message come from the rows", function()
 end)
 
 t.test("the commands read the table too: --provider's choices, the offline line, requests per call", function()
-  local setup = require "km.setup"
+  local setup = require "km.run.setup"
   local opt
   for _, o in ipairs(setup.OPTIONS) do if o[1] == "provider" then opt = o end end
   t.ok(opt, "kmrun's --provider option")
   t.eq(concat(opt.choices, ","), concat(NAMES, ","))
   -- offline, a task without a starter is left out with a line naming every networked row's hint
-  local r = child({}, "local _, why = require('km.setup').offline_tasks({ { name = 'x' } }, {}) "
+  local r = child({}, "local _, why = require('km.run.setup').offline_tasks({ { name = 'x' } }, {}) "
     .. "print(require('km.json').encode({ why = why }))")
   t.ok(r.why and r.why:find("offline", 1, true), tostring(r.why))
   for _, row in ipairs(PROVIDERS) do
@@ -143,7 +143,7 @@ t.test("the commands read the table too: --provider's choices, the offline line,
   end
   -- a networked provider is a row and its tests: no Lua module names one (offline and
   -- replay are the client's modes, which the commands do name)
-  local ls = io.popen("ls lua/km/*.lua lua/km/cmd/*.lua")
+  local ls = io.popen("ls lua/km/*.lua lua/km/*/*.lua")
   for path in ls:lines() do
     -- km.testing serves tests (its fake server speaks a provider's API by name)
     local src = path:match("/testing%.lua$") and "" or assert(io.open(path)):read("a")

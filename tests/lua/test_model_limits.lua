@@ -1,16 +1,16 @@
 -- The agent layer against a model server with real limits (tests/fake_llm_server.py with a
--- context window): every request kept within the window (km.context), limits sent, replies
+-- context window): every request kept within the window (km.run.context), limits sent, replies
 -- cut off at max_tokens named as such, exact per-episode accounting while episodes run at
 -- once, one label for model errors in every strategy, tool_choice and strict tool
 -- arguments, Ctrl-C and exit statuses of kmrun itself.
 local t = require "km.tap"
 local testing = require "km.testing"
-local runner = require "km.runner"
+local runner = require "km.run.runner"
 local store = require "km.store"
 local json = require "km.json"
 local llm = require "km.llm"
 local task = require "km.task"
-local context = require "km.context"
+local context = require "km.run.context"
 
 local CONTEXT = 1500 -- the fake server's window, in its tokens (words)
 local server, ROOT, KMRUN = testing.fake_llm_server_or_skip(t, { context = CONTEXT })
@@ -55,7 +55,7 @@ end
 local function words(s) local n = 0 for _ in tostring(s or ""):gmatch("%S+") do n = n + 1 end return n end
 
 ----------------------------------------------------------------------------------------
--- km.context on its own
+-- km.run.context on its own
 
 t.test("context: fits, drops older rounds with a note, keeps spec, latest candidate and verdict", function()
   local b = context.new { size = 2000 }
@@ -148,7 +148,7 @@ t.test("a long repair episode never passes the window: no 400, older rounds summ
 end)
 
 t.test("the server's context_length_exceeded: recorded, the estimate tightened, sent again", function()
-  local model = require "km.model"
+  local model = require "km.run.model"
   local b = model.budget_for({ url = server.base .. "/chat/completions", model = "fake-model" }, CONTEXT)
   local saved_ratio, saved_seen = b.ratio, b.seen
   b.ratio, b.seen = 0.05, 1 -- as if the model's tokenizer were far cheaper than it is

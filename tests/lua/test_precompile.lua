@@ -1,4 +1,4 @@
--- km.precompile on the CPU: which tasks a run compiles ahead and under what key, the claim
+-- km.task.precompile on the CPU: which tasks a run compiles ahead and under what key, the claim
 -- that settles who compiles a task (the judge waits only for a precompiler that has it and
 -- still runs), and — with PyTorch — a real precompiler process whose compiled graph a later
 -- process's torch.compile finds in inductor's cache (inductor on the CPU: the GPU test does
@@ -7,9 +7,9 @@ local t = require "km.tap"
 local testing = require "km.testing"
 local sys = require "km.sys"
 local json = require "km.json"
-local pre = require "km.precompile"
+local pre = require "km.task.precompile"
 
-local kb = require "km.kernelbench"
+local kb = require "km.task.kernelbench"
 local okt, tinfo = kb.available()
 local NO_TORCH = not okt and ("PyTorch not available (set KM_PYTHON to a python with torch): " .. tostring(tinfo)) or nil
 -- t.test, or the test skipped with the reason where PyTorch is missing
@@ -103,7 +103,7 @@ torch_test("before_compile: an unclaimed task is the judge's, and the precompile
   f:close()
   -- the precompiler's process, over the same entry: claimed already, so nothing compiled
   testing.write(d .. "/plan.json", json.encode { entries = { { key = e.key, path = "/p/1_x.py", precision = "fp32", mode = "default" } } })
-  local out, rc = testing.sh(("KM_BASELINE_DIR=%s %s %s/lua/km/precompiler.lua %s"):format(d .. "/b", KMRUN, ROOT, d))
+  local out, rc = testing.sh(("KM_BASELINE_DIR=%s %s %s/lua/km/task/precompiler.lua %s"):format(d .. "/b", KMRUN, ROOT, d))
   t.eq(rc, 0, out)
   t.eq(out:find("compiled", 1, true), nil, out)
   t.eq(io.open(d .. "/" .. e.key .. ".done", "rb"), nil, "no result: it did not compile it")
@@ -192,7 +192,7 @@ torch_test("a precompiler's graph is found by a later process's torch.compile (C
   local list
   do
     -- entries() reads the baselines' folder the judge and the precompiler use
-    local bd = require("km.baseline")
+    local bd = require("km.task.baseline")
     local dir0 = bd.dir
     bd.dir = function() return bdir end
     list = pre.entries({ problem_task(path, text) }, { compile_mode = "default" })
@@ -203,7 +203,7 @@ torch_test("a precompiler's graph is found by a later process's torch.compile (C
   -- the judge's torch.compile in a fresh process: inductor's cache has the graph
   local script = DIR .. "/judge.lua"
   testing.write(script, ([[
-local kb = require "km.kernelbench"
+local kb = require "km.task.kernelbench"
 local prob = assert(kb.load(%q, { device = "cpu" }))
 local s = assert(prob:spec())
 local io_ = {}
@@ -255,7 +255,7 @@ torch_test("a problem loaded on the meta device queues no seeding for CUDA (it w
   local path = testing.problem(DIR .. "/s", "5_Seeded", { args = "n", init = "self.lin = torch.nn.Linear(n, n)",
     returns = "self.lin(x)", sizes = "", inputs = "torch.randn(4, 8)", init_inputs = "8" })
   local out, err, rc = testing.run(([[%s -c '
-import sys; sys.path.insert(0, "%s/lua/km")
+import sys; sys.path.insert(0, "%s/lua/km/task")
 import kb_bridge as kb, torch
 calls = [0]
 seed_all = torch.cuda.manual_seed_all

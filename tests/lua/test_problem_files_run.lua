@@ -54,7 +54,7 @@ t.test("without PyTorch: kmrun tasks list/check/stats/lint say it in one line to
   end
 end)
 
-local okk, why = require("km.kernelbench").available()
+local okk, why = require("km.task.kernelbench").available()
 local offline_test = okk and t.test or function(name) t.skip(name, "PyTorch not available (KM_PYTHON): " .. tostring(why)) end
 offline_test("offline over problem files: refused up front with the reason", function()
   local out, rc = testing.sh(string.format("cd %s && %s implement level1/19_ReLU.py --provider offline --store %s/c.sqlite",

@@ -1,7 +1,7 @@
--- km.prompt: spec forms, extraction of candidates from replies, feedback.
+-- km.run.prompt: spec forms, extraction of candidates from replies, feedback.
 local t = require "km.tap"
 local testing = require "km.testing"
-local prompt = require "km.prompt"
+local prompt = require "km.run.prompt"
 local task = require "km.task"
 
 local ROOT = testing.paths()

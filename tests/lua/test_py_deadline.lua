@@ -1,12 +1,12 @@
 -- Deadlines on calls into the embedded Python (km_python.c's watchdog): a problem file
 -- whose get_inputs, Model.__init__ or forward loops or sleeps is a clear error naming the
--- problem and the stage within its deadline, from km.kbtask.load and from `kmrun tasks
+-- problem and the stage within its deadline, from km.task.kbtask.load and from `kmrun tasks
 -- check` (the next problem is still checked); one that swallows the stop or blocks its
 -- signal ends the process with status 124 and one line; Ctrl-C during a hang still ends
 -- kmrun with status 130 at once. Every test here would hang without the watchdog: each
 -- child kmrun is bounded by the test itself. Skips without torch (KM_PYTHON).
 local t = require "km.tap"
-local kb = require "km.kernelbench"
+local kb = require "km.task.kernelbench"
 local python = require "km.python"
 local testing = require "km.testing"
 
@@ -56,8 +56,8 @@ t.test("km.python: a call past its limit returns TIMEOUT with a traceback; a swa
   t.raises(function() python.eval("1", { timeout = -1 }) end, "seconds", "a timeout that is not > 0 raises")
 end)
 
-t.test("km.kbtask.load and km.kernelbench: each hanging stage a TIMEOUT naming the problem and the stage", function()
-  local kbtask = require "km.kbtask"
+t.test("km.task.kbtask.load and km.task.kernelbench: each hanging stage a TIMEOUT naming the problem and the stage", function()
+  local kbtask = require "km.task.kbtask"
   for _, c in ipairs {
     { LOOP_INPUTS, "get_inputs()" }, { SLEEP_FORWARD, "Model.forward()" }, { LOOP_INIT, "Model.__init__()" },
   } do

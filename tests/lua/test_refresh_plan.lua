@@ -1,4 +1,4 @@
--- km.kernelbench's refresh plan on the CPU: get_inputs()'s laws and the parameters' memory,
+-- km.task.kernelbench's refresh plan on the CPU: get_inputs()'s laws and the parameters' memory,
 -- learned once so the judge can refresh inputs without Python; every get_inputs() that is
 -- more than fresh draws says why; the seeding contract is kept. Skips without torch.
 local t = require "km.tap"

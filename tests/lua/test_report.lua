@@ -29,7 +29,7 @@ local function slurp(path)
   return s
 end
 
--- One episode as km.runner writes it: episodes.status, final = { candidate, verdict }, summary.
+-- One episode as km.run.runner writes it: episodes.status, final = { candidate, verdict }, summary.
 -- e = { task, level, category, verdict status (nil: strategy error), speedup, rounds,
 --       compile_ok_first, prompt tokens, completion tokens, dollars, gpu seconds, failure modes, roofline }
 local function write_episode(db, run, e, opts)
@@ -494,7 +494,7 @@ t.test("kmrun report --csv writes every table; --fast-p sets the thresholds; --j
   t.eq(rc, 2); t.ok(out:find("cannot group by 'colour'", 1, true), out)
 end)
 
--- Speedups against several baselines (issue 8): summaries written by km.runner.summary from
+-- Speedups against several baselines (issue 8): summaries written by km.run.runner.summary from
 -- verdicts that carry speedup_over, speedup_eager, speedup_compile, speedup_cuda_reference and
 -- compile_mode. One series (agent / m1), levels 1 and 2:
 --   task  level status        over            speedup  eager  compile  cuda  compile mode
@@ -505,7 +505,7 @@ end)
 --   k2_b  2     correct       pytorch_eager   1.4      1.4    -        -     (compile not measured)
 --   k2_c  2     correct       cuda_reference  3.0      -      -        3.0   (a task with no PyTorch reference)
 --   k2_d  2     compile_error
-local runner = require "km.runner"
+local runner = require "km.run.runner"
 local K = dir .. "/baselines.sqlite"
 local KEPS = {
   { "k1_a", 1, "correct", "pytorch_eager", 2.0, 2.0, 1.2, 10, "max-autotune-no-cudagraphs" },
@@ -547,7 +547,7 @@ local function curve_at(curves, want)
   end
 end
 
-t.test("km.runner's summary carries what the speedup is over and the speedup over each baseline", function()
+t.test("km.run.runner's summary carries what the speedup is over and the speedup over each baseline", function()
   local ctx = { args = {}, stats = { evals = 1, failure_modes = {} } }
   local s = runner.summary({}, ctx, { status = "correct", speedup = 2, speedup_over = "pytorch_eager", speedup_eager = 2,
     speedup_compile = 1.5, speedup_cuda_reference = 9, compile_mode = "default" }, 1)
@@ -818,7 +818,7 @@ t.test("report tables: the fast_p headers name their baseline, and the legend sa
   t.eq(rows[2][5], "pytorch_eager")
 end)
 
--- GPU time (issue 17): verdict steps as km.runner logs them (kind "verdict", the verdict as
+-- GPU time (issue 17): verdict steps as km.run.runner logs them (kind "verdict", the verdict as
 -- the payload). Strategy "new": verdicts that carry stage_seconds and kernel_seconds, a
 -- no-candidate verdict (not judged) and an earlier attempt that a later one supersedes;
 -- strategy "old": judged verdicts from before those fields (eval_seconds only).
@@ -1058,18 +1058,18 @@ end
 
 t.test("km.report is a facade: each public name is its concern's module's own", function()
   local owner = {
-    report_load = { "load" },
-    report_metrics = { "build", "metrics", "gpu_time", "gpu_time_state", "pass_at", "pass_at_k", "heatmap",
+    load = { "load" },
+    metrics = { "build", "metrics", "gpu_time", "gpu_time_state", "pass_at", "pass_at_k", "heatmap",
       "fast_p_curve", "baselines_with_data", "thresholds", "dims", "quantile", "FAST_P", "BASELINES", "STAGES" },
-    report_text = { "text", "COLUMNS", "GPU_TIME_NOTE", "BASELINE_NOTE" },
-    report_json = { "json" },
-    report_csv = { "csv_files" },
-    report_svg = { "svg_fastp", "svg_levels", "svg_speedup", "svg_rounds", "svg_cost", "svg_heatmap" },
-    report_html = { "html" },
+    text = { "text", "COLUMNS", "GPU_TIME_NOTE", "BASELINE_NOTE" },
+    json = { "json" },
+    csv = { "csv_files" },
+    svg = { "svg_fastp", "svg_levels", "svg_speedup", "svg_rounds", "svg_cost", "svg_heatmap" },
+    html = { "html" },
   }
   for mod, names in pairs(owner) do
-    local m = require("km." .. mod)
-    for _, k in ipairs(names) do t.ok(report[k] ~= nil and report[k] == m[k], "report." .. k .. " is km." .. mod .. "." .. k) end
+    local m = require("km.report." .. mod)
+    for _, k in ipairs(names) do t.ok(report[k] ~= nil and report[k] == m[k], "report." .. k .. " is km.report." .. mod .. "." .. k) end
   end
   -- the helpers the modules share stay off the facade
   for _, k in ipairs { "finite", "pct", "table_cells", "esc" } do t.eq(report[k], nil, k) end

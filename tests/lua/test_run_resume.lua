@@ -5,7 +5,7 @@
 -- are counted at the loopback fake server; the store is a real SQLite file.
 local t = require "km.tap"
 local testing = require "km.testing"
-local runner = require "km.runner"
+local runner = require "km.run.runner"
 local task = require "km.task"
 
 local server, _, KMRUN = testing.fake_llm_server_or_skip(t)

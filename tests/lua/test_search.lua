@@ -1,6 +1,6 @@
--- km.search: ask/tell over parameters — every method, duplicates, constraints, budgets.
+-- km.run.search: ask/tell over parameters — every method, duplicates, constraints, budgets.
 local t = require "km.tap"
-local search = require "km.search"
+local search = require "km.run.search"
 
 local SPACE = { BLOCK = { 64, 128, 256, 512, 1024 }, VEC = { 1, 2, 4 } }
 -- a bowl with its minimum at BLOCK = 256, VEC = 4

@@ -46,7 +46,7 @@ local function uses_in(path)
         for name in code:gmatch(u.pat) do out[#out + 1] = { name = name, where = path .. ":" .. ln } end
       end
     end
-    -- the rerun option's choices (km.runner): episode statuses, and "all"
+    -- the rerun option's choices (km.run.runner): episode statuses, and "all"
     local choices = code:match("choices = {([^}]*\"compiled\"[^}]*)}")
     if choices then
       for name in choices:gmatch("\"([%w_]+)\"") do
@@ -59,7 +59,8 @@ end
 
 local function sources()
   local files = {}
-  for _, dir in ipairs { "lua/km", "lua/km/cmd", "strategies" } do
+  for _, dir in ipairs { "lua/km", "lua/km/cmd", "lua/km/judge", "lua/km/run", "lua/km/task", "lua/km/report",
+    "lua/km/data", "strategies" } do
     for _, f in ipairs(assert(sys.readdir(dir))) do
       if f:match("%.lua$") and f ~= "statuses.lua" then files[#files + 1] = dir .. "/" .. f end
     end
@@ -99,8 +100,8 @@ t.test("the lists others keep are the table's", function()
   t.ok(verdict.statuses == statuses, "km.verdict hands on km.statuses")
   t.eq(concat(verdict.STATUSES, " "), "compile_error load_error launch_error timeout crashed wrong_shape " ..
     "mismatch nan_inf inputs_modified out_of_bounds race too_fast correct")
-  t.eq(concat(require("km.model").NO_CANDIDATE, " "), "no_code truncated model_error")
-  local G = require "km.guidance"
+  t.eq(concat(require("km.run.model").NO_CANDIDATE, " "), "no_code truncated model_error")
+  local G = require "km.run.guidance"
   t.eq(concat(G.STATUSES, " "), concat(verdict.STATUSES, " ") .. " too_slow no_code")
   for _, row in ipairs(statuses.ROWS) do
     t.ok(row.ends_as == nil or (statuses.get(row.ends_as) or {}).episode, row.name .. ": ends_as is an episode status")
@@ -183,12 +184,12 @@ t.test("a row added at run time: the judge, the loop, guidance, report and datas
   local verdict = require "km.verdict"
   local v = verdict.finish(verdict.new {}, "spilled", "spills")
   t.eq(v.status, "spilled")
-  t.eq(require("km.model").episode_status(v), "failed")
-  t.eq(require("km.model").episode_status { status = "good_enough" }, "correct")
+  t.eq(require("km.run.model").episode_status(v), "failed")
+  t.eq(require("km.run.model").episode_status { status = "good_enough" }, "correct")
   t.eq(statuses.prop("good_enough", "exit"), 0)
 
   -- the dataset's failure buckets come from the rows' stage, numeric and failure
-  local dataset = require "km.dataset"
+  local dataset = require "km.data.dataset"
   local function bucket(modes, final)
     return dataset.failure_bucket { summary = { failure_modes = modes }, status = final, correct = final == "correct" }
   end
@@ -209,7 +210,7 @@ t.test("a row added at run time: the judge, the loop, guidance, report and datas
   t.ok(svg:find(">spilled<", 1, true), "the legend names spilled")
 
   -- the repair loop stops on a row that stops, with its candidate
-  local steps = require "km.steps"
+  local steps = require "km.run.steps"
   local evals = 0
   local ctx = { offline = false, task = {}, guidance = { for_verdict = function() return {} end },
     propose = function() return { name = "c" }, "reply", nil end,
@@ -220,7 +221,7 @@ t.test("a row added at run time: the judge, the loop, guidance, report and datas
   t.eq(rounds, 1)
 
   -- a guide may name a row marked guide, not one without
-  local G = require "km.guidance"
+  local G = require "km.run.guidance"
   local function guide(list)
     return G.parse("---\nid: a\ntitle: A\ncategories: elementwise\nstatuses: " .. list .. "\ntags: x\n---\nA hint.\n", "a.md")
   end

@@ -4,7 +4,7 @@
 -- tune, select, agent (tool calls), repair_then_tune, offline runs, and bad model input.
 local t = require "km.tap"
 local testing = require "km.testing"
-local runner = require "km.runner"
+local runner = require "km.run.runner"
 local store = require "km.store"
 local json = require "km.json"
 local task = require "km.task"
@@ -99,13 +99,13 @@ t.test("repair: a buggy first answer, feedback, a fixed second one; trajectory a
   t.ok(direct.messages[3].content:find("SPEED=2", 1, true))
 end)
 
--- strategies/repair.lua and km.steps.repair (the loop optimize and repair_then_tune run)
+-- strategies/repair.lua and km.run.steps.repair (the loop optimize and repair_then_tune run)
 -- stop by one rule: driven round by round by the same script, with a first verdict of every
 -- status in km.statuses, online and offline, they ask the model as often, send the same
 -- conversation and end on the same candidate and verdict. A status that stops (correct;
 -- compiled, where there is no GPU) ends the loop with its candidate, a fatal one without.
-t.test("repair.lua and km.steps.repair stop by one rule: every status, online and offline", function()
-  local statuses, steps, prompt = require "km.statuses", require "km.steps", require "km.prompt"
+t.test("repair.lua and km.run.steps.repair stop by one rule: every status, online and offline", function()
+  local statuses, steps, prompt = require "km.statuses", require "km.run.steps", require "km.run.prompt"
   local repair = assert(loadfile(ROOT .. "/strategies/repair.lua"))()
   local tk = assert(task.load(ROOT .. "/tests/tasks/t_rowsum"))
   -- round 1 is judged `first` (a model-stage status: no candidate), later rounds mismatch
@@ -184,7 +184,7 @@ t.test("implement: one call, one verdict", function()
 end)
 
 t.test("a KernelBench problem file through a strategy: the prompt is its PyTorch program and io's names", function()
-  local kb = require "km.kernelbench"
+  local kb = require "km.task.kernelbench"
   local okk, kwhy = kb.available()
   if not okk then t.skip("PyTorch not available: " .. tostring(kwhy)) return end
   local script = write_script("kb_impl", { answer("for the problem", 1.1) })

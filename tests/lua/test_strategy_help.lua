@@ -3,7 +3,7 @@
 -- own --set options; every ctx.args name a strategy reads is an option or declared.
 local t = require "km.tap"
 local testing = require "km.testing"
-local runner = require "km.runner"
+local runner = require "km.run.runner"
 
 local ROOT, KMRUN = testing.paths()
 

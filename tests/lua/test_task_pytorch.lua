@@ -1,7 +1,7 @@
 -- Our tasks' PyTorch references (tasks/*/reference.py, KernelBench's form) on the CPU.
 -- task.lua names the file (reference.pytorch), checked like every file a task names and
 -- carried as reference.pytorch_file. With torch (KM_PYTHON): every reference.py loads
--- through km.kernelbench; its spec at every shape set (on torch's meta device: no memory)
+-- through km.task.kernelbench; its spec at every shape set (on torch's meta device: no memory)
 -- has the task's inputs in order, with the task's dtypes and shapes, and one output per
 -- task output in order (named `out`, or `out0, out1, ...`: docs/tasks.md); and at the small
 -- shape sets, forward on get_inputs() under a seed (values within the task's init rules)
@@ -81,10 +81,10 @@ end)
 ---------------------------------------------------------------------------------------
 -- the references themselves (torch)
 
-local kb = require "km.kernelbench"
+local kb = require "km.task.kernelbench"
 local okk, why = kb.available()
 if not okk then
-  t.skip("every reference.py through km.kernelbench", "PyTorch not available (set KM_PYTHON to a python with torch): " .. tostring(why))
+  t.skip("every reference.py through km.task.kernelbench", "PyTorch not available (set KM_PYTHON to a python with torch): " .. tostring(why))
   t.done()
 end
 

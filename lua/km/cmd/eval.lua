@@ -1,6 +1,6 @@
 -- kmrun eval TASK_DIR CANDIDATE_DIR [--json] [--seeds N] [--no-timing] [--timeout S] [--gpus I] [--sanitize]
 -- Judges a candidate in an isolated GPU worker (a `kmrun serve`'s where one runs and matches,
--- km.serve) and prints the verdict; without a GPU it
+-- km.run.serve) and prints the verdict; without a GPU it
 -- compiles the candidate, checks the kernels its launch code calls, and says so (as
 -- strategies do). Slow one-time work (torch's import,
 -- a spec built, NVRTC, baselines measured) is told on stderr as it happens (km.progress).
@@ -45,7 +45,7 @@ all three is 'compiled' (exit 3).]],
         "no timing): status out_of_bounds or race when they find something" },
     { "quiet", nil, "no progress lines on stderr (what a slow first run is doing: torch's\n" ..
         "import, a spec built, NVRTC, baselines measured); --json: none unless stderr is a terminal" },
-    table.unpack(require("km.baseline").OPTIONS),
+    table.unpack(require("km.task.baseline").OPTIONS),
   },
   footer = "exit status: 0 correct, 1 not correct (a compile error included), 2 usage or infrastructure\n" ..
     "error, 3 no GPU: it compiles, its launch code loads and calls only kernels the source\n" ..
@@ -61,7 +61,7 @@ if a.cand_dir ~= "starter" then
   if not f then return A.fail(SPEC, "CANDIDATE_DIR: '" .. a.cand_dir .. "' no such folder") end
   f:close()
 end
-local opts = require("km.baseline").judge_opts(a, { seeds = a.seeds, energy = not a.no_energy })
+local opts = require("km.task.baseline").judge_opts(a, { seeds = a.seeds, energy = not a.no_energy })
 if a.no_timing then opts.timing = false end
 local as_json, gpu, sanitize = a.json, a.gpus[1], a.sanitize
 local timeout, timeout_given = a.timeout or 120, a._given.timeout
@@ -78,11 +78,11 @@ local on_progress = function(ev)
 end
 
 if sanitize then -- before anything is loaded: without the tool there is nothing to do
-  local found, why = require("km.sanitize").find()
+  local found, why = require("km.run.sanitize").find()
   if not found then io.stderr:write("kmrun eval --sanitize: ", why, "\n") return 2 end
 end
 
-local kbtask = require "km.kbtask"
+local kbtask = require "km.task.kbtask"
 local problem = kbtask.is_problem(pos[1])
 -- the task by its absolute path: the same spec-cache key here, in a worker of ours and in a
 -- kmrun serve started elsewhere
@@ -99,7 +99,7 @@ end
 -- The task here, with lint's word on it (a flagged task: a warning, the verdict still given).
 local function load_task()
   local lt, err = task.load(pos[1])
-  if lt then require("km.lint").gate({ lt }, { who = "kmrun eval" }) end
+  if lt then require("km.task.lint").gate({ lt }, { who = "kmrun eval" }) end
   return lt, err
 end
 -- Loaded here where that needs no torch: a task folder, or a problem file whose spec is
@@ -117,17 +117,17 @@ elseif t then cand, cerr = task.starter(t)
 else cerr = kbtask.name(pos[1]) .. " has no starter" end -- a problem file has none
 if not cand then io.stderr:write("kmrun eval: ", cerr, "\n") return 2 end
 
-local eval = require "km.eval"
+local eval = require "km.run.eval"
 local v, why, hint
-if sanitize then -- the sanitized runs are slow: their own default timeout (km.sanitize)
+if sanitize then -- the sanitized runs are slow: their own default timeout (km.run.sanitize)
   v, why = eval.sanitize(t or pos[1], cand, { gpu = gpu, timeout = timeout_given and timeout or nil })
   if not v then io.stderr:write("kmrun eval --sanitize: ", tostring(why), "\n") return 2 end
 else
   opts.timeout = timeout
-  -- a kmrun serve on this GPU judges it, where it would judge as a worker of ours would (km.serve)
+  -- a kmrun serve on this GPU judges it, where it would judge as a worker of ours would (km.run.serve)
   local served, swhy
   if not a.no_server then
-    local serve = require "km.serve"
+    local serve = require "km.run.serve"
     local function ask() return serve.eval(gpu, t and t.dir or pos[1], cand, opts, { on_progress = on_progress, tick = printer and printer.tick }) end
     served, swhy = ask()
     if not served and not swhy and a.serve then -- none runs: one started for this and later evaluations
@@ -146,12 +146,12 @@ else
     if swhy and not quiet then io.stderr:write("kmrun eval: ", swhy, ": judging in a worker of its own\n") end
     if served and not quiet and type(served.server) == "table" then
       io.stderr:write(string.format("kmrun eval: judged by the kmrun serve on %s (pid %s, its evaluation %s)\n",
-        require("km.serve").socket_path(gpu), tostring(served.server.pid), tostring(served.server.evaluations)))
+        require("km.run.serve").socket_path(gpu), tostring(served.server.pid), tostring(served.server.evaluations)))
     end
   end
   local pool
   -- a problem file's model, or a task's reference.py for baselines: torch imported ahead
-  local torch_ahead = problem or require("km.baseline").needs_torch({ t }, a)
+  local torch_ahead = problem or require("km.task.baseline").needs_torch({ t }, a)
   if served then v = served
   else pool, why = eval.pool { gpus = { gpu }, timeout = timeout, on_progress = on_progress, torch_ahead = torch_ahead } end
   if pool then
@@ -162,15 +162,15 @@ else
     end
     v = job.verdict
     pool:close()
-    hint = not (quiet or a.no_server) and require("km.serve").hint(torch_s, swhy)
-  elseif not served then -- compile only, as strategies do without a GPU (km.ctx)
+    hint = not (quiet or a.no_server) and require("km.run.serve").hint(torch_s, swhy)
+  elseif not served then -- compile only, as strategies do without a GPU (km.run.ctx)
     io.stderr:write("kmrun eval: no GPU: ", tostring(why), "\n")
     if not t then
       t, terr = load_task()
       if not t then io.stderr:write("kmrun eval: ", terr, "\n") return 2 end
     end
     io.stderr:write("kmrun eval: checking that the candidate compiles (NVRTC, sm_90) without running it\n")
-    local check = require("km.ctx").compile_check
+    local check = require("km.run.ctx").compile_check
     if eval.compiled(cand.source or "", require("km.judge").compile_opts("sm_90", cand.params or {})) == false then
       v = progress.run("nvrtc", check, cand, "sm_90")
     else

@@ -4,17 +4,17 @@
 -- kmrun export --validate FILE [--format F]
 -- Writes one JSON object per episode:
 --   sft     the trajectory as an OpenAI chat fine-tuning example: every prompt, model turn,
---           tool call and tool result up to the final answer (km.sft)
+--           tool call and tool result up to the final answer (km.data.sft)
 --   direct  task prompt -> final verified solution (no intermediate turns)
 --   jsonl   the raw episode with every step (km.store's export)
 -- sft and direct lines hold only what the fine-tuning API accepts (messages, tools);
 -- --meta writes what kmrun knows about each line to a file of its own. The filters apply
 -- first; then --sample draws N episodes round-robin across the strata that --stratify
--- names (km.dataset, docs/datasets.md). --validate checks a file against the format.
+-- names (km.data.dataset, docs/datasets.md). --validate checks a file against the format.
 local cli = require "km.cli"
 local json = require "km.json"
-local dataset = require "km.dataset"
-local sft = require "km.sft"
+local dataset = require "km.data.dataset"
+local sft = require "km.data.sft"
 local A = require "km.args"
 
 local SPEC = A.spec {

@@ -20,7 +20,7 @@ if kind == "command" then
   rawset(_G, "arg", { [0] = a.topic, "--help" })
   return chunk("--help")
 elseif kind == "strategy" or (kind == "script" and path:match("%.lua$")) then
-  io.stdout:write(args.usage(require("km.runner").spec(path)))
+  io.stdout:write(args.usage(require("km.run.runner").spec(path)))
   return 0
 end
 io.stderr:write("kmrun help: no command or strategy named '", a.topic, "' (kmrun help lists the commands)\n")

@@ -1,6 +1,6 @@
 -- kmrun serve [--gpus I] [--idle S] [--timeout S] [--socket PATH] | --status | --stop
--- A resident GPU worker for `kmrun eval` (km.serve): torch imported once, tasks set up once.
-local serve = require "km.serve"
+-- A resident GPU worker for `kmrun eval` (km.run.serve): torch imported once, tasks set up once.
+local serve = require "km.run.serve"
 local A = require "km.args"
 
 local SPEC = A.spec {

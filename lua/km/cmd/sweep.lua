@@ -1,8 +1,8 @@
 -- kmrun sweep --strategies A,B [TASKS...] --store FILE [options] — tasks x strategies x models
--- x repeats, concurrent and resumable (km.sweep). Options: SPEC below and km.setup.OPTIONS
+-- x repeats, concurrent and resumable (km.run.sweep). Options: SPEC below and km.run.setup.OPTIONS
 -- (every strategy run's, shared with `kmrun STRATEGY`).
-local setup = require "km.setup"
-local sweep = require "km.sweep"
+local setup = require "km.run.setup"
+local sweep = require "km.run.sweep"
 
 local A = require "km.args"
 local main = require "km.main"

@@ -3,7 +3,7 @@
 --   kmrun tasks check [DIR|TASK...]   load, compile reference and starter (NVRTC), load launch code
 --   kmrun tasks stats [DIR] [--json]  the suite's mix (docs/datasets.md)
 --   kmrun tasks dedup [DIR] [--threshold 0.8] [--json]   near-duplicate tasks (MinHash)
---   kmrun tasks lint [DIR|TASK...] [--precision fp32,fp16,bf16] [--json]   degenerate tasks (km.lint)
+--   kmrun tasks lint [DIR|TASK...] [--precision fp32,fp16,bf16] [--json]   degenerate tasks (km.task.lint)
 local task = require "km.task"
 local sandbox = require "km.sandbox"
 local sys = require "km.sys"
@@ -89,7 +89,7 @@ Exit status: 0 nothing flagged, 1 something flagged (or no task found), 2 usage 
 }
 
 local function is_task(dir)
-  if require("km.kbtask").is_problem(dir) then return true end
+  if require("km.task.kbtask").is_problem(dir) then return true end
   local f = io.open(dir .. "/task.lua")
   if f then f:close() return true end
 end
@@ -121,12 +121,12 @@ local function progress_meter()
   end
 end
 
--- Builds the specs of problem files not yet kept on disk (km.kbtask.cached) in parallel child
+-- Builds the specs of problem files not yet kept on disk (km.task.kbtask.cached) in parallel child
 -- processes (`kmrun tasks check --no-gpu`: loading fills the cache), up to a quarter of the
 -- machine's cores and 8, when there are at least 4; the loads after read them from disk.
 local function prebuild_specs(paths, progress)
   local cold = {}
-  local kbtask = require "km.kbtask"
+  local kbtask = require "km.task.kbtask"
   for _, p in ipairs(paths) do if kbtask.is_problem(p) and not kbtask.cached(p) then cold[#cold + 1] = p end end
   if #cold < 4 or not package.km_exe or os.getenv("KM_SPEC_JOBS") == "1" then return end
   local cores = sys.cpu_count()
@@ -179,7 +179,7 @@ end
 local function collect(args, precision)
   local tasks, errors, empty = {}, {}, {}
   if #args == 0 then args = { "tasks" } end
-  local kbtask = require "km.kbtask"
+  local kbtask = require "km.task.kbtask"
   local paths = {}
   for _, a in ipairs(args) do
     if is_task(a) then
@@ -219,7 +219,7 @@ local function forms(t)
 end
 
 local function check_one(t, arch)
-  if t.reference.pytorch then return {} end -- a problem file: its spec loaded (km.kbtask)
+  if t.reference.pytorch then return {} end -- a problem file: its spec loaded (km.task.kbtask)
   local nvrtc = require "km.nvrtc"
   local problems = {}
   local function chk(label, src, launch, defines)
@@ -246,9 +246,9 @@ local function pct(x) return string.format("%.0f%%", 100 * x) end
 -- Folders that held no task at all: one line each and nothing else (no empty tables, no
 -- "0 task(s)" totals); true when that is all there was.
 -- The errors as printed: without PyTorch, every problem file's "not importable" is one line
--- naming the Python tried and KM_PYTHON (km.kernelbench.fold_errors), not one per file.
+-- naming the Python tried and KM_PYTHON (km.task.kernelbench.fold_errors), not one per file.
 local function shown(errors)
-  local kept, line = require("km.kernelbench").fold_errors(errors)
+  local kept, line = require("km.task.kernelbench").fold_errors(errors)
   if not line then return errors end
   local out = {}
   for i, e in ipairs(kept) do out[i] = e end
@@ -349,7 +349,7 @@ elseif cmd == "check" then
   if no_run then print("problem files' references not run: " .. no_run) end
   return bad == 0 and 0 or 1
 elseif cmd == "stats" then
-  local dataset = require "km.dataset"
+  local dataset = require "km.data.dataset"
   local tasks, errors, empty = collect(rest)
   if not tasks then io.stderr:write("kmrun tasks ", cmd, ": ", errors, "\n") return 2 end
   if nothing(tasks, errors, empty) then return 1 end
@@ -364,7 +364,7 @@ elseif cmd == "stats" then
   end
   return #errors == 0 and 0 or 1
 elseif cmd == "lint" then
-  local lint = require "km.lint"
+  local lint = require "km.task.lint"
   local precisions = a.precision or { "fp32" }
   local results, bad = {}, 0
   local backend, no_gpu
@@ -422,7 +422,7 @@ elseif cmd == "lint" then
   end
   return (flagged == 0 and bad == 0) and 0 or 1
 else -- dedup
-  local dedup = require "km.dedup"
+  local dedup = require "km.data.dedup"
   local tasks, errors, empty = collect(rest)
   if not tasks then io.stderr:write("kmrun tasks ", cmd, ": ", errors, "\n") return 2 end
   if nothing(tasks, errors, empty) then return 1 end

@@ -2,7 +2,7 @@
 -- that do not change between runs (the CUDA reference's, the starter's).
 --
 -- Owns: on a task state, st.baselines (shape key -> { eager, compile, errors }) and
--- st.wants_torch. Each timing is read from the disk cache (km.baseline: once per task
+-- st.wants_torch. Each timing is read from the disk cache (km.task.baseline: once per task
 -- content, shape, precision, GPU, torch version and mode) or measured here with the
 -- candidate's protocol (fresh inputs, poisoned outputs, cold L2), and kept there. A
 -- KernelBench problem's eager model is its reference (st.prob); a task with a CUDA
@@ -10,7 +10,7 @@
 -- task's own input and output names.
 --
 --   option        default                           meaning
---   compile_mode  KM_COMPILE_MODE, km.kernelbench's  torch.compile's mode ("off": none)
+--   compile_mode  KM_COMPILE_MODE, km.task.kernelbench's  torch.compile's mode ("off": none)
 --   eager         true                              false: no eager baseline for a CUDA reference
 local timing = require "km.timing"
 local task_mod = require "km.task"
@@ -23,7 +23,7 @@ local M = {}
 local Judge = {}
 M.methods = Judge
 
--- The fields of a cached timing's key (km.baseline.key) for `sym`: what was timed (`source`:
+-- The fields of a cached timing's key (km.task.baseline.key) for `sym`: what was timed (`source`:
 -- the texts that decide it), the task's own task.lua (a problem file has none), the shape,
 -- precision, GPU, the software that ran it (`torch`: torch's or NVRTC's version), `mode`
 -- (which timing; the caller may set it later) and the timing protocol.
@@ -45,8 +45,8 @@ end
 -- (a compile that failed in every mode is kept, so no new worker spends minutes on it again;
 -- not an interrupted or timed-out attempt)
 local function compile_model(self, t, prob, sym, opts, mode, key_ok, key)
-  -- where a precompiler compiles this run's tasks ahead (km.precompile), its result first
-  local precompile = require "km.precompile"
+  -- where a precompiler compiles this run's tasks ahead (km.task.precompile), its result first
+  local precompile = require "km.task.precompile"
   local pre = precompile.before_compile(precompile.entry(t, mode))
   local precompiled -- true: compiled ahead; false: the precompiler had it and failed
   if pre and pre.by == "precompiler" then precompiled = (pre.result and pre.result.ok) == true end
@@ -54,7 +54,7 @@ local function compile_model(self, t, prob, sym, opts, mode, key_ok, key)
   local c, cerr, ccode = prob:compile(io, { mode = mode })
   self.pool:put_all(io); self.pool:put_all(ref_in)
   if not c then
-    if key_ok and ccode == "COMPILE_FAILED" then require("km.baseline").put_unavailable(key, cerr) end
+    if key_ok and ccode == "COMPILE_FAILED" then require("km.task.baseline").put_unavailable(key, cerr) end
     return nil, cerr
   end
   return { mode = c.mode, asked = c.asked, failed = c.failed, compile_seconds = c.seconds,
@@ -74,7 +74,7 @@ local function measure_baseline(self, st, prob, which, sym, opts, mode, key_ok, 
   end
   if not rec then return nil, err end
   rec.measured_at, rec.device_name, rec.torch = os.date("!%Y-%m-%dT%H:%M:%SZ"), self.device.name, version
-  if key_ok then require("km.baseline").put(key, rec) end
+  if key_ok then require("km.task.baseline").put(key, rec) end
   rec.cached = false
   return rec
 end
@@ -102,7 +102,7 @@ end
 function Judge:baselines(st, sym, opts)
   local t = st.task
   local source = t.reference.pytorch and t.reference.source_text or t.reference.pytorch_text
-  local baseline = require "km.baseline"
+  local baseline = require "km.task.baseline"
   local mode = baseline.compile_mode(opts.compile_mode)
   local want_eager = st.prob or opts.eager ~= false -- a problem's eager model is its reference
   if not source or not (want_eager or mode ~= "off") then return nil end
@@ -114,7 +114,7 @@ function Judge:baselines(st, sym, opts)
   st.wants_torch = true -- the task's PyTorch model is in use here (Judge:try_fast_reference)
   self:truth_check(st, "the baselines") -- measured on the model as loaded, whatever ran before
   st.truth_dirty = true                 -- and what they run may move its buffers
-  local kb = require "km.kernelbench"
+  local kb = require "km.task.kernelbench"
   -- the records are looked up before the model is loaded: torch's version is read without
   -- importing torch, so baselines kept on disk do not wait for an import started ahead
   local version, verr = kb.version()
@@ -151,11 +151,11 @@ function Judge:baselines(st, sym, opts)
 end
 
 -- A timing that does not change between runs (the CUDA reference's, the starter's), read
--- from the baselines' disk cache (km.baseline) or measured by `measure` and kept there,
+-- from the baselines' disk cache (km.task.baseline) or measured by `measure` and kept there,
 -- keyed by what was timed (`source`: the texts that decide it), the task, shape, precision,
 -- GPU, NVRTC and the timing protocol. -> summary record | nil, status, message
 function Judge:cached_timing(st, sym, opts, what, source, measure)
-  local baseline = require "km.baseline"
+  local baseline = require "km.task.baseline"
   local parts = timing_key(self, st, sym, opts, source, "nvrtc " .. tostring(self.device.nvrtc), what)
   local okk, key = pcall(baseline.key, parts)
   local rec = okk and baseline.get(key) or nil

@@ -93,7 +93,7 @@ local function prepare_and_verify(self, ev, st, v, cand, opts)
   local s, text, extra = self:verify(st, run, v, opts)
   -- the verified trials' seeds are the same for every candidate of the task: their reference
   -- results, which torch's cached blocks held through verify, go back to the driver now
-  if st.prob and not (extra and extra.context_lost) then pcall(require("km.kernelbench").empty_cache) end
+  if st.prob and not (extra and extra.context_lost) then pcall(require("km.task.kernelbench").empty_cache) end
   stage(ev, "verify")
   return s, text, extra
 end

@@ -1,6 +1,6 @@
 -- km.judge.inputs — a trial's buffers and how their inputs are drawn.
 --
--- Owns: on a task state, st.plans (shape key -> input plan, or false: km.kernelbench draws
+-- Owns: on a task state, st.plans (shape key -> input plan, or false: km.task.kernelbench draws
 -- the inputs). A trial's buffers come from the judge's pool; the candidate's inputs are
 -- drawn from a seed, its outputs poisoned, and the reference's inputs drawn again from the
 -- same seed after the candidate ran (Judge:pristine).
@@ -68,7 +68,7 @@ function Judge:pristine(t, sym, ref_in, seed)
   return ref_in
 end
 
--- A problem file's refresh plan (km.kernelbench) as the judge's plan, or false.
+-- A problem file's refresh plan (km.task.kernelbench) as the judge's plan, or false.
 local function problem_plan(t, p)
   if not p or p.why then return false end
   local plan = { laws = {}, params = {} }
@@ -89,7 +89,7 @@ end
 -- How a call's inputs are drawn by the judge's own fill, without Python: { laws = { name ->
 -- law, index }, params = { name -> { ptr, nbytes } } } or false. A task's init rules are
 -- laws; a problem file's get_inputs() is when it only draws with torch.rand/randn/randint
--- (its refresh plan, km.kernelbench: the same laws, drawn by the judge from the same seed on
+-- (its refresh plan, km.task.kernelbench: the same laws, drawn by the judge from the same seed on
 -- every call, verified and timed), its parameters then copied from the model's own tensors
 -- (buffer.copy_in). Inputs drawn by a law are checked against it in place (b:random_check).
 -- Kept per task and shape (a plan's pointers are the model's, which stay where they are).

@@ -23,7 +23,7 @@ local function pool_key(dtype, dims) return dtype .. ":" .. concat(dims, "x") en
 function M.alloc(dtype, dims, drop)
   local ok, b = pcall(buffer.new, dtype, dims)
   if ok then return b end
-  local kb = package.loaded["km.kernelbench"]
+  local kb = package.loaded["km.task.kernelbench"]
   if not (tostring(b):find("OUT_OF_MEMORY", 1, true) and (kb or drop)) then error(b, 0) end
   if drop then drop() end
   if kb then kb.empty_cache() end

@@ -27,7 +27,7 @@ function M.task_state(t)
     times = {},          -- shape key -> the reference's timing summary (km.judge.measure)
     base_times = {},     -- shape key -> the starter's timing summary, or false (none)
     ref = nil,           -- the reference's prepared launch (km.judge.launch), or { torch = model }
-    prob = nil,          -- a problem file's PyTorch model, the reference itself (km.kernelbench)
+    prob = nil,          -- a problem file's PyTorch model, the reference itself (km.task.kernelbench)
     truth = nil,         -- the model's state sealed: { ranges, names, digests } (km.judge.integrity)
     truth_dirty = nil,   -- trusted code ran on the model since its seal: seal again before candidate code
     plans = nil,         -- shape key -> input plan, or false (km.judge.inputs)
@@ -46,10 +46,10 @@ end
 -- -> the reference run | nil, why
 local function load_problem(self, st, t)
   -- PyTorch eager is the reference and the baseline (KernelBench's): loaded in this
-  -- worker, on its context and stream, exchanging buffers without copies (km.kernelbench)
+  -- worker, on its context and stream, exchanging buffers without copies (km.task.kernelbench)
   -- the first load imports torch (seconds): one-time set-up, not the candidate's time
   if self.on_hold then self.on_hold("torch") end
-  local prob, err = require("km.kernelbench").load(t.reference.pytorch, { precision = t.reference.precision, device = "cuda" })
+  local prob, err = require("km.task.kernelbench").load(t.reference.pytorch, { precision = t.reference.precision, device = "cuda" })
   if not prob then
     if self.on_hold then self.on_hold(nil) end
     return nil, "the task's PyTorch reference does not load: " .. tostring(err)
@@ -181,9 +181,9 @@ end
 -- private generator, which no kept result covers — and uses st.fast_ref too.
 function Judge:try_fast_reference(st, ref_in, ref_io, dims, sym)
   if st.fast_ref ~= nil or st.prob or not st.wants_torch then return end
-  -- torch still importing (started ahead, km.kernelbench.import_ahead): this candidate's
+  -- torch still importing (started ahead, km.task.kernelbench.import_ahead): this candidate's
   -- checks use the task's own reference, and the next candidate's verify asks again
-  if not require("km.kernelbench").ready() then return end
+  if not require("km.task.kernelbench").ready() then return end
   st.fast_ref = false
   if not self:torch_model(st) then return end
   -- only a model that keeps nothing on the GPU between calls (our tasks' reference.py take
@@ -220,7 +220,7 @@ function Judge:torch_model(st)
   if st.prob then return st.prob end
   local t = st.task
   if st.torch_model ~= nil then return st.torch_model or nil, st.torch_why end
-  local kb = require "km.kernelbench"
+  local kb = require "km.task.kernelbench"
   local names = { inputs = {}, outputs = {} }
   for i, spec in ipairs(t.inputs) do names.inputs[i] = spec.name end
   for i, spec in ipairs(t.outputs) do names.outputs[i] = spec.name end

@@ -394,7 +394,7 @@ function Judge:time_run(st, run, sym, opts, check)
   end
   -- a timed PyTorch run (a baseline): torch's cache may still hold its last outputs, back to
   -- the driver before a candidate runs
-  if run.torch then require("km.kernelbench").empty_cache() end
+  if run.torch then require("km.task.kernelbench").empty_cache() end
   -- the last timed call is re-verified where the timing did not stop at min_samples and its
   -- own check has not (then the candidate's inputs hold a draw for a call that was not made)
   if res and check and tm.last_checked ~= tm.calls and (tm.draw_each or tm.sampled ~= topts.min_samples) then

@@ -47,7 +47,7 @@ end
 -- its seed, and its buffers.
 local function new_trial(self, t, si, seed, nseeds, opts)
   local sym = t.shapes[si]
-  -- a problem file's held-out shape (km.kbtask) is never named with its sizes: feedback
+  -- a problem file's held-out shape (km.task.kbtask) is never named with its sizes: feedback
   -- goes to the model, and a kernel that knows them could hard-code them too
   local hidden = t.heldout and t.heldout.shape == si
   -- Each shape's last trial draws its inputs from a seed of the judge's private generator,

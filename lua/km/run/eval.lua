@@ -1,0 +1,559 @@
+-- km.run.eval — judge candidates in isolated GPU worker processes.
+--
+--   local eval = require "km.run.eval"
+--   local pool = assert(eval.pool { gpus = { 0 }, timeout = 60 })
+--   local verdict = pool:eval(task, candidate, { seeds = 3 })
+--   local verdicts = pool:eval_many { { task, cand1 }, { task, cand2 }, ... }
+--   pool:close()
+--
+-- The driver (this process) never touches CUDA. Each worker owns one GPU's context
+-- (KM_DEVICE); a kernel that faults or hangs takes down only its worker: the driver records
+-- `crashed` or `timeout`, starts a fresh worker on the next request, and goes on.
+--
+-- Jobs that wait for a busy worker are compiled in the driver first (M.warm: NVRTC on every
+-- CPU at once, no CUDA), with the judge's own options into the workers' cache folder, so
+-- the worker's compile is a cache hit and the GPU waits for no compiler. So is a worker's
+-- first job of a PyTorch-referenced task, while the worker imports torch and loads the model.
+--
+-- Besides its verdict, a worker sends frames about the job it is on: `{ id, hold = what |
+-- false }` (one-time set-up, timed by its own limit, not the candidate's) and `{ id,
+-- progress = ev }` (a km.progress stage event), which the pool hands to opts.on_progress.
+local proc = require "km.proc"
+local json = require "km.json"
+local nvrtc = require "km.nvrtc"
+local judge = require "km.judge" -- compile_opts only; loading it touches no CUDA
+local timing = require "km.timing" -- wall() only
+local verdict = require "km.verdict"
+
+local fmt = string.format
+local pcall, ipairs, pairs, type = pcall, ipairs, pairs, type
+local WARM_BATCH = 32 -- jobs compiled per poll, at most
+local M = {}
+local Pool = {}
+Pool.__index = Pool
+
+-- wrap: an argv prefix the worker runs under (compute-sanitizer and its options), or nil.
+local function worker_argv(wrap)
+  local argv = {}
+  for _, a in ipairs(wrap or {}) do argv[#argv + 1] = a end
+  argv[#argv + 1] = package.km_exe
+  argv[#argv + 1] = package.km_libdir .. "/km/run/worker.lua"
+  return argv
+end
+
+-- The environment a process of this pool on GPU gpu gets, over km.proc's clean one (only
+-- PATH, HOME, LANG, CUDA_*, KM_*, ... inherited, no key): a worker's, and the precompiler's,
+-- so that both see the same caches (torch's included).
+function Pool:_env(gpu)
+  -- the workers' cache is the driver's (a set_cache_dir here included), unless opts.env says
+  -- and its PyTorch baselines' folder too (XDG_CACHE_HOME does not reach a worker)
+  local env = { KM_DEVICE = tostring(gpu), KM_CACHE_DIR = self.cache_dir, KM_BASELINE_DIR = require("km.task.baseline").dir(),
+    KM_SPEC_DIR = require("km.task.kbtask").spec_dir() } -- the specs a worker builds are the driver's to read
+  -- a PyTorch call's own deadline (km.python's watchdog) comes after the pool's: a candidate
+  -- that hangs the GPU is the pool's timeout, as without PyTorch
+  env.KM_PY_TIMEOUT = os.getenv("KM_PY_TIMEOUT") or tostring(2 * (self.opts.timeout or 120) + 60)
+  for k, v in pairs(self.opts.env or {}) do env[k] = v end
+  return env
+end
+
+-- Starts the worker of a slot; returns true or nil, why.
+function Pool:_start(slot)
+  local env = self:_env(slot.gpu)
+  if self.opts.torch_ahead then env.KM_TORCH_AHEAD = "1" end -- km.run.worker: torch imported from the start
+  -- a tool the worker runs under (compute-sanitizer, a profiler) reports at the process's
+  -- normal exit: km.run.worker skips its quick exit
+  if self.opts.wrap then env.KM_WORKER_EXIT = "normal" end
+  if self.precompiler then env.KM_PRECOMPILE_DIR = self.precompiler.dir end -- km.task.precompile's claims
+  local w0 = timing.wall()
+  local p, err = proc.spawn(worker_argv(self.opts.wrap), { env = env, clean_env = true,
+    stderr = self.opts.worker_stderr or "inherit" })
+  if not p then return nil, err end
+  local hello, why = p:recv((self.opts.startup_timeout or 120) * 1000)
+  if not hello then
+    p:kill(); p:wait(5000)
+    return nil, "GPU worker " .. slot.gpu .. " did not start: " .. tostring(why)
+  end
+  local h = json.decode(hello)
+  if not h or not h.ok then
+    p:kill(); p:wait(5000)
+    return nil, h and h.why or "GPU worker sent a bad greeting"
+  end
+  slot.proc, slot.device, slot.device_count = p, h.device, h.device_count
+  slot.ready = {} -- the tasks this worker has set up (it has given a verdict on them)
+  slot.start_s = timing.wall() - w0 -- reported with this worker's first verdict
+  self.starts = self.starts + 1
+  return true
+end
+
+-- pool{ gpus = {0, 1} | nil (every visible GPU), timeout = seconds per candidate,
+--       env = { NAME = value } for the workers, worker_stderr = "inherit" | "null",
+--       warm = jobs compiled ahead per poll (32) | false,
+--       wrap = { argv prefix } each worker runs under, e.g. compute-sanitizer (M.sanitize),
+--       torch_ahead = true: each worker starts importing torch as it starts, on a thread of
+--       its own (a task's PyTorch model or baselines will need it; km.task.kernelbench.import_ahead),
+--       precompile = entries (km.task.precompile.entries): torch.compile baselines a process of
+--       their own compiles ahead into inductor's caches while the workers judge,
+--       on_progress = function(ev, job, gpu): a worker's km.progress stage events as they
+--       come (its set-up: torch's import, the spec, the reference, baselines) and the pool's
+--       own (stage "nvrtc": a candidate compiled ahead) }
+-- -> pool, or nil, why, "NO_GPU"
+function M.pool(opts)
+  opts = opts or {}
+  local self = setmetatable({ opts = opts, slots = {}, starts = 0, next_id = 0,
+    warm_stats = { jobs = 0, failed = 0, ms = 0 } }, Pool)
+  -- One cache folder for the driver's warm-up and every worker: opts.env's KM_CACHE_DIR,
+  -- else this process's (set_cache_dir or the environment), which _start passes on.
+  local env_dir = opts.env and opts.env.KM_CACHE_DIR
+  if env_dir == nil then self.cache_dir = nvrtc.cache_dir()
+  elseif env_dir ~= "" then self.cache_dir = env_dir end -- "": the workers' own default
+  local gpus = opts.gpus
+  local first = { gpu = gpus and gpus[1] or 0 }
+  if opts.precompile and #opts.precompile > 0 then
+    self.precompiler = require("km.task.precompile").start(opts.precompile, { env = self:_env(first.gpu) })
+  end
+  local ok, why = self:_start(first)
+  if not ok then self:close() return nil, why, "NO_GPU" end
+  self.slots[1] = first
+  if not gpus then
+    gpus = { first.gpu }
+    for i = 1, (first.device_count or 1) - 1 do gpus[#gpus + 1] = i end
+  end
+  for i = 2, #gpus do
+    local s = { gpu = gpus[i] }
+    local ok2, why2 = self:_start(s)
+    if not ok2 then self:close() return nil, why2, "NO_GPU" end
+    self.slots[i] = s
+  end
+  self.device = first.device
+  return self
+end
+
+local function task_ref(task)
+  return type(task) == "table" and task.dir or task
+end
+
+-- Seconds a worker may spend measuring one task's PyTorch baselines (eager and
+-- torch.compile, whose max-autotune mode benchmarks many kernels); opts.baseline_timeout.
+M.BASELINE_TIMEOUT = 1800
+
+local function lost(slot, what, job, timeout_s)
+  local p = slot.proc
+  slot.proc = nil
+  if what == "timeout" then p:kill() end
+  return verdict.lost(job, what, timeout_s, p:wait(10000))
+end
+
+-- torch: the task's reference is a PyTorch model (a problem file): a worker's first job of it
+-- spends seconds on set-up before it compiles.
+local function job_of(task, cand, opts)
+  local torch
+  if type(task) == "table" then torch = type(task.reference) == "table" and task.reference.pytorch ~= nil
+  else torch = require("km.task.kbtask").is_problem(task) end
+  -- a task's CUDA reference, compiled by the worker when it first sets the task up: warmed
+  -- beside the candidates (Pool:_warm)
+  local ref = type(task) == "table" and type(task.reference) == "table" and not task.reference.pytorch
+    and task.reference.source_text or nil
+  return { task = task_ref(task), task_name = type(task) == "table" and task.name or task, cand = cand, opts = opts,
+    torch = torch, ref_source = type(ref) == "string" and ref ~= "" and ref or nil }
+end
+
+function Pool:_progress(ev, job, slot)
+  local f = self.opts.on_progress
+  if f then f(ev, job, slot and slot.gpu) end
+end
+
+function Pool:_send(slot, job)
+  if not slot.proc then
+    local ok, why = self:_start(slot)
+    if not ok then return nil, why end
+  end
+  self.next_id = self.next_id + 1
+  job.id = self.next_id
+  local ok, err = slot.proc:send(json.encode { op = "eval", id = job.id, task = job.task, candidate = job.cand, opts = job.opts or {} })
+  if not ok then return nil, err end
+  slot.job = job
+  slot.sent_at, slot.hold_s = os.time(), nil
+  return true
+end
+
+-- Reads the slot's answer (waiting up to `ms`); returns a verdict, or nil if not yet.
+function Pool:_collect(slot, ms)
+  local job = slot.job
+  local timeout_s = (job.opts and job.opts.timeout) or self.opts.timeout or 120
+  local msg, res
+  repeat -- frames about the job (holds, progress) until its verdict, or none waiting
+    local m, _, code = slot.proc:recv(ms)
+    msg = m
+    if not msg then
+      if code == "TIMEOUT" then
+        if os.time() - slot.sent_at < (slot.hold_s or timeout_s) then return nil end
+        timeout_s = slot.hold_s or timeout_s
+        slot.job = nil
+        return lost(slot, "timeout", job, timeout_s)
+      end
+      slot.job = nil
+      return lost(slot, "dead", job, timeout_s)
+    end
+    res = json.decode(msg)
+    ms = 0
+  until not self:_about_job(slot, job, res)
+  slot.job = nil
+  slot.ready[job.task] = true
+  local v = res and res.verdict or { status = "error", feedback = "bad answer from the worker: " .. tostring(msg):sub(1, 200) }
+  if slot.start_s then -- the worker's start (driver, context, greeting) went before this verdict
+    if type(v) == "table" then v.worker_start_seconds = slot.start_s end
+    slot.start_s = nil
+  end
+  if v.context_lost then
+    slot.proc:wait(10000)
+    slot.proc = nil
+  end
+  return v
+end
+
+-- A frame about the slot's job that is not its verdict: true once handled.
+function Pool:_about_job(slot, job, res)
+  if type(res) ~= "table" or res.verdict ~= nil or res.id ~= job.id then return false end
+  if res.hold ~= nil then
+    -- the worker does one-time set-up (torch's import, the spec, PyTorch baselines measured
+    -- once per task and GPU, then cached): that is timed by its own limit, and the
+    -- candidate's time starts again after it
+    slot.sent_at = os.time()
+    slot.hold_s = res.hold and (self.opts.baseline_timeout or M.BASELINE_TIMEOUT) or nil
+    return true
+  end
+  if type(res.progress) == "table" then
+    self:_progress(res.progress, job, slot)
+    return true
+  end
+  return false
+end
+
+-- M.warm(cands, arch, { cache_dir =, threads = }): compiles candidates ({ source, params })
+-- here, on `threads` CPUs (all by default), exactly as the judge will for a GPU of `arch`
+-- (judge.compile_opts), into cache_dir (default: this process's cache). A candidate that
+-- fails to compile, or whose params NVRTC options cannot express, is skipped: its worker
+-- gives the verdict. Returns how many compiled (or were already cached) and how many failed.
+function M.warm(cands, arch, opts)
+  opts = opts or {}
+  if type(arch) ~= "string" then return 0, 0 end -- no default arch: that would load CUDA
+  local list = {}
+  for _, c in ipairs(cands) do
+    if type(c) == "table" and type(c.source) == "string" and c.source ~= "" then
+      local o = judge.compile_opts(arch, c.params or {})
+      if pcall(nvrtc.key, c.source, o) then list[#list + 1] = { c.source, o } end
+    end
+  end
+  if #list == 0 then return 0, 0 end
+  local swap = opts.cache_dir ~= nil and opts.cache_dir ~= nvrtc.cache_dir()
+  local old
+  if swap then old = nvrtc.set_cache_dir(opts.cache_dir) end
+  local ok, rs = pcall(nvrtc.compile_many, list, { threads = opts.threads })
+  if swap then nvrtc.set_cache_dir(old) end
+  if not ok then return 0, #list end
+  local good = 0
+  for _, r in ipairs(rs) do if not r.error then good = good + 1 end end
+  return good, #list - good
+end
+
+-- Compile processes (km.run.compiler): requests go out without waiting; each compiles into
+-- the shared disk cache. M.compilers(n, cache_dir) -> { submit(source, opts [, on_done]),
+-- drain(ms), outstanding(), busy(), close() }. on_done(answer) is called from drain with
+-- { ok, cached, ms, error } (ok false, error "compile process died" when its process died);
+-- busy() lists the processes with requests out (for proc.select).
+function M.compilers(n, cache_dir)
+  local procs, out, sent = {}, {}, 0
+  local waiting = {} -- request id -> { i = process index, on_done }
+  local c = { done = 0, failed = 0 }
+  local function answered(id, r)
+    local w = waiting[id]
+    waiting[id] = nil
+    if w and w.on_done then w.on_done(r) end
+  end
+  local function start(i)
+    local p = proc.spawn({ package.km_exe, package.km_libdir .. "/km/run/compiler.lua" },
+      { env = cache_dir and { KM_CACHE_DIR = cache_dir } or nil, clean_env = true, stderr = "null" })
+    procs[i], out[i] = p or nil, 0
+    return p
+  end
+  function c.submit(source, opts, on_done)
+    local best -- the least busy process; another is started while every one is busy, up to n
+    for i = 1, n do
+      if procs[i] and (not best or out[i] < out[best]) then best = i end
+    end
+    if not best or out[best] > 0 then
+      for i = 1, n do
+        if not procs[i] then
+          if start(i) then best = i end
+          break
+        end
+      end
+    end
+    sent = sent + 1
+    if procs[best] and procs[best]:send(json.encode { id = sent, source = source, opts = opts }) then
+      out[best] = out[best] + 1
+      waiting[sent] = { i = best, on_done = on_done }
+    elseif on_done then
+      on_done { ok = false, error = "no compile process" }
+    end
+  end
+  -- Collects answers for up to `ms`; returns how many requests are still out.
+  function c.drain(ms)
+    local deadline = timing.wall() + (ms or 0) / 1e3
+    repeat
+      local busy = {}
+      for i = 1, n do if procs[i] and out[i] > 0 then busy[#busy + 1] = procs[i] end end
+      if #busy == 0 then return 0 end
+      local p = proc.select(busy, math.max(0, (deadline - timing.wall()) * 1e3))
+      if not p then break end
+      for i = 1, n do
+        if procs[i] == p then
+          local msg = p:recv(0)
+          if msg then
+            out[i] = out[i] - 1
+            local r = json.decode(msg) or {}
+            if r.ok then c.done = c.done + 1 else c.failed = c.failed + 1 end
+            answered(r.id, r)
+          else
+            procs[i], out[i] = nil, 0 -- it died: the next submit starts another
+            p:close()
+            for id, w in pairs(waiting) do
+              if w.i == i then answered(id, { ok = false, error = "compile process died" }) end
+            end
+          end
+        end
+      end
+    until timing.wall() >= deadline
+    return c.outstanding()
+  end
+  function c.outstanding()
+    local k = 0
+    for i = 1, n do k = k + (out[i] or 0) end
+    return k
+  end
+  function c.busy()
+    local list = {}
+    for i = 1, n do if procs[i] and out[i] > 0 then list[#list + 1] = procs[i] end end
+    return list
+  end
+  function c.close()
+    for i = 1, n do if procs[i] then procs[i]:close() end procs[i] = nil end
+  end
+  return c
+end
+
+-- Sends the queued jobs not warmed yet to the compile processes (without waiting), with
+-- the CUDA reference of each task they are for (once per task), and collects what they
+-- finished. Called once every idle worker has its job, so these jobs all wait for a busy
+-- one: a job that goes straight to an idle worker gains nothing from it.
+function Pool:_warm()
+  local batch = self.opts.warm
+  if batch == nil then batch = WARM_BATCH end
+  if not batch or not self.cache_dir or not self.device then return 0 end
+  self:_compilers()
+  local sent = 0
+  self.refs_warmed = self.refs_warmed or {}
+  for _, job in ipairs(self.queue) do
+    if sent >= batch then break end
+    if job.ref_source and not self.refs_warmed[job.task] then -- once per task and pool
+      self.refs_warmed[job.task] = true
+      self.compilers.submit(job.ref_source, judge.compile_opts(self.device.arch, {}, "reference"))
+    end
+    if not job.warmed then
+      job.warmed = true
+      local c = job.cand
+      if type(c) == "table" and type(c.source) == "string" and c.source ~= "" and not verdict.oversized(c.source, c.launch) then
+        job.compiling = true
+        self.compilers.submit(c.source, judge.compile_opts(self.device.arch, c.params or {}), function() job.compiling = nil end)
+        sent = sent + 1
+      end
+    end
+  end
+  local st = self.warm_stats
+  local done0, failed0 = self.compilers.done, self.compilers.failed
+  self.compilers.drain(0)
+  st.jobs, st.failed = st.jobs + (self.compilers.done - done0), st.failed + (self.compilers.failed - failed0)
+  return 0
+end
+
+-- A job about to go to a worker whose compile ahead is still under way: the worker would
+-- compile it again from the start, so it goes when that compile ends, which is never later
+-- (but at most AWAIT_COMPILE_S from now: a compile process that hangs does not hold the
+-- queue). Jobs that follow each other within a compile's time (an offline replay's tuning
+-- steps: 50-150 ms) were compiled twice, the worker's copy on the GPU's critical path.
+local AWAIT_COMPILE_S = 2
+function Pool:_await_compile(job)
+  if not (job and job.compiling and self.compilers) then return end
+  local deadline = timing.wall() + AWAIT_COMPILE_S
+  while job.compiling and timing.wall() < deadline do
+    if self.compilers.drain(5) == 0 then break end -- nothing out: its answer came (or never will)
+  end
+end
+
+function Pool:_compilers()
+  if not self.compilers then
+    local ncpu = require("km.sys").cpu_count()
+    self.compilers = M.compilers(self.opts.compilers or math.max(1, math.min(8, ncpu - #self.slots)), self.cache_dir)
+  end
+  return self.compilers
+end
+
+-- true when the NVRTC cache in `dir` (default: this process's) holds source compiled with
+-- opts (judge.compile_opts'), false when not, nil when NVRTC cannot key it (bad options).
+-- An entry that is there but damaged reads as a miss where it is used, and is compiled again.
+function M.compiled(source, opts, dir)
+  dir = dir or nvrtc.cache_dir()
+  local ok, key = pcall(nvrtc.key, source, opts)
+  if not ok or not dir then return nil end
+  local f = io.open(fmt("%s/%s/%s", dir, key:sub(1, 2), key), "rb")
+  if f then f:close() end
+  return f ~= nil
+end
+
+-- A worker's first job of a task whose reference is a PyTorch model waits seconds for its
+-- set-up (torch's import, the spec, the model on the GPU) before the judge compiles: the
+-- candidate is compiled meanwhile by a compile process, into the cache the worker reads (on
+-- a worker that has the task set up, the judge compiles at once: nothing to gain). Told as
+-- the stage "nvrtc" when NVRTC really runs (not for a cached compile).
+function Pool:_ahead(slot, job)
+  if self.opts.warm == false or not self.cache_dir or not self.device then return end
+  local c = job.cand
+  if not job.torch or slot.ready[job.task] or type(c) ~= "table" or type(c.source) ~= "string" or c.source == "" then return end
+  local o = judge.compile_opts(self.device.arch, c.params or {})
+  if M.compiled(c.source, o, self.cache_dir) ~= false then return end
+  job.warmed = true
+  local t0 = timing.wall()
+  self.ahead = (self.ahead or 0) + 1
+  self:_progress({ stage = "nvrtc", state = "start" }, job, slot)
+  self:_compilers().submit(c.source, o, function(r)
+    self.ahead = self.ahead - 1
+    self:_progress({ stage = "nvrtc", state = "done", seconds = timing.wall() - t0, failed = not r.ok or nil }, job, slot)
+  end)
+end
+
+-- Asynchronous use: submit jobs, poll for verdicts. Jobs wait in a queue while every
+-- worker is busy; each worker judges one job at a time (GPU work is serialized per device).
+function Pool:submit(task, cand, opts)
+  self.queue = self.queue or {}
+  local job = job_of(task, cand, opts)
+  self.queue[#self.queue + 1] = job
+  return job
+end
+
+-- Sends queued jobs to idle workers, compiles ahead the ones still waiting (Pool:_warm),
+-- waits up to `ms` for answers (less the warm-up's time); returns the finished jobs (each
+-- with .verdict). A job whose worker cannot start finishes with status "error".
+function Pool:poll(ms)
+  local done = {}
+  self.queue = self.queue or {}
+  for _, s in ipairs(self.slots) do
+    while not s.job and #self.queue > 0 do
+      self:_await_compile(self.queue[1])
+      local job = table.remove(self.queue, 1)
+      local big = verdict.oversized(job.cand.source, job.cand.launch)
+      local ok, why = true, nil
+      if big then -- judged here: a frame that large is over km.proc's limit, and no worker needs it
+        job.verdict = verdict.finish(verdict.new { task = job.task_name, candidate = job.cand.name }, "compile_error", big)
+        done[#done + 1] = job
+      else
+        ok, why = self:_send(s, job)
+        if ok then self:_ahead(s, job) end
+      end
+      if not ok then
+        job.verdict = { status = "error", task = job.task_name, candidate = job.cand.name, feedback = tostring(why) }
+        done[#done + 1] = job
+      end
+    end
+  end
+  local warm_ms = #self.queue > 0 and self:_warm() or 0
+  local ready = {}
+  for _, s in ipairs(self.slots) do if s.job then ready[#ready + 1] = s.proc end end
+  -- a compile ahead of a worker's set-up is waited for too: its end is told as it comes
+  local ahead = (self.ahead or 0) > 0 and self.compilers
+  if ahead and #ready > 0 then for _, p in ipairs(ahead.busy()) do ready[#ready + 1] = p end end
+  if #ready > 0 and #done == 0 then proc.select(ready, math.max(0, (ms or 0) - warm_ms)) end
+  if ahead then ahead.drain(0) end
+  for _, s in ipairs(self.slots) do
+    if s.job then
+      local job = s.job
+      local v = self:_collect(s, 0)
+      if v then
+        job.verdict = v
+        done[#done + 1] = job
+      end
+    end
+  end
+  return done
+end
+
+-- Jobs submitted or running.
+function Pool:pending()
+  local n = #(self.queue or {})
+  for _, s in ipairs(self.slots) do if s.job then n = n + 1 end end
+  return n
+end
+
+-- Judges one candidate; returns the verdict (infrastructure failures are status "error").
+function Pool:eval(task, cand, opts)
+  local job = self:submit(task, cand, opts)
+  while not job.verdict do self:poll(1000) end
+  return job.verdict
+end
+
+-- Judges a list of { task, candidate [, opts] } on every worker at once; verdicts in order.
+-- on_verdict(i, verdict), if given, is called as each one arrives.
+function Pool:eval_many(jobs, on_verdict)
+  local results, list = {}, {}
+  for i, j in ipairs(jobs) do
+    list[i] = self:submit(j[1], j[2], j[3])
+    list[i].index = i
+  end
+  local left = #list
+  while left > 0 do
+    for _, job in ipairs(self:poll(1000)) do
+      results[job.index] = job.verdict
+      left = left - 1
+      if on_verdict then on_verdict(job.index, job.verdict) end
+    end
+  end
+  return results
+end
+
+-- Ends every worker; the pool stays usable: the next job starts a fresh one (what a worker
+-- set up, a task's loaded state among it, is gone: km.run.serve after a task changed on disk).
+function Pool:restart()
+  for _, s in ipairs(self.slots) do
+    if s.proc then
+      s.proc:send(json.encode { op = "quit" })
+      if not s.proc:wait(5000) then s.proc:kill(); s.proc:wait(5000) end
+      s.proc = nil
+    end
+  end
+end
+
+function Pool:close()
+  if self.compilers then self.compilers.close(); self.compilers = nil end
+  if self.precompiler then require("km.task.precompile").stop(self.precompiler); self.precompiler = nil end
+  self:restart()
+end
+
+-- km.run.eval(task, candidate, opts): through a pool made on first use.
+local default
+function M.eval(task, cand, opts)
+  if not default then
+    local why, code
+    default, why, code = M.pool(opts)
+    if not default then return nil, why, code end
+  end
+  return default:eval(task, cand, opts)
+end
+
+-- km.run.eval.sanitize(task, candidate, { gpu, timeout, tools, sanitizer }): the candidate under
+-- compute-sanitizer memcheck, then racecheck, each in its own worker (km.run.sanitize).
+-- -> verdict (status out_of_bounds | race | the usual one; .sanitizer), or nil, why, code
+function M.sanitize(task, cand, opts)
+  return require("km.run.sanitize").run(M, task, cand, opts)
+end
+
+setmetatable(M, { __call = function(_, ...) return M.eval(...) end })
+return M
