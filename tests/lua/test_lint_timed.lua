@@ -17,50 +17,9 @@ local task_mod = require "km.task"
 
 local ROOT, KMRUN = testing.paths()
 
--- a backend in Lua: values are { v = { numbers } }; f(ins, sym) -> { output name -> { numbers } };
--- opts.skip(sym): the shape is too large here. B.seeds counts the runs per seed.
-local function fake_backend(f, opts)
-  opts = opts or {}
-  local B = { where = "cpu", seeds = {} }
-  local function draw(spec, sym, seed, i)
-    math.randomseed(seed * 7919 + i)
-    local init, v = spec.init, {}
-    for k = 1, task_mod.numel(task_mod.shape_of(spec, sym)) do
-      v[k] = init[2] + (init[3] - init[2]) * math.random()
-    end
-    return v
-  end
-  function B.open(tk) return { t = tk } end
-  function B.run(s, sym, seed)
-    if opts.skip and opts.skip(sym) then return nil, "too large here", "SKIP" end
-    B.seeds[seed] = (B.seeds[seed] or 0) + 1
-    local ins, vals = {}, {}
-    for i, spec in ipairs(s.t.inputs) do
-      vals[spec.name] = draw(spec, sym, seed, i)
-      ins[spec.name] = { v = vals[spec.name] }
-    end
-    local outs = {}
-    for name, v in pairs(f(vals, sym)) do outs[name] = { v = v } end
-    return { ins = ins, outs = outs }
-  end
-  function B.release() end
-  function B.compare(a, b, tol)
-    local r = { ok = #a.v == #b.v, mismatches = 0, max_abs = 0 }
-    for k = 1, math.min(#a.v, #b.v) do
-      local d = math.abs(a.v[k] - b.v[k])
-      if not (d <= tol.atol + tol.rtol * math.abs(b.v[k])) then r.ok, r.mismatches = false, r.mismatches + 1 end
-      if d == d then r.max_abs = math.max(r.max_abs, d) end
-    end
-    return r
-  end
-  function B.zeros(like) local v = {} for k = 1, #like.v do v[k] = 0 end return { v = v } end
-  function B.const(like, c) local v = {} for k = 1, #like.v do v[k] = c end return { v = v } end
-  function B.sample(x) return x.v end
-  function B.free() end
-  function B.time() return nil, "timing needs a GPU" end
-  function B.close() end
-  return B
-end
+-- a backend in Lua (tests/lua/lint_backend.lua); B.seeds counts the runs per seed
+local here = (arg and arg[0] or ""):match("^(.*)/[^/]*$") or "."
+local fake_backend = dofile(here .. "/lint_backend.lua")
 
 local function task(fields)
   return { name = fields.name, reference = { precision = "fp32" }, level = 1, inputs = fields.inputs,
