@@ -124,14 +124,10 @@ function M.cached(path)
   return key ~= nil and require("km.jsoncache").get(dir, key) ~= nil
 end
 
--- -> task table | nil, "path: why". opts: precision; timeout (seconds each call into
--- PyTorch may take, km.task.kernelbench's default otherwise); tolerance.
-function M.load(path, opts)
-  opts = opts or {}
-  local kb = require "km.task.kernelbench"
-  local tag
-  path, tag = M.split_key(path)
-  local precision = opts.precision or tag or "fp32"
+-- The spec of path at precision -> spec, source text | nil, why.
+-- Kept on disk by the file's content (km.jsoncache): a later run, `kmrun eval` in a fresh
+-- process included, reads it without importing torch.
+local function load_spec(kb, path, precision, opts)
   -- the spec on torch's meta device (no memory, no compute); a model whose constructor
   -- reads tensor values (.item()) cannot be built there, and is described on the CPU
   local function describe(device)
@@ -141,8 +137,6 @@ function M.load(path, opts)
     prob:release()
     return spec, serr
   end
-  -- kept on disk by the file's content (km.jsoncache): a later run, `kmrun eval` in a fresh
-  -- process included, reads it without importing torch
   local f = io.open(path, "rb")
   local text = f and f:read(M.MAX_SOURCE + 1)
   if f then f:close() end
@@ -160,29 +154,13 @@ function M.load(path, opts)
     if not spec then return nil, serr end
     if key then jc.put(dir, key, { spec = spec }) end
   end
-  local t = {
-    name = M.name(path), dir = M.key(path, precision), path = path,
-    level = tonumber(path:match("level(%d)")) or 1, category = "kernelbench",
-    description_text = nil, math = nil,
-    reference = { pytorch = path, precision = precision },
-    inputs = {}, outputs = {}, params = {}, shapes = { {} }, tolerance = {},
-    flops = 0, pytorch = true,
-  }
-  t.reference.source_text = text
+  return spec, text
+end
+
+-- Fills t.inputs (inputs, then parameters), t.outputs and t.scalars from spec, the shapes of
+-- scalars into t.shapes -> bytes of the tensors | nil, "path: why".
+local function add_tensors(t, spec, held, dims, path)
   local bytes = 0
-  local held = type(spec.heldout) == "table" and type(spec.heldout.spec) == "table" and spec.heldout or nil
-  local dims = M.shape_symbols(spec, held)
-  t.scalars = {}
-  if held then
-    t.shapes[2] = {}
-    t.heldout = { shape = 2, rule = held.rule, sizes = held.sizes }
-  else
-    t.heldout_why = type(spec.heldout) == "table" and spec.heldout.why or nil
-  end
-  for sym, v in pairs(dims.values) do
-    t.shapes[1][sym] = v[1]
-    t.shapes[2][sym] = v[2]
-  end
   local function add(list, d, role, k)
     if d.scalar ~= nil then
       t.shapes[1][d.name] = d.scalar
@@ -200,6 +178,43 @@ function M.load(path, opts)
   for k, d in ipairs(spec.inputs or {}) do local e = add(t.inputs, d, "input", k); if e then return nil, e end end
   for _, d in ipairs(spec.params or {}) do local e = add(t.inputs, d, "parameter"); if e then return nil, e end end
   for _, d in ipairs(spec.outputs or {}) do local e = add(t.outputs, d, "output"); if e then return nil, e end end
+  return bytes
+end
+
+-- -> task table | nil, "path: why". opts: precision; timeout (seconds each call into
+-- PyTorch may take, km.task.kernelbench's default otherwise); tolerance.
+function M.load(path, opts)
+  opts = opts or {}
+  local kb = require "km.task.kernelbench"
+  local tag
+  path, tag = M.split_key(path)
+  local precision = opts.precision or tag or "fp32"
+  local spec, text = load_spec(kb, path, precision, opts)
+  if not spec then return nil, text end
+  local t = {
+    name = M.name(path), dir = M.key(path, precision), path = path,
+    level = tonumber(path:match("level(%d)")) or 1, category = "kernelbench",
+    description_text = nil, math = nil,
+    reference = { pytorch = path, precision = precision },
+    inputs = {}, outputs = {}, params = {}, shapes = { {} }, tolerance = {},
+    flops = 0, pytorch = true,
+  }
+  t.reference.source_text = text
+  local held = type(spec.heldout) == "table" and type(spec.heldout.spec) == "table" and spec.heldout or nil
+  local dims = M.shape_symbols(spec, held)
+  t.scalars = {}
+  if held then
+    t.shapes[2] = {}
+    t.heldout = { shape = 2, rule = held.rule, sizes = held.sizes }
+  else
+    t.heldout_why = type(spec.heldout) == "table" and spec.heldout.why or nil
+  end
+  for sym, v in pairs(dims.values) do
+    t.shapes[1][sym] = v[1]
+    t.shapes[2][sym] = v[2]
+  end
+  local bytes, err = add_tensors(t, spec, held, dims, path)
+  if not bytes then return nil, err end
   if #t.outputs == 0 then return nil, path .. ": the model returns no tensor" end
   local tol = opts.tolerance or spec.tolerance or { atol = 1e-4, rtol = 1e-4 }
   for _, o in ipairs(t.outputs) do t.tolerance[o.dtype] = { atol = tol.atol, rtol = tol.rtol } end
