@@ -225,61 +225,56 @@ function M.gpu_time_state(g)
   return "recorded"
 end
 
-function M.metrics(rows, thresholds)
-  thresholds = thresholds or M.thresholds()
-  local m = { n = #rows, correct = 0, status = {}, failure_modes = {},
-    tokens = { prompt = 0, completion = 0, reasoning = 0 }, dollars = { total = 0 }, gpu_seconds = { total = 0 },
-    seconds_total = 0, requests = 0, truncated = 0, model_calls = 0, model_errors = {},
-    reasoning = { chars = 0, episodes = 0 }, speedup_over = {}, compile_modes = {} }
-  local baselines, rounds, roofs = {}, {}, {}
-  local first_n, first_ok = 0, 0
-  for _, r in ipairs(rows) do
-    local st = r.episode_status or "?"
-    m.status[st] = (m.status[st] or 0) + 1
-    for k, c in pairs(r.failure_modes) do
-      if type(c) == "number" then m.failure_modes[k] = (m.failure_modes[k] or 0) + c end
-    end
-    m.tokens.prompt = m.tokens.prompt + r.prompt_tokens
-    m.tokens.completion = m.tokens.completion + r.completion_tokens
-    m.tokens.reasoning = m.tokens.reasoning + (r.reasoning_tokens or 0)
-    m.requests = m.requests + (r.requests or 0)
-    m.truncated = m.truncated + (r.truncated or 0)
-    m.model_calls = m.model_calls + (r.model_calls or 0)
-    if (r.model_calls or 0) > 0 then
-      m.reasoning.chars = m.reasoning.chars + (r.reasoning_chars or 0)
-      m.reasoning.episodes = m.reasoning.episodes + 1
-    end
-    for _, e in ipairs(r.model_errors or {}) do
-      if type(e) == "table" and e.code then
-        local x = m.model_errors[e.code] or { count = 0, message = e.message }
-        x.count = x.count + (num(e.count) or 1)
-        m.model_errors[e.code] = x
-      end
-    end
-    m.dollars.total = m.dollars.total + r.dollars
-    m.gpu_seconds.total = m.gpu_seconds.total + r.gpu_seconds
-    m.seconds_total = m.seconds_total + r.seconds
-    if type(r.compile_ok_first) == "boolean" then
-      first_n = first_n + 1
-      if r.compile_ok_first then first_ok = first_ok + 1 end
-    end
-    if r.correct then
-      m.correct = m.correct + 1
-      -- what the headline speedup of each timed episode is against
-      if r.speedup and r.speedup > 0 and r.speedup_over then
-        m.speedup_over[r.speedup_over] = (m.speedup_over[r.speedup_over] or 0) + 1
-      end
-      if r.speedup_compile and r.compile_mode then
-        m.compile_modes[r.compile_mode] = (m.compile_modes[r.compile_mode] or 0) + 1
-      end
-      if r.speedup_baseline and r.speedup_baseline > 0 then baselines[#baselines + 1] = r.speedup_baseline end
-      if r.rounds then rounds[#rounds + 1] = r.rounds end
-      if r.roofline then roofs[#roofs + 1] = r.roofline end
+-- Adds one row to the running totals of m; acc collects what the summary takes the
+-- median or mean of (baselines, rounds, roofs) and the first-compile counts.
+local function add_row(m, acc, r)
+  local st = r.episode_status or "?"
+  m.status[st] = (m.status[st] or 0) + 1
+  for k, c in pairs(r.failure_modes) do
+    if type(c) == "number" then m.failure_modes[k] = (m.failure_modes[k] or 0) + c end
+  end
+  m.tokens.prompt = m.tokens.prompt + r.prompt_tokens
+  m.tokens.completion = m.tokens.completion + r.completion_tokens
+  m.tokens.reasoning = m.tokens.reasoning + (r.reasoning_tokens or 0)
+  m.requests = m.requests + (r.requests or 0)
+  m.truncated = m.truncated + (r.truncated or 0)
+  m.model_calls = m.model_calls + (r.model_calls or 0)
+  if (r.model_calls or 0) > 0 then
+    m.reasoning.chars = m.reasoning.chars + (r.reasoning_chars or 0)
+    m.reasoning.episodes = m.reasoning.episodes + 1
+  end
+  for _, e in ipairs(r.model_errors or {}) do
+    if type(e) == "table" and e.code then
+      local x = m.model_errors[e.code] or { count = 0, message = e.message }
+      x.count = x.count + (num(e.count) or 1)
+      m.model_errors[e.code] = x
     end
   end
-  m.correctness = ratio(m.correct, m.n)
-  -- the generalization gap: of the episodes whose final candidate passed the first (timed)
-  -- shape, the share that failed a later one (for a problem file, its held-out shape)
+  m.dollars.total = m.dollars.total + r.dollars
+  m.gpu_seconds.total = m.gpu_seconds.total + r.gpu_seconds
+  m.seconds_total = m.seconds_total + r.seconds
+  if type(r.compile_ok_first) == "boolean" then
+    acc.first_n = acc.first_n + 1
+    if r.compile_ok_first then acc.first_ok = acc.first_ok + 1 end
+  end
+  if r.correct then
+    m.correct = m.correct + 1
+    -- what the headline speedup of each timed episode is against
+    if r.speedup and r.speedup > 0 and r.speedup_over then
+      m.speedup_over[r.speedup_over] = (m.speedup_over[r.speedup_over] or 0) + 1
+    end
+    if r.speedup_compile and r.compile_mode then
+      m.compile_modes[r.compile_mode] = (m.compile_modes[r.compile_mode] or 0) + 1
+    end
+    if r.speedup_baseline and r.speedup_baseline > 0 then acc.baselines[#acc.baselines + 1] = r.speedup_baseline end
+    if r.rounds then acc.rounds[#acc.rounds + 1] = r.rounds end
+    if r.roofline then acc.roofs[#acc.roofs + 1] = r.roofline end
+  end
+end
+
+-- The generalization gap: of the episodes whose final candidate passed the first (timed)
+-- shape, the share that failed a later one (for a problem file, its held-out shape).
+local function generalization(rows)
   local g = { passed_first = 0, failed_later = 0, failed_heldout = 0 }
   for _, r in ipairs(rows) do
     local later = r.failed_shape and r.failed_shape > 1
@@ -290,7 +285,21 @@ function M.metrics(rows, thresholds)
     end
   end
   g.gap = ratio(g.failed_later, g.passed_first)
-  m.generalization = g
+  return g
+end
+
+function M.metrics(rows, thresholds)
+  thresholds = thresholds or M.thresholds()
+  local m = { n = #rows, correct = 0, status = {}, failure_modes = {},
+    tokens = { prompt = 0, completion = 0, reasoning = 0 }, dollars = { total = 0 }, gpu_seconds = { total = 0 },
+    seconds_total = 0, requests = 0, truncated = 0, model_calls = 0, model_errors = {},
+    reasoning = { chars = 0, episodes = 0 }, speedup_over = {}, compile_modes = {} }
+  local acc = { baselines = {}, rounds = {}, roofs = {}, first_n = 0, first_ok = 0 }
+  for _, r in ipairs(rows) do add_row(m, acc, r) end
+  local baselines, rounds = acc.baselines, acc.rounds
+  local first_n, first_ok = acc.first_n, acc.first_ok
+  m.correctness = ratio(m.correct, m.n)
+  m.generalization = generalization(rows)
   -- the headline: each episode's own `speedup` (eager where its task has a PyTorch
   -- reference); m.speedup_over counts what it is against, m.against keeps baselines apart
   m.fast_p = fast_points(rows, "speedup", thresholds)
@@ -303,7 +312,7 @@ function M.metrics(rows, thresholds)
   m.tokens.per_solved = ratio(m.tokens.total, m.correct)
   m.dollars.per_solved = ratio(m.dollars.total, m.correct)
   m.gpu_seconds.per_solved = ratio(m.gpu_seconds.total, m.correct)
-  local rs = sorted_copy(roofs)
+  local rs = sorted_copy(acc.roofs)
   m.roofline = { n = #rs, mean = mean(rs), median = quantile(rs, 0.5) }
   -- reasoning length (ConCuR: it tracks difficulty): characters per episode that asked a model
   m.reasoning.per_episode = ratio(m.reasoning.chars, m.reasoning.episodes)
