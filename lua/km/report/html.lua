@@ -65,15 +65,8 @@ local function html_table(r, b)
   return html_cells(cells, left, true)
 end
 
--- The report as one self-contained HTML page: no external script, style, font or image.
-function M.html(r, opts)
-  opts = opts or {}
-  local title = opts.title or "kmrun report"
-  local o = {
-    "<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
-    fmt("<title>%s</title>", esc(title)), "<style>", CSS, "</style>", "</head>", "<body>",
-    fmt("<h1>%s</h1>", esc(title)),
-  }
+-- The header lines and the charts.
+local function add_charts(o, r, opts)
   for _, l in ipairs(header_lines(r)) do o[#o + 1] = fmt('<p class="meta">%s</p>', esc(l)) end
   o[#o + 1] = fmt('<p class="meta">files: %s</p>', esc(concat(r.info.files or {}, ", ")))
   o[#o + 1] = '<div class="charts">'
@@ -86,6 +79,10 @@ function M.html(r, opts)
   o[#o + 1] = '<div class="wide">'
   o[#o + 1] = svg.svg_heatmap(r, opts.heatmap)
   o[#o + 1] = "</div>"
+end
+
+-- The matrix, pass@k, baseline, GPU-time and grouped tables.
+local function add_tables(o, r)
   if #r.series > 0 then
     o[#o + 1] = "<h2>Strategy x model (correct, fast_1, geomean speedup)</h2>"
     o[#o + 1] = html_cells(matrix_cells(r), 1, false)
@@ -109,6 +106,10 @@ function M.html(r, opts)
     o[#o + 1] = html_table(r, b)
   end
   if #r.by == 0 then o[#o + 1] = "<h2>All episodes</h2>"; o[#o + 1] = html_table(r, nil) end
+end
+
+-- The failure modes of each series and the model errors.
+local function add_failures(o, r)
   o[#o + 1] = "<h2>Failure modes</h2>"
   o[#o + 1] = "<table><tr><th>strategy / model</th><th>verdicts met on the way (summed)</th></tr>"
   for _, x in ipairs(r.series) do
@@ -123,7 +124,10 @@ function M.html(r, opts)
     end
     o[#o + 1] = "</table>"
   end
-  -- every episode, so a reader can find one task's result
+end
+
+-- Every episode, so a reader can find one task's result, and what the columns mean.
+local function add_episodes(o, r)
   local rows = {}
   for i, row in ipairs(r.rows) do rows[i] = row end
   table.sort(rows, function(a, b)
@@ -156,6 +160,21 @@ function M.html(r, opts)
     '(KernelBench; fast_0 = correctness). Speedup statistics are over correct episodes (p10/p90 by linear interpolation). ' ..
     'compile@1: the first candidate compiled. rounds: evaluations until the first correct one. tokens/ok, $/ok, gpu_s/ok: ' ..
     'totals over all episodes divided by the number of correct ones. roofline: mean/median fraction of the roofline bound.</p>'
+end
+
+-- The report as one self-contained HTML page: no external script, style, font or image.
+function M.html(r, opts)
+  opts = opts or {}
+  local title = opts.title or "kmrun report"
+  local o = {
+    "<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
+    fmt("<title>%s</title>", esc(title)), "<style>", CSS, "</style>", "</head>", "<body>",
+    fmt("<h1>%s</h1>", esc(title)),
+  }
+  add_charts(o, r, opts)
+  add_tables(o, r)
+  add_failures(o, r)
+  add_episodes(o, r)
   o[#o + 1] = SIZE_SCRIPT
   o[#o + 1] = "</body>"
   o[#o + 1] = "</html>"
