@@ -384,19 +384,12 @@ local HEAT_TITLE_Y, HEAT_TITLE_SIZE, HEAT_LABEL_SIZE, HEAT_LABEL_MAX = 20, 15, 1
 local HEAT_CHAR, HEAT_ASCENT = 0.62 * HEAT_LABEL_SIZE, 0.8 * HEAT_LABEL_SIZE
 local SIN30, COS30 = 0.5, math.sqrt(3) / 2
 
--- 6. the per-task map: a row per task, a column per series; colour = the median speedup of
--- the correct repeats (mode "speedup") or the final status (mode "status")
-function M.svg_heatmap(r, mode)
-  mode = mode or "speedup"
-  local tasks, nser = r.heatmap.tasks, #r.series
-  local LABEL, CW, CH = 190, 0, 15
-  local width = 980
-  CW = nser > 0 and min(110, (width - LABEL - 20) / nser) or 0
-  -- The column labels are rotated 30 degrees up from their anchor (cx - 4, TOPM - 6), so a
-  -- label w wide reaches w sin 30 + its ascent cos 30 above it: the top margin is the title's
-  -- bottom plus the tallest label, so the two never overlap. Labels are cut to fit the width
-  -- to their right and at most LABEL_MAX wide (the margin stays bounded).
-  local title_bottom = HEAT_TITLE_Y + 0.3 * HEAT_TITLE_SIZE
+-- The per-task map's column labels: the rotated label of each series, cut to fit, with its
+-- anchor -> { { x, label }, ... }, the height the tallest one rises above its anchor.
+-- A label is rotated 30 degrees up from its anchor (cx - 4, TOPM - 6), so a label w wide
+-- reaches w sin 30 + its ascent cos 30 above it. Labels are cut to fit the width to their
+-- right and at most LABEL_MAX wide (the margin stays bounded).
+local function heat_labels(r, LABEL, CW, width)
   local labels, rise = {}, 0
   for j, x in ipairs(r.series) do
     local ax = LABEL + (j - 0.5) * CW - 4
@@ -409,6 +402,70 @@ function M.svg_heatmap(r, mode)
     labels[j] = { ax, label }
     rise = max(rise, (utf8.len(label) or #label) * HEAT_CHAR * SIN30 + HEAT_ASCENT * COS30)
   end
+  return labels, rise
+end
+
+-- One cell of the per-task map (task t, series j, its top left corner at x, y) into s.
+local function heat_cell(s, r, mode, c, t, j, x, y, CW, CH)
+  local fill, text
+  if mode == "status" then
+    fill, text = status_colour(c.status), ""
+  elseif c.correct > 0 and c.speedup then
+    fill, text = speedup_color(c.speedup), fmt("%.2fx", c.speedup)
+  elseif c.correct > 0 then
+    fill, text = "#c7e9c0", "ok"
+  else
+    fill, text = "#e0e0e0", c.status
+  end
+  s[#s + 1] = fmt('<rect x="%s" y="%s" width="%s" height="%d" fill="%s" stroke="#ffffff"><title>%s, %s: %d/%d correct, %s%s</title></rect>',
+    n2(x), n2(y), n2(CW), CH, fill, esc(t), esc(r.series[j].label), c.correct, c.n, esc(c.status),
+    c.speedup and (", median " .. times(c.speedup)) or "")
+  if text ~= "" and CW >= 40 then
+    s[#s + 1] = fmt('<text x="%s" y="%s" text-anchor="middle" font-size="9" fill="#222">%s</text>', n2(x + CW / 2),
+      n2(y + CH - 4), esc(#text * 5 > CW and text:sub(1, floor(CW / 5)) or text))
+  end
+end
+
+-- The per-task map's legend at baseline ly: the statuses met (mode "status"), else the
+-- speedup scale.
+local function heat_legend(s, r, mode, ly, LABEL)
+  local tasks, nser = r.heatmap.tasks, #r.series
+  if mode == "status" then
+    local x = LABEL
+    local seen = {}
+    for i = 1, #tasks do
+      for j = 1, nser do
+        local c = r.heatmap.cells[i][j]
+        if c and not seen[c.status] then
+          seen[c.status] = true
+          s[#s + 1] = fmt('<rect x="%s" y="%d" width="10" height="10" fill="%s"/><text x="%s" y="%d" font-size="11">%s</text>',
+            n2(x), ly - 9, status_colour(c.status), n2(x + 13), ly, esc(c.status))
+          x = x + 24 + #c.status * 6
+        end
+      end
+    end
+  else
+    for k, v in ipairs { 0.25, 0.5, 1, 2, 4 } do
+      local x = LABEL + (k - 1) * 60
+      s[#s + 1] = fmt('<rect x="%d" y="%d" width="14" height="10" fill="%s" stroke="#999"/><text x="%d" y="%d" font-size="11">%s</text>',
+        x, ly - 9, speedup_color(v), x + 18, ly, fmt("%gx", v))
+    end
+    s[#s + 1] = fmt('<text x="%d" y="%d" font-size="11">grey: not correct (final status shown)</text>', LABEL + 310, ly)
+  end
+end
+
+-- 6. the per-task map: a row per task, a column per series; colour = the median speedup of
+-- the correct repeats (mode "speedup") or the final status (mode "status")
+function M.svg_heatmap(r, mode)
+  mode = mode or "speedup"
+  local tasks, nser = r.heatmap.tasks, #r.series
+  local LABEL, CW, CH = 190, 0, 15
+  local width = 980
+  CW = nser > 0 and min(110, (width - LABEL - 20) / nser) or 0
+  -- the top margin is the title's bottom plus the tallest column label (heat_labels), so
+  -- the two never overlap
+  local title_bottom = HEAT_TITLE_Y + 0.3 * HEAT_TITLE_SIZE
+  local labels, rise = heat_labels(r, LABEL, CW, width)
   local TOPM = ceil(title_bottom + 4 + rise + 6)
   local height = TOPM + max(1, #tasks) * CH + 40
   local title = mode == "status" and "Final status by task" or "Speedup by task (median of the correct repeats)"
@@ -433,51 +490,10 @@ function M.svg_heatmap(r, mode)
     s[#s + 1] = fmt('<text x="%d" y="%s" text-anchor="end" font-size="11">%s</text>', LABEL - 6, n2(y + CH - 4), esc(t))
     for j = 1, nser do
       local c = r.heatmap.cells[i][j]
-      local x = LABEL + (j - 1) * CW
-      if c then
-        local fill, text
-        if mode == "status" then
-          fill, text = status_colour(c.status), ""
-        elseif c.correct > 0 and c.speedup then
-          fill, text = speedup_color(c.speedup), fmt("%.2fx", c.speedup)
-        elseif c.correct > 0 then
-          fill, text = "#c7e9c0", "ok"
-        else
-          fill, text = "#e0e0e0", c.status
-        end
-        s[#s + 1] = fmt('<rect x="%s" y="%s" width="%s" height="%d" fill="%s" stroke="#ffffff"><title>%s, %s: %d/%d correct, %s%s</title></rect>',
-          n2(x), n2(y), n2(CW), CH, fill, esc(t), esc(r.series[j].label), c.correct, c.n, esc(c.status),
-          c.speedup and (", median " .. times(c.speedup)) or "")
-        if text ~= "" and CW >= 40 then
-          s[#s + 1] = fmt('<text x="%s" y="%s" text-anchor="middle" font-size="9" fill="#222">%s</text>', n2(x + CW / 2),
-            n2(y + CH - 4), esc(#text * 5 > CW and text:sub(1, floor(CW / 5)) or text))
-        end
-      end
+      if c then heat_cell(s, r, mode, c, t, j, LABEL + (j - 1) * CW, y, CW, CH) end
     end
   end
-  local ly = TOPM + #tasks * CH + 22
-  if mode == "status" then
-    local x = LABEL
-    local seen = {}
-    for i = 1, #tasks do
-      for j = 1, nser do
-        local c = r.heatmap.cells[i][j]
-        if c and not seen[c.status] then
-          seen[c.status] = true
-          s[#s + 1] = fmt('<rect x="%s" y="%d" width="10" height="10" fill="%s"/><text x="%s" y="%d" font-size="11">%s</text>',
-            n2(x), ly - 9, status_colour(c.status), n2(x + 13), ly, esc(c.status))
-          x = x + 24 + #c.status * 6
-        end
-      end
-    end
-  else
-    for k, v in ipairs { 0.25, 0.5, 1, 2, 4 } do
-      local x = LABEL + (k - 1) * 60
-      s[#s + 1] = fmt('<rect x="%d" y="%d" width="14" height="10" fill="%s" stroke="#999"/><text x="%d" y="%d" font-size="11">%s</text>',
-        x, ly - 9, speedup_color(v), x + 18, ly, fmt("%gx", v))
-    end
-    s[#s + 1] = fmt('<text x="%d" y="%d" font-size="11">grey: not correct (final status shown)</text>', LABEL + 310, ly)
-  end
+  heat_legend(s, r, mode, TOPM + #tasks * CH + 22, LABEL)
   return svg_close(s)
 end
 
