@@ -191,6 +191,86 @@ local function content_ok(c)
   return false
 end
 
+-- The tool_calls of message `where` (role role): each call's shape, its id kept in call_ids.
+local function check_tool_calls(say, where, m, role, call_ids)
+  if role ~= "assistant" then say("%s: tool_calls on a %s message", where, tostring(role)) end
+  if not is_array(m.tool_calls) or #m.tool_calls == 0 then
+    say("%s: tool_calls is not a non-empty list", where)
+    return
+  end
+  for j, c in ipairs(m.tool_calls) do
+    local cw = fmt("%s.tool_calls[%d]", where, j)
+    if type(c) ~= "table" then say("%s is not an object", cw)
+    else
+      if type(c.id) ~= "string" or c.id == "" then say("%s: no id", cw) else call_ids[c.id] = true end
+      if c.type ~= "function" then say("%s: type is not \"function\"", cw) end
+      local f = c["function"]
+      if type(f) ~= "table" then say("%s: no function", cw)
+      else
+        if type(f.name) ~= "string" or f.name == "" then say("%s: the function has no name", cw) end
+        if type(f.arguments) ~= "string" then say("%s: arguments are not JSON text", cw)
+        elseif json.decode(f.arguments) == nil and f.arguments ~= "null" then
+          say("%s: arguments do not parse as JSON", cw)
+        end
+      end
+    end
+  end
+end
+
+-- One message (messages[i], an object): its keys, role, content, weight, tool calls and
+-- tool answer. counts.assistants and counts.trained are counted up.
+local function check_message(say, where, m, call_ids, counts)
+  local mk = {}
+  for k in pairs(m) do mk[#mk + 1] = tostring(k) end
+  table.sort(mk)
+  for _, k in ipairs(mk) do
+    if not MSG_KEYS[k] then say("%s: unexpected key \"%s\"", where, k) end
+  end
+  local role = m.role
+  if not ROLES[role] then
+    say("%s: role %s is not system, user, assistant or tool", where, role == nil and "missing" or ("\"" .. tostring(role) .. "\""))
+  end
+  local has_calls = m.tool_calls ~= nil or m.function_call ~= nil
+  if m.content == nil or m.content == json.null then
+    if not (role == "assistant" and has_calls) then say("%s (%s): no content", where, tostring(role)) end
+  elseif not content_ok(m.content) then
+    say("%s (%s): content is not text", where, tostring(role))
+  end
+  if m.name ~= nil and type(m.name) ~= "string" then say("%s: name is not a string", where) end
+  if m.weight ~= nil then
+    if role ~= "assistant" then say("%s: weight on a %s message (only assistant messages have one)", where, tostring(role))
+    elseif not (m.weight == 0 or m.weight == 1) or math_type(m.weight) == nil then
+      say("%s: weight is %s (0 or 1)", where, json.encode(m.weight))
+    end
+  end
+  if role == "assistant" then
+    counts.assistants = counts.assistants + 1
+    if m.weight ~= 0 then counts.trained = counts.trained + 1 end
+  end
+  if m.tool_calls ~= nil then check_tool_calls(say, where, m, role, call_ids) end
+  if role == "tool" then
+    if type(m.tool_call_id) ~= "string" then say("%s: a tool message without tool_call_id", where)
+    elseif not call_ids[m.tool_call_id] then
+      say("%s: tool_call_id \"%s\" answers no earlier tool call", where, m.tool_call_id)
+    end
+  end
+end
+
+-- The line's "tools" list: each a function with a name and, when given, a schema object.
+local function check_tools(say, tools)
+  if not is_array(tools) then say("\"tools\" is not a list") return end
+  for j, tl in ipairs(tools) do
+    local tw = fmt("tools[%d]", j)
+    if type(tl) ~= "table" or tl.type ~= "function" or type(tl["function"]) ~= "table" then
+      say("%s is not { type = \"function\", function = { name, ... } }", tw)
+    elseif type(tl["function"].name) ~= "string" then
+      say("%s: the function has no name", tw)
+    elseif tl["function"].parameters ~= nil and not is_object(tl["function"].parameters) then
+      say("%s: parameters is not a JSON schema object", tw)
+    end
+  end
+end
+
 -- The problems of one decoded line in the chat format (a list of strings; {} when valid).
 function M.check_chat(obj)
   local bad = {}
@@ -208,88 +288,18 @@ function M.check_chat(obj)
   local msgs = obj.messages
   if msgs == nil then say("no \"messages\"") return bad end
   if not is_array(msgs) or #msgs == 0 then say("\"messages\" is not a non-empty list") return bad end
-  local call_ids, assistants, trained = {}, 0, 0
+  local call_ids, counts = {}, { assistants = 0, trained = 0 }
   for i, m in ipairs(msgs) do
     local where = fmt("messages[%d]", i)
     if not is_object(m) then
       say("%s is not an object", where)
     else
-      local mk = {}
-      for k in pairs(m) do mk[#mk + 1] = tostring(k) end
-      table.sort(mk)
-      for _, k in ipairs(mk) do
-        if not MSG_KEYS[k] then say("%s: unexpected key \"%s\"", where, k) end
-      end
-      local role = m.role
-      if not ROLES[role] then
-        say("%s: role %s is not system, user, assistant or tool", where, role == nil and "missing" or ("\"" .. tostring(role) .. "\""))
-      end
-      local has_calls = m.tool_calls ~= nil or m.function_call ~= nil
-      if m.content == nil or m.content == json.null then
-        if not (role == "assistant" and has_calls) then say("%s (%s): no content", where, tostring(role)) end
-      elseif not content_ok(m.content) then
-        say("%s (%s): content is not text", where, tostring(role))
-      end
-      if m.name ~= nil and type(m.name) ~= "string" then say("%s: name is not a string", where) end
-      if m.weight ~= nil then
-        if role ~= "assistant" then say("%s: weight on a %s message (only assistant messages have one)", where, tostring(role))
-        elseif not (m.weight == 0 or m.weight == 1) or math_type(m.weight) == nil then
-          say("%s: weight is %s (0 or 1)", where, json.encode(m.weight))
-        end
-      end
-      if role == "assistant" then
-        assistants = assistants + 1
-        if m.weight ~= 0 then trained = trained + 1 end
-      end
-      if m.tool_calls ~= nil then
-        if role ~= "assistant" then say("%s: tool_calls on a %s message", where, tostring(role)) end
-        if not is_array(m.tool_calls) or #m.tool_calls == 0 then
-          say("%s: tool_calls is not a non-empty list", where)
-        else
-          for j, c in ipairs(m.tool_calls) do
-            local cw = fmt("%s.tool_calls[%d]", where, j)
-            if type(c) ~= "table" then say("%s is not an object", cw)
-            else
-              if type(c.id) ~= "string" or c.id == "" then say("%s: no id", cw) else call_ids[c.id] = true end
-              if c.type ~= "function" then say("%s: type is not \"function\"", cw) end
-              local f = c["function"]
-              if type(f) ~= "table" then say("%s: no function", cw)
-              else
-                if type(f.name) ~= "string" or f.name == "" then say("%s: the function has no name", cw) end
-                if type(f.arguments) ~= "string" then say("%s: arguments are not JSON text", cw)
-                elseif json.decode(f.arguments) == nil and f.arguments ~= "null" then
-                  say("%s: arguments do not parse as JSON", cw)
-                end
-              end
-            end
-          end
-        end
-      end
-      if role == "tool" then
-        if type(m.tool_call_id) ~= "string" then say("%s: a tool message without tool_call_id", where)
-        elseif not call_ids[m.tool_call_id] then
-          say("%s: tool_call_id \"%s\" answers no earlier tool call", where, m.tool_call_id)
-        end
-      end
+      check_message(say, where, m, call_ids, counts)
     end
   end
-  if assistants == 0 then say("no assistant message (nothing to train on)")
-  elseif trained == 0 then say("every assistant message has weight 0 (nothing to train on)") end
-  if obj.tools ~= nil then
-    if not is_array(obj.tools) then say("\"tools\" is not a list")
-    else
-      for j, tl in ipairs(obj.tools) do
-        local tw = fmt("tools[%d]", j)
-        if type(tl) ~= "table" or tl.type ~= "function" or type(tl["function"]) ~= "table" then
-          say("%s is not { type = \"function\", function = { name, ... } }", tw)
-        elseif type(tl["function"].name) ~= "string" then
-          say("%s: the function has no name", tw)
-        elseif tl["function"].parameters ~= nil and not is_object(tl["function"].parameters) then
-          say("%s: parameters is not a JSON schema object", tw)
-        end
-      end
-    end
-  end
+  if counts.assistants == 0 then say("no assistant message (nothing to train on)")
+  elseif counts.trained == 0 then say("every assistant message has weight 0 (nothing to train on)") end
+  if obj.tools ~= nil then check_tools(say, obj.tools) end
   if obj.parallel_tool_calls ~= nil and type(obj.parallel_tool_calls) ~= "boolean" then
     say("parallel_tool_calls is not true or false")
   end
