@@ -206,6 +206,85 @@ local function without_guidance(content)
   return content:sub(1, a) .. (b and content:sub(b + 1) or "")
 end
 
+-- Budget:fit's working state st: head (the copied prefix), task_msg (its last message) and
+-- task_text (its text without notes), rounds (those kept), notes (a line per round left
+-- out), tools; out and est (the messages assembled and their estimate).
+
+-- The messages of st: the prefix, the task message with the notes on the rounds left out,
+-- then the rounds kept.
+local function assemble(st)
+  local out = {}
+  for i, m in ipairs(st.head) do out[i] = m end
+  if st.task_msg and #st.notes > 0 then
+    st.task_msg.content = st.task_text .. "\n\n## Earlier replies (left out to fit the context)\n" .. concat(st.notes, "\n")
+  elseif st.task_msg then
+    st.task_msg.content = st.task_text
+  end
+  for _, r in ipairs(st.rounds) do for _, m in ipairs(r) do out[#out + 1] = m end end
+  return out
+end
+
+-- Assembles st's messages again and estimates them (st.out, st.est).
+local function reassemble(self, st)
+  st.out = assemble(st)
+  st.est = self:estimate(st.out, st.tools)
+end
+
+-- 1. older rounds go, oldest first; the latest round and the latest candidate stay
+local function drop_old_rounds(self, st, want, limit, info)
+  local rounds = st.rounds
+  local k = 0
+  while st.est + want > limit and #rounds > 1 do
+    local keep = latest_candidate(rounds)
+    local j = 1
+    if j == keep then j = 2 end
+    if j >= #rounds then break end
+    k = k + 1
+    insert(st.notes, round_line(k, table.remove(rounds, j)))
+    info.dropped = info.dropped + 1
+    reassemble(self, st)
+  end
+end
+
+-- 2. guidance shown in earlier feedback goes (the latest round keeps its own)
+local function drop_round_guidance(self, st, info)
+  local rounds = st.rounds
+  for i = 1, #rounds - 1 do
+    for j, m in ipairs(rounds[i]) do
+      local stripped = m.role ~= "assistant" and m.content and without_guidance(m.content)
+      if stripped then
+        local c = copy_msg(m)
+        c.content = stripped
+        rounds[i][j] = c
+        info.guidance_dropped = true
+      end
+    end
+  end
+  reassemble(self, st)
+end
+
+-- 3. long texts in the rounds kept are shortened, the longest first
+local function shorten_long_texts(self, st, want, limit, info)
+  local rounds = st.rounds
+  for _ = 1, 16 do
+    if st.est + want <= limit then break end
+    local bi, bj, blen = nil, nil, 0
+    for i, r in ipairs(rounds) do
+      for j, m in ipairs(r) do
+        if #(m.content or "") > blen then bi, bj, blen = i, j, #m.content end
+      end
+    end
+    if not bi or blen < 600 then break end
+    local c = copy_msg(rounds[bi][bj])
+    local excess_chars = ceil((st.est + want - limit) / self:tokens_per_char()) + 100
+    c.content = M.shorten(c.content, max(400, blen - excess_chars))
+    if #c.content >= blen then break end
+    rounds[bi][bj] = c
+    info.shortened = info.shortened + 1
+    reassemble(self, st)
+  end
+end
+
 -- Returns the messages to send (a copy when anything changed), the max_tokens to ask for,
 -- and info { estimated, dropped, shortened, guidance_dropped, max_tokens, size }; or nil,
 -- why, "CONTEXT_OVERFLOW". opts: max_tokens (the reply's room wanted), tools.
@@ -222,93 +301,34 @@ function Budget:fit(messages, opts)
     return messages, want, info
   end
   local prefix, rounds = split(messages)
-  local head = {}
-  for i, m in ipairs(prefix) do head[i] = copy_msg(m) end
-  local task_msg = head[#head]
-  local task_text = task_msg and task_msg.content or ""
-  local notes = {}
-  local function assemble()
-    local out = {}
-    for i, m in ipairs(head) do out[i] = m end
-    if task_msg and #notes > 0 then
-      task_msg.content = task_text .. "\n\n## Earlier replies (left out to fit the context)\n" .. concat(notes, "\n")
-    elseif task_msg then
-      task_msg.content = task_text
-    end
-    for _, r in ipairs(rounds) do for _, m in ipairs(r) do out[#out + 1] = m end end
-    return out
-  end
-  local out = assemble()
-  est = self:estimate(out, tools)
-  -- 1. older rounds go, oldest first; the latest round and the latest candidate stay
-  local k = 0
-  while est + want > limit and #rounds > 1 do
-    local keep = latest_candidate(rounds)
-    local j = 1
-    if j == keep then j = 2 end
-    if j >= #rounds then break end
-    k = k + 1
-    insert(notes, round_line(k, table.remove(rounds, j)))
-    info.dropped = info.dropped + 1
-    out = assemble()
-    est = self:estimate(out, tools)
-  end
-  -- 2. guidance shown in earlier feedback goes (the latest round keeps its own)
-  if est + want > limit then
-    for i = 1, #rounds - 1 do
-      for j, m in ipairs(rounds[i]) do
-        local stripped = m.role ~= "assistant" and m.content and without_guidance(m.content)
-        if stripped then
-          local c = copy_msg(m)
-          c.content = stripped
-          rounds[i][j] = c
-          info.guidance_dropped = true
-        end
-      end
-    end
-    out = assemble()
-    est = self:estimate(out, tools)
-  end
-  -- 3. long texts in the rounds kept are shortened, the longest first
-  for _ = 1, 16 do
-    if est + want <= limit then break end
-    local bi, bj, blen = nil, nil, 0
-    for i, r in ipairs(rounds) do
-      for j, m in ipairs(r) do
-        if #(m.content or "") > blen then bi, bj, blen = i, j, #m.content end
-      end
-    end
-    if not bi or blen < 600 then break end
-    local c = copy_msg(rounds[bi][bj])
-    local excess_chars = ceil((est + want - limit) / self:tokens_per_char()) + 100
-    c.content = M.shorten(c.content, max(400, blen - excess_chars))
-    if #c.content >= blen then break end
-    rounds[bi][bj] = c
-    info.shortened = info.shortened + 1
-    out = assemble()
-    est = self:estimate(out, tools)
-  end
+  local st = { head = {}, rounds = rounds, notes = {}, tools = tools }
+  for i, m in ipairs(prefix) do st.head[i] = copy_msg(m) end
+  st.task_msg = st.head[#st.head]
+  st.task_text = st.task_msg and st.task_msg.content or ""
+  reassemble(self, st)
+  drop_old_rounds(self, st, want, limit, info)
+  if st.est + want > limit then drop_round_guidance(self, st, info) end
+  shorten_long_texts(self, st, want, limit, info)
   -- 4. the reply's room shrinks, down to its floor
   local room = want
-  if est + room > limit then room = max(floor_tokens, limit - est) end
+  if st.est + room > limit then room = max(floor_tokens, limit - st.est) end
   -- 5. the guidance in the task prompt goes
-  if est + room > limit and task_msg then
-    local stripped = without_guidance(task_text)
+  if st.est + room > limit and st.task_msg then
+    local stripped = without_guidance(st.task_text)
     if stripped then
-      task_text = stripped
+      st.task_text = stripped
       info.guidance_dropped = true
-      out = assemble()
-      est = self:estimate(out, tools)
+      reassemble(self, st)
       room = want
-      if est + room > limit then room = max(floor_tokens, limit - est) end
+      if st.est + room > limit then room = max(floor_tokens, limit - st.est) end
     end
   end
-  if est + room > limit then
+  if st.est + room > limit then
     return nil, fmt("the request needs about %d tokens plus %d for the reply, over the model's context of %d tokens, even with earlier replies left out",
-      est, room, self.size), "CONTEXT_OVERFLOW"
+      st.est, room, self.size), "CONTEXT_OVERFLOW"
   end
-  info.estimated, info.max_tokens = est, room
-  return out, room, info
+  info.estimated, info.max_tokens = st.est, room
+  return st.out, room, info
 end
 
 return M
