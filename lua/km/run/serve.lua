@@ -217,6 +217,97 @@ function M.hint(torch_s, served_why)
     .. "\"A resident worker\")", torch_s)
 end
 
+-- The server's state sv: gpu, path, idle, say, identity, pool, listener, dev (the pool's
+-- device), since, served, last (wall time of the last request), stop; current (the channel
+-- of the job under way: its progress goes there); queue ({ c, req }: evaluations waiting
+-- their turn, first come first judged); seen (task -> its fingerprint when the worker set it
+-- up) and restarts (fresh workers for changes).
+
+-- A new connection's request: what needs no GPU is answered at once, even while a
+-- candidate is being judged (hello, stop); an evaluation joins the queue.
+local function take(sv, c)
+  local msg = c:recv(5000)
+  local req = msg and json.decode(msg)
+  if type(req) == "table" and req.op == "eval" then sv.queue[#sv.queue + 1] = { c = c, req = req } return end
+  if type(req) ~= "table" then
+    send(c, { ok = false, why = "sent no request" })
+  elseif req.op == "hello" then
+    send(c, { ok = true, pid = sys.pid(), gpu = sv.gpu, device = sv.dev.name, evaluations = sv.served, since = sv.since,
+      busy = sv.current ~= nil, queued = #sv.queue, identity = sv.identity })
+  elseif req.op == "stop" then
+    send(c, { ok = true, evaluations = sv.served })
+    sv.stop = true
+  else
+    send(c, { ok = false, why = "does not know op " .. tostring(req.op) })
+  end
+  c:close()
+end
+
+-- Judges one queued evaluation and sends its verdict on c.
+local function judge(sv, c, req)
+  local diff = M.differs(sv.identity, req.identity)
+  if diff then return send(c, { ok = false, why = "runs " .. diff }) end
+  -- a task changed on disk since its worker set it up: a fresh worker (torch imported again)
+  local was = sv.seen[req.task]
+  if was ~= nil and was ~= req.fingerprint then
+    sv.say(fmt("kmrun serve: %s changed on disk: starting a fresh worker", tostring(req.task)))
+    sv.pool:restart()
+    sv.seen = {}
+    sv.restarts = sv.restarts + 1
+  end
+  sv.seen[req.task] = req.fingerprint
+  sv.current = c
+  local w0 = wall()
+  local job = sv.pool:submit(req.task, req.candidate, req.opts or {})
+  while not job.verdict do -- a signal or a stop now waits for this verdict
+    sv.pool:poll(200)
+    local nc = sv.listener:accept(0)
+    if nc then take(sv, nc) end
+  end
+  sv.current = nil
+  sv.served = sv.served + 1
+  local v = job.verdict
+  if type(v) == "table" then v.server = { pid = sys.pid(), evaluations = sv.served, task_restarts = sv.restarts } end
+  sv.say(fmt("kmrun serve: %s %s: %s (%.2f s)", tostring(req.task), tostring(type(req.candidate) == "table" and req.candidate.name or ""),
+    tostring(type(v) == "table" and v.status), wall() - w0))
+  return send(c, { verdict = v })
+end
+
+-- Answers connections and judges the queue until a stop request, a signal or idleness.
+local function serve_loop(sv, sig)
+  while not sv.stop and not sig.caught() do
+    if #sv.queue > 0 then
+      local item = table.remove(sv.queue, 1)
+      judge(sv, item.c, item.req)
+      item.c:close()
+      sv.last = wall()
+    else
+      local c = sv.listener:accept(500)
+      if c then
+        take(sv, c)
+        sv.last = wall()
+      elseif sv.idle > 0 and wall() - sv.last > sv.idle then
+        sv.say(fmt("kmrun serve: idle for %d s: stopping", sv.idle))
+        break
+      end
+    end
+  end
+end
+
+-- Turns away the evaluations still waiting (their clients judge in workers of their own) and
+-- releases the socket, the pool and the signals.
+local function shut_down(sv, sig)
+  for _, item in ipairs(sv.queue) do
+    send(item.c, { ok = false, why = "is stopping" })
+    item.c:close()
+  end
+  sv.listener:close()
+  os.remove(sv.path)
+  sv.pool:close()
+  sig.release()
+  sv.say(fmt("kmrun serve: stopped after %d evaluation%s", sv.served, sv.served == 1 and "" or "s"))
+end
+
 -- The server: a km.run.eval pool on GPU o.gpu, its worker importing torch as it starts. o:
 -- gpu, socket (path), idle (seconds, 0: never), timeout (a candidate's seconds), say(line)
 -- for its log (default stderr), wrap and worker_stderr (km.run.eval.pool's). Returns true when
@@ -232,100 +323,23 @@ function M.run(o)
   local okd, derr = socket_dir(path)
   if not okd then return nil, derr, "IO" end
   os.remove(path) -- a socket nobody answers on: a server that died
-  local identity = M.identity()
-  local current -- the channel of the job under way: its progress goes there
+  local sv = { gpu = gpu, path = path, idle = idle, say = say, identity = M.identity(),
+    queue = {}, seen = {}, restarts = 0 }
   local pool, perr, pcode = require("km.run.eval").pool { gpus = { gpu }, timeout = o.timeout or 120, torch_ahead = true,
     wrap = o.wrap, worker_stderr = o.worker_stderr,
-    on_progress = function(ev) if current then send(current, { progress = ev }) end end }
+    on_progress = function(ev) if sv.current then send(sv.current, { progress = ev }) end end }
   if not pool then return nil, perr, pcode or "NO_GPU" end
   local listener, lwhy, lcode = proc.listen(path)
   if not listener then pool:close() return nil, lwhy, lcode end
+  sv.pool, sv.listener = pool, listener
   local sig = require "km.signal"
   sig.catch()
-  local served, since, last, stop = 0, os.date("!%Y-%m-%dT%H:%M:%SZ"), wall(), false
-  local dev = pool.device or {}
+  sv.served, sv.since, sv.last, sv.stop = 0, os.date("!%Y-%m-%dT%H:%M:%SZ"), wall(), false
+  sv.dev = pool.device or {}
   say(fmt("kmrun serve: GPU %d (%s), listening on %s; stops after %s idle, on `kmrun serve --stop` or a signal",
-    gpu, tostring(dev.name or "?"), path, idle > 0 and fmt("%d s", idle) or "never"))
-
-  local queue = {} -- { c, req }: evaluations waiting their turn, first come first judged
-  local seen, restarts = {}, 0 -- task -> its fingerprint when the worker set it up; fresh workers for changes
-
-  -- A new connection's request: what needs no GPU is answered at once, even while a
-  -- candidate is being judged (hello, stop); an evaluation joins the queue.
-  local function take(c)
-    local msg = c:recv(5000)
-    local req = msg and json.decode(msg)
-    if type(req) == "table" and req.op == "eval" then queue[#queue + 1] = { c = c, req = req } return end
-    if type(req) ~= "table" then
-      send(c, { ok = false, why = "sent no request" })
-    elseif req.op == "hello" then
-      send(c, { ok = true, pid = sys.pid(), gpu = gpu, device = dev.name, evaluations = served, since = since,
-        busy = current ~= nil, queued = #queue, identity = identity })
-    elseif req.op == "stop" then
-      send(c, { ok = true, evaluations = served })
-      stop = true
-    else
-      send(c, { ok = false, why = "does not know op " .. tostring(req.op) })
-    end
-    c:close()
-  end
-
-  local function judge(c, req)
-    local diff = M.differs(identity, req.identity)
-    if diff then return send(c, { ok = false, why = "runs " .. diff }) end
-    -- a task changed on disk since its worker set it up: a fresh worker (torch imported again)
-    local was = seen[req.task]
-    if was ~= nil and was ~= req.fingerprint then
-      say(fmt("kmrun serve: %s changed on disk: starting a fresh worker", tostring(req.task)))
-      pool:restart()
-      seen = {}
-      restarts = restarts + 1
-    end
-    seen[req.task] = req.fingerprint
-    current = c
-    local w0 = wall()
-    local job = pool:submit(req.task, req.candidate, req.opts or {})
-    while not job.verdict do -- a signal or a stop now waits for this verdict
-      pool:poll(200)
-      local nc = listener:accept(0)
-      if nc then take(nc) end
-    end
-    current = nil
-    served = served + 1
-    local v = job.verdict
-    if type(v) == "table" then v.server = { pid = sys.pid(), evaluations = served, task_restarts = restarts } end
-    say(fmt("kmrun serve: %s %s: %s (%.2f s)", tostring(req.task), tostring(type(req.candidate) == "table" and req.candidate.name or ""),
-      tostring(type(v) == "table" and v.status), wall() - w0))
-    return send(c, { verdict = v })
-  end
-
-  while not stop and not sig.caught() do
-    if #queue > 0 then
-      local item = table.remove(queue, 1)
-      judge(item.c, item.req)
-      item.c:close()
-      last = wall()
-    else
-      local c = listener:accept(500)
-      if c then
-        take(c)
-        last = wall()
-      elseif idle > 0 and wall() - last > idle then
-        say(fmt("kmrun serve: idle for %d s: stopping", idle))
-        break
-      end
-    end
-  end
-  -- evaluations still waiting: their clients judge in workers of their own
-  for _, item in ipairs(queue) do
-    send(item.c, { ok = false, why = "is stopping" })
-    item.c:close()
-  end
-  listener:close()
-  os.remove(path)
-  pool:close()
-  sig.release()
-  say(fmt("kmrun serve: stopped after %d evaluation%s", served, served == 1 and "" or "s"))
+    gpu, tostring(sv.dev.name or "?"), path, idle > 0 and fmt("%d s", idle) or "never"))
+  serve_loop(sv, sig)
+  shut_down(sv, sig)
   return true
 end
 
