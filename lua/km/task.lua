@@ -96,6 +96,102 @@ local function check_io(file, list, what, need_init)
   return seen
 end
 
+-- The description and math of t: text, or a file in the folder (description_text, math_text).
+local function check_texts(file, dir, t)
+  local function text_or_file(field, pattern)
+    local v = t[field]
+    if type(v) ~= "string" then fail(file, field, "must be a file name or text") end
+    if not v:match(pattern) then return v end
+    local text, fwhy = read_inside(dir, v)
+    if not text then fail(file, field, fwhy) end
+    return text
+  end
+  if t.description ~= nil then t.description_text = text_or_file("description", "%.md$") end
+  if t.math ~= nil then
+    if type(t.math) ~= "string" then fail(file, "math", "must be a string") end
+    t.math_text = t.math:match("%.txt$") and text_or_file("math", "%.txt$") or text_or_file("math", "%.md$")
+  end
+end
+
+-- t.reference: its source and launch read (source_text, launch_text), and its PyTorch form.
+local function check_reference(file, dir, t)
+  local ref = t.reference
+  if type(ref) ~= "table" or type(ref.source) ~= "string" or type(ref.launch) ~= "string" then
+    fail(file, "reference", "must be { source = 'reference.cu', launch = 'reference.lua' [, pytorch = 'reference.py'] }")
+  end
+  for _, k in ipairs { "source", "launch" } do
+    local text, why = read_inside(dir, ref[k])
+    if not text then fail(file, "reference." .. k, why) end
+    ref[k .. "_text"] = text
+  end
+  -- reference.pytorch: the same truth in KernelBench's form (reference.py), carried as
+  -- pytorch_file (its resolved path) and pytorch_text. ref.pytorch itself is cleared:
+  -- on a task table it means "PyTorch is THE reference" (a problem file, km.task.kbtask).
+  if ref.pytorch ~= nil then
+    local name = ref.pytorch
+    if type(name) ~= "string" or not name:match("%.py$") then
+      fail(file, "reference.pytorch", "must be the name of a .py file in the folder (KernelBench's form), got " .. tostring(name))
+    end
+    local text, why = read_inside(dir, name)
+    if not text then fail(file, "reference.pytorch", why) end
+    ref.pytorch_file, ref.pytorch_text, ref.pytorch = limits.resolve_inside(dir, name), text, nil
+  end
+end
+
+-- t's inputs and outputs, its shape sets (every shape evaluates at each), its tolerances,
+-- bytes and flops.
+local function check_shapes(file, t)
+  local ins = check_io(file, t.inputs, "inputs", true)
+  local outs = check_io(file, t.outputs, "outputs", false)
+  for name in pairs(outs) do
+    if ins[name] then fail(file, "outputs", "'" .. name .. "' is also an input") end
+  end
+  if type(t.shapes) ~= "table" or #t.shapes == 0 then fail(file, "shapes", "must be a non-empty list of symbol bindings") end
+  if #t.shapes > MAX_SHAPES then fail(file, "shapes", fmt("has %d shape sets; the limit is %d", #t.shapes, MAX_SHAPES)) end
+  for i, sym in ipairs(t.shapes) do
+    if type(sym) ~= "table" then fail(file, fmt("shapes[%d]", i), "must be a table") end
+    for _, field in ipairs { "inputs", "outputs" } do
+      for j, io in ipairs(t[field]) do
+        local okd, e = pcall(M.shape_of, io, sym)
+        if not okd then fail(file, fmt("%s[%d].shape", field, j), fmt("at shapes[%d]: %s", i, tostring(e))) end
+      end
+    end
+  end
+  if type(t.tolerance) ~= "table" then fail(file, "tolerance", "must map dtypes to { atol, rtol }") end
+  for _, o in ipairs(t.outputs) do
+    local tol = t.tolerance[o.dtype]
+    if type(tol) ~= "table" or type(tol.atol) ~= "number" or type(tol.rtol) ~= "number" then
+      fail(file, "tolerance." .. o.dtype, "needs { atol = number, rtol = number } for output '" .. o.name .. "'")
+    end
+  end
+  for _, k in ipairs { "bytes", "flops" } do
+    if t[k] == nil then fail(file, k, "missing (an expression over the shape symbols)") end
+    local okx, e = pcall(M.eval_expr, t[k], t.shapes[1])
+    if not okx then fail(file, k, tostring(e)) end
+  end
+end
+
+-- t.starter: its folder holds kernel.cu and launch.lua; its defaults are declared values.
+local function check_starter(file, dir, st)
+  if type(st) ~= "table" or type(st.dir) ~= "string" then fail(file, "starter", "must be { dir = 'starter', ... }") end
+  local sdir, kind = limits.resolve_inside(dir, st.dir)
+  if not sdir then fail(file, "starter.dir", kind) end
+  if kind ~= "directory" then fail(file, "starter.dir", "'" .. st.dir .. "' is not a folder") end
+  for _, f in ipairs { "kernel.cu", "launch.lua" } do
+    local p, fkind = limits.resolve_inside(dir, st.dir .. "/" .. f)
+    if not p then fail(file, "starter.dir", fkind) end
+    if fkind ~= "file" then fail(file, "starter.dir", st.dir .. "/" .. f .. " is not a regular file") end
+  end
+  st.params = st.params or {}
+  st.default = st.default or {}
+  for k, v in pairs(st.default) do
+    if not st.params[k] then fail(file, "starter.default." .. k, "not a declared parameter") end
+    local found = false
+    for _, x in ipairs(st.params[k]) do found = found or x == v end
+    if not found then fail(file, "starter.default." .. k, "value " .. tostring(v) .. " is not in its value set") end
+  end
+end
+
 -- Loads and validates dir/task.lua; returns the task table (with dir, files read) or
 -- nil, "dir/task.lua: field: why".
 function M.load(dir)
@@ -116,89 +212,10 @@ function M.load(dir)
     if t.name ~= base then fail(file, "name", fmt("'%s' does not match the folder '%s'", t.name, base)) end
     if not LEVELS[t.level] then fail(file, "level", "must be 1, 2 or 3") end
     if type(t.category) ~= "string" or t.category == "" then fail(file, "category", "missing") end
-    -- spec forms: text, or a file in the folder
-    local function text_or_file(field, pattern)
-      local v = t[field]
-      if type(v) ~= "string" then fail(file, field, "must be a file name or text") end
-      if not v:match(pattern) then return v end
-      local text, fwhy = read_inside(dir, v)
-      if not text then fail(file, field, fwhy) end
-      return text
-    end
-    if t.description ~= nil then t.description_text = text_or_file("description", "%.md$") end
-    if t.math ~= nil then
-      if type(t.math) ~= "string" then fail(file, "math", "must be a string") end
-      t.math_text = t.math:match("%.txt$") and text_or_file("math", "%.txt$") or text_or_file("math", "%.md$")
-    end
-    local ref = t.reference
-    if type(ref) ~= "table" or type(ref.source) ~= "string" or type(ref.launch) ~= "string" then
-      fail(file, "reference", "must be { source = 'reference.cu', launch = 'reference.lua' [, pytorch = 'reference.py'] }")
-    end
-    for _, k in ipairs { "source", "launch" } do
-      local text, why = read_inside(dir, ref[k])
-      if not text then fail(file, "reference." .. k, why) end
-      ref[k .. "_text"] = text
-    end
-    -- reference.pytorch: the same truth in KernelBench's form (reference.py), carried as
-    -- pytorch_file (its resolved path) and pytorch_text. ref.pytorch itself is cleared:
-    -- on a task table it means "PyTorch is THE reference" (a problem file, km.task.kbtask).
-    if ref.pytorch ~= nil then
-      local name = ref.pytorch
-      if type(name) ~= "string" or not name:match("%.py$") then
-        fail(file, "reference.pytorch", "must be the name of a .py file in the folder (KernelBench's form), got " .. tostring(name))
-      end
-      local text, why = read_inside(dir, name)
-      if not text then fail(file, "reference.pytorch", why) end
-      ref.pytorch_file, ref.pytorch_text, ref.pytorch = limits.resolve_inside(dir, name), text, nil
-    end
-    local ins = check_io(file, t.inputs, "inputs", true)
-    local outs = check_io(file, t.outputs, "outputs", false)
-    for name in pairs(outs) do
-      if ins[name] then fail(file, "outputs", "'" .. name .. "' is also an input") end
-    end
-    if type(t.shapes) ~= "table" or #t.shapes == 0 then fail(file, "shapes", "must be a non-empty list of symbol bindings") end
-    if #t.shapes > MAX_SHAPES then fail(file, "shapes", fmt("has %d shape sets; the limit is %d", #t.shapes, MAX_SHAPES)) end
-    for i, sym in ipairs(t.shapes) do
-      if type(sym) ~= "table" then fail(file, fmt("shapes[%d]", i), "must be a table") end
-      for _, field in ipairs { "inputs", "outputs" } do
-        for j, io in ipairs(t[field]) do
-          local okd, e = pcall(M.shape_of, io, sym)
-          if not okd then fail(file, fmt("%s[%d].shape", field, j), fmt("at shapes[%d]: %s", i, tostring(e))) end
-        end
-      end
-    end
-    if type(t.tolerance) ~= "table" then fail(file, "tolerance", "must map dtypes to { atol, rtol }") end
-    for _, o in ipairs(t.outputs) do
-      local tol = t.tolerance[o.dtype]
-      if type(tol) ~= "table" or type(tol.atol) ~= "number" or type(tol.rtol) ~= "number" then
-        fail(file, "tolerance." .. o.dtype, "needs { atol = number, rtol = number } for output '" .. o.name .. "'")
-      end
-    end
-    for _, k in ipairs { "bytes", "flops" } do
-      if t[k] == nil then fail(file, k, "missing (an expression over the shape symbols)") end
-      local okx, e = pcall(M.eval_expr, t[k], t.shapes[1])
-      if not okx then fail(file, k, tostring(e)) end
-    end
-    if t.starter ~= nil then
-      local st = t.starter
-      if type(st) ~= "table" or type(st.dir) ~= "string" then fail(file, "starter", "must be { dir = 'starter', ... }") end
-      local sdir, kind = limits.resolve_inside(dir, st.dir)
-      if not sdir then fail(file, "starter.dir", kind) end
-      if kind ~= "directory" then fail(file, "starter.dir", "'" .. st.dir .. "' is not a folder") end
-      for _, f in ipairs { "kernel.cu", "launch.lua" } do
-        local p, fkind = limits.resolve_inside(dir, st.dir .. "/" .. f)
-        if not p then fail(file, "starter.dir", fkind) end
-        if fkind ~= "file" then fail(file, "starter.dir", st.dir .. "/" .. f .. " is not a regular file") end
-      end
-      st.params = st.params or {}
-      st.default = st.default or {}
-      for k, v in pairs(st.default) do
-        if not st.params[k] then fail(file, "starter.default." .. k, "not a declared parameter") end
-        local found = false
-        for _, x in ipairs(st.params[k]) do found = found or x == v end
-        if not found then fail(file, "starter.default." .. k, "value " .. tostring(v) .. " is not in its value set") end
-      end
-    end
+    check_texts(file, dir, t)
+    check_reference(file, dir, t)
+    check_shapes(file, t)
+    if t.starter ~= nil then check_starter(file, dir, t.starter) end
     t.dir = dir
     return t
   end)
