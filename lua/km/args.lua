@@ -291,15 +291,8 @@ end
 ----------------------------------------------------------------------------------------
 -- parsing
 
--- Reads argv[first..] against the spec. Returns the result table, or nil, message, kind:
--- kind "help" (asked for the usage), "unknown" (an unknown option or argument: show the
--- usage) or "value" (a bad or missing value: the message says which). The result holds
--- every option's value (its default when absent), each positional argument by its key,
--- _given = { key = true } for what the command line set, _notes = lines to print (old
--- option names), ordered = { { key, value }, ... } for options marked ordered, and
--- _rest = the arguments after the first positional when spec.stop_at_positional.
-function M.read(s, argv, first)
-  if not s.by_name then M.spec(s) end
+-- A result with every option at its default (a copy for a table default; false for a flag).
+local function new_result(s)
   local a = { _given = {}, _notes = {}, ordered = {} }
   for _, o in ipairs(s.options) do
     if o.default ~= nil then
@@ -310,107 +303,116 @@ function M.read(s, argv, first)
       a[o.key] = false
     end
   end
-  local pos = {}
-  local lists_given = {}
-  local function set(o, label, v)
-    if o.type == "flag" then
-      a[o.key] = true
-    elseif o.type == "list" or o.type == "ints" or o.type == "choices" then
-      local items, why = convert_list(o, v)
-      if not items then return nil, bad_value(label, v, why) end
-      if not lists_given[o.key] then a[o.key] = {}; lists_given[o.key] = true end
-      for _, x in ipairs(items) do a[o.key][#a[o.key] + 1] = x end
-    else
-      local x, why = convert(o.type, v, o)
-      if x == nil then return nil, bad_value(label, v, why) end
-      if o.check then
-        local y, cwhy = o.check(x)
-        if y == nil then return nil, bad_value(label, v, cwhy or "is not accepted") end
-        x = y
-      end
-      a[o.key] = x
-    end
-    a._given[o.key] = true
-    if o.ordered then a.ordered[#a.ordered + 1] = { o.key, v } end
-    return true
-  end
+  return a
+end
 
-  local i, n = first or 1, #argv
-  local only_positional = false
-  while i <= n do
-    local x = argv[i]
-    if only_positional or x == "-" or sub(x, 1, 1) ~= "-" then
-      pos[#pos + 1] = x
-      if s.stop_at_positional then
-        a._rest = {}
-        for k = i + 1, n do a._rest[#a._rest + 1] = argv[k] end
-        a._rest_index = i
-        break
-      end
-    elseif x == "--" then
-      only_positional = true
-      if s.stop_at_positional then
-        -- what follows "--" is the script and its arguments
-        if argv[i + 1] then
-          pos[#pos + 1] = argv[i + 1]
-          a._rest = {}
-          for k = i + 2, n do a._rest[#a._rest + 1] = argv[k] end
-          a._rest_index = i + 1
-        end
-        break
-      end
-    elseif (x == "-h" or x == "--help") and not s.no_help then
-      return nil, M.usage(s), "help"
-    elseif sub(x, 1, 2) == "--" then
-      local name, val = x:match("^%-%-([^=]+)=(.*)$")
-      name = name or sub(x, 3)
-      local e = s.by_name[name]
-      if not e then
-        local near = M.nearest(s, name)
-        return nil, fmt("unknown option --%s%s", name, near and (" (did you mean --" .. near .. "?)") or ""), "unknown"
-      end
-      local o = e.opt
-      local label = "--" .. o[1]
-      if e.old then a._notes[#a._notes + 1] = fmt("--%s is now %s", e.old, label) end
-      if o.type == "flag" then
-        if val ~= nil then return nil, label .. " takes no value", "value" end
-      elseif val == nil then
-        i = i + 1
-        val = argv[i]
-        -- "--meta --out x": the next option is not a value (write --meta=--odd for one)
-        if val == nil or (sub(val, 1, 2) == "--" and #val > 2) then
-          return nil, label .. " needs a value (" .. o[2] .. ")", "value"
-        end
-      end
-      local ok, why = set(o, label, val)
-      if not ok then return nil, why, "value" end
-    else
-      -- short options: -x, -xVALUE, -x VALUE
-      local c = sub(x, 2, 2)
-      local o = s.by_short[c]
-      if not o then
-        local near = #x > 2 and s.by_name[sub(x, 2)] and sub(x, 2) or nil
-        return nil, fmt("unknown option %s%s", x, near and (" (did you mean --" .. near .. "?)") or ""), "unknown"
-      end
-      local label = "-" .. c
-      local val
-      if o.type == "flag" then
-        if #x > 2 then return nil, fmt("unknown option %s", x), "unknown" end
-      else
-        val = #x > 2 and sub(x, 3) or nil
-        if val == nil then
-          i = i + 1
-          val = argv[i]
-          if val == nil then return nil, label .. " needs a value (" .. o[2] .. ")", "value" end
-        end
-      end
-      local ok, why = set(o, label, val)
-      if not ok then return nil, why, "value" end
-    end
-    i = i + 1
-  end
+-- The state of one M.read, passed to its helpers as rs.
+local function new_read_state(s, argv, first)
+  return {
+    s = s,                 -- the spec read against
+    argv = argv,           -- the command line
+    a = new_result(s),     -- the result being filled
+    pos = {},              -- the positional words, in command-line order
+    lists_given = {},      -- key -> true for lists the command line has started (defaults dropped)
+    i = first or 1,        -- the index in argv of the word being read
+    n = #argv,             -- the last index in argv
+  }
+end
 
-  -- positional arguments
+-- Stores option o's value v (named label in messages) in rs.a: a flag is set, a list grows,
+-- any other value is converted and checked; returns true, or nil, message.
+local function set_value(rs, o, label, v)
+  local a = rs.a
+  if o.type == "flag" then
+    a[o.key] = true
+  elseif o.type == "list" or o.type == "ints" or o.type == "choices" then
+    local items, why = convert_list(o, v)
+    if not items then return nil, bad_value(label, v, why) end
+    if not rs.lists_given[o.key] then a[o.key] = {}; rs.lists_given[o.key] = true end
+    for _, x in ipairs(items) do a[o.key][#a[o.key] + 1] = x end
+  else
+    local x, why = convert(o.type, v, o)
+    if x == nil then return nil, bad_value(label, v, why) end
+    if o.check then
+      local y, cwhy = o.check(x)
+      if y == nil then return nil, bad_value(label, v, cwhy or "is not accepted") end
+      x = y
+    end
+    a[o.key] = x
+  end
+  a._given[o.key] = true
+  if o.ordered then a.ordered[#a.ordered + 1] = { o.key, v } end
+  return true
+end
+
+-- Keeps argv after index at as rs.a._rest (the script's own arguments), at as _rest_index.
+local function keep_rest(rs, at)
+  local a = rs.a
+  a._rest = {}
+  for k = at + 1, rs.n do a._rest[#a._rest + 1] = rs.argv[k] end
+  a._rest_index = at
+end
+
+-- Reads "--name" or "--name=value" (x, at rs.i), moving rs.i onto the next word when that is
+-- the value; returns true, or nil, message, kind.
+local function read_long(rs, x)
+  local s, a = rs.s, rs.a
+  local name, val = x:match("^%-%-([^=]+)=(.*)$")
+  name = name or sub(x, 3)
+  local e = s.by_name[name]
+  if not e then
+    local near = M.nearest(s, name)
+    return nil, fmt("unknown option --%s%s", name, near and (" (did you mean --" .. near .. "?)") or ""), "unknown"
+  end
+  local o = e.opt
+  local label = "--" .. o[1]
+  if e.old then a._notes[#a._notes + 1] = fmt("--%s is now %s", e.old, label) end
+  if o.type == "flag" then
+    if val ~= nil then return nil, label .. " takes no value", "value" end
+  elseif val == nil then
+    rs.i = rs.i + 1
+    val = rs.argv[rs.i]
+    -- "--meta --out x": the next option is not a value (write --meta=--odd for one)
+    if val == nil or (sub(val, 1, 2) == "--" and #val > 2) then
+      return nil, label .. " needs a value (" .. o[2] .. ")", "value"
+    end
+  end
+  local ok, why = set_value(rs, o, label, val)
+  if not ok then return nil, why, "value" end
+  return true
+end
+
+-- Reads a short option -x, -xVALUE or -x VALUE (x, at rs.i), moving rs.i onto the next word
+-- when that is the value; returns true, or nil, message, kind.
+local function read_short(rs, x)
+  local s = rs.s
+  local c = sub(x, 2, 2)
+  local o = s.by_short[c]
+  if not o then
+    local near = #x > 2 and s.by_name[sub(x, 2)] and sub(x, 2) or nil
+    return nil, fmt("unknown option %s%s", x, near and (" (did you mean --" .. near .. "?)") or ""), "unknown"
+  end
+  local label = "-" .. c
+  local val
+  if o.type == "flag" then
+    if #x > 2 then return nil, fmt("unknown option %s", x), "unknown" end
+  else
+    val = #x > 2 and sub(x, 3) or nil
+    if val == nil then
+      rs.i = rs.i + 1
+      val = rs.argv[rs.i]
+      if val == nil then return nil, label .. " needs a value (" .. o[2] .. ")", "value" end
+    end
+  end
+  local ok, why = set_value(rs, o, label, val)
+  if not ok then return nil, why, "value" end
+  return true
+end
+
+-- Gives the positional words (rs.pos) to the spec's positional keys in order, a "many" one
+-- taking the rest; returns true, or nil, message, "unknown" (one missing or one too many).
+local function assign_positional(rs)
+  local s, a, pos = rs.s, rs.a, rs.pos
   local k = 1
   for _, p in ipairs(s.positional) do
     if p.many then
@@ -430,6 +432,12 @@ function M.read(s, argv, first)
   if k <= #pos then
     return nil, fmt("unexpected argument '%s'", pos[k]), "unknown"
   end
+  return true
+end
+
+-- Checks each positional value in a against its type ("-" passes where p.stdin); returns
+-- true, or nil, message, "value".
+local function check_positional(s, a)
   for _, p in ipairs(s.positional) do
     if p.type ~= "string" and a[p[1]] ~= nil then
       local vals = p.many and a[p[1]] or { a[p[1]] }
@@ -441,7 +449,49 @@ function M.read(s, argv, first)
       end
     end
   end
-  return a
+  return true
+end
+
+-- Reads argv[first..] against the spec. Returns the result table, or nil, message, kind:
+-- kind "help" (asked for the usage), "unknown" (an unknown option or argument: show the
+-- usage) or "value" (a bad or missing value: the message says which). The result holds
+-- every option's value (its default when absent), each positional argument by its key,
+-- _given = { key = true } for what the command line set, _notes = lines to print (old
+-- option names), ordered = { { key, value }, ... } for options marked ordered, and
+-- _rest = the arguments after the first positional when spec.stop_at_positional.
+function M.read(s, argv, first)
+  if not s.by_name then M.spec(s) end
+  local rs = new_read_state(s, argv, first)
+  local only_positional = false
+  while rs.i <= rs.n do
+    local x = argv[rs.i]
+    if only_positional or x == "-" or sub(x, 1, 1) ~= "-" then
+      rs.pos[#rs.pos + 1] = x
+      if s.stop_at_positional then keep_rest(rs, rs.i) break end
+    elseif x == "--" then
+      only_positional = true
+      if s.stop_at_positional then
+        -- what follows "--" is the script and its arguments
+        if argv[rs.i + 1] then
+          rs.pos[#rs.pos + 1] = argv[rs.i + 1]
+          keep_rest(rs, rs.i + 1)
+        end
+        break
+      end
+    elseif (x == "-h" or x == "--help") and not s.no_help then
+      return nil, M.usage(s), "help"
+    else
+      local ok, msg, kind
+      if sub(x, 1, 2) == "--" then ok, msg, kind = read_long(rs, x) else ok, msg, kind = read_short(rs, x) end
+      if not ok then return nil, msg, kind end
+    end
+    rs.i = rs.i + 1
+  end
+  local ok, msg, kind = assign_positional(rs)
+  if not ok then return nil, msg, kind end
+  ok, msg, kind = check_positional(s, rs.a)
+  if not ok then return nil, msg, kind end
+  return rs.a
 end
 
 -- "kmrun CMD: message" as one line on stderr; with `usage` (an unknown option, a missing
