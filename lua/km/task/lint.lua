@@ -208,51 +208,15 @@ end
 
 -- Without a GPU: a PyTorch reference on the CPU, in host memory; values are byte strings
 -- (km.compare compares them in C by dtype).
-local function cpu_backend()
-  local kb = require "km.task.kernelbench"
-  local python = require "km.python"
-  local B = { where = "cpu" }
-  local function bytes(h)
-    return assert(python.eval(fmt("__import__('ctypes').string_at(%d, %d)", h:ptr(), h:nbytes())))
-  end
-  function B.open(t)
-    local ok, why = kb.available()
-    if not ok then return nil, "PyTorch is not available here: " .. tostring(why), "NO_PYTORCH" end
-    local r = t.reference
-    if r.pytorch then
-      local prob, err = kb.load(r.pytorch, { device = "cpu", precision = r.precision })
-      if not prob then return nil, err end
-      return { t = t, prob_of = function() return prob end, probs = { prob } }
-    end
-    if not r.pytorch_file then return nil, "a CUDA-only reference runs only on a GPU", "NO_GPU" end
-    -- a task's reference.py at shape set si: the file with that set's symbols assigned after it
-    local s = { t = t, probs = {}, by_shape = {} }
-    local names = { inputs = {}, outputs = {} }
-    for i, spec in ipairs(t.inputs) do names.inputs[i] = spec.name end
-    for i, spec in ipairs(t.outputs) do names.outputs[i] = spec.name end
-    function s.prob_of(sym)
-      local key = task_mod.fmt_shape(sym)
-      if s.by_shape[key] then return s.by_shape[key] end
-      local keys = {}
-      for k in pairs(sym) do keys[#keys + 1] = k end
-      table.sort(keys)
-      local lines = { r.pytorch_text, "\n# a shape set of " .. t.name .. " (km.task.lint)" }
-      for _, k in ipairs(keys) do lines[#lines + 1] = fmt("%s = %s", k, tostring(sym[k])) end
-      local path = os.tmpname() .. ".py"
-      local f = assert(io.open(path, "wb"))
-      f:write(concat(lines, "\n"), "\n")
-      f:close()
-      local prob, err = kb.load(path, { device = "cpu", names = names })
-      os.remove(path)
-      if not prob then return nil, err end
-      s.by_shape[key] = prob
-      s.probs[#s.probs + 1] = prob
-      return prob
-    end
-    return s
-  end
-  -- the CPU's tile: doubling copies of what is already tiled (ctypes.memmove)
-  local function tile(h, keep)
+
+-- The bytes of host buffer h, as a Lua string.
+local function host_bytes(python, h)
+  return assert(python.eval(fmt("__import__('ctypes').string_at(%d, %d)", h:ptr(), h:nbytes())))
+end
+
+-- The CPU's tile: doubling copies of what is already tiled (ctypes.memmove). -> tile(h, keep)
+local function host_tiler(python)
+  return function(h, keep)
     local ptr, n = h:ptr(), h:nbytes()
     if keep <= 0 then return end
     local done = keep
@@ -262,44 +226,101 @@ local function cpu_backend()
       done = done + c
     end
   end
-  -- rows (sample_estimate's): the inputs tiled from a prefix of their rows; r.ins is not kept
-  function B.run(s, sym, seed, rows)
-    local t = s.t
-    local nb = bytes_of(t, sym)
-    if nb > M.CPU_MAX_BYTES then
-      return nil, fmt("%.0f MiB of buffers, over the CPU's limit of %d MiB", nb / 2^20, M.CPU_MAX_BYTES >> 20), "SKIP"
-    end
-    local prob, perr = s.prob_of(sym)
-    if not prob then return nil, perr end
-    local hosts, ins, params, outs_h = {}, {}, {}, {}
-    local function free_all() for _, h in pairs(hosts) do h:free() end end
-    for _, spec in ipairs(t.inputs) do
-      local h, err = kb.host_buffer(spec.dtype, task_mod.shape_of(spec, sym))
-      if not h then free_all() return nil, err end
-      hosts[spec.name] = h
-      if spec.role == "parameter" then params[spec.name] = h else ins[spec.name] = h end
-    end
-    for _, spec in ipairs(t.outputs) do
-      local h, err = kb.host_buffer(spec.dtype, task_mod.shape_of(spec, sym))
-      if not h then free_all() return nil, err end
-      hosts[spec.name], outs_h[spec.name] = h, h
-    end
-    local ok, err = prob:make_inputs(seed, ins)
-    if ok and rows then ok, err = pcall(tile_rows, ins, rows, tile) end
-    if ok and next(params) then ok, err = prob:write_params(params) end
-    if ok then ok, err = prob:forward(hosts) end
-    if not ok then free_all() return nil, tostring(err) end
-    local r = { ins = {}, outs = {}, samples = {} }
-    for _, spec in ipairs(t.inputs) do
-      if not rows then r.ins[spec.name] = { dtype = spec.dtype, bytes = bytes(hosts[spec.name]) } end
-    end
-    for _, spec in ipairs(t.outputs) do
-      r.outs[spec.name] = { dtype = spec.dtype, bytes = bytes(outs_h[spec.name]),
-        sample = outs_h[spec.name]:to_table(1 << 16) }
-    end
-    free_all()
-    return r
+end
+
+-- A session for a task's reference.py: at shape set sym, the file with that set's symbols
+-- assigned after it, loaded once per shape set.
+local function reference_file_session(kb, t)
+  local r = t.reference
+  local s = { t = t, probs = {}, by_shape = {} }
+  local names = { inputs = {}, outputs = {} }
+  for i, spec in ipairs(t.inputs) do names.inputs[i] = spec.name end
+  for i, spec in ipairs(t.outputs) do names.outputs[i] = spec.name end
+  function s.prob_of(sym)
+    local key = task_mod.fmt_shape(sym)
+    if s.by_shape[key] then return s.by_shape[key] end
+    local keys = {}
+    for k in pairs(sym) do keys[#keys + 1] = k end
+    table.sort(keys)
+    local lines = { r.pytorch_text, "\n# a shape set of " .. t.name .. " (km.task.lint)" }
+    for _, k in ipairs(keys) do lines[#lines + 1] = fmt("%s = %s", k, tostring(sym[k])) end
+    local path = os.tmpname() .. ".py"
+    local f = assert(io.open(path, "wb"))
+    f:write(concat(lines, "\n"), "\n")
+    f:close()
+    local prob, err = kb.load(path, { device = "cpu", names = names })
+    os.remove(path)
+    if not prob then return nil, err end
+    s.by_shape[key] = prob
+    s.probs[#s.probs + 1] = prob
+    return prob
   end
+  return s
+end
+
+-- Opens t on the CPU: its PyTorch reference, or its reference.py per shape set.
+-- -> session | nil, why, CODE
+local function cpu_open(kb, t)
+  local ok, why = kb.available()
+  if not ok then return nil, "PyTorch is not available here: " .. tostring(why), "NO_PYTORCH" end
+  local r = t.reference
+  if r.pytorch then
+    local prob, err = kb.load(r.pytorch, { device = "cpu", precision = r.precision })
+    if not prob then return nil, err end
+    return { t = t, prob_of = function() return prob end, probs = { prob } }
+  end
+  if not r.pytorch_file then return nil, "a CUDA-only reference runs only on a GPU", "NO_GPU" end
+  return reference_file_session(kb, t)
+end
+
+-- Runs the reference of session s at sym and seed on the CPU; rows (sample_estimate's): the
+-- inputs tiled from a prefix of their rows, and r.ins is not kept. -> r | nil, why, CODE
+local function cpu_run(kb, python, tile, s, sym, seed, rows)
+  local t = s.t
+  local nb = bytes_of(t, sym)
+  if nb > M.CPU_MAX_BYTES then
+    return nil, fmt("%.0f MiB of buffers, over the CPU's limit of %d MiB", nb / 2^20, M.CPU_MAX_BYTES >> 20), "SKIP"
+  end
+  local prob, perr = s.prob_of(sym)
+  if not prob then return nil, perr end
+  local hosts, ins, params, outs_h = {}, {}, {}, {}
+  local function free_all() for _, h in pairs(hosts) do h:free() end end
+  for _, spec in ipairs(t.inputs) do
+    local h, err = kb.host_buffer(spec.dtype, task_mod.shape_of(spec, sym))
+    if not h then free_all() return nil, err end
+    hosts[spec.name] = h
+    if spec.role == "parameter" then params[spec.name] = h else ins[spec.name] = h end
+  end
+  for _, spec in ipairs(t.outputs) do
+    local h, err = kb.host_buffer(spec.dtype, task_mod.shape_of(spec, sym))
+    if not h then free_all() return nil, err end
+    hosts[spec.name], outs_h[spec.name] = h, h
+  end
+  local ok, err = prob:make_inputs(seed, ins)
+  if ok and rows then ok, err = pcall(tile_rows, ins, rows, tile) end
+  if ok and next(params) then ok, err = prob:write_params(params) end
+  if ok then ok, err = prob:forward(hosts) end
+  if not ok then free_all() return nil, tostring(err) end
+  local r = { ins = {}, outs = {}, samples = {} }
+  for _, spec in ipairs(t.inputs) do
+    if not rows then r.ins[spec.name] = { dtype = spec.dtype, bytes = host_bytes(python, hosts[spec.name]) } end
+  end
+  for _, spec in ipairs(t.outputs) do
+    r.outs[spec.name] = { dtype = spec.dtype, bytes = host_bytes(python, outs_h[spec.name]),
+      sample = outs_h[spec.name]:to_table(1 << 16) }
+  end
+  free_all()
+  return r
+end
+
+-- The CPU backend: opens and runs through cpu_open and cpu_run; values are byte strings.
+local function cpu_backend()
+  local kb = require "km.task.kernelbench"
+  local python = require "km.python"
+  local B = { where = "cpu" }
+  local tile = host_tiler(python)
+  function B.open(t) return cpu_open(kb, t) end
+  function B.run(s, sym, seed, rows) return cpu_run(kb, python, tile, s, sym, seed, rows) end
   function B.release() end
   function B.compare(a, b, tol)
     if #a.bytes ~= #b.bytes or a.dtype ~= b.dtype then return { ok = false } end
@@ -310,7 +331,7 @@ local function cpu_backend()
     local n = #like.bytes // task_mod.DTYPE_BYTES[like.dtype]
     local h = assert(kb.host_buffer(like.dtype, { n }))
     assert(python.call("km_kb_bridge", "host_fill", json.encode(json.array { h.id, v })))
-    local out = { dtype = like.dtype, bytes = bytes(h) }
+    local out = { dtype = like.dtype, bytes = host_bytes(python, h) }
     h:free()
     return out
   end
@@ -557,124 +578,167 @@ local function decide(flags, tried, judged, notes)
   return kept
 end
 
--- Lints one task (at the precision it was loaded at) with backend B. -> result:
--- { task, path, precision, level, where, device, flags, unchecked, shapes, reference_ms }
-function M.run(t, opts)
-  opts = opts or {}
-  local B = opts.backend or M.backend()
-  local res = { task = t.name, path = t.path or t.dir, precision = t.reference.precision or "fp32",
-    level = t.level, where = B.where, device = B.device, flags = {}, unchecked = {}, shapes = #t.shapes,
-    heldout = t.heldout and t.heldout.shape or nil, version = M.VERSION, notes = {} }
-  local function flag(reason, si, output, detail)
+-- flag(reason, si, output, detail): adds a flag to res.flags (marked held-out at that shape).
+local function flagger(res)
+  return function(reason, si, output, detail)
     res.flags[#res.flags + 1] = { reason = reason, shape = si, heldout = (si ~= nil and res.heldout == si) or nil,
       output = output, detail = detail }
   end
-  local judged = {} -- shapes the trivial candidates were judged on
-  local estimated = {} -- shapes the sample estimate was made at
-  local closed = {} -- shapes the closed form was checked at (the timed shape, or none)
-  local ran = {} -- shapes the reference ran at
-  -- outputs under MIN_ELEMENTS at every shape set (a loss, a statistic): judged at every size
+end
+
+-- The outputs under MIN_ELEMENTS at every shape set of t (a loss, a statistic): output name -> true.
+local function small_outputs(t)
   local small = {}
   for _, o in ipairs(t.outputs) do
     small[o.name] = true
     for _, sym in ipairs(t.shapes) do if numel_of(o, sym) >= M.MIN_ELEMENTS then small[o.name] = nil end end
   end
-  local s, why, code = B.open(t)
-  if not s then
-    -- what the machine lacks (PyTorch, a GPU) and out of memory (the device was busy) say
-    -- nothing about the task; anything else is the reference failing to load or run as
-    -- written (at this precision: an LSTM whose forward makes an fp32 h0 cannot run at fp16)
-    if M.MACHINE[code] then
-      res.machine = { code = code, why = tostring(why) }
-      res.unchecked[#res.unchecked + 1] = "the reference: " .. M.MACHINE[code]
-    elseif out_of_memory(why) then
-      res.unchecked[#res.unchecked + 1] = "the reference: " .. tostring(why)
-    else
-      flag("reference_error", nil, nil, tostring(why))
-    end
-    return res
+  return small
+end
+
+-- One lint's state, passed to the stages of M.run as ls (as lstrlib.c passes MatchState).
+local function new_lint(t, B)
+  local res = { task = t.name, path = t.path or t.dir, precision = t.reference.precision or "fp32",
+    level = t.level, where = B.where, device = B.device, flags = {}, unchecked = {}, shapes = #t.shapes,
+    heldout = t.heldout and t.heldout.shape or nil, version = M.VERSION, notes = {} }
+  return {
+    t = t,                -- the task
+    B = B,                -- the backend
+    s = nil,              -- the backend's session for t, once open
+    res = res,            -- the result M.run returns
+    flag = flagger(res),  -- flag(reason, si, output, detail) into res.flags
+    judged = {},          -- shapes the trivial candidates were judged on
+    estimated = {},       -- shapes the sample estimate was made at
+    closed = {},          -- shapes the closed form was checked at (the timed shape, or none)
+    ran = {},             -- shapes the reference ran at
+    small = small_outputs(t), -- outputs under MIN_ELEMENTS at every shape set: judged at every size
+  }
+end
+
+-- Says why the reference did not open (why, code: B.open's) in ls.res.
+local function open_failed(ls, why, code)
+  local res = ls.res
+  -- what the machine lacks (PyTorch, a GPU) and out of memory (the device was busy) say
+  -- nothing about the task; anything else is the reference failing to load or run as
+  -- written (at this precision: an LSTM whose forward makes an fp32 h0 cannot run at fp16)
+  if M.MACHINE[code] then
+    res.machine = { code = code, why = tostring(why) }
+    res.unchecked[#res.unchecked + 1] = "the reference: " .. M.MACHINE[code]
+  elseif out_of_memory(why) then
+    res.unchecked[#res.unchecked + 1] = "the reference: " .. tostring(why)
+  else
+    ls.flag("reference_error", nil, nil, tostring(why))
   end
-  for si, sym in ipairs(t.shapes) do
-    local label = (res.heldout == si) and fmt("shape %d (held-out)", si) or fmt("shape %d", si)
-    local a, aerr, acode = B.run(s, sym, M.SEEDS[1])
-    if not a then
-      -- out of memory: unchecked, as where the reference would not open (above)
-      if acode == "SKIP" or out_of_memory(aerr) then
-        res.unchecked[#res.unchecked + 1] = label .. ": " .. tostring(aerr)
-      else flag("reference_error", si, nil, aerr) end
-    else
-      ran[si] = true
-      local a2 = B.run(s, sym, M.SEEDS[1])
-      local b = B.run(s, sym, M.SEEDS[2])
-      for _, o in ipairs(t.outputs) do
-        local tol = t.tolerance[o.dtype]
-        local y = a.outs[o.name]
-        local n = numel_of(o, sym)
-        local zeros = B.zeros(y)
-        local z = B.compare(y, zeros, { atol = tol.atol, rtol = 0 }) -- |y| <= atol, element by element
-        local bad_values = (z.nan or 0) + (z.inf or 0)
-        if bad_values > 0 then
-          flag("nan_inf", si, o.name, fmt("%d NaN, %d Inf of %d", z.nan or 0, z.inf or 0, n))
-        else
-          if a2 then
-            local d = B.compare(a2.outs[o.name], y, tol)
-            if not d.ok then flag("nondeterministic", si, o.name, fmt("%d of %d elements differ, max |diff| %s", d.mismatches or 0, n, g(d.max_abs or 0))) end
-          end
-          if n >= M.MIN_ELEMENTS or (small[o.name] and n > 0) or (si == 1 and n > 0) then
-            judged[si] = true
-            local zr = B.compare(zeros, y, tol)
-            if zr.ok then flag("trivial_zeros", si, o.name, fmt("max |y| %s, atol %g", g(z.max_abs or 0), tol.atol))
-            elseif (n - (z.mismatches or 0)) / n >= M.BELOW_SHARE then
-              flag("below_tolerance", si, o.name, fmt("%.1f%% of elements within atol %g of 0", 100 * (n - z.mismatches) / n, tol.atol))
-            end
-            -- the constant: the output's mean, or on a small output (its own mean is itself, or
-            -- nearly) the other seed's, a value known without these inputs
-            local m, whose
-            if n >= M.MIN_ELEMENTS then m = mean_of(B.sample(y, 1 << 16))
-            elseif b then m, whose = mean_of(B.sample(b.outs[o.name], 1 << 16)), fmt(", seed %d's mean", M.SEEDS[2]) end
-            if m and not zr.ok then
-              if is_int_dtype(o.dtype) then m = math.floor(m + 0.5) end
-              local c = B.const(y, m)
-              if B.compare(c, y, tol).ok then flag("trivial_constant", si, o.name, fmt("the constant %s%s", g(m), whose or "")) end
-              B.free(c)
-            end
-            for _, spec in ipairs(t.inputs) do
-              if spec.dtype == o.dtype and numel_of(spec, sym) == n and spec.role ~= "parameter" then
-                if B.compare(a.ins[spec.name], y, tol).ok then flag("trivial_input", si, o.name, "input " .. spec.name) end
-              end
-            end
-            if b and B.compare(b.outs[o.name], y, tol).ok then
-              flag("input_independent", si, o.name, fmt("seeds %d and %d agree", M.SEEDS[1], M.SEEDS[2]))
-            end
-          end
-        end
-        B.free(zeros)
-      end
-      if a2 then B.release(s, a2) end
-      if b and sample_estimate(B, s, t, sym, si, { a, b }, flag, res, label) then estimated[si] = true end
-      if b and si == 1 and closed_form(B, s, t, sym, { a, b }, flag, res) then closed[si] = true end
-      if b then B.release(s, b) end
-      B.release(s, a)
+end
+
+-- The trivial candidates for output o at shape sh (zeros, a constant, an input, the other
+-- seed's output); zeros and z: the zeros buffer and |y| <= atol compared, from check_output.
+local function judge_trivial(ls, sh, o, zeros, z)
+  local B, t, flag, si = ls.B, ls.t, ls.flag, sh.si
+  local tol = t.tolerance[o.dtype]
+  local y = sh.a.outs[o.name]
+  local n = numel_of(o, sh.sym)
+  local zr = B.compare(zeros, y, tol)
+  if zr.ok then flag("trivial_zeros", si, o.name, fmt("max |y| %s, atol %g", g(z.max_abs or 0), tol.atol))
+  elseif (n - (z.mismatches or 0)) / n >= M.BELOW_SHARE then
+    flag("below_tolerance", si, o.name, fmt("%.1f%% of elements within atol %g of 0", 100 * (n - z.mismatches) / n, tol.atol))
+  end
+  -- the constant: the output's mean, or on a small output (its own mean is itself, or
+  -- nearly) the other seed's, a value known without these inputs
+  local m, whose
+  if n >= M.MIN_ELEMENTS then m = mean_of(B.sample(y, 1 << 16))
+  elseif sh.b then m, whose = mean_of(B.sample(sh.b.outs[o.name], 1 << 16)), fmt(", seed %d's mean", M.SEEDS[2]) end
+  if m and not zr.ok then
+    if is_int_dtype(o.dtype) then m = math.floor(m + 0.5) end
+    local c = B.const(y, m)
+    if B.compare(c, y, tol).ok then flag("trivial_constant", si, o.name, fmt("the constant %s%s", g(m), whose or "")) end
+    B.free(c)
+  end
+  for _, spec in ipairs(t.inputs) do
+    if spec.dtype == o.dtype and numel_of(spec, sh.sym) == n and spec.role ~= "parameter" then
+      if B.compare(sh.a.ins[spec.name], y, tol).ok then flag("trivial_input", si, o.name, "input " .. spec.name) end
     end
   end
-  -- timing: the timed shape, as the judge times the reference
-  local ms, floor = B.time(s, t.shapes[1])
+  if sh.b and B.compare(sh.b.outs[o.name], y, tol).ok then
+    flag("input_independent", si, o.name, fmt("seeds %d and %d agree", M.SEEDS[1], M.SEEDS[2]))
+  end
+end
+
+-- Checks output o at shape sh: NaN/Inf, then determinism and, where it is judged, the
+-- trivial candidates.
+local function check_output(ls, sh, o)
+  local B, flag, si = ls.B, ls.flag, sh.si
+  local tol = ls.t.tolerance[o.dtype]
+  local y = sh.a.outs[o.name]
+  local n = numel_of(o, sh.sym)
+  local zeros = B.zeros(y)
+  local z = B.compare(y, zeros, { atol = tol.atol, rtol = 0 }) -- |y| <= atol, element by element
+  local bad_values = (z.nan or 0) + (z.inf or 0)
+  if bad_values > 0 then
+    flag("nan_inf", si, o.name, fmt("%d NaN, %d Inf of %d", z.nan or 0, z.inf or 0, n))
+  else
+    if sh.a2 then
+      local d = B.compare(sh.a2.outs[o.name], y, tol)
+      if not d.ok then flag("nondeterministic", si, o.name, fmt("%d of %d elements differ, max |diff| %s", d.mismatches or 0, n, g(d.max_abs or 0))) end
+    end
+    if n >= M.MIN_ELEMENTS or (ls.small[o.name] and n > 0) or (si == 1 and n > 0) then
+      ls.judged[si] = true
+      judge_trivial(ls, sh, o, zeros, z)
+    end
+  end
+  B.free(zeros)
+end
+
+-- Lints shape set si: the reference on seed 1 twice and seed 2 once, each output checked,
+-- then the sample estimate and (at the timed shape) the closed form.
+local function lint_shape(ls, si, sym)
+  local B, s, t, res = ls.B, ls.s, ls.t, ls.res
+  local label = (res.heldout == si) and fmt("shape %d (held-out)", si) or fmt("shape %d", si)
+  local a, aerr, acode = B.run(s, sym, M.SEEDS[1])
+  if not a then
+    -- out of memory: unchecked, as where the reference would not open (open_failed)
+    if acode == "SKIP" or out_of_memory(aerr) then
+      res.unchecked[#res.unchecked + 1] = label .. ": " .. tostring(aerr)
+    else ls.flag("reference_error", si, nil, aerr) end
+    return
+  end
+  ls.ran[si] = true
+  local a2 = B.run(s, sym, M.SEEDS[1])
+  local b = B.run(s, sym, M.SEEDS[2])
+  local sh = { si = si, sym = sym, a = a, a2 = a2, b = b } -- the shape set and its three runs
+  for _, o in ipairs(t.outputs) do check_output(ls, sh, o) end
+  if a2 then B.release(s, a2) end
+  if b and sample_estimate(B, s, t, sym, si, { a, b }, ls.flag, res, label) then ls.estimated[si] = true end
+  if b and si == 1 and closed_form(B, s, t, sym, { a, b }, ls.flag, res) then ls.closed[si] = true end
+  if b then B.release(s, b) end
+  B.release(s, a)
+end
+
+-- Times the reference at the timed shape, as the judge does; flags too_short.
+local function time_reference(ls)
+  local res = ls.res
+  local ms, floor = ls.B.time(ls.s, ls.t.shapes[1])
   if not ms then res.unchecked[#res.unchecked + 1] = "timing: " .. tostring(floor)
   else
     res.reference_ms, res.floor_ms = ms, floor
     local limit = math.max(M.TOO_SHORT_MS, 4 * (floor or 0))
-    if ms < limit then flag("too_short", 1, nil, fmt("median %.4f ms < %.4f ms", ms, limit)) end
+    if ms < limit then ls.flag("too_short", 1, nil, fmt("median %.4f ms < %.4f ms", ms, limit)) end
   end
-  local lost = B.close(s)
+end
+
+-- Closes the session and decides which flags stand: the timed shape decides (M.AT_TIMED);
+-- where it did not run here, M.EVERY_SHAPE's rule, with notes saying so.
+local function conclude(ls)
+  local res, t, judged = ls.res, ls.t, ls.judged
+  local lost = ls.B.close(ls.s)
   if lost then res.unchecked[#res.unchecked + 1] = lost; res.context_lost = true end
-  -- the timed shape decides (M.AT_TIMED); where it did not run here, today's rule (M.EVERY_SHAPE)
-  if not ran[1] and next(judged) then
+  if not ls.ran[1] and next(judged) then
     local list = {}
     for si in pairs(judged) do list[#list + 1] = si end
     table.sort(list)
     res.notes[#res.notes + 1] = fmt("the timed shape did not run here: trivial candidates flag only where they hold at every shape judged (%s), the sample estimate at any shape", concat(list, ", "))
   end
-  if not ran[1] then
+  if not ls.ran[1] then
     for _, o in ipairs(t.outputs) do
       local n = numel_of(o, t.shapes[1])
       if n > 0 and n < M.MIN_ELEMENTS then
@@ -682,11 +746,27 @@ function M.run(t, opts)
       end
     end
   end
-  local tried = { sample_estimate = estimated, closed_form = closed }
+  local tried = { sample_estimate = ls.estimated, closed_form = ls.closed }
   for r in pairs(M.EVERY_SHAPE) do tried[r] = judged end
-  local flags = decide(res.flags, tried, judged, res.notes)
-  res.flags = flags
-  return res
+  res.flags = decide(res.flags, tried, judged, res.notes)
+end
+
+-- Lints one task (at the precision it was loaded at) with backend B. -> result:
+-- { task, path, precision, level, where, device, flags, unchecked, shapes, reference_ms }
+function M.run(t, opts)
+  opts = opts or {}
+  local B = opts.backend or M.backend()
+  local ls = new_lint(t, B)
+  local s, why, code = B.open(t)
+  if not s then
+    open_failed(ls, why, code)
+    return ls.res
+  end
+  ls.s = s
+  for si, sym in ipairs(t.shapes) do lint_shape(ls, si, sym) end
+  time_reference(ls)
+  conclude(ls)
+  return ls.res
 end
 
 -- true when a result flags anything
