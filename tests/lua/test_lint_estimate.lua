@@ -191,7 +191,7 @@ problem("sound", "1_Sum", { init = false, returns = "torch.sum(x)", sizes = "bat
 
 -- results by task@precision -> { reason -> { shapes } }
 local function lint_json(args)
-  local out, err, rc = run("tasks lint " .. args .. " --json --no-cache")
+  local out, err, rc = run("tasks lint " .. args .. " --json --no-cache --cpu")
   local okj, r = pcall(json.decode, out)
   local by = {}
   for _, res in ipairs(okj and r.results or {}) do by[res.task .. "@" .. res.precision] = { res = res, at = reasons(res) } end
@@ -234,7 +234,7 @@ t.test("the task folder t_scaled_mse on the CPU (its reference.py): the sample e
 end)
 
 t.test("the text table prints the reason", function()
-  local out = run("tasks lint " .. DIR .. "/losses/94_ScaledMSE.py --precision bf16")
+  local out = run("tasks lint " .. DIR .. "/losses/94_ScaledMSE.py --precision bf16 --cpu")
   t.ok(out:find("FLAGGED  94_ScaledMSE@bf16", 1, true) and out:find("sample estimates  shape 1", 1, true), out)
 end)
 

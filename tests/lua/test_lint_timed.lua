@@ -184,7 +184,7 @@ end
 local DIR = testing.tmpdir()
 local function lint_json(args)
   local o, e = DIR .. "/stdout", DIR .. "/stderr"
-  local ok, _, code = os.execute(string.format("KM_SPEC_DIR=%s/specs KM_LINT_DIR=%s/lint %s tasks lint %s --json --no-cache >%s 2>%s",
+  local ok, _, code = os.execute(string.format("KM_SPEC_DIR=%s/specs KM_LINT_DIR=%s/lint %s tasks lint %s --json --no-cache --cpu >%s 2>%s",
     DIR, DIR, KMRUN, args, o, e))
   local out = testing.read(o) or ""
   local okj, r = pcall(json.decode, out)
