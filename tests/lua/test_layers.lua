@@ -4,8 +4,9 @@
 -- The folders hold their kind: runtime/core plain C (no Lua header, no binding's or glue's
 -- header reached), runtime/bind the bindings, runtime/glue the rest; each lua/km folder
 -- requires only the folders below it.
--- The orchestration layer stays small: no function in km.run.sweep, km.run.episode, km.run.runner,
--- km.run.setup or km.run.ctx over 80 lines, km.run.runner (the command) requires at most 6 modules, and
+-- Functions stay within a screen: none over 80 lines in lua/km or runtime/ (the C reader takes a
+-- definition from its first line at column 0 to the '}' at column 0); km.run.runner (the command)
+-- requires at most 6 modules, and
 -- the defaults of the options every strategy takes are stated once (km.run.setup's table).
 --
 --   build/kmrun tests/lua/test_layers.lua --update-doc   rewrites the doc's generated blocks
@@ -556,6 +557,67 @@ t.test("no function in km.run.sweep, km.run.episode, km.run.runner, km.run.setup
     longest[#longest + 1] = fmt("%s %s %d", m, top.name, top.lines)
   end
   t.note("the longest function of each: " .. concat(longest, ", "))
+  t.eq(concat(over, ", "), "", "functions over " .. MAX_LINES .. " lines")
+end)
+
+t.test("no function anywhere in lua/km is over " .. MAX_LINES .. " lines", function()
+  local over, top, n = {}, { lines = 0 }, 0
+  for _, sub in ipairs(LUA_DIRS) do
+    for _, f in ipairs(assert(sys.readdir(ROOT .. sub))) do
+      if f:match("%.lua$") then
+        local path = ROOT .. sub .. "/" .. f
+        for _, fn in ipairs(functions(read(path))) do
+          n = n + 1
+          if fn.lines > top.lines then top = { lines = fn.lines, at = fmt("%s:%d %s", path, fn.first, fn.name) } end
+          if fn.lines > MAX_LINES then over[#over + 1] = fmt("%s:%d %s (%d lines)", path, fn.first, fn.name, fn.lines) end
+        end
+      end
+    end
+  end
+  t.note(fmt("%d functions; the longest %s (%d lines)", n, top.at or "-", top.lines))
+  t.ok(n > 500, "the reader found " .. n .. " functions")
+  t.eq(concat(over, ", "), "", "functions over " .. MAX_LINES .. " lines")
+end)
+
+-- C functions of runtime/: a definition starts at column 0 (a name, its parameters, no
+-- ';') and ends at the first '}' at column 0. -> list of { name, first, last, lines }
+local function c_functions(src)
+  local out, cur, n = {}, nil, 0
+  for line in (src .. "\n"):gmatch("([^\n]*)\n") do
+    n = n + 1
+    if not cur and line:match("^[%a_][%w_ %*]*%(") and not line:match(";%s*$") and not line:match("^#") then
+      cur = { name = line:match("([%w_]+)%s*%(") , first = n }
+    elseif cur and line:match("^}") then
+      cur.last, cur.lines = n, n - cur.first + 1
+      out[#out + 1] = cur
+      cur = nil
+    end
+  end
+  return out
+end
+
+t.test("the C function reader finds definitions and their lengths", function()
+  local got = {}
+  for _, f in ipairs(c_functions("static int f(int a);\nstatic int\ng(int a)\n{\n  return a;\n}\nint h(void) {\n  if (1) {\n  }\n  return 0;\n}\n")) do
+    got[#got + 1] = fmt("%s:%d-%d", f.name, f.first, f.last)
+  end
+  t.eq(concat(got, " "), "g:3-6 h:7-11")
+end)
+
+t.test("no C function in runtime/ is over " .. MAX_LINES .. " lines", function()
+  local files = c_files()
+  local over, top, n = {}, { lines = 0 }, 0
+  for name, folder in pairs(files) do
+    local path = runtime_path(folder, name, ".c")
+    for _, fn in ipairs(c_functions(read(path))) do
+      n = n + 1
+      if fn.lines > top.lines then top = { lines = fn.lines, at = fmt("%s:%d %s", path, fn.first, fn.name) } end
+      if fn.lines > MAX_LINES then over[#over + 1] = fmt("%s:%d %s (%d lines)", path, fn.first, fn.name, fn.lines) end
+    end
+  end
+  sort(over)
+  t.note(fmt("%d functions; the longest %s (%d lines)", n, top.at or "-", top.lines))
+  t.ok(n > 300, "the reader found " .. n .. " functions")
   t.eq(concat(over, ", "), "", "functions over " .. MAX_LINES .. " lines")
 end)
 
