@@ -353,6 +353,22 @@ local function keep_rest(rs, at)
   a._rest_index = at
 end
 
+-- The next word as an option's value, moving rs.i onto it -> the word, or nil where there is
+-- none (or, with no_options, where it is a long option).
+local function next_value(rs, no_options)
+  rs.i = rs.i + 1
+  local val = rs.argv[rs.i]
+  if val ~= nil and no_options and sub(val, 1, 2) == "--" and #val > 2 then return nil end
+  return val
+end
+
+-- set_value with its failure as a "value" error -> true | nil, message, "value"
+local function store_value(rs, o, label, val)
+  local ok, why = set_value(rs, o, label, val)
+  if not ok then return nil, why, "value" end
+  return true
+end
+
 -- Reads "--name" or "--name=value" (x, at rs.i), moving rs.i onto the next word when that is
 -- the value; returns true, or nil, message, kind.
 local function read_long(rs, x)
@@ -370,16 +386,11 @@ local function read_long(rs, x)
   if o.type == "flag" then
     if val ~= nil then return nil, label .. " takes no value", "value" end
   elseif val == nil then
-    rs.i = rs.i + 1
-    val = rs.argv[rs.i]
     -- "--meta --out x": the next option is not a value (write --meta=--odd for one)
-    if val == nil or (sub(val, 1, 2) == "--" and #val > 2) then
-      return nil, label .. " needs a value (" .. o[2] .. ")", "value"
-    end
+    val = next_value(rs, true)
+    if val == nil then return nil, label .. " needs a value (" .. o[2] .. ")", "value" end
   end
-  local ok, why = set_value(rs, o, label, val)
-  if not ok then return nil, why, "value" end
-  return true
+  return store_value(rs, o, label, val)
 end
 
 -- Reads a short option -x, -xVALUE or -x VALUE (x, at rs.i), moving rs.i onto the next word
@@ -397,16 +408,10 @@ local function read_short(rs, x)
   if o.type == "flag" then
     if #x > 2 then return nil, fmt("unknown option %s", x), "unknown" end
   else
-    val = #x > 2 and sub(x, 3) or nil
-    if val == nil then
-      rs.i = rs.i + 1
-      val = rs.argv[rs.i]
-      if val == nil then return nil, label .. " needs a value (" .. o[2] .. ")", "value" end
-    end
+    val = #x > 2 and sub(x, 3) or next_value(rs, false)
+    if val == nil then return nil, label .. " needs a value (" .. o[2] .. ")", "value" end
   end
-  local ok, why = set_value(rs, o, label, val)
-  if not ok then return nil, why, "value" end
-  return true
+  return store_value(rs, o, label, val)
 end
 
 -- Gives the positional words (rs.pos) to the spec's positional keys in order, a "many" one
