@@ -18,6 +18,28 @@ if not sh("command -v slurmctld && command -v slurmd && command -v sbatch && com
 end
 if not sh("test $(id -u) = 0") then t.skip_all("starting slurmd needs root") end
 
+-- Two ports no socket here holds (/proc/net/tcp*, any state), drawn at random, so two runs of
+-- this test at once do not share a controller -> controller port, node daemon port
+local function free_ports()
+  local used = {}
+  for _, f in ipairs { "/proc/net/tcp", "/proc/net/tcp6" } do
+    local h = io.open(f)
+    if h then
+      for line in h:lines() do
+        local port = line:match("^%s*%d+:%s+%x+:(%x+)")
+        if port then used[tonumber(port, 16)] = true end
+      end
+      h:close()
+    end
+  end
+  math.randomseed(os.time() ~ math.floor(os.clock() * 1e6))
+  while true do
+    local a = math.random(20000, 59998)
+    if not used[a] and not used[a + 1] then return a, a + 1 end
+  end
+end
+local CTLD_PORT, SLURMD_PORT = free_ports()
+
 local dir = os.tmpname(); os.remove(dir)
 sh("mkdir -p " .. dir .. "/state " .. dir .. "/spool " .. dir .. "/tasks")
 local host = io.popen("hostname -s"):read("l")
@@ -36,8 +58,8 @@ SlurmctldPidFile=DIR/slurmctld.pid
 SlurmdPidFile=DIR/slurmd.pid
 SlurmctldLogFile=DIR/slurmctld.log
 SlurmdLogFile=DIR/slurmd.log
-SlurmctldPort=16917
-SlurmdPort=16918
+SlurmctldPort=CTLD_PORT
+SlurmdPort=SLURMD_PORT
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SchedulerType=sched/builtin
@@ -48,7 +70,7 @@ JobCompType=jobcomp/none
 AccountingStorageType=accounting_storage/none
 NodeName=HOST CPUs=2 State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
-]]):gsub("HOST", host):gsub("DIR", dir), "")
+]]):gsub("HOST", host):gsub("DIR", dir):gsub("CTLD_PORT", CTLD_PORT):gsub("SLURMD_PORT", SLURMD_PORT), "")
 f:close()
 
 -- munged is started only when none runs, and then stopped at the end (its pid file), so
