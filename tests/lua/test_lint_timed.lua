@@ -162,6 +162,44 @@ t.test("closed form: a scalar whose spread is far above its tolerance is not fla
   t.ok(p and p < 1e-3, notes(res))
 end)
 
+t.test("closed form: the seeds' outputs that repeat are counted (the normal model gives 0 at an exact tolerance)", function()
+  local exact = { atol = 0, rtol = 0 }
+  local c = lint.closed_form_p({ { 1 }, { 1 }, { 1 }, { 2 }, { 3 }, { 4 }, { 5 }, { 6 } }, exact)
+  t.ok(c.p < 1e-8, "a spread over an exact tolerance: the normal model says 0 (erf's approximation: 1e-9): " .. c.p)
+  t.eq(c.shared, 3, "three seeds give 1")
+  t.eq(lint.closed_form_p({ { 1 }, { 1 }, { 2 }, { 2 }, { 3 }, { 4 }, { 5 }, { 6 } }, exact).shared, 2, "two pairs: 2")
+  -- within the tolerance of the output taken as the constant, element by element
+  local c2 = lint.closed_form_p({ { 1, 7 }, { 1.005, 7 }, { 0.996, 7 }, { 1, 8 }, { 3, 7 }, { 4, 7 }, { 5, 7 }, { 6, 7 } },
+    { atol = 0, rtol = 0.01 })
+  t.eq(c2.shared, 3, "1, 1.005 and 0.996 pass against 1 at rtol 1e-2 where the second element agrees too")
+  t.eq(lint.CLOSED_FORM_SHARED, 3)
+end)
+
+t.test("closed form: a small output that takes one value on some seeds only is flagged, at an exact tolerance", function()
+  -- y = 1 where the third draw is positive, else the mean of the draws: the two seeds of
+  -- SEEDS differ (input_independent and trivial_constant stay quiet), the normal model at
+  -- atol = rtol = 0 gives P = 0, but 1 comes out on 6 of the 8 seeds (of this backend's draws)
+  local f = function(ins)
+    if ins.x[3] > 0 then return { loss = { 1 } } end
+    local s = 0 for _, v in ipairs(ins.x) do s = s + v end
+    return { loss = { s / #ins.x } }
+  end
+  local tk = task { name = "saturating", inputs = { X16 }, outputs = LOSS, shapes = S16, tolerance = { atol = 0, rtol = 0 } }
+  local res = lint.run(tk, { backend = fake_backend(f) })
+  t.eq(at(res, "closed_form"), "[1]", json.encode(res.flags) .. notes(res))
+  t.eq(at(res, "input_independent"), "[]", json.encode(res.flags))
+  local detail
+  for _, x in ipairs(res.flags) do if x.reason == "closed_form" then detail = x.detail end end
+  t.ok(detail and detail:find("6 of 8 seeds give one output (3 or more flags)", 1, true), detail)
+  t.eq(at(res, "trivial_constant"), "[]", json.encode(res.flags))
+  -- the same task whose 1 never comes: not flagged
+  local never = function(ins) local s = 0 for _, v in ipairs(ins.x) do s = s + v end return { loss = { s / #ins.x } } end
+  local res2 = lint.run(task { name = "plain_mean", inputs = { X16 }, outputs = LOSS, shapes = S16, tolerance = { atol = 0, rtol = 0 } },
+    { backend = fake_backend(never) })
+  t.eq(at(res2, "closed_form"), "[]", json.encode(res2.flags))
+  t.ok(notes(res2):find("1 of 8 seeds give one output", 1, true), notes(res2))
+end)
+
 t.test("closed form where the timed shape could not run here: said, not flagged", function()
   local tk = task { name = "mean_sq_big", inputs = { X16 }, outputs = LOSS, shapes = S16, tolerance = { atol = 1e-3, rtol = 1e-2 } }
   local res = lint.run(tk, { backend = fake_backend(function(ins) local s = 0 for _, v in ipairs(ins.x) do s = s + v * v end return { loss = { s / #ins.x } } end,

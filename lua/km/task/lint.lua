@@ -34,10 +34,11 @@ local M = {}
 local fmt, concat = string.format, table.concat
 local ipairs, pairs, type, tostring, pcall = ipairs, pairs, type, tostring, pcall
 
-M.VERSION = 6          -- bump when what a result holds or how it is decided changes
+M.VERSION = 7          -- bump when what a result holds or how it is decided changes
                        -- (4: sample_estimate; outputs small at every shape judged)
                        -- (5: what the machine lacks is never a flag nor kept)
                        -- (6: trivial candidates decided at the timed shape; closed_form)
+                       -- (7: closed_form also where seeds repeat one output)
 M.MIN_ELEMENTS = 64    -- trivial candidates are judged on outputs at least this large (or
                        -- under it at every shape set, or at the timed shape)
 M.BELOW_SHARE = 0.9    -- below_tolerance: at least this share of the output is within atol of 0
@@ -50,6 +51,8 @@ M.SAMPLE_RATIO = 64    -- sample_estimate: the reference on the first 1/SAMPLE_R
 M.CLOSED_FORM_SEEDS = { 101, 202, 303, 404, 505, 606, 707, 808 }
 M.CLOSED_FORM_P = 0.01 -- closed_form: flagged where a constant passes a trial with a
                        -- probability above this (the normal model below)
+M.CLOSED_FORM_SHARED = 3 -- closed_form: flagged too where this many of the K seeds give one
+                         -- output (each within the tolerance of it): a value that repeats
 
 -- The reasons, one row each: key, what a table prints, what it means.
 M.REASONS = {
@@ -61,7 +64,7 @@ M.REASONS = {
   { key = "sample_estimate", short = "sample estimates",
     text = "the reference on a small sample of the input rows (the first 1/64, repeated) passes: the output can be estimated without reading most of the inputs" },
   { key = "closed_form", short = "closed form",
-    text = "a constant passes part of the time: the output's spread across seeds is within a few tolerances (a constant at the seeds' mean passes a trial with a probability over 1%)" },
+    text = "a constant passes part of the time: the output's spread across seeds is within a few tolerances (a constant at the seeds' mean passes a trial with a probability over 1%), or 3 of 8 seeds give the same output" },
   { key = "below_tolerance", short = "below tolerance",
     text = "most of the output is within atol of zero (below the tolerance's resolution)" },
   { key = "nan_inf", short = "NaN/Inf", text = "the reference's output holds NaN or Inf" },
@@ -463,6 +466,13 @@ end
 -- CLOSED_FORM_P. The seeds are fixed, so one machine decides a task the same way every run;
 -- the detail also counts the K leave-one-out trials that pass (seed k's value against the
 -- other seeds' mean).
+-- The normal model says nothing of an output whose values repeat exactly (a saturated maximum,
+-- an index, a clamp: P = 0 at atol = rtol = 0), so the rule also counts, for each seed's output
+-- taken as the constant, the seeds it passes at (itself included): flagged where the most is
+-- CLOSED_FORM_SHARED or more. With 8 seeds (simulated): an output with 100 equally likely
+-- values (a constant passes 1%) is flagged 0.5% of the time; one whose most likely value is
+-- drawn 10% of the time 4%, 30% of the time 45%, half of the time 85% (where the two seeds of
+-- SEEDS agree, input_independent flags too).
 
 -- erf(x) (Abramowitz and Stegun 7.1.26, |error| < 1.5e-7)
 local function erf(x)
@@ -474,9 +484,24 @@ local function erf(x)
 end
 M.erf = erf
 
+-- How many of the seeds' outputs seed k's output passes at (itself included): each element
+-- of theirs within atol + rtol * |x| of its own.
+local function shared_by(values, k, tol)
+  local n = 0
+  for i = 1, #values do
+    local pass = true
+    for j = 1, #values[i] do
+      local x = values[i][j]
+      if not (math.abs(values[k][j] - x) <= tol.atol + tol.rtol * math.abs(x)) then pass = false break end
+    end
+    if pass then n = n + 1 end
+  end
+  return n
+end
+
 -- The closed-form rule on values[k][j] (seed k, element j) at tolerance tol. -> { p (the
--- product), loo (leave-one-out trials that pass), m, s, tau (of the element with the lowest
--- P) } | nil where a value is NaN or Inf
+-- product), loo (leave-one-out trials that pass), shared (the most seeds one seed's output
+-- passes at), m, s, tau (of the element with the lowest P) } | nil where a value is NaN or Inf
 function M.closed_form_p(values, tol)
   local K = #values
   local n = #values[1]
@@ -510,6 +535,8 @@ function M.closed_form_p(values, tol)
     end
     if pass then out.loo = out.loo + 1 end
   end
+  out.shared = 0
+  for k = 1, K do out.shared = math.max(out.shared, shared_by(values, k, tol)) end
   return out
 end
 
@@ -542,9 +569,10 @@ local function closed_form(B, s, t, sym, full, flag, res)
     local tol = t.tolerance[o.dtype]
     local c = M.closed_form_p(values[o.name], tol)
     if c then
-      local text = fmt("over %d seeds (%d-%d) the mean is %s, the spread (sd) %s, the tolerance there %s: a constant passes a trial with probability %.3g (normal model; over %g flags), %d of %d leave-one-out trials pass",
-        #seeds, seeds[1], seeds[#seeds], g(c.m), g(c.s), g(c.tau), c.p, M.CLOSED_FORM_P, c.loo, #seeds)
-      if c.p > M.CLOSED_FORM_P then flag("closed_form", 1, o.name, text)
+      local text = fmt("over %d seeds (%d-%d) the mean is %s, the spread (sd) %s, the tolerance there %s: a constant passes a trial with probability %.3g (normal model; over %g flags), %d of %d leave-one-out trials pass, %d of %d seeds give one output (%d or more flags)",
+        #seeds, seeds[1], seeds[#seeds], g(c.m), g(c.s), g(c.tau), c.p, M.CLOSED_FORM_P, c.loo, #seeds,
+        c.shared, #seeds, M.CLOSED_FORM_SHARED)
+      if c.p > M.CLOSED_FORM_P or c.shared >= M.CLOSED_FORM_SHARED then flag("closed_form", 1, o.name, text)
       else res.notes[#res.notes + 1] = fmt("closed form not flagged (%s): %s", o.name, text) end
     end
   end
