@@ -20,8 +20,8 @@
 --
 -- The environment has math (no random state: random/randomseed), string, table and utf8
 -- as fresh tables of bounded functions (no string.dump, pack, packsize, unpack), pairs,
--- ipairs, next, select, type, tostring, tonumber, error, assert, rawequal, rawlen, unpack,
--- pcall and xpcall; no io, os, require, load, debug, package, collectgarbage, coroutine,
+-- ipairs, next, select, type, tostring (no addresses), tonumber, error, assert, rawequal,
+-- rawlen, unpack, pcall and xpcall; no io, os, require, load, debug, package, collectgarbage, coroutine,
 -- setmetatable/getmetatable. A budget that trips cannot be caught: pcall and xpcall
 -- re-raise it, and xpcall's handler runs as an ordinary call after the protected call
 -- returned (never inside Lua's error machinery, where hooks are off).
@@ -46,13 +46,26 @@ end
 
 local MATH_SKIP = { random = true, randomseed = true }
 
+-- tostring without host addresses: a table, function or thread is named by its type alone
+-- ("table", not "table: 0x55d0..."), a userdata by its own __tostring with any address taken
+-- out, so sandboxed code learns no address of this process (docs/security.md)
+local gsub = string.gsub -- the host's: during a run the string metatable's is the sandbox's
+local function plain_tostring(v)
+  local tv = type(v)
+  if tv == "table" or tv == "function" or tv == "thread" then return tv end
+  local s = tostring(v)
+  if tv == "userdata" then s = gsub(s, ":? ?0[xX]%x+", "") end
+  return s
+end
+M.tostring = plain_tostring
+
 -- A fresh environment: nothing in it is shared with the host or with another sandbox.
 function M.env()
   local lib = limits.lib()
   local env = {
     math = copy(math, MATH_SKIP), string = lib.string, table = lib.table, utf8 = lib.utf8,
     pairs = pairs, ipairs = ipairs, next = next, select = select, type = type,
-    tostring = tostring, tonumber = lib.tonumber, error = error, assert = assert,
+    tostring = plain_tostring, tonumber = lib.tonumber, error = error, assert = assert,
     rawequal = rawequal, rawlen = rawlen, unpack = lib.table.unpack,
     pcall = lib.pcall, xpcall = lib.xpcall,
   }

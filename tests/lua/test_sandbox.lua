@@ -112,6 +112,33 @@ t.test("xpcall: a looping message handler is stopped (it hung the driver)", func
   host_untouched()
 end)
 
+t.test("no host address reaches sandboxed code: tostring and string.format name tables and functions by type; %p is refused", function()
+  local fn = assert(sandbox.load([[return function(k, io, s)
+    local out = { tostring({}), tostring(k.f), tostring(io), tostring(io.v), tostring(tostring),
+      string.format("%s %s %s|%5s|%-8s|", {}, k.f, io.v, 1, true), ("%s"):format(s), tostring(nil), tostring(1.5), tostring("0x1f") }
+    return table.concat(out, "\n")
+  end]], "launch.lua"))
+  -- a userdata whose own __tostring holds an address: a file handle ("file (0x...)")
+  local ok, text = sandbox.call(fn, nil, { f = function() end }, { v = io.stdout }, { n = 1 })
+  t.eq(ok, true, tostring(text))
+  t.ok(not text:find("0x", 1, true) or text:match("\n0x1f$"), text)
+  t.ok(not text:gsub("0x1f$", ""):find("%x%x%x%x%x%x%x%x"), "no eight hex digits in a row: " .. text)
+  local lines = {}
+  for line in (text .. "\n"):gmatch("([^\n]*)\n") do lines[#lines + 1] = line end
+  t.eq(lines[1], "table"); t.eq(lines[2], "function"); t.eq(lines[3], "table"); t.eq(lines[5], "function")
+  t.eq(lines[4], "file ()", "the handle's own text, its address taken out")
+  t.eq(lines[6]:match("^table function userdata|"), "table function userdata|", lines[6])
+  t.ok(lines[6]:find("|    1|true    |", 1, true), lines[6])
+  t.eq(lines[7], "table"); t.eq(lines[8], "nil"); t.eq(lines[9], "1.5"); t.eq(lines[10], "0x1f")
+  for _, body in ipairs { "return string.format('%p', {})", "return string.format('%d %-10p', 1, k)", "return ('%p'):format('x')" } do
+    refused(body, "ERROR", "%p is not offered in the sandbox", 1)
+  end
+  -- "%%p" is a percent sign and a p
+  local ok2, pct = attack("return string.format('%%p %d', 3)")
+  t.eq(ok2, true); t.eq(pct, "%p 3")
+  host_untouched()
+end)
+
 t.test("pcall and xpcall still work for ordinary errors", function()
   local fn = assert(sandbox.load([[return function()
     local a, b = pcall(error, 'boom', 0)
