@@ -12,9 +12,10 @@
  *   -- fails with code "INCLUDE_REFUSED" before NVRTC runs (docs/nvrtc.md "Closed world");
  *   -- without `arch`: the arch of a CUDA context this process already holds, else sm_90
  *
- * The work is in km_nvrtc_core.c; this file only translates Lua values into a
- * km_nvrtc_req (every string stays anchored in a table on the stack while C uses it) and
- * the km_nvrtc_out back into a plain table that can be serialised to a worker process.
+ * The work is in km_nvrtc_core.c (compile, cache) and km_nvrtc_scan_core.c (kernel
+ * signatures); this file only translates Lua values into a km_nvrtc_req (every string
+ * stays anchored in a table on the stack while C uses it) and the km_nvrtc_out back into a
+ * plain table that can be serialised to a worker process.
  * compile_many builds every request first, runs km_nvrtc_compile_c on pthreads that never
  * see the lua_State, and pushes the results after joining them. */
 #include <pthread.h>
@@ -32,6 +33,7 @@
 #include "km.h"
 #include "km_driver.h"
 #include "km_nvrtc_core.h"
+#include "km_nvrtc_scan_core.h"
 
 #define KM_NVRTC_OUT_MT "km.nvrtc.Out"
 #define KM_NVRTC_MANY_MT "km.nvrtc.Many" /* compile_many's boxed results */

@@ -1,5 +1,5 @@
-/* km_nvrtc_core.h — NVRTC compilation with a content-addressed on-disk cache, and a
- * scanner for `extern "C" __global__` kernel signatures. Pure C: nothing here touches a
+/* km_nvrtc_core.h — NVRTC compilation with a content-addressed on-disk cache; the kernel
+ * signatures an out holds are km_nvrtc_scan_core.h's. Pure C: nothing here touches a
  * lua_State or writes a global, so km_nvrtc_compile_c may run on any thread.
  *
  * Ownership: a km_nvrtc_req only borrows the caller's strings for the duration of a
@@ -9,37 +9,11 @@
 #define KM_NVRTC_CORE_H
 #include <stddef.h>
 #include "km_hash_core.h"
+#include "km_nvrtc_scan_core.h"
 
 /* Bumped whenever the key derivation, the entry layout or the signature scanner changes,
  * so old entries are simply never looked up again. */
 #define KM_NVRTC_FORMAT 2 /* 2: compiled confined; entries of 1 may quote host files */
-
-/* ---- kernel signatures ---- */
-
-typedef struct km_nvrtc_param {
-  char *name;       /* "" for an unnamed parameter */
-  char *type;       /* declared type, whitespace-normalised: "const float *" */
-  const char *kind; /* static: "ptr", "f32", "f64", "f16", "bf16", "i8".."u64", "unknown" */
-} km_nvrtc_param;
-
-typedef struct km_nvrtc_kernel {
-  char *name;
-  km_nvrtc_param *params;
-  size_t nparams;
-} km_nvrtc_kernel;
-
-typedef struct km_nvrtc_kernels {
-  km_nvrtc_kernel *v; /* in order of first appearance; a redeclared name keeps the last */
-  size_t n;
-} km_nvrtc_kernels;
-
-/* Finds every `extern "C" __global__` function in src (len bytes, need not be
- * NUL-terminated). Returns 0 or KM_ENOMEM; *out is then filled or empty. */
-int km_nvrtc_parse_kernels(const char *src, size_t len, km_nvrtc_kernels *out);
-void km_nvrtc_kernels_free(km_nvrtc_kernels *k);
-
-/* The kind of a parameter from its type text ("const float *" -> "ptr"). */
-const char *km_nvrtc_kind(const char *type);
 
 /* ---- compilation ---- */
 
