@@ -16,6 +16,7 @@
 
 #include "km.h"
 #include "km_nvrtc_core.h"
+#include "km_nvrtc_world_core.h"
 #include "km_nvrtc_scan_core.h"
 #include "km_scrub_core.h"
 #include "km_confine_core.h"

@@ -94,33 +94,9 @@ int km_nvrtc_arch_valid(const char *arch);
  * $CUDA_HOME/include, else /usr/local/cuda/include. 0 or KM_ERANGE. */
 int km_nvrtc_include_dir(const km_nvrtc_req *req, char *buf, size_t n);
 
-/* ---- the closed world (km_nvrtc_world_core.c; docs/nvrtc.md "Closed world") ---- */
-
+/* A source the closed world refuses (km_nvrtc_world_core.h; docs/nvrtc.md "Closed world") */
 #define KM_NVRTC_REFUSED (-1000)               /* out->result of a refused source */
 #define KM_NVRTC_REFUSED_CODE "INCLUDE_REFUSED" /* its out->code */
-
-/* What a source may include: a header given by name (the task's, kmrun's built-ins), or a
- * file that exists under one of dirs (the toolkit's include/ and include/cccl). */
-typedef struct km_nvrtc_world {
-  const char *const *dirs;
-  size_t ndirs;
-  const km_nvrtc_header *headers;
-  size_t nheaders;
-} km_nvrtc_world;
-
-/* Checks every #include of src (len bytes; `file` is its name, for the message and for the
- * folder NVRTC reads quoted includes from). Refused, with msg saying where, what and what
- * is allowed: a name that is absolute, has a '.' or '..' component, characters other than
- * [A-Za-z0-9_.+-/], or is not in the world; a quoted name that a file in the working
- * directory would shadow; an operand that is not a literal <name> or "name" (a macro);
- * #include_next, #import, #embed and any directive spelled with escapes; and sources the
- * check cannot read one way only (an unterminated comment or raw string). Directives are
- * found in every reading a compiler might take (trigraphs on/off, splices with trailing
- * blanks or not, CR as a line end or not, raw strings with splices reverted or not, digit
- * separators or not), anywhere a '#' or '%:' token is, line start or not.
- * Returns 0, KM_EREFUSED (msg filled), or KM_ENOMEM. */
-int km_nvrtc_check_includes(const char *src, size_t len, const char *file, const km_nvrtc_world *w,
-                            char *msg, size_t msgn);
 
 /* The arch compiled for when none is given: sm_<major><minor>, the device of the context
  * this process already holds (km_cuda_current_arch; major 0: none), else sm_90, or NVRTC's

@@ -19,7 +19,7 @@
 #include <sys/stat.h>
 
 #include "km.h"
-#include "km_nvrtc_core.h"
+#include "km_nvrtc_world_core.h"
 
 /* ======================================================================================
  * Readings

@@ -12,7 +12,7 @@
 #include <unistd.h>
 #include "test.h"
 #include "km.h"
-#include "km_nvrtc_core.h"
+#include "km_nvrtc_world_core.h"
 
 static char root[] = "/tmp/km_world_XXXXXX";
 static char tk[300], tk_cccl[300], work[300];
