@@ -550,28 +550,32 @@ static int s_char(lua_State *L) {
 }
 
 /* string.format without host addresses: %p is refused, and a table, function, thread or
- * userdata argument is passed as its type's name (Lua's own %s would print "table: 0x..."),
- * so launch code learns no address of this process (docs/security.md) */
+ * userdata given to %s is passed as its type's name (Lua's own %s would print
+ * "table: 0x..."), so launch code learns no address of this process (docs/security.md).
+ * Every other conversion sees its argument as given (its own error names the type). */
 static int s_format(lua_State *L) {
   int n = lua_gettop(L);
   size_t fl;
   const char *f = luaL_checklstring(L, 1, &fl);
+  int arg = 1;
   for (size_t i = 0; i + 1 < fl; i++) {
     if (f[i] != '%') continue;
     size_t j = i + 1;
+    if (f[j] == '%') { i = j; continue; }
     while (j < fl && strchr("-+ #0123456789.", f[j])) j++;
     if (j < fl && f[j] == 'p') return luaL_error(L, "string.format: %%p is not offered in the sandbox");
-    i = j; /* past the conversion ("%%" included) */
+    if (++arg <= n && j < fl && f[j] == 's') {
+      int tp = lua_type(L, arg);
+      if (tp != LUA_TSTRING && tp != LUA_TNUMBER && tp != LUA_TBOOLEAN && tp != LUA_TNIL) {
+        lua_pushstring(L, lua_typename(L, tp));
+        lua_replace(L, arg);
+      }
+    }
+    i = j;
   }
   lua_Integer bytes = 0;
-  for (int i = 1; i <= n; i++) {
-    int tp = lua_type(L, i);
-    if (tp == LUA_TSTRING) bytes += (lua_Integer)lua_rawlen(L, i);
-    else if (tp != LUA_TNUMBER && tp != LUA_TBOOLEAN && tp != LUA_TNIL) {
-      lua_pushstring(L, lua_typename(L, tp));
-      lua_replace(L, i);
-    }
-  }
+  for (int i = 1; i <= n; i++)
+    if (lua_type(L, i) == LUA_TSTRING) bytes += (lua_Integer)lua_rawlen(L, i);
   charge(L, n + BYTES(bytes));
   return o_format(L);
 }
