@@ -141,8 +141,9 @@ end
 -- the graphs
 
 local ROOT = "lua/km"
--- lua/km and its folders (docs/architecture.md, "The layers")
-local LUA_DIRS = { "", "/cmd", "/judge", "/run", "/task", "/report", "/data" }
+-- lua/km and its folders (docs/architecture.md, "The layers"); task/lint holds km.task.lint's
+-- parts, in the task folder
+local LUA_DIRS = { "", "/cmd", "/judge", "/run", "/task", "/task/lint", "/report", "/data" }
 
 -- -> mods (name -> path), adj (name -> { dep -> "file:line" }) over every .lua file of
 -- LUA_DIRS; deps are km.* names, Lua modules or C ones
@@ -398,7 +399,8 @@ t.test("no require circle among lua/km modules (lazy requires count)", function(
 end)
 
 -- lua/km's folders (docs/architecture.md, "The layers"): what each may require, and the two
--- edges that cross the other way, each with its reason in the doc.
+-- edges that cross the other way, each with its reason in the doc (the lint's: only its GPU
+-- backend runs the judge).
 local FOLDER_REQUIRES = {
   base = { base = true },
   judge = { base = true, judge = true, task = true },
@@ -407,7 +409,7 @@ local FOLDER_REQUIRES = {
   data = { base = true, data = true },
   run = { base = true, run = true, judge = true, task = true },
 }
-local CROSSING = { ["km.task.lint km.judge"] = true, ["km.data.sft km.run.prompt"] = true }
+local CROSSING = { ["km.task.lint.backends km.judge"] = true, ["km.data.sft km.run.prompt"] = true }
 local ENTRY = { judge = true, task = true, report = true } -- lua/km/X.lua beside lua/km/X/
 
 local function folder_of(name)
@@ -416,20 +418,33 @@ local function folder_of(name)
   return top == "testing" and "testing" or "base"
 end
 
+-- The requires v -> w of the graph for which bad(v, w) holds, as "v -> w (file:line)", joined.
+local function edges_where(adj, bad)
+  local found = {}
+  for _, v in ipairs(sorted_keys(adj)) do
+    for _, w in ipairs(sorted_keys(adj[v])) do
+      if bad(v, w) then found[#found + 1] = fmt("%s -> %s (%s)", v, w, adj[v][w]) end
+    end
+  end
+  return concat(found, ", ")
+end
+
 t.test("each lua/km folder requires only the folders below it (and the two documented crossings)", function()
   local _, adj = lua_graph()
   t.eq(folder_of("km.run.sweep") .. folder_of("km.judge") .. folder_of("km.verdict") .. folder_of("km.cmd.eval"),
     "runjudgebasecmd")
-  local bad = {}
-  for _, v in ipairs(sorted_keys(adj)) do
+  t.eq(edges_where(adj, function(v, w)
     local allowed = FOLDER_REQUIRES[folder_of(v)]
-    for _, w in ipairs(sorted_keys(adj[v])) do
-      if allowed and adj[w] and not allowed[folder_of(w)] and not CROSSING[v .. " " .. w] then
-        bad[#bad + 1] = fmt("%s -> %s (%s)", v, w, adj[v][w])
-      end
-    end
-  end
-  t.eq(concat(bad, ", "), "", "requires across folders")
+    return allowed and adj[w] and not allowed[folder_of(w)] and not CROSSING[v .. " " .. w]
+  end), "", "requires across folders")
+end)
+
+t.test("km.task.lint's parts (lua/km/task/lint/) are required only by km.task.lint and each other", function()
+  local _, adj = lua_graph()
+  t.ok(adj["km.task.lint"]["km.task.lint.run"], "km.task.lint requires its parts")
+  t.eq(edges_where(adj, function(v, w)
+    return w:match("^km%.task%.lint%.") and v ~= "km.task.lint" and not v:match("^km%.task%.lint%.")
+  end), "", "requires of a part of km.task.lint from outside it")
 end)
 
 t.test("the scheduler does not require the command, nor the problem-file loader the task loader", function()

@@ -25,8 +25,8 @@ local has_luac = os.execute("command -v luac5.4 >/dev/null 2>&1")
 if not has_luac then t.skip_all("luac5.4 not installed") end
 
 local files = {}
-for _, dir in ipairs { "lua/km", "lua/km/cmd", "lua/km/judge", "lua/km/run", "lua/km/task", "lua/km/report",
-  "lua/km/data", "strategies" } do
+for _, dir in ipairs { "lua/km", "lua/km/cmd", "lua/km/judge", "lua/km/run", "lua/km/task", "lua/km/task/lint",
+  "lua/km/report", "lua/km/data", "strategies" } do
   local p = io.popen("ls " .. ROOT .. "/" .. dir .. "/*.lua 2>/dev/null")
   for f in p:lines() do files[#files + 1] = f end
   p:close()

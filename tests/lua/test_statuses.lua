@@ -59,8 +59,8 @@ end
 
 local function sources()
   local files = {}
-  for _, dir in ipairs { "lua/km", "lua/km/cmd", "lua/km/judge", "lua/km/run", "lua/km/task", "lua/km/report",
-    "lua/km/data", "strategies" } do
+  for _, dir in ipairs { "lua/km", "lua/km/cmd", "lua/km/judge", "lua/km/run", "lua/km/task", "lua/km/task/lint",
+    "lua/km/report", "lua/km/data", "strategies" } do
     for _, f in ipairs(assert(sys.readdir(dir))) do
       if f:match("%.lua$") and f ~= "statuses.lua" then files[#files + 1] = dir .. "/" .. f end
     end
