@@ -170,6 +170,21 @@ function M.problem(dir, name, p)
   return path
 end
 
+-- `kmrun tasks lint ARGS --json --no-cache` with its spec and lint caches in dir (nothing a
+-- user's earlier run kept is read) -> { "task@precision" -> result }, exit status, the
+-- output (stdout, then stderr)
+function M.lint(dir, args)
+  local _, kmrun = M.paths()
+  local o, e = dir .. "/lint.out", dir .. "/lint.err"
+  local ok, _, code = os.execute(string.format("KM_SPEC_DIR=%s/specs KM_LINT_DIR=%s/lint %s tasks lint %s --json --no-cache >%s 2>%s",
+    dir, dir, kmrun, args, o, e))
+  local out = M.read(o) or ""
+  local okj, r = pcall(require("km.json").decode, out:match("{.*}") or "")
+  local by = {}
+  for _, res in ipairs(okj and type(r) == "table" and r.results or {}) do by[res.task .. "@" .. res.precision] = res end
+  return by, ok and 0 or code, out .. (M.read(e) or "")
+end
+
 -- PyTorch in the embedded Python (KM_PYTHON), or the whole test file skipped saying why.
 -- opts.gpu: a GPU first (t.require_gpu: a skip, or a failure under KM_REQUIRE_GPU=1);
 -- opts.cuda: a CUDA build of torch. Returns km.task.kernelbench, what its available() said, and

@@ -12,29 +12,15 @@
 -- tasks/l1_mse_loss as it is now (a loss per row) not. Skips without a GPU; the problem files
 -- also without a CUDA torch (KM_PYTHON).
 local t = require "km.tap"
-local json = require "km.json"
 local testing = require "km.testing"
 t.require_gpu()
 
-local ROOT, KMRUN = testing.paths()
+local ROOT = testing.paths()
 local DIR = testing.tmpdir()
 local TASK = ROOT .. "/tests/tasks/t_scaled_mse"
 
-local function run(args)
-  local o = DIR .. "/out"
-  local ok, _, code = os.execute(string.format("KM_SPEC_DIR=%s/specs KM_LINT_DIR=%s/lint %s %s >%s 2>&1",
-    DIR, DIR, KMRUN, args, o))
-  return testing.read(o) or "", ok and 0 or code
-end
-
 -- `kmrun tasks lint ARGS --json` -> { "task@precision" -> result }, exit status, the output
-local function lint(args)
-  local out, rc = run("tasks lint " .. args .. " --json --no-cache")
-  local okj, r = pcall(json.decode, out:match("{.*}") or "")
-  local by = {}
-  for _, res in ipairs(okj and type(r) == "table" and r.results or {}) do by[res.task .. "@" .. res.precision] = res end
-  return by, rc, out
-end
+local function lint(args) return testing.lint(DIR, args) end
 
 -- the shapes a result flags a reason at, and the reasons besides those allowed
 local function shapes_of(res, reason)

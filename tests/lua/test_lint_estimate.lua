@@ -189,13 +189,12 @@ problem("sound", "2_Matmul", { init = false, forward = "a, b", returns = "torch.
   sizes = "m = 4096\nk = 64\nn = 48", inputs = "torch.randn(m, k), torch.randn(k, n)" })
 problem("sound", "1_Sum", { init = false, returns = "torch.sum(x)", sizes = "batch_size = 4096\ndim = 256" })
 
--- results by task@precision -> { reason -> { shapes } }
+-- results by task@precision -> { res = result, at = { reason -> { shapes } } }
 local function lint_json(args)
-  local out, err, rc = run("tasks lint " .. args .. " --json --no-cache --cpu")
-  local okj, r = pcall(json.decode, out)
+  local results, rc, text = testing.lint(DIR, args .. " --cpu")
   local by = {}
-  for _, res in ipairs(okj and r.results or {}) do by[res.task .. "@" .. res.precision] = { res = res, at = reasons(res) } end
-  return by, rc, out .. err
+  for key, res in pairs(results) do by[key] = { res = res, at = reasons(res) } end
+  return by, rc, text
 end
 
 t.test("losses on the CPU: flagged at bf16, where 1/64 of the rows estimates them; at fp32 not", function()

@@ -15,7 +15,7 @@ local testing = require "km.testing"
 local lint = require "km.task.lint"
 local task_mod = require "km.task"
 
-local ROOT, KMRUN = testing.paths()
+local ROOT = testing.paths()
 
 -- a backend in Lua (tests/lua/lint_backend.lua); B.seeds counts the runs per seed
 local here = (arg and arg[0] or ""):match("^(.*)/[^/]*$") or "."
@@ -220,16 +220,7 @@ if not okt then
 end
 
 local DIR = testing.tmpdir()
-local function lint_json(args)
-  local o, e = DIR .. "/stdout", DIR .. "/stderr"
-  local ok, _, code = os.execute(string.format("KM_SPEC_DIR=%s/specs KM_LINT_DIR=%s/lint %s tasks lint %s --json --no-cache --cpu >%s 2>%s",
-    DIR, DIR, KMRUN, args, o, e))
-  local out = testing.read(o) or ""
-  local okj, r = pcall(json.decode, out)
-  local by = {}
-  for _, res in ipairs(okj and r.results or {}) do by[res.task .. "@" .. res.precision] = res end
-  return by, ok and 0 or code, out .. (testing.read(e) or "")
-end
+local function lint_json(args) return testing.lint(DIR, args .. " --cpu") end
 
 -- an MSE over 2^21 draws (pred normal, target uniform(-1, 1), as l1_mse_loss had): 4/3, sd of
 -- the mean 1.85 / 2^10.5 = 1.3e-3 against KernelBench's fp32 tolerance 1e-4 + 1e-4 * 4/3:
