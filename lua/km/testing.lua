@@ -175,14 +175,12 @@ end
 -- output (stdout, then stderr)
 function M.lint(dir, args)
   local _, kmrun = M.paths()
-  local o, e = dir .. "/lint.out", dir .. "/lint.err"
-  local ok, _, code = os.execute(string.format("KM_SPEC_DIR=%s/specs KM_LINT_DIR=%s/lint %s tasks lint %s --json --no-cache >%s 2>%s",
-    dir, dir, kmrun, args, o, e))
-  local out = M.read(o) or ""
+  local out, err, rc = M.run(string.format("KM_SPEC_DIR=%s/specs KM_LINT_DIR=%s/lint %s tasks lint %s --json --no-cache",
+    dir, dir, kmrun, args))
   local okj, r = pcall(require("km.json").decode, out:match("{.*}") or "")
   local by = {}
   for _, res in ipairs(okj and type(r) == "table" and r.results or {}) do by[res.task .. "@" .. res.precision] = res end
-  return by, ok and 0 or code, out .. (M.read(e) or "")
+  return by, rc, out .. err
 end
 
 -- PyTorch in the embedded Python (KM_PYTHON), or the whole test file skipped saying why.
