@@ -57,7 +57,6 @@ local function plain_tostring(v)
   if tv == "userdata" then s = gsub(s, ":? ?0[xX]%x+", "") end
   return s
 end
-M.tostring = plain_tostring
 
 -- A fresh environment: nothing in it is shared with the host or with another sandbox.
 function M.env()
