@@ -44,6 +44,7 @@ local function probe(path)
   end
   if #head < 100 then return fmt("truncated (%d bytes; an SQLite header alone is 100)", #head) end
 end
+M.probe = probe
 
 -- The store's own message, reworded to follow "PATH: " (the path and SQLite's statement
 -- context dropped; SQLite's code names the kind of damage).

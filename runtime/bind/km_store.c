@@ -24,6 +24,7 @@
 #include "km.h"
 #include "km_json.h"
 #include "km_store_core.h"
+#include "km_lease_core.h"
 #include "km_scrub_core.h"
 
 #define KM_STORE_MT "km.Store"
@@ -210,6 +211,118 @@ static int l_exec(lua_State *L) {
   if (km_store_exec(s, sql, first, sizeof first, &has_row)) return store_fail(L, s);
   if (has_row) lua_pushstring(L, first);
   else lua_pushboolean(L, 1);
+  return 1;
+}
+
+/* ---- leases (km_lease_core.h) ---- */
+
+/* Pushes a lease as a table: { run_id, episode_id, host, pid, state, status, taken_at,
+ * expires_at, done_at, alive }. */
+static void push_lease(lua_State *L, const km_lease *l) {
+  lua_createtable(L, 0, 10);
+  lua_pushinteger(L, (lua_Integer)l->run_id);
+  lua_setfield(L, -2, "run_id");
+  if (l->episode_id > 0) {
+    lua_pushinteger(L, (lua_Integer)l->episode_id);
+    lua_setfield(L, -2, "episode_id");
+  }
+  if (l->host[0]) {
+    lua_pushstring(L, l->host);
+    lua_setfield(L, -2, "host");
+  }
+  lua_pushinteger(L, (lua_Integer)l->pid);
+  lua_setfield(L, -2, "pid");
+  lua_pushstring(L, l->state);
+  lua_setfield(L, -2, "state");
+  if (l->status[0]) {
+    lua_pushstring(L, l->status);
+    lua_setfield(L, -2, "status");
+  }
+  lua_pushnumber(L, l->taken_at);
+  lua_setfield(L, -2, "taken_at");
+  lua_pushnumber(L, l->expires_at);
+  lua_setfield(L, -2, "expires_at");
+  if (l->done_at > 0) {
+    lua_pushnumber(L, l->done_at);
+    lua_setfield(L, -2, "done_at");
+  }
+  lua_pushboolean(L, l->alive);
+  lua_setfield(L, -2, "alive");
+}
+
+/* db:claim(key, run_id [, { seen = episode_id, ttl = seconds, redo = "a,b" }]) -> "taken" |
+ * "held", lease | "done", lease */
+static int l_claim(lua_State *L) {
+  km_store *s = store_check(L, 1);
+  const char *key = luaL_checkstring(L, 2);
+  lua_Integer run = luaL_checkinteger(L, 3);
+  if (!lua_isnoneornil(L, 4)) luaL_checktype(L, 4, LUA_TTABLE);
+  lua_Integer seen = km_optfield_int(L, 4, "seen", 0);
+  double ttl = km_optfield_num(L, 4, "ttl", 120);
+  const char *redo = km_optfield_str(L, 4, "redo", NULL);
+  luaL_argcheck(L, ttl > 0, 4, "ttl must be positive");
+  int result;
+  km_lease holder;
+  if (km_lease_claim(s, key, run, seen, ttl, redo, &result, &holder)) return store_fail(L, s);
+  static const char *const names[] = {"taken", "held", "done"};
+  lua_pushstring(L, names[result]);
+  if (result == KM_LEASE_TAKEN) return 1;
+  push_lease(L, &holder);
+  return 2;
+}
+
+static int l_bind_lease(lua_State *L) {
+  km_store *s = store_check(L, 1);
+  if (km_lease_bind(s, luaL_checkstring(L, 2), luaL_checkinteger(L, 3), luaL_checkinteger(L, 4)))
+    return store_fail(L, s);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+static int l_drop_lease(lua_State *L) {
+  km_store *s = store_check(L, 1);
+  if (km_lease_drop(s, luaL_checkstring(L, 2), luaL_checkinteger(L, 3))) return store_fail(L, s);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+/* db:renew_leases(run_id [, ttl]) -> the number renewed */
+static int l_renew_leases(lua_State *L) {
+  km_store *s = store_check(L, 1);
+  lua_Integer run = luaL_checkinteger(L, 2);
+  double ttl = luaL_optnumber(L, 3, 120);
+  luaL_argcheck(L, ttl > 0, 3, "ttl must be positive");
+  int n = 0;
+  if (km_lease_renew(s, run, ttl, &n)) return store_fail(L, s);
+  lua_pushinteger(L, n);
+  return 1;
+}
+
+/* db:abandon(episode_id, key [, summary]) -> whether it was marked abandoned (only while it
+ * runs and no live lease names it) */
+static int l_abandon(lua_State *L) {
+  km_store *s = store_check(L, 1);
+  lua_Integer ep = luaL_checkinteger(L, 2);
+  const char *key = luaL_checkstring(L, 3);
+  const char *summary = NULL;
+  if (!lua_isnoneornil(L, 4)) {
+    km_json_push_encoded(L, 4, STORE_JSON);
+    summary = lua_tostring(L, -1);
+  }
+  int abandoned;
+  if (km_lease_abandon(s, key, ep, summary, &abandoned)) return store_fail(L, s);
+  lua_pushboolean(L, abandoned);
+  return 1;
+}
+
+/* db:lease(key) -> lease table, or false when the key has none */
+static int l_lease(lua_State *L) {
+  km_store *s = store_check(L, 1);
+  km_lease l;
+  int found;
+  if (km_lease_get(s, luaL_checkstring(L, 2), &l, &found)) return store_fail(L, s);
+  if (found) push_lease(L, &l);
+  else lua_pushboolean(L, 0);
   return 1;
 }
 
@@ -594,6 +707,12 @@ int luaopen_km_store(lua_State *L) {
       {"export_jsonl", l_export_jsonl},
       {"export_episode", l_export_episode},
       {"exec", l_exec},
+      {"claim", l_claim},
+      {"bind_lease", l_bind_lease},
+      {"drop_lease", l_drop_lease},
+      {"renew_leases", l_renew_leases},
+      {"lease", l_lease},
+      {"abandon", l_abandon},
       {"check", l_check},
       {"close", store_release},
       {NULL, NULL}};

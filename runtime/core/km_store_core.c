@@ -66,6 +66,30 @@ static const char SCHEMA_SQL[] =
     "CREATE INDEX IF NOT EXISTS episodes_run_id ON episodes(run_id);\n"
     "CREATE INDEX IF NOT EXISTS episodes_task ON episodes(task);\n";
 
+/* Leases (km_lease_core.h): which run holds which episode key. Added to version 2 stores
+ * when they are opened for writing (CREATE ... IF NOT EXISTS): a kmrun that does not know
+ * them reads the store as before. The trigger ends an episode's lease in the statement that
+ * ends the episode, so a process killed between the two cannot leave a finished episode
+ * leased. */
+static const char LEASES_SQL[] =
+    "CREATE TABLE IF NOT EXISTS leases(\n"
+    "  key TEXT PRIMARY KEY,\n"
+    "  run_id INTEGER NOT NULL,\n"
+    "  episode_id INTEGER,\n"
+    "  host TEXT,\n"
+    "  pid INTEGER,\n"
+    "  state TEXT NOT NULL,\n"
+    "  status TEXT,\n"
+    "  taken_at REAL NOT NULL,\n"
+    "  expires_at REAL NOT NULL,\n"
+    "  done_at REAL);\n"
+    "CREATE INDEX IF NOT EXISTS leases_episode ON leases(episode_id);\n"
+    "CREATE TRIGGER IF NOT EXISTS leases_done AFTER UPDATE OF status ON episodes\n"
+    "  WHEN NEW.status <> 'running' BEGIN\n"
+    "    UPDATE leases SET state = 'done', status = NEW.status, done_at = NEW.finished_at\n"
+    "      WHERE episode_id = NEW.id AND state = 'live';\n"
+    "  END;\n";
+
 /* ---- prepared statements ---- */
 
 enum {
@@ -168,6 +192,23 @@ const char *km_store_errcode(const km_store *s) { return s ? s->errcode : "SQLIT
 int km_store_sqlite_rc(const km_store *s) { return s ? s->rc : SQLITE_NOMEM; }
 const char *km_store_path(const km_store *s) { return s->path; }
 
+/* ---- for the store's other files (km_lease_core.c) ---- */
+
+sqlite3 *km_store_sqlite(km_store *s) { return s->db; }
+
+int km_store_set_error(km_store *s, int status, const char *code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(s->errmsg, sizeof s->errmsg, fmt, ap);
+  va_end(ap);
+  snprintf(s->errcode, sizeof s->errcode, "%s", code);
+  return status;
+}
+
+int km_store_sqlite_error(km_store *s, int rc, const char *what) {
+  return fail_sqlite(s, rc, what);
+}
+
 /* ---- small helpers ---- */
 
 double km_store_now(void) {
@@ -269,6 +310,38 @@ static void end_reads(km_store *s) {
 
 /* ---- open / close ---- */
 
+/* Inside set_up's transaction: a new file's schema. user_version 0 is also any other
+ * SQLite database: only an empty one becomes a store. */
+static int create_schema(km_store *s) {
+  char meta[512], ntables[32];
+  int rc;
+  if ((rc = query_text(s, "SELECT count(*) FROM sqlite_master", ntables, sizeof ntables))) return rc;
+  if (strcmp(ntables, "0") != 0)
+    return fail(s, KM_EINVAL, "SCHEMA_VERSION",
+                "%s is not a kmrun store of schema version %d (user_version is 0, and it holds "
+                "tables)", s->path, KM_STORE_SCHEMA_VERSION);
+  snprintf(meta, sizeof meta,
+           "INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', '%d'), "
+           "('created_at', '%.6f'), ('created_by', 'kmrun %s');"
+           "PRAGMA user_version = %d;",
+           KM_STORE_SCHEMA_VERSION, km_store_now(), KM_VERSION, KM_STORE_SCHEMA_VERSION);
+  if ((rc = exec_sql(s, SCHEMA_SQL, "creating the schema"))) return rc;
+  return exec_sql(s, meta, "writing meta");
+}
+
+/* Inside set_up's transaction: 1 -> 2, the repeat number's column was called seed (it never
+ * held a seed). */
+static int migrate_v1(km_store *s) {
+  char meta[512];
+  snprintf(meta, sizeof meta,
+           "ALTER TABLE episodes RENAME COLUMN seed TO rep;"
+           "INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', '%d'), "
+           "('migrated_from_1_at', '%.6f');"
+           "PRAGMA user_version = %d;",
+           KM_STORE_SCHEMA_VERSION, km_store_now(), KM_STORE_SCHEMA_VERSION);
+  return exec_sql(s, meta, "migrating the store from schema version 1");
+}
+
 static int set_up(km_store *s, int flags) {
   int readonly = flags & KM_STORE_READONLY;
   int rc;
@@ -305,30 +378,16 @@ static int set_up(km_store *s, int flags) {
     if ((rc = query_text(s, "PRAGMA user_version", buf, sizeof buf))) goto rollback;
     version = strtol(buf, NULL, 10);
     if (version == 0) {
-      char meta[512];
-      snprintf(meta, sizeof meta,
-               "INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', '%d'), "
-               "('created_at', '%.6f'), ('created_by', 'kmrun %s');"
-               "PRAGMA user_version = %d;",
-               KM_STORE_SCHEMA_VERSION, km_store_now(), KM_VERSION, KM_STORE_SCHEMA_VERSION);
-      if ((rc = exec_sql(s, SCHEMA_SQL, "creating the schema"))) goto rollback;
-      if ((rc = exec_sql(s, meta, "writing meta"))) goto rollback;
+      if ((rc = create_schema(s))) goto rollback;
     } else if (version == 1) {
-      /* 1 -> 2: the repeat number's column was called seed (it never held a seed) */
-      char meta[512];
-      snprintf(meta, sizeof meta,
-               "ALTER TABLE episodes RENAME COLUMN seed TO rep;"
-               "INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', '%d'), "
-               "('migrated_from_1_at', '%.6f');"
-               "PRAGMA user_version = %d;",
-               KM_STORE_SCHEMA_VERSION, km_store_now(), KM_STORE_SCHEMA_VERSION);
-      if ((rc = exec_sql(s, meta, "migrating the store from schema version 1"))) goto rollback;
+      if ((rc = migrate_v1(s))) goto rollback;
     } else if (version != KM_STORE_SCHEMA_VERSION) {
       rc = fail(s, KM_EINVAL, "SCHEMA_VERSION",
                 "%s has schema version %ld; this kmrun (%s) reads version %d", s->path, version,
                 KM_VERSION, KM_STORE_SCHEMA_VERSION);
       goto rollback;
     }
+    if ((rc = exec_sql(s, LEASES_SQL, "creating the leases table"))) goto rollback;
     if ((rc = exec_sql(s, "COMMIT", "committing the schema"))) goto rollback;
   }
 
@@ -397,6 +456,11 @@ void km_store_close(km_store *s) {
   free(s->rowbuf);
   free(s->path);
   free(s);
+}
+
+void km_store_begin_call(km_store *s) {
+  clear_error(s);
+  end_reads(s);
 }
 
 /* ---- writers ---- */

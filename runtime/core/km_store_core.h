@@ -120,4 +120,16 @@ int km_store_steps_next(km_store *s, km_store_step *out);
 int km_store_runs_query(km_store *s);
 int km_store_runs_next(km_store *s, km_store_run *out);
 
+/* ---- for the store's other files (km_lease_core.c), not for callers ---- */
+
+struct sqlite3;
+struct sqlite3 *km_store_sqlite(km_store *s);
+/* Records a failure (km_store_errmsg/errcode); returns status. */
+int km_store_set_error(km_store *s, int status, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Records an SQLite failure of what; returns KM_STORE_ESQLITE (KM_ENOMEM when out of memory). */
+int km_store_sqlite_error(km_store *s, int rc, const char *what);
+/* What every call does first: clears the last error and ends the readers' cursors. */
+void km_store_begin_call(km_store *s);
+
 #endif

@@ -6,6 +6,7 @@
 #include <sqlite3.h>
 
 #include "km_store_core.h"
+#include "km_lease_core.h"
 #include "test.h"
 
 static char dir[] = "/tmp/km_test_store_XXXXXX";
@@ -68,10 +69,10 @@ TEST(schema_created) {
   ASSERT_EQ_STR(peek(p, "SELECT value FROM meta WHERE key = 'schema_version'"), "2");
   ASSERT_EQ_STR(peek(p, "SELECT group_concat(name, ',') FROM (SELECT name FROM sqlite_master "
                         "WHERE type = 'table' ORDER BY name)"),
-                "episodes,meta,runs,steps");
+                "episodes,leases,meta,runs,steps");
   ASSERT_EQ_STR(peek(p, "SELECT group_concat(name, ',') FROM (SELECT name FROM sqlite_master "
                         "WHERE type = 'index' AND name NOT LIKE 'sqlite_%' ORDER BY name)"),
-                "episodes_run_id,episodes_task");
+                "episodes_run_id,episodes_task,leases_episode");
   km_store_close(s);
   /* Opening again finds the schema and leaves it as it is. */
   s = open_rw(p);
@@ -392,6 +393,60 @@ TEST(uuids_are_distinct_v4) {
   km_store_close(s);
 }
 
+/* Leases: one holder at a time, the trigger ends a lease with its episode, a lease whose
+ * episode another run finished is not taken by a run that planned before it. */
+TEST(leases) {
+  const char *p = fresh();
+  km_store *s = open_rw(p);
+  ASSERT(s);
+  int64_t a, b, ep;
+  ASSERT_EQ_INT(km_store_begin_run(s, "a", NULL, NULL, &a), 0);
+  ASSERT_EQ_INT(km_store_begin_run(s, "b", NULL, NULL, &b), 0);
+  int result = -1, n = -1;
+  km_lease holder;
+  ASSERT_EQ_INT(km_lease_claim(s, "k", a, 0, 60, NULL, &result, &holder), 0);
+  ASSERT_EQ_INT(result, KM_LEASE_TAKEN);
+  ASSERT_EQ_INT(km_lease_claim(s, "k", b, 0, 60, NULL, &result, &holder), 0);
+  ASSERT_EQ_INT(result, KM_LEASE_HELD);
+  ASSERT_EQ_INT((int)holder.run_id, (int)a);
+  ASSERT_EQ_INT(holder.alive, 1);
+  km_store_episode_info info = {.task = "t", .strategy = "s", .model = "m", .rep = 1, .has_rep = 1};
+  ASSERT_EQ_INT(km_store_begin_episode(s, a, &info, &ep), 0);
+  ASSERT_EQ_INT(km_lease_bind(s, "k", a, ep), 0);
+  ASSERT_EQ_INT(km_lease_bind(s, "k", b, ep), KM_ENOTFOUND); /* b holds nothing */
+  ASSERT_EQ_INT(km_lease_renew(s, a, 120, &n), 0);
+  ASSERT_EQ_INT(n, 1);
+  ASSERT_EQ_INT(km_store_finish_episode(s, ep, "correct", NULL, NULL), 0);
+  ASSERT_EQ_STR(peek(p, "SELECT state || ' ' || status FROM leases WHERE key = 'k'"), "done correct");
+  ASSERT_EQ_INT(km_lease_claim(s, "k", b, 0, 60, NULL, &result, &holder), 0);
+  ASSERT_EQ_INT(result, KM_LEASE_DONE);
+  ASSERT_EQ_INT((int)holder.episode_id, (int)ep);
+  ASSERT_EQ_INT(km_lease_claim(s, "k", b, ep, 60, NULL, &result, &holder), 0);
+  ASSERT_EQ_INT(result, KM_LEASE_TAKEN);
+  ASSERT_EQ_INT(km_lease_drop(s, "k", b), 0);
+  int found = -1;
+  ASSERT_EQ_INT(km_lease_get(s, "k", &holder, &found), 0);
+  ASSERT_EQ_INT(found, 0);
+  ASSERT_EQ_INT(km_lease_claim(s, "k", a, 0, 0, NULL, &result, &holder), KM_EINVAL);
+  /* an episode that ended on a status that runs again (redo) is taken again */
+  int64_t ep2;
+  int abandoned = -1;
+  ASSERT_EQ_INT(km_lease_claim(s, "k2", a, 0, 60, NULL, &result, &holder), 0);
+  ASSERT_EQ_INT(km_store_begin_episode(s, a, &info, &ep2), 0);
+  ASSERT_EQ_INT(km_lease_bind(s, "k2", a, ep2), 0);
+  /* a live lease names it: not abandoned */
+  ASSERT_EQ_INT(km_lease_abandon(s, "k2", ep2, "{}", &abandoned), 0);
+  ASSERT_EQ_INT(abandoned, 0);
+  ASSERT_EQ_INT(km_store_finish_episode(s, ep2, "interrupted", NULL, NULL), 0);
+  /* finished: not abandoned either */
+  ASSERT_EQ_INT(km_lease_abandon(s, "k2", ep2, "{}", &abandoned), 0);
+  ASSERT_EQ_INT(abandoned, 0);
+  ASSERT_EQ_STR(peek(p, "SELECT status FROM episodes WHERE id = 2"), "interrupted");
+  ASSERT_EQ_INT(km_lease_claim(s, "k2", b, 0, 60, "abandoned,interrupted", &result, &holder), 0);
+  ASSERT_EQ_INT(result, KM_LEASE_TAKEN);
+  km_store_close(s);
+}
+
 int main(void) {
   if (!mkdtemp(dir)) {
     perror("mkdtemp");
@@ -408,6 +463,7 @@ int main(void) {
   RUN(bad_files);
   RUN(migrates_version_1);
   RUN(uuids_are_distinct_v4);
+  RUN(leases);
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   if (system(cmd) != 0) printf("# could not remove %s\n", dir);

@@ -2,6 +2,7 @@
 -- x repeats, concurrent and resumable (km.run.sweep). Options: SPEC below and km.run.setup.OPTIONS
 -- (every strategy run's, shared with `kmrun STRATEGY`).
 local setup = require "km.run.setup"
+local leases = require "km.run.leases"
 local sweep = require "km.run.sweep"
 
 local A = require "km.args"
@@ -85,6 +86,7 @@ local res = sweep.run { strategies = strategies, tasks = tasks, models = models,
 print(string.format("sweep: %d run, %d correct%s, %d skipped as already finished, %.0f s; store %s%s",
   res.ran, res.correct, setup.speedup_summary(res.speedups_by), res.skipped, res.seconds, store_path,
   pool and (", " .. #pool.slots .. " GPU worker(s)") or " (no GPU)"))
+if leases.held_line(res) then print("sweep: " .. leases.held_line(res)) end
 db:close()
 if pool then pool:close() end
 if res.interrupted then

@@ -12,6 +12,7 @@
 local task_mod = require "km.task"
 local ctx_mod = require "km.run.ctx"
 local setup = require "km.run.setup"
+local leases = require "km.run.leases"
 local sweep = require "km.run.sweep"
 local A = require "km.args"
 
@@ -153,7 +154,7 @@ function M.main(strategy, script, argv)
   if not args then return A.fail(spec, ferr) end
   local tasks, tcode = setup.tasks(args, { name = spec.name, prefix = "kmrun" })
   if not tasks then return tcode end
-  local out = args.store or ("runs/" .. os.date("%Y%m%d-%H%M%S") .. ".sqlite")
+  local out = args.store or leases.default_store()
   local env, why, scode = setup.run(args, out, tasks)
   if not env then io.stderr:write("kmrun: ", why, "\n") return scode end
   local sname = script:match("([^/]+)%.lua$") or script
@@ -167,6 +168,7 @@ function M.main(strategy, script, argv)
     models = args.models or { false }, repeats = 1, jobs = args.jobs, store = env.db, pool = env.pool, args = args,
     make_client = env.make_client, guidance = env.guidance, argv = argv, name = sname, rerun = args.rerun, replay = args.replay }
   print(summary_line(res, env, out))
+  if leases.held_line(res) then print("kmrun: " .. leases.held_line(res)) end
   if res.interrupted then
     io.stderr:write(fmt("kmrun: interrupted (%s): %d episode(s) marked interrupted in %s; %s resumes the run%s\n",
       res.interrupted, res.n_interrupted or 0, out,

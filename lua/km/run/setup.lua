@@ -40,7 +40,7 @@ local SET_HINT = "set " .. concat(HINTS, " or ")
 -- (ctx.args.NAME). Add new ones here: an option no spec declares is refused.
 M.OPTIONS = {
   { "tasks", "DIR[,DIR]", "task folders, or folders of task folders (as the TASKS arguments)", type = "list" },
-  { "store", "FILE", "the run's store (default runs/<timestamp>.sqlite)", type = "path", old = { "out" } },
+  { "store", "FILE", "the run's store (default runs/<timestamp>-<pid>.sqlite)", type = "path", old = { "out" } },
   { "models", "M[,M...]", "model names (else KM_MODEL); several: one episode per model",
     type = "list", aliases = { "model" } },
   { "provider", "P", concat(PROVIDERS, ", ") .. " (default: from the environment)", choices = PROVIDERS },
@@ -284,30 +284,8 @@ end
 -- model-client factory for parsed args (tasks: the loaded tasks, whose needs the GPU
 -- workers are started for). Returns env or nil, message, exit status.
 function M.run(args, out, tasks)
-  local store = require "km.store"
-  -- a store named by --store goes in a folder that exists (a typo in its path is an
-  -- error, not a tree of new folders); the default one's runs/ is made when missing
-  local dir = out:match("^(.*)/[^/]+$")
-  if dir == "" then dir = "/" end
-  if dir and args.store then
-    if not sys.readdir(dir) then
-      return nil, "--store " .. out .. ": no such folder '" .. dir .. "' (create it first)", 2
-    end
-  elseif dir then
-    local okd, derr = sys.mkdir(dir)
-    if not okd then return nil, tostring(derr), 2 end
-  end
-  -- an existing store is resumed (its episodes read): it must be a good one (km.cli)
-  local cli = require "km.cli"
-  if not cli.is_new_store(out) then
-    local probe, perr = cli.open_store(out)
-    if not probe then return nil, perr, 2 end
-    local ok, eerr, ecode = probe:episodes {}
-    probe:close()
-    if not ok then return nil, out .. ": " .. cli.reword(out, eerr, ecode), 2 end
-  end
-  local db, derr = store.open(out)
-  if not db then return nil, "cannot open the store " .. out .. ": " .. tostring(derr), 2 end
+  local db, derr, dcode = require("km.run.leases").open_store(out, args.store ~= nil)
+  if not db then return nil, derr, dcode end
   local eval = require "km.run.eval"
   local pool, why = eval.pool { gpus = args.gpus, timeout = args.timeout, worker_stderr = args.worker_stderr or "inherit",
     torch_ahead = require("km.task.baseline").needs_torch(tasks, args),

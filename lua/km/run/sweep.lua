@@ -18,6 +18,7 @@
 -- Every step and every finish is a single SQLite statement in WAL mode, so a SIGKILL at any
 -- moment loses no finished episode and leaves none half-written.
 local episode = require "km.run.episode"
+local leases = require "km.run.leases"
 local feedback = require "km.feedback"
 local statuses = require "km.statuses"
 local sig = require "km.signal"
@@ -82,21 +83,32 @@ local function has_candidate(e)
   return type(f) == "table" and type(f.candidate) == "table" and type(f.candidate.source) == "string"
 end
 
+-- The key an episode of the store runs under (as M.plan's item.key).
+local function key_of(e)
+  return fmt("%s|%s|%s|%d", e.strategy or "", e.task or "", e.model or "-", e.rep or 0)
+end
+
 -- The latest episode of each key in the store (none with fresh); those left running by a
--- killed sweep are marked abandoned, and the statuses that run again are left out.
--- -> latest (key -> episode), abandoned (a count)
+-- run that is gone are marked abandoned (never one a live run holds: km.run.leases), and the
+-- statuses that run again are left out. seen[key] is the newest finished episode id of each
+-- key (the claims' "seen": one finished later was another run's work).
+-- -> latest (key -> episode), abandoned (a count), seen
 local function latest_episodes(db, fresh)
-  local latest, abandoned = {}, 0
-  for _, e in ipairs(fresh and {} or db:episodes {}) do
-    local key = fmt("%s|%s|%s|%d", e.strategy or "", e.task or "", e.model or "-", e.rep or 0)
+  local latest, abandoned, seen = {}, 0, {}
+  for _, e in ipairs(db:episodes {}) do
+    local key = key_of(e)
     if e.status == "running" then
-      db:finish_episode(e.id, "abandoned", { summary = { note = "left running by an interrupted sweep; run again" } })
-      abandoned = abandoned + 1
-    elseif not statuses.prop(e.status, "rerun") then -- abandoned, interrupted, model_error run again
-      latest[key] = e
+      if db:abandon(e.id, key, { note = "left running by an interrupted sweep; run again" }) then
+        abandoned = abandoned + 1
+      end
+    else
+      if e.id > (seen[key] or 0) then seen[key] = e.id end
+      if not fresh and not statuses.prop(e.status, "rerun") then -- abandoned, interrupted, model_error run again
+        latest[key] = e
+      end
     end
   end
-  return latest, abandoned
+  return latest, abandoned, seen
 end
 
 -- Counts a planned episode finished in an earlier run.
@@ -122,10 +134,11 @@ function M.resume(db, plan, opts)
   local rerun = {}
   for _, st in ipairs(opts.rerun or {}) do rerun[st] = true end
   local judge = not opts.rerun and opts.pool ~= nil
-  local latest, abandoned = latest_episodes(db, opts.fresh)
+  local latest, abandoned, seen = latest_episodes(db, opts.fresh)
   local todo, redo = {}, {}
   local before = { n = 0, correct = 0, compiled = 0, speedups_by = {} }
   for _, item in ipairs(plan) do
+    item.seen = seen[item.key] or 0
     local e = latest[item.key]
     local st = e and e.status
     if e and (rerun.all or rerun[st] or (st == "compiled" and judge and has_candidate(e))) then
@@ -305,14 +318,21 @@ local function schedule(todo, env, clients, jobs, tally, show)
     end
   end
   local function can_start() return next_item <= #todo and not tally.stopped and not sig.caught() end
+  local L = env.leases
   while (can_start() or next(running)) and not sig.caught() do
     while can_start() and count(running) < jobs do
-      local ep = episode.start(todo[next_item], env)
+      local item = todo[next_item]
       next_item = next_item + 1
-      running[ep] = true
-      advance(ep)
+      if L:claim(item) then
+        local ep = L:start(item, function() return episode.start(item, env) end)
+        running[ep] = true
+        advance(ep)
+      else
+        tally.total = tally.total - 1 -- another run's: not this run's to finish
+      end
     end
     collect(env.pool, clients, waiting)
+    L:tick()
   end
   return running, next_item
 end
@@ -338,7 +358,8 @@ function M.run(opts)
   if not args.quiet then io.stdout:write(intro_line(#plan, #todo, resumed, opts.shard)) end
   local tally = { total = #todo, finished = 0, correct = 0, compiled = 0, model_errors = 0, speedups = {}, speedups_by = {} }
   local get_client, clients = client_cache(opts.make_client, opts.replay)
-  local env = { store = db, run_id = run_id, pool = pool, client = get_client, guidance = opts.guidance, args = args }
+  local env = { store = db, run_id = run_id, leases = leases.new(db, run_id), pool = pool, client = get_client,
+    guidance = opts.guidance, args = args }
   local t0 = wall()
   -- SIGINT/SIGTERM: no traceback; the loop stops, what was in flight is marked interrupted
   sig.catch()
@@ -360,7 +381,8 @@ function M.run(opts)
   return { planned = #plan, ran = tally.finished, correct = tally.correct, compiled = tally.compiled, seconds = wall() - t0,
     skipped = #plan - #todo, before = resumed.before, speedups = tally.speedups, speedups_by = tally.speedups_by,
     stopped = tally.stopped, model_errors = tally.model_errors, interrupted = interrupted,
-    n_interrupted = n_interrupted, not_started = #todo - next_item + 1 }
+    n_interrupted = n_interrupted, not_started = #todo - next_item + 1, held = env.leases.held,
+    holders = env.leases.holders }
 end
 
 return M
