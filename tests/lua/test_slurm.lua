@@ -109,6 +109,28 @@ t.test("single-node Slurm starts", function()
   t.ok(up, "the node is idle")
 end)
 
+-- A job array's tasks, polled every 0.1 s until each has ended (sbatch --wait polls at 2 s,
+-- then 8 s): -> { { task, state, exit } ... }
+local function wait_array(id)
+  local states
+  local give_up = os.time() + 180 -- the shards take seconds; a wedged daemon must not hang the suite
+  while os.time() < give_up do
+    local _, q = sh("SLURM_CONF=" .. conf .. " scontrol -o show job " .. tostring(id))
+    states = {}
+    for line in q:gmatch("[^\n]+") do
+      local task = line:match("ArrayTaskId=(%d+)")
+      if task then states[#states + 1] = { task = task, state = line:match("JobState=(%S+)"), exit = line:match("ExitCode=(%S+)") } end
+    end
+    local ended = #states > 0
+    for _, s in ipairs(states) do
+      if s.state == "PENDING" or s.state == "RUNNING" or s.state == "CONFIGURING" or s.state == "COMPLETING" then ended = false end
+    end
+    if ended then break end
+    sh("sleep 0.1")
+  end
+  return states
+end
+
 t.test("a job array of sweep shards, merged, holds every episode once", function()
   -- three small tasks; no GPU needed: the sweep checks compiles where there is none
   for _, name in ipairs { "l1_relu" } do sh("cp -r " .. ROOT .. "/tasks/" .. name .. " " .. dir .. "/tasks/") end
@@ -124,28 +146,9 @@ KMRUN sweep --strategies ROOT/strategies/implement.lua,ROOT/strategies/repair.lu
 exit 0
 ]]):gsub("DIR", dir):gsub("ROOT", ROOT):gsub("KMRUN", KMRUN), "")
   jf:close()
-  -- submitted, then its three array tasks polled every 0.1 s until each has ended (sbatch
-  -- --wait polls at 2 s, then 8 s): each must have COMPLETED with exit code 0, as --wait's
-  -- own exit status says of an array
   local ok, out = sh("cd " .. dir .. " && SLURM_CONF=" .. conf .. " sbatch --parsable " .. job)
   t.ok(ok, out)
-  local id = out:match("^(%d+)")
-  local states
-  local give_up = os.time() + 180 -- the shards take seconds; a wedged daemon must not hang the suite
-  while os.time() < give_up do
-    local _, q = sh("SLURM_CONF=" .. conf .. " scontrol -o show job " .. tostring(id))
-    states = {}
-    for line in q:gmatch("[^\n]+") do
-      local task = line:match("ArrayTaskId=(%d+)")
-      if task then states[#states + 1] = { task = task, state = line:match("JobState=(%S+)"), exit = line:match("ExitCode=(%S+)") } end
-    end
-    local ended = #states == 3
-    for _, s in ipairs(states) do
-      if s.state == "PENDING" or s.state == "RUNNING" or s.state == "CONFIGURING" or s.state == "COMPLETING" then ended = false end
-    end
-    if ended then break end
-    sh("sleep 0.1")
-  end
+  local states = wait_array(out:match("^(%d+)"))
   t.eq(#states, 3, "three array tasks")
   for _, s in ipairs(states) do
     t.eq(s.state, "COMPLETED", "array task " .. s.task)
@@ -168,6 +171,40 @@ exit 0
   -- merging again adds nothing
   local _, again = sh(KMRUN .. " merge " .. dir .. "/all.sqlite " .. dir .. "/shard-2.sqlite")
   t.ok(again:find("0 episode(s) added in all", 1, true), again)
+end)
+
+t.test("shards of a job array and a sweep beside them on one store run each episode once", function()
+  -- episodes of about 20 ms, so the shards and the sweep overlap (docs/store.md, "Leases")
+  local quick = dir .. "/quick.lua"
+  local qf = assert(io.open(quick, "w"))
+  qf:write('local sys = require "km.sys"\nreturn function(ctx) sys.sleep(0.02) return nil end\n')
+  qf:close()
+  local cmd = ("KMRUN sweep --strategies QUICK --tasks DIR/tasks --repeat 40 --store DIR/one.sqlite --provider offline --quiet")
+    :gsub("DIR", dir):gsub("QUICK", quick):gsub("KMRUN", KMRUN)
+  local job = dir .. "/job1.sh"
+  local jf = assert(io.open(job, "w"))
+  jf:write(([[#!/bin/bash
+#SBATCH --array=1-2
+#SBATCH --output=DIR/one-%a.out
+cd DIR
+CMD --shard $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT
+exit 0
+]]):gsub("DIR", dir):gsub("CMD", cmd), "")
+  jf:close()
+  local ok, out = sh("cd " .. dir .. " && SLURM_CONF=" .. conf .. " sbatch --parsable " .. job)
+  t.ok(ok, out)
+  local _, sout = sh(cmd)
+  local states = wait_array(out:match("^(%d+)"))
+  t.eq(#states, 2, "two array tasks")
+  for _, s in ipairs(states) do t.eq(s.state, "COMPLETED", "array task " .. s.task) end
+  local db = assert(require("km.store").open(dir .. "/one.sqlite", { readonly = true }))
+  -- the offline provider runs the tasks with a starter: t_rowsum (l1_relu has one too)
+  local n = tonumber(db:exec("SELECT count(*) FROM episodes"))
+  t.eq(tonumber(db:exec([[SELECT count(*) FROM (SELECT 1 FROM episodes GROUP BY strategy, task, model, rep
+    HAVING count(*) > 1)]])), 0, "no key twice")
+  t.eq(tonumber(db:exec("SELECT count(*) FROM episodes WHERE status IN ('running', 'abandoned')")), 0)
+  t.eq(n, tonumber(db:exec("SELECT count(DISTINCT task) FROM episodes")) * 40, sout)
+  db:close()
 end)
 
 stop()
