@@ -52,6 +52,14 @@ local function coords(index, dims)
   return "[" .. concat(c, ", ") .. "]"
 end
 
+-- What a mismatch on verify's precision trial adds (rel_l2: its norm-wise relative error, or
+-- nil where the elementwise failure was NaN, infinity or unwritten).
+function M.precision(rel_l2)
+  return "\nThis trial draws zero-mean inputs, so sums cancel and every operand's low bits show in the result"
+    .. (rel_l2 and fmt(" (norm-wise relative error %.3g; fp32 arithmetic in any summation order stays under 5e-5)", rel_l2) or "")
+    .. ". The task is fp32: compute with fp32 operands (fp16, TF32 or bf16 operands, as tensor-core MMA takes them, are off by about 3e-4 relative).\n"
+end
+
 -- A failed comparison r (km.compare's report) of output `name` -> status, text.
 -- later: what earlier trials passed ("shape", "seed", or nil), for the hint.
 function M.mismatch(name, r, tol, dims, where, later)

@@ -57,6 +57,17 @@ local function plain_tostring(v)
   if tv == "userdata" then s = gsub(s, ":? ?0[xX]%x+", "") end
   return s
 end
+-- The same for text the host writes about a value launch code or a task file gave it (an
+-- argument error of a `k` function, a task field's error): nothing it says names an address.
+M.text = plain_tostring
+
+-- A text with every run of hex digits that could be an address (0x and 6 or more digits)
+-- and every decimal of 12 or more digits (a pointer printed as an integer) replaced: the
+-- last line before an error message leaves the sandbox for a verdict's feedback.
+function M.no_addresses(s)
+  s = gsub(s, "0[xX]%x%x%x%x%x%x+", "0x...")
+  return (gsub(s, "%d%d%d%d%d%d%d%d%d%d%d%d+", "..."))
+end
 
 -- A fresh environment: nothing in it is shared with the host or with another sandbox.
 function M.env()
@@ -86,9 +97,13 @@ local function settle(fn, before, budget, ok, ...)
   if code == "BUDGET" then
     msg = fmt("%s (%d instructions; an endless loop?)", BUDGET_MSG, budget)
   elseif type(msg) ~= "string" then
-    msg = tostring(msg)
+    -- error({}), error(print): what launch code raised is named by its type, as Lua's own
+    -- interpreter names it, never by the host's tostring (which prints its address)
+    local tm = type(msg)
+    msg = (tm == "userdata" or tm == "number" or tm == "boolean" or tm == "nil") and plain_tostring(msg)
+      or "(error object is a " .. tm .. " value)"
   end
-  return false, msg, code
+  return false, M.no_addresses(msg), code
 end
 
 -- Calls fn(...) under the budgets. Returns true, results... or false, message, CODE.

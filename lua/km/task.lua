@@ -20,6 +20,7 @@ local M = {}
 
 local type, pairs, ipairs, tostring, tonumber, load = type, pairs, ipairs, tostring, tonumber, load
 local fmt, concat, sort = string.format, table.concat, table.sort
+local text = sandbox.text -- a value named without a host address (a task file's table, a params value)
 
 local MAX_FILE = 16 << 20                                   -- bytes of one file a task names
 local MAX_SHAPES, MAX_IO = 64, 64                            -- shape sets, inputs/outputs
@@ -84,7 +85,7 @@ local function check_io(file, list, what, need_init)
     if type(io.name) ~= "string" or not io.name:match("^[%a_][%w_]*$") then fail(file, f .. ".name", "must be an identifier") end
     if seen[io.name] then fail(file, f .. ".name", "duplicate name '" .. io.name .. "'") end
     seen[io.name] = true
-    if not DTYPES[io.dtype] then fail(file, f .. ".dtype", "unknown dtype '" .. tostring(io.dtype) .. "'") end
+    if not DTYPES[io.dtype] then fail(file, f .. ".dtype", "unknown dtype '" .. text(io.dtype) .. "'") end
     if type(io.shape) ~= "table" or #io.shape == 0 then fail(file, f .. ".shape", "must be a non-empty list of expressions") end
     if need_init then
       local init = io.init
@@ -130,7 +131,7 @@ local function check_reference(file, dir, t)
   if ref.pytorch ~= nil then
     local name = ref.pytorch
     if type(name) ~= "string" or not name:match("%.py$") then
-      fail(file, "reference.pytorch", "must be the name of a .py file in the folder (KernelBench's form), got " .. tostring(name))
+      fail(file, "reference.pytorch", "must be the name of a .py file in the folder (KernelBench's form), got " .. text(name))
     end
     local text, why = read_inside(dir, name)
     if not text then fail(file, "reference.pytorch", why) end
@@ -153,7 +154,7 @@ local function check_shapes(file, t)
     for _, field in ipairs { "inputs", "outputs" } do
       for j, io in ipairs(t[field]) do
         local okd, e = pcall(M.shape_of, io, sym)
-        if not okd then fail(file, fmt("%s[%d].shape", field, j), fmt("at shapes[%d]: %s", i, tostring(e))) end
+        if not okd then fail(file, fmt("%s[%d].shape", field, j), fmt("at shapes[%d]: %s", i, text(e))) end
       end
     end
   end
@@ -167,7 +168,7 @@ local function check_shapes(file, t)
   for _, k in ipairs { "bytes", "flops" } do
     if t[k] == nil then fail(file, k, "missing (an expression over the shape symbols)") end
     local okx, e = pcall(M.eval_expr, t[k], t.shapes[1])
-    if not okx then fail(file, k, tostring(e)) end
+    if not okx then fail(file, k, text(e)) end
   end
 end
 
@@ -188,7 +189,7 @@ local function check_starter(file, dir, st)
     if not st.params[k] then fail(file, "starter.default." .. k, "not a declared parameter") end
     local found = false
     for _, x in ipairs(st.params[k]) do found = found or x == v end
-    if not found then fail(file, "starter.default." .. k, "value " .. tostring(v) .. " is not in its value set") end
+    if not found then fail(file, "starter.default." .. k, "value " .. text(v) .. " is not in its value set") end
   end
 end
 
@@ -221,7 +222,7 @@ function M.load(dir)
   end)
   if ok then return res end
   if type(res) == "table" and res.task_error then return nil, res.task_error, "TASK_INVALID" end
-  return nil, file .. ": " .. tostring(res), "TASK_INVALID"
+  return nil, file .. ": " .. text(res), "TASK_INVALID"
 end
 
 -- The tasks under dir, unloaded: each task folder (with a task.lua) and problem file (.py),
@@ -318,7 +319,7 @@ function M.params_ok(t, params)
     if st.params[k] then
       local found = false
       for _, x in ipairs(st.params[k]) do found = found or x == v end
-      if not found then return false, fmt("%s=%s is not in %s's value set", k, tostring(v), k) end
+      if not found then return false, fmt("%s=%s is not in %s's value set", k, text(v), k) end
     end
   end
   for _, c in ipairs(st.constraints or {}) do

@@ -310,8 +310,24 @@ static int l_allclose(lua_State *L) {
   return allclose_host(L, &tol);
 }
 
+/* compare.rel_l2(got_bytes, want_bytes, dtype) -> the norm-wise relative error of two host
+ * arrays as byte strings (a buffer's to_string()): km_rel_l2_host's. */
+static int l_rel_l2(lua_State *L) {
+  size_t ng, nw;
+  const char *g = luaL_checklstring(L, 1, &ng), *w = luaL_checklstring(L, 2, &nw);
+  int d = km_dtype_parse(luaL_checkstring(L, 3));
+  if (d < 0 || d == KM_I64) return luaL_argerror(L, 3, "a floating-point or small integer dtype expected");
+  size_t es = km_dtype_size((km_dtype)d);
+  if (ng != nw || ng % es) return luaL_error(L, "rel_l2: two arrays of the same whole number of elements expected");
+  double rel;
+  km_rel_l2_host((km_dtype)d, g, w, ng / es, &rel);
+  lua_pushnumber(L, rel);
+  return 1;
+}
+
 int luaopen_km_compare(lua_State *L) {
-  static const luaL_Reg fns[] = {{"allclose", l_allclose}, {"enqueue", l_enqueue}, {"result", l_result}, {NULL, NULL}};
+  static const luaL_Reg fns[] = {{"allclose", l_allclose}, {"enqueue", l_enqueue}, {"result", l_result},
+                                 {"rel_l2", l_rel_l2}, {NULL, NULL}};
   luaL_newlib(L, fns);
   lua_pushinteger(L, KM_CMP_SLOTS);
   lua_setfield(L, -2, "SLOTS");

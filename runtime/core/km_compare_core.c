@@ -48,6 +48,27 @@ int km_compare_host(km_dtype dt, const void *got, const void *want, uint64_t n,
   return KM_OK;
 }
 
+int km_rel_l2_host(km_dtype dt, const void *got, const void *want, uint64_t n, double *rel) {
+  if ((unsigned)dt >= KM_NDTYPES || !rel || (n && (!got || !want))) return KM_EINVAL;
+  double err = 0, ref = 0;
+  for (uint64_t i = 0; i < n; i++) {
+    double a = km_dtype_get(dt, got, i), b = km_dtype_get(dt, want, i);
+    if (!isfinite(b)) {
+      if (a == b || (isnan(a) && isnan(b))) continue;
+      *rel = INFINITY;
+      return KM_OK;
+    }
+    if (!isfinite(a)) {
+      *rel = INFINITY;
+      return KM_OK;
+    }
+    err += (a - b) * (a - b);
+    ref += b * b;
+  }
+  *rel = ref > 0 ? sqrt(err / ref) : (err > 0 ? INFINITY : 0);
+  return KM_OK;
+}
+
 unsigned km_lines_shift(uint64_t bytes, unsigned want) {
   uint64_t lines = (bytes + 127) / 128;
   unsigned s = want > 40 ? 40 : want;

@@ -48,4 +48,10 @@ int km_compare_pair(double got, double want, const km_tol *tol);
 /* Compares n elements of two host arrays of type dt. Returns 0 or KM_EINVAL. */
 int km_compare_host(km_dtype dt, const void *got, const void *want, uint64_t n,
                     const km_tol *tol, km_cmp_result *out);
+
+/* The norm-wise relative error of n elements of two host arrays of type dt:
+ * sqrt(sum (got - want)^2) / sqrt(sum want^2), accumulated in double. Infinity where got
+ * holds a NaN or an infinity where want does not, or where want is all zeros and got is not;
+ * 0 where both are all zeros. Returns 0 or KM_EINVAL. */
+int km_rel_l2_host(km_dtype dt, const void *got, const void *want, uint64_t n, double *rel);
 #endif

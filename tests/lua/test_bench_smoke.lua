@@ -25,6 +25,7 @@ local FILES = {
   ["kernelbench_lint.sh"] = "gpu_sh", ["launch_overhead.sh"] = "gpu_sh", ["smollm2.sh"] = "cpu_sh",
   ["kb_harness.sh"] = "gpu_sh", ["kb_harness.py"] = "python", ["headline_ab.sh"] = "gpu_sh",
   ["kernelbench_style.py"] = "python", ["launch_capi.c"] = "c", ["raw_bench.c"] = "c",
+  ["kb_eager_error.py"] = "python", ["precision_law.c"] = "c",
   ["kb_relu"] = "candidate", ["RESULTS.md"] = "doc", ["history"] = "doc",
 }
 -- the arguments a GPU script needs to get as far as its GPU check
@@ -200,6 +201,30 @@ t.test("kernelbench_style.py parses and answers --help; launch_capi says no GPU;
   t.eq(rc, 2, out)
   local cuda_home = os.getenv("CUDA_HOME") or "/usr/local/cuda"
   out, rc = sh(("${CC:-cc} -std=gnu11 -Wall -Wextra -Werror -fsyntax-only -I'%s/include' bench/raw_bench.c"):format(cuda_home))
+  t.eq(rc, 0, out)
+end)
+
+t.test("kb_eager_error.py: parses, --help, bad arguments exit 2; without torch exit 3, with it a problem judged", function()
+  python_basics("kb_eager_error.py", "Usage: python3 bench/kb_eager_error.py KB_DIR")
+  local out, rc = sh("python3 bench/kb_eager_error.py /tmp --precisions fp8")
+  t.eq(rc, 2, out)
+  local dir = testing.tmpdir()
+  assert(require("km.sys").mkdir(dir .. "/KernelBench/level1"))
+  testing.problem(dir .. "/KernelBench/level1", "1_relu", { sizes = "batch_size = 4\ndim = 64" })
+  local py = os.getenv("KM_PYTHON") or "python3"
+  out, rc = sh(py .. " bench/kb_eager_error.py " .. dir .. " --device cpu --levels 1 --precisions fp32,bf16")
+  if rc == 3 then
+    t.ok(out:find("no torch", 1, true), out)
+  else
+    t.eq(rc, 0, out)
+    t.ok(out:find("level1\t1_relu.py\tfp32\t0\t0\tok", 1, true), out)
+    t.ok(out:find("1\tfp32\t1\t0\t0", 1, true), out)
+  end
+  os.execute("rm -rf '" .. dir .. "'")
+end)
+
+t.test("precision_law.c compiles without warnings", function()
+  local out, rc = sh("${CC:-cc} -std=gnu11 -Wall -Wextra -Werror -fsyntax-only bench/precision_law.c")
   t.eq(rc, 0, out)
 end)
 

@@ -24,8 +24,8 @@ M.methods = Judge
 -- own input buffers (a plan's inputs), and one element the proof did not read could make the
 -- reference's answer trivial (a spike that takes over a batch's statistics, a max, a
 -- softmax). Its reads are enqueued into the ledger (no wait) -> what M.read reads back once
--- the ledger was read.
-function M.enqueue(ledger, t, cand, ref_in, scratch, plan, seed)
+-- the ledger was read. precise: the inputs were drawn by the precision laws (verify).
+function M.enqueue(ledger, t, cand, ref_in, scratch, plan, seed, precise)
   local list, label = {}, {}
   local function add(b, what) list[#list + 1] = b; label[#list] = what end
   for name, b in pairs(cand) do add(b, fmt("buffer '%s'", name)) end
@@ -38,7 +38,7 @@ function M.enqueue(ledger, t, cand, ref_in, scratch, plan, seed)
       slot = ledger:digest { { b:ptr(), b:nbytes() }, { r:ptr(), r:nbytes() } }
     elseif plan.laws[spec.name] then
       local l = plan.laws[spec.name]
-      slot, count = ledger:random_check(b, seeded(l.law, seed, l.index)), true
+      slot, count = ledger:random_check(b, seeded(l.law, seed, l.index, precise)), true
     else
       local r = plan.params[spec.name]
       slot = ledger:digest { { b:ptr(), b:nbytes() }, { r.ptr, r.nbytes } }
@@ -82,12 +82,12 @@ end
 -- read; otherwise drawn again into ref_in and compared), all read back with one wait.
 -- -> the buffers the reference runs on (the candidate's own inputs where checked in place,
 -- else ref_in), the plan | nil, status, text
-function Judge:proven_inputs(st, sym, cand, ref_in, scratch, where, seed)
+function Judge:proven_inputs(st, sym, cand, ref_in, scratch, where, seed, precise)
   local t = st.task
   local plan = self:input_plan(st, sym, cand)
   if not plan then self:pristine(t, sym, ref_in, seed) end
   local ledger = self:ledger(M.slots(t, cand, scratch))
-  local e = M.enqueue(ledger, t, cand, ref_in, scratch, plan, seed)
+  local e = M.enqueue(ledger, t, cand, ref_in, scratch, plan, seed, precise)
   local ok, wait_failure, wait_text = wait_status(ledger:read())
   if not ok then return nil, wait_failure, feedback.launch(wait_failure, wait_text, where) end
   local failure, failure_text = M.read(ledger, t, e, where)
@@ -97,7 +97,7 @@ end
 
 -- Compares the outputs; -> nil, or status, text, failed output name.
 -- c: { where, later (feedback's "shape" | "seed" | "timed"), checks (a list the check rows
--- are appended to, or nil), shape, seed, fresh (the rows' fields), result_of (optional:
+-- are appended to, or nil), shape, seed, fresh, precise (the rows' fields), result_of (optional:
 -- result_of(name, got, want, opts) -> the compare's table; default compare.allclose's, a
 -- batch's reads a ledger) }.
 function M.compare_outputs(t, outs, ref_io, dims, c)
@@ -108,11 +108,12 @@ function M.compare_outputs(t, outs, ref_io, dims, c)
       or compare.allclose(outs[spec.name], ref_io[spec.name], opts)
     local check = { shape = c.shape, seed = c.seed, fresh = c.fresh or nil, output = spec.name, ok = r.ok,
       mismatches = r.mismatches, n = r.n, max_abs = r.max_abs, max_rel = r.max_rel, unwritten = r.unwritten, nan = r.nan,
-      inf = r.inf }
+      inf = r.inf, precision = c.precise and r.precision or nil, rel_l2 = c.precise and r.rel_l2 or nil }
     if c.checks then c.checks[#c.checks + 1] = check end
     if not r.ok then
       check.first = r.first
       local status, text = feedback.mismatch(spec.name, r, tol, dims[spec.name] or {}, c.where, c.later)
+      if c.precise and status == "mismatch" then text = text .. feedback.precision(r.rel_l2) end
       return status, text, spec.name
     end
   end

@@ -31,9 +31,26 @@ function M.inputs_of(t, io)
   return r
 end
 
--- b:random's table for input number i of a call drawn from `seed`.
-function M.seeded(law, seed, i)
-  local r = copy(law)
+-- The precision law of an input drawn by `law` (verify's precision trial, km.judge.verify):
+-- zero-mean at the law's own scale — uniform(lo, hi) as uniform(-w, w), w = max(|lo|, |hi|),
+-- normal(mean, std) as normal(0, sqrt(mean^2 + std^2)); integer laws as they are. A sum of
+-- such values cancels, so its result depends on every operand's low mantissa bits: fp16 or
+-- TF32 operands (2^-11 relative) show in the result, which with all-positive inputs they
+-- do not (docs/security.md, "What an fp32 verdict promises").
+function M.precision_law(law)
+  local abs = math.abs
+  if law.dist == "uniform" then
+    local w = math.max(abs(law.lo), abs(law.hi))
+    return { dist = "uniform", lo = -w, hi = w }
+  end
+  if law.dist == "normal" then return { dist = "normal", mean = 0, std = math.sqrt(law.mean ^ 2 + law.std ^ 2) } end
+  return law
+end
+
+-- b:random's table for input number i of a call drawn from `seed` (precise: by the law's
+-- precision law).
+function M.seeded(law, seed, i, precise)
+  local r = copy(precise and M.precision_law(law) or law)
   r.seed = seed * 7919 + i
   return r
 end
@@ -44,8 +61,8 @@ local seeded = M.seeded
 -- Judge:pristine draws them again from the same seed — after the candidate ran, so no
 -- candidate kernel can find and alter the copy it will be checked against.
 -- refreshed: the caller draws the inputs before every call (a timing's refresh): they are
--- not drawn here, where no call would read them.
-function Judge:trial_io(t, sym, seed, refreshed)
+-- not drawn here, where no call would read them. precise: by the precision laws (fill_inputs).
+function Judge:trial_io(t, sym, seed, refreshed, precise)
   local cand, ref_in, dims = {}, {}, {}
   for _, spec in ipairs(t.inputs) do
     local d = task_mod.shape_of(spec, sym)
@@ -53,7 +70,7 @@ function Judge:trial_io(t, sym, seed, refreshed)
     cand[spec.name] = self.pool:get(spec.dtype, d)
     ref_in[spec.name] = self.pool:get(spec.dtype, d)
   end
-  if not refreshed then self:fill_inputs(t, sym, cand, seed) end
+  if not refreshed then self:fill_inputs(t, sym, cand, seed, false, precise) end
   for _, spec in ipairs(t.outputs) do
     local d = task_mod.shape_of(spec, sym)
     dims[spec.name] = d
@@ -121,11 +138,12 @@ end
 -- truth_check (before its reference run), by the last timed call's, or at the end of the
 -- evaluation, and parameters it changed for its own next call are not what it is checked
 -- against.
-function Judge:fill_inputs(t, sym, io, seed, timed)
+-- precise: the laws' precision laws (verify's precision trial; a plan's laws only).
+function Judge:fill_inputs(t, sym, io, seed, timed, precise)
   local st = self.tasks[t.dir]
   local plan = self:input_plan(st or { task = t }, sym, io)
   if plan then
-    for name, l in pairs(plan.laws) do io[name]:random(seeded(l.law, seed, l.index)) end
+    for name, l in pairs(plan.laws) do io[name]:random(seeded(l.law, seed, l.index, precise)) end
     -- parameters: as below, from a truth proven unchanged, except in a timed refresh
     if next(plan.params) and not timed then self:truth_check(st, "an input refresh") end
     for name, r in pairs(plan.params) do buffer.copy_in(io[name], r.ptr, r.nbytes) end

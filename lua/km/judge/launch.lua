@@ -27,6 +27,8 @@ local pool = require "km.judge.pool"
 local fmt, concat = string.format, table.concat
 local pairs, ipairs, type, tostring, pcall, error, rawget = pairs, ipairs, type, tostring, pcall, error, rawget
 local alloc = pool.alloc
+-- what an error names of a value launch code passed: never an address (sandbox.text)
+local text = sandbox.text
 
 local M = {}
 
@@ -57,7 +59,7 @@ local function scratch_fn(state)
       -- failure (pcall) must not leave a freed buffer for the judge to trip on later
       if b then state.scratch_bytes = state.scratch_bytes - b:nbytes(); b:free(); state.scratch[i] = nil end
       local okb, nb = pcall(alloc, dtype, shape)
-      if not okb then error("k.scratch(" .. tostring(dtype) .. "): " .. tostring(nb), 2) end
+      if not okb then error("k.scratch(" .. text(dtype) .. "): " .. sandbox.no_addresses(text(nb)), 2) end
       state.scratch_bytes = state.scratch_bytes + nb:nbytes()
       if state.scratch_bytes > state.scratch_limit then
         state.scratch_bytes = state.scratch_bytes - nb:nbytes()
@@ -79,9 +81,9 @@ end
 -- k.<kernel>: a function of a launch configuration that returns the launcher.
 local function kernel_fn(name, fn, state)
   return function(cfg)
-    if type(cfg) ~= "table" then error("k." .. tostring(name) .. "{ grid = ..., block = ... }: expected a table", 2) end
+    if type(cfg) ~= "table" then error("k." .. text(name) .. "{ grid = ..., block = ... }: expected a table, got " .. type(cfg), 2) end
     if rawget(cfg, "stream") ~= nil then
-      error("k." .. name .. ": launch code may not choose a stream; all work runs on the stream the evaluator times", 2)
+      error("k." .. text(name) .. ": launch code may not choose a stream; all work runs on the stream the evaluator times", 2)
     end
     return function(...)
       local okl, msg, code = fn:launch(cfg, ...)
@@ -99,8 +101,10 @@ local function kernel_fn(name, fn, state)
   end
 end
 
--- The `k` table a launch function sees.
-local function make_k(self, mod, params, state)
+-- The `k` table a launch function sees (self: the judge, whose device it describes; mod: the
+-- candidate's module, whose get(name) gives a kernel or nil, why). Exported for tests that
+-- call its helpers with what hostile launch code passes (tests/lua/test_no_addresses.lua).
+function M.make_k(self, mod, params, state)
   local dev = self.device
   local k = {
     params = params,
@@ -114,7 +118,7 @@ local function make_k(self, mod, params, state)
   local fns = {}
   k.set_shared = function(name, bytes)
     local fn = fns[name] or mod:get(name)
-    if not fn then error("k.set_shared: no kernel named '" .. tostring(name) .. "'", 2) end
+    if not fn then error("k.set_shared: no kernel named '" .. text(name) .. "'", 2) end
     fns[name] = fn
     local okf, err = fn:set_max_dynamic_shared(bytes)
     if not okf then error(err, 2) end
@@ -169,7 +173,7 @@ function M.prepare(self, source, launch_src, params, label)
   local p = task_mod.default_params(source)
   for kk, v in pairs(params or {}) do p[kk] = v end
   local run = { prog = prog, mod = mod, fn = fn, state = state, label = label, attrs = {} }
-  run.k = make_k(self, mod, p, state)
+  run.k = M.make_k(self, mod, p, state)
   for name in pairs(prog.kernels or {}) do
     local f = mod:get(name)
     if f then
@@ -202,7 +206,7 @@ local function no_such_buffer(v, name)
   local names = {}
   for n in pairs(v) do names[#names + 1] = n end
   table.sort(names)
-  error(fmt("io.%s: the task has no buffer named '%s' (its buffers: %s)", tostring(name), tostring(name),
+  error(fmt("io.%s: the task has no buffer named '%s' (its buffers: %s)", text(name), text(name),
     concat(names, ", ")), 2)
 end
 local VIEWS_MT = { __index = no_such_buffer, __metatable = false }

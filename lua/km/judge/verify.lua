@@ -4,6 +4,7 @@
 -- Owns: one trial's record while it runs (its shape, seed, buffers and where a failure
 -- is told); on a task state, st.checked (the reference's outputs found not degenerate).
 local task_mod = require "km.task"
+local compare = require "km.compare"
 local verdict = require "km.verdict"
 local feedback = require "km.feedback"
 local launch = require "km.judge.launch"
@@ -25,15 +26,49 @@ M.methods = Judge
 -- allocated; km.judge.timed) and no warm-up call of its own is needed. With one seed the
 -- timed shape stays first (a kernel wrong everywhere is told about the shape the model was
 -- asked for) and the timing makes its own warm-up call.
-local function trial_order(nshapes, nseeds)
+-- precise: one trial at the timed shape is the precision trial (M.PRECISION_L2): its second
+-- seed where there are three or more, else one more trial (seed nseeds + 1) after its first.
+function M.trial_order(nshapes, nseeds, precise)
   local order = {}
   for si = 1, nshapes do
     for seed = 1, nseeds do
-      if not (si == 1 and seed == nseeds and nseeds > 1) then order[#order + 1] = { si, seed } end
+      if not (si == 1 and seed == nseeds and nseeds > 1) then
+        order[#order + 1] = { si, seed, precise and si == 1 and seed == 2 and nseeds >= 3 }
+      end
+      if precise and si == 1 and seed == 1 and nseeds < 3 then order[#order + 1] = { 1, nseeds + 1, true } end
     end
   end
   if nseeds > 1 then order[#order + 1] = { 1, nseeds } end
   return order
+end
+local trial_order = M.trial_order
+
+-- What an fp32 verdict promises (docs/security.md): the candidate computes with fp32
+-- arithmetic, not with fp16, TF32 or bf16 operands. A task whose outputs are all f32 gets a
+-- precision trial at the timed shape: inputs drawn by their laws' precision laws
+-- (km.judge.inputs: zero-mean, so sums cancel and every operand's low bits show), judged
+-- elementwise as any trial or, where that fails, by the norm-wise relative error
+-- ||got - want|| / ||want|| <= PRECISION_L2 (no NaN, infinity or unwritten element).
+-- Simulated (bench/precision_law.c; a GEMM judged against a sequential fp32 one): fp16 or
+-- TF32 operands give 2.6e-4 whatever K, bf16 2.1e-3; fp32 in another summation order 1.6e-6
+-- at K = 4096 and 6.2e-6 at K = 65536, where the elementwise tolerance (1e-4) fails up to 1%
+-- of its elements at cancellations. An output whose reference is not finite under the
+-- precision law (a log of a negative value) is not judged on that trial.
+M.PRECISION_L2 = 5e-5
+
+-- A task verify runs a precision trial for: every output f32 (opts.precision_trial = false: none).
+local function wants_precision(t, opts)
+  if opts.precision_trial == false then return false end
+  for _, spec in ipairs(t.outputs) do if spec.dtype ~= "f32" then return false end end
+  return true
+end
+
+-- Whether a plan draws any input by a law whose precision law differs (uniform, normal).
+local function has_float_law(plan)
+  for _, l in pairs(plan and plan.laws or {}) do
+    if l.law.dist == "uniform" or l.law.dist == "normal" then return true end
+  end
+  return false
 end
 
 -- The task's input and output dtypes, in order: part of a kept reference result's key.
@@ -45,7 +80,7 @@ end
 
 -- A trial's record: where it is (shape si, seed), what a failure says (where, failed_at),
 -- its seed, and its buffers.
-local function new_trial(self, t, si, seed, nseeds, opts)
+local function new_trial(self, t, si, seed, nseeds, opts, precise)
   local sym = t.shapes[si]
   -- a problem file's held-out shape (km.task.kbtask) is never named with its sizes: feedback
   -- goes to the model, and a kernel that knows them could hard-code them too
@@ -57,12 +92,20 @@ local function new_trial(self, t, si, seed, nseeds, opts)
   -- once and came back with their outputs written in (the timed calls' checks cover the
   -- timed shape only) still meets, at every shape, inputs it never saw.
   local fresh = seed == nseeds and opts.fresh_trial ~= false
-  local tr = { si = si, seed = seed, sym = sym, hidden = hidden, fresh = fresh,
-    where = hidden and fmt("the held-out shape, seed %d", seed) or fmt("shape %d %s, seed %d", si, task_mod.fmt_shape(sym), seed),
+  local tr = { si = si, seed = seed, sym = sym, hidden = hidden, fresh = fresh, precise = precise or nil,
+    where = hidden and fmt("the held-out shape, seed %d", seed) or fmt("shape %d %s, seed %d%s", si, task_mod.fmt_shape(sym), seed,
+      precise and " (the precision trial: zero-mean inputs)" or ""),
     failed_at = { shape = si, seed = seed, sym = not hidden and sym or nil, heldout = hidden or nil },
     trial_seed = fresh and rng(1 << 40) or (opts.seed_base or 1000) + si * 101 + seed }
   tr.failed_at.fresh = fresh or nil -- a failure there is not reproduced by judging again
-  tr.cand, tr.ref_in, tr.dims = self:trial_io(t, sym, tr.trial_seed)
+  tr.cand, tr.ref_in, tr.dims = self:trial_io(t, sym, tr.trial_seed, false, precise)
+  -- inputs not drawn by a law (a problem's own get_inputs()) have no precision law: an
+  -- ordinary trial then
+  if precise and not has_float_law(self:input_plan(self.tasks[t.dir], sym, tr.cand)) then
+    tr.precise = nil
+    tr.where = fmt("shape %d %s, seed %d", si, task_mod.fmt_shape(sym), seed)
+  end
+  tr.failed_at.precise = tr.precise
   return tr
 end
 
@@ -98,7 +141,8 @@ local function reference_run(self, st, tr, ref_src)
   -- empties them then, whatever the outcome): the candidate's next trials have other
   -- seeds, whose results these are not, and no trial's seed comes again in this evaluation.
   -- A CUDA reference's results come from host memory after the first candidate
-  local key = not tr.fresh and concat({ tr.si, tr.trial_seed, task_mod.fmt_shape(tr.sym), io_dtypes(t) }, "|") or nil
+  local key = not tr.fresh and concat({ tr.si, tr.trial_seed, task_mod.fmt_shape(tr.sym), io_dtypes(t),
+    tr.precise and "precise" or "" }, "|") or nil
   -- the fastest reference known right here; its results left in torch's cached blocks are
   -- for a seed of the private generator, which no later call gets (as the timed checks')
   local fast = tr.fresh and tr.si == 1 and st.fast_ref or nil
@@ -116,6 +160,24 @@ local function reference_run(self, st, tr, ref_src)
   return trial_done(self, t, tr, verdict.ERROR, why)
 end
 
+-- The precision trial's compare of one output: elementwise, and where that fails the
+-- norm-wise bound (M.PRECISION_L2); a reference that is not finite there judges nothing.
+-- -> compare.allclose's table, with rel_l2 and precision ("elementwise", "norm",
+-- "not_applicable") where it passed.
+local function precision_result(_, got, want, o)
+  local r = compare.allclose(got, want, o)
+  if r.ok then r.precision = "elementwise" return r end
+  local self_check = compare.allclose(want, want, { atol = 0, rtol = 0 })
+  if self_check.nan > 0 or self_check.inf > 0 then
+    r.ok, r.precision = true, "not_applicable"
+    return r
+  end
+  if r.nan > 0 or r.inf > 0 or (r.unwritten or 0) > 0 or o.rtol <= 0 then return r end
+  r.rel_l2 = compare.rel_l2(got:to_string(), want:to_string(), "f32")
+  if r.rel_l2 <= M.PRECISION_L2 then r.ok, r.precision = true, "norm" end
+  return r
+end
+
 -- One trial -> nil | status, text, extra
 local function run_trial(self, st, run, v, opts, tr)
   local t = st.task
@@ -124,12 +186,12 @@ local function run_trial(self, st, run, v, opts, tr)
   local moved, moved_text = self:truth_check(st, tr.where)
   if moved then return trial_done(self, t, tr, moved, moved_text) end
   local ref_src, failure, failure_text = self:proven_inputs(st, tr.sym, tr.cand, tr.ref_in, run.state.scratch, tr.where,
-    tr.trial_seed)
+    tr.trial_seed, tr.precise)
   if not ref_src then return trial_done(self, t, tr, failure, failure_text) end
   local ref_status, ref_text, ref_extra = reference_run(self, st, tr, ref_src)
   if ref_status then return ref_status, ref_text, ref_extra end
   local fast = ref_text
-  if not st.checked then
+  if not st.checked and not tr.precise then
     for _, spec in ipairs(t.outputs) do
       local why = reference.degenerate(tr.ref_io[spec.name], spec)
       if why then
@@ -145,7 +207,8 @@ local function run_trial(self, st, run, v, opts, tr)
   local n0 = #v.checks
   local mismatch, mismatch_text, output = evidence.compare_outputs(t, setmetatable(outs, { __index = tr.cand }), tr.ref_io,
     tr.hidden and {} or tr.dims, { where = tr.where, later = tr.si > 1 and "shape" or tr.seed > 1 and "seed" or nil,
-      checks = v.checks, shape = tr.si, seed = tr.seed, fresh = tr.fresh })
+      checks = v.checks, shape = tr.si, seed = tr.seed, fresh = tr.fresh, precise = tr.precise,
+      result_of = tr.precise and precision_result or nil })
   if fast then for i = n0 + 1, #v.checks do v.checks[i].reference = "pytorch_eager" end end
   if mismatch then
     tr.failed_at.output = output
@@ -158,8 +221,8 @@ end
 function Judge:verify(st, run, v, opts)
   local t = st.task
   local nseeds = opts.seeds or 3
-  for _, trial in ipairs(trial_order(#t.shapes, nseeds)) do
-    local status, text, extra = run_trial(self, st, run, v, opts, new_trial(self, t, trial[1], trial[2], nseeds, opts))
+  for _, trial in ipairs(trial_order(#t.shapes, nseeds, wants_precision(t, opts))) do
+    local status, text, extra = run_trial(self, st, run, v, opts, new_trial(self, t, trial[1], trial[2], nseeds, opts, trial[3]))
     if status then return status, text, extra end
   end
 end

@@ -16,6 +16,7 @@ local M = {}
 
 local type, pairs, ipairs, tostring, load, error = type, pairs, ipairs, tostring, load, error
 local fmt, concat, sort = string.format, table.concat, table.sort
+local text = sandbox.text -- a value named without a host address
 
 local MAX_EXPR = 4096                                                -- bytes of one expression
 local EXPR_OPTS = { budget = 1e5, memory = 16 << 20, time = false } -- no loops: bounded by the budget
@@ -67,7 +68,7 @@ function M.eval_expr(e, sym)
         #unknown == 1 and "is" or "are", M.fmt_shape(sym)), 0)
     end
     error(fmt("expression '%s' does not evaluate to a number with %s: %s", e, M.fmt_shape(sym),
-      ok and ("it gives " .. type(v)) or tostring(v):gsub("^%(expr%):%d+: ", "")), 0)
+      ok and ("it gives " .. type(v)) or text(v):gsub("^%(expr%):%d+: ", "")), 0)
   end
   if math.type(v) == "float" and v == math.floor(v) and math.abs(v) < 2^62 then v = math.tointeger(v) end
   return v
@@ -78,7 +79,7 @@ function M.fmt_shape(sym)
   for k in pairs(sym) do keys[#keys + 1] = k end
   sort(keys)
   local parts = {}
-  for i, k in ipairs(keys) do parts[i] = k .. "=" .. tostring(sym[k]) end
+  for i, k in ipairs(keys) do parts[i] = k .. "=" .. text(sym[k]) end
   return "{" .. concat(parts, ", ") .. "}"
 end
 
@@ -87,9 +88,9 @@ function M.shape_of(io, sym)
   local dims = {}
   for i, d in ipairs(io.shape) do
     local ok, v = pcall(M.eval_expr, d, sym)
-    if not ok then error(fmt("%s: dimension %d: %s", tostring(io.name), i, tostring(v)), 0) end
+    if not ok then error(fmt("%s: dimension %d: %s", text(io.name), i, text(v)), 0) end
     if math.type(v) ~= "integer" or v < 0 then
-      error(fmt("%s: dimension %d ('%s') is %s, not a non-negative integer", tostring(io.name), i, tostring(d), tostring(v)), 0)
+      error(fmt("%s: dimension %d ('%s') is %s, not a non-negative integer", text(io.name), i, text(d), text(v)), 0)
     end
     dims[i] = v
   end
