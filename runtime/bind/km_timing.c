@@ -32,6 +32,9 @@
  *   timing.rel_noise({ ms, ... }) -> the median's relative standard error the stop rule
  *                        compares with its target (no GPU needed)
  *   timing.median({ ms, ... }) -> the median a timing reports of these samples (no GPU needed)
+ *   timing.stop_at({ ms, ... }, opts) -> n, stop: where the stop rule of opts stops on these
+ *                        samples taken in order (nil where it has not stopped by their end);
+ *                        no GPU needed (tests/lua/test_stop_rule.lua simulates timings)
  *
  * The loop is the timing core's (km_timer_core.c, on CUDA through km_timer_gpu.c), the same
  * one the C API's km_time runs; this file reads the options, calls fn and the hooks for it
@@ -536,6 +539,32 @@ static int l_median(lua_State *L) {
   return 1;
 }
 
+/* timing.stop_at(samples, opts) -> n, stop | nil: the sampler of the timing core over the
+ * samples in order, as a run would put them to it (no wall-time stop) */
+static int l_stop_at(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  km_timing_protocol p;
+  read_protocol(L, 2, &p);
+  lua_Integer n = luaL_len(L, 1);
+  luaL_argcheck(L, n >= 0 && n <= 1 << 20, 1, "at most 2^20 samples");
+  int cap = p.stop.max_samples;
+  double *v = lua_newuserdatauv(L, sizeof(double) * 2 * (size_t)cap, 0);
+  km_sampler s;
+  km_sampler_init(&s, &p.stop, v, v + cap);
+  for (lua_Integer i = 0; i < n && s.stop == KM_SAMPLE_ON; i++) {
+    lua_geti(L, 1, i + 1);
+    int ok;
+    double ms = lua_tonumberx(L, -1, &ok);
+    if (!ok) return luaL_error(L, "timing.stop_at: sample %d is not a number", (int)(i + 1));
+    lua_pop(L, 1);
+    km_sampler_add(&s, ms, 0, 0);
+  }
+  if (s.stop == KM_SAMPLE_ON) return 0;
+  lua_pushinteger(L, s.n);
+  lua_pushstring(L, km_stop_name(s.stop));
+  return 2;
+}
+
 /* timing.wall() -> seconds on the monotonic clock (for host-side durations) */
 static int l_wall(lua_State *L) {
   lua_pushnumber(L, now_ms() / 1e3);
@@ -545,7 +574,7 @@ static int l_wall(lua_State *L) {
 int luaopen_km_timing(lua_State *L) {
   static const luaL_Reg fns[] = {{"time", l_time}, {"sm_clock", l_sm_clock}, {"wall", l_wall}, {"protocol_key", l_protocol_key},
                                   {"protocol", l_protocol}, {"gate_check", l_gate_check}, {"gc_deferred", l_gc_deferred}, {"finalize", km_gc_finalize},
-                                  {"gate_page_address", l_gate_page_address}, {"rel_noise", l_rel_noise}, {"median", l_median}, {NULL, NULL}};
+                                  {"gate_page_address", l_gate_page_address}, {"rel_noise", l_rel_noise}, {"median", l_median}, {"stop_at", l_stop_at}, {NULL, NULL}};
   static const luaL_Reg no_methods[] = {{NULL, NULL}};
   km_newclass(L, KM_TIMING_EVENTS_MT, no_methods, gpu_gc);
   luaL_newlib(L, fns);
