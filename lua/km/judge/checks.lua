@@ -43,7 +43,7 @@ local rng = M.random
 -- to TARGET is within about 0.7%. EARLY_SAMPLES = MIN_SAMPLES (opts.early_samples) turns
 -- the early stop off; the escape bounds below are for stops at MIN_SAMPLES or later.
 M.MIN_SAMPLES = 10
-M.EARLY_SAMPLES = 5
+M.EARLY_SAMPLES = math.tointeger(tonumber(os.getenv("KM_EARLY_SAMPLES") or "")) or 5 -- KM_EARLY_SAMPLES: side-by-side runs
 M.TARGET = 0.005
 
 -- How a timing's calls are checked (km.judge.timed). By default every timed call is: a

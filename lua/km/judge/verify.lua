@@ -166,7 +166,9 @@ function Judge:verify(st, run, v, opts)
   local t = st.task
   local nseeds = opts.seeds or 3
   local seen, others = {}, 0 -- shapes with a trial passed, and how many
-  for _, trial in ipairs(trial_order(#t.shapes, nseeds, opts.timing ~= false and opts.verify_trim ~= false)) do
+  -- KM_VERIFY_TRIM=0 in a worker's environment: the untrimmed plan (side-by-side runs)
+  local trim = opts.timing ~= false and opts.verify_trim ~= false and os.getenv("KM_VERIFY_TRIM") ~= "0"
+  for _, trial in ipairs(trial_order(#t.shapes, nseeds, trim)) do
     local tr = new_trial(self, t, trial[1], trial[2], nseeds, opts)
     -- what passed before, for the hint of a mismatch: other shapes, else seeds at this one
     tr.later = others - (seen[tr.si] and 1 or 0) > 0 and "shape" or seen[tr.si] and "seed" or nil
