@@ -3,8 +3,10 @@
 -- baselines, timings, task specs: a fresh XDG_CACHE_HOME) and again with them warm. For
 -- each pass: evaluations, wall seconds, evaluations per GPU-hour, the stages' seconds summed
 -- over the verdicts (stage_seconds), the candidates' own timed kernel seconds
--- (kernel_seconds) and the measure stage over them (harness overhead).
--- Usage: kmrun bench/headline.lua [OUT.md] [--tasks DIR] [--compile-mode M]
+-- (kernel_seconds) and the measure stage over them (harness overhead). Then, on the warm
+-- caches, the first evaluation of new candidates on set-up tasks (bench/cold_eval.lua: wall
+-- and worker seconds per new candidate, compile included; --cold N a task, 0: none).
+-- Usage: kmrun bench/headline.lua [OUT.md] [--tasks DIR] [--compile-mode M] [--cold N]
 -- Exit status: 0, 2 on usage errors, 3 where there is no GPU (the reason on stderr).
 local A = require "km.args"
 local EXIT = require("km.run.runner").EXIT
@@ -14,7 +16,8 @@ local SPEC = A.spec {
   about = "make demo's command with empty and with warm caches: evaluations per GPU-hour and where the time goes.",
   positional = { { "out", "OUT.md", "also write the lines to this file" } },
   options = { { "tasks", "DIR", "the task folder (default tasks/)" },
-    { "compile-mode", "MODE", "torch.compile's mode for baselines (default: default, as make demo)" } },
+    { "compile-mode", "MODE", "torch.compile's mode for baselines (default: default, as make demo)" },
+    { "cold", "N", "new candidates a task judged on the warm caches (bench/cold_eval.lua; default 2, 0: none)", type = "int" } },
 }
 local args, code = A.parse(SPEC, arg)
 if not args then return code end
@@ -140,6 +143,15 @@ for _, pass in ipairs { "empty", "warm" } do
   kept[pass] = kept_timings(tmp .. "/cache/kmrun/baselines", since)
   kept[pass].facts = verdict_facts(st)
   kept[pass].wall = secs
+end
+-- the first evaluation of new candidates on warm tasks, on the warm pass's caches
+if (args.cold or 2) > 0 then
+  local row = tmp .. "/cold.md"
+  os.execute(("XDG_CACHE_HOME=%s/cache TMPDIR=%s/tmp KM_CACHE_DIR= KM_BASELINE_DIR= %s %s/bench/cold_eval.lua %s --tasks %s --new %d --compile-mode %s > %s/cold.log 2>&1")
+    :format(tmp, tmp, KMRUN, ROOT, row, TASKS, args.cold or 2, MODE, tmp))
+  local h = io.open(row)
+  say("%s", h and h:read("l") or ("| cold: a new candidate on a warm task | failed: see " .. tmp .. "/cold.log |"))
+  if h then h:close() end
 end
 say("")
 for _, pass in ipairs { "empty", "warm" } do

@@ -64,6 +64,8 @@ M.ROWS = {
     meaning = "the output depends on the order threads ran in" },
   { name = "too_fast", stage = "measure", failure = true, judge = true, guide = true,
     meaning = "faster than 0.7x the bound the task's bytes and FLOPs allow: work was skipped" },
+  { name = "varying_work", stage = "measure", failure = true, judge = true, guide = true,
+    meaning = "the launch code launched other kernels, grids, blocks or shared memory on some timed calls than on the first" },
   { name = "correct", stage = "measure", colour = "#2a9d5c", failure = false, stops = true, judge = true, guide = true,
     ends_as = "correct", episode = true, exit = 0,
     meaning = "verified on every shape and seed, and timed" },

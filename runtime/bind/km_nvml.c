@@ -4,6 +4,10 @@
  *   nvml.energy_mj(dev)       -> millijoules since the driver loaded | nil, why, code
  *   nvml.memory(dev)          -> used, total (bytes) | nil, why, code
  *   nvml.sm_clock(dev)        -> MHz | nil, why, code
+ *   nvml.clocks(dev)          -> { sm_mhz, mem_mhz, reasons_mask?, reasons? = { names } } | nil, why, code
+ *                                (reasons: why the clocks are below their maximum, NVML's
+ *                                clocks event reasons, e.g. "sw_power_cap", "hw_thermal";
+ *                                absent where the library cannot say)
  *   local w = nvml.window(dev)
  *   while working do ...; w:poll(calls_done) end  -- true when the counter moved
  *   w:stop() -> joules per call, span ms, calls (between the counter's first and last step
@@ -85,6 +89,33 @@ static int l_sm_clock(lua_State *L) {
   return 1;
 }
 
+/* NVML's clocks event (throttle) reason bits, by name (nvml.h). */
+static const struct { unsigned long long bit; const char *name; } REASONS[] = {
+    {0x1ull, "gpu_idle"},           {0x2ull, "applications_clocks"}, {0x4ull, "sw_power_cap"},
+    {0x8ull, "hw_slowdown"},        {0x10ull, "sync_boost"},         {0x20ull, "sw_thermal"},
+    {0x40ull, "hw_thermal"},        {0x80ull, "hw_power_brake"},     {0x100ull, "display_clocks"}};
+
+static int l_clocks(lua_State *L) {
+  km_nvml_dev d;
+  if (get_dev(L, 1, &d)) return 3;
+  unsigned sm = 0, mem = 0;
+  unsigned long long mask = 0;
+  const char *why = NULL;
+  int rc = km_nvml_clocks(d, &sm, &mem, &mask, &why);
+  if (rc && !(rc == KM_ENOTFOUND && sm > 0)) return km_fail(L, code_of(rc), "clocks: %s", why);
+  lua_createtable(L, 0, 4);
+  lua_pushinteger(L, sm); lua_setfield(L, -2, "sm_mhz");
+  lua_pushinteger(L, mem); lua_setfield(L, -2, "mem_mhz");
+  if (rc) return 1; /* no reasons entry point: the clocks alone */
+  lua_pushinteger(L, (lua_Integer)mask); lua_setfield(L, -2, "reasons_mask");
+  lua_newtable(L);
+  int n = 0;
+  for (size_t i = 0; i < sizeof REASONS / sizeof REASONS[0]; i++)
+    if (mask & REASONS[i].bit) lua_pushstring(L, REASONS[i].name), lua_rawseti(L, -2, ++n);
+  lua_setfield(L, -2, "reasons");
+  return 1;
+}
+
 /* nvml.window(dev) -> a window started now (it holds no resource) */
 static int l_window(lua_State *L) {
   km_nvml_dev d = NULL;
@@ -123,7 +154,7 @@ int luaopen_km_nvml(lua_State *L) {
   static const luaL_Reg wm[] = {{"poll", l_window_poll}, {"stop", l_window_stop}, {NULL, NULL}};
   km_newclass(L, KM_EWIN_MT, wm, NULL);
   static const luaL_Reg fns[] = {{"available", l_available}, {"energy_mj", l_energy_mj}, {"memory", l_memory},
-                                 {"sm_clock", l_sm_clock}, {"window", l_window}, {NULL, NULL}};
+                                 {"sm_clock", l_sm_clock}, {"clocks", l_clocks}, {"window", l_window}, {NULL, NULL}};
   luaL_newlib(L, fns);
   return 1;
 }

@@ -1,11 +1,12 @@
 /* km_timing.c — `require "km.timing"`: time GPU work with CUDA events.
  *
  *   timing.time(fn_or_graph, { mode = "cold"|"warm"|"graph", warmup = 3, warmup_ms = 1,
- *                              min_samples = 20, max_samples = 300, target = 0.002,
+ *                              min_samples = 20, max_samples = 300, target = 0.002, early_samples = 0,
  *                              min_ms = 0, max_ms = 2000, rep = 1, flush_bytes = 2*L2,
  *                              samples = false, energy = false, gate = true, before = fn(phase),
- *                              after = fn(phase), warmed = 0, gc = "defer"|"stop" })
- *     -> { median, mean, min, max, p25, p75, n, n_extra, warmup_calls, stop, rel_noise, mode, rep, total_ms,
+ *                              after = fn(phase), warmed = 0, serial = false, gc = "defer"|"stop" })
+ *     -> { median, mean, min, max, p25, p75, n, n_extra, warmup_calls, stop, rel_noise, stop_target,
+ *          ci_low, ci_high, mode, rep, total_ms,
  *          protocol, samples?, gated, gate_timeouts, gate_timeout_ms, sm_clock_mhz,
  *          sm_clock_start_mhz, sm_clock_min_mhz, sm_clock_max_mhz, clock_moved, energy_j?, energy_window_ms?, energy_calls?,
  *          energy_includes_flush?, energy_unavailable?, flush_bytes?,
@@ -31,6 +32,9 @@
  *   timing.rel_noise({ ms, ... }) -> the median's relative standard error the stop rule
  *                        compares with its target (no GPU needed)
  *   timing.median({ ms, ... }) -> the median a timing reports of these samples (no GPU needed)
+ *   timing.stop_at({ ms, ... }, opts) -> n, stop: where the stop rule of opts stops on these
+ *                        samples taken in order (nil where it has not stopped by their end);
+ *                        no GPU needed (tests/lua/test_stop_rule.lua simulates timings)
  *
  * The loop is the timing core's (km_timer_core.c, on CUDA through km_timer_gpu.c), the same
  * one the C API's km_time runs; this file reads the options, calls fn and the hooks for it
@@ -43,8 +47,12 @@
  *
  * Stopping (km_sampling_core.h, docs/timing.md): after each sample, sampling stops at the first
  * n >= min_samples whose median has a relative standard error <= target once the samples sum
- * to min_ms; or at max_samples; or after max_ms of wall time (at >= 3 samples). `stop` says
- * which. Samples are queued ahead of the one being read, as many as the measured time per
+ * to min_ms; with early_samples (e < min_samples), at the first n >= e whose error is <=
+ * target * n / min_samples (an early stop, the answer settled); or at max_samples; or after
+ * max_ms of wall time (at >= 3 samples). `stop` says which, stop_target the bound the last
+ * sample was held to, and ci_low, ci_high the median's 95% interval (median x (1 -+ 1.96 x
+ * rel_noise); absent under 3 samples). serial = true: the after hook waits for each sample
+ * (the judge's checks), so none is queued ahead (n is the same; n_extra is 0). Samples are queued ahead of the one being read, as many as the measured time per
  * sample needs to keep the GPU busy and never more than the rule may still need; those queued
  * past the stop (n_extra) run but are not counted. `protocol` records all of this (with
  * KM_TIMING_PROTOCOL_VERSION): results with different keys are not comparable.
@@ -232,9 +240,10 @@ static void read_protocol(lua_State *L, int idx, km_timing_protocol *p) {
   p->stop.max_noise = km_optfield_num(L, idx, "target", p->stop.max_noise);
   p->stop.min_ms = km_optfield_num(L, idx, "min_ms", p->stop.min_ms);
   p->stop.max_ms = km_optfield_num(L, idx, "max_ms", p->stop.max_ms);
+  p->stop.early_samples = (int)km_optfield_int(L, idx, "early_samples", p->stop.early_samples);
   if (km_stop_rule_valid(&p->stop) || p->rep < 1 || p->warmup < 0 || p->flush_bytes < 0)
-    luaL_error(L, "timing: need 1 <= min_samples <= max_samples, target >= 0, min_ms >= 0, max_ms > 0, "
-                  "rep >= 1, warmup >= 0, flush_bytes >= 0");
+    luaL_error(L, "timing: need 1 <= min_samples <= max_samples, 0 <= early_samples <= min_samples, target >= 0, "
+                  "min_ms >= 0, max_ms > 0, rep >= 1, warmup >= 0, flush_bytes >= 0");
 }
 
 static void push_key(lua_State *L, const km_timing_protocol *p) {
@@ -254,6 +263,7 @@ static void push_protocol(lua_State *L, const km_timing_protocol *p) {
   lua_pushnumber(L, p->warmup_ms); lua_setfield(L, -2, "warmup_ms");
   lua_pushinteger(L, p->stop.min_samples); lua_setfield(L, -2, "min_samples");
   lua_pushinteger(L, p->stop.max_samples); lua_setfield(L, -2, "max_samples");
+  lua_pushinteger(L, p->stop.early_samples); lua_setfield(L, -2, "early_samples");
   lua_pushnumber(L, p->stop.max_noise); lua_setfield(L, -2, "target");
   lua_pushnumber(L, p->stop.min_ms); lua_setfield(L, -2, "min_ms");
   lua_pushnumber(L, p->stop.max_ms); lua_setfield(L, -2, "max_ms");
@@ -278,6 +288,17 @@ static int l_protocol(lua_State *L) {
   return 1;
 }
 
+/* The median's 95% interval from the statistic the stop rule reads (its relative standard
+ * error; absent where that is not finite) and the bound the last sample was held to:
+ * [.., result] -> [.., result] */
+static void push_interval(lua_State *L, const km_timer_result *r, const km_stop_rule *rule) {
+  double t = km_stop_target(rule, r->n);
+  if (t >= 0) { lua_pushnumber(L, t); lua_setfield(L, -2, "stop_target"); }
+  if (!isfinite(r->rel_noise) || !(r->median > 0)) return;
+  lua_pushnumber(L, r->median * (1 - 1.96 * r->rel_noise)); lua_setfield(L, -2, "ci_low");
+  lua_pushnumber(L, r->median * (1 + 1.96 * r->rel_noise)); lua_setfield(L, -2, "ci_high");
+}
+
 /* The result table of a run: [..] -> [.., result] */
 static void push_result(lua_State *L, const km_timer_result *r, const km_timing_protocol *proto, int keep) {
   static const struct { const char *name; size_t off; } NUMS[] = {
@@ -299,6 +320,7 @@ static void push_result(lua_State *L, const km_timer_result *r, const km_timing_
   lua_pushinteger(L, r->n_extra); lua_setfield(L, -2, "n_extra");
   lua_pushinteger(L, r->warmup_calls); lua_setfield(L, -2, "warmup_calls");
   lua_pushstring(L, km_stop_name(r->stop)); lua_setfield(L, -2, "stop");
+  push_interval(L, r, &proto->stop);
   lua_pushstring(L, proto->mode); lua_setfield(L, -2, "mode");
   lua_pushinteger(L, proto->rep); lua_setfield(L, -2, "rep");
   lua_pushboolean(L, r->clock_moved); lua_setfield(L, -2, "clock_moved");
@@ -385,7 +407,7 @@ static int l_time(lua_State *L) {
   lua_toclose(L, -1);
   lua_work w = {L, is_graph, 0};
   km_timer_work work = {work_call, lua_isnil(L, BEFORE) ? NULL : work_before, lua_isnil(L, AFTER) ? NULL : work_after,
-                        &w, is_graph, (int)km_optfield_int(L, 2, "warmed", 0)};
+                        &w, is_graph, (int)km_optfield_int(L, 2, "warmed", 0), km_optfield_bool(L, 2, "serial", 0)};
   km_timer_result r;
   int rc = km_timer_run(km_timer_gpu_ops(1), gpu, &proto, &work, buf, &r);
   if (rc == KM_TIMER_EWORK) return w.raise ? lua_error(L) : 3; /* what fn or the hook left on top */
@@ -517,6 +539,32 @@ static int l_median(lua_State *L) {
   return 1;
 }
 
+/* timing.stop_at(samples, opts) -> n, stop | nil: the sampler of the timing core over the
+ * samples in order, as a run would put them to it (no wall-time stop) */
+static int l_stop_at(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  km_timing_protocol p;
+  read_protocol(L, 2, &p);
+  lua_Integer n = luaL_len(L, 1);
+  luaL_argcheck(L, n >= 0 && n <= 1 << 20, 1, "at most 2^20 samples");
+  int cap = p.stop.max_samples;
+  double *v = lua_newuserdatauv(L, sizeof(double) * 2 * (size_t)cap, 0);
+  km_sampler s;
+  km_sampler_init(&s, &p.stop, v, v + cap);
+  for (lua_Integer i = 0; i < n && s.stop == KM_SAMPLE_ON; i++) {
+    lua_geti(L, 1, i + 1);
+    int ok;
+    double ms = lua_tonumberx(L, -1, &ok);
+    if (!ok) return luaL_error(L, "timing.stop_at: sample %d is not a number", (int)(i + 1));
+    lua_pop(L, 1);
+    km_sampler_add(&s, ms, 0, 0);
+  }
+  if (s.stop == KM_SAMPLE_ON) return 0;
+  lua_pushinteger(L, s.n);
+  lua_pushstring(L, km_stop_name(s.stop));
+  return 2;
+}
+
 /* timing.wall() -> seconds on the monotonic clock (for host-side durations) */
 static int l_wall(lua_State *L) {
   lua_pushnumber(L, now_ms() / 1e3);
@@ -526,7 +574,7 @@ static int l_wall(lua_State *L) {
 int luaopen_km_timing(lua_State *L) {
   static const luaL_Reg fns[] = {{"time", l_time}, {"sm_clock", l_sm_clock}, {"wall", l_wall}, {"protocol_key", l_protocol_key},
                                   {"protocol", l_protocol}, {"gate_check", l_gate_check}, {"gc_deferred", l_gc_deferred}, {"finalize", km_gc_finalize},
-                                  {"gate_page_address", l_gate_page_address}, {"rel_noise", l_rel_noise}, {"median", l_median}, {NULL, NULL}};
+                                  {"gate_page_address", l_gate_page_address}, {"rel_noise", l_rel_noise}, {"median", l_median}, {"stop_at", l_stop_at}, {NULL, NULL}};
   static const luaL_Reg no_methods[] = {{NULL, NULL}};
   km_newclass(L, KM_TIMING_EVENTS_MT, no_methods, gpu_gc);
   luaL_newlib(L, fns);

@@ -17,7 +17,7 @@
 
 typedef int nvmlReturn_t; /* NVML_SUCCESS = 0 */
 typedef struct { unsigned long long total, free, used; } nvmlMemory_t;
-enum { NVML_CLOCK_SM = 1 };
+enum { NVML_CLOCK_SM = 1, NVML_CLOCK_MEM = 2 };
 
 static struct {
   nvmlReturn_t (*init)(void);
@@ -27,6 +27,7 @@ static struct {
   nvmlReturn_t (*energy)(km_nvml_dev, unsigned long long *);   /* optional */
   nvmlReturn_t (*memory)(km_nvml_dev, nvmlMemory_t *);         /* optional */
   nvmlReturn_t (*clock)(km_nvml_dev, int, unsigned *);         /* optional */
+  nvmlReturn_t (*reasons)(km_nvml_dev, unsigned long long *);  /* optional: event (throttle) reasons */
 } nv;
 
 static const char *load_why = "NVML not loaded";
@@ -51,9 +52,12 @@ static void load(void) {
     {"nvmlDeviceGetTotalEnergyConsumption", (void **)&nv.energy, 0},
     {"nvmlDeviceGetMemoryInfo", (void **)&nv.memory, 0},
     {"nvmlDeviceGetClockInfo", (void **)&nv.clock, 0},
+    {"nvmlDeviceGetCurrentClocksThrottleReasons", (void **)&nv.reasons, 0},
+    {"nvmlDeviceGetCurrentClocksEventReasons", (void **)&nv.reasons, 0}, /* the newer name, where there */
   };
   for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
-    *syms[i].slot = dlsym(h, syms[i].name);
+    void *f = dlsym(h, syms[i].name);
+    if (f || !*syms[i].slot) *syms[i].slot = f; /* a later name found wins; one not found keeps an earlier */
     if (!*syms[i].slot && syms[i].required) {
       snprintf(load_buf, sizeof load_buf, "no NVML: %s lacks %s", lib, syms[i].name);
       load_why = load_buf;
@@ -117,6 +121,17 @@ int km_nvml_memory(km_nvml_dev d, uint64_t *used, uint64_t *total, const char **
 int km_nvml_sm_clock(km_nvml_dev d, unsigned *mhz, const char **why) {
   NEED(clock, "nvmlDeviceGetClockInfo");
   nvmlReturn_t r = nv.clock(d, NVML_CLOCK_SM, mhz);
+  return r ? nv_fail(r, why) : 0;
+}
+
+int km_nvml_clocks(km_nvml_dev d, unsigned *sm_mhz, unsigned *mem_mhz, unsigned long long *reasons, const char **why) {
+  NEED(clock, "nvmlDeviceGetClockInfo");
+  nvmlReturn_t r = nv.clock(d, NVML_CLOCK_SM, sm_mhz);
+  if (!r) r = nv.clock(d, NVML_CLOCK_MEM, mem_mhz);
+  if (r) return nv_fail(r, why);
+  *reasons = 0;
+  if (!nv.reasons) return KM_ENOTFOUND; /* clocks given; the reasons are not */
+  r = nv.reasons(d, reasons);
   return r ? nv_fail(r, why) : 0;
 }
 

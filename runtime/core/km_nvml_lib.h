@@ -26,6 +26,10 @@ int km_nvml_energy_mj(km_nvml_dev d, uint64_t *mj, const char **why);
 int km_nvml_memory(km_nvml_dev d, uint64_t *used, uint64_t *total, const char **why);
 /* The current SM clock in MHz. */
 int km_nvml_sm_clock(km_nvml_dev d, unsigned *mhz, const char **why);
+/* The clock state: SM and memory clocks in MHz and the reasons the clocks are held below
+ * their maximum (NVML's clocks event / throttle reasons bit mask). KM_ENOTFOUND with the
+ * clocks set and *reasons 0 where the library has no reasons entry point. */
+int km_nvml_clocks(km_nvml_dev d, unsigned *sm_mhz, unsigned *mem_mhz, unsigned long long *reasons, const char **why);
 
 /* ---- energy per call over a window of work ----
  * The energy counter moves in steps (every ~100 ms on the H200; seen on the GPU host), so

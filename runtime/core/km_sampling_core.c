@@ -16,11 +16,13 @@ void km_stop_rule_default(km_stop_rule *r) {
   r->max_noise = 0.002;
   r->min_ms = 0;
   r->max_ms = 2000;
+  r->early_samples = 0;
 }
 
 int km_stop_rule_valid(const km_stop_rule *r) {
   if (!r || r->min_samples < 1 || r->max_samples < r->min_samples) return -1;
   if (!(r->max_noise >= 0) || !(r->min_ms >= 0) || !(r->max_ms > 0)) return -1; /* NaN fails too */
+  if (r->early_samples < 0 || r->early_samples > r->min_samples) return -1;
   return 0;
 }
 
@@ -41,6 +43,14 @@ void km_sampler_init(km_sampler *s, const km_stop_rule *r, double *samples, doub
   s->noise = INFINITY;
 }
 
+/* The noise a stop at n samples needs: max_noise from min_samples on; max_noise * n /
+ * min_samples from early_samples on (an early stop); below them, none (-1). */
+double km_stop_target(const km_stop_rule *r, int n) {
+  if (n >= r->min_samples) return r->max_noise;
+  if (r->early_samples > 0 && n >= r->early_samples) return r->max_noise * n / r->min_samples;
+  return -1;
+}
+
 km_stop km_sampler_add(km_sampler *s, double ms, double elapsed_ms, int hold) {
   if (s->stop != KM_SAMPLE_ON || s->n >= s->rule.max_samples) return s->stop;
   s->samples[s->n] = ms;
@@ -52,7 +62,7 @@ km_stop km_sampler_add(km_sampler *s, double ms, double elapsed_ms, int hold) {
   s->noise = km_stats_rel_noise(s->sorted, s->n);
   const km_stop_rule *r = &s->rule;
   int timeout_n = r->min_samples < 3 ? r->min_samples : 3;
-  if (!hold && s->n >= r->min_samples && s->sum_ms >= r->min_ms && s->noise <= r->max_noise)
+  if (!hold && s->sum_ms >= r->min_ms && s->noise <= km_stop_target(r, s->n))
     s->stop = KM_STOP_NOISE;
   else if (s->n >= r->max_samples)
     s->stop = KM_STOP_MAX_SAMPLES;
@@ -76,16 +86,21 @@ int km_sampler_plan(const km_sampler *s, int queued, const km_pace *p) {
     if (lead < 2) lead = 2;
   }
   if (lead > max_lead) lead = max_lead;
+  if (p->serial) lead = 1; /* each sample waited for as it is enqueued: nothing runs ahead */
+  int deciding = p->serial ? 1 : 2; /* past the first ask: one to run while the host decides */
+  int first = r->early_samples > 0 && r->early_samples < r->min_samples ? r->early_samples : r->min_samples;
   /* the most the rule may need */
   int may = r->max_samples;
   if (!p->hold) {
-    if (done < r->min_samples) {
-      may = r->min_samples;
+    if (done < first) {
+      may = first;
+    } else if (done < r->min_samples) {
+      may = done + deciding; /* an early stop may come at any count */
     } else if (isfinite(s->noise) && r->max_noise > 0) {
       double ratio = s->noise / r->max_noise; /* noise ~ 1/sqrt(n) */
       double want = ceil(done * ratio * ratio);
       may = want > r->max_samples ? r->max_samples : (int)want;
-      if (may < done + 2) may = done + 2; /* one to run while the host decides */
+      if (may < done + deciding) may = done + deciding;
     }
     if (s->sum_ms < r->min_ms && done > 0) { /* nvbench's min-time: the mean says how many more */
       double more = ceil((r->min_ms - s->sum_ms) / (s->sum_ms / done));
@@ -150,7 +165,10 @@ int km_timing_protocol_key(const km_timing_protocol *p, char *buf, size_t cap) {
     if (p->flush_bytes > 0) snprintf(flush, sizeof flush, " flush=%lld", p->flush_bytes);
     else snprintf(flush, sizeof flush, " flush=2xL2");
   }
-  return snprintf(buf, cap, "km.timing/%d mode=%s rep=%d warmup=%d,%sms stop=noise<=%s,n=%d..%d,min_ms=%s,max_ms=%s%s energy=%d gate=%d",
+  char early[24] = "";
+  if (p->stop.early_samples > 0 && p->stop.early_samples < p->stop.min_samples)
+    snprintf(early, sizeof early, ",early=%d", p->stop.early_samples);
+  return snprintf(buf, cap, "km.timing/%d mode=%s rep=%d warmup=%d,%sms stop=noise<=%s,n=%d..%d%s,min_ms=%s,max_ms=%s%s energy=%d gate=%d",
                   KM_TIMING_PROTOCOL_VERSION, mode, p->rep, p->warmup, wms, noise, p->stop.min_samples,
-                  p->stop.max_samples, minms, maxms, flush, p->energy ? 1 : 0, p->gate ? 1 : 0);
+                  p->stop.max_samples, early, minms, maxms, flush, p->energy ? 1 : 0, p->gate ? 1 : 0);
 }

@@ -8,7 +8,11 @@
  * The stop rule is nvbench's noise criterion applied to the median: sampling stops at the
  * first sample count n with n >= min_samples, the samples' summed time >= min_ms and the
  * median's relative standard error (km_stats_rel_noise) <= max_noise; or at max_samples; or
- * once max_ms of wall time have passed and at least min(min_samples, 3) samples are in. */
+ * once max_ms of wall time have passed and at least min(min_samples, 3) samples are in.
+ * With early_samples (e) below min_samples (m), it stops sooner where the answer is settled:
+ * at the first n in e..m-1 whose noise is <= max_noise * n / m (at n = 5 of m = 10, half the
+ * target), a bound tight enough that the medians of such early stops spread no more than
+ * those of stops at m (tests/lua/test_stop_rule.lua simulates both). */
 #ifndef KM_SAMPLING_CORE_H
 #define KM_SAMPLING_CORE_H
 
@@ -25,6 +29,7 @@ typedef struct km_stop_rule {
   double max_noise;             /* relative standard error of the median; 0.002 */
   double min_ms;                /* summed sample time a noise stop needs; 0 */
   double max_ms;                /* wall time after which sampling stops; 2000 */
+  int early_samples;            /* an earlier noise stop from here, at a tighter target; 0: none */
 } km_stop_rule;
 
 typedef enum { KM_SAMPLE_ON = 0, KM_STOP_NOISE, KM_STOP_MAX_SAMPLES, KM_STOP_MAX_TIME } km_stop;
@@ -32,8 +37,11 @@ typedef enum { KM_SAMPLE_ON = 0, KM_STOP_NOISE, KM_STOP_MAX_SAMPLES, KM_STOP_MAX
 /* The defaults above. */
 void km_stop_rule_default(km_stop_rule *r);
 /* 0 when the rule can be used (1 <= min_samples <= max_samples, max_noise >= 0,
- * min_ms >= 0, max_ms > 0), else -1. */
+ * min_ms >= 0, max_ms > 0, 0 <= early_samples <= min_samples), else -1. */
 int km_stop_rule_valid(const km_stop_rule *r);
+/* The noise a stop at n samples needs (max_noise, or the early stop's tighter bound), or -1
+ * where no noise stop can come at n. */
+double km_stop_target(const km_stop_rule *r, int n);
 /* "noise", "max_samples", "max_time", or NULL for KM_SAMPLE_ON. */
 const char *km_stop_name(km_stop s);
 
@@ -61,17 +69,21 @@ typedef struct km_pace {
   double elapsed_ms; /* since sampling began */
   int hold;          /* as for km_sampler_add */
   int max_lead;      /* the most samples the binding can have in flight */
+  int serial;        /* each sample is waited for as it is enqueued (the work's after hook
+                        waits): nothing is gained by queueing ahead, so none is queued */
 } km_pace;
 
 #define KM_FIRST_LEAD 2 /* samples queued before any has been measured */
 
 /* How many samples should have been queued in all, given `queued` so far (never less than
  * `queued`). Enough ahead of the last sample taken that the GPU does not wait for the host
- * (1 + (host_ms + slack_ms) / sample_ms, at least 2), but never more than the rule may need:
- * min_samples before the rule has been asked, then the count at which the noise, falling as
- * 1/sqrt(n), is predicted to meet max_noise (or min_ms to be reached), plus one so the GPU
- * has work while the host decides; none that would finish after max_ms; never above
- * max_samples. A stopped sampler needs nothing more. */
+ * (1 + (host_ms + slack_ms) / sample_ms, at least 2; 1 for serial work), but never more than
+ * the rule may need: min_samples (early_samples, where set) before the rule has been asked;
+ * between early_samples and min_samples one more (the rule may stop at any of them); then the
+ * count at which the noise, falling as 1/sqrt(n), is predicted to meet max_noise (or min_ms
+ * to be reached); past the first ask, plus one so the GPU has work while the host decides
+ * (none for serial work); none that would finish after max_ms; never above max_samples. A
+ * stopped sampler needs nothing more. */
 int km_sampler_plan(const km_sampler *s, int queued, const km_pace *p);
 
 /* ---- the protocol: everything that decides how a time is taken ---- */
@@ -100,8 +112,9 @@ void km_timing_protocol_default(km_timing_protocol *p);
 
 /* Writes the protocol's key, a string naming every field that decides a timing (numbers in
  * their shortest exact form), e.g. "km.timing/3 mode=cold rep=1 warmup=3,1ms
- * stop=noise<=0.002,n=20..300,min_ms=0,max_ms=2000 flush=2xL2 energy=0 gate=1". Returns the
- * length it needs, as snprintf does (-1 on a NULL protocol). */
+ * stop=noise<=0.002,n=20..300,min_ms=0,max_ms=2000 flush=2xL2 energy=0 gate=1"; an early
+ * stop adds ",early=E" after the sample counts (a rule without one keeps its key). Returns
+ * the length it needs, as snprintf does (-1 on a NULL protocol). */
 int km_timing_protocol_key(const km_timing_protocol *p, char *buf, size_t cap);
 
 #endif

@@ -325,7 +325,7 @@ int km_timer_run(const km_timer_ops *ops, void *dev, const km_timing_protocol *p
   sampling s = {.clk = {NAN, NAN}, .per_sample_calls = r.per_sample_launches * calls_per_launch};
   s.window = p->energy && ops->energy_begin && ops->energy_begin(dev, &energy_why) == 0;
   km_sampler_init(&s.smp, &p->stop, buf, buf + max_n);
-  s.pace = (km_pace){0, 0, s.window ? ENERGY_SLACK_MS : SLACK_MS, 0, 0, KM_TIMER_SLOTS - 1};
+  s.pace = (km_pace){0, 0, s.window ? ENERGY_SLACK_MS : SLACK_MS, 0, 0, KM_TIMER_SLOTS - 1, w->serial};
   if ((rc = sample_until_stop(&r, &s))) return rc;
   out->tail_read_ms = ops->now_ms(dev) - s.last_enqueued;
   /* every sample has run, and every gate: a write in the last samples is found here, before

@@ -110,6 +110,9 @@ typedef struct km_timer_work {
    * verify trial): they count toward the protocol's `warmup` calls, which is met with fewer
    * (none, where warmed >= warmup) of its own; the protocol, and so its key, is unchanged */
   int warmed;
+  /* the after hook waits for its sample (the judge's check of every timed call): samples are
+   * enqueued one at a time, none queued past the stop (n_extra 0); n is unchanged */
+  int serial;
 } km_timer_work;
 
 enum { KM_TIMER_OK = 0, KM_TIMER_EDEV = -1, KM_TIMER_EWORK = -2, KM_TIMER_EINVAL = -3, KM_TIMER_ETAMPERED = -4 };

@@ -690,7 +690,7 @@ km_status km_time(km_rt *h, km_work_fn fn, void *ud, const km_time_opts *opts, k
   km_timer_gpu gpu;
   km_timer_gpu_init(&gpu);
   time_work w = {fn, ud, KMRUN_OK};
-  km_timer_work work = {time_call, NULL, NULL, &w, 0, 0};
+  km_timer_work work = {time_call, NULL, NULL, &w, 0, 0, 0};
   km_timer_result r;
   int rc = km_timer_run(km_timer_gpu_ops(0), &gpu, &p, &work, buf, &r);
   km_timer_gpu_release(&gpu);

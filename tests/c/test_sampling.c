@@ -28,7 +28,7 @@ static int first_sufficient(double amp, int min_n, int max_n, double target) {
 }
 
 static km_stop_rule rule(int min_n, int max_n, double noise, double min_ms, double max_ms) {
-  km_stop_rule r = {min_n, max_n, noise, min_ms, max_ms};
+  km_stop_rule r = {min_n, max_n, noise, min_ms, max_ms, 0};
   return r;
 }
 
@@ -146,7 +146,7 @@ TEST(max_samples_max_time_and_hold) {
 }
 
 static km_pace pace(double sample_ms, double host_ms, double elapsed_ms) {
-  km_pace p = {sample_ms, host_ms, 0.2, elapsed_ms, 0, 63};
+  km_pace p = {sample_ms, host_ms, 0.2, elapsed_ms, 0, 63, 0};
   return p;
 }
 
@@ -266,7 +266,7 @@ TEST(simulated_loop_overshoot) {
 }
 
 TEST(protocol_key) {
-  km_timing_protocol p = {"cold", 1, 3, 1, 0, 0, 1, {20, 300, 0.002, 0, 2000}};
+  km_timing_protocol p = {"cold", 1, 3, 1, 0, 0, 1, {20, 300, 0.002, 0, 2000, 0}};
   char k[256];
   int len = km_timing_protocol_key(&p, k, sizeof k);
   ASSERT_EQ_STR(k, "km.timing/3 mode=cold rep=1 warmup=3,1ms stop=noise<=0.002,n=20..300,min_ms=0,max_ms=2000 "
@@ -289,11 +289,12 @@ TEST(protocol_key) {
   q = p; q.stop.max_noise = 0.1 + 0.2; /* shortest exact form: 17 digits here */
   km_timing_protocol_key(&q, k2, sizeof k2);
   ASSERT(strstr(k2, "noise<=0.30000000000000004,") != NULL);
-  km_timing_protocol variants[7];
-  for (int i = 0; i < 7; i++) variants[i] = p;
+  km_timing_protocol variants[8];
+  for (int i = 0; i < 8; i++) variants[i] = p;
   variants[0].rep = 2; variants[1].warmup = 4; variants[2].warmup_ms = 6; variants[3].energy = 1;
   variants[4].stop.min_samples = 10; variants[5].stop.min_ms = 1; variants[6].gate = 0;
-  for (int i = 0; i < 7; i++) {
+  variants[7].stop.early_samples = 5;
+  for (int i = 0; i < 8; i++) {
     km_timing_protocol_key(&variants[i], k2, sizeof k2);
     ASSERT(strcmp(k, k2) != 0);
   }
@@ -304,8 +305,84 @@ TEST(protocol_key) {
   ASSERT_EQ_INT(km_timing_protocol_key(NULL, small, sizeof small), -1);
 }
 
+/* An early stop: at the first n in early..min-1 whose noise is <= target * n / min, else the
+ * usual rule from min on; the target that held is km_stop_target's. */
+TEST(an_early_stop_needs_a_tighter_noise) {
+  double a[MAXN], b[MAXN];
+  km_stop_rule r = rule(10, 300, 0.005, 0, 1e9);
+  r.early_samples = 5;
+  ASSERT_EQ_INT(km_stop_rule_valid(&r), 0);
+  ASSERT_NEAR(km_stop_target(&r, 4), -1, 0);
+  ASSERT_NEAR(km_stop_target(&r, 5), 0.0025, 1e-15);
+  ASSERT_NEAR(km_stop_target(&r, 8), 0.004, 1e-15);
+  ASSERT_NEAR(km_stop_target(&r, 10), 0.005, 0);
+  ASSERT_NEAR(km_stop_target(&r, 40), 0.005, 0);
+  km_stop_rule bad = r;
+  bad.early_samples = 11;
+  ASSERT_EQ_INT(km_stop_rule_valid(&bad), -1);
+  bad.early_samples = -1;
+  ASSERT_EQ_INT(km_stop_rule_valid(&bad), -1);
+  km_sampler s;
+  /* a quiet series stops at 5 */
+  km_sampler_init(&s, &r, a, b);
+  for (int i = 0; i < 5; i++) km_sampler_add(&s, series(i, 0.001), 0, 0);
+  ASSERT_EQ_INT(s.stop, KM_STOP_NOISE);
+  ASSERT_EQ_INT(s.n, 5);
+  /* a series whose noise at n lies between the early bound and the target goes on: each n
+   * from 5 stops exactly where the slow computation says */
+  double amps[] = {0.004, 0.008, 0.012, 0.02};
+  for (int k = 0; k < 4; k++) {
+    int want = -1;
+    double c[MAXN];
+    for (int n = 5; n <= 300 && want < 0; n++) {
+      for (int i = 0; i < n; i++) c[i] = series(i, amps[k]);
+      qsort(c, (size_t)n, sizeof(double), km_stats_cmp_double);
+      if (km_stats_rel_noise(c, n) <= km_stop_target(&r, n)) want = n;
+    }
+    km_sampler_init(&s, &r, a, b);
+    for (int i = 0; s.stop == KM_SAMPLE_ON; i++) km_sampler_add(&s, series(i, amps[k]), 0, 0);
+    ASSERT_EQ_INT(s.n, want);
+    /* without the early stop, never below 10 */
+    km_stop_rule late = rule(10, 300, 0.005, 0, 1e9);
+    km_sampler_init(&s, &late, a, b);
+    for (int i = 0; s.stop == KM_SAMPLE_ON; i++) km_sampler_add(&s, series(i, amps[k]), 0, 0);
+    ASSERT(s.n >= 10 && s.n >= want);
+  }
+  /* early_samples == min_samples is the plain rule */
+  km_stop_rule same = rule(10, 300, 0.005, 0, 1e9);
+  same.early_samples = 10;
+  ASSERT_NEAR(km_stop_target(&same, 9), -1, 0);
+}
+
+/* With an early stop, the plan queues up to early_samples before the rule is asked, then
+ * one more while the host decides (none for serial work); serial work is never queued ahead. */
+TEST(plan_with_an_early_stop_and_serial_work) {
+  double a[MAXN], b[MAXN];
+  km_stop_rule r = rule(10, 300, 0.005, 0, 1e9);
+  r.early_samples = 5;
+  km_sampler s;
+  km_sampler_init(&s, &r, a, b);
+  km_pace p = pace(0.001, 0.05, 0); /* would want 63 ahead */
+  ASSERT_EQ_INT(km_sampler_plan(&s, 0, &p), 5);
+  for (int i = 0; i < 5; i++) km_sampler_add(&s, series(i, 0.05), 0, 0);
+  ASSERT_EQ_INT(s.stop, KM_SAMPLE_ON);
+  ASSERT_EQ_INT(km_sampler_plan(&s, 5, &p), 7);
+  p.serial = 1;
+  ASSERT_EQ_INT(km_sampler_plan(&s, 5, &p), 6);
+  km_sampler_init(&s, &r, a, b);
+  ASSERT_EQ_INT(km_sampler_plan(&s, 0, &p), 1);
+  km_sampler_add(&s, 1.0, 0, 0);
+  ASSERT_EQ_INT(km_sampler_plan(&s, 1, &p), 2);
+  /* past min_samples too: one at a time */
+  for (int i = 1; i < 12; i++) km_sampler_add(&s, series(i, 0.05), 0, 0);
+  ASSERT_EQ_INT(s.stop, KM_SAMPLE_ON);
+  ASSERT_EQ_INT(km_sampler_plan(&s, 12, &p), 13);
+}
+
 int main(void) {
   RUN(defaults_and_validation);
+  RUN(an_early_stop_needs_a_tighter_noise);
+  RUN(plan_with_an_early_stop_and_serial_work);
   RUN(stops_at_the_first_sufficient_count);
   RUN(a_stable_kernel_stops_at_min_samples);
   RUN(min_time_holds_a_noise_stop);

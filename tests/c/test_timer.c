@@ -445,7 +445,7 @@ static double buf[KM_TIMER_BUF(MAXN)];
 
 static int run(fake *f, const km_timer_ops *ops, const km_timing_protocol *p, int hooks, int is_graph,
                km_timer_result *r) {
-  km_timer_work w = {w_call, hooks ? w_before : NULL, hooks ? w_after : NULL, f, is_graph, 0};
+  km_timer_work w = {w_call, hooks ? w_before : NULL, hooks ? w_after : NULL, f, is_graph, 0, 0};
   return km_timer_run(ops, f, p, &w, buf, r);
 }
 
@@ -504,6 +504,30 @@ TEST(a_stable_kernel_stops_at_min_samples_with_nothing_extra) {
   ASSERT_NEAR(r.mean, 1.0, 0);
   ASSERT_NEAR(r.total_ms, 20.1, 1e-9); /* back to back, and the host's wake-up after the last */
   ASSERT_NEAR(f->idle, 0, 0);          /* the GPU never waited for the host */
+}
+
+/* Serial work (an after hook that waits for its sample, as the judge's checks do) under an
+ * early stop: samples enqueued one at a time, a quiet kernel stops at early_samples, and
+ * nothing runs past the stop. */
+TEST(serial_work_stops_early_with_nothing_extra) {
+  fake *f = fresh(one_ms);
+  f->host_ms = 0.001, f->wake_ms = 0.1;
+  km_timing_protocol p = proto("cold", 1, 10, 300, 0.005);
+  p.stop.early_samples = 5;
+  km_timer_work w = {w_call, w_before, w_after, f, 0, 0, 1};
+  km_timer_result r;
+  ASSERT_EQ_INT(km_timer_run(&OPS, f, &p, &w, buf, &r), KM_TIMER_OK);
+  ASSERT_EQ_INT(r.stop, KM_STOP_NOISE);
+  ASSERT_EQ_INT(r.n, 5);
+  ASSERT_EQ_INT(r.n_extra, 0);
+  ASSERT_EQ_INT(f->sample_calls, 5);
+  /* not serial: the same rule queues ahead, and may run one past the stop */
+  f = next_run(f, one_ms);
+  f->host_ms = 0.001, f->wake_ms = 0.1;
+  w.ud = f, w.serial = 0;
+  ASSERT_EQ_INT(km_timer_run(&OPS, f, &p, &w, buf, &r), KM_TIMER_OK);
+  ASSERT_EQ_INT(r.n, 5);
+  ASSERT_EQ_INT(f->sample_calls, r.n + r.n_extra);
 }
 
 TEST(max_samples_and_max_time) {
@@ -720,7 +744,7 @@ TEST(the_start_probe_is_read_before_the_first_sample_runs_and_nothing_drains_fir
     f->gpu = 5; /* work enqueued before the run still running */
     km_timing_protocol p = proto("cold", 1, 10, 10, 0.002);
     p.warmup = 1, p.warmup_ms = 0;
-    km_timer_work w = {w_call, w_before, w_after, f, 0, 1};
+    km_timer_work w = {w_call, w_before, w_after, f, 0, 1, 0};
     km_timer_result r;
     ASSERT_EQ_INT(km_timer_run(gated ? &OPS_GATE_PROBE : &OPS_EXTRAS, f, &p, &w, buf, &r), KM_TIMER_OK);
     ASSERT_EQ_INT(r.warmup_calls, 0);
@@ -817,7 +841,7 @@ TEST(the_gate_keeps_a_slow_hosts_gaps_out_of_the_window) {
   for (int gated = 0; gated < 2; gated++) {
     fake *f = fresh(three_quarter_ms);
     f->host_ms = 0.5;
-    km_timer_work w = {w_call_three, w_before, w_after, f, 0, 0};
+    km_timer_work w = {w_call_three, w_before, w_after, f, 0, 0, 0};
     km_timer_result r;
     ASSERT_EQ_INT(km_timer_run(gated ? &OPS_GATE : &OPS, f, &p, &w, buf, &r), KM_TIMER_OK);
     ASSERT_EQ_INT(r.gated, gated ? r.n + r.n_extra : 0);
@@ -841,7 +865,7 @@ TEST(the_gate_keeps_a_slow_hosts_gaps_out_of_the_window) {
   }
   /* the protocol says whether the gate is on */
   fake *f = fresh(three_quarter_ms);
-  km_timer_work w = {w_call_three, NULL, NULL, f, 0, 0};
+  km_timer_work w = {w_call_three, NULL, NULL, f, 0, 0, 0};
   km_timer_result r;
   p.gate = 0;
   ASSERT_EQ_INT(km_timer_run(&OPS_GATE, f, &p, &w, buf, &r), KM_TIMER_OK);
@@ -858,7 +882,7 @@ TEST(a_gates_timeout_follows_the_hosts_longest_warmup_call) {
   for (int k = 0; k < 2; k++) {
     fake *f = fresh(three_quarter_ms);
     f->host_ms = host[k]; /* the warm-up call is one launch here (w_call): host_ms each */
-    km_timer_work w = {w_call_three, NULL, NULL, f, 0, 0};
+    km_timer_work w = {w_call_three, NULL, NULL, f, 0, 0, 0};
     km_timer_result r;
     ASSERT_EQ_INT(km_timer_run(&OPS_GATE, f, &p, &w, buf, &r), KM_TIMER_OK);
     ASSERT(fabs(r.gate_timeout_ms - want[k]) < 1e-9 && fabs(f->gate_timeout_ms - want[k]) < 1e-9);
@@ -874,7 +898,7 @@ TEST(a_first_warmup_calls_set_up_is_not_the_gates_measure) {
     p.warmup = k == 0 ? 3 : 1, p.warmup_ms = 0;
     fake *f = fresh(three_quarter_ms);
     f->host_ms = 30, f->first_warm_ms = 500;
-    km_timer_work w = {w_call_three, NULL, NULL, f, 0, 0};
+    km_timer_work w = {w_call_three, NULL, NULL, f, 0, 0, 0};
     km_timer_result r;
     ASSERT_EQ_INT(km_timer_run(&OPS_GATE, f, &p, &w, buf, &r), KM_TIMER_OK);
     ASSERT_EQ_INT(f->warm_calls, p.warmup);
@@ -895,7 +919,7 @@ TEST(calls_made_before_count_toward_the_warmup) {
     km_timing_protocol_key(&p, key_before, sizeof key_before);
     fake *f = fresh(three_quarter_ms);
     f->host_ms = 30;
-    km_timer_work w = {w_call_three, NULL, NULL, f, 0, warmed[k]};
+    km_timer_work w = {w_call_three, NULL, NULL, f, 0, warmed[k], 0};
     km_timer_result r;
     ASSERT_EQ_INT(km_timer_run(&OPS_GATE, f, &p, &w, buf, &r), KM_TIMER_OK);
     ASSERT_EQ_INT(f->warm_calls, want[k]);
@@ -914,7 +938,7 @@ TEST(a_gate_timeout_stops_gating_and_a_failure_still_releases) {
   km_timing_protocol p = proto("cold", 1, 20, 40, 0.002);
   fake *f = fresh(three_quarter_ms);
   f->timeout_after = 3;
-  km_timer_work w = {w_call_three, NULL, NULL, f, 0, 0};
+  km_timer_work w = {w_call_three, NULL, NULL, f, 0, 0, 0};
   km_timer_result r;
   ASSERT_EQ_INT(km_timer_run(&OPS_GATE, f, &p, &w, buf, &r), KM_TIMER_OK);
   ASSERT_EQ_INT(r.gate_timeouts, 1);
@@ -926,7 +950,7 @@ TEST(a_gate_timeout_stops_gating_and_a_failure_still_releases) {
   ASSERT(f->shadow.timeouts == 1 && f->shadow.tampered == 0);
   f = fresh(three_quarter_ms);
   f->fail_call = 2;
-  km_timer_work w2 = {w_call, NULL, NULL, f, 0, 0};
+  km_timer_work w2 = {w_call, NULL, NULL, f, 0, 0, 0};
   ASSERT_EQ_INT(km_timer_run(&OPS_GATE, f, &p, &w2, buf, &r), KM_TIMER_EWORK);
   ASSERT(!f->held);
   ASSERT_EQ_INT(f->gates, f->releases);
@@ -943,7 +967,7 @@ static km_timing_protocol gate_proto(void) { return proto("cold", 1, 10, 10, 0.0
 static int run_slow_host(fake *f, const km_timer_ops *ops, km_timer_result *r) {
   km_timing_protocol p = gate_proto();
   f->host_ms = 0.5;
-  km_timer_work w = {w_call_three, w_before, w_after, f, 0, 0};
+  km_timer_work w = {w_call_three, w_before, w_after, f, 0, 0, 0};
   return km_timer_run(ops, f, &p, &w, buf, r);
 }
 
@@ -1080,7 +1104,7 @@ TEST(a_run_left_by_a_failure_leaves_the_page_clean) {
   fake *f = fresh(three_quarter_ms);
   f->fail_call = 4;
   km_timing_protocol p = gate_proto();
-  km_timer_work w = {w_call, NULL, NULL, f, 0, 0};
+  km_timer_work w = {w_call, NULL, NULL, f, 0, 0, 0};
   ASSERT_EQ_INT(km_timer_run(&OPS_GATE, f, &p, &w, buf, &r), KM_TIMER_EWORK);
   ASSERT_EQ_INT(r.gate_tampered, 0);
   f = next_run(f, three_quarter_ms);
@@ -1091,6 +1115,7 @@ TEST(a_run_left_by_a_failure_leaves_the_page_clean) {
 int main(void) {
   RUN(stops_at_the_first_sufficient_count);
   RUN(a_stable_kernel_stops_at_min_samples_with_nothing_extra);
+  RUN(serial_work_stops_early_with_nothing_extra);
   RUN(max_samples_and_max_time);
   RUN(min_ms_holds_a_noise_stop);
   RUN(never_more_than_slots_minus_one_in_flight_and_no_slot_reused_early);

@@ -27,6 +27,7 @@ local FILES = {
   ["kernelbench_style.py"] = "python", ["launch_capi.c"] = "c", ["raw_bench.c"] = "c",
   ["kb_eager_error.py"] = "python", ["precision_law.c"] = "c",
   ["kb_relu"] = "candidate", ["RESULTS.md"] = "doc", ["history"] = "doc",
+  ["kb_level1.lua"] = "gpu_lua", ["cold_eval.lua"] = "gpu_lua", ["gpu_session.sh"] = "gpu_sh", ["ab_tree.sh"] = "cpu_sh",
 }
 -- the arguments a GPU script needs to get as far as its GPU check
 local GPU_ARGS = {
@@ -34,12 +35,13 @@ local GPU_ARGS = {
   ["need_gpu.lua"] = "bench/need_gpu.lua", ["kernelbench_gpu.sh"] = "/tmp", ["launch_overhead.sh"] = BUILD,
   ["kernelbench_lint.sh"] = "/tmp", ["eval_stages.lua"] = "tasks/l1_relu/reference.py",
   ["gate_ab.lua"] = "tasks/l1_relu", ["kb_harness.sh"] = "/tmp", ["headline_ab.sh"] = "/tmp", ["precompile_gpu_work.lua"] = "tasks/l1_relu",
+  ["kb_level1.lua"] = "/tmp",
 }
 -- scripts whose arguments km.args reads (an unknown option is exit status 2)
 local ARGS_PARSER = { ["core.lua"] = 1, ["eval.lua"] = 1, ["baselines_table.lua"] = 1, ["eager_timing.lua"] = 1,
   ["kernelbench_refs.lua"] = 1, ["pytorch_cost.lua"] = 1, ["smollm2_summary.lua"] = 1, ["headline.lua"] = 1,
   ["eval_stages.lua"] = 1, ["gate_ab.lua"] = 1, ["measure_profile.lua"] = 1, ["precompile_gpu_work.lua"] = 1,
-  ["placement.lua"] = 1, ["verdicts_diff.lua"] = 1 }
+  ["placement.lua"] = 1, ["verdicts_diff.lua"] = 1, ["kb_level1.lua"] = 1, ["cold_eval.lua"] = 1 }
 
 t.test("every file in bench/ has a smoke test here", function()
   local p = io.popen("ls -1 '" .. ROOT .. "/bench'")
@@ -178,6 +180,26 @@ t.test("shell scripts parse, answer --help, and say no GPU with exit 3 (smollm2.
   out, rc = sh("KM_LLAMA_PYTHON=/nonexistent/python bash bench/smollm2.sh")
   t.eq(rc, 2, out)
   t.ok(out:find("make model-deps", 1, true), out)
+  -- ab_tree.sh builds a tree (minutes): here only what it refuses
+  out, rc = sh("bash bench/ab_tree.sh no-such-commit-xyz ab/x")
+  t.eq(rc, 2, out)
+  t.ok(out:find("not a commit", 1, true), out)
+  out, rc = sh("bash bench/ab_tree.sh HEAD lua/x")
+  t.eq(rc, 2, out)
+  t.ok(out:find("not a folder git ignores", 1, true), out)
+end)
+
+t.test("kb_level1.lua --dry-run: every candidate compiles and its launch code loads, no GPU", function()
+  local dir = testing.tmpdir()
+  os.execute("mkdir -p '" .. dir .. "/level1'")
+  -- problem files by name only (empty: KernelBench's own files are never copied here)
+  for _, name in ipairs { "1_Square_matrix_multiplication_", "19_ReLU", "26_GELU_", "27_SELU_", "29_Softplus", "88_MinGPTNewGelu" } do
+    testing.write(dir .. "/level1/" .. name .. ".py", "")
+  end
+  local out, rc = kmrun("kb_level1.lua", "'" .. dir .. "' --dry-run", NO_GPU)
+  t.eq(rc, 0, out)
+  t.ok(out:find("6 problem(s): 5 eager-equivalent, 1 wrong; 0 do not compile or load", 1, true), out)
+  os.execute("rm -rf '" .. dir .. "'")
 end)
 
 -- A Python script in bench/ parses, its --help (exit 0) shows `usage`, and it refuses to run

@@ -41,6 +41,16 @@ end)
 if not io.open(FAKE) then t.skip_all("no " .. FAKE .. " (make test builds it)") end
 local ENV = "KM_NVML_LIB=" .. FAKE
 
+t.test("the clock state: SM and memory clocks and the reasons they are held down", function()
+  local out = run(ENV .. " FAKE_NVML_REASONS=68", [[local c = require("km.nvml").clocks(0)
+    print(c.sm_mhz, c.mem_mhz, c.reasons_mask, table.concat(c.reasons, ","))
+    print(require("km.nvml").clocks("GPU-ffffffff-0000-0000-0000-000000000000"))]])
+  t.ok(out:find("^1755\t2619\t68\tsw_power_cap,hw_thermal\n"), out) -- 0x4 | 0x40
+  t.ok(out:find("nil	Not Found	NVML_ERROR", 1, true), out)
+  out = run(ENV .. " FAKE_NVML_REASONS=0", [[local c = require("km.nvml").clocks(0); print(c.reasons_mask, #c.reasons)]])
+  t.ok(out:find("^0\t0\n"), out)
+end)
+
 t.test("devices by index and UUID; memory, SM clock and the energy counter", function()
   local out = run(ENV, [[local n = require "km.nvml"
     print(n.available())

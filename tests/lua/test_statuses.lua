@@ -99,7 +99,7 @@ t.test("the lists others keep are the table's", function()
   local verdict = require "km.verdict"
   t.ok(verdict.statuses == statuses, "km.verdict hands on km.statuses")
   t.eq(concat(verdict.STATUSES, " "), "compile_error load_error launch_error timeout crashed wrong_shape " ..
-    "mismatch nan_inf inputs_modified out_of_bounds race too_fast correct")
+    "mismatch nan_inf inputs_modified out_of_bounds race too_fast varying_work correct")
   t.eq(concat(require("km.run.model").NO_CANDIDATE, " "), "no_code truncated model_error")
   local G = require "km.run.guidance"
   t.eq(concat(G.STATUSES, " "), concat(verdict.STATUSES, " ") .. " too_slow no_code")

@@ -8,7 +8,8 @@
 --   CHECK_FIRST  1        the fraction of the first min_samples timed calls checked
 --   CHECK_EVERY  1        later timed calls are checked 1 in CHECK_EVERY
 --   CHECK_LINES  16       a check reads one 128-byte output line in CHECK_LINES
---   MIN_SAMPLES  10       the stop rule's least sample count (the judge's timings)
+--   MIN_SAMPLES  10       the stop rule's sample count for its noise target (the judge's timings)
+--   EARLY_SAMPLES 5       an early stop from here, at target x n / MIN_SAMPLES (the answer settled)
 --   TARGET       0.005    the stop rule's noise target: the median's relative standard error
 local sys = require "km.sys"
 
@@ -29,11 +30,20 @@ function M.random(n) return sys.random(n) end
 local rng = M.random
 
 -- The stop rule of the judge's timings (km.judge.timed's time_opts), which the bounds below
--- are computed for: at least MIN_SAMPLES samples (nvbench's minimum; km.timing's own
--- default is 20), then until the median is known to TARGET (one relative standard error:
--- nvbench's default max-noise; km.timing's own is 0.2%). Every timed call costs a refresh
--- and a flush, and a speedup of two medians so known is within about 0.7%.
+-- are computed for: the median known to TARGET (one relative standard error: nvbench's
+-- default max-noise; km.timing's own is 0.2%) at MIN_SAMPLES samples or more (nvbench's
+-- minimum; km.timing's own default is 20), or, settled sooner, at EARLY_SAMPLES to
+-- MIN_SAMPLES - 1 samples to TARGET x n / MIN_SAMPLES (half of it at 5): a sequential rule
+-- on the statistic every timing reports (rel_noise; the verdict's ci_low, ci_high are the
+-- median's 95% interval from it). Every timed call costs a refresh, a flush and, checked, a
+-- reference run and full input proofs; a quiet kernel (samples within about 0.4% of each
+-- other) stops at 5 calls, where the plain rule took 10, and the medians of 10 such
+-- timings of one kernel spread as those of the plain rule's do for the kernels the early
+-- stop takes (tests/lua/test_stop_rule.lua simulates both). A speedup of two medians known
+-- to TARGET is within about 0.7%. EARLY_SAMPLES = MIN_SAMPLES (opts.early_samples) turns
+-- the early stop off; the escape bounds below are for stops at MIN_SAMPLES or later.
 M.MIN_SAMPLES = 10
+M.EARLY_SAMPLES = math.tointeger(tonumber(os.getenv("KM_EARLY_SAMPLES") or "")) or 5 -- KM_EARLY_SAMPLES: side-by-side runs
 M.TARGET = 0.005
 
 -- How a timing's calls are checked (km.judge.timed). By default every timed call is: a

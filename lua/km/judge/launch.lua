@@ -10,6 +10,7 @@
 --   scratch_limit  k.scratch's budget (opts.scratch_bytes, 8 GiB)
 --   poison         poison every k.scratch buffer it hands out (verify), not only new ones
 --   launches       kernel name -> { block, shared } of its first launch (occupancy)
+--   launch_list    the current call's launches in order (km.judge.same_work's entries)
 --   error_code     the code of the last failed launch (the judge classifies by code)
 --   last_sym       the shape the last call ran at (its scratch has these sizes)
 -- The candidate is hostile (DESIGN.md): launch code sees buffers only as views that die
@@ -23,6 +24,7 @@ local sandbox = require "km.sandbox"
 local verdict = require "km.verdict"
 local feedback = require "km.feedback"
 local pool = require "km.judge.pool"
+local same_work = require "km.judge.same_work"
 
 local fmt, concat = string.format, table.concat
 local pairs, ipairs, type, tostring, pcall, error, rawget = pairs, ipairs, type, tostring, pcall, error, rawget
@@ -78,6 +80,17 @@ local function scratch_fn(state)
   end
 end
 
+-- A launch configuration as the judge reads it: grid, block and shared copied out of the
+-- candidate's table with rawget (a metatable of its own is never consulted), so what is
+-- launched is what the call's launch list records.
+local function plain_cfg(cfg)
+  local function dim(d)
+    if type(d) ~= "table" then return d end
+    return { rawget(d, 1), rawget(d, 2), rawget(d, 3) }
+  end
+  return { grid = dim(rawget(cfg, "grid")), block = dim(rawget(cfg, "block")), shared = rawget(cfg, "shared") }
+end
+
 -- k.<kernel>: a function of a launch configuration that returns the launcher.
 local function kernel_fn(name, fn, state)
   return function(cfg)
@@ -85,12 +98,15 @@ local function kernel_fn(name, fn, state)
     if rawget(cfg, "stream") ~= nil then
       error("k." .. text(name) .. ": launch code may not choose a stream; all work runs on the stream the evaluator times", 2)
     end
+    cfg = plain_cfg(cfg)
     return function(...)
       local okl, msg, code = fn:launch(cfg, ...)
       if not okl then
         state.error_code = code -- the judge classifies by code, never by message text
         error(msg, 2)
       end
+      local list = state.launch_list
+      if list then list[#list + 1] = same_work.entry(name, cfg.grid, cfg.block, cfg.shared) end
       -- the first launch of each kernel: its configuration, for occupancy in the verdict
       if not state.launches[name] then
         local b = rawget(cfg, "block")
@@ -264,6 +280,7 @@ function M.call_launch(self, run, io, sym, budget, keep_cache)
   self.truth_clean = nil -- candidate code runs: the next truth_check digests again
   run.state.scratch_i = 0
   run.state.error_code = nil
+  run.state.launch_list = {} -- this call's launches (km.judge.same_work)
   run.state.last_sym = sym -- the shape its scratch now has (a timing's warm-up)
   local ok, err = sandbox.call(run.fn, { budget = budget or 1e6, memory = self.opts.lua_memory },
     run.k, views(io), copy(sym))

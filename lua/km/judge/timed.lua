@@ -10,13 +10,18 @@
 --   option      default            meaning
 --   mode        "cold"             timing mode (km.timing's MODES)
 --   max_ms      2000               timing cap per side
---   min_samples checks.MIN_SAMPLES the stop rule's least sample count (10)
+--   min_samples checks.MIN_SAMPLES the stop rule's sample count for its target (10)
+--   early_samples checks.EARLY_SAMPLES an early stop from here, settled (5; = min_samples: none)
 --   target      checks.TARGET      the stop rule's noise target (0.5%)
 --   warmup      M.WARMUP (1)       warm-up calls before the samples
 --   warmup_ms   M.WARMUP_MS (0)    their least wall time
 --   timing_gc   km.timing's        km.timing's gc ("defer"; "stop"): not part of the protocol
--- mode, min_samples, target and the warm-up options make the protocol key, so cached
--- timings are kept apart.
+-- mode, min_samples, early_samples, target and the warm-up options make the protocol key, so
+-- cached timings are kept apart.
+--
+-- Every timed call of a candidate launches the same work (km.judge.same_work: its launch
+-- list, compared with the first call's at that shape; `varying_work` otherwise), and a
+-- candidate's timing records the GPU's clock state (km.nvml.clocks, where NVML answers).
 local compare = require "km.compare"
 local timing = require "km.timing"
 local task_mod = require "km.task"
@@ -27,6 +32,7 @@ local inputs = require "km.judge.inputs"
 local evidence = require "km.judge.evidence"
 local integrity = require "km.judge.integrity"
 local checks = require "km.judge.checks"
+local same_work = require "km.judge.same_work"
 
 local fmt = string.format
 local ipairs, pairs, type, tostring, tonumber, pcall, error, setmetatable =
@@ -51,13 +57,16 @@ M.WARMUP_MS = 0
 -- The options every timing of an evaluation is taken with: their protocol key is part of
 -- every cached timing's key, so a number is divided only by one timed the same way.
 function M.time_opts(opts)
-  return { mode = opts.mode or "cold", max_ms = opts.max_ms or 2000, min_samples = opts.min_samples or checks.MIN_SAMPLES,
+  local min_samples = opts.min_samples or checks.MIN_SAMPLES
+  return { mode = opts.mode or "cold", max_ms = opts.max_ms or 2000, min_samples = min_samples,
+    early_samples = math.min(opts.early_samples or checks.EARLY_SAMPLES, min_samples),
     target = opts.target or checks.TARGET, warmup = opts.warmup or M.WARMUP, warmup_ms = opts.warmup_ms or M.WARMUP_MS,
     gc = opts.timing_gc }
 end
 local time_opts = M.time_opts
 
-local SUMMARY_FIELDS = { "median", "mean", "p25", "p75", "min", "n", "n_extra", "warmup_calls", "stop", "rel_noise", "mode",
+local SUMMARY_FIELDS = { "median", "mean", "p25", "p75", "min", "n", "n_extra", "warmup_calls", "stop", "rel_noise",
+  "stop_target", "ci_low", "ci_high", "calls", "launches", "gpu_clocks", "mode",
   "sm_clock_mhz", "clock_moved", "sm_clock_start_mhz", "sm_clock_min_mhz", "sm_clock_max_mhz", "energy_j",
   "energy_unavailable", "checked_calls", "last_checked_after", "check_lines", "cached" }
 -- The protocol key of a timing: a fresh result holds km.timing's protocol table, a summary
@@ -101,6 +110,8 @@ local function new_timing(self, st, run, sym, opts, check)
     bound = nil,              -- a PyTorch reference bound for the checks: { run, io }
     ref_outs = nil,           -- its outputs' buffers
     fast = nil,               -- the checks' reference (Judge:check_reference; nil: the task's own)
+    launch_ref = nil,         -- the launch list every call must repeat (km.judge.same_work)
+    gpu_clocks = nil,         -- the clock state read during the first check (km.nvml.clocks)
   }
   tm.cur_seed = tm.seed
   -- refresh() draws every call's inputs; a PyTorch model bound below may run once on them
@@ -254,6 +265,16 @@ local function check_read(self, tm, batch, judged, enqueued, enqueue_error, wher
   if mismatch then return { mismatch, mismatch_text } end
 end
 
+-- The GPU's clock state (km.nvml.clocks: SM and memory clocks, the reasons they are held
+-- down) -> a table | { unavailable = why }. Read while the first check's batch runs on the
+-- GPU, where the host would only wait.
+local nvml_ok, nvml = pcall(require, "km.nvml")
+local function clock_state(self)
+  if not nvml_ok or not nvml.available() then return { unavailable = "no NVML" } end
+  local c, why = nvml.clocks(self.device and self.device.uuid or 0)
+  return c or { unavailable = tostring(why) }
+end
+
 -- Checks the last call -> true | false (tm.failure says why). A check inside the timing
 -- (ahead = true) draws the next call's inputs into the candidate's buffers behind the
 -- batch, before the wait: the GPU draws them while the host judges the batch. Nothing read
@@ -272,7 +293,10 @@ local function check_now(self, tm, where, ahead)
   end
   if ahead then ahead = may_draw_ahead(tm, judged) end
   -- the one wait: the candidate's call, then the check (a fault in the call shows here)
-  local ok, wait_failure, wait_text = wait_status(batch.ledger:read(ahead and function() tm.drawn = draw(self, tm) end or nil))
+  local ok, wait_failure, wait_text = wait_status(batch.ledger:read(function()
+    if ahead then tm.drawn = draw(self, tm) end
+    if not tm.gpu_clocks then tm.gpu_clocks = clock_state(self) end
+  end))
   if not ok then
     tm.failure = { wait_failure, feedback.launch(wait_failure, wait_text, where) }
     if wait_failure ~= "crashed" then put_back(self, tm, batch) end
@@ -303,7 +327,10 @@ end
 -- sample is read), and where the timing did not stop at min_samples its last call too
 -- (after the timing where it was not checked in place).
 local function hooks(self, tm, topts)
-  local likely_last = topts.min_samples
+  local likely_last, early = topts.min_samples, topts.early_samples or topts.min_samples
+  -- no draw ahead where the timing may well stop: at min_samples, and from early_samples on
+  -- until min_samples (a quiet kernel stops at early_samples)
+  local function draw_ahead(k) return k ~= likely_last and not (k >= early and k < likely_last) end
   local pick = checks.check_picker(topts.min_samples, tm.first, tm.every, tm.draw_each)
   local function before(phase)
     refresh(self, tm)
@@ -312,11 +339,23 @@ local function hooks(self, tm, topts)
     tm.checking = tm.check and phase == "sample" and pick(tm.sampled)
   end
   local function after()
-    if tm.checking and not check_now(self, tm, fmt("timed call %d", tm.calls), tm.sampled ~= likely_last) then
+    if tm.checking and not check_now(self, tm, fmt("timed call %d", tm.calls), draw_ahead(tm.sampled)) then
       return nil, "a timed call failed its check", "CHECK"
     end
   end
   return before, after
+end
+
+-- A call's launch list against the first one's (a candidate's timing) -> nil | the text
+-- of the verdict varying_work
+local function same_work_failure(tm, call)
+  local list = tm.run.state.launch_list or {}
+  if not tm.launch_ref then tm.launch_ref = list return nil end
+  local why = same_work.diff(tm.launch_ref, list)
+  if not why then return nil end
+  return fmt("Your launch code did not launch the same work on every call at one shape: at %s %s. "
+    .. "Every call of a candidate at a shape must launch the same kernels, in the same order, with the same grid, "
+    .. "block and shared memory (the timing compares them call by call).", call, why)
 end
 
 -- The timed function: the candidate's launch, or a PyTorch run's model bound to the
@@ -331,6 +370,11 @@ local function timed_fn(self, tm)
         return nil, tostring(text), status
       end
       tm.last_outs = status
+      local varied = tm.check and same_work_failure(tm, fmt("timed call %d", tm.calls))
+      if varied then
+        tm.failure = { "varying_work", varied }
+        return nil, varied, "VARYING_WORK"
+      end
     end
   end
   local bound, bind_error = run.torch:bind(tm.cand, { variant = run.variant })
@@ -375,6 +419,11 @@ function Judge:time_run(st, run, sym, opts, check)
   if last and opts.warmed ~= false and topts.mode ~= "graph" and task_mod.fmt_shape(last) == task_mod.fmt_shape(sym) then
     topts.warmed = 1
   end
+  -- the launch list to repeat: the last call's where it was at this shape (verify's last
+  -- trial), else the timing's first call's
+  if last and task_mod.fmt_shape(last) == task_mod.fmt_shape(sym) then tm.launch_ref = run.state.launch_list end
+  -- every timed call checked: each sample is waited for by its check, so none is queued ahead
+  topts.serial = check and not tm.draw_each and tm.first >= topts.min_samples and tm.every == 1
   if topts.mode == "graph" then
     local _, status, text = graph_first_call(self, tm)
     if status then return nil, status, text end
@@ -406,6 +455,11 @@ function Judge:time_run(st, run, sym, opts, check)
   if not res then return timing_failure(self, tm, err, code) end
   res.checked_calls = check and tm.checked or nil
   res.check_lines = check and tm.shift > 0 and (1 << tm.shift) or nil
+  res.calls = tm.calls -- every call the timing made: warm-up and timed, counted or not
+  if check then
+    res.launches = tm.launch_ref and same_work.text(tm.launch_ref) or nil
+    res.gpu_clocks = tm.gpu_clocks or clock_state(self)
+  end
   release(self, tm)
   return res
 end

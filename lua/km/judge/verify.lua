@@ -23,22 +23,31 @@ M.methods = Judge
 -- The trials in order: { shape index, seed } for every shape x seed. The timed shape's last
 -- trial comes last: the candidate's call just before its timing is at the timed shape, so
 -- that call is the timing's warm-up (its module loaded, its scratch of the timed shape
--- allocated; km.judge.timed) and no warm-up call of its own is needed. With one seed the
--- timed shape stays first (a kernel wrong everywhere is told about the shape the model was
--- asked for) and the timing makes its own warm-up call.
--- precise: one trial at the timed shape is the precision trial (M.PRECISION_L2): its second
--- seed where there are three or more, else one more trial (seed nseeds + 1) after its first.
-function M.trial_order(nshapes, nseeds, precise)
+-- allocated; km.judge.timed) and no warm-up call of its own is needed. trim (the candidate
+-- is timed, opts.verify_trim ~= false): the timed shape gets that one trial only, on its
+-- fresh seed: every timed call after it is checked on inputs of the private generator, with
+-- every input proven in full and the outputs read one line in check_lines, so the fixed
+-- seeds at that shape add nothing but their cost (a trial there is a candidate call, a
+-- reference run and a full compare of the largest buffers). Untimed, every seed is run there,
+-- the timed shape first where there is one seed (a kernel wrong everywhere is told about the
+-- shape the model was asked for).
+-- precise: one trial at the timed shape is the precision trial (M.PRECISION_L2). Untrimmed:
+-- its second seed where there are three or more, else one more trial (seed nseeds + 1) after
+-- its first. Trimmed: that trial just before the last (so the last, ordinary, is the one the
+-- degenerate-reference check and the timing's warm-up see).
+-- -> { { shape index, seed, precise } ... }
+function M.trial_order(nshapes, nseeds, precise, trim)
   local order = {}
   for si = 1, nshapes do
     for seed = 1, nseeds do
-      if not (si == 1 and seed == nseeds and nseeds > 1) then
+      if not (si == 1 and (trim or (seed == nseeds and nseeds > 1))) then
         order[#order + 1] = { si, seed, precise and si == 1 and seed == 2 and nseeds >= 3 }
       end
-      if precise and si == 1 and seed == 1 and nseeds < 3 then order[#order + 1] = { 1, nseeds + 1, true } end
+      if precise and not trim and si == 1 and seed == 1 and nseeds < 3 then order[#order + 1] = { 1, nseeds + 1, true } end
     end
   end
-  if nseeds > 1 then order[#order + 1] = { 1, nseeds } end
+  if precise and trim then order[#order + 1] = { 1, nseeds >= 3 and 2 or nseeds + 1, true } end
+  if nseeds > 1 or trim then order[#order + 1] = { 1, nseeds } end
   return order
 end
 local trial_order = M.trial_order
@@ -191,7 +200,8 @@ local function run_trial(self, st, run, v, opts, tr)
   local ref_status, ref_text, ref_extra = reference_run(self, st, tr, ref_src)
   if ref_status then return ref_status, ref_text, ref_extra end
   local fast = ref_text
-  if not st.checked and not tr.precise then
+  -- at the timed shape (the others may be a single element), on ordinary inputs
+  if not st.checked and tr.si == 1 and not tr.precise then
     for _, spec in ipairs(t.outputs) do
       local why = reference.degenerate(tr.ref_io[spec.name], spec)
       if why then
@@ -201,12 +211,12 @@ local function run_trial(self, st, run, v, opts, tr)
     end
     st.checked = true
   end
-  if tr.si == 1 and tr.seed == 1 and opts.timing ~= false then
+  if tr.si == 1 and opts.timing ~= false then -- the first trial at the timed shape (once a task)
     self:try_fast_reference(st, ref_src, tr.ref_io, tr.dims, tr.sym)
   end
   local n0 = #v.checks
   local mismatch, mismatch_text, output = evidence.compare_outputs(t, setmetatable(outs, { __index = tr.cand }), tr.ref_io,
-    tr.hidden and {} or tr.dims, { where = tr.where, later = tr.si > 1 and "shape" or tr.seed > 1 and "seed" or nil,
+    tr.hidden and {} or tr.dims, { where = tr.where, later = tr.later,
       checks = v.checks, shape = tr.si, seed = tr.seed, fresh = tr.fresh, precise = tr.precise,
       result_of = tr.precise and precision_result or nil })
   if fast then for i = n0 + 1, #v.checks do v.checks[i].reference = "pytorch_eager" end end
@@ -221,9 +231,16 @@ end
 function Judge:verify(st, run, v, opts)
   local t = st.task
   local nseeds = opts.seeds or 3
-  for _, trial in ipairs(trial_order(#t.shapes, nseeds, wants_precision(t, opts))) do
-    local status, text, extra = run_trial(self, st, run, v, opts, new_trial(self, t, trial[1], trial[2], nseeds, opts, trial[3]))
+  local seen, others = {}, 0 -- shapes with a trial passed, and how many
+  -- KM_VERIFY_TRIM=0 in a worker's environment: the untrimmed plan (side-by-side runs)
+  local trim = opts.timing ~= false and opts.verify_trim ~= false and os.getenv("KM_VERIFY_TRIM") ~= "0"
+  for _, trial in ipairs(trial_order(#t.shapes, nseeds, wants_precision(t, opts), trim)) do
+    local tr = new_trial(self, t, trial[1], trial[2], nseeds, opts, trial[3])
+    -- what passed before, for the hint of a mismatch: other shapes, else seeds at this one
+    tr.later = others - (seen[tr.si] and 1 or 0) > 0 and "shape" or seen[tr.si] and "seed" or nil
+    local status, text, extra = run_trial(self, st, run, v, opts, tr)
     if status then return status, text, extra end
+    if not seen[tr.si] then seen[tr.si], others = true, others + 1 end
   end
 end
 

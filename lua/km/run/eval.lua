@@ -440,31 +440,39 @@ function Pool:submit(task, cand, opts)
   return job
 end
 
+-- Sends queued jobs to the slot while it is idle (a job too large for a frame is judged
+-- here; one whose worker cannot start finishes with status "error"): into `done`.
+local function dispatch(self, s, done)
+  while not s.job and #self.queue > 0 do
+    self:_await_compile(self.queue[1])
+    local job = table.remove(self.queue, 1)
+    local big = verdict.oversized(job.cand.source, job.cand.launch)
+    local ok, why = true, nil
+    if big then -- judged here: a frame that large is over km.proc's limit, and no worker needs it
+      job.verdict = verdict.finish(verdict.new { task = job.task_name, candidate = job.cand.name }, "compile_error", big)
+      done[#done + 1] = job
+    else
+      ok, why = self:_send(s, job)
+      if ok then self:_ahead(s, job) end
+    end
+    if not ok then
+      job.verdict = { status = "error", task = job.task_name, candidate = job.cand.name, feedback = tostring(why) }
+      done[#done + 1] = job
+    end
+  end
+end
+
 -- Sends queued jobs to idle workers, compiles ahead the ones still waiting (Pool:_warm),
 -- waits up to `ms` for answers (less the warm-up's time); returns the finished jobs (each
--- with .verdict). A job whose worker cannot start finishes with status "error".
+-- with .verdict). A job whose worker cannot start finishes with status "error". A worker
+-- whose verdict came in gets the next queued job at once, before the verdicts are handed
+-- back (opts.dispatch_ahead ~= false; KM_DISPATCH_AHEAD=0 turns it off for side-by-side runs):
+-- the caller's handling of them (the store's writes, a strategy's next step) runs while that
+-- worker judges, where the worker would wait for it.
 function Pool:poll(ms)
   local done = {}
   self.queue = self.queue or {}
-  for _, s in ipairs(self.slots) do
-    while not s.job and #self.queue > 0 do
-      self:_await_compile(self.queue[1])
-      local job = table.remove(self.queue, 1)
-      local big = verdict.oversized(job.cand.source, job.cand.launch)
-      local ok, why = true, nil
-      if big then -- judged here: a frame that large is over km.proc's limit, and no worker needs it
-        job.verdict = verdict.finish(verdict.new { task = job.task_name, candidate = job.cand.name }, "compile_error", big)
-        done[#done + 1] = job
-      else
-        ok, why = self:_send(s, job)
-        if ok then self:_ahead(s, job) end
-      end
-      if not ok then
-        job.verdict = { status = "error", task = job.task_name, candidate = job.cand.name, feedback = tostring(why) }
-        done[#done + 1] = job
-      end
-    end
-  end
+  for _, s in ipairs(self.slots) do dispatch(self, s, done) end
   local warm_ms = #self.queue > 0 and self:_warm() or 0
   local ready = {}
   for _, s in ipairs(self.slots) do if s.job then ready[#ready + 1] = s.proc end end
@@ -480,6 +488,7 @@ function Pool:poll(ms)
       if v then
         job.verdict = v
         done[#done + 1] = job
+        if self.opts.dispatch_ahead ~= false and os.getenv("KM_DISPATCH_AHEAD") ~= "0" then dispatch(self, s, done) end
       end
     end
   end

@@ -1,0 +1,249 @@
+-- bench/kb_level1.lua — KernelBench level 1 as a whole: every problem file of KB/level1
+-- judged at fp32 by one GPU worker (km.run.eval), twice over: with empty caches (NVRTC,
+-- specs, baselines: a fresh XDG_CACHE_HOME) and again with them warm (a fresh worker: torch
+-- imported and every problem loaded again). Each problem gets --evals candidates in a row:
+-- the eager-equivalent CUDA kernel where one is simple (the elementwise activations, a grid-
+-- stride loop), else a deliberately wrong one (a kernel that writes nothing: the check finds
+-- the outputs' poison). torch.compile baselines are off (compile_mode "off"); eager is timed.
+-- For each pass: evaluations per GPU-hour (by wall time, and by the judge's busy time of the
+-- repeat evaluations, a problem's first aside), the stage split (problem load = task,
+-- prepare, baselines, verify, measure), statuses, and per problem the device memory held
+-- after its evaluations (NVML, the whole device) next to the problem's own input and output
+-- bytes at its timed shape.
+-- Usage: kmrun bench/kb_level1.lua KB_DIR [OUT.md] [--evals N] [--max-s S] [--first N]
+--   KB_DIR: a KernelBench checkout's KernelBench/ folder (level1 inside) or level1 itself
+-- Exit status: 0, 2 on usage errors, 3 where there is no GPU (the reason on stderr).
+local A = require "km.args"
+local EXIT = require("km.run.runner").EXIT
+
+local SPEC = A.spec {
+  name = "bench/kb_level1.lua", synopsis = "KB_DIR [OUT.md] [options]",
+  about = "KernelBench level 1 as a whole: evaluations per GPU-hour, empty and warm, with the stage split.",
+  positional = { { "kb", "KB_DIR", "KernelBench's KernelBench/ folder, or its level1", required = true },
+    { "out", "OUT.md", "also write the lines to this file" } },
+  options = { { "evals", "N", "candidates judged per problem in a row (default 2)", type = "int" },
+    { "max-s", "S", "a pass starts no problem after S seconds (default 150)", type = "seconds" },
+    { "first", "N", "only the first N problems", type = "int" },
+    { "dry-run", nil, "no GPU: compile every problem's candidates (NVRTC, sm_90) and load their launch code" },
+    { "pass", "NAME", "internal: judge one pass here and write its records to OUT.md" } },
+}
+local args, code = A.parse(SPEC, arg)
+if not args then return code end
+local json = require "km.json"
+local timing = require "km.timing"
+
+local KB = args.kb:gsub("/$", "")
+local L1 = KB:match("level1$") and KB or KB .. "/level1"
+local EVALS, MAX_S = args.evals or 2, args.max_s or 150
+local KMRUN, ROOT = arg[-1], arg[0]:match("^(.*)/bench/") or "."
+
+local function problems()
+  local files = {}
+  local p = io.popen("ls -1 '" .. L1 .. "'/*.py 2>/dev/null | sort -V")
+  for f in p:lines() do if not args.first or #files < args.first then files[#files + 1] = f end end
+  p:close()
+  return files
+end
+
+----------------------------------------------------------------------------------------
+-- the candidates
+
+-- y = f(x) elementwise, as torch computes it at fp32 (KernelBench's defaults)
+local ELEMENTWISE = {
+  ["19_ReLU"] = "fmaxf(x, 0.f)",
+  ["20_LeakyReLU"] = "x > 0.f ? x : 0.01f * x",
+  ["21_Sigmoid"] = "1.f / (1.f + expf(-x))",
+  ["22_Tanh"] = "tanhf(x)",
+  ["25_Swish"] = "x / (1.f + expf(-x))",
+  ["26_GELU_"] = "0.5f * x * (1.f + erff(x * 0.70710678118654752f))",
+  ["27_SELU_"] = "1.0507009873554805f * (x > 0.f ? x : 1.6732632423543772f * expm1f(x))",
+  ["28_HardSigmoid"] = "fminf(fmaxf(x / 6.f + 0.5f, 0.f), 1.f)",
+  ["29_Softplus"] = "x > 20.f ? x : log1pf(expf(x))",
+  ["30_Softsign"] = "x / (1.f + fabsf(x))",
+  ["31_ELU"] = "x > 0.f ? x : expm1f(x)",
+  ["32_HardTanh"] = "fminf(fmaxf(x, -1.f), 1.f)",
+  ["88_MinGPTNewGelu"] = "0.5f * x * (1.f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)))",
+}
+-- the one input that is not the output (a problem file's single output is io.out)
+local LAUNCH = [[return function(k, io, s)
+  local x
+  for name, b in pairs(io) do if name ~= "out" then x = b end end
+  k.f{ grid = k.device.sm_count * 8, block = 256 }(x, io.out, io.out:numel())
+end]]
+
+-- A problem's candidate number i (a comment makes each new to NVRTC's cache) -> cand, kind
+local function candidate(file, i, pass)
+  local name = file:match("([^/]+)%.py$")
+  local expr = ELEMENTWISE[name]
+  local salt = ("// %s %s candidate %d\n"):format(name, pass, i)
+  if expr then
+    return { name = name .. " eager-equivalent", launch = LAUNCH, params = {}, source = salt ..
+      "extern \"C\" __global__ void f(const float *xs, float *y, long long n) {\n" ..
+      "  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {\n" ..
+      "    float x = xs[i];\n    y[i] = " .. expr .. ";\n  }\n}\n" }, "eager"
+  end
+  return { name = name .. " wrong", params = {}, source = salt .. "extern \"C\" __global__ void f() {}\n",
+    launch = "return function(k, io, s) k.f{ grid = 1, block = 32 }() end" }, "wrong"
+end
+
+-- --dry-run: every candidate compiled for sm_90 and its launch code loaded, no GPU
+local function dry_run()
+  local nvrtc, sandbox = require "km.nvrtc", require "km.sandbox"
+  local n, kinds, bad = 0, { eager = 0, wrong = 0 }, {}
+  for _, file in ipairs(problems()) do
+    local cand, kind = candidate(file, 1, "dry-run")
+    local prog, log = nvrtc.compile(cand.source, { arch = "sm_90", name = "kernel.cu" })
+    local fn, lerr = sandbox.load(cand.launch, "launch.lua")
+    if not prog or not fn then bad[#bad + 1] = file .. ": " .. tostring(prog and lerr or log) end
+    n, kinds[kind] = n + 1, kinds[kind] + 1
+  end
+  print(("%d problem(s): %d eager-equivalent, %d wrong; %d do not compile or load"):format(n, kinds.eager, kinds.wrong, #bad))
+  for _, b in ipairs(bad) do print("  " .. b) end
+  return #bad == 0 and EXIT.OK or 1
+end
+if args.dry_run then return dry_run() end
+local okg, why = require("km.cuda").available()
+if not okg then io.stderr:write("bench/kb_level1.lua: no GPU: ", tostring(why), "\n") return EXIT.NO_GPU end
+
+----------------------------------------------------------------------------------------
+-- one pass, in a child process with its caches (--pass)
+
+-- The problem's own input and output bytes at its timed shape (its spec, cached by the worker)
+local function footprint(key)
+  local ok, t = pcall(function() return assert(require("km.task").load(key)) end)
+  if not ok then return nil end
+  local task_mod, bytes = require "km.task", 0
+  for _, list in ipairs { t.inputs, t.outputs } do
+    for _, spec in ipairs(list) do
+      bytes = bytes + task_mod.numel(task_mod.shape_of(spec, t.shapes[1])) * task_mod.DTYPE_BYTES[spec.dtype]
+    end
+  end
+  return bytes
+end
+
+local function device_used(uuid)
+  local okn, nvml = pcall(require, "km.nvml")
+  if not okn or not nvml.available() then return nil end
+  return (nvml.memory(uuid or 0))
+end
+
+local function run_pass(pass, out)
+  local eval = require "km.run.eval"
+  local kbtask = require "km.task.kbtask"
+  local pool = assert(eval.pool { gpus = { 0 }, timeout = 600 })
+  local f = assert(io.open(out, "w"))
+  local t0 = timing.wall()
+  for _, file in ipairs(problems()) do
+    if timing.wall() - t0 > MAX_S then break end
+    local key = kbtask.key(file, "fp32")
+    local mem = 0
+    for i = 1, EVALS do
+      local cand, kind = candidate(file, i, pass)
+      local w0 = timing.wall()
+      local v = pool:eval(key, cand, { compile_mode = "off", energy = false, seeds = i == 1 and 3 or 1 })
+      local used = device_used(pool.device and pool.device.uuid)
+      mem = math.max(mem, used or 0)
+      f:write(json.encode { problem = file:match("([^/]+)%.py$"), i = i, kind = kind, status = v.status,
+        wall = timing.wall() - w0, eval_seconds = v.eval_seconds, stages = v.stage_seconds, kernel = v.kernel_seconds,
+        speedup = v.speedup, feedback = v.status ~= "correct" and kind == "eager" and tostring(v.feedback):sub(1, 300) or nil,
+        device_used = used, footprint = i == EVALS and footprint(key) or nil }, "\n")
+      f:flush()
+    end
+  end
+  f:write(json.encode { pass_wall = timing.wall() - t0 }, "\n")
+  f:close()
+  pool:close()
+end
+
+if args.pass then run_pass(args.pass, assert(args.out, "--pass needs OUT")) return EXIT.OK end
+
+----------------------------------------------------------------------------------------
+-- the two passes and their table
+
+local lines = {}
+local function say(f, ...) local s = string.format(f, ...) print(s) lines[#lines + 1] = s end
+
+local function read_records(path)
+  local recs, wall = {}, nil
+  local h = io.open(path)
+  if not h then return recs, nil end
+  for l in h:lines() do
+    local r = json.decode(l)
+    if type(r) == "table" and r.pass_wall then wall = r.pass_wall elseif type(r) == "table" then recs[#recs + 1] = r end
+  end
+  h:close()
+  return recs, wall
+end
+
+local STAGES = { "task", "prepare", "baselines", "verify", "measure" }
+local function summarize(pass, recs, wall)
+  local st, statuses, busy_repeat, n_repeat, busy = {}, {}, 0, 0, 0
+  local problems = {}
+  for _, r in ipairs(recs) do
+    for _, k in ipairs(STAGES) do st[k] = (st[k] or 0) + (type(r.stages) == "table" and tonumber(r.stages[k]) or 0) end
+    local key = r.kind .. " " .. tostring(r.status)
+    statuses[key] = (statuses[key] or 0) + 1
+    busy = busy + (tonumber(r.eval_seconds) or 0)
+    if r.i > 1 then busy_repeat, n_repeat = busy_repeat + (tonumber(r.eval_seconds) or 0), n_repeat + 1 end
+    problems[r.problem] = true
+  end
+  local np = 0
+  for _ in pairs(problems) do np = np + 1 end
+  local ks = {}
+  for k, n in pairs(statuses) do ks[#ks + 1] = ("%s %d"):format(k, n) end
+  table.sort(ks)
+  local function f(x) return ("%.1f"):format(x or 0) end
+  say("| %s | %d | %d | %s | %.0f | %.0f | %s | %s | %s | %s | %s | %s |", pass, np, #recs, f(wall),
+    wall and wall > 0 and #recs / wall * 3600 or 0, busy_repeat > 0 and n_repeat / busy_repeat * 3600 or 0,
+    f(st.task), f(st.prepare), f(st.baselines), f(st.verify), f(st.measure), table.concat(ks, ", "))
+end
+
+local function memory_rows(recs)
+  local rows = {}
+  for _, r in ipairs(recs) do
+    if r.footprint then
+      rows[#rows + 1] = ("| %s | %.2f | %s |"):format(r.problem, r.footprint / 2^30, r.device_used and ("%.2f"):format(r.device_used / 2^30) or "-")
+    end
+  end
+  return rows
+end
+
+local tmp = os.tmpname(); os.remove(tmp)
+assert(os.execute("mkdir -p " .. tmp .. "/cache " .. tmp .. "/tmp"))
+local dev = require("km.cuda").device()
+say("# KernelBench level 1 as a whole (%s), empty then warm caches", L1)
+say("")
+say("GPU: %s (%s), driver %s, date %s; %d candidate(s) a problem, a pass starts no problem after %d s",
+  dev.name, dev.arch, dev.driver_version, os.date("!%Y-%m-%d %H:%M UTC"), EVALS, MAX_S)
+say("")
+say("| pass | problems | evaluations | wall s | evaluations per GPU-hour (wall) | repeat evaluations per GPU-hour (judge busy) | problem load (task) | prepare | baselines | verify | measure | kind and status |")
+say("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+local recs_of = {}
+for _, pass in ipairs { "empty", "warm" } do
+  local out = tmp .. "/" .. pass .. ".jsonl"
+  local cmd = ("XDG_CACHE_HOME=%s/cache TMPDIR=%s/tmp KM_CACHE_DIR= KM_BASELINE_DIR= KM_SPEC_DIR= %s %s/bench/kb_level1.lua '%s' %s --pass %s --evals %d --max-s %d%s > %s/%s.log 2>&1")
+    :format(tmp, tmp, KMRUN, ROOT, KB, out, pass, EVALS, MAX_S, args.first and (" --first " .. args.first) or "", tmp, pass)
+  os.execute(cmd)
+  local recs, wall = read_records(out)
+  recs_of[pass] = recs
+  summarize(pass, recs, wall)
+end
+say("")
+say("Problems whose eager-equivalent candidate was not correct (warm pass):")
+for _, r in ipairs(recs_of.warm or {}) do
+  if r.kind == "eager" and r.status ~= "correct" and r.i == 1 then say("- %s: %s %s", r.problem, r.status, tostring(r.feedback)) end
+end
+say("")
+say("Device memory held after a problem's evaluations (NVML, the whole device: the worker's pool, torch's cached blocks, the context), next to the problem's own input and output bytes at its timed shape (warm pass):")
+say("")
+say("| problem | inputs + outputs GiB | device used GiB |")
+say("| --- | --- | --- |")
+for _, row in ipairs(memory_rows(recs_of.warm or {})) do say("%s", row) end
+say("")
+say("Logs and records: %s", tmp)
+if args.out then
+  local f = assert(io.open(args.out, "w"))
+  f:write(table.concat(lines, "\n"), "\n")
+  f:close()
+end
+return EXIT.OK
