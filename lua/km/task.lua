@@ -330,6 +330,11 @@ end
 -- A candidate folder: kernel.cu + launch.lua (+ params.lua).
 function M.candidate(dir)
   dir = dir:gsub("/+$", "")
+  if limits.realpath(dir) and not sys.readdir(dir) then
+    local parent = dir:match("^(.*)/[^/]+$") or "."
+    return nil, fmt("%s: a file, not a candidate folder: name the folder that holds kernel.cu and launch.lua (%s?)",
+      dir, parent), "CANDIDATE_INVALID"
+  end
   local source, e1 = read_inside(dir, "kernel.cu")
   if not source then return nil, dir .. "/kernel.cu: " .. e1, "CANDIDATE_INVALID" end
   local launch, e2 = read_inside(dir, "launch.lua")
