@@ -285,18 +285,19 @@ function M.entries(dir, precision)
   return out
 end
 
--- Every task folder under dir (sorted by name); errors are returned alongside. precision
--- (fp16, bf16): the precision KernelBench problem files in it load at (km.task.kbtask).
+-- Every task folder under dir (sorted by name); errors are returned alongside, and the
+-- paths that gave them (failed[i] gave errors[i]). precision (fp16, bf16): the precision
+-- KernelBench problem files in it load at (km.task.kbtask).
 -- progress(k, n, path): called before each task loads.
 function M.list(dir, precision, progress)
-  local tasks, errors = {}, {}
+  local tasks, errors, failed = {}, {}, {}
   local list = M.entries(dir, precision)
   for k, d in ipairs(list) do
     if progress then progress(k, #list, d) end
     local t, err = M.load(d)
-    if t then tasks[#tasks + 1] = t else errors[#errors + 1] = err end
+    if t then tasks[#tasks + 1] = t else errors[#errors + 1], failed[#failed + 1] = err, d end
   end
-  return tasks, errors
+  return tasks, errors, failed
 end
 
 -- The tunables a kernel source declares with defaults: `#ifndef NAME` followed by
