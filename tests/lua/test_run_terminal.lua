@@ -31,8 +31,8 @@ local function on_terminal(cmd)
   return (out:gsub("\r\n", "\n")), err, rc
 end
 
-t.test("on a terminal: the bar, then a line for the episode that did not end correct", function()
-  if not have_script() then t.skip("no `script` (util-linux) here") return end
+local TERMINAL_TEST = "on a terminal: the bar, then a line for the episode that did not end correct"
+if not have_script() then t.skip(TERMINAL_TEST, "no `script` (util-linux) here") else t.test(TERMINAL_TEST, function()
   for _, cmd in ipairs {
     fmt("%s implement %s --provider offline --store %s/a.sqlite", KMRUN, TASKS, DIR),
     fmt("%s sweep --strategies implement %s --provider offline --store %s/b.sqlite", KMRUN, TASKS, DIR),
@@ -50,7 +50,7 @@ t.test("on a terminal: the bar, then a line for the episode that did not end cor
     if NO_GPU then t.ok(after:find("\n2 episodes compiled and not run (no GPU here)\n", 1, true), out) end
     t.ok(not out:find("\ntask%s+strategy[^\n]*\nl1_relu "), "no per-episode table on a terminal: " .. out)
   end
-end)
+end) end
 
 t.test("piped: a line per episode, no bar (as before)", function()
   local out, err, rc = testing.run(fmt("%s implement %s --provider offline --store %s/c.sqlite", KMRUN, TASKS, DIR))
