@@ -279,7 +279,8 @@ KMRUN_API km_status km_traj_steps(km_traj *t, int64_t episode, km_step_fn fn, vo
  * worker processes (the kmrun program installed beside this library, or $KM_EXE), so the
  * calling process opens no CUDA context. *exit_status gets the script's exit status.
  * The Lua library is found beside this library (../share/kmrun/lua) or through $KM_PATH.
- * Returns KMRUN_ELUA (km_errmsg: the error) when the script raised. */
+ * Returns KMRUN_ELUA (km_errmsg: the error) when the script raised (*exit_status 1) or
+ * could not be loaded, a syntax error (*exit_status 2, as from kmrun). */
 KMRUN_API km_status km_run_script(const char *path, int argc, const char *const *argv, int *exit_status);
 
 #ifdef __cplusplus

@@ -15,6 +15,7 @@ local sandbox = require "km.sandbox"
 local limits = require "km.limits"
 local sys = require "km.sys"
 local shape = require "km.task.shape"
+local utf8_error = require("km.text").utf8_error
 
 local M = {}
 
@@ -62,6 +63,18 @@ function M.read_inside(dir, name)
 end
 local read_inside = M.read_inside
 
+-- read_inside for a text file: nil, "DIR/NAME is not valid UTF-8: byte ... at offset N"
+-- for one that is not (task text reaches prompts, and a server refuses a request that is not
+-- UTF-8: it is refused here, where it enters).
+local function read_text(dir, name)
+  local text, why, code = read_inside(dir, name)
+  if not text then return nil, why, code end
+  local bad = utf8_error(text)
+  if bad then return nil, fmt("%s/%s is not valid UTF-8: %s", dir, name, bad), "NOT_UTF8" end
+  return text
+end
+M.read_text = read_text
+
 -- Runs a task file's text (task.lua, params.lua) in the sandbox; returns its value copied
 -- as plain data, or nil, "field: why".
 local function run_file(text, file)
@@ -73,6 +86,26 @@ end
 
 local function fail(file, field, why)
   error({ task_error = fmt("%s: %s: %s", file, field, why) }, 0)
+end
+
+-- Every string of task.lua's table (keys and values) but its name, which is the folder's
+-- (whatever bytes the file system holds), must be UTF-8: these reach prompts. A bad one is
+-- named by its field, and by its offset in task.lua where it is written there literally.
+local function check_strings(file, src, v, field)
+  for k, x in pairs(v) do
+    local f = type(k) == "number" and fmt("%s[%d]", field, k) or (field == "" and tostring(k) or field .. "." .. tostring(k))
+    for _, s in ipairs { k, x } do
+      if type(s) == "string" and not (field == "" and k == "name" and s == x) then
+        local where, bad = utf8_error(s)
+        if where then
+          local at = src:find(s:sub(1, bad), 1, true)
+          if at then where = utf8_error(src:sub(1, at + bad - 1)) .. " of task.lua" else where = where .. " of the string" end
+          fail(file, f, "not valid UTF-8: " .. where)
+        end
+      end
+    end
+    if type(x) == "table" then check_strings(file, src, x, f) end
+  end
 end
 
 local function check_io(file, list, what, need_init)
@@ -103,7 +136,7 @@ local function check_texts(file, dir, t)
     local v = t[field]
     if type(v) ~= "string" then fail(file, field, "must be a file name or text") end
     if not v:match(pattern) then return v end
-    local text, fwhy = read_inside(dir, v)
+    local text, fwhy = read_text(dir, v)
     if not text then fail(file, field, fwhy) end
     return text
   end
@@ -121,7 +154,7 @@ local function check_reference(file, dir, t)
     fail(file, "reference", "must be { source = 'reference.cu', launch = 'reference.lua' [, pytorch = 'reference.py'] }")
   end
   for _, k in ipairs { "source", "launch" } do
-    local text, why = read_inside(dir, ref[k])
+    local text, why = read_text(dir, ref[k])
     if not text then fail(file, "reference." .. k, why) end
     ref[k .. "_text"] = text
   end
@@ -133,7 +166,7 @@ local function check_reference(file, dir, t)
     if type(name) ~= "string" or not name:match("%.py$") then
       fail(file, "reference.pytorch", "must be the name of a .py file in the folder (KernelBench's form), got " .. text(name))
     end
-    local text, why = read_inside(dir, name)
+    local text, why = read_text(dir, name)
     if not text then fail(file, "reference.pytorch", why) end
     ref.pytorch_file, ref.pytorch_text, ref.pytorch = limits.resolve_inside(dir, name), text, nil
   end
@@ -182,6 +215,8 @@ local function check_starter(file, dir, st)
     local p, fkind = limits.resolve_inside(dir, st.dir .. "/" .. f)
     if not p then fail(file, "starter.dir", fkind) end
     if fkind ~= "file" then fail(file, "starter.dir", st.dir .. "/" .. f .. " is not a regular file") end
+    local _, why, code = read_text(dir, st.dir .. "/" .. f)
+    if code == "NOT_UTF8" then fail(file, "starter", why) end
   end
   st.params = st.params or {}
   st.default = st.default or {}
@@ -208,6 +243,7 @@ function M.load(dir)
     end
     local t, why = run_file(src, file)
     if not t then error({ task_error = file .. ": " .. why }, 0) end
+    check_strings(file, src, t, "")
     local base = dir:match("([^/]+)$")
     if type(t.name) ~= "string" then fail(file, "name", "missing") end
     if t.name ~= base then fail(file, "name", fmt("'%s' does not match the folder '%s'", t.name, base)) end
@@ -249,18 +285,19 @@ function M.entries(dir, precision)
   return out
 end
 
--- Every task folder under dir (sorted by name); errors are returned alongside. precision
--- (fp16, bf16): the precision KernelBench problem files in it load at (km.task.kbtask).
+-- Every task folder under dir (sorted by name); errors are returned alongside, and the
+-- paths that gave them (failed[i] gave errors[i]). precision (fp16, bf16): the precision
+-- KernelBench problem files in it load at (km.task.kbtask).
 -- progress(k, n, path): called before each task loads.
 function M.list(dir, precision, progress)
-  local tasks, errors = {}, {}
+  local tasks, errors, failed = {}, {}, {}
   local list = M.entries(dir, precision)
   for k, d in ipairs(list) do
     if progress then progress(k, #list, d) end
     local t, err = M.load(d)
-    if t then tasks[#tasks + 1] = t else errors[#errors + 1] = err end
+    if t then tasks[#tasks + 1] = t else errors[#errors + 1], failed[#failed + 1] = err, d end
   end
-  return tasks, errors
+  return tasks, errors, failed
 end
 
 -- The tunables a kernel source declares with defaults: `#ifndef NAME` followed by
@@ -294,6 +331,11 @@ end
 -- A candidate folder: kernel.cu + launch.lua (+ params.lua).
 function M.candidate(dir)
   dir = dir:gsub("/+$", "")
+  if limits.realpath(dir) and not sys.readdir(dir) then
+    local parent = dir:match("^(.*)/[^/]+$") or "."
+    return nil, fmt("%s: a file, not a candidate folder: name the folder that holds kernel.cu and launch.lua (%s?)",
+      dir, parent), "CANDIDATE_INVALID"
+  end
   local source, e1 = read_inside(dir, "kernel.cu")
   if not source then return nil, dir .. "/kernel.cu: " .. e1, "CANDIDATE_INVALID" end
   local launch, e2 = read_inside(dir, "launch.lua")

@@ -27,6 +27,7 @@
 
 #include "km.h"
 #include "km_json.h"
+#include "km_utf8_core.h"
 
 #define ARRAY_MT "km.json.array"
 #define OBJECT_MT "km.json.object"
@@ -87,16 +88,35 @@ static int format_float(char out[40], double d) {
   return len;
 }
 
-/* Input is escaped in chunks so the output room needed (6 bytes per byte, for \u00XX) stays
- * small whatever the string's size. Bytes >= 0x80 pass through: strings are bytes, and
- * invalid UTF-8 is written as it is (docs/json.md). */
+/* Input is escaped in chunks so the output room needed stays small whatever the string's
+ * size: at most 6 bytes per input byte (\u00XX, \ufffd), and a chunk may run up to 3 bytes
+ * past its end to finish a UTF-8 sequence. Valid UTF-8 passes through as it is; each byte that
+ * is not part of valid UTF-8 becomes \ufffd (U+FFFD), so the text is always valid UTF-8
+ * whatever bytes a Lua string holds (docs/json.md). */
 #define ESC_CHUNK 512
+#define ESC_ROOM(k) (6 * ((k) + 3))
 
-static size_t escape_chunk(char *dst, const unsigned char *s, size_t n) {
+/* Escapes s[*at .. at+k) (and the rest of a sequence begun there) into dst; moves *at on. */
+static size_t escape_chunk(char *dst, const unsigned char *s, size_t n, size_t *at, size_t k) {
   static const char hex[] = "0123456789abcdef";
   char *d = dst;
-  for (size_t i = 0; i < n; i++) {
+  size_t i = *at, end = i + k;
+  while (i < end) {
     unsigned char c = s[i];
+    if (c >= 0x80) {
+      size_t len = km_utf8_seq(s + i, n - i);
+      if (len) {
+        memcpy(d, s + i, len);
+        d += len;
+        i += len;
+      } else {
+        memcpy(d, KM_UTF8_REPLACEMENT_ESC, 6);
+        d += 6;
+        i++;
+      }
+      continue;
+    }
+    i++;
     if (c >= 0x20 && c != '"' && c != '\\') {
       *d++ = (char)c;
       continue;
@@ -116,15 +136,16 @@ static size_t escape_chunk(char *dst, const unsigned char *s, size_t n) {
       *d++ = hex[c & 15];
     }
   }
+  *at = i;
   return (size_t)(d - dst);
 }
 
 void km_json_add_string(luaL_Buffer *b, const char *s, size_t n) {
   luaL_addchar(b, '"');
-  for (size_t off = 0; off < n; off += ESC_CHUNK) {
+  for (size_t off = 0; off < n;) {
     size_t k = n - off < ESC_CHUNK ? n - off : ESC_CHUNK;
-    char *d = luaL_prepbuffsize(b, 6 * k);
-    luaL_addsize(b, escape_chunk(d, (const unsigned char *)s + off, k));
+    char *d = luaL_prepbuffsize(b, ESC_ROOM(k));
+    luaL_addsize(b, escape_chunk(d, (const unsigned char *)s, n, &off, k));
   }
   luaL_addchar(b, '"');
 }
@@ -201,10 +222,10 @@ static void out_add(encoder *e, const char *s, size_t n) {
 
 static void out_string(encoder *e, const char *s, size_t n) {
   out_lit(e, "\"");
-  for (size_t off = 0; off < n; off += ESC_CHUNK) {
+  for (size_t off = 0; off < n;) {
     size_t k = n - off < ESC_CHUNK ? n - off : ESC_CHUNK;
-    out_reserve(e, 6 * k);
-    e->len += escape_chunk(e->p + e->len, (const unsigned char *)s + off, k);
+    out_reserve(e, ESC_ROOM(k));
+    e->len += escape_chunk(e->p + e->len, (const unsigned char *)s, n, &off, k);
   }
   out_lit(e, "\"");
 }

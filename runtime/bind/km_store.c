@@ -26,6 +26,7 @@
 #include "km_store_core.h"
 #include "km_lease_core.h"
 #include "km_scrub_core.h"
+#include "km_utf8_core.h"
 
 #define KM_STORE_MT "km.Store"
 
@@ -495,10 +496,21 @@ static void add_str_or_null(luaL_Buffer *b, const char *v) {
   else luaL_addstring(b, "null");
 }
 
-/* The stored text was written by km.json, so it is spliced in as it is. */
+/* The stored text was written by km.json, so it is spliced in as it is, but for any byte that
+ * is not valid UTF-8 (text a store got before km.json replaced such bytes): invalid bytes can
+ * stand only inside a JSON string, where \ufffd is what json.encode writes for each. */
 static void add_raw_or_null(luaL_Buffer *b, const char *v, size_t n) {
-  if (v) luaL_addlstring(b, v, n);
-  else luaL_addstring(b, "null");
+  if (!v) {
+    luaL_addstring(b, "null");
+    return;
+  }
+  for (size_t at = 0;;) {
+    size_t bad = at + km_utf8_check(v + at, n - at);
+    luaL_addlstring(b, v + at, bad - at);
+    if (bad >= n) break;
+    luaL_addstring(b, KM_UTF8_REPLACEMENT_ESC);
+    at = bad + 1;
+  }
 }
 
 /* Appends the episode as one line of JSON, keys in the order json.encode sorts them, so a

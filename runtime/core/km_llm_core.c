@@ -17,6 +17,7 @@
 
 #include "km_llm_core.h"
 #include "km_scrub_core.h"
+#include "km_utf8_core.h"
 
 static void set_err(char *err, size_t errn, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -61,6 +62,32 @@ static void sb_add(sbuf *b, const char *s, size_t n) {
 static void sb_adds(sbuf *b, const char *s) { sb_add(b, s, strlen(s)); }
 
 /* ---- requests ---- */
+
+/* A server refuses a body that is not UTF-8 (HTTP 400), and cJSON prints the bytes of its
+ * strings as they are: each byte of *text that is not valid UTF-8 (a tool result that printed
+ * raw bytes; it can stand only inside a JSON string) becomes \ufffd, as km.json writes it.
+ * *text is cJSON_malloc'd and replaced by a cJSON_malloc'd copy; KM_ENOMEM leaves it freed. */
+static int utf8_text(char **text) {
+  size_t n = strlen(*text), bad = km_utf8_check(*text, n), extra = 0;
+  if (bad == n) return KM_OK;
+  for (size_t at = bad; at < n; at += km_utf8_check(*text + at, n - at)) extra += 5, at++;
+  char *out = cJSON_malloc(n + extra + 1), *d = out;
+  if (out) {
+    for (size_t at = 0;;) {
+      size_t stop = at + km_utf8_check(*text + at, n - at);
+      memcpy(d, *text + at, stop - at);
+      d += stop - at;
+      if (stop >= n) break;
+      memcpy(d, KM_UTF8_REPLACEMENT_ESC, 6);
+      d += 6;
+      at = stop + 1;
+    }
+    *d = '\0';
+  }
+  cJSON_free(*text);
+  *text = out;
+  return out ? KM_OK : KM_ENOMEM;
+}
 
 /* cJSON's builders return NULL on a failed allocation and its Add* calls then quietly add
  * nothing; a request with a hole would still print and be sent. Every node goes through
@@ -402,6 +429,10 @@ int km_llm_build_request(km_llm_api api, const km_llm_message *msgs, size_t n_ms
       return KM_ENOMEM;
     }
     text = copy;
+  }
+  if (utf8_text(&text)) {
+    set_err(err, errn, "out of memory building the request");
+    return KM_ENOMEM;
   }
   *json_out = text;
   return KM_OK;

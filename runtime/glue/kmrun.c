@@ -193,11 +193,15 @@ static void create_arg_table(lua_State *L, char **argv, int argc, int script) {
   lua_setglobal(L, "arg");
 }
 
-/* Runs the file with the arguments after it; exit status follows an integer return. */
+/* Runs the file with the arguments after it; exit status follows an integer return.
+ * -1: it raised (exit status 1, as lua's); NOT_LOADED: it could not be loaded (a syntax
+ * error, an unreadable file): exit status 2, the status `kmrun sweep --strategies` gives
+ * the same file, so a strategy that does not load exits alike whichever command ran it. */
+#define NOT_LOADED (-2)
 static int run_script(lua_State *L, const char *fname, char **argv, int argc, int script) {
   create_arg_table(L, argv, argc, script);
   int status = luaL_loadfile(L, fname);
-  if (status != LUA_OK) { report(L, status); return -1; }
+  if (status != LUA_OK) { report(L, status); return NOT_LOADED; }
   int n = argc - script - 1;
   luaL_checkstack(L, n + 3, "too many arguments to script");
   for (int i = script + 1; i < argc; i++) lua_pushstring(L, argv[i]);
@@ -547,7 +551,7 @@ int main(int argc, char **argv) {
   if (!rc) rc = run_actions(L, nactions);
   if (!rc && script) {
     int code = run_script(L, strcmp(script_path, "-") ? script_path : NULL, argv, argc, script);
-    rc = code < 0 ? 1 : code;
+    rc = code == NOT_LOADED ? 2 : code < 0 ? 1 : code;
   }
   if (!rc && interactive) {
     lua_settop(L, 0);
@@ -558,7 +562,7 @@ int main(int argc, char **argv) {
     if (isatty(0)) repl(L);
     else {
       rc = run_script(L, NULL, argv, argc, 0); /* read a script from standard input */
-      if (rc < 0) rc = 1;
+      rc = rc == NOT_LOADED ? 2 : rc < 0 ? 1 : rc;
     }
   }
   lua_close(L);

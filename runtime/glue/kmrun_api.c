@@ -860,7 +860,7 @@ km_status km_run_script(const char *path, int argc, const char *const *argv, int
   lua_setglobal(L, "arg");
   km_status st = KMRUN_OK;
   int code = 0;
-  int ls = luaL_loadfile(L, path);
+  int ls = luaL_loadfile(L, path), not_loaded = ls != LUA_OK;
   if (ls == LUA_OK) {
     luaL_checkstack(L, argc + 3, "too many arguments");
     for (int i = 0; i < argc; i++) lua_pushstring(L, argv[i] ? argv[i] : "");
@@ -880,7 +880,7 @@ km_status km_run_script(const char *path, int argc, const char *const *argv, int
   }
   if (ls != LUA_OK) {
     st = fail(KMRUN_ELUA, "LUA_ERROR", "%s", lua_tostring(L, -1) ? lua_tostring(L, -1) : "(no message)");
-    code = 1;
+    code = not_loaded ? 2 : 1; /* as kmrun's: a file that does not load is 2 */
   } else if (lua_isinteger(L, -1)) code = (int)lua_tointeger(L, -1);
   else if (lua_isboolean(L, -1) && !lua_toboolean(L, -1)) code = 1;
   lua_close(L);

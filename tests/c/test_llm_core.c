@@ -5,6 +5,7 @@
 #include <cJSON.h>
 #include "test.h"
 #include "km_llm_core.h"
+#include "km_utf8_core.h"
 
 /* Builds a request and parses it back; NULL (and the test fails) when either step fails. */
 static cJSON *build(km_llm_api api, const km_llm_message *m, size_t n, const km_llm_params *p) {
@@ -394,6 +395,27 @@ TEST(scrub) {
   km_llm_response_free(&r);
 }
 
+/* A tool result with raw bytes (launch code printed string.char(255)) must not make the body
+ * invalid UTF-8: a server refuses such a body (HTTP 400) and the model would be blamed. */
+TEST(request_is_valid_utf8) {
+  km_llm_message m[] = {{"user", "caf\xe9 \xff\xfe ok \xc3\xa9 cut\xe2\x82", NULL, 0, NULL}};
+  km_llm_params p = {.n = 1};
+  for (int api = 0; api < 2; api++) {
+    char *text = NULL, err[256];
+    ASSERT_EQ_INT(km_llm_build_request(api ? KM_LLM_ANTHROPIC : KM_LLM_OPENAI, m, 1, &p, &text, err,
+                                       sizeof err), KM_OK);
+    ASSERT_EQ_INT(km_utf8_check(text, strlen(text)), strlen(text));
+    cJSON *r = cJSON_Parse(text);
+    km_llm_free(text);
+    ASSERT(r);
+    const cJSON *msg = idx(at(r, "messages"), 0);
+    const char *c = str(msg, "content");
+    if (!c) c = str(idx(at(msg, "content"), 0), "text");
+    ASSERT_EQ_STR(c, "caf\xef\xbf\xbd \xef\xbf\xbd\xef\xbf\xbd ok \xc3\xa9 cut\xef\xbf\xbd\xef\xbf\xbd");
+    cJSON_Delete(r);
+  }
+}
+
 /* ---- retry policy ---- */
 
 TEST(retryable) {
@@ -607,6 +629,7 @@ int main(void) {
   RUN(anthropic_request_merges_turns_and_defaults);
   RUN(request_extra_fields);
   RUN(request_errors);
+  RUN(request_is_valid_utf8);
   RUN(parse_openai_reply);
   RUN(parse_openai_lenient_shapes);
   RUN(parse_errors);

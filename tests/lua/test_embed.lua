@@ -92,6 +92,16 @@ t.test("embed runs a script and a strategy over a task folder through the embedd
   t.eq(rc, 7, out)
   t.ok(out:find("lua says\t0.1.0\tLua 5.4\ta\tb", 1, true), out)
   t.ok(out:find("script: exit 7", 1, true), out)
+  -- a script that does not load is 2, as from kmrun; one that raises is 1
+  local broken = tmp .. "/broken.lua"
+  f = assert(io.open(broken, "w"))
+  f:write("return function(ctx)\n  local x = = 1\nend\n")
+  f:close()
+  for _, cmd in ipairs { BUILD .. "/examples/embed --run " .. broken, KMRUN .. " " .. broken } do
+    local o, r = sh(cmd)
+    t.eq(r, 2, cmd .. ": " .. o)
+    t.ok(o:find("broken.lua:2: unexpected symbol", 1, true), o)
+  end
   -- the same strategy, task and options as kmrun: the same exit status and summary
   local args = " " .. ROOT .. "/strategies/repair.lua " .. ROOT .. "/tasks/l1_relu --store " .. tmp .. "/"
   local out_k, rc_k = sh(KMRUN .. args .. "k.db")

@@ -152,11 +152,11 @@ t.test("pretty printing", function()
   t.raises(function() encode({}, { pretty = {} }) end, "option 'pretty'")
 end)
 
-t.test("strings are bytes: escapes, NUL, invalid UTF-8", function()
+t.test("strings are bytes: escapes, NUL", function()
   t.eq(encode('a"b\\c\n\r\t\b\f'), '"a\\"b\\\\c\\n\\r\\t\\b\\f"')
   t.eq(encode("\0\1\31 "), '"\\u0000\\u0001\\u001f "')
   t.eq(encode("é/€"), '"é/€"', "UTF-8 and / pass through")
-  for _, s in ipairs({ "a\0b", "\xff\xfe bad utf8 \xc3", string.rep("x\0\"\\", 1000), "" }) do
+  for _, s in ipairs({ "a\0b", "é € 😀 \u{10FFFF}", string.rep("x\0\"\\", 1000), "" }) do
     t.eq(decode(encode(s)), s)
   end
   t.eq(decode('"\\u00e9\\u20ac\\ud83d\\ude00\\/"'), "é€😀/")
@@ -165,6 +165,23 @@ t.test("strings are bytes: escapes, NUL, invalid UTF-8", function()
   t.eq(decode('{"a\\u0000b":1}')["a\0b"], 1)
   local big = string.rep("0123456789abcdef", 65536)
   t.eq(decode(encode({ big }))[1], big, "1 MiB string")
+end)
+
+t.test("text is always valid UTF-8: each invalid byte becomes \\ufffd", function()
+  t.eq(encode("caf\xe9"), '"caf\\ufffd"', "a Latin-1 byte")
+  t.eq(encode("\xff\xfe ok \xc3"), '"\\ufffd\\ufffd ok \\ufffd"', "a sequence cut at the end")
+  t.eq(encode("\xed\xa0\x80"), '"\\ufffd\\ufffd\\ufffd"', "a surrogate")
+  t.eq(encode("\xc0\xaf"), '"\\ufffd\\ufffd"', "an overlong '/'")
+  t.eq(encode({ ["k\xff"] = "v" }), '{"k\\ufffd":"v"}', "keys too")
+  t.eq(decode(encode("a\xffb")), "a\u{FFFD}b")
+  -- a sequence that straddles the encoder's 512-byte chunks stays whole; a broken one does not
+  for pad = 505, 515 do
+    local s = string.rep("x", pad) .. "€\xe2\x82" .. string.rep("y", 600) .. "😀"
+    local e = encode(s)
+    t.ok(utf8.len(e), "valid UTF-8 at pad " .. pad)
+    t.eq(decode(e), string.rep("x", pad) .. "€\u{FFFD}\u{FFFD}" .. string.rep("y", 600) .. "😀")
+  end
+  t.eq(json.encode(string.rep("\xff", 3000)), '"' .. string.rep("\\ufffd", 3000) .. '"', "6 bytes out per byte in")
 end)
 
 t.test("decoded arrays carry json.array_mt, so [] round-trips", function()

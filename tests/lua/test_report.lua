@@ -215,7 +215,8 @@ t.test("kmrun report --json parses and matches", function()
 end)
 
 t.test("the terminal table has a row per group and an all row, aligned", function()
-  local out, rc = sh(KMRUN .. " report " .. A .. " " .. B .. " --by level --by category")
+  -- COLUMNS wide: each table in one piece (the 120-column default is tested below)
+  local out, rc = sh("COLUMNS=1000 " .. KMRUN .. " report " .. A .. " " .. B .. " --by level --by category")
   t.eq(rc, 0, out)
   t.ok(out:find("8 episode(s) from 2 file(s)", 1, true), out)
   t.ok(out:find("left out: 1 earlier attempt", 1, true), out)
@@ -603,7 +604,7 @@ t.test("fast_p against eager, torch.compile and the CUDA reference, per level an
 end)
 
 t.test("the text report names the baselines, never pools them silently, and has a block per baseline", function()
-  local out, rc = sh(KMRUN .. " report " .. K)
+  local out, rc = sh("COLUMNS=1000 " .. KMRUN .. " report " .. K)
   t.eq(rc, 0, out)
   t.ok(out:find("speedup, fast_p and geomean columns against PyTorch eager (4 timed correct episode(s)), " ..
     "the CUDA reference (1)", 1, true), out)
@@ -616,7 +617,7 @@ t.test("the text report names the baselines, never pools them silently, and has 
   t.ok(out:match("\n2%s+agent%s+m1%s+eager%s+4%s+3%s+2%s+1%s+50%.0%%%s+50%.0%%%s+25%.0%%"), "eager, level 2")
   t.ok(out:match("\nall%s+agent%s+m1%s+CUDA ref%s+7%s+5%s+3%s+2%s"), "CUDA reference, the series")
   -- a store of one baseline: no warning, no vs column
-  local one = sh(KMRUN .. " report " .. A)
+  local one = sh("COLUMNS=1000 " .. KMRUN .. " report " .. A)
   t.ok(one:find("columns against the CUDA reference (4 timed correct episode(s))", 1, true), one)
   t.ok(not one:find("warning:", 1, true) and one:match("\nstrategy%s+model%s+n%s+correct%s+fast_0%.5"), one)
 end)
@@ -888,7 +889,7 @@ t.test("GPU time: stage seconds, kernel seconds, harness overhead and evaluation
 end)
 
 t.test("GPU time in the text, JSON, CSV and HTML reports; an older store says not recorded", function()
-  local out, rc = sh(KMRUN .. " report " .. GT .. " --by strategy 2>/dev/null")
+  local out, rc = sh("COLUMNS=1000 " .. KMRUN .. " report " .. GT .. " --by strategy 2>/dev/null")
   t.eq(rc, 0, out)
   t.ok(out:find("GPU time: 10.0 s in the judge's stages over 3 evaluation(s) (1080 per GPU-hour); the candidates' " ..
     "own timed kernels 2.00 s over 2: harness overhead measure/kernel 2.50x, all stages/kernel 5.00x " ..
@@ -1102,6 +1103,35 @@ if have_chromium() then
 else
   t.skip("headless Chromium renders the six charts", "chromium not installed")
 end
+
+t.test("the text report fits 120 columns: wide tables in panels that repeat the labels, long lines wrapped", function()
+  for _, args in ipairs { A .. " " .. B .. " --by level --by category", K, GT .. " --by strategy" } do
+    local out, rc = sh("env -u COLUMNS " .. KMRUN .. " report " .. args .. " 2>/dev/null")
+    t.eq(rc, 0, out)
+    for l in out:gmatch("[^\n]+") do t.ok(#l <= 120, string.format("%d columns: %s", #l, l)) end
+    -- nothing lost: every word of the wide report is in the narrow one
+    local wide = sh("COLUMNS=1000 " .. KMRUN .. " report " .. args .. " 2>/dev/null")
+    local have = {}
+    for w in out:gmatch("%S+") do have[w] = true end
+    for w in wide:gmatch("%S+") do t.ok(have[w], "kept: " .. w) end
+  end
+  -- the all row of the level table, read across its panels
+  local out = sh("env -u COLUMNS " .. KMRUN .. " report " .. A .. " " .. B .. " --by level")
+  local heads, alls = 0, {}
+  for block in (out .. "\n\n"):gmatch("(.-)\n\n") do
+    if block:match("^level ") then
+      heads = heads + 1
+      alls[#alls + 1] = block:match("\n(all [^\n]*)$")
+    end
+  end
+  t.ok(heads >= 2, "the level table in panels: " .. out)
+  t.eq(#alls, heads, out)
+  t.ok(alls[1]:match("^all%s+8%s+5 %(62%.5%%%)%s+62%.5%%"), alls[1])
+  t.ok(table.concat(alls, " "):match("%s5%.3k"), "tokens/ok in a later panel: " .. table.concat(alls, "\n"))
+  -- COLUMNS, where set, is the width
+  out = sh("COLUMNS=80 " .. KMRUN .. " report " .. A .. " 2>/dev/null")
+  for l in out:gmatch("[^\n]+") do t.ok(#l <= 80, string.format("%d columns: %s", #l, l)) end
+end)
 
 os.execute("rm -rf " .. dir)
 t.done()

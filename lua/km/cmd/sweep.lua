@@ -72,7 +72,7 @@ for _, name in ipairs(args.strategies) do
   end
   strategies[#strategies + 1] = { name = path:match("([^/]+)%.lua$") or path, fn = fn, path = path }
 end
-local tasks, tcode = setup.tasks(args, { name = "kmrun sweep" })
+local tasks, tcode, dropped = setup.tasks(args, { name = "kmrun sweep" })
 if not tasks then return tcode end
 local models = args.models or { false }
 local shard = args.shard
@@ -83,8 +83,9 @@ local db, pool = env.db, env.pool
 local res = sweep.run { strategies = strategies, tasks = tasks, models = models, repeats = args["repeat"],
   jobs = args.jobs, rerun = args.rerun, store = db, pool = pool, args = args, make_client = env.make_client,
   guidance = env.guidance, shard = shard, argv = argv, name = "sweep", replay = args.replay }
-print(string.format("sweep: %d run, %d correct%s, %d skipped as already finished, %.0f s; store %s%s",
-  res.ran, res.correct, setup.speedup_summary(res.speedups_by), res.skipped, res.seconds, store_path,
+print(string.format("sweep: %d run, %d correct%s, %d skipped as already finished%s, %.0f s; store %s%s",
+  res.ran, res.correct, setup.speedup_summary(res.speedups_by), res.skipped, setup.dropped_text(dropped), res.seconds,
+  store_path,
   pool and (", " .. #pool.slots .. " GPU worker(s)") or " (no GPU)"))
 if leases.held_line(res) then print("sweep: " .. leases.held_line(res)) end
 db:close()
@@ -93,4 +94,4 @@ if res.interrupted then
   io.stderr:write(string.format("kmrun sweep: interrupted (%s): %d episode(s) marked interrupted; the same command resumes them\n",
     res.interrupted, res.n_interrupted or 0))
 end
-return setup.exit_status(res, pool)
+return setup.exit_status(res, pool, dropped)

@@ -15,6 +15,7 @@
 -- content as <think>...</think> before the answer, the convention of open reasoning models'
 -- chat templates (DeepSeek-R1, Qwen3).
 local json = require "km.json"
+local utf8_error = require("km.text").utf8_error
 local prompt = require "km.run.prompt"
 
 local M = {}
@@ -339,8 +340,11 @@ function M.validate_file(path, kind)
       r.problems[#r.problems + 1] = { n, "an empty line (JSONL has one object per line)" }
     else
       r.lines = r.lines + 1
-      local obj, jerr = json.decode(line)
-      local bad = obj == nil and { "not JSON: " .. tostring(jerr) } or check(obj)
+      local where = utf8_error(line)
+      local obj, jerr
+      if not where then obj, jerr = json.decode(line) end
+      local bad = where and { "not valid UTF-8 (JSON text is UTF-8): " .. where:gsub(" %(line %d+%)$", " of the line") }
+        or obj == nil and { "not JSON: " .. tostring(jerr) } or check(obj)
       if #bad > 0 then
         r.invalid = r.invalid + 1
         for _, b in ipairs(bad) do r.problems[#r.problems + 1] = { n, b } end

@@ -137,27 +137,83 @@ local function table_cells(r, b)
   return cells, #dims
 end
 
+-- The width every line of the text report fits in: $COLUMNS where it is set (40 or more),
+-- else 120.
+local function width()
+  local c = tonumber(os.getenv("COLUMNS") or "")
+  return c and c >= 40 and math.floor(c) or 120
+end
+
+-- The columns of one panel: the label columns, then from column `from` as many as fit
+-- `limit` (at least one). -> list of column indices, the next column's index
+local function panel_columns(w, left, from, limit)
+  local cols, width = {}, 0
+  for j = 1, left do
+    cols[#cols + 1] = j
+    width = width + w[j] + 2
+  end
+  local j = from
+  while w[j] and (j == from or width + w[j] <= limit) do
+    cols[#cols + 1] = j
+    width = width + w[j] + 2
+    j = j + 1
+  end
+  return cols, j
+end
+
+-- Cells as aligned columns (the first `left` ones left-aligned: the labels) under a ruled
+-- header. A table wider than the width is cut into panels one after another, each repeating
+-- the label columns, so no line is wider.
 local function align(cells, left)
   left = left or 1
   local w = {}
   for _, row in ipairs(cells) do
     for j, c in ipairs(row) do w[j] = max(w[j] or 0, #c) end
   end
-  local out = {}
-  for i, row in ipairs(cells) do
-    local parts = {}
-    for j, c in ipairs(row) do
-      parts[j] = j <= left and (c .. (" "):rep(w[j] - #c)) or ((" "):rep(w[j] - #c) .. c)
+  local out, from, limit = {}, left + 1, width()
+  repeat
+    local cols, next_from = panel_columns(w, left, from, limit)
+    if from > left + 1 then out[#out + 1] = "" end
+    for i, row in ipairs(cells) do
+      local parts = {}
+      for _, j in ipairs(cols) do
+        local c = row[j] or ""
+        parts[#parts + 1] = j <= left and (c .. (" "):rep(w[j] - #c)) or ((" "):rep(w[j] - #c) .. c)
+      end
+      out[#out + 1] = (concat(parts, "  "):gsub("%s+$", ""))
+      if i == 1 then
+        local rule = {}
+        for _, j in ipairs(cols) do rule[#rule + 1] = ("-"):rep(w[j]) end
+        out[#out + 1] = concat(rule, "  ")
+      end
     end
-    out[#out + 1] = concat(parts, "  ")
-    if i == 1 then
-      local rule = {}
-      for j = 1, #row do rule[j] = ("-"):rep(w[j]) end
-      out[#out + 1] = concat(rule, "  ")
-    end
-  end
+    from = next_from
+  until not w[from]
   return concat(out, "\n") .. "\n"
 end
+
+-- text with each line longer than the width broken at spaces; a continuation is indented two
+-- spaces past the line's own indent. A word longer than the width (a path) stays whole.
+local function fit(text)
+  local out, limit = {}, width()
+  for line in (text .. "\n"):gmatch("([^\n]*)\n") do
+    local indent = line:match("^ *")
+    local cont = indent .. "  "
+    while #line > limit do
+      local cut
+      for i = limit + 1, #indent + 2, -1 do
+        if line:sub(i, i) == " " then cut = i break end
+      end
+      if not cut then break end
+      out[#out + 1] = line:sub(1, cut - 1):gsub("%s+$", "")
+      line = cont .. line:sub(cut + 1):gsub("^%s+", "")
+    end
+    out[#out + 1] = line
+  end
+  out[#out] = nil -- the piece after the final newline
+  return concat(out, "\n")
+end
+M.fit = fit
 
 local function modes_line(fm)
   local ks = {}
@@ -458,7 +514,7 @@ function M.text(r)
     "X/ok: totals over all episodes per correct one; roofline: mean/median fraction of the bound;\n" ..
     "evals/GPU-h: judged evaluations per hour of their summed stage seconds; measure/kernel: the measure stage's\n" ..
     "seconds over the candidates' own timed kernel seconds (harness overhead); - where not recorded.\n"
-  return concat(out)
+  return fit(concat(out))
 end
 
 -- for the other report modules

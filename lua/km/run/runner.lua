@@ -125,9 +125,9 @@ M.load_replay, M.setup_client, M.setup, M.finish_args = setup.load_replay, setup
   setup.finish_args
 M.exit_status, M.speedup_summary = setup.exit_status, setup.speedup_summary
 
--- The line after the run: correct over planned (with earlier runs of the store), geomean
--- speedups, seconds, store, workers, and why it stopped.
-local function summary_line(res, env, out)
+-- The line after the run: correct over planned (with earlier runs of the store), the tasks
+-- dropped as invalid, geomean speedups, seconds, store, workers, and why it stopped.
+local function summary_line(res, env, out, dropped)
   local before = res.before
   local by = {}
   for _, src in ipairs { res.speedups_by, before.speedups_by } do
@@ -136,9 +136,9 @@ local function summary_line(res, env, out)
       for _, x in ipairs(xs) do insert(by[over], x) end
     end
   end
-  return fmt("summary: %d/%d correct%s%s, %.0f s, store %s%s%s", res.correct + before.correct, res.ran + before.n,
+  return fmt("summary: %d/%d correct%s%s%s, %.0f s, store %s%s%s", res.correct + before.correct, res.ran + before.n,
     before.n > 0 and fmt(" (%d finished in earlier runs of this store)", before.n) or "",
-    setup.speedup_summary(by), res.seconds, out,
+    setup.dropped_text(dropped), setup.speedup_summary(by), res.seconds, out,
     env.pool and fmt(", %d GPU worker(s)", #env.pool.slots) or " (no GPU: compile checks only)",
     res.stopped and (", stopped: " .. tostring(res.stopped)) or "")
 end
@@ -152,7 +152,7 @@ function M.main(strategy, script, argv)
   local ferr
   args, ferr = setup.finish_args(args)
   if not args then return A.fail(spec, ferr) end
-  local tasks, tcode = setup.tasks(args, { name = spec.name, prefix = "kmrun" })
+  local tasks, tcode, dropped = setup.tasks(args, { name = spec.name, prefix = "kmrun" })
   if not tasks then return tcode end
   local out = args.store or leases.default_store()
   local env, why, scode = setup.run(args, out, tasks)
@@ -167,7 +167,7 @@ function M.main(strategy, script, argv)
   local res = sweep.run { strategies = { { name = sname, fn = strategy, path = script } }, tasks = tasks,
     models = args.models or { false }, repeats = 1, jobs = args.jobs, store = env.db, pool = env.pool, args = args,
     make_client = env.make_client, guidance = env.guidance, argv = argv, name = sname, rerun = args.rerun, replay = args.replay }
-  print(summary_line(res, env, out))
+  print(summary_line(res, env, out, dropped))
   if leases.held_line(res) then print("kmrun: " .. leases.held_line(res)) end
   if res.interrupted then
     io.stderr:write(fmt("kmrun: interrupted (%s): %d episode(s) marked interrupted in %s; %s resumes the run%s\n",
@@ -177,7 +177,7 @@ function M.main(strategy, script, argv)
   end
   env.db:close()
   if env.pool then env.pool:close() end
-  return setup.exit_status(res, env.pool)
+  return setup.exit_status(res, env.pool, dropped)
 end
 
 return M

@@ -135,25 +135,39 @@ function M.task_dirs(named, who)
   return named
 end
 
+-- The name a task that did not load goes by: its folder's, or its problem file's.
+local function dropped_name(path)
+  if kbtask.is_problem(path) then return kbtask.name(path) end
+  return (path:gsub("/+$", ""):match("([^/]+)$") or path)
+end
+
 -- Every task named on the command line, loaded; errors listed (problem files that cannot
--- load for want of PyTorch as one entry: km.task.kernelbench.fold_errors). precision (fp16,
--- bf16): the precision KernelBench problem files run at (tasks with a CUDA reference keep
--- theirs).
+-- load for want of PyTorch as one entry: km.task.kernelbench.fold_errors), and the tasks
+-- dropped for them ({ name, why }); with a filter, only those whose name it matches. precision
+-- (fp16, bf16): the precision KernelBench problem files run at (tasks with a CUDA reference
+-- keep theirs). -> tasks, errors, dropped, found (the tasks found before the filter)
 function M.collect_tasks(paths, filter, precision)
-  local tasks, errors = {}, {}
+  local tasks, errors, dropped = {}, {}, {}
+  local function drop(path, err)
+    local name = dropped_name(path)
+    if filter and not name:match(filter) then return end -- not asked for: not said either
+    insert(errors, err)
+    insert(dropped, { name = name, why = err })
+  end
   for _, p in ipairs(paths) do
     local f = io.open(p .. "/task.lua")
     if f then f:close() end
     if f or kbtask.is_problem(p) then
       local t, err = task_mod.load(kbtask.is_problem(p) and kbtask.key(p, precision) or p)
-      if t then insert(tasks, t) else insert(errors, err) end
+      if t then insert(tasks, t) else drop(p, err) end
     else
-      local ts, es = task_mod.list(p, precision)
+      local ts, es, failed = task_mod.list(p, precision)
       if #ts == 0 and #es == 0 then insert(errors, p .. ": no tasks found") end
       for _, t in ipairs(ts) do insert(tasks, t) end
-      for _, e in ipairs(es) do insert(errors, e) end
+      for i, e in ipairs(es) do drop(failed[i], e) end
     end
   end
+  local found = tasks
   if filter then
     local kept = {}
     for _, t in ipairs(tasks) do if t.name:match(filter) then insert(kept, t) end end
@@ -161,7 +175,22 @@ function M.collect_tasks(paths, filter, precision)
   end
   local folded, line = require("km.task.kernelbench").fold_errors(errors)
   if line then insert(folded, line) end
-  return tasks, folded
+  return tasks, folded, dropped, found
+end
+
+-- The first names of a list of tasks: "l1_relu, l1_gelu, l1_silu and 37 more".
+function M.names_text(tasks, n)
+  n = n or 3
+  local names = {}
+  for i = 1, math.min(#tasks, n) do names[i] = tasks[i].name end
+  return concat(names, ", ") .. (#tasks > n and fmt(" and %d more", #tasks - n) or "")
+end
+
+-- The summary's words for tasks dropped as invalid ("" when none):
+-- ", 1 task dropped (invalid): l1_bad".
+function M.dropped_text(dropped)
+  if not dropped or #dropped == 0 then return "" end
+  return fmt(", %d task%s dropped (invalid): %s", #dropped, #dropped == 1 and "" or "s", M.names_text(dropped, 5))
 end
 
 -- Offline (no model configured) a strategy's only candidate is the task's starter: a task
@@ -188,15 +217,22 @@ end
 
 -- The tasks a command runs, from its parsed options: named (else ./tasks), loaded, those
 -- an offline run cannot serve left out, and those kmrun tasks lint flags gated. Says on
--- stderr what it skipped; returns the tasks, or nil and the exit status (2) when none is
--- left. who: { name = "kmrun repair" (for the task folders' errors), prefix = "kmrun" }.
+-- stderr what it skipped; returns the tasks, nil and the tasks dropped as invalid ({ name,
+-- why }: the run's summary counts them and its exit status is not 0), or nil and the exit
+-- status (2) when none is left (a --filter that matches no task says so).
+-- who: { name = "kmrun repair" (for the task folders' errors), prefix = "kmrun" }.
 function M.tasks(args, who)
   local prefix = who.prefix or who.name
   local dirs, derr = M.task_dirs(args.tasks, who.name)
   if not dirs then io.stderr:write(derr, "\n") return nil, 2 end
   args.tasks = dirs
-  local tasks, errors = M.collect_tasks(dirs, args.filter, args.precision)
+  local tasks, errors, dropped, found = M.collect_tasks(dirs, args.filter, args.precision)
   for _, e in ipairs(errors) do io.stderr:write(prefix, ": skipping invalid task: ", e, "\n") end
+  if #tasks == 0 and #dropped == 0 and args.filter and #found > 0 then
+    io.stderr:write(fmt("%s: --filter '%s' matches none of the %d task(s) found (%s); it is a Lua pattern matched " ..
+      "against task names (l1_ matches l1_relu; %%- for a '-')\n", prefix, args.filter, #found, M.names_text(found)))
+    return nil, 2
+  end
   if #tasks == 0 then io.stderr:write(prefix, ": no valid tasks\n") return nil, 2 end
   local owhy
   tasks, owhy = M.offline_tasks(tasks, args)
@@ -207,7 +243,7 @@ function M.tasks(args, who)
     io.stderr:write(prefix, ": every task was flagged by kmrun tasks lint (--allow-degenerate runs them)\n")
     return nil, 2
   end
-  return tasks
+  return tasks, nil, dropped
 end
 
 ----------------------------------------------------------------------------------------
@@ -331,10 +367,11 @@ end
 M.EXIT = { OK = 0, NOT_ALL_CORRECT = 1, USAGE = 2, NO_GPU = 3, MODEL = 4 }
 
 M.EXIT_STATUS = [[
-Exit status: 0 when every episode ended correct, 1 otherwise, 2 on usage errors, 3 when
-there was no GPU and every episode's candidate compiled (nothing was run; a compile error
-is 1, as from kmrun eval), 4 when the model could not be used (the
-run was stopped by it, or an episode ended on a model error), 130 on Ctrl-C (143 on SIGTERM).]]
+Exit status: 0 when every episode ended correct, 1 otherwise (a task named that is not valid
+and was dropped included), 2 on usage errors, 3 when there was no GPU and every episode's
+candidate compiled (nothing was run; a compile error is 1, as from kmrun eval), 4 when the
+model could not be used (the run was stopped by it, or an episode ended on a model error),
+130 on Ctrl-C (143 on SIGTERM).]]
 
 -- The exit status for a finished (or interrupted) run: 128 + the signal when interrupted;
 -- MODEL when the model could not be used (the run was stopped by it, or an episode ended
@@ -342,10 +379,13 @@ run was stopped by it, or an episode ended on a model error), 130 on Ctrl-C (143
 -- not judged) and every episode ended compiled or correct; else 0 or 1 over every planned
 -- episode, those finished in earlier runs of the same store too (res.before, km.run.sweep).
 -- An episode that ended on a compile error is 1 with or without a GPU, as kmrun eval's
--- compile_error is.
-function M.exit_status(res, pool)
+-- compile_error is; so is a run where a task was dropped as invalid (dropped: setup.tasks').
+function M.exit_status(res, pool, dropped)
   if res.interrupted then return require("km.signal").exit_status(res.interrupted) end
   if res.stopped or (res.model_errors or 0) > 0 then return M.EXIT.MODEL end
+  -- a named task that could not be loaded is a task not done: never 0 (nor 3, which says
+  -- every candidate compiled)
+  if dropped and #dropped > 0 then return M.EXIT.NOT_ALL_CORRECT end
   local before = res.before or { n = 0, correct = 0, compiled = 0 }
   local n, correct = res.ran + before.n, res.correct + before.correct
   local compiled = (res.compiled or 0) + before.compiled

@@ -173,8 +173,17 @@ local function intro_line(n_plan, n_todo, resumed, shard)
     shard and fmt(", shard %d/%d", shard[1], shard[2]) or "")
 end
 
--- The progress printer: a line per finished episode, aligned columns under a header (or a
--- bar on a terminal); nothing when quiet. tally: { total, finished, correct }.
+-- Episodes a minute, or a second once past 1,000 a minute ("12.5/min", "40.2/s").
+function M.rate_text(per_min)
+  if per_min >= 1000 then return fmt("%.1f/s", per_min / 60) end
+  return fmt("%.1f/min", per_min)
+end
+
+-- The progress printer: a line per finished episode, aligned columns under a header; on a
+-- terminal a bar instead, and after it (show() with no arguments, at the end of the run) the
+-- lines of the episodes that did not end correct, so a terminal shows what failed as piped
+-- output does (compile-only ones, `compiled` on a machine without a GPU, are counted in one
+-- line instead). Nothing when quiet. tally: { total, finished, correct }.
 local function printer(todo, tally, quiet)
   if quiet then return function() end end
   local tty, t0, header_done = is_tty(), wall(), false
@@ -185,24 +194,47 @@ local function printer(todo, tally, quiet)
     w.model = math.max(w.model, #tostring(item.model or "-"))
   end
   local line_fmt = fmt("%%-%ds  %%-%ds  %%-%ds  %%3s  %%-13s  %%s\n", w.task, w.strategy, w.model)
+  local held, compiled, bar_open = {}, 0, false
+  local function line(item, status, extra)
+    if not header_done then
+      header_done = true
+      io.stdout:write(fmt(line_fmt, "task", "strategy", "model", "rep", "status",
+        fmt("%-14s %-5s %-11s %-7s %s", "speedup", "evals", "model calls", "seconds", "reason")))
+    end
+    io.stdout:write(fmt(line_fmt, item.task.name, item.strategy.name, tostring(item.model or "-"), item.rep, status,
+      extra or ""))
+  end
+  local function finish()
+    if bar_open then io.stdout:write("\n") bar_open = false end
+    if #held > 0 then
+      io.stdout:write(fmt("%d episode%s did not end correct:\n", #held, #held == 1 and "" or "s"))
+      for _, h in ipairs(held) do line(h[1], h[2], h[3]) end
+    end
+    if compiled > 0 then
+      io.stdout:write(fmt("%d episode%s compiled and not run (no GPU here)\n", compiled, compiled == 1 and "" or "s"))
+    end
+    held, compiled = {}, 0
+    io.stdout:flush()
+  end
   return function(item, status, extra)
+    if not item then
+      if tty then finish() end
+      return
+    end
     local total, finished = tally.total, tally.finished
     local rate = finished / math.max(wall() - t0, 1e-9) * 60
     local eta = rate > 0 and (total - finished) / rate or 0
     if tty then
+      if status == "compiled" then compiled = compiled + 1
+      elseif status ~= "correct" then held[#held + 1] = { item, status, extra } end
       local width = 30
       local fill = total > 0 and math.floor(width * finished / total) or width
-      io.stdout:write(fmt("\r[%s%s] %d/%d episodes, %d correct, %.1f/min, ETA %dm%02ds ", string.rep("#", fill),
-        string.rep(".", width - fill), finished, total, tally.correct, rate, eta // 60, math.floor(eta % 60)))
-      if finished == total then io.stdout:write("\n") end
+      io.stdout:write(fmt("\r[%s%s] %d/%d episodes, %d correct, %s, ETA %dm%02ds ", string.rep("#", fill),
+        string.rep(".", width - fill), finished, total, tally.correct, M.rate_text(rate), eta // 60, math.floor(eta % 60)))
+      bar_open = true
+      if finished == total then finish() end
     else
-      if not header_done then
-        header_done = true
-        io.stdout:write(fmt(line_fmt, "task", "strategy", "model", "rep", "status",
-          fmt("%-14s %-5s %-11s %-7s %s", "speedup", "evals", "model calls", "seconds", "reason")))
-      end
-      io.stdout:write(fmt(line_fmt, item.task.name, item.strategy.name, tostring(item.model or "-"), item.rep, status,
-        extra or ""))
+      line(item, status, extra)
     end
     io.stdout:flush()
   end
@@ -334,6 +366,7 @@ local function schedule(todo, env, clients, jobs, tally, show)
     collect(env.pool, clients, waiting)
     L:tick()
   end
+  show() -- the end of the run: a terminal's bar is followed by what did not end correct
   return running, next_item
 end
 

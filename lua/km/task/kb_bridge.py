@@ -16,6 +16,7 @@ the problem's device (torch's default device is set while get_inputs() runs), so
 seed gives other values than KernelBench's CPU generation; and integer and bool tensors keep
 their dtype (KernelBench's eval.py casts every tensor, which turns class indices into floats).
 """
+import contextlib
 import ctypes
 import importlib.util
 import inspect
@@ -90,6 +91,29 @@ def _api(fn):
     wrapper.__name__ = fn.__name__
     wrapper.__doc__ = fn.__doc__
     return wrapper
+
+
+@contextlib.contextmanager
+def _named_warnings(path):
+    """Python warnings raised while a problem file loads, said naming the file: torch's own
+    (a deprecated call, a module built oddly) name only torch's source, and among a hundred
+    problem files a warning that does not say which one is no help. Each distinct warning
+    once per call, on stderr: "kmrun: PATH: UserWarning: message (raised at file.py:12)".
+    The process's warning filters decide what is shown (Python's defaults: no
+    DeprecationWarning from a library; PYTHONWARNINGS); catch_warnings invalidates the "once
+    per location" registry, so a warning shown for one file is shown again for the next."""
+    with warnings.catch_warnings(record=True) as caught:
+        yield
+    seen = set()
+    for w in caught:
+        key = (w.category, str(w.message))
+        if key in seen:
+            continue
+        seen.add(key)
+        where = "" if w.filename == path else " (raised at %s:%s)" % (w.filename, w.lineno)
+        text = str(w.message).strip().replace("\n", " ")
+        sys.stderr.write("kmrun: %s: %s: %s%s\n" % (path, w.category.__name__, text, where))
+    sys.stderr.flush()
 
 
 def _new_id():
@@ -949,7 +973,8 @@ def load(path, precision="fp32", device="cpu", seed=42, tf32=False, names=None):
                            % (path, device, t.__version__), "NO_CUDA")
     if names is not None and not isinstance(names, dict):
         raise ProblemError("names: expected {inputs = {...}, outputs = {...}}")
-    p = Problem(os.path.abspath(path), precision, device, seed, tf32, names)
+    with _named_warnings(os.path.abspath(path)):
+        p = Problem(os.path.abspath(path), precision, device, seed, tf32, names)
     i = _new_id()
     _problems[i] = p
     return {"id": i, "name": p.name, "path": p.path, "init_args": p.init_args,
@@ -962,9 +987,10 @@ def spec(i, seed):
     """The problem's spec; a problem file's (loaded without names) adds "heldout": its
     held-out sizes and spec there ({"rule", "sizes", "spec"}), or {"why"} there are none."""
     p = _problem(i)
-    s = p.spec(seed)
-    if p.names_given is None:
-        s["heldout"] = p.heldout()[0]
+    with _named_warnings(p.path):
+        s = p.spec(seed)
+        if p.names_given is None:
+            s["heldout"] = p.heldout()[0]
     return s
 
 

@@ -22,6 +22,7 @@ local ipairs, type = ipairs, type
 
 local shape = require "km.task.shape"
 local progress = require "km.progress"
+local utf8_error = require("km.text").utf8_error
 local SIZES, numel = shape.DTYPE_BYTES, shape.numel
 
 -- true when path names a problem file (a .py file), whatever its folder
@@ -140,6 +141,8 @@ local function load_spec(kb, path, precision, opts)
   local f = io.open(path, "rb")
   local text = f and f:read(M.MAX_SOURCE + 1)
   if f then f:close() end
+  local bad = text and utf8_error(text)
+  if bad then return nil, path .. " is not valid UTF-8: " .. bad end
   local jc = require "km.jsoncache"
   local dir, key = spec_key(path, precision, text)
   local rec = key and jc.get(dir, key)

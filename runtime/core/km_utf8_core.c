@@ -1,0 +1,35 @@
+/* km_utf8_core.c — UTF-8 validity, byte by byte (km_utf8_core.h). */
+#include "km_utf8_core.h"
+
+size_t km_utf8_seq(const unsigned char *s, size_t n) {
+  unsigned c = s[0];
+  if (c < 0x80) return 1;
+  size_t len;
+  unsigned lo = 0x80, hi = 0xBF; /* the range of the second byte */
+  if (c >= 0xC2 && c <= 0xDF) len = 2;
+  else if (c >= 0xE0 && c <= 0xEF) {
+    len = 3;
+    if (c == 0xE0) lo = 0xA0;      /* overlong below U+0800 */
+    else if (c == 0xED) hi = 0x9F; /* U+D800..U+DFFF are surrogates */
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    len = 4;
+    if (c == 0xF0) lo = 0x90;      /* overlong below U+10000 */
+    else if (c == 0xF4) hi = 0x8F; /* past U+10FFFF */
+  } else
+    return 0;
+  if (n < len || s[1] < lo || s[1] > hi) return 0;
+  for (size_t i = 2; i < len; i++)
+    if ((s[i] & 0xC0) != 0x80) return 0;
+  return len;
+}
+
+size_t km_utf8_check(const char *s, size_t n) {
+  const unsigned char *u = (const unsigned char *)s;
+  size_t i = 0;
+  while (i < n) {
+    size_t k = km_utf8_seq(u + i, n - i);
+    if (!k) return i;
+    i += k;
+  }
+  return n;
+}
