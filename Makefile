@@ -1,8 +1,9 @@
 # kmrun — build, test, run.  `make` builds build/kmrun; `make test` runs every test.
 #
-# Lua 5.4 is linked statically; cJSON is bundled beside the binary (build/lib, found
-# through an $ORIGIN rpath) because Debian ships it only as a shared library and the GPU
-# host has no cJSON package. SQLite, libcurl and NVRTC are taken from the host.
+# Lua 5.4 is linked statically; cJSON and libmicrohttpd (km.http, `kmrun serve --listen`) are
+# bundled beside the binary (build/lib, found through an $ORIGIN rpath) because Debian ships
+# them as shared libraries and the GPU host has neither package. SQLite, libcurl and NVRTC
+# are taken from the host.
 # The CUDA driver is never linked: runtime/core/km_driver.c loads it at run time.
 
 CUDA_HOME ?= /usr/local/cuda
@@ -14,12 +15,13 @@ LUA_CFLAGS  := $(shell pkg-config --cflags lua5.4 2>/dev/null)
 LUA_STATIC  := $(shell pkg-config --variable=libdir lua5.4 2>/dev/null)/liblua5.4.a
 CJSON_LIBDIR:= $(shell pkg-config --variable=libdir libcjson 2>/dev/null)
 CJSON_CFLAGS:= $(shell pkg-config --cflags libcjson 2>/dev/null)
+MHD_LIBDIR  := $(shell pkg-config --variable=libdir libmicrohttpd 2>/dev/null)
 
 CFLAGS  ?= -O2 -g
 CFLAGS  += -std=gnu11 -Wall -Wextra -Wno-unused-parameter -fno-strict-aliasing \
            -Iinclude $(RUNTIME_DIRS:%=-I%) -I$(BUILD) -I$(CUDA_HOME)/include $(LUA_CFLAGS) $(CJSON_CFLAGS)
-LDLIBS  := $(LUA_STATIC) -L$(CUDA_HOME)/lib64 -lnvrtc -lcjson -lsqlite3 -lcurl -ldl -lm -lpthread
-LDFLAGS += -Wl,-E -L$(CJSON_LIBDIR) -Wl,-rpath,'$$ORIGIN/lib' -Wl,-rpath,'$$ORIGIN/../lib/kmrun' \
+LDLIBS  := $(LUA_STATIC) -L$(CUDA_HOME)/lib64 -lnvrtc -lcjson -lmicrohttpd -lsqlite3 -lcurl -ldl -lm -lpthread
+LDFLAGS += -Wl,-E -L$(CJSON_LIBDIR) -L$(MHD_LIBDIR) -Wl,-rpath,'$$ORIGIN/lib' -Wl,-rpath,'$$ORIGIN/../lib/kmrun' \
            -Wl,-rpath,$(CUDA_HOME)/lib64
 
 ifneq ($(SANITIZE),)
@@ -68,8 +70,11 @@ $(BUILD)/obj/%.o: runtime/%.c $(HDRS) $(BUILD)/km_modules.inc | $(BUILD)/obj
 
 $(BUILD)/lib/libcjson.so.1: | $(BUILD)/lib
 	cp -L $(CJSON_LIBDIR)/libcjson.so.1 $@
+$(BUILD)/lib/libmicrohttpd.so.12: | $(BUILD)/lib
+	cp -L $(MHD_LIBDIR)/libmicrohttpd.so.12 $@
+BUNDLED := $(BUILD)/lib/libcjson.so.1 $(BUILD)/lib/libmicrohttpd.so.12
 
-$(BUILD)/kmrun: $(OBJS) $(BUILD)/lib/libcjson.so.1
+$(BUILD)/kmrun: $(OBJS) $(BUNDLED)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(OBJS) $(LDLIBS)
 
 # ---- the library (docs/embedding.md) ----
@@ -85,7 +90,7 @@ $(BUILD)/kmrun: $(OBJS) $(BUILD)/lib/libcjson.so.1
 LIB_SRCS := $(filter-out runtime/glue/kmrun.c,$(SRCS))
 PIC_OBJS := $(LIB_SRCS:runtime/%.c=$(BUILD)/pic/%.o)
 LUA_SHARED := $(shell pkg-config --variable=libdir lua5.4 2>/dev/null)/liblua5.4.so.0
-LIB_LDLIBS := -L$(CJSON_LIBDIR) -L$(CUDA_HOME)/lib64 -lnvrtc -lcjson -lsqlite3 -lcurl -ldl -lm -lpthread
+LIB_LDLIBS := -L$(CJSON_LIBDIR) -L$(MHD_LIBDIR) -L$(CUDA_HOME)/lib64 -lnvrtc -lcjson -lmicrohttpd -lsqlite3 -lcurl -ldl -lm -lpthread
 LIB_RPATH := -Wl,-rpath,$(CUDA_HOME)/lib64
 CARRY := $(if $(wildcard /usr/bin/lua5.4),$(BUILD)/carry/lua5.4) $(if $(wildcard /usr/bin/luajit),$(BUILD)/carry/luajit)
 lib: $(BUILD)/lib/libkmrun.so $(BUILD)/lib/libkmrun.a $(BUILD)/lib/lua/km.so $(BUILD)/examples/embed $(CARRY) \
@@ -120,13 +125,13 @@ $(BUILD)/kmrun.map: include/kmrun.h | $(BUILD)/obj
 $(BUILD)/km_lua.map: | $(BUILD)/obj
 	@printf '{ global: luaopen_km; luaopen_km_*; local: *; };\n' > $@
 
-$(BUILD)/lib/libkmrun.so: $(PIC_OBJS) $(BUILD)/kmrun.map $(BUILD)/lib/libcjson.so.1 $(BUILD)/lib/liblua5.4.so.0
+$(BUILD)/lib/libkmrun.so: $(PIC_OBJS) $(BUILD)/kmrun.map $(BUNDLED) $(BUILD)/lib/liblua5.4.so.0
 	$(CC) -shared -o $@ -Wl,-soname,libkmrun.so -Wl,--version-script=$(BUILD)/kmrun.map -Wl,-z,defs \
 	  -Wl,-rpath,'$$ORIGIN' -Wl,-rpath,'$$ORIGIN/kmrun' $(LIB_RPATH) $(PIC_OBJS) $(BUILD)/lib/liblua5.4.so.0 $(LIB_LDLIBS) \
 	  $(if $(SANITIZE),-fsanitize=$(SANITIZE))
 $(BUILD)/lib/libkmrun.a: $(PIC_OBJS)
 	rm -f $@ && ar rcs $@ $(PIC_OBJS)
-$(BUILD)/lib/lua/km.so: $(PIC_OBJS) $(BUILD)/km_lua.map $(BUILD)/lib/libcjson.so.1 | $(BUILD)/lib/lua
+$(BUILD)/lib/lua/km.so: $(PIC_OBJS) $(BUILD)/km_lua.map $(BUNDLED) | $(BUILD)/lib/lua
 	$(CC) -shared -o $@ -Wl,--version-script=$(BUILD)/km_lua.map -Wl,-rpath,'$$ORIGIN/..' \
 	  -Wl,-rpath,'$$ORIGIN/../../kmrun' $(LIB_RPATH) $(PIC_OBJS) $(LIB_LDLIBS) \
 	  $(if $(SANITIZE),-fsanitize=$(SANITIZE))
@@ -151,7 +156,7 @@ $(BUILD)/tests/%: tests/c/%.c tests/c/test.h $(CORE_OBJS) | $(BUILD)/tests
 	$(CC) $(CFLAGS) -Itests/c $(LDFLAGS) -Wl,-rpath,'$$ORIGIN/../lib' -o $@ $< $(CORE_OBJS) $(LDLIBS)
 
 # Installs the Debian packages the build needs (a no-op when they are present).
-DEB_PKGS := gcc make pkg-config lua5.4 liblua5.4-dev luajit libcjson-dev libsqlite3-dev libcurl4-openssl-dev perl slurm-wlm munge python3
+DEB_PKGS := gcc make pkg-config lua5.4 liblua5.4-dev luajit libcjson-dev libsqlite3-dev libcurl4-openssl-dev libmicrohttpd-dev perl slurm-wlm munge python3
 deps:
 	@missing=""; for p in $(DEB_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \

@@ -5,7 +5,7 @@
 #   PREFIX/bin/kmrun                      the program (finds PREFIX/share/kmrun/lua)
 #   PREFIX/include/kmrun.h                the public C API
 #   PREFIX/lib/libkmrun.so, libkmrun.a    the library
-#   PREFIX/lib/kmrun/libcjson.so.1        bundled cJSON and Lua 5.4 (liblua5.4.so.0): the
+#   PREFIX/lib/kmrun/libcjson.so.1        bundled cJSON, libmicrohttpd and Lua 5.4 (liblua5.4.so.0): the
 #                                         GPU host has neither package
 #   PREFIX/lib/lua/5.4/km.so              `require "km"` for a stock lua5.4
 #   PREFIX/lib/pkgconfig/kmrun.pc         pkg-config kmrun
@@ -15,7 +15,7 @@ set -eu
 B=$1
 P=$2
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-for f in kmrun lib/libkmrun.so lib/libkmrun.a lib/libcjson.so.1 lib/liblua5.4.so.0 lib/lua/km.so; do
+for f in kmrun lib/libkmrun.so lib/libkmrun.a lib/libcjson.so.1 lib/libmicrohttpd.so.12 lib/liblua5.4.so.0 lib/lua/km.so; do
   [ -f "$B/$f" ] || { echo "install: $B/$f is missing (make BUILD=$B first)" >&2; exit 1; }
 done
 mkdir -p "$P/bin" "$P/include" "$P/lib/kmrun" "$P/lib/lua/5.4" "$P/lib/pkgconfig" "$P/share/kmrun"
@@ -23,7 +23,7 @@ P=$(cd "$P" && pwd)
 cp -f "$B/kmrun" "$P/bin/kmrun"
 cp -f "$ROOT/include/kmrun.h" "$P/include/kmrun.h"
 cp -f "$B/lib/libkmrun.so" "$B/lib/libkmrun.a" "$P/lib/"
-cp -f "$B/lib/libcjson.so.1" "$B/lib/liblua5.4.so.0" "$P/lib/kmrun/"
+cp -f "$B/lib/libcjson.so.1" "$B/lib/libmicrohttpd.so.12" "$B/lib/liblua5.4.so.0" "$P/lib/kmrun/"
 cp -f "$B/lib/lua/km.so" "$P/lib/lua/5.4/km.so"
 for d in lua strategies guidance; do
   rm -rf "$P/share/kmrun/$d"

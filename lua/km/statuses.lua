@@ -81,6 +81,8 @@ M.ROWS = {
     rerun = true, meaning = "the model call failed (the code says how); the episode ends" },
   { name = "compiled", stage = "compile", colour = "#9ecae1", failure = false, stops = true, ends_as = "compiled",
     episode = true, exit = 3, meaning = "the kernel compiles and launch.lua loads; not run (no GPU)" },
+  { name = "not_judged", stage = "run", failure = false,
+    meaning = "a service's request its deadline passed before it was judged (cause infra: says nothing of the candidate)" },
   { name = "no_correct_candidate", stage = "run", failure = true,
     meaning = "none of the candidates a strategy's pick weighed was correct (km.run.steps.pick)" },
   { name = "failed", stage = "episode", failure = true, episode = true,

@@ -75,9 +75,7 @@ function M.finish(v, status, feedback, extra)
   return v
 end
 
--- The verdict for a job whose worker was lost: how = "timeout" (stopped by the pool after
--- timeout_s) or "dead" (exit status or signal in `st`).
-function M.lost(job, how, timeout_s, st)
+local function lost_verdict(job, how, timeout_s, st)
   if how == "timeout" then
     return M.finish(M.new { task = job.task_name, candidate = job.cand and job.cand.name }, "timeout",
       fmt("The candidate did not finish within %g s (an endless loop, a deadlock at a barrier, or far too slow). The worker was stopped.", timeout_s))
@@ -91,6 +89,15 @@ function M.lost(job, how, timeout_s, st)
   local why = st.signal and ("signal " .. st.signal) or ("exit code " .. tostring(st.code))
   return M.finish(M.new { task = job.task_name, candidate = job.cand and job.cand.name }, "crashed",
     "The GPU worker died while judging this candidate (" .. why .. ").")
+end
+
+-- The verdict for a job whose worker was lost: how = "timeout" (stopped by the pool after
+-- timeout_s) or "dead" (exit status or signal in `st`). It says so in `worker_lost` (how),
+-- which a service reads to judge a candidate once more on a fresh worker (km.service.backend).
+function M.lost(job, how, timeout_s, st)
+  local v = lost_verdict(job, how, timeout_s, st)
+  v.worker_lost = how
+  return v
 end
 
 -- After every candidate the worker asks the context whether it still answers: a fault can

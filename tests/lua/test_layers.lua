@@ -143,7 +143,7 @@ end
 local ROOT = "lua/km"
 -- lua/km and its folders (docs/architecture.md, "The layers"); task/lint holds km.task.lint's
 -- parts, in the task folder
-local LUA_DIRS = { "", "/cmd", "/judge", "/run", "/task", "/task/lint", "/report", "/data" }
+local LUA_DIRS = { "", "/cmd", "/judge", "/run", "/task", "/task/lint", "/report", "/data", "/service" }
 
 -- -> mods (name -> path), adj (name -> { dep -> "file:line" }) over every .lua file of
 -- LUA_DIRS; deps are km.* names, Lua modules or C ones
@@ -408,6 +408,7 @@ local FOLDER_REQUIRES = {
   report = { base = true, report = true },
   data = { base = true, data = true },
   run = { base = true, run = true, judge = true, task = true },
+  service = { base = true, service = true, run = true, judge = true, task = true },
 }
 local CROSSING = { ["km.task.lint.backends km.judge"] = true, ["km.data.sft km.run.prompt"] = true }
 local ENTRY = { judge = true, task = true, report = true } -- lua/km/X.lua beside lua/km/X/

@@ -1,5 +1,7 @@
 -- kmrun serve [--gpus I] [--idle S] [--timeout S] [--socket PATH] | --status | --stop
 -- A resident GPU worker for `kmrun eval` (km.run.serve): torch imported once, tasks set up once.
+-- kmrun serve --listen HOST:PORT | unix:PATH --tasks DIR [...]: the judge as an HTTP/JSON
+-- service for trainers (km.service.server, docs/service.md).
 local serve = require "km.run.serve"
 local A = require "km.args"
 
@@ -14,7 +16,13 @@ the same checks and verdicts. `kmrun eval` uses a server on its GPU when the ser
 runs the same kmrun (program and Lua library, by content), the same caches and the
 same environment for workers; otherwise it starts a worker of its own and says why.
 Candidates are judged one at a time; others wait their turn. Only this user's
-processes can connect. Runs in the foreground: start it with `kmrun serve &`.]],
+processes can connect. Runs in the foreground: start it with `kmrun serve &`.
+
+With --listen it is the judge as a service (docs/service.md): batches of candidates in
+over HTTP/JSON (POST /v1/evaluate, /v1/jobs), verdicts back in order or as they finish,
+on every GPU named by --gpus (default: all); each verdict says its cause (candidate or
+infra) and carries a reward and its parts. Without a GPU it judges compile-only and says
+so in every verdict. TCP needs --token-file; unix:PATH makes a socket of mode 0600.]],
   options = {
     { "gpus", "I", "the GPU to serve (the first of a list)", type = "ints", aliases = { "gpu" }, default = { 0 } },
     { "idle", "S", "stop after S seconds without a request; 0: never", type = "nonneg", default = serve.IDLE },
@@ -24,6 +32,16 @@ processes can connect. Runs in the foreground: start it with `kmrun serve &`.]],
     { "status", nil, "say whether a server answers, what it serves and whether this\n" ..
         "shell's kmrun eval would use it; exit 0 if one answers, else 1" },
     { "stop", nil, "ask the server to stop (after the job it is on)" },
+    { "listen", "ADDR", "serve HTTP on HOST:PORT (port 0: any free one) or unix:PATH" },
+    { "tasks", "DIR", "--listen: the tasks it judges (folders of tasks, task folders,\n" ..
+        "KernelBench problem files or folders of them; repeatable)", type = "list" },
+    { "token-file", "FILE", "--listen: the clients' tokens, one a line (\"SECRET\" or \"NAME SECRET\");\n" ..
+        "the file must be mode 0600; required on TCP" },
+    { "compile-only", nil, "--listen: judge compile-only even where a GPU is" },
+    { "quota", "N", "--listen: evaluations one client may have outstanding (429 over it)", type = "positive",
+      default = 4096 },
+    { "max-request-mb", "MB", "--listen: the largest request body (413 over it)", type = "positive", default = 8 },
+    { "port-file", "FILE", "--listen: write the port it listens on to FILE once it does" },
   },
   footer = "exit status: 0 stopped (or --status/--stop found a server), 1 none found, 2 usage or\n" ..
     "start error (another server answers on the socket), 3 no GPU",
@@ -31,6 +49,26 @@ processes can connect. Runs in the foreground: start it with `kmrun serve &`.]],
 
 local a, code = A.parse(SPEC, arg)
 if not a then return code end
+if a.listen then
+  local server = require "km.service.server"
+  local ok, why, rcode = server.run { listen = a.listen, tasks = a.tasks, token_file = a.token_file,
+    gpus = a._given.gpus and a.gpus or nil, compile_only = a.compile_only, timeout = a.timeout, quota = a.quota,
+    max_body = a.max_request_mb << 20,
+    ready = function(info)
+      if a.port_file then
+        local f = assert(io.open(a.port_file .. ".tmp", "w"))
+        f:write(tostring(info.port), "\n")
+        f:close()
+        os.rename(a.port_file .. ".tmp", a.port_file)
+      end
+    end }
+  if ok then return 0 end
+  io.stderr:write("kmrun serve: ", tostring(why), "\n")
+  return 2
+end
+for _, o in ipairs { "tasks", "token_file", "compile_only", "port_file" } do
+  if a._given[o] then return A.fail(SPEC, "--" .. o:gsub("_", "-") .. ": only with --listen") end
+end
 local gpu = a.gpus[1]
 local path = a.socket or serve.socket_path(gpu)
 if a.socket then -- a folder of one's own choosing is not made

@@ -495,6 +495,15 @@ function Pool:poll(ms)
   return done
 end
 
+-- Takes a job that waits for a worker out of the queue (a service's deadline passed, or its
+-- client left): true when it was waiting, false when a worker has it or it is done.
+function Pool:cancel(job)
+  for i, j in ipairs(self.queue or {}) do
+    if j == job then table.remove(self.queue, i) return true end
+  end
+  return false
+end
+
 -- Jobs submitted or running.
 function Pool:pending()
   local n = #(self.queue or {})
