@@ -161,6 +161,7 @@ function Scheduler:_ended(w, bjob)
   local v = copy(bjob.verdict or {})
   v.cause = bjob.cause
   if bjob.cause == "infra" then v.cause_detail = bjob.cause_detail end
+  if bjob.tries > 1 then v.judgings = bjob.tries end -- judged again on a fresh worker
   v.judged = self.backend.kind
   v.judge_seconds = wall() - w.t0
   if self.metrics then
