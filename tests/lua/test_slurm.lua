@@ -1,5 +1,7 @@
 -- A sweep split into shards by a Slurm job array on a single-node Slurm started here
--- (Debian's slurm-wlm + munge), then merged: every episode exactly once.
+-- (Debian's slurm-wlm + munge), then merged: every episode exactly once. Then the judge as a
+-- service on the allocation (tools/kmrun_serve.sbatch): its endpoints file read by the Python
+-- client, a candidate judged through it, and the server gone after scancel.
 -- Skips when Slurm or munge is not installed or we are not root. Everything it starts is its
 -- own (a munged with its own key and socket, the daemons on two free ports, all under one
 -- temporary folder), so two runs at once, or a munged the machine runs, do not meet.
@@ -205,6 +207,38 @@ exit 0
   t.eq(tonumber(db:exec("SELECT count(*) FROM episodes WHERE status IN ('running', 'abandoned')")), 0)
   t.eq(n, tonumber(db:exec("SELECT count(DISTINCT task) FROM episodes")) * 40, sout)
   db:close()
+end)
+
+t.test("tools/kmrun_serve.sbatch: a server per node, the endpoints file the Python client reads", function()
+  local token = dir .. "/token"
+  sh("printf 'trainer slurm-token-0123456789abcdef\\n' > " .. token .. " && chmod 600 " .. token)
+  local eps = dir .. "/endpoints.json"
+  local ok, out = sh("cd " .. dir .. " && SLURM_CONF=" .. conf .. " KMRUN=" .. KMRUN .. " sbatch --parsable --nodes=1 --output=" ..
+    dir .. "/serve.out " .. ROOT .. "/tools/kmrun_serve.sbatch " .. eps .. " " .. token .. " " .. ROOT .. "/tasks/l1_relu")
+  t.ok(ok, out)
+  local id = out:match("^(%d+)")
+  local give_up = os.time() + 60
+  while os.time() < give_up and not io.open(eps) do sh("sleep 0.1") end
+  local f = io.open(eps)
+  t.ok(f, "the endpoints file is written: " .. select(2, sh("cat " .. dir .. "/serve.out " .. eps .. ".d/*.log")))
+  if f then f:close() end
+  local py = "import json, sys; from kmrun_client import Client; c = Client.from_endpoints_file(sys.argv[1]); " ..
+    "h = c.health(); kernel = open(sys.argv[2] + '/kernel.cu').read(); launch = open(sys.argv[2] + '/launch.lua').read(); " ..
+    "v = c.evaluate([{'task': 'l1_relu', 'candidate': {'kernel_cu': kernel, 'launch_lua': launch}}]); " ..
+    "print(len(c.endpoints), h[0]['kind'], v[0]['status'], v[0]['cause'])"
+  local okp, pout = sh("PYTHONPATH=" .. ROOT .. "/python python3 -c \"" .. py .. "\" " .. eps .. " " .. ROOT .. "/tasks/l1_relu/starter")
+  t.ok(okp, pout)
+  t.eq(pout:match("[^\n]+"), "1 compile_only compiled candidate", "one endpoint, judged through it")
+  sh("SLURM_CONF=" .. conf .. " scancel " .. tostring(id))
+  local gone = false
+  for _ = 1, 150 do
+    local _, q = sh("SLURM_CONF=" .. conf .. " squeue -h -j " .. tostring(id))
+    if not q:match("%d") then gone = true break end
+    sh("sleep 0.1")
+  end
+  t.ok(gone, "the job ends on scancel")
+  local _, ps = sh("ps -eo args")
+  t.ok(not ps:find("serve --listen 0.0.0.0", 1, true), "its server stopped: " .. ps)
 end)
 
 stop()
