@@ -28,6 +28,8 @@ local FILES = {
   ["kb_eager_error.py"] = "python", ["precision_law.c"] = "c",
   ["kb_relu"] = "candidate", ["RESULTS.md"] = "doc", ["history"] = "doc",
   ["kb_level1.lua"] = "gpu_lua", ["cold_eval.lua"] = "gpu_lua", ["gpu_session.sh"] = "gpu_sh", ["ab_tree.sh"] = "cpu_sh",
+  ["service_bench.sh"] = "gpu_sh", ["service_bench.py"] = "python", ["service_cands.lua"] = "cpu_lua",
+  ["service_pool.lua"] = "gpu_lua",
 }
 -- the arguments a GPU script needs to get as far as its GPU check
 local GPU_ARGS = {
@@ -36,12 +38,13 @@ local GPU_ARGS = {
   ["kernelbench_lint.sh"] = "/tmp", ["eval_stages.lua"] = "tasks/l1_relu/reference.py",
   ["gate_ab.lua"] = "tasks/l1_relu", ["kb_harness.sh"] = "/tmp", ["headline_ab.sh"] = "/tmp", ["precompile_gpu_work.lua"] = "tasks/l1_relu",
   ["kb_level1.lua"] = "/tmp",
+  ["service_pool.lua"] = "tasks/l1_relu",
 }
 -- scripts whose arguments km.args reads (an unknown option is exit status 2)
 local ARGS_PARSER = { ["core.lua"] = 1, ["eval.lua"] = 1, ["baselines_table.lua"] = 1, ["eager_timing.lua"] = 1,
   ["kernelbench_refs.lua"] = 1, ["pytorch_cost.lua"] = 1, ["smollm2_summary.lua"] = 1, ["headline.lua"] = 1,
   ["eval_stages.lua"] = 1, ["gate_ab.lua"] = 1, ["measure_profile.lua"] = 1, ["precompile_gpu_work.lua"] = 1,
-  ["placement.lua"] = 1, ["verdicts_diff.lua"] = 1, ["kb_level1.lua"] = 1, ["cold_eval.lua"] = 1 }
+  ["placement.lua"] = 1, ["verdicts_diff.lua"] = 1, ["kb_level1.lua"] = 1, ["cold_eval.lua"] = 1, ["service_cands.lua"] = 1, ["service_pool.lua"] = 1 }
 
 t.test("every file in bench/ has a smoke test here", function()
   local p = io.popen("ls -1 '" .. ROOT .. "/bench'")
@@ -430,6 +433,24 @@ t.test("bench/kb_relu is a candidate whose launch code parses", function()
   local fn, err = loadfile(ROOT .. "/bench/kb_relu/launch.lua", "t", {})
   t.ok(fn, tostring(err))
   t.eq(type(fn and fn()), "function")
+end)
+
+t.test("service_bench: candidates from templates, and the whole run small and compile-only on this CPU (--cpu-smoke)", function()
+  python_basics("service_bench.py", "usage: python3 bench/service_bench.py")
+  local dir = testing.tmpdir()
+  local out, rc = kmrun("service_cands.lua", "'" .. dir .. "/c.json' --n 80 --faults")
+  t.eq(rc, 0, out)
+  t.ok(out:find("80 candidates over 16 tasks", 1, true), out)
+  local list = require("km.json").decode(testing.read(dir .. "/c.json"))
+  local kinds = {}
+  for _, c in ipairs(list) do kinds[c.kind] = (kinds[c.kind] or 0) + 1 end
+  t.ok(kinds.correct and kinds.skip and kinds.hang and kinds.compile, out)
+  out, rc = sh("KMRUN=" .. KMRUN .. " bash bench/service_bench.sh --cpu-smoke '" .. dir .. "/out'")
+  t.eq(rc, 0, out)
+  local summary = testing.read(dir .. "/out/summary.md") or ""
+  t.ok(summary:find("fault: 32 sent, 32 answered, 0 missing, 0 infra events charged to a candidate", 1, true), summary .. out)
+  t.ok(summary:find("batch: 32 candidates", 1, true) and summary:find("soak: 48 evaluations", 1, true), summary)
+  os.execute("rm -rf '" .. dir .. "'")
 end)
 
 t.done()
