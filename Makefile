@@ -181,7 +181,8 @@ TESTS := $(CTESTS) $(wildcard tests/lua/test_*.lua) $(wildcard tests/gpu/test_*.
 # file gets empty caches of its own (tests/exec).
 TEST_JOBS ?= 3
 SLOW_TESTS := tests/lua/test_slurm.lua tests/lua/test_llm.lua tests/lua/test_serve.lua tests/lua/test_task.lua \
-  tests/lua/test_first_hour.lua tests/lua/test_model_limits.lua tests/lua/test_pool_hold.lua
+  tests/lua/test_first_hour.lua tests/lua/test_model_limits.lua tests/lua/test_pool_hold.lua \
+  tests/lua/test_service.lua tests/lua/test_python_client.lua
 CPU_TESTS = $(filter $(SLOW_TESTS),$(wildcard tests/lua/test_*.lua)) $(CTESTS) \
   $(filter-out $(SLOW_TESTS),$(wildcard tests/lua/test_*.lua))
 

@@ -275,6 +275,9 @@ t.test("a client sending one byte a second is cut off; one that hangs up mid-str
   local sr = json.decode(testing.read(slow_out))
   t.ok(sr.status == json.null and sr.seconds < 15, "the slow client was cut off: " .. tostring(sr.seconds))
   t.eq(call("GET", "/v1/health").json.queue, 0, "nothing left queued for the client that left")
+  local full = {}
+  for i = 1, 64 do full[i] = { task = "l1_relu", candidate = starter("l1_relu") } end
+  t.eq(call("POST", "/v1/evaluate", { requests = full }).status, 200, "the batch it left is off its quota")
 end)
 
 t.test("GET /metrics: Prometheus text with the queue, rates, latencies, causes, cache and busy share", function()

@@ -197,6 +197,12 @@ end
 ---------------------------------------------------------------------------------------
 -- the loop
 
+-- A batch whose client is gone: dropped, and what it had outstanding off its client's quota.
+local function drop(sv, batch)
+  if not batch.done then sv.outstanding[batch.client] = (sv.outstanding[batch.client] or 0) - batch.left end
+  sv.scheduler:drop(batch)
+end
+
 -- Non-streamed batches done are answered; streams done are ended; a client gone has its
 -- batch dropped; finished jobs nobody fetched go after JOB_TTL.
 local function settle(sv)
@@ -206,7 +212,7 @@ local function settle(sv)
       local ok = sv.http:respond(w.rid, 200, encode { verdicts = w.batch.verdicts } .. "\n", JSON_HDR)
       sv.metrics:inc("kmrun_http_requests_total", { code = ok and 200 or "gone" })
     elseif not sv.http:alive(w.rid) then
-      sv.scheduler:drop(w.batch)
+      drop(sv, w.batch)
       sv.http:finish(w.rid)
     else
       keep[#keep + 1] = w
@@ -216,7 +222,7 @@ local function settle(sv)
   local skeep = {}
   for _, s in ipairs(sv.streams) do
     if s.gone or not sv.http:alive(s.rid) then
-      sv.scheduler:drop(s.batch)
+      drop(sv, s.batch)
       sv.http:finish(s.rid)
     elseif s.batch.done then
       sv.http:finish(s.rid)
