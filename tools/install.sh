@@ -42,6 +42,6 @@ Description: compile, launch, verify and time CUDA kernels; trajectories; Lua st
 Version: $VERSION
 Cflags: -I\${includedir}
 Libs: -L\${libdir} -Wl,-rpath,\${libdir} -lkmrun
-Libs.private: -L\${libdir}/kmrun -L/usr/local/cuda/lib64 -l:liblua5.4.so.0 -lnvrtc -lcjson -lsqlite3 -lcurl -ldl -lm -lpthread
+Libs.private: -L\${libdir}/kmrun -L/usr/local/cuda/lib64 -l:liblua5.4.so.0 -lnvrtc -lcjson -l:libmicrohttpd.so.12 -lsqlite3 -lcurl -ldl -lm -lpthread
 PC
 echo "installed kmrun $VERSION in $P"

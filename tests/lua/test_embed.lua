@@ -158,7 +158,7 @@ if have("cc") and have("pkg-config") then
     local out, rc = sh(env .. "cc -std=c99 " .. ROOT .. "/examples/embed.c -o " .. tmp .. "/embed_static " ..
                        "$(" .. env .. "pkg-config --cflags kmrun) " .. prefix .. "/lib/libkmrun.a " ..
                        "$(" .. env .. "pkg-config --static --libs-only-other --libs-only-L kmrun | sed 's/-Wl,-rpath,[^ ]*//') " ..
-                       "-Wl,-rpath," .. prefix .. "/lib/kmrun -l:liblua5.4.so.0 -lnvrtc -lcjson -lsqlite3 -lcurl -ldl -lm -lpthread")
+                       "-Wl,-rpath," .. prefix .. "/lib/kmrun -l:liblua5.4.so.0 -lnvrtc -lcjson -l:libmicrohttpd.so.12 -lsqlite3 -lcurl -ldl -lm -lpthread")
     t.eq(rc, 0, out)
     out, rc = sh(tmp .. "/embed_static")
     check_embed_output(out, rc)
