@@ -281,8 +281,14 @@ function M.run(o)
   o.say = say
   local parts, why, code = open(o)
   if not parts then return nil, why, code end
-  local torch = false
-  for _, id in ipairs(parts.catalog.ids) do torch = torch or parts.catalog.by_id[id].kind == "problem" end
+  -- a problem file's model, or a task's reference.py for its baselines: workers import torch ahead
+  local torch, loaded = false, {}
+  for _, id in ipairs(parts.catalog.ids) do
+    local e = parts.catalog.by_id[id]
+    torch = torch or e.kind == "problem"
+    loaded[#loaded + 1] = e.task
+  end
+  torch = torch or require("km.task.baseline").needs_torch(loaded, {})
   local backend = backend_mod.new { gpus = o.gpus, timeout = o.timeout, compile_only = o.compile_only,
     torch_ahead = torch, wrap = o.wrap }
   local metrics = metrics_mod.new()
