@@ -555,9 +555,11 @@ static int b_checksum(lua_State *L) {
   return 1;
 }
 
-/* buffer.copy_in(b, ptr, nbytes) -> b: the raw device range [ptr, ptr + nbytes) into b, on
- * kmrun's stream; nbytes must be b's size. Memory kmrun does not own, such as a PyTorch
- * model's parameters: km.judge hands them to a timed call this way, without Python. */
+/* buffer.copy_in(b, ptr, nbytes[, key]) -> b: the raw device range [ptr, ptr + nbytes) into
+ * b, on kmrun's stream; nbytes must be b's size. Memory kmrun does not own, such as a
+ * PyTorch model's parameters: km.judge hands them to a timed call this way, without Python.
+ * key (an integer): each floating element times its factor drawn from (key, index) instead
+ * (km_devbuf_perturb_at; ptr may be b's own: perturbed in place). */
 static int l_copy_in(lua_State *L) {
   km_buffer *b = buffer_check(L, 1);
   lua_Integer p = luaL_checkinteger(L, 2), nb = luaL_checkinteger(L, 3);
@@ -565,7 +567,13 @@ static int l_copy_in(lua_State *L) {
   if ((size_t)nb != b->bytes || nb < 0)
     return luaL_error(L, "copy_in: %lld bytes into a buffer of %llu", (long long)nb, (unsigned long long)b->bytes);
   km_cuda_check(L);
-  if (nb) check(L, km_cu->cuMemcpyDtoDAsync(b->ptr, (CUdeviceptr)p, (size_t)nb, km_cuda_stream()), "copy_in");
+  if (!lua_isnoneornil(L, 4)) {
+    uint64_t key = (uint64_t)luaL_checkinteger(L, 4);
+    km_cuda_util(L, "km_perturb");
+    check(L, km_devbuf_perturb_at(b, (CUdeviceptr)p, key, km_cuda_stream(), 0), "copy_in (perturbed)");
+  } else if (nb) {
+    check(L, km_cu->cuMemcpyDtoDAsync(b->ptr, (CUdeviceptr)p, (size_t)nb, km_cuda_stream()), "copy_in");
+  }
   lua_settop(L, 1);
   return 1;
 }
@@ -690,6 +698,8 @@ static int l_reset_guards(lua_State *L) {
  *   L:random_check(b, law[, lines]) -> i  one slot: elements not what b:random(law) writes
  *                                     (lines = { key, shift }: of a sample of the lines)
  *   L:digest({ { ptr, nbytes }, ... }) -> i   one slot per range: buffer.digest's value
+ *   L:perturb_check(b, ptr, key) -> i one slot: elements of b not what buffer.copy_in(b,
+ *                                     ptr, b's bytes, key) writes
  *   compare.enqueue(a, b, opts, L) -> i       (km.compare) an allclose's KM_CMP_SLOTS slots
  *   L:read([between]) -> true | nil, msg, code   the used slots copied back: the batch's one
  *                                     wait. between: a function called once the copy is
@@ -807,6 +817,18 @@ static int g_random_check(lua_State *L) {
   km_cuda_util(L, "km_random_check");
   CUdeviceptr acc = ledger_take(L, g, 1);
   check(L, km_devbuf_random_check_at(b, d, a, c, seed, km_cuda_stream(), acc, smp), "random_check");
+  return 1;
+}
+
+static int g_perturb_check(lua_State *L) {
+  km_ledger *g = ledger_check(L, 1);
+  km_buffer *b = buffer_check(L, 2);
+  lua_Integer p = luaL_checkinteger(L, 3);
+  luaL_argcheck(L, p > 0, 3, "a device pointer expected");
+  uint64_t key = (uint64_t)luaL_checkinteger(L, 4);
+  km_cuda_util(L, "km_perturb");
+  CUdeviceptr acc = ledger_take(L, g, 1);
+  check(L, km_devbuf_perturb_at(b, (CUdeviceptr)p, key, km_cuda_stream(), acc), "perturb_check");
   return 1;
 }
 
@@ -958,7 +980,7 @@ int luaopen_km_buffer(lua_State *L) {
   lua_pushboolean(L, 0);
   lua_setfield(L, -2, "__metatable"); /* getmetatable(view) reveals nothing */
   lua_pop(L, 1);
-  static const luaL_Reg ledger_methods[] = {{"begin", g_begin}, {"guards", g_guards}, {"random_check", g_random_check},
+  static const luaL_Reg ledger_methods[] = {{"begin", g_begin}, {"guards", g_guards}, {"random_check", g_random_check}, {"perturb_check", g_perturb_check},
                                             {"digest", g_digest}, {"read", g_read}, {"u64", g_u64}, {NULL, NULL}};
   km_newclass(L, KM_LEDGER_MT, ledger_methods, ledger_gc);
   static const luaL_Reg fns[] = {{"new", l_new}, {"load", l_load}, {"view", l_view}, {"unwrap", l_unwrap},

@@ -189,6 +189,18 @@ CUresult km_devbuf_random_check_at(const km_devbuf *b, int dist, double a, doubl
   return km_cuda_util_launch(fn, (n >> shift) / 4 + 1, s, args);
 }
 
+CUresult km_devbuf_perturb_at(const km_devbuf *b, CUdeviceptr src, uint64_t key, CUstream s, CUdeviceptr acc) {
+  if (!b->numel) return CUDA_SUCCESS;
+  CUfunction fn;
+  CUresult r = km_cuda_util_get("km_perturb", &fn);
+  if (r != CUDA_SUCCESS) return r;
+  int dt = (int)b->dtype;
+  uint64_t n = (uint64_t)b->numel;
+  CUdeviceptr p = b->ptr;
+  void *args[] = {&p, &src, &dt, &n, &key, &acc};
+  return km_cuda_util_launch(fn, n, s, args);
+}
+
 /* Must match struct guard_batch in runtime/kernels/km_util.cu. */
 #define KM_GUARD_BATCH 16
 typedef struct {

@@ -54,6 +54,11 @@ CUresult km_devbufs_guards(const km_devbuf *const *bs, size_t n, CUstream s, uin
  * same arguments; waits for the stream. */
 CUresult km_devbuf_random_check(const km_devbuf *b, int dist, double a, double c, uint64_t seed, CUstream s,
                                 uint64_t *bad);
+/* A timed call's parameter perturbed (km_perturb): b = the n elements at src, each times a
+ * factor in [0.5, 1.5) drawn from (key, element index); floating dtypes only, any other
+ * copied. src may be b's own memory. Enqueued on s, no wait. With acc not 0: counts into
+ * the slot at acc the elements of b that differ (bitwise) from that instead, writing nothing. */
+CUresult km_devbuf_perturb_at(const km_devbuf *b, CUdeviceptr src, uint64_t key, CUstream s, CUdeviceptr acc);
 /* Buffers of at least this many bytes are poisoned sparsely by km_devbuf_poison_sparse. */
 #define KM_SPARSE_POISON_MIN (64 * 1024)
 /* The poison pattern in one 128-byte line of every 4 KiB block, the line drawn from

@@ -266,6 +266,51 @@ extern "C" __global__ void km_random_check(const void *in, int dtype, uint64_t n
   if ((threadIdx.x & 31) == 0 && miss) atomicAdd(bad, miss);
 }
 
+// A parameter of a timed call, perturbed (km.judge's timed calls, docs/security.md "State
+// across timed calls"): element i of src times a factor in [0.5, 1.5), 24 bits of a 64-bit
+// hash of (key, i), into dst; with bad not null, the elements of dst that differ (bitwise)
+// from that instead. The factor keeps signs and zeros (a mask stays a mask, a variance
+// positive) and depends on the element's index alone, so tied parameters stay tied.
+// Floating dtypes only: any other is copied (or compared) as it is. dst may be src.
+__device__ __forceinline__ float perturb_factor(uint64_t key, uint64_t i) {
+  return __fadd_rn(0.5f, __fmul_rn((float)(splitmix64(key + i) >> 40), 1.0f / 16777216.0f));
+}
+
+__device__ __forceinline__ unsigned long long perturbed_bits(const void *src, int dtype, uint64_t i, uint64_t key) {
+  switch (dtype) {
+  case F32: return __float_as_uint(__fmul_rn(((const float *)src)[i], perturb_factor(key, i)));
+  case F64: return (unsigned long long)__double_as_longlong(__dmul_rn(((const double *)src)[i], (double)perturb_factor(key, i)));
+  case F16: return __half_as_ushort(__float2half_rn(__fmul_rn(__half2float(((const __half *)src)[i]), perturb_factor(key, i))));
+  case BF16:
+    return __bfloat16_as_ushort(
+        __float2bfloat16_rn(__fmul_rn(__bfloat162float(((const __nv_bfloat16 *)src)[i]), perturb_factor(key, i))));
+  }
+  return raw_bits(src, dtype, i);
+}
+
+__device__ __forceinline__ void store_bits(void *p, int dtype, uint64_t i, unsigned long long v) {
+  switch (elem_size(dtype)) {
+  case 4: ((unsigned int *)p)[i] = (unsigned int)v; break;
+  case 8: ((unsigned long long *)p)[i] = v; break;
+  case 2: ((unsigned short *)p)[i] = (unsigned short)v; break;
+  default: ((unsigned char *)p)[i] = (unsigned char)v;
+  }
+}
+
+extern "C" __global__ void km_perturb(void *dst, const void *src, int dtype, uint64_t n, uint64_t key,
+                                      unsigned long long *bad) {
+  uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+  unsigned long long miss = 0;
+  for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+    unsigned long long v = perturbed_bits(src, dtype, i, key);
+    if (bad) miss += raw_bits(dst, dtype, i) != v;
+    else store_bits(dst, dtype, i, v);
+  }
+  if (!bad) return;
+  for (int off = 16; off > 0; off >>= 1) miss += __shfl_down_sync(0xffffffffu, miss, off);
+  if ((threadIdx.x & 31) == 0 && miss) atomicAdd(bad, miss);
+}
+
 extern "C" __global__ void km_fill64(uint64_t *out, uint64_t n, uint64_t pattern) {
   uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
   for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) out[i] = pattern;

@@ -25,7 +25,9 @@ M.methods = Judge
 -- reference's answer trivial (a spike that takes over a batch's statistics, a max, a
 -- softmax). Its reads are enqueued into the ledger (no wait) -> what M.read reads back once
 -- the ledger was read. precise: the inputs were drawn by the precision laws (verify).
-function M.enqueue(ledger, t, cand, ref_in, scratch, plan, seed, precise)
+-- pkey: a timed call's parameter key (inputs.param_key): a plan's perturbed parameters are
+-- proven to be the source's so perturbed, every element (L:perturb_check).
+function M.enqueue(ledger, t, cand, ref_in, scratch, plan, seed, precise, pkey)
   local list, label = {}, {}
   local function add(b, what) list[#list + 1] = b; label[#list] = what end
   for name, b in pairs(cand) do add(b, fmt("buffer '%s'", name)) end
@@ -39,6 +41,8 @@ function M.enqueue(ledger, t, cand, ref_in, scratch, plan, seed, precise)
     elseif plan.laws[spec.name] then
       local l = plan.laws[spec.name]
       slot, count = ledger:random_check(b, seeded(l.law, seed, l.index, precise)), true
+    elseif pkey and plan.params[spec.name].perturb then
+      slot, count = ledger:perturb_check(b, plan.params[spec.name].ptr, pkey), true
     else
       local r = plan.params[spec.name]
       slot = ledger:digest { { b:ptr(), b:nbytes() }, { r.ptr, r.nbytes } }

@@ -7,6 +7,7 @@
 local buffer = require "km.buffer"
 local task_mod = require "km.task"
 local launch = require "km.judge.launch"
+local checks = require "km.judge.checks"
 
 local pairs, ipairs, next, error, tostring = pairs, ipairs, next, error, tostring
 local copy = launch.copy
@@ -85,6 +86,27 @@ function Judge:pristine(t, sym, ref_in, seed)
   return ref_in
 end
 
+-- State across timed calls (docs/security.md). A problem file's parameters (its model's
+-- nn.Parameters: weights and biases) hold the same values on every call of a task, so a
+-- kernel could derive something from them once (a packed, folded or reduced copy, kept in a
+-- __device__ array or its scratch) and never read them again. Timed calls therefore get
+-- them perturbed: each floating element times a factor in [0.5, 1.5) drawn from the call's
+-- parameter key (km_perturb: signs and zeros kept, tied parameters tied), and the check's
+-- reference computes with the very buffers the candidate was handed, proven to be the
+-- model's parameters so perturbed (Judge:param_reference, evidence's perturb_check).
+-- Buffers (running statistics, masks) are handed as they are: constants of the model.
+-- A task folder's inputs, weights included, are drawn fresh for every call already.
+local FLOATING = { f32 = true, f64 = true, f16 = true, bf16 = true }
+function M.perturbed(spec)
+  return spec.role == "parameter" and spec.kind == "parameter" and FLOATING[spec.dtype] == true
+end
+
+-- The parameter key of a timed call's seed: the seed mixed with a secret of this process
+-- (drawn once from the judge's private generator), so the factors are not a function of the
+-- seed, which a kernel can read back from its inputs.
+local PARAM_SECRET = checks.random(1 << 62)
+function M.param_key(seed) return (seed * -7046029254386353131) ~ PARAM_SECRET end
+
 -- A problem file's refresh plan (km.task.kernelbench) as the judge's plan, or false.
 local function problem_plan(t, p)
   if not p or p.why then return false end
@@ -95,7 +117,8 @@ local function problem_plan(t, p)
       plan.laws[spec.name] = { law = law.dist == "normal" and { dist = "normal", mean = law.a, std = law.b }
         or { dist = law.dist, lo = law.a, hi = law.b }, index = i }
     elseif p.params and p.params[spec.name] then
-      plan.params[spec.name] = p.params[spec.name]
+      local r = p.params[spec.name]
+      plan.params[spec.name] = { ptr = r.ptr, nbytes = r.nbytes, perturb = M.perturbed(spec) }
     else
       return false
     end
@@ -130,7 +153,8 @@ end
 -- init rules; a problem file's replayed get_inputs(), so no Python runs between calls), or
 -- by the problem's own get_inputs() under the seed (on the GPU), plus the model's
 -- parameters. A problem whose inputs cannot be made raises (the verdict: error).
--- timed: a timed call's refresh (and its check's). Then torch's cached blocks stay
+-- timed: a timed call's refresh (and its check's): the parameters perturbed by the seed's
+-- parameter key (M.perturbed, above). Then torch's cached blocks stay
 -- (otherwise eager's next output allocation is a cudaMalloc inside the timed window; only
 -- inputs are in them), and the parameters are copied from the truth without proving it
 -- unchanged first: that digest waits for the stream, so samples could not queue ahead.
@@ -146,7 +170,8 @@ function Judge:fill_inputs(t, sym, io, seed, timed, precise)
     for name, l in pairs(plan.laws) do io[name]:random(seeded(l.law, seed, l.index, precise)) end
     -- parameters: as below, from a truth proven unchanged, except in a timed refresh
     if next(plan.params) and not timed then self:truth_check(st, "an input refresh") end
-    for name, r in pairs(plan.params) do buffer.copy_in(io[name], r.ptr, r.nbytes) end
+    local key = timed and M.param_key(seed) or nil
+    for name, r in pairs(plan.params) do buffer.copy_in(io[name], r.ptr, r.nbytes, r.perturb and key or nil) end
     return
   end
   local ins, params = {}, {}
@@ -159,6 +184,13 @@ function Judge:fill_inputs(t, sym, io, seed, timed, precise)
     -- is restored first, and recorded against the candidate); a timed refresh: above
     if not timed then self:truth_check(st, "an input refresh") end
     ok, err = st.prob:write_params(params)
+    if ok and timed then
+      local key = M.param_key(seed)
+      for _, spec in ipairs(t.inputs) do
+        local b = params[spec.name]
+        if b and M.perturbed(spec) then buffer.copy_in(b, b:ptr(), b:nbytes(), key) end
+      end
+    end
   end
   if not ok then error("the task's PyTorch inputs could not be made: " .. tostring(err), 0) end
 end

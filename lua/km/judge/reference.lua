@@ -27,6 +27,7 @@ function M.task_state(t)
     times = {},          -- shape key -> the reference's timing summary (km.judge.measure)
     base_times = {},     -- shape key -> the starter's timing summary, or false (none)
     ref = nil,           -- the reference's prepared launch (km.judge.launch), or { torch = model }
+    param_ref = nil,     -- ref computing with its io's parameters (a timed call's check: Judge:param_reference)
     prob = nil,          -- a problem file's PyTorch model, the reference itself (km.task.kernelbench)
     truth = nil,         -- the model's state sealed: { ranges, names, digests } (km.judge.integrity)
     truth_dirty = nil,   -- trusted code ran on the model since its seal: seal again before candidate code
@@ -88,6 +89,19 @@ function Judge:task_state(t)
   st.ref = ref
   self.tasks[t.dir] = st
   return st
+end
+
+-- The reference of a timed call's check: a problem file's model computing with the
+-- parameters in the buffers it is given (the call's perturbed ones, km.judge.inputs), not its
+-- own; a CUDA reference as it is (nil: st.ref). Made once per task state.
+function Judge:param_reference(st)
+  if not st.prob then return nil end
+  if not st.param_ref then
+    local r = st.ref
+    st.param_ref = { torch = r.torch, task_dir = r.task_dir, state = r.state, attrs = r.attrs,
+      task_outputs = r.task_outputs, params = true }
+  end
+  return st.param_ref
 end
 
 -- Runs the reference on ref_in's buffers plus fresh poisoned outputs (which the caller

@@ -168,7 +168,7 @@ local function bound_reference(self, tm, which)
       tm.ref_outs[spec.name] = self.pool:get(spec.dtype, tm.dims[spec.name])
       io[spec.name] = tm.ref_outs[spec.name]
     end
-    local bound, bind_error = which.torch:bind(io, { variant = "eager" })
+    local bound, bind_error = which.torch:bind(io, { variant = "eager", params = true })
     if not bound then return nil, "launch_error", bind_error end
     tm.bound = { run = bound, io = io }
   end
@@ -188,7 +188,7 @@ end
 local function check_reference_run(self, tm, ref_src, plan)
   local which = tm.fast or tm.st.ref
   if plan and which.torch then return bound_reference(self, tm, which) end
-  return self:run_reference(tm.st, ref_src, tm.dims, tm.sym, tm.fast, true, true)
+  return self:run_reference(tm.st, ref_src, tm.dims, tm.sym, tm.fast or self:param_reference(tm.st), true, true)
 end
 
 -- A timed call's check is one batch: the truth's digests, the guards and inputs, the
@@ -209,7 +209,7 @@ local function check_enqueue(self, tm, batch, judged)
   if not plan then self:fill_inputs(t, tm.sym, tm.ref_in, tm.cur_seed, true) end -- after the truth's digests
   -- the sample of lines is drawn now, after the call was enqueued
   local lines = tm.shift > 0 and { key = rng(1 << 62), shift = tm.shift } or nil
-  batch.evidence = evidence.enqueue(ledger, t, tm.cand, tm.ref_in, scratch, plan, tm.cur_seed)
+  batch.evidence = evidence.enqueue(ledger, t, tm.cand, tm.ref_in, scratch, plan, tm.cur_seed, nil, inputs.param_key(tm.cur_seed))
   batch.ref_io, batch.ref_status, batch.ref_text, batch.kept =
     check_reference_run(self, tm, plan and inputs_of(t, tm.cand) or tm.ref_in, plan)
   batch.seal = self:seal_enqueue(st, ledger) -- the truth after the reference ran: sealed with the batch

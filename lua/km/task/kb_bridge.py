@@ -17,6 +17,7 @@ seed gives other values than KernelBench's CPU generation; and integer and bool 
 their dtype (KernelBench's eval.py casts every tensor, which turns class indices into floats).
 """
 import contextlib
+import copy
 import ctypes
 import importlib.util
 import inspect
@@ -420,6 +421,7 @@ class Problem:
         self.scalars = {}        # non-tensor inputs from the last get_inputs(), by position
         self.compiled = None     # torch.compile(model), from compile()
         self.compile_info = None
+        self.alias = None        # (signature, model) from _aliased(): the model on given parameters
         _set_tf32(tf32)
         self._load()
 
@@ -721,7 +723,7 @@ class Problem:
 
     def close(self):
         """Drops this problem's module (and its held-out variant's)."""
-        self.bound = self.compiled = None
+        self.bound = self.compiled = self.alias = None
         sys.modules.pop(self.module.__name__, None)
         variant = self._heldout[1] if self._heldout else None
         if variant is not None:
@@ -1037,14 +1039,15 @@ def empty_cache():
 
 
 @_api
-def forward(i, bufs, stream=0, empty_cache=False):
+def forward(i, bufs, stream=0, empty_cache=False, params=False):
     """The model on the inputs in bufs; each output written into bufs[out name]. Inputs
     that are numbers are the last get_inputs()'s. empty_cache: hand torch's cached blocks
-    (which still hold the outputs' values) back to the driver afterwards."""
+    (which still hold the outputs' values) back to the driver afterwards. params: compute
+    with bufs' floating nn.Parameters, not the model's own (_aliased)."""
     p = _variant(_problem(i, memory=True), bufs)
     with _stream_ctx(p, stream):
         args = _args(p, bufs)
-        outs, _ = p._forward(args)
+        outs, _ = p._forward(args, _aliased(p, bufs) if params else None)
         if len(outs) != len(p.names["outputs"]):
             raise ProblemError("%s: forward gave %d outputs, earlier %d"
                                % (p.path, len(outs), len(p.names["outputs"])), "BAD_OUTPUTS")
@@ -1054,6 +1057,58 @@ def forward(i, bufs, stream=0, empty_cache=False):
     if empty_cache and p.device.type == "cuda":
         torch.cuda.empty_cache()
     return True
+
+
+def _param_tensors(model):
+    """{key: nn.Parameter}, a tied parameter under each of its names."""
+    try:
+        return dict(model.named_parameters(remove_duplicate=False))
+    except TypeError:  # torch < 2.0
+        return dict(model.named_parameters())
+
+
+class _Functional:
+    """model(*args) computing with `state` ({key: tensor}) in place of its own (a model that
+    copy.deepcopy cannot copy: torch.func.functional_call, which swaps them in per call)."""
+
+    def __init__(self, model, state):
+        self.model, self.state = model, state
+
+    def __call__(self, *args):
+        return torch.func.functional_call(self.model, self.state, args, strict=False)
+
+
+def _aliased(p, bufs):
+    """p's model computing with bufs' floating nn.Parameters, not its own (the judge's timed
+    checks: each timed call's parameters are perturbed, and the reference computes with the
+    ones the candidate was handed, proven to be the model's so perturbed). A copy of the
+    model whose parameters are views of those buffers and which shares every other tensor
+    with the model (buffers, plain attributes: a forward moves the same running statistics);
+    kept per problem while the buffers are the same."""
+    params = _param_tensors(p.model)
+    views, state = {}, {}
+    for key, name in p.names["params"].items():
+        x = params.get(key)
+        if x is not None and x.is_floating_point():
+            views[id(x)] = state[key] = _buffer_for(bufs, name, x, p.device, "parameter")
+    if not views:
+        return p.model
+    sig = tuple(sorted((k, v.data_ptr(), tuple(v.shape)) for k, v in state.items()))
+    if p.alias is not None and p.alias[0] == sig:
+        return p.alias[1]
+    memo = {}
+    for m in p.model.modules():
+        for x in list(m._parameters.values()) + list(m._buffers.values()) + list(vars(m).values()):
+            for y in (x if isinstance(x, (list, tuple)) else (x,)):
+                if isinstance(y, torch.Tensor):
+                    memo.setdefault(id(y), y)
+    memo.update(views)
+    try:
+        model = copy.deepcopy(p.model, memo)
+    except Exception:
+        model = _Functional(p.model, state)
+    p.alias = (sig, model)
+    return model
 
 
 def _args(p, bufs):
@@ -1068,10 +1123,11 @@ def _args(p, bufs):
 
 
 @_api
-def bind(i, bufs, stream=0, variant="eager"):
+def bind(i, bufs, stream=0, variant="eager", params=False):
     """Checks and wraps io once for run_bound(): the inputs' and outputs' views and the
     stream are kept, so each later call is the model and nothing else (for timing).
-    variant: "eager" (the model) or "compile" (what compile() made of it)."""
+    variant: "eager" (the model) or "compile" (what compile() made of it). params (eager):
+    as forward's."""
     base = _problem(i, memory=True)
     p = _variant(base, bufs)
     if variant == "compile":
@@ -1079,7 +1135,7 @@ def bind(i, bufs, stream=0, variant="eager"):
             raise ProblemError("bind(variant='compile') before compile()")
         model = p.compiled
     elif variant == "eager":
-        model = p.model
+        model = _aliased(p, bufs) if params else p.model
     else:
         raise ProblemError("variant %r: expected eager or compile" % (variant,))
     args = _args(p, bufs)

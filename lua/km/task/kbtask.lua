@@ -175,7 +175,7 @@ local function add_tensors(t, spec, held, dims, path)
       return fmt("%s: %s '%s' has dtype %s, which kmrun buffers do not hold", path, role, d.name, tostring(d.torch_dtype or d.dtype))
     end
     local shape = dims.shape[d.name] or (#d.shape > 0 and d.shape or { 1 })
-    list[#list + 1] = { name = d.name, dtype = d.dtype, shape = shape, role = role, key = d.key }
+    list[#list + 1] = { name = d.name, dtype = d.dtype, shape = shape, role = role, key = d.key, kind = d.kind }
     bytes = bytes + numel(#d.shape > 0 and d.shape or { 1 }) * SIZES[d.dtype]
   end
   for k, d in ipairs(spec.inputs or {}) do local e = add(t.inputs, d, "input", k); if e then return nil, e end end

@@ -242,10 +242,13 @@ end
 -- The model on io's inputs; its outputs written into io's output buffers. Work is queued on
 -- the stream (GPU): synchronize before reading the outputs from another stream.
 -- opts.empty_cache: afterwards, torch's cached blocks (the outputs' values are still in
--- them) go back to the driver, out of reach of kernels that run next.
+-- them) go back to the driver, out of reach of kernels that run next. opts.params: the model
+-- computes with io's floating nn.Parameters (buffers named as spec's params of kind
+-- "parameter"), not its own (km.judge's timed checks, whose parameters are perturbed).
 function Problem:forward(io, opts)
   local id = check(self)
-  return call("forward", id, describe(io, 2), stream_of(opts), opts and opts.empty_cache or false)
+  return call("forward", id, describe(io, 2), stream_of(opts), opts and opts.empty_cache or false,
+    opts and opts.params or false)
 end
 
 -- A function that runs the model on io with no per-call checks or wrapping: io is checked
@@ -256,9 +259,11 @@ end
 -- memory, are kept by torch until the next run or bind and given by address (compared in
 -- place: km.compare.enqueue's range), the others copied. Valid until the next bind or release.
 -- opts.variant = "compile": the model as Problem:compile made it (default "eager").
+-- opts.params: as forward's (eager only).
 function Problem:bind(io, opts)
   local id = check(self)
-  local ok, err, code = call("bind", id, describe(io, 2), stream_of(opts), opts and opts.variant or "eager")
+  local ok, err, code = call("bind", id, describe(io, 2), stream_of(opts), opts and opts.variant or "eager",
+    opts and opts.params or false)
   if not ok then return nil, err, code end
   local args = { [true] = json.encode(json.array { id, true }), [false] = json.encode(json.array { id, false }),
     keep = json.encode(json.array { id, "keep" }) }
