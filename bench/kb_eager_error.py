@@ -10,7 +10,10 @@ Usage: python3 bench/kb_eager_error.py KB_DIR [--device cuda|cpu] [--levels 1,2,
 
 KB_DIR: a KernelBench checkout (git-ignored kb/ in this tree). Prints one line per problem and
 precision (level, problem, precision, worst error / tolerance, elements over, affected) and the
-counts per level and precision; exit 0. Exit 2 on bad arguments, 3 when torch (or, with
+counts per level and precision; exit 0. "affected" problems are judged by kmrun against the
+same float64 run where a candidate misses eager (docs/eval.md, "When eager's own error exceeds
+the tolerance"); "affected, no float64 run" counts those where that run fails (a model that
+keeps a floating tensor as a plain attribute), which an exact kernel can still fail. Exit 2 on bad arguments, 3 when torch (or, with
 --device cuda, a GPU) is not there.
 """
 import glob
@@ -70,7 +73,11 @@ def cast(torch, x, dtype, device):
 
 
 def run(torch, mod, dtype, device, seed=42):
-    """The model built and run under `seed` at `dtype` -> its outputs (a list)."""
+    """The model built and run under `seed` at `dtype` -> (its outputs (a list), the
+    float64 run's): the float64 run is the judge's (kb_bridge forward_exact): the model's
+    state at `dtype` and the inputs at `dtype`, each floating tensor cast up, through
+    torch.func.functional_call; None where the model does not run so (then the judge's
+    second opinion is not there for it)."""
     with torch.no_grad():
         torch.manual_seed(seed)
         init = [cast(torch, x, dtype, device) for x in mod.get_init_inputs()]
@@ -78,15 +85,29 @@ def run(torch, mod, dtype, device, seed=42):
         model = mod.Model(*init).to(device=device, dtype=dtype)
         torch.manual_seed(seed + 1)
         xs = [cast(torch, x, dtype, device) for x in mod.get_inputs()]
+        own = dict(model.state_dict())
+        for k, b in model.named_buffers():
+            own.setdefault(k, b)
+        state = {k: v.double() if v.is_floating_point() else v.clone() for k, v in own.items()}
+        args = tuple(x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in xs)
         y = model(*xs)
-    return list(y) if isinstance(y, (tuple, list)) else [y]
+        try:
+            y64 = torch.func.functional_call(model, state, args, strict=False)
+        except Exception:
+            y64 = None
+    listed = lambda v: list(v) if isinstance(v, (tuple, list)) else [v]
+    return listed(y), (listed(y64) if y64 is not None else None)
 
 
 def judge(torch, mod, precision, device):
-    """-> (worst error / tolerance, elements over the tolerance) of eager against float64."""
+    """-> (worst error / tolerance, elements over the tolerance, whether the float64 run
+    ran) of eager against the judge's float64 run; where it does not run, against the model
+    built at float64 (inputs and weights drawn at float64: an upper bound at fp16 and bf16)."""
     dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[precision]
-    got = run(torch, mod, dtype, device)
-    want = run(torch, mod, torch.float64, device)
+    got, want = run(torch, mod, dtype, device)
+    exact = want is not None
+    if not exact:
+        want = run(torch, mod, torch.float64, device)[0]
     tol = TOL[precision]
     worst, over = 0.0, 0
     for g, w in zip(got, want):
@@ -98,7 +119,7 @@ def judge(torch, mod, precision, device):
         ratio = torch.where(finite, (g - w).abs() / bound, torch.zeros_like(w))
         worst = max(worst, float(ratio.max()) if ratio.numel() else 0.0)
         over += int((ratio > 1).sum())
-    return worst, over
+    return worst, over, exact
 
 
 def main(argv):
@@ -120,11 +141,11 @@ def main(argv):
             name = os.path.basename(path)
             for precision in opts["precisions"].split(","):
                 key = (level, precision)
-                c = counts.setdefault(key, {"problems": 0, "affected": 0, "failed": 0})
+                c = counts.setdefault(key, {"problems": 0, "affected": 0, "failed": 0, "no_exact": 0})
                 c["problems"] += 1
                 try:
                     mod = load_module(path)
-                    worst, over = judge(torch, mod, precision, opts["device"])
+                    worst, over, exact = judge(torch, mod, precision, opts["device"])
                 except Exception as e:  # a problem that does not run at a precision is counted apart
                     c["failed"] += 1
                     print("level%s\t%s\t%s\tnot run: %s" % (level, name, precision, str(e).splitlines()[0][:120] if str(e) else type(e).__name__))
@@ -134,11 +155,13 @@ def main(argv):
                         torch.cuda.empty_cache()
                 affected = worst > 1
                 c["affected"] += affected
-                print("level%s\t%s\t%s\t%.3g\t%d\t%s" % (level, name, precision, worst, over, "affected" if affected else "ok"))
+                c["no_exact"] += affected and not exact
+                print("level%s\t%s\t%s\t%.3g\t%d\t%s" % (level, name, precision, worst, over,
+                      ("affected" if exact else "affected, no float64 run") if affected else "ok"))
                 sys.stdout.flush()
-    print("\nlevel\tprecision\tproblems\taffected\tnot run")
+    print("\nlevel\tprecision\tproblems\taffected\taffected, no float64 run\tnot run")
     for (level, precision), c in sorted(counts.items()):
-        print("%s\t%s\t%d\t%d\t%d" % (level, precision, c["problems"], c["affected"], c["failed"]))
+        print("%s\t%s\t%d\t%d\t%d\t%d" % (level, precision, c["problems"], c["affected"], c["no_exact"], c["failed"]))
     return 0
 
 

@@ -243,7 +243,7 @@ t.test("kb_eager_error.py: parses, --help, bad arguments exit 2; without torch e
   else
     t.eq(rc, 0, out)
     t.ok(out:find("level1\t1_relu.py\tfp32\t0\t0\tok", 1, true), out)
-    t.ok(out:find("1\tfp32\t1\t0\t0", 1, true), out)
+    t.ok(out:find("1\tfp32\t1\t0\t0\t0", 1, true), out)
   end
   os.execute("rm -rf '" .. dir .. "'")
 end)

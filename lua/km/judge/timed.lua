@@ -262,6 +262,7 @@ local function check_read(self, tm, batch, judged, enqueued, enqueue_error, wher
   local mismatch, mismatch_text = evidence.compare_outputs(t, judged, batch.ref_io, tm.dims, { where = where, later = "timed",
     result_of = function(name, a, b, o) return compare.result(a, b, o, ledger, batch.slots[name]) end })
   put_back(self, tm, batch)
+  if mismatch == "mismatch" and self:exact_agrees_timed(st, judged, tm.sym, tm.ref_in, tm.dims, tm.cur_seed) then return end
   if mismatch then return { mismatch, mismatch_text } end
 end
 

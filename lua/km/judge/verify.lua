@@ -220,6 +220,10 @@ local function run_trial(self, st, run, v, opts, tr)
       checks = v.checks, shape = tr.si, seed = tr.seed, fresh = tr.fresh, precise = tr.precise,
       result_of = tr.precise and precision_result or nil })
   if fast then for i = n0 + 1, #v.checks do v.checks[i].reference = "pytorch_eager" end end
+  if mismatch == "mismatch" and self:exact_agrees(st, setmetatable(outs, { __index = tr.cand }), ref_src, tr.dims) then
+    for i = n0 + 1, #v.checks do v.checks[i].ok, v.checks[i].reference = true, "pytorch_float64" end
+    mismatch = nil
+  end
   if mismatch then
     tr.failed_at.output = output
     return trial_done(self, t, tr, mismatch, mismatch_text)

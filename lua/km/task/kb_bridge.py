@@ -1111,6 +1111,39 @@ def _aliased(p, bufs):
     return model
 
 
+@_api
+def forward_exact(i, bufs, stream=0):
+    """The model in float64 on bufs' inputs and on the state in bufs' param buffers (what the
+    candidate was handed: parameters and buffers, each floating one cast up; torch.func's
+    functional_call swaps them in for this call, so nothing of the model moves), its outputs
+    cast to their buffers' dtypes into bufs[out name]: the answer eager approximates at the
+    problem's precision. km.judge asks for it where a candidate missed eager's outputs, whose
+    own error can exceed the tolerance (docs/eval.md, "When eager's own error exceeds the
+    tolerance"). A model that does not run so (a floating tensor it keeps as a plain
+    attribute meets float64 ones) raises FORWARD_ERROR: the eager verdict stands."""
+    p = _variant(_problem(i, memory=True), bufs)
+    state, own = {}, p._state()
+    for key, name in p.names["params"].items():
+        v = _buffer_for(bufs, name, own[key], p.device, "parameter")
+        state[key] = v.double() if v.is_floating_point() else v.clone()
+    with _stream_ctx(p, stream), torch.no_grad():
+        args = [a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a
+                for a in _args(p, bufs)]
+        try:
+            y = torch.func.functional_call(p.model, state, tuple(args), strict=False)
+        except BaseException as e:
+            raise p._fail("forward in float64", e, "FORWARD_ERROR")
+        outs = list(y) if isinstance(y, (tuple, list)) else [y]
+        if len(outs) != len(p.names["outputs"]):
+            raise ProblemError("%s: forward gave %d outputs, earlier %d"
+                               % (p.path, len(outs), len(p.names["outputs"])), "BAD_OUTPUTS")
+        for k, (name, o) in enumerate(zip(p.names["outputs"], outs)):
+            want = p.output_meta[k] if p.output_meta else o.to(dtype=p.dtype)
+            _buffer_for(bufs, name, want, p.device, "output").copy_(o)
+        state = args = y = outs = o = None
+    return True
+
+
 def _args(p, bufs):
     """The model's arguments: views of bufs' inputs, and the last get_inputs()'s numbers."""
     args = []

@@ -251,6 +251,15 @@ function Problem:forward(io, opts)
     opts and opts.params or false)
 end
 
+-- The model in float64 on io's inputs and on the state in io's parameter buffers (each
+-- floating tensor cast up), its outputs cast to their buffers' dtypes into io's output
+-- buffers: the answer eager approximates (km.judge's second opinion where a candidate
+-- missed eager's outputs). -> true | nil, error, code (a model that does not run in float64)
+function Problem:forward_exact(io, opts)
+  local id = check(self)
+  return call("forward_exact", id, describe(io, 2), stream_of(opts))
+end
+
 -- A function that runs the model on io with no per-call checks or wrapping: io is checked
 -- and wrapped once here (the model runs once to check the outputs). run(false) leaves the
 -- outputs where torch put them (timing eager: the model's own work and nothing else);

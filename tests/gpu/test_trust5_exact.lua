@@ -1,0 +1,56 @@
+-- GPU: an honest exact kernel passes (issue 45, item 6). A problem file in KernelBench's form
+-- computes y = sum(x + 16, dim 1) - 16 * dim: eager rounds every x + 16 to fp32 (ulp 2e-6)
+-- and sums 1024 values near 16 in fp32 (a total near 16384, ulp 2e-3), so on rows whose exact
+-- y is small eager's own error exceeds atol + rtol * |y| (1e-4 + 1e-4 * |y|). A kernel that
+-- sums x in float64 — more exact than eager — misses eager on those rows; the judge then asks
+-- the model run in float64 on the same inputs (kb_bridge forward_exact) and the kernel is
+-- correct, in verify and on every timed call, the verdict counting the compares so decided
+-- (exact_reference). A kernel that is wrong (row 0 off by 1) is still a mismatch: the float64
+-- run is a second opinion on eager's rounding, not a wider tolerance.
+local t = require "km.tap"
+local testing = require "km.testing"
+testing.require_torch(t, { gpu = true })
+local task = require "km.task"
+
+local DIR = testing.tmpdir()
+local PROB = testing.problem(DIR, "offset_sum", { init = false, forward = "x",
+  returns = "(x + 16.0).sum(dim=1, keepdim=True) - 16.0 * x.shape[1]",
+  sizes = "batch_size = 1024\ndim = 1024", inputs = "torch.randn(batch_size, dim)" })
+
+local SOURCE = [[
+extern "C" __global__ void rows(const float *x, float *y, int b, int k, float off) {
+  int r = blockIdx.x * blockDim.x + threadIdx.x;
+  if (r >= b) return;
+  double s = 0.0;
+  for (int q = 0; q < k; q++) s += (double)x[(size_t)r * k + q];
+  y[r] = (float)s + (r == 0 ? off : 0.f);
+}
+]]
+local function launch(off)
+  return ([[return function(k, io, s)
+  local b, kk = io.x:shape()[1], io.x:shape()[2]
+  k.rows{ grid = k.cdiv(b, 128), block = 128 }(io.x, io.out, b, kk, %s)
+end]]):format(off)
+end
+local EXACT = { name = "float64 sums", source = SOURCE, launch = launch("0.0") }
+local WRONG = { name = "float64 sums, row 0 off by 1", source = SOURCE, launch = launch("1.0") }
+
+local judge = assert(require("km.judge").new())
+local lt = assert(task.load(PROB))
+
+t.test("the exact kernel is correct, verified and timed; float64 decided where eager's own error was over", function()
+  local v = judge:eval(lt, EXACT, { seeds = 3, timing = true })
+  t.eq(v.status, "correct", v.feedback)
+  t.ok((v.exact_reference or 0) >= 1, "compares decided by the float64 run: " .. tostring(v.exact_reference))
+  local rows = 0
+  for _, c in ipairs(v.checks or {}) do if c.reference == "pytorch_float64" then rows = rows + 1 end end
+  t.ok(rows >= 1, "check rows against pytorch_float64: " .. rows)
+  t.note(("float64 decided %d compares (%d of verify's %d check rows)"):format(v.exact_reference or 0, rows, #(v.checks or {})))
+end)
+
+t.test("a wrong kernel is still a mismatch (the float64 run does not widen the tolerance)", function()
+  local v = judge:eval(lt, WRONG, { seeds = 3, timing = false })
+  t.eq(v.status, "mismatch", v.feedback)
+end)
+
+t.done()
