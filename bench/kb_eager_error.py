@@ -88,11 +88,16 @@ def run(torch, mod, dtype, device, seed=42):
         own = dict(model.state_dict())
         for k, b in model.named_buffers():
             own.setdefault(k, b)
-        state = {k: v.double() if v.is_floating_point() else v.clone() for k, v in own.items()}
+        state, seen = {}, {}
+        for k, v in own.items():  # a tied parameter: one tensor under each of its names
+            tied = (v.untyped_storage().data_ptr(), v.storage_offset(), tuple(v.shape), v.dtype)
+            if tied not in seen:
+                seen[tied] = v.double() if v.is_floating_point() else v.clone()
+            state[k] = seen[tied]
         args = tuple(x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in xs)
         y = model(*xs)
         try:
-            y64 = torch.func.functional_call(model, state, args, strict=False)
+            y64 = torch.func.functional_call(model, state, args)
         except Exception:
             y64 = None
     listed = lambda v: list(v) if isinstance(v, (tuple, list)) else [v]

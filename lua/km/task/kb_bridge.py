@@ -1075,7 +1075,7 @@ class _Functional:
         self.model, self.state = model, state
 
     def __call__(self, *args):
-        return torch.func.functional_call(self.model, self.state, args, strict=False)
+        return torch.func.functional_call(self.model, self.state, args)
 
 
 def _aliased(p, bufs):
@@ -1090,7 +1090,10 @@ def _aliased(p, bufs):
     for key, name in p.names["params"].items():
         x = params.get(key)
         if x is not None and x.is_floating_point():
-            views[id(x)] = state[key] = _buffer_for(bufs, name, x, p.device, "parameter")
+            # a tied parameter: one view under each of its names (functional_call's tie_weights)
+            if id(x) not in views:
+                views[id(x)] = _buffer_for(bufs, name, x, p.device, "parameter")
+            state[key] = views[id(x)]
     if not views:
         return p.model
     sig = tuple(sorted((k, v.data_ptr(), tuple(v.shape)) for k, v in state.items()))
@@ -1122,15 +1125,19 @@ def forward_exact(i, bufs, stream=0):
     tolerance"). A model that does not run so (a floating tensor it keeps as a plain
     attribute meets float64 ones) raises FORWARD_ERROR: the eager verdict stands."""
     p = _variant(_problem(i, memory=True), bufs)
-    state, own = {}, p._state()
-    for key, name in p.names["params"].items():
-        v = _buffer_for(bufs, name, own[key], p.device, "parameter")
-        state[key] = v.double() if v.is_floating_point() else v.clone()
+    state, own, seen = {}, p._state(), {}
     with _stream_ctx(p, stream), torch.no_grad():
+        for key, name in p.names["params"].items():
+            x = own[key]
+            tied = (x.untyped_storage().data_ptr(), x.storage_offset(), tuple(x.shape), x.dtype)
+            if tied not in seen:  # a tied parameter: one tensor under each of its names
+                v = _buffer_for(bufs, name, x, p.device, "parameter")
+                seen[tied] = v.double() if v.is_floating_point() else v.clone()
+            state[key] = seen[tied]
         args = [a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a
                 for a in _args(p, bufs)]
         try:
-            y = torch.func.functional_call(p.model, state, tuple(args), strict=False)
+            y = torch.func.functional_call(p.model, state, tuple(args))
         except BaseException as e:
             raise p._fail("forward in float64", e, "FORWARD_ERROR")
         outs = list(y) if isinstance(y, (tuple, list)) else [y]
@@ -1140,7 +1147,7 @@ def forward_exact(i, bufs, stream=0):
         for k, (name, o) in enumerate(zip(p.names["outputs"], outs)):
             want = p.output_meta[k] if p.output_meta else o.to(dtype=p.dtype)
             _buffer_for(bufs, name, want, p.device, "output").copy_(o)
-        state = args = y = outs = o = None
+        state = seen = args = y = outs = o = None
     return True
 
 
