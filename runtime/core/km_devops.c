@@ -168,6 +168,38 @@ static CUresult acc_zeroed(size_t n, CUstream s) {
   return km_cu->cuMemsetD8Async(dg_acc, 0, n * 8, s);
 }
 
+/* The key on the device: never a kernel argument (the driver writes those into memory a
+ * later kernel can find near its own parameters: tests/gpu/test_trust5_secrets.lua), but an
+ * 8-byte device slot the key is copied into right before a batch of digests and zeroed right
+ * after, both in stream order on the digests' stream, so no kernel enqueued before or after
+ * them meets it there. Its source is page-locked host memory (the copy is asynchronous: no
+ * wait), mapped into the device at an address nothing hands a kernel. Made once per
+ * context (key_lock: ACC_READ's callers hold dg_lock). */
+static pthread_mutex_t key_lock = PTHREAD_MUTEX_INITIALIZER;
+static CUdeviceptr key_dev;
+static uint64_t *key_host;
+static CUcontext key_ctx;
+
+static CUresult key_slot(void) {
+  CUcontext ctx = NULL;
+  km_cu->cuCtxGetCurrent(&ctx);
+  pthread_mutex_lock(&key_lock);
+  CUresult r = CUDA_SUCCESS;
+  if (ctx != key_ctx) key_dev = 0, key_host = NULL; /* another context: the old went with it */
+  if (!key_dev) {
+    void *h = NULL;
+    CUdeviceptr p = 0;
+    r = km_cu->cuMemAllocHost(&h, 8);
+    if (r == CUDA_SUCCESS && (r = km_cu->cuMemAlloc(&p, 8)) != CUDA_SUCCESS) km_cu->cuMemFreeHost(h);
+    if (r == CUDA_SUCCESS) {
+      *(uint64_t *)h = dg_key;
+      key_host = h, key_dev = p, key_ctx = ctx;
+    }
+  }
+  pthread_mutex_unlock(&key_lock);
+  return r;
+}
+
 /* ---- checks into slots: each op adds into 8-byte slots at `acc` that the caller zeroed
  * (a km.buffer ledger zeroes a batch's slots at its begin, in one memset; the plain forms'
  * acc_zeroed) and enqueues its kernels, with no wait (the *_at forms); the plain forms use
@@ -250,13 +282,17 @@ CUresult km_dev_digest_at(const CUdeviceptr *ptrs, const uint64_t *bytes, size_t
   CUresult r = km_cuda_util_get("km_checksum", &fn);
   if (r != CUDA_SUCCESS || n == 0) return r;
   pthread_once(&dg_once, dg_init);
+  if ((r = key_slot()) != CUDA_SUCCESS) return r;
+  CUdeviceptr keyp = key_dev;
+  r = km_cu->cuMemcpyHtoDAsync(keyp, key_host, 8, s);
   for (size_t i = 0; i < n && r == CUDA_SUCCESS; i++) {
     CUdeviceptr p = ptrs[i], slot = acc + 8 * i;
-    uint64_t nb = bytes[i], key = dg_key;
-    void *args[] = {&p, &nb, &key, &slot};
+    uint64_t nb = bytes[i];
+    void *args[] = {&p, &nb, &keyp, &slot};
     r = km_cuda_util_launch(fn, nb / 8 + 1, s, args);
   }
-  return r;
+  CUresult z = km_cu->cuMemsetD8Async(keyp, 0, 8, s); /* zeroed whatever failed above */
+  return r != CUDA_SUCCESS ? r : z;
 }
 
 /* The shared array's n slots: op(slots) enqueued, copied back into out, one wait. */

@@ -1,5 +1,5 @@
-// km_util.cu — kernels kmrun itself needs: random fill, pattern fill, checksum, compare,
-// L2 flush, the empty kernel and the SM clock probe. Built by nvcc into a fatbin that is
+// km_util.cu — kernels kmrun itself needs: random fill, pattern fill, perturbed copy,
+// checksum, compare, L2 flush, the empty kernel and the SM clock probe. Built by nvcc into a fatbin that is
 // embedded in the kmrun binary (runtime/core/km_blob.c), with PTX so newer GPUs JIT it.
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
@@ -373,8 +373,12 @@ extern "C" __global__ void km_guards(guard_batch g, unsigned pattern, int fill, 
 // key)), plus the tail bytes. Any change to a word or a swap of two words changes it
 // (w.h.p.); with the key secret (a per-process random, km_devops.c), a kernel that alters
 // bytes cannot choose alterations that keep the sum, as it could with a public function
-// (splitmix64 is invertible).
-extern "C" __global__ void km_checksum(const uint8_t *p, uint64_t bytes, uint64_t key, unsigned long long *out) {
+// (splitmix64 is invertible). The key is read from device memory (keyp), where the host puts
+// it right before a batch of digests and zeroes it right after (km_devops.c): it is never a
+// kernel argument, whose parameter block a later kernel could find.
+extern "C" __global__ void km_checksum(const uint8_t *p, uint64_t bytes, const unsigned long long *keyp,
+                                       unsigned long long *out) {
+  uint64_t key = *keyp;
   uint64_t words = bytes / 8, stride = (uint64_t)gridDim.x * blockDim.x;
   unsigned long long acc = 0;
   for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < words; i += stride)

@@ -1,9 +1,12 @@
--- GPU: can a candidate kernel read the judge's digest key (issue 45, item 3)? The key is a
--- kernel argument of km_checksum (runtime/kernels/km_util.cu): a kernel that learnt it could
--- alter the reference's weights and keep their digest (splitmix64 is invertible). The probe
--- plays the attacker right after a digest ran: it reads memory around its own parameter
--- block (the generic address of a __grid_constant__ parameter) and the 2 MiB region around
--- a buffer it was given, and the host tries every 8-byte word it got back as the key (a
+-- GPU: can a candidate kernel read the judge's digest key (issue 45, item 3)? A kernel that
+-- learnt it could alter the reference's weights and keep their digest (splitmix64 is
+-- invertible). The key is never a kernel argument (whose parameter block the driver writes
+-- into memory a later kernel can find near its own): km_checksum reads it from an 8-byte
+-- device slot the host copies it into right before a batch of digests and zeroes right after,
+-- in stream order (runtime/core/km_devops.c). The probe plays the attacker right after a
+-- digest ran: it reads memory around its own parameter block (the generic address of a
+-- __grid_constant__ parameter) and the 2 MiB region around a buffer it was given (where the
+-- key's device slot may lie), and the host tries every 8-byte word it got back as the key (a
 -- digest of a known buffer recomputed on the host, as km_checksum computes it). The honest
 -- twin: a kernel that reads only its own argument. The param-space read may fault (then the
 -- key is out of reach that way): it is this file's last test, and a fault is not a finding.
