@@ -169,12 +169,13 @@ static CUresult acc_zeroed(size_t n, CUstream s) {
 }
 
 /* The key on the device: never a kernel argument (the driver writes those into memory a
- * later kernel can find near its own parameters: tests/gpu/test_trust5_secrets.lua), but an
- * 8-byte device slot the key is copied into right before a batch of digests and zeroed right
- * after, both in stream order on the digests' stream, so no kernel enqueued before or after
- * them meets it there. Its source is page-locked host memory (the copy is asynchronous: no
- * wait), mapped into the device at an address nothing hands a kernel. Made once per
- * context (key_lock: ACC_READ's callers hold dg_lock). */
+ * later kernel can find near its own parameters: tests/gpu/test_trust5_secrets.lua), but a
+ * device slot (the key, then a count of blocks done) the key is copied into right before a
+ * batch of digests and zeroed by the batch's last launch once all its blocks have read it
+ * (km_checksum), both in stream order on the digests' stream, so no kernel enqueued before
+ * or after them meets it there; one copy a batch, no memset. Its source is page-locked host
+ * memory (the copy is asynchronous: no wait), mapped into the device at an address nothing
+ * hands a kernel. Made once per context (key_lock: ACC_READ's callers hold dg_lock). */
 static pthread_mutex_t key_lock = PTHREAD_MUTEX_INITIALIZER;
 static CUdeviceptr key_dev;
 static uint64_t *key_host;
@@ -190,7 +191,8 @@ static CUresult key_slot(void) {
     void *h = NULL;
     CUdeviceptr p = 0;
     r = km_cu->cuMemAllocHost(&h, 8);
-    if (r == CUDA_SUCCESS && (r = km_cu->cuMemAlloc(&p, 8)) != CUDA_SUCCESS) km_cu->cuMemFreeHost(h);
+    if (r == CUDA_SUCCESS && (r = km_cu->cuMemAlloc(&p, 16)) != CUDA_SUCCESS) km_cu->cuMemFreeHost(h);
+    if (r == CUDA_SUCCESS && (r = km_cu->cuMemsetD8(p, 0, 16)) != CUDA_SUCCESS) km_cu->cuMemFree(p), km_cu->cuMemFreeHost(h);
     if (r == CUDA_SUCCESS) {
       *(uint64_t *)h = dg_key;
       key_host = h, key_dev = p, key_ctx = ctx;
@@ -288,11 +290,12 @@ CUresult km_dev_digest_at(const CUdeviceptr *ptrs, const uint64_t *bytes, size_t
   for (size_t i = 0; i < n && r == CUDA_SUCCESS; i++) {
     CUdeviceptr p = ptrs[i], slot = acc + 8 * i;
     uint64_t nb = bytes[i];
-    void *args[] = {&p, &nb, &keyp, &slot};
+    int last = i == n - 1;
+    void *args[] = {&p, &nb, &keyp, &slot, &last};
     r = km_cuda_util_launch(fn, nb / 8 + 1, s, args);
   }
-  CUresult z = km_cu->cuMemsetD8Async(keyp, 0, 8, s); /* zeroed whatever failed above */
-  return r != CUDA_SUCCESS ? r : z;
+  if (r != CUDA_SUCCESS) km_cu->cuMemsetD8Async(keyp, 0, 16, s); /* no last launch ran: zeroed here */
+  return r;
 }
 
 /* The shared array's n slots: op(slots) enqueued, copied back into out, one wait. */

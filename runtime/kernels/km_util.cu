@@ -373,12 +373,13 @@ extern "C" __global__ void km_guards(guard_batch g, unsigned pattern, int fill, 
 // key)), plus the tail bytes. Any change to a word or a swap of two words changes it
 // (w.h.p.); with the key secret (a per-process random, km_devops.c), a kernel that alters
 // bytes cannot choose alterations that keep the sum, as it could with a public function
-// (splitmix64 is invertible). The key is read from device memory (keyp), where the host puts
-// it right before a batch of digests and zeroes it right after (km_devops.c): it is never a
-// kernel argument, whose parameter block a later kernel could find.
-extern "C" __global__ void km_checksum(const uint8_t *p, uint64_t bytes, const unsigned long long *keyp,
-                                       unsigned long long *out) {
-  uint64_t key = *keyp;
+// (splitmix64 is invertible). The key is read from device memory (keyp[0]), where the host
+// puts it right before a batch of digests (km_devops.c): it is never a kernel argument, whose
+// parameter block a later kernel could find. The batch's last launch (last = 1) zeroes it:
+// its last block to finish (keyp[1] counts them) does, once every block has read it.
+extern "C" __global__ void km_checksum(const uint8_t *p, uint64_t bytes, unsigned long long *keyp,
+                                       unsigned long long *out, int last) {
+  uint64_t key = *(volatile unsigned long long *)keyp;
   uint64_t words = bytes / 8, stride = (uint64_t)gridDim.x * blockDim.x;
   unsigned long long acc = 0;
   for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < words; i += stride)
@@ -390,6 +391,15 @@ extern "C" __global__ void km_checksum(const uint8_t *p, uint64_t bytes, const u
   }
   for (int off = 16; off > 0; off >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, off);
   if ((threadIdx.x & 31) == 0) atomicAdd(out, acc);
+  if (!last) return;
+  __syncthreads(); // every thread of this block has read the key
+  if (threadIdx.x == 0) {
+    __threadfence();
+    if (atomicAdd(keyp + 1, 1ull) == gridDim.x - 1) { // every block has: the key goes
+      *(volatile unsigned long long *)keyp = 0;
+      keyp[1] = 0;
+    }
+  }
 }
 
 // Compare result, laid out as in km_compare.c's struct km_cmp_dev.

@@ -2,8 +2,8 @@
 -- learnt it could alter the reference's weights and keep their digest (splitmix64 is
 -- invertible). The key is never a kernel argument (whose parameter block the driver writes
 -- into memory a later kernel can find near its own): km_checksum reads it from an 8-byte
--- device slot the host copies it into right before a batch of digests and zeroes right after,
--- in stream order (runtime/core/km_devops.c). The probe plays the attacker right after a
+-- device slot the host copies it into right before a batch of digests, and the batch's last
+-- launch zeroes once all its blocks have read it, in stream order (runtime/core/km_devops.c). The probe plays the attacker right after a
 -- digest ran: it reads memory around its own parameter block (the generic address of a
 -- __grid_constant__ parameter) and the 2 MiB region around a buffer it was given (where the
 -- key's device slot may lie), and the host tries every 8-byte word it got back as the key (a
