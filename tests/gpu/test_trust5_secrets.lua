@@ -62,6 +62,14 @@ t.test("the honest twin reads its own parameters back", function()
   t.eq(v[1], 1); t.eq(v[4], 4)
 end)
 
+t.test("the key reaches every launch of a batch and every batch: one range twice, two batches, the same digest", function()
+  local r = { known:ptr(), known:nbytes() }
+  local three = buffer.digest { r, r, r }
+  t.eq(three[1], three[2]); t.eq(three[2], three[3])
+  t.eq(digest_now(), three[1], "another batch")
+  t.eq(host_digest(known_words, 0) == three[1], false, "not keyed by an empty slot")
+end)
+
 t.test("the key is not in the 2 MiB around a buffer the candidate is given, after a digest ran", function()
   local out = buffer.new("u64", 4096)
   local d = digest_now()
