@@ -89,7 +89,7 @@ function M.mismatch(name, r, tol, dims, where, later)
   elseif later == "seed" then
     lines[#lines + 1] = "Earlier seeds passed on this shape: suspect a race (a missing __syncthreads), state kept between launches, or reads of memory nothing wrote."
   elseif later == "timed" then
-    lines[#lines + 1] = "Every verification run passed, but a timed run did not: the kernel must do the whole computation on every call (no state kept between launches, no work skipped when the same buffers come back)."
+    lines[#lines + 1] = "Every verification run passed, but a timed run did not: the kernel must do the whole computation on every call (no state kept between launches, no work skipped when the same buffers come back; a problem's weights change between timed calls too, so nothing derived from them may be kept)."
   end
   return status, concat(lines, "\n")
 end

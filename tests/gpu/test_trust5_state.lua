@@ -178,6 +178,7 @@ for _, c in ipairs { { "a refresh plan", PLANNED, true }, { "get_inputs() each c
     local v = eval(path, ATTACK, true)
     t.eq(v.status, "mismatch", v.feedback)
     t.ok(tostring(v.feedback):find("timed call", 1, true), v.feedback)
+    t.ok(tostring(v.feedback):find("weights change between timed calls", 1, true), "the feedback says why: " .. tostring(v.feedback))
   end)
 
   t.test(what .. ": the honest twin is correct, timed, every timed call checked", function()
