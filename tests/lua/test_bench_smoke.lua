@@ -26,7 +26,7 @@ local FILES = {
   ["kb_harness.sh"] = "gpu_sh", ["kb_harness.py"] = "python", ["headline_ab.sh"] = "gpu_sh",
   ["kernelbench_style.py"] = "python", ["launch_capi.c"] = "c", ["raw_bench.c"] = "c",
   ["kb_eager_error.py"] = "python", ["precision_law.c"] = "c",
-  ["kb_relu"] = "candidate", ["RESULTS.md"] = "doc", ["history"] = "doc",
+  ["kb_relu"] = "candidate", ["kb_linear"] = "candidate", ["RESULTS.md"] = "doc", ["history"] = "doc",
   ["kb_level1.lua"] = "gpu_lua", ["cold_eval.lua"] = "gpu_lua", ["gpu_session.sh"] = "gpu_sh", ["ab_tree.sh"] = "cpu_sh",
   ["service_bench.sh"] = "gpu_sh", ["service_bench.py"] = "python", ["service_cands.lua"] = "cpu_lua",
   ["service_pool.lua"] = "gpu_lua",
@@ -431,6 +431,20 @@ end)
 t.test("bench/kb_relu is a candidate whose launch code parses", function()
   t.ok(io.open(ROOT .. "/bench/kb_relu/kernel.cu"), "kernel.cu")
   local fn, err = loadfile(ROOT .. "/bench/kb_relu/launch.lua", "t", {})
+  t.ok(fn, tostring(err))
+  t.eq(type(fn and fn()), "function")
+end)
+
+t.test("bench/kb_linear: its problem file parses, its kernel compiles, its launch code parses", function()
+  local dir = ROOT .. "/bench/kb_linear"
+  local out, rc = sh("python3 -c 'import ast,sys; ast.parse(open(sys.argv[1]).read())' " .. dir .. "/problem.py")
+  t.eq(rc, 0, out)
+  local f = assert(io.open(dir .. "/kernel.cu"))
+  local src = f:read("a")
+  f:close()
+  local r, log = require("km.nvrtc").compile(src)
+  t.ok(r and r.kernels and r.kernels.linear, "compiles: " .. tostring(log))
+  local fn, err = loadfile(dir .. "/launch.lua", "t", {})
   t.ok(fn, tostring(err))
   t.eq(type(fn and fn()), "function")
 end)
