@@ -9,6 +9,8 @@
 --   prob:write_params(io)                           -- the model's state_dict, into io.<param>
 --   local plan = prob:refresh_plan(io)              -- the same without Python: laws and pointers
 --   prob:forward(io, { stream = s })                -- the model; outputs into io.<out>
+--   prob:forward(io, { params = true })             -- the same on io's nn.Parameters, not its own
+--   prob:forward_exact(io)                          -- the model in float64 on io's inputs and state
 --   local run = prob:bind(io, { stream = s }); run() -- the same, checked once (for timing)
 --   prob:snapshot(); prob:truth(); prob:restore()   -- the reference's own state (km.judge)
 --   prob:release()                                  -- also on __gc / __close
