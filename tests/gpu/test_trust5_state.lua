@@ -156,6 +156,42 @@ end
 local ATTACK = { name = "packs W once", source = SOURCE, launch = launch(1) }
 local HONEST = { name = "reads W every call", source = SOURCE, launch = launch(0) }
 
+t.test("the bridge: forward and bind with params compute with io's parameters, forward_exact in float64", function()
+  local kb = require "km.task.kernelbench"
+  local compare = require "km.compare"
+  local p = assert(kb.load(PLANNED, { device = "cuda" }))
+  local s = assert(p:spec(1))
+  local io = kb.buffers_for(s, buffer.new)
+  assert(io.weight and io.bias and io.scale, "params by state_dict name")
+  assert(p:make_inputs(5, io))
+  assert(p:write_params(io))
+  local function out_now(opts)
+    io.out:poison()
+    assert(p:forward(io, opts))
+    assert(p:synchronize())
+    return buffer.new("f32", io.out:shape()):from_string(io.out:to_string())
+  end
+  local own = out_now()
+  local SAME = { atol = 1e-6, rtol = 1e-5 } -- the same values in other memory (cuBLAS may pick by alignment)
+  t.ok(compare.allclose(out_now { params = true }, own, SAME).ok, "the model's own values: the same outputs")
+  assert(p:forward_exact(io))
+  assert(p:synchronize())
+  t.ok(compare.allclose(io.out, own, { atol = 1e-4, rtol = 1e-4 }).ok, "float64 within the tolerance of eager here")
+  buffer.copy_in(io.weight, io.weight:ptr(), io.weight:nbytes(), KEY)
+  local perturbed = out_now { params = true }
+  t.ok(not compare.allclose(perturbed, own, { atol = 1e-4, rtol = 1e-4 }).ok, "perturbed weights: other outputs")
+  t.ok(compare.allclose(out_now(), own, SAME).ok, "without params: the model's own weights still")
+  local run = assert(p:bind(io, { params = true }))
+  io.out:poison()
+  assert(run())
+  assert(p:synchronize())
+  t.ok(compare.allclose(io.out, perturbed, SAME).ok, "bind with params: as forward with params")
+  assert(p:forward_exact(io))
+  assert(p:synchronize())
+  t.ok(compare.allclose(io.out, perturbed, { atol = 1e-4, rtol = 1e-4 }).ok, "forward_exact computes with io's parameters")
+  p:release()
+end)
+
 local judge = assert(require("km.judge").new())
 
 local function eval(path, cand, timing)
