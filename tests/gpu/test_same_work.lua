@@ -18,7 +18,11 @@ extern "C" __global__ void relu(const float *x, float *y, long long n) {
     y[i] = fmaxf(x[i], 0.f);
 }
 extern "C" __global__ void nothing() {}]]
--- verify: one call per shape (seeds = 1, the timed shape last); then the timed calls
+local OPTS = { seeds = 1, energy = false }
+-- verify: one call per shape (seeds = 1, the timed shape last) and the precision trial at the
+-- timed shape (just before its last trial); then the timed calls. `timed` is 0 in verify, then
+-- 1, 2, ... (verify's last call is the timing's warm-up: the timing makes none of its own).
+local VERIFY_CALLS = require("km.judge.verify").trial_count(RELU, OPTS)
 local function launch(body)
   return ([[local calls = 0
 return function(k, io, s)
@@ -26,9 +30,8 @@ return function(k, io, s)
   local timed = calls > %d and calls - %d or 0
   local grid = math.min(k.cdiv(s.n, 256), 4 * k.device.sm_count)
 %s
-end]]):format(#RELU.shapes, #RELU.shapes, body)
+end]]):format(VERIFY_CALLS, VERIFY_CALLS, body)
 end
-local OPTS = { seeds = 1, energy = false }
 local j = assert(judge_mod.new())
 
 t.test("the honest twin: the same grid on every call is correct, and the verdict says what was launched", function()

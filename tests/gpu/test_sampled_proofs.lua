@@ -27,9 +27,10 @@ local function judge(tk, name, src, launch, opts)
 end
 -- launch code that counts its calls: `timed` is 0 in verify, then 1, 2, ... (a timing whose
 -- first call is verify's last makes no warm-up call of its own). A timed evaluation's verify
--- runs every seed at the other shapes and one at the timed shape (km.judge.verify's trim).
+-- runs every seed at the other shapes and, at the timed shape, the precision trial (every
+-- output f32) and one ordinary trial (km.judge.verify's trim): verify.trial_count says how many.
 local function counting(tk, body)
-  local verify_calls = (#tk.shapes - 1) * SEEDS + 1
+  local verify_calls = require("km.judge.verify").trial_count(tk, { seeds = SEEDS, timing = true })
   return ("local calls = 0\nreturn function(k, io, s)\n  calls = calls + 1\n" ..
     "  local timed = calls > %d and calls - %d or 0\n%s\nend"):format(verify_calls, verify_calls, body)
 end

@@ -13,12 +13,14 @@ local LAST = "if (threadIdx.x == 0) y[r] = part[0];"
 -- the kernel writes far out of any allocation once `late` is set
 local SOURCE = testing.edit(testing.edit(STARTER.source, "int rows, int cols)", "int rows, int cols, int late)"), LAST,
   LAST .. "\n  if (late && r == 0 && threadIdx.x == 0) y[1ll << 40] = 1.f;")
--- verify makes one call per shape (seeds = 1); every later call (the timing's) faults
+-- verify makes one call per shape (seeds = 1) and the precision trial at the timed shape
+-- (verify.trial_count); every later call (the timing's, from its first) faults
+local VERIFY_CALLS = require("km.judge.verify").trial_count(rowsum, { seeds = 1 })
 local LAUNCH = ([[local calls = 0
 return function(k, io, s)
   calls = calls + 1
   k.rowsum{ grid = s.rows, block = k.params.BLOCK }(io.x, io.y, s.rows, s.cols, calls > %d and 1 or 0)
-end]]):format(#rowsum.shapes)
+end]]):format(VERIFY_CALLS)
 
 t.test("a kernel faulting from its timing's first call: crashed, context lost, nothing raised", function()
   local j = assert(judge_mod.new())

@@ -13,7 +13,7 @@
 local t = require "km.tap"
 local cuda = t.require_gpu()
 local nvrtc = require "km.nvrtc"
-local buffer = require "km.buffer"
+local buffer = require "km.buffer" -- 64-bit words as i64 (km.buffer has no u64): Lua integers, bit for bit
 
 local PROBE = [[
 struct Params { unsigned long long a[4]; };
@@ -44,7 +44,7 @@ local function host_digest(words, key) -- whole words only (no tail bytes)
 end
 
 local mod = assert(cuda.load(assert(nvrtc.compile(PROBE))))
-local known = buffer.new("u64", 2):from_table { 0x0123456789ABCDEF, 0x0F1E2D3C4B5A6978 }
+local known = buffer.new("i64", 2):from_table { 0x0123456789ABCDEF, 0x0F1E2D3C4B5A6978 }
 local known_words = known:to_table()
 
 -- every word of `dump` tried as the key: the first that gives the known buffer's digest, or nil
@@ -55,7 +55,7 @@ end
 local function digest_now() return buffer.digest { { known:ptr(), known:nbytes() } }[1] end
 
 t.test("the honest twin reads its own parameters back", function()
-  local out = buffer.new("u64", 4):zero()
+  local out = buffer.new("i64", 4):zero()
   assert(mod:get("own_param"):launch({ grid = 1, block = 32 }, string.pack("<I8I8I8I8", 1, 2, 3, 4), out))
   t.ok(cuda.synchronize())
   local v = out:to_table()
@@ -71,12 +71,12 @@ t.test("the key reaches every launch of a batch and every batch: one range twice
 end)
 
 t.test("the key is not in the 2 MiB around a buffer the candidate is given, after a digest ran", function()
-  local out = buffer.new("u64", 4096)
+  local out = buffer.new("i64", 4096)
   local d = digest_now()
   t.eq(host_digest(known_words, 1) == d, false, "a wrong key does not give the digest")
   local region = out:ptr() - out:ptr() % (2 << 20)
   local words = (2 << 20) // 8
-  local dump = buffer.new("u64", words)
+  local dump = buffer.new("i64", words)
   local ok = mod:get("near_buffer"):launch({ grid = 64, block = 256 }, region, dump, words)
   local synced, msg = cuda.synchronize()
   t.ok(ok and synced, "the region reads: " .. tostring(msg))
@@ -88,7 +88,7 @@ end)
 
 t.test("the key is not in the memory around the candidate's own parameter block, after a digest ran", function()
   local n = 8192
-  local out = buffer.new("u64", n):zero()
+  local out = buffer.new("i64", n):zero()
   local d = digest_now()
   local ok = mod:get("near_param"):launch({ grid = 1, block = 256 }, string.pack("<I8I8I8I8", 0, 0, 0, 0), out, -n // 2, n)
   local synced, msg = cuda.synchronize()

@@ -38,10 +38,15 @@ t.test("verify's last trial is the timed shape's, and the timing makes no warm-u
   t.ok(v.speedup and v.speedup > 0, "a speedup over the reference's timing: " .. tostring(v.speedup))
 end)
 
-t.test("one seed, or warmed = false: the timing makes its own warm-up call, under the same protocol", function()
-  local a = j:eval(rowsum, STARTER, with { seeds = 1 })
+t.test("one seed untrimmed, or warmed = false: the timing makes its own warm-up call, under the same protocol", function()
+  -- one seed, verify trimmed: its last trial is still the timed shape's (no warm-up call);
+  -- untrimmed, it ends at another shape, and the timing warms up itself
+  local o = j:eval(rowsum, STARTER, with { seeds = 1 })
+  t.eq(o.status, "correct", o.feedback)
+  t.eq(o.timing.candidate.warmup_calls, 0, "one seed, trimmed: verify ended at the timed shape")
+  local a = j:eval(rowsum, STARTER, with { seeds = 1, verify_trim = false })
   t.eq(a.status, "correct", a.feedback)
-  t.eq(a.timing.candidate.warmup_calls, 1, "one seed: verify ended at another shape")
+  t.eq(a.timing.candidate.warmup_calls, 1, "one seed, untrimmed: verify ended at another shape")
   local b = j:eval(rowsum, STARTER, with { warmed = false })
   t.eq(b.status, "correct", b.feedback)
   t.eq(b.timing.candidate.warmup_calls, 1)
@@ -62,12 +67,13 @@ end)
 
 -- Which timed calls are checked (Judge:time_run, km.judge's check_picker): by default every
 -- one, in place, and none after the timing; check_first = m checks exactly m of the first
--- min_samples (a timing that stops there: a noise target of 50% makes every one here) and,
+-- min_samples (a timing that stops there: a noise target of 50% makes every one here, with
+-- early_samples = min_samples so that it does not stop earlier) and,
 -- in one that runs on, every later call (check_every = 1). check_draw = "each": the 10th
 -- always, the others 1 in 2.
 t.test("every timed call is checked in place by default; check_first = 3 checks exactly 3 of 10", function()
   for _ = 1, 2 do
-    local v = j:eval(rowsum, STARTER, with { target = 0.5 })
+    local v = j:eval(rowsum, STARTER, with { early_samples = 10, target = 0.5 })
     t.eq(v.status, "correct", v.feedback)
     local c = v.timing.candidate
     t.eq(c.n, 10, "the rule stops at min_samples")
@@ -76,12 +82,12 @@ t.test("every timed call is checked in place by default; check_first = 3 checks 
     t.eq(c.check_lines, 16, "one output line in 16 of a large buffer")
   end
   for _ = 1, 3 do
-    local v = j:eval(rowsum, STARTER, with { target = 0.5, check_first = 3 })
+    local v = j:eval(rowsum, STARTER, with { early_samples = 10, target = 0.5, check_first = 3 })
     t.eq(v.status, "correct", v.feedback)
     t.eq(v.timing.candidate.checked_calls, 3, "3 of the 10")
     t.eq(v.timing.candidate.last_checked_after, nil, "no check after the timing")
   end
-  local v = j:eval(rowsum, STARTER, with { target = 0.5, check_lines = 1 })
+  local v = j:eval(rowsum, STARTER, with { early_samples = 10, target = 0.5, check_lines = 1 })
   t.eq(v.timing.candidate.check_lines, nil, "check_lines = 1: every line")
   -- a timing that does not stop at 10 (a noise target no timing meets, stopped by max_ms):
   -- 3 of the first 10 and every call after them, each in place
@@ -95,7 +101,7 @@ t.test("every timed call is checked in place by default; check_first = 3 checks 
   end
   local counts = {}
   for _ = 1, 6 do
-    local e = j:eval(rowsum, STARTER, with { target = 0.5, check_draw = "each" })
+    local e = j:eval(rowsum, STARTER, with { early_samples = 10, target = 0.5, check_draw = "each" })
     t.eq(e.status, "correct", e.feedback)
     t.eq(e.timing.candidate.last_checked_after, nil, "each: the 10th checked in place")
     counts[#counts + 1] = e.timing.candidate.checked_calls

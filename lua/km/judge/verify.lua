@@ -68,7 +68,7 @@ M.PRECISION_L2 = 5e-5
 -- A task verify runs a precision trial for: every output f32 (opts.precision_trial = false: none).
 local function wants_precision(t, opts)
   if opts.precision_trial == false then return false end
-  for _, spec in ipairs(t.outputs) do if spec.dtype ~= "f32" then return false end end
+  for _, spec in ipairs(t.outputs or {}) do if spec.dtype ~= "f32" then return false end end
   return true
 end
 
@@ -231,14 +231,26 @@ local function run_trial(self, st, run, v, opts, tr)
   trial_done(self, t, tr)
 end
 
+-- Whether verify's plan is trimmed (the candidate is timed). KM_VERIFY_TRIM=0 in a worker's
+-- environment: the untrimmed plan (side-by-side runs).
+local function trimmed(opts)
+  return opts.timing ~= false and opts.verify_trim ~= false and os.getenv("KM_VERIFY_TRIM") ~= "0"
+end
+
+-- How many calls of the candidate verify makes for task t under opts (its trials, the
+-- precision trial among them): launch code that counts its calls (the GPU tests' attacks)
+-- knows from this which call is the timing's first.
+function M.trial_count(t, opts)
+  opts = opts or {}
+  return #trial_order(#t.shapes, opts.seeds or 3, wants_precision(t, opts), trimmed(opts))
+end
+
 -- Every trial in order -> nil (all correct) | status, text, extra (the first failure)
 function Judge:verify(st, run, v, opts)
   local t = st.task
   local nseeds = opts.seeds or 3
   local seen, others = {}, 0 -- shapes with a trial passed, and how many
-  -- KM_VERIFY_TRIM=0 in a worker's environment: the untrimmed plan (side-by-side runs)
-  local trim = opts.timing ~= false and opts.verify_trim ~= false and os.getenv("KM_VERIFY_TRIM") ~= "0"
-  for _, trial in ipairs(trial_order(#t.shapes, nseeds, wants_precision(t, opts), trim)) do
+  for _, trial in ipairs(trial_order(#t.shapes, nseeds, wants_precision(t, opts), trimmed(opts))) do
     local tr = new_trial(self, t, trial[1], trial[2], nseeds, opts, trial[3])
     -- what passed before, for the hint of a mismatch: other shapes, else seeds at this one
     tr.later = others - (seen[tr.si] and 1 or 0) > 0 and "shape" or seen[tr.si] and "seed" or nil
