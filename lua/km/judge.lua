@@ -58,7 +58,7 @@ end
 
 -- The names km.judge exports from its parts (name -> the part that owns it).
 local EXPORTS = {
-  random = "checks", CHECK_FIRST = "checks", CHECK_EVERY = "checks", CHECK_LINES = "checks", TARGET = "checks",
+  random = "checks", CHECK_FIRST = "checks", CHECK_EVERY = "checks", CHECK_LINES = "checks", TARGET = "checks", CI_TARGET = "checks",
   check_first = "checks", check_picker = "checks", escape = "checks", cheat_gain = "checks", lines_shift = "checks",
   check_opts = "checks",
   alloc = "pool",

@@ -1,7 +1,7 @@
 /* km_timing.c — `require "km.timing"`: time GPU work with CUDA events.
  *
  *   timing.time(fn_or_graph, { mode = "cold"|"warm"|"graph", warmup = 3, warmup_ms = 1,
- *                              min_samples = 20, max_samples = 300, target = 0.002, early_samples = 0,
+ *                              min_samples = 20, max_samples = 300, target = 0.002, early_samples = 0, ci_target = 0,
  *                              min_ms = 0, max_ms = 2000, rep = 1, flush_bytes = 2*L2,
  *                              samples = false, energy = false, gate = true, before = fn(phase),
  *                              after = fn(phase), warmed = 0, serial = false, gc = "defer"|"stop" })
@@ -48,7 +48,9 @@
  * Stopping (km_sampling_core.h, docs/timing.md): after each sample, sampling stops at the first
  * n >= min_samples whose median has a relative standard error <= target once the samples sum
  * to min_ms; with early_samples (e < min_samples), at the first n >= e whose error is <=
- * target * n / min_samples (an early stop, the answer settled); or at max_samples; or after
+ * target * n / min_samples (an early stop, the answer settled); with ci_target > 0, a noise
+ * stop also needs the median's order-statistic interval (>= 90% coverage) within +-ci_target
+ * of it (km_stats_median_ci); or at max_samples; or after
  * max_ms of wall time (at >= 3 samples). `stop` says which, stop_target the bound the last
  * sample was held to, and ci_low, ci_high the median's 95% interval (median x (1 -+ 1.96 x
  * rel_noise); absent under 3 samples). serial = true: the after hook waits for each sample
@@ -241,8 +243,9 @@ static void read_protocol(lua_State *L, int idx, km_timing_protocol *p) {
   p->stop.min_ms = km_optfield_num(L, idx, "min_ms", p->stop.min_ms);
   p->stop.max_ms = km_optfield_num(L, idx, "max_ms", p->stop.max_ms);
   p->stop.early_samples = (int)km_optfield_int(L, idx, "early_samples", p->stop.early_samples);
+  p->stop.max_ci = km_optfield_num(L, idx, "ci_target", p->stop.max_ci);
   if (km_stop_rule_valid(&p->stop) || p->rep < 1 || p->warmup < 0 || p->flush_bytes < 0)
-    luaL_error(L, "timing: need 1 <= min_samples <= max_samples, 0 <= early_samples <= min_samples, target >= 0, "
+    luaL_error(L, "timing: need 1 <= min_samples <= max_samples, 0 <= early_samples <= min_samples, target >= 0, ci_target >= 0, "
                   "min_ms >= 0, max_ms > 0, rep >= 1, warmup >= 0, flush_bytes >= 0");
 }
 
@@ -254,7 +257,7 @@ static void push_key(lua_State *L, const km_timing_protocol *p) {
 
 /* [.., protocol]: every field of p, its version and key */
 static void push_protocol(lua_State *L, const km_timing_protocol *p) {
-  lua_createtable(L, 0, 13);
+  lua_createtable(L, 0, 14);
   lua_pushinteger(L, KM_TIMING_PROTOCOL_VERSION); lua_setfield(L, -2, "version");
   push_key(L, p); lua_setfield(L, -2, "key");
   lua_pushstring(L, p->mode); lua_setfield(L, -2, "mode");
@@ -265,6 +268,7 @@ static void push_protocol(lua_State *L, const km_timing_protocol *p) {
   lua_pushinteger(L, p->stop.max_samples); lua_setfield(L, -2, "max_samples");
   lua_pushinteger(L, p->stop.early_samples); lua_setfield(L, -2, "early_samples");
   lua_pushnumber(L, p->stop.max_noise); lua_setfield(L, -2, "target");
+  lua_pushnumber(L, p->stop.max_ci); lua_setfield(L, -2, "ci_target");
   lua_pushnumber(L, p->stop.min_ms); lua_setfield(L, -2, "min_ms");
   lua_pushnumber(L, p->stop.max_ms); lua_setfield(L, -2, "max_ms");
   if (!strcmp(p->mode, "cold")) { lua_pushinteger(L, p->flush_bytes); lua_setfield(L, -2, "flush_bytes"); }

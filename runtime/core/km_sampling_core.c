@@ -17,12 +17,14 @@ void km_stop_rule_default(km_stop_rule *r) {
   r->min_ms = 0;
   r->max_ms = 2000;
   r->early_samples = 0;
+  r->max_ci = 0;
 }
 
 int km_stop_rule_valid(const km_stop_rule *r) {
   if (!r || r->min_samples < 1 || r->max_samples < r->min_samples) return -1;
   if (!(r->max_noise >= 0) || !(r->min_ms >= 0) || !(r->max_ms > 0)) return -1; /* NaN fails too */
   if (r->early_samples < 0 || r->early_samples > r->min_samples) return -1;
+  if (!(r->max_ci >= 0)) return -1;
   return 0;
 }
 
@@ -62,7 +64,8 @@ km_stop km_sampler_add(km_sampler *s, double ms, double elapsed_ms, int hold) {
   s->noise = km_stats_rel_noise(s->sorted, s->n);
   const km_stop_rule *r = &s->rule;
   int timeout_n = r->min_samples < 3 ? r->min_samples : 3;
-  if (!hold && s->sum_ms >= r->min_ms && s->noise <= km_stop_target(r, s->n))
+  if (!hold && s->sum_ms >= r->min_ms && s->noise <= km_stop_target(r, s->n) &&
+      (r->max_ci <= 0 || km_stats_median_ci(s->sorted, s->n) <= r->max_ci))
     s->stop = KM_STOP_NOISE;
   else if (s->n >= r->max_samples)
     s->stop = KM_STOP_MAX_SAMPLES;
@@ -165,9 +168,14 @@ int km_timing_protocol_key(const km_timing_protocol *p, char *buf, size_t cap) {
     if (p->flush_bytes > 0) snprintf(flush, sizeof flush, " flush=%lld", p->flush_bytes);
     else snprintf(flush, sizeof flush, " flush=2xL2");
   }
-  char early[24] = "";
+  char early[64] = "", ci[32];
   if (p->stop.early_samples > 0 && p->stop.early_samples < p->stop.min_samples)
     snprintf(early, sizeof early, ",early=%d", p->stop.early_samples);
+  if (p->stop.max_ci > 0) {
+    fmt_num(ci, sizeof ci, p->stop.max_ci);
+    size_t used = strlen(early);
+    snprintf(early + used, sizeof early - used, ",ci<=%s", ci);
+  }
   return snprintf(buf, cap, "km.timing/%d mode=%s rep=%d warmup=%d,%sms stop=noise<=%s,n=%d..%d%s,min_ms=%s,max_ms=%s%s energy=%d gate=%d",
                   KM_TIMING_PROTOCOL_VERSION, mode, p->rep, p->warmup, wms, noise, p->stop.min_samples,
                   p->stop.max_samples, early, minms, maxms, flush, p->energy ? 1 : 0, p->gate ? 1 : 0);

@@ -11,8 +11,12 @@
  * once max_ms of wall time have passed and at least min(min_samples, 3) samples are in.
  * With early_samples (e) below min_samples (m), it stops sooner where the answer is settled:
  * at the first n in e..m-1 whose noise is <= max_noise * n / m (at n = 5 of m = 10, half the
- * target), a bound tight enough that the medians of such early stops spread no more than
- * those of stops at m (tests/lua/test_stop_rule.lua simulates both). */
+ * target). With max_ci > 0, a noise stop (early or not) also needs the median's
+ * distribution-free interval of at least 90% coverage (two order statistics:
+ * km_stats_median_ci) to lie within +-max_ci of the median: at 5 samples that is all five
+ * within 2 x max_ci, and it takes no estimate of the spread, so a few samples that happen to
+ * agree (the IQR of 5 to 9 samples is small by chance far more often than the spread is) do
+ * not stop a noisy timing (tests/lua/test_stop_rule.lua simulates it). */
 #ifndef KM_SAMPLING_CORE_H
 #define KM_SAMPLING_CORE_H
 
@@ -30,6 +34,8 @@ typedef struct km_stop_rule {
   double min_ms;                /* summed sample time a noise stop needs; 0 */
   double max_ms;                /* wall time after which sampling stops; 2000 */
   int early_samples;            /* an earlier noise stop from here, at a tighter target; 0: none */
+  double max_ci;                /* a noise stop also needs the median's order-statistic interval
+                                   (km_stats_median_ci) within +-max_ci of it; 0: not asked */
 } km_stop_rule;
 
 typedef enum { KM_SAMPLE_ON = 0, KM_STOP_NOISE, KM_STOP_MAX_SAMPLES, KM_STOP_MAX_TIME } km_stop;
@@ -37,7 +43,7 @@ typedef enum { KM_SAMPLE_ON = 0, KM_STOP_NOISE, KM_STOP_MAX_SAMPLES, KM_STOP_MAX
 /* The defaults above. */
 void km_stop_rule_default(km_stop_rule *r);
 /* 0 when the rule can be used (1 <= min_samples <= max_samples, max_noise >= 0,
- * min_ms >= 0, max_ms > 0, 0 <= early_samples <= min_samples), else -1. */
+ * min_ms >= 0, max_ms > 0, 0 <= early_samples <= min_samples, max_ci >= 0), else -1. */
 int km_stop_rule_valid(const km_stop_rule *r);
 /* The noise a stop at n samples needs (max_noise, or the early stop's tighter bound), or -1
  * where no noise stop can come at n. */

@@ -28,7 +28,7 @@ static int first_sufficient(double amp, int min_n, int max_n, double target) {
 }
 
 static km_stop_rule rule(int min_n, int max_n, double noise, double min_ms, double max_ms) {
-  km_stop_rule r = {min_n, max_n, noise, min_ms, max_ms, 0};
+  km_stop_rule r = {min_n, max_n, noise, min_ms, max_ms, 0, 0};
   return r;
 }
 
@@ -266,7 +266,7 @@ TEST(simulated_loop_overshoot) {
 }
 
 TEST(protocol_key) {
-  km_timing_protocol p = {"cold", 1, 3, 1, 0, 0, 1, {20, 300, 0.002, 0, 2000, 0}};
+  km_timing_protocol p = {"cold", 1, 3, 1, 0, 0, 1, {20, 300, 0.002, 0, 2000, 0, 0}};
   char k[256];
   int len = km_timing_protocol_key(&p, k, sizeof k);
   ASSERT_EQ_STR(k, "km.timing/3 mode=cold rep=1 warmup=3,1ms stop=noise<=0.002,n=20..300,min_ms=0,max_ms=2000 "
@@ -283,6 +283,9 @@ TEST(protocol_key) {
   q.mode = "warm";
   km_timing_protocol_key(&q, k2, sizeof k2);
   ASSERT_EQ_STR(k2, "km.timing/3 mode=warm rep=1 warmup=3,1ms stop=noise<=0.002,n=20..300,min_ms=0,max_ms=2000 energy=0 gate=1");
+  q = p; q.stop.early_samples = 5; q.stop.max_ci = 0.0025; q.stop.min_samples = 10;
+  km_timing_protocol_key(&q, k2, sizeof k2);
+  ASSERT(strstr(k2, ",n=10..300,early=5,ci<=0.0025,min_ms=0,") != NULL);
   q = p; q.flush_bytes = 100663296;
   km_timing_protocol_key(&q, k2, sizeof k2);
   ASSERT(strstr(k2, " flush=100663296 ") != NULL);
@@ -379,8 +382,37 @@ TEST(plan_with_an_early_stop_and_serial_work) {
   ASSERT_EQ_INT(km_sampler_plan(&s, 12, &p), 13);
 }
 
+/* The median's order-statistic interval (>= 90% coverage): the order statistics a binomial
+ * table gives, and a noise stop held by it where max_ci is set. */
+TEST(the_median_interval_from_order_statistics) {
+  ASSERT_EQ_INT(km_stats_median_ci_k(4), 0); /* 2 x 1/16 > 0.10 */
+  ASSERT_EQ_INT(km_stats_median_ci_k(5), 1); /* 2 x 1/32 */
+  ASSERT_EQ_INT(km_stats_median_ci_k(7), 1); /* 2 x 8/128 > 0.10 for k = 2 */
+  ASSERT_EQ_INT(km_stats_median_ci_k(8), 2); /* 2 x 9/256 */
+  ASSERT_EQ_INT(km_stats_median_ci_k(10), 2); /* 2 x 56/1024 > 0.10 for k = 3 */
+  ASSERT_EQ_INT(km_stats_median_ci_k(20), 6); /* 2 x 0.0207; k = 7: 2 x 0.0577 */
+  ASSERT_EQ_INT(km_stats_median_ci_k(300), 136);
+  double five[] = {0.99, 1.0, 1.0, 1.0, 1.03};
+  ASSERT_NEAR(km_stats_median_ci(five, 5), 0.02, 1e-12);
+  ASSERT(isinf(km_stats_median_ci(five, 4)));
+  km_stop_rule r = rule(10, 300, 0.005, 0, 1e9);
+  r.early_samples = 5;
+  r.max_ci = 0.0025;
+  ASSERT_EQ_INT(km_stop_rule_valid(&r), 0);
+  double samples[MAXN], sorted[MAXN];
+  km_sampler s;
+  km_sampler_init(&s, &r, samples, sorted);
+  double xs[] = {1, 1, 1, 1, 1.02, 1, 1, 1.001, 0.999};
+  int stopped = 0;
+  for (int i = 0; i < 9 && !stopped; i++) stopped = km_sampler_add(&s, xs[i], 0, 0) == KM_STOP_NOISE;
+  ASSERT_EQ_INT(s.n, 8); /* the IQR alone stops at 5; the interval at 8 (2nd to 7th) */
+  r.max_ci = -1;
+  ASSERT(km_stop_rule_valid(&r) != 0);
+}
+
 int main(void) {
   RUN(defaults_and_validation);
+  RUN(the_median_interval_from_order_statistics);
   RUN(an_early_stop_needs_a_tighter_noise);
   RUN(plan_with_an_early_stop_and_serial_work);
   RUN(stops_at_the_first_sufficient_count);

@@ -60,7 +60,7 @@ function M.time_opts(opts)
   local min_samples = opts.min_samples or checks.MIN_SAMPLES
   return { mode = opts.mode or "cold", max_ms = opts.max_ms or 2000, min_samples = min_samples,
     early_samples = math.min(opts.early_samples or checks.EARLY_SAMPLES, min_samples),
-    target = opts.target or checks.TARGET, warmup = opts.warmup or M.WARMUP, warmup_ms = opts.warmup_ms or M.WARMUP_MS,
+    target = opts.target or checks.TARGET, ci_target = opts.ci_target or checks.CI_TARGET, warmup = opts.warmup or M.WARMUP, warmup_ms = opts.warmup_ms or M.WARMUP_MS,
     gc = opts.timing_gc }
 end
 local time_opts = M.time_opts
