@@ -37,10 +37,8 @@ local rng = M.random
 -- MIN_SAMPLES - 1 samples to TARGET x n / MIN_SAMPLES (half of it at 5): a sequential rule
 -- on the statistic every timing reports (rel_noise; the verdict's ci_low, ci_high are the
 -- median's 95% interval from it). Every timed call costs a refresh, a flush and, checked, a
--- reference run and full input proofs; a quiet kernel (samples within about 0.4% of each
--- other) stops at 5 calls, where the plain rule took 10, and the medians of 10 such
--- timings of one kernel spread as those of the plain rule's do for the kernels the early
--- stop takes (tests/lua/test_stop_rule.lua simulates both). A speedup of two medians known
+-- reference run and full input proofs; a quiet kernel stops at 5 to 7 calls, where the plain
+-- rule took 10, and every noise stop also needs CI_TARGET (below). A speedup of two medians known
 -- to TARGET is within about 0.7%. EARLY_SAMPLES = MIN_SAMPLES (opts.early_samples) turns
 -- the early stop off; the escape bounds below are for stops at MIN_SAMPLES or later.
 M.MIN_SAMPLES = 10
@@ -53,7 +51,7 @@ M.TARGET = 0.005
 -- spread is: stopped on it alone, 10 timings of a kernel whose calls vary by 0.8% spread
 -- 1.7% (p95) at 7 calls a timing, as 10 judged l1_softmax on an H200 did (1.95%). The
 -- interval needs no estimate of the spread; at 0.25% the medians of 10 timings of one
--- kernel are within 1% of each other (issue 44's bound) but in 1 to 3% of such sets for calls
+-- kernel are within 1% of each other (issue 44's bound) in all but 1 to 3% of such sets for calls
 -- varying by 0.2% to 2% (0.3%: 3 to 6%), at the calls that variation costs: a quiet kernel
 -- (0.2%) about 7 calls a timing, one varying by 0.5% about 21, by 0.8% about 47, by 2% about
 -- 250 (or max_ms). tests/lua/test_stop_rule.lua simulates it. Variation between evaluations
