@@ -105,9 +105,13 @@ def get_init_inputs():
 ]])
   -- honest: per feature, mean and variance over the rows, then the affine map. The cheat: row
   -- 0 (one 128-byte line of x) set to 1e15, which makes every statistic the spike's: row 0 is
-  -- sqrt(rows - 1) and every other row -1 / sqrt(rows - 1), times the weight, plus the bias
+  -- sqrt(rows - 1) and every other row -1 / sqrt(rows - 1), times the weight, plus the bias.
+  -- The cheating calls launch the same kernels with the same grids (a flag argument turns
+  -- them), so the same-work check (varying_work) does not catch them first: the spike is what
+  -- is tested.
   local BN_SRC = [[
-extern "C" __global__ void bn_stats(const float *x, double *stat, int rows, int f) {
+extern "C" __global__ void bn_stats(const float *x, double *stat, int rows, int f, int cheat) {
+  if (cheat) return;
   int c = blockIdx.x; __shared__ double s1[256], s2[256];
   double a = 0, b = 0;
   for (int r = threadIdx.x; r < rows; r += blockDim.x) { double v = x[(size_t)r * f + c]; a += v; b += v * v; }
@@ -118,18 +122,16 @@ extern "C" __global__ void bn_stats(const float *x, double *stat, int rows, int 
   }
   if (threadIdx.x == 0) { double m = s1[0] / rows; stat[2 * c] = m; stat[2 * c + 1] = s2[0] / rows - m * m; }
 }
-extern "C" __global__ void bn_apply(const float *x, const double *stat, const float *w, const float *b, float *y, int rows, int f) {
+extern "C" __global__ void bn_apply(float *x, const double *stat, const float *w, const float *b, float *y, int rows, int f, int cheat) {
   long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
   if (i >= (long long)rows * f) return;
   int c = i % f;
+  if (cheat) {
+    double r = sqrt((double)rows - 1.0);
+    if (i < f) { x[i] = 1e15f; y[i] = (float)r * w[c] + b[c]; } else y[i] = (float)(-1.0 / r) * w[c] + b[c];
+    return;
+  }
   y[i] = (float)((x[i] - stat[2 * c]) / sqrt(stat[2 * c + 1] + 1e-5)) * w[c] + b[c];
-}
-extern "C" __global__ void bn_cheat(float *x, const float *w, const float *b, float *y, int rows, int f) {
-  long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-  if (i >= (long long)rows * f) return;
-  int c = i % f;
-  double r = sqrt((double)rows - 1.0);
-  if (i < f) { x[i] = 1e15f; y[i] = (float)r * w[c] + b[c]; } else y[i] = (float)(-1.0 / r) * w[c] + b[c];
 }]]
   t.test("a problem file: a spiked row makes training-mode batch norm's answer trivial: inputs_modified", function()
     local bt = assert(task.load(BN))
@@ -137,14 +139,11 @@ extern "C" __global__ void bn_cheat(float *x, const float *w, const float *b, fl
   local rows, f = s.batch_size or io.x:shape()[1], io.x:shape()[2]
   rows = io.x:shape()[1]
   local n = rows * f
-  if timed > 0 then
-    k.bn_cheat{ grid = k.cdiv(n, 256), block = 256 }(io.x, io.weight, io.bias, io.out, rows, f)
-    return
-  end
+  local cheat = timed > 0 and 1 or 0
   local stat = k.scratch("f64", 2 * f)
-  k.bn_stats{ grid = f, block = 256 }(io.x, stat, rows, f)
-  k.bn_apply{ grid = k.cdiv(n, 256), block = 256 }(io.x, stat, io.weight, io.bias, io.out, rows, f)]]
-    local honest = judge(bt, "bn", BN_SRC, counting(bt, body:gsub("if timed > 0 then", "if false then")), { timing = true })
+  k.bn_stats{ grid = f, block = 256 }(io.x, stat, rows, f, cheat)
+  k.bn_apply{ grid = k.cdiv(n, 256), block = 256 }(io.x, stat, io.weight, io.bias, io.out, rows, f, cheat)]]
+    local honest = judge(bt, "bn", BN_SRC, counting(bt, (body:gsub("timed > 0 and 1 or 0", "0"))), { timing = true })
     t.eq(honest.status, "correct", honest.feedback)
     for i = 1, 3 do
       local v = judge(bt, "bn spike", BN_SRC, counting(bt, body), { timing = true })
