@@ -56,7 +56,8 @@ M.TARGET = 0.005
 -- (0.2%) about 7 calls a timing, one varying by 0.5% about 21, by 0.8% about 47, by 2% about
 -- 250 (or max_ms). tests/lua/test_stop_rule.lua simulates it. Variation between evaluations
 -- (clocks, placement) is outside any stop rule and adds to the spread.
-M.CI_TARGET = 0.0025
+-- KM_CI_TARGET in a worker's environment: another target (side-by-side runs; 0: none).
+M.CI_TARGET = tonumber(os.getenv("KM_CI_TARGET") or "") or 0.0025
 
 -- How a timing's calls are checked (km.judge.timed). By default every timed call is: a
 -- check waits for the device and runs the reference, so a kernel that reads %globaltimer
