@@ -10,7 +10,7 @@
 -- what it has. Ratios are geometric means; "x eager" is the time over eager's (above 1: slower).
 -- Exit status: 0, 2 on usage errors, 3 where there is no GPU (the reason on stderr).
 local task = require "km.task"
-local eval = require "km.run.eval"
+local eval = require "km.serve.pool"
 local A = require "km.args"
 local EXIT = require("km.run.runner").EXIT
 

@@ -1,6 +1,6 @@
 -- bench/cold_eval.lua — the first evaluation of a new candidate on a warm task: the
 -- reinforcement-learning case, where every candidate is new and the tasks are set up. One GPU
--- worker (km.run.eval); for each task folder: its starter judged once (the task set up, its
+-- worker (km.serve.pool); for each task folder: its starter judged once (the task set up, its
 -- baselines found or timed: not counted), then --new candidates never compiled before (the
 -- starter with a comment of its own: a miss in NVRTC's cache), each judged alone as a full
 -- evaluation (3 seeds). Per new candidate: wall seconds from submit to verdict, the worker's
@@ -23,7 +23,7 @@ local args, code = A.parse(SPEC, arg)
 if not args then return code end
 local okg, why = require("km.cuda").available()
 if not okg then io.stderr:write("bench/cold_eval.lua: no GPU: ", tostring(why), "\n") return EXIT.NO_GPU end
-local eval = require "km.run.eval"
+local eval = require "km.serve.pool"
 local task = require "km.task"
 local timing = require "km.timing"
 local sys = require "km.sys"

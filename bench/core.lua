@@ -141,8 +141,8 @@ local ncpu = tonumber(io.popen("nproc"):read("l")) or 1
 s0 = wall()
 for _, r in ipairs(nvrtc.compile_many(list, { threads = ncpu })) do assert(not r.error, r.error) end
 local parallel = wall() - s0
--- and through compile processes (km.run.compiler, as the worker pool warms its cache)
-local eval = require "km.run.eval"
+-- and through compile processes (km.serve.compiler, as the worker pool warms its cache)
+local eval = require "km.serve.pool"
 local nproc = math.min(16, ncpu)
 local comp = eval.compilers(nproc)
 for i = 1, nproc do comp.submit(SRC50 .. "\n// start " .. i, { cache = false }) end -- start them

@@ -4,7 +4,7 @@
 -- Usage: kmrun bench/eval.lua [OUT.md] [--no-torch]
 -- Exit status: 0, 2 on usage errors, 3 where there is no GPU (the reason on stderr).
 local task = require "km.task"
-local eval = require "km.run.eval"
+local eval = require "km.serve.pool"
 local json = require "km.json"
 local A = require "km.args"
 local EXIT = require("km.run.runner").EXIT

@@ -1,5 +1,5 @@
 -- bench/kb_level1.lua — KernelBench level 1 as a whole: every problem file of KB/level1
--- judged at fp32 by one GPU worker (km.run.eval), twice over: with empty caches (NVRTC,
+-- judged at fp32 by one GPU worker (km.serve.pool), twice over: with empty caches (NVRTC,
 -- specs, baselines: a fresh XDG_CACHE_HOME) and again with them warm (a fresh worker: torch
 -- imported and every problem loaded again). Each problem gets --evals candidates in a row:
 -- the eager-equivalent CUDA kernel where one is simple (the elementwise activations, a grid-
@@ -128,7 +128,7 @@ local function device_used(uuid)
 end
 
 local function run_pass(pass, out)
-  local eval = require "km.run.eval"
+  local eval = require "km.serve.pool"
   local kbtask = require "km.task.kbtask"
   local pool = assert(eval.pool { gpus = { 0 }, timeout = 600 })
   local f = assert(io.open(out, "w"))

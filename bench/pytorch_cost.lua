@@ -11,7 +11,7 @@
 -- the disk cache or measured) is reported apart; the N after it are the per-candidate cost.
 -- --dry-run writes and loads both tasks and says what it would run, with no GPU. Exit status:
 -- 0, 2 on usage errors, 3 where there is no GPU (the reason on stderr).
-local eval = require "km.run.eval"
+local eval = require "km.serve.pool"
 local task = require "km.task"
 local testing = require "km.testing"
 local timing = require "km.timing"
@@ -93,7 +93,7 @@ local function side(path, out, extra)
     return { name = "relu" .. i, source = SRC:format(i), launch = LAUNCH:format(b, b, out) }
   end
   -- every candidate compiled before the first is judged, on both sides alike: in a running
-  -- pool the driver compiles waiting jobs ahead (km.run.eval), so neither side's per-candidate
+  -- pool the driver compiles waiting jobs ahead (km.serve.pool), so neither side's per-candidate
   -- cost holds NVRTC (the side run second would otherwise find the first side's compiles)
   local all = {}
   for i = 0, a.n do all[#all + 1] = cand(i) end

@@ -1,6 +1,6 @@
 -- bench/service_pool.lua CANDS.json [OUT.json] — the service benchmark's in-process side
--- (bench/service_bench.sh): the same candidates judged by a km.run.eval pool's eval_many in
--- this process, with the judge options `kmrun serve --listen` uses (km.service.backend), so
+-- (bench/service_bench.sh): the same candidates judged by a km.serve.pool pool's eval_many in
+-- this process, with the judge options `kmrun serve --listen` uses (km.serve.backend), so
 -- the service's overhead is its batch's seconds over these. Tasks are set up first (one
 -- starter each, not counted), as the service's run warms them. Prints and writes
 -- { seconds, n, gpus, statuses }.
@@ -28,9 +28,9 @@ if not okc then io.stderr:write("bench/service_pool.lua: no GPU: ", tostring(why
 
 local text = assert(io.open(a.cands)):read("a")
 local cands = assert(json.decode(text), "bad candidates file")
-local backend = require "km.service.backend"
+local backend = require "km.serve.backend"
 local opts = backend.judge_opts()
-local pool = assert(require("km.run.eval").pool { gpus = a.gpus, timeout = opts.timeout, worker_stderr = "null" })
+local pool = assert(require("km.serve.pool").pool { gpus = a.gpus, timeout = opts.timeout, worker_stderr = "null" })
 local task = require "km.task"
 local loaded, warm = {}, {}
 for _, c in ipairs(cands) do

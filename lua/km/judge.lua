@@ -1,10 +1,23 @@
--- km.judge — evaluate one candidate against a task, in this process, on this GPU.
+-- km.judge — evaluate one candidate against a task, in this process, on this GPU: the judge's
+-- one door. Nothing outside lua/km/judge/ requires a part of it (tests/lua/test_layers.lua).
 --
--- This is what a GPU worker (km.run.worker) runs; strategies go through km.run.eval, which keeps
+-- This is what a GPU worker (km.serve.worker) runs; strategies go through km.serve.pool, which keeps
 -- the judge in a child process so a faulting kernel takes down only the worker.
 --
 --   local judge = require("km.judge").new()
 --   local verdict = judge:eval(task_or_dir, { source, launch, params, name }, opts)
+--
+-- What callers use (M.API; tests/lua/test_layers.lua fails on a call of any other method of
+-- a judge from outside lua/km/judge/): M.new, M.compile_opts, and a judge's
+--   eval(t, cand, opts)             the verdict on a candidate
+--   open(t)                         the task set up here (reference built, or model loaded)
+--   has_task(key)                   whether the task is set up here
+--   reference(t, sym, seed, edit)   the reference's inputs and outputs at a shape set
+--   release(r)                      the buffers of a reference(...) handed back
+--   time_reference(t, sym, opts)    the reference's median time and the launch floor
+--   try_reference(t, seed)          does the reference run here (then forgets the task)
+--   forget(key)                     the task's state dropped, its model released
+-- Tests of the judge's logic reach the method table, M.Judge, and the tunables (below).
 --
 -- The judge is laid out in lua/km/judge/, one file per concern (docs/architecture.md says
 -- which file a change goes to); each adds its methods to the one method table, M.Judge:
@@ -25,6 +38,8 @@
 local cuda = require "km.cuda"
 local nvrtc = require "km.nvrtc"
 local verdict = require "km.verdict"
+
+local ipairs, pairs, pcall, tostring = ipairs, pairs, pcall, tostring
 
 local PARTS = {
   evaluation = require "km.judge.evaluation",
@@ -74,6 +89,66 @@ setmetatable(M, {
     if part then PARTS[part][name] = value else rawset(t, name, value) end
   end,
 })
+
+-- The methods callers outside lua/km/judge/ use (the header says what each does).
+M.API = { "eval", "open", "has_task", "reference", "release", "time_reference", "try_reference", "forget" }
+
+function Judge:has_task(key) return self.tasks[key] ~= nil end
+
+-- -> true | nil, why (the task does not load, or its reference does not build)
+function Judge:open(t)
+  local st, err = self:task_state(t)
+  if not st then return nil, err end
+  return true
+end
+
+-- The task's reference run once at shape set `sym` on the inputs drawn from `seed`; edit(ins),
+-- if given, changes the inputs first (they stay the reference's). -> { ins = name -> buffer,
+-- outs = output name -> buffer } (hand it back with release) | nil, why
+function Judge:reference(t, sym, seed, edit)
+  local st, serr = self:task_state(t)
+  if not st then return nil, serr end
+  local cand, ref_in, dims = self:trial_io(t, sym, seed)
+  self.pool:put_all(cand)
+  self:pristine(t, sym, ref_in, seed)
+  if edit then
+    local ok, err = pcall(edit, ref_in)
+    if not ok then self.pool:put_all(ref_in) return nil, tostring(err) end
+  end
+  local ref_io, status, msg = self:run_reference(st, ref_in, dims, sym)
+  if not ref_io then self.pool:put_all(ref_in) return nil, tostring(status) .. ": " .. tostring(msg) end
+  local outs = {}
+  for _, o in ipairs(t.outputs) do outs[o.name] = ref_io[o.name] end
+  return { ins = ref_in, outs = outs }
+end
+
+function Judge:release(r)
+  self.pool:put_all(r.ins)
+  for _, b in pairs(r.outs) do self.pool:put(b) end
+end
+
+-- The reference timed at shape set `sym` (opts: the timing's, default a cold timing of at most
+-- 500 ms), no check. -> median ms, the launch floor's median ms | nil, why
+function Judge:time_reference(t, sym, opts)
+  local st, serr = self:task_state(t)
+  if not st then return nil, serr end
+  local res, status, msg = self:time_run(st, st.ref, sym, opts or { mode = "cold", max_ms = 500 }, false)
+  if not res then return nil, tostring(status) .. ": " .. tostring(msg) end
+  self._floor = self._floor or require("km.timing").floor()
+  return res.median, self._floor and self._floor.median
+end
+
+-- The task's state dropped (its PyTorch model released, idle buffers freed). -> nil, or why
+-- nothing more can run here (the context was lost)
+function Judge:forget(key)
+  local st = self.tasks[key]
+  if st and st.prob then st.prob:release { empty_cache = true } end
+  self.tasks[key] = nil
+  self.pool:drop(true)
+  local alive, msg = cuda.synchronize()
+  if not alive then return "the GPU context was lost (" .. tostring(msg) .. ")" end
+end
+for _, name in ipairs(M.API) do assert(Judge[name], "km.judge: no method " .. name) end
 
 -- A judge on this process's GPU -> judge | nil, why, "NO_GPU". Its fields:
 --   device        the GPU (cuda.device(), with nvrtc: NVRTC's version)

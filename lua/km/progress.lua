@@ -11,8 +11,8 @@
 --   local p = progress.printer("kmrun eval", io.stderr) -- events as lines: p.event(ev [, delay]), p.tick(), p.close()
 --
 -- Who announces what: km.task.kernelbench torch's import (the first km.task.kernelbench.available()),
--- km.task.kbtask a spec it builds (none read from the spec cache), km.run.worker the reference's
--- load and the baselines (from the judge's holds), km.run.eval a candidate compiled ahead. A GPU
+-- km.task.kbtask a spec it builds (none read from the spec cache), km.serve.worker the reference's
+-- load and the baselines (from the judge's holds), km.serve.pool a candidate compiled ahead. A GPU
 -- worker's sink sends each event to the driver as a frame (`{ id, progress = ev }`); the
 -- pool hands it to its `on_progress` (docs/eval.md, "What a cold start says").
 local wall = require("km.timing").wall

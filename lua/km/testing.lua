@@ -308,7 +308,7 @@ function M.fake_llm_server_or_skip(t, opts)
 end
 
 -- A pool whose verdicts come from judge(task, candidate, opts) at once: the interface of
--- km.run.eval's pool (eval, submit, poll, pending, close, device, slots).
+-- km.serve.pool's pool (eval, submit, poll, pending, close, device, slots).
 function M.fake_pool(judge)
   local pool = { device = { name = "fake GPU", arch = "sm_90" }, slots = { {} }, done = {}, evals = 0 }
   function pool:eval(t, c, o) self.evals = self.evals + 1 return judge(t, c, o or {}) end

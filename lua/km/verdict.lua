@@ -93,7 +93,7 @@ end
 
 -- The verdict for a job whose worker was lost: how = "timeout" (stopped by the pool after
 -- timeout_s) or "dead" (exit status or signal in `st`). It says so in `worker_lost` (how),
--- which a service reads to judge a candidate once more on a fresh worker (km.service.backend).
+-- which a service reads to judge a candidate once more on a fresh worker (km.serve.backend).
 function M.lost(job, how, timeout_s, st)
   local v = lost_verdict(job, how, timeout_s, st)
   v.worker_lost = how

@@ -1,6 +1,6 @@
 /* km_http.c — `require "km.http"`: an HTTP/1.1 server (GNU libmicrohttpd) whose requests a
  * Lua loop takes and answers when it likes: the transport of `kmrun serve --listen`
- * (km.service.server). It parses nothing itself and decides nothing but transport limits.
+ * (km.serve.server). It parses nothing itself and decides nothing but transport limits.
  *
  *   local http = require "km.http"
  *   local srv = http.listen { host = "127.0.0.1", port = 0 }   -- or { unix = PATH }

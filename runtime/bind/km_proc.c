@@ -1,6 +1,6 @@
 /* km_proc.c — `require "km.proc"`: child processes spoken to through framed pipes.
  *
- *   local p = proc.spawn({ "build/kmrun", "lua/km/run/worker.lua" }, { env = { KM_DEVICE = "1" } })
+ *   local p = proc.spawn({ "build/kmrun", "lua/km/serve/worker.lua" }, { env = { KM_DEVICE = "1" } })
  *   p:send(bytes)                      -- one frame: 4-byte little-endian length + bytes
  *   local msg, why, code = p:recv(ms)  -- a frame, or nil, "timeout"/"closed", TIMEOUT/EOF
  *   p:kill(); p:wait(ms)               -- SIGKILL, then reap: { exited, code, signal }

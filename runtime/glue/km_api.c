@@ -37,7 +37,7 @@ static const struct {
 } public_names[] = {
     {"km.prompt", "km.run.prompt"},   {"km.steps", "km.run.steps"},       {"km.search", "km.run.search"},
     {"km.context", "km.run.context"}, {"km.model", "km.run.model"},       {"km.guidance", "km.run.guidance"},
-    {"km.eval", "km.run.eval"},       {"km.runner", "km.run.runner"},     {"km.dataset", "km.data.dataset"},
+    {"km.eval", "km.serve.pool"},       {"km.runner", "km.run.runner"},     {"km.dataset", "km.data.dataset"},
     {"km.dedup", "km.data.dedup"},    {"km.kernelbench", "km.task.kernelbench"},
 };
 

@@ -5,7 +5,7 @@
  * Loading km puts every built-in km.* module (km.cuda, km.nvrtc, ...) in package.preload, as
  * kmrun does, and sets package.km_libdir (the km.* Lua library beside this module, for the
  * tools that look for guidance/ and strategies/) and package.km_exe (the kmrun program, which
- * km.run.eval starts as its GPU workers) unless they are set. It returns a table whose fields
+ * km.serve.pool starts as its GPU workers) unless they are set. It returns a table whose fields
  * load on first use: km.cuda is require "km.cuda", km.task is require "km.task".
  * `require "km.cuda"` alone also works (Lua's all-in-one loader finds its luaopen function here),
  * but only `require "km"` sets the two package fields. */

@@ -5,7 +5,7 @@
 local t = require "km.tap"
 t.require_gpu()
 local task = require "km.task"
-local eval = require "km.run.eval"
+local eval = require "km.serve.pool"
 local timing = require "km.timing"
 local testing = require "km.testing"
 

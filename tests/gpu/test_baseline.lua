@@ -7,7 +7,7 @@ local t = require "km.tap"
 local testing = require "km.testing"
 testing.require_torch(t, { gpu = true, cuda = true })
 local task = require "km.task"
-local eval = require "km.run.eval"
+local eval = require "km.serve.pool"
 
 local DIR = testing.tmpdir()
 local CACHE = DIR .. "/baselines"

@@ -1,9 +1,9 @@
--- GPU: km.run.eval in worker processes — adversarial candidates each get their exact status,
+-- GPU: km.serve.pool in worker processes — adversarial candidates each get their exact status,
 -- and after all of them the pool still serves correct verdicts.
 local t = require "km.tap"
 t.require_gpu()
 local task = require "km.task"
-local eval = require "km.run.eval"
+local eval = require "km.serve.pool"
 local testing = require "km.testing"
 
 local ROOT, KMRUN = testing.paths()

@@ -9,7 +9,7 @@ local t = require "km.tap"
 local testing = require "km.testing"
 testing.require_torch(t, { gpu = true, cuda = true })
 local task = require "km.task"
-local eval = require "km.run.eval"
+local eval = require "km.serve.pool"
 local pre = require "km.task.precompile"
 local json = require "km.json"
 local sys = require "km.sys"

@@ -1,4 +1,4 @@
--- GPU: a candidate whose kernels printf a million lines is judged through km.run.eval's pool:
+-- GPU: a candidate whose kernels printf a million lines is judged through km.serve.pool's pool:
 -- the verdict is still `correct`, carries the exact line and byte counts and the first
 -- 4 KiB, and nothing floods the judging process's stdout or stderr.
 local t = require "km.tap"
@@ -43,7 +43,7 @@ local function judge_in_child(source, launch, seeds)
   local dir = testing.tmpdir()
   testing.write(dir .. "/judge.lua", ([[
 local task = require "km.task"
-local eval = require "km.run.eval"
+local eval = require "km.serve.pool"
 local json = require "km.json"
 local t = assert(task.load(%q))
 local pool = assert(eval.pool { gpus = { tonumber(os.getenv("KM_TEST_GPU") or "0") }, timeout = 300 })

@@ -5,7 +5,7 @@ local t = require "km.tap"
 local testing = require "km.testing"
 testing.require_torch(t, { gpu = true })
 local task = require "km.task"
-local eval = require "km.run.eval"
+local eval = require "km.serve.pool"
 
 local _, KMRUN = testing.paths()
 local DIR = testing.tmpdir()

@@ -4,7 +4,7 @@ local t = require "km.tap"
 t.require_gpu()
 local testing = require "km.testing"
 local task = require "km.task"
-local eval = require "km.run.eval"
+local eval = require "km.serve.pool"
 local prompt = require "km.run.prompt"
 
 local server, ROOT = testing.fake_llm_server_or_skip(t)

@@ -14,7 +14,7 @@
 local t = require "km.tap"
 t.require_gpu()
 local task = require "km.task"
-local eval = require "km.run.eval"
+local eval = require "km.serve.pool"
 local testing = require "km.testing"
 
 local ROOT = testing.paths()

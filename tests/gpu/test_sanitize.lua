@@ -1,12 +1,12 @@
--- GPU: km.run.eval.sanitize / kmrun eval --sanitize — compute-sanitizer finds what the ordinary
+-- GPU: km.serve.pool.sanitize / kmrun eval --sanitize — compute-sanitizer finds what the ordinary
 -- judge cannot: a shared-memory race (racecheck -> `race`), a read one element past the end
 -- of an input (memcheck -> `out_of_bounds`; guard zones catch writes only); an honest kernel
 -- stays `correct`.
 local t = require "km.tap"
 t.require_gpu()
 local task = require "km.task"
-local eval = require "km.run.eval"
-local sanitize = require "km.run.sanitize"
+local eval = require "km.serve.pool"
+local sanitize = require "km.serve.sanitize"
 local testing = require "km.testing"
 
 local ROOT, KMRUN = testing.paths()

@@ -12,7 +12,7 @@ local testing = require "km.testing"
 testing.require_torch(t, { gpu = true })
 local json = require "km.json"
 local sys = require "km.sys"
-local serve = require "km.run.serve"
+local serve = require "km.serve.resident"
 local wall = require("km.timing").wall
 
 local fmt = string.format

@@ -204,7 +204,7 @@ t.test("a 300 MB source is a compile_error verdict, in the judge and through a p
   local v = judge:eval(lt, { name = "huge", source = big, launch = LAUNCH }, { timing = false })
   t.eq(v.status, "compile_error", v.feedback)
   t.ok(v.feedback:find("over the limit", 1, true), v.feedback)
-  local pool = assert(require("km.run.eval").pool { gpus = { tonumber(os.getenv("KM_TEST_GPU") or "0") }, timeout = 60 })
+  local pool = assert(require("km.serve.pool").pool { gpus = { tonumber(os.getenv("KM_TEST_GPU") or "0") }, timeout = 60 })
   local pv = pool:eval(lt, { name = "huge", source = big, launch = LAUNCH }, { timing = false })
   t.eq(pv.status, "compile_error", pv.feedback)
   local lv = pool:eval(lt, { name = "huge launch", source = SRC, launch = LAUNCH .. string.rep("-- x\n", 1 << 19) }, { timing = false })

@@ -399,7 +399,7 @@ end)
 
 t.test("GPU workers and compile processes are started with clean_env", function()
   local proc = require "km.proc"
-  local eval = require "km.run.eval"
+  local eval = require "km.serve.pool"
   local spawn = proc.spawn
   local seen = {}
   proc.spawn = function(argv, o)

@@ -1,10 +1,10 @@
--- km.run.eval, `kmrun eval` and `kmrun reverify` without a GPU: a clear reason, never a crash;
+-- km.serve.pool, `kmrun eval` and `kmrun reverify` without a GPU: a clear reason, never a crash;
 -- eval compiles the candidate (compile_error: exit 1; compiles: 'compiled', exit 3, as
 -- strategies do), reverify exits 3.
 local t = require "km.tap"
 local cuda = require "km.cuda"
 if cuda.available() then t.skip_all("a GPU is present: tests/gpu/test_eval.lua covers this") end
-local eval = require "km.run.eval"
+local eval = require "km.serve.pool"
 local testing = require "km.testing"
 
 local ROOT, KMRUN = testing.paths()

@@ -1,5 +1,5 @@
 -- What a cold start says (issue 17 item 5): km.progress's stages, their frames from a GPU
--- worker through km.run.eval's pool, the pool's compile ahead of a worker's set-up, and
+-- worker through km.serve.pool's pool, the pool's compile ahead of a worker's set-up, and
 -- `kmrun eval`'s lines on stderr, on the CPU:
 --   * without a GPU, on a task folder and on a KernelBench problem file (torch from
 --     KM_PYTHON): importing torch, building the spec, compiling, each once, on stderr only;
@@ -12,7 +12,7 @@
 --     stderr, and a warm run tells none of them but torch's import.
 local t = require "km.tap"
 local progress = require "km.progress"
-local eval = require "km.run.eval"
+local eval = require "km.serve.pool"
 local json = require "km.json"
 local testing = require "km.testing"
 
@@ -101,7 +101,7 @@ local STANDIN = testing.standin_worker(DIR .. "/standin.lua", [[
   say { stage = "torch", state = "start" }
   ch:send(json.encode { id = req.id, hold = "task" })
   if req.candidate.name == "setup" then
-    local compiled, wall = require("km.run.eval").compiled, require("km.timing").wall
+    local compiled, wall = require("km.serve.pool").compiled, require("km.timing").wall
     local o, t0 = require("km.judge").compile_opts("sm_90", req.candidate.params or {}), wall()
     while not compiled(req.candidate.source, o, os.getenv("KM_CACHE_DIR")) and wall() - t0 < 10 do
       os.execute("sleep 0.05")
@@ -235,7 +235,7 @@ t.test("kmrun eval without a GPU on a problem file: torch's import, the spec and
   t.ok(out:find("^compiled  slow_relu  "), out)
 end)
 
--- The GPU path with a stand-in judge: the real worker (km.run.worker), pool and kmrun eval; the
+-- The GPU path with a stand-in judge: the real worker (km.serve.worker), pool and kmrun eval; the
 -- judge's set-up and holds as the real one's (a PyTorch reference loaded under the hold
 -- "torch", baselines not kept yet measured under "eager" then "compile"), on the CPU.
 local SHIM = DIR .. "/shim"

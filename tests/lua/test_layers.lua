@@ -143,7 +143,7 @@ end
 local ROOT = "lua/km"
 -- lua/km and its folders (docs/architecture.md, "The layers"); task/lint holds km.task.lint's
 -- parts, in the task folder
-local LUA_DIRS = { "", "/cmd", "/judge", "/run", "/task", "/task/lint", "/report", "/data", "/service" }
+local LUA_DIRS = { "", "/cmd", "/judge", "/run", "/task", "/task/lint", "/report", "/data", "/serve" }
 
 -- -> mods (name -> path), adj (name -> { dep -> "file:line" }) over every .lua file of
 -- LUA_DIRS; deps are km.* names, Lua modules or C ones
@@ -398,7 +398,7 @@ t.test("no require circle among lua/km modules (lazy requires count)", function(
   t.eq(cyc and concat(cyc, " -> "), nil, "a require circle")
 end)
 
--- lua/km's folders (docs/architecture.md, "The layers"): what each may require, and the two
+-- lua/km's folders (docs/architecture.md, "The layers"): what each may require, and the
 -- edges that cross the other way, each with its reason in the doc (the lint's: only its GPU
 -- backend runs the judge).
 local FOLDER_REQUIRES = {
@@ -407,10 +407,13 @@ local FOLDER_REQUIRES = {
   task = { base = true, task = true },
   report = { base = true, report = true },
   data = { base = true, data = true },
-  run = { base = true, run = true, judge = true, task = true },
-  service = { base = true, service = true, run = true, judge = true, task = true },
+  serve = { base = true, serve = true, judge = true, task = true },
+  run = { base = true, run = true, serve = true, task = true },
 }
-local CROSSING = { ["km.task.lint.backends km.judge"] = true, ["km.data.sft km.run.prompt"] = true }
+-- the lint's GPU backend runs the judge; a training example, a completion the service reads and
+-- the prompt text its catalog shows are a strategy's prompt
+local CROSSING = { ["km.task.lint.backends km.judge"] = true, ["km.data.sft km.run.prompt"] = true,
+  ["km.serve.requests km.run.prompt"] = true, ["km.serve.catalog km.run.prompt"] = true }
 local ENTRY = { judge = true, task = true, report = true } -- lua/km/X.lua beside lua/km/X/
 
 local function folder_of(name)
@@ -430,7 +433,7 @@ local function edges_where(adj, bad)
   return concat(found, ", ")
 end
 
-t.test("each lua/km folder requires only the folders below it (and the two documented crossings)", function()
+t.test("each lua/km folder requires only the folders below it (and the documented crossings)", function()
   local _, adj = lua_graph()
   t.eq(folder_of("km.run.sweep") .. folder_of("km.judge") .. folder_of("km.verdict") .. folder_of("km.cmd.eval"),
     "runjudgebasecmd")
@@ -438,6 +441,61 @@ t.test("each lua/km folder requires only the folders below it (and the two docum
     local allowed = FOLDER_REQUIRES[folder_of(v)]
     return allowed and adj[w] and not allowed[folder_of(w)] and not CROSSING[v .. " " .. w]
   end), "", "requires across folders")
+end)
+
+-- Files outside lua/km that use the library as its users do (a test of a judge part loads it alone).
+local USER_DIRS = { "strategies", "examples", "bench" }
+
+t.test("the judge has one door: nothing outside lua/km/judge/ requires a part of it, only km.judge", function()
+  local _, adj = lua_graph()
+  t.ok(adj["km.judge"]["km.judge.evaluation"], "km.judge requires its parts")
+  t.eq(edges_where(adj, function(v, w)
+    return w:match("^km%.judge%.") and v ~= "km.judge" and not v:match("^km%.judge%.")
+  end), "", "requires of a part of the judge from outside it")
+  local found = {}
+  for _, dir in ipairs(USER_DIRS) do
+    for _, f in ipairs(sys.readdir(dir) or {}) do
+      if f:match("%.lua$") then
+        for _, r in ipairs(requires(read(dir .. "/" .. f))) do
+          if r.name:match("^km%.judge%.") then found[#found + 1] = fmt("%s/%s:%d %s", dir, f, r.line, r.name) end
+        end
+      end
+    end
+  end
+  t.eq(concat(found, ", "), "", "requires of a part of the judge by strategies, examples or bench")
+end)
+
+t.test("callers outside lua/km/judge/ call only the judge's API (km.judge.API) on a judge", function()
+  local judge = require "km.judge"
+  local api = {}
+  for _, m in ipairs(judge.API) do api[m] = true end
+  local mods, adj = lua_graph()
+  local found = {}
+  for _, v in ipairs(sorted_keys(adj)) do
+    if adj[v]["km.judge"] and not v:match("^km%.judge") then
+      local toks = tokens(read(mods[v]))
+      for k = 2, #toks - 1 do
+        local name = toks[k].value
+        if toks[k - 1].value == ":" and toks[k].kind == "name" and toks[k + 1].value == "(" and judge.Judge[name] and not api[name] then
+          found[#found + 1] = fmt("%s:%s", v, name)
+        end
+      end
+    end
+  end
+  t.eq(concat(found, ", "), "", "methods of a judge called from outside lua/km/judge/ that are not km.judge.API")
+end)
+
+t.test("run/ (the agent loop) reaches judging only through the pool, km.serve.pool", function()
+  local _, adj = lua_graph()
+  t.ok(adj["km.run.setup"]["km.serve.pool"], "km.run.setup starts the pool")
+  t.eq(edges_where(adj, function(v, w)
+    return v:match("^km%.run%.") and (w:match("^km%.judge") or (w:match("^km%.serve%.") and w ~= "km.serve.pool"))
+  end), "", "requires of the judge or of the serving wing by run/, but the pool")
+  -- kmrun eval's choice of a server, a worker of its own or compile-only is the pool's
+  t.ok(adj["km.cmd.eval"]["km.serve.pool"], "kmrun eval judges through the pool")
+  for _, w in ipairs { "km.judge", "km.serve.resident", "km.serve.compile" } do
+    t.eq(adj["km.cmd.eval"][w], nil, "kmrun eval requires " .. w .. " (its choice of judge is km.serve.pool.judge_one's)")
+  end
 end)
 
 t.test("km.task.lint's parts (lua/km/task/lint/) are required only by km.task.lint and each other", function()
@@ -529,7 +587,7 @@ end
 t.test(DOC .. " names the modules its prose points to", function()
   local doc = read(DOC)
   local mods = lua_graph()
-  for _, m in ipairs { "km.run.runner", "km.run.setup", "km.run.episode", "km.run.ctx", "km.run.sweep", "km.run.eval", "km.judge", "km.verdict",
+  for _, m in ipairs { "km.run.runner", "km.run.setup", "km.run.episode", "km.run.ctx", "km.run.sweep", "km.serve.pool", "km.judge", "km.verdict",
     "km.run.model", "km.task", "km.task.kbtask", "km.task.shape", "km.sys" } do
     t.ok(mods[m] or package.preload[m], m .. " is no longer a module")
     t.ok(doc:find("`" .. m .. "`", 1, true), DOC .. " does not name `" .. m .. "`")

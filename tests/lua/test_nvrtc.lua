@@ -1,5 +1,5 @@
 -- km.nvrtc: compile to cubin/PTX, the on-disk cache (hits, keys, corruption, unwritable
--- folders), compile_many on threads, km.run.eval's cache warming (eval.warm, and a pool of
+-- folders), compile_many on threads, km.serve.pool's cache warming (eval.warm, and a pool of
 -- fake workers), kernel signature parsing, and misuse. Needs the CUDA toolkit, not a GPU.
 local t = require "km.tap"
 local nvrtc = require "km.nvrtc"
@@ -508,9 +508,9 @@ t.test("compile_many beside a serial loop: 16 kernels of about fifty lines", fun
     serial, serial_cpu, math.min(16, ncpu), par, par_cpu, serial / par))
 end)
 
--- ---- warming km.run.eval's cache ---------------------------------------------------------
+-- ---- warming km.serve.pool's cache ---------------------------------------------------------
 
-local eval = require "km.run.eval"
+local eval = require "km.serve.pool"
 local judge = require "km.judge"
 
 local function cands(tag, n)

@@ -1,11 +1,11 @@
--- km.run.eval's pool and its workers' protocol on the CPU, with a stand-in worker (run through
+-- km.serve.pool's pool and its workers' protocol on the CPU, with a stand-in worker (run through
 -- the pool's `wrap`, as compute-sanitizer is) that speaks the real frames: one-time set-up
 -- announced by `hold` messages is not charged to the candidate's timeout; set-up that is not
 -- announced is; a worker that stops itself with status 124 (km.python's watchdog: a PyTorch
 -- call that never returned) is a timeout verdict; a worker's first verdict carries its
--- start time; and a wrapped worker is told to exit normally (KM_WORKER_EXIT). The real worker's side (km.run.worker, km.judge) is tests/gpu/test_baseline.lua.
+-- start time; and a wrapped worker is told to exit normally (KM_WORKER_EXIT). The real worker's side (km.serve.worker, km.judge) is tests/gpu/test_baseline.lua.
 local t = require "km.tap"
-local eval = require "km.run.eval"
+local eval = require "km.serve.pool"
 local testing = require "km.testing"
 
 local _, KMRUN = testing.paths()

@@ -1,8 +1,8 @@
--- km.run.sanitize without a GPU: finding compute-sanitizer (or saying clearly that it is
+-- km.serve.sanitize without a GPU: finding compute-sanitizer (or saying clearly that it is
 -- missing), the argv a worker runs under, and reading real compute-sanitizer logs (captured
 -- on an H200, driver 580) into statuses, with findings in other kernels kept apart.
 local t = require "km.tap"
-local sanitize = require "km.run.sanitize"
+local sanitize = require "km.serve.sanitize"
 
 -- racecheck on a block reduction missing its __syncthreads (kernel "racy")
 local RACE_LOG = [==[

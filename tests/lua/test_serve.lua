@@ -1,5 +1,5 @@
--- kmrun serve (km.run.serve) on the CPU: km.proc's Unix sockets; a server whose pool is the real
--- km.run.eval pool over a stand-in GPU worker (testing.standin_worker: it counts its requests
+-- kmrun serve (km.serve.resident) on the CPU: km.proc's Unix sockets; a server whose pool is the real
+-- km.serve.pool pool over a stand-in GPU worker (testing.standin_worker: it counts its requests
 -- and echoes them as verdicts), and the real `kmrun eval` and `kmrun serve` commands against
 -- it: a verdict relayed with its progress, one worker for every evaluation, a server that
 -- runs another environment or code not used (said on stderr, judged here instead), one that
@@ -7,7 +7,7 @@
 -- The GPU side (a real worker and judge behind the socket) is tests/gpu/test_serve.lua.
 local t = require "km.tap"
 local proc = require "km.proc"
-local serve = require "km.run.serve"
+local serve = require "km.serve.resident"
 local sys = require "km.sys"
 local json = require "km.json"
 local testing = require "km.testing"
@@ -84,7 +84,7 @@ else
 end
 
 t.test("identity: the same in two processes of one environment; a changed KM_* variable differs", function()
-  local code = "local i = require('km.run.serve').identity(); print(require('km.json').encode(i))"
+  local code = "local i = require('km.serve.resident').identity(); print(require('km.json').encode(i))"
   local out1, err1, rc1 = testing.run(fmt("%s -e %q", KMRUN, code))
   local out2 = testing.run(fmt("%s -e %q", KMRUN, code))
   local out3 = testing.run(fmt("KM_SOMETHING=1 %s -e %q", KMRUN, code))
@@ -106,7 +106,7 @@ t.test("the hint after a slow torch import in a worker of kmrun eval's own", fun
   t.eq(serve.hint(3.4, "the kmrun serve on x runs other code"), nil, "a server there was not used: that is said instead")
 end)
 
--- The server: the real km.run.serve.run and km.run.eval pool, its worker a stand-in
+-- The server: the real km.serve.resident.run and km.serve.pool pool, its worker a stand-in
 local STANDIN = testing.standin_worker(DIR .. "/standin.lua", [[
   N = (N or 0) + 1
   ch:send(json.encode { id = req.id, progress = { stage = "reference", state = "start" } })
@@ -117,7 +117,7 @@ local STANDIN = testing.standin_worker(DIR .. "/standin.lua", [[
 ]])
 local SERVER = DIR .. "/server.lua"
 testing.write(SERVER, fmt([[
-local ok, why, code = require("km.run.serve").run { socket = arg[1], idle = tonumber(arg[2]), wrap = { %q, %q },
+local ok, why, code = require("km.serve.resident").run { new_pool = require("km.serve.pool").pool, socket = arg[1], idle = tonumber(arg[2]), wrap = { %q, %q },
   worker_stderr = "null" }
 if not ok then io.stderr:write(why, "\n") return code == "EXISTS" and 2 or 1 end
 ]], KMRUN, STANDIN))
@@ -217,7 +217,7 @@ end)
 t.test("while a candidate is judged: hello answers at once, evaluations wait their turn; a stop turns the waiting away", function()
   local CLIENT = DIR .. "/client.lua"
   testing.write(CLIENT, fmt([[
-local v, why = require("km.run.serve").eval(0, %q, { name = arg[1] }, {}, { socket = %q })
+local v, why = require("km.serve.resident").eval(0, %q, { name = arg[1] }, {}, { socket = %q })
 local f = assert(io.open(arg[2], "w"))
 f:write(require("km.json").encode { verdict = v, why = why })
 f:close()

@@ -1,15 +1,15 @@
--- Who is at fault (km.service.backend and km.service.scheduler): the real km.run.eval pool over
+-- Who is at fault (km.serve.backend and km.serve.scheduler): the real km.serve.pool pool over
 -- a stand-in GPU worker (testing.standin_worker) that dies, answers `error`, or dies while it
 -- sets a task up. A candidate whose judging killed its worker is judged once more on a fresh
 -- worker before `crashed` is charged; a worker lost during set-up, or an `error` verdict, is
 -- the infrastructure's, with no reward; infra verdicts are never cached. Rewards and their
--- parts come from the verdict's numbers (km.service.reward).
+-- parts come from the verdict's numbers (km.serve.reward).
 local t = require "km.tap"
 local testing = require "km.testing"
-local backend = require "km.service.backend"
-local scheduler = require "km.service.scheduler"
-local reward = require "km.service.reward"
-local metrics = require "km.service.metrics"
+local backend = require "km.serve.backend"
+local scheduler = require "km.serve.scheduler"
+local reward = require "km.serve.reward"
+local metrics = require "km.serve.metrics"
 
 local ROOT, KMRUN = testing.paths()
 local DIR = testing.tmpdir()

@@ -1,6 +1,6 @@
 -- kmrun eval TASK_DIR CANDIDATE_DIR [--json] [--seeds N] [--no-timing] [--timeout S] [--gpus I] [--sanitize]
--- Judges a candidate in an isolated GPU worker (a `kmrun serve`'s where one runs and matches,
--- km.run.serve) and prints the verdict; without a GPU it
+-- Judges a candidate in an isolated GPU worker (a `kmrun serve`'s where one runs and matches;
+-- the choice is km.serve.pool.judge_one's) and prints the verdict; without a GPU it
 -- compiles the candidate, checks the kernels its launch code calls, and says so (as
 -- strategies do). Slow one-time work (torch's import,
 -- a spec built, NVRTC, baselines measured) is told on stderr as it happens (km.progress).
@@ -71,14 +71,10 @@ local timeout, timeout_given = a.timeout or 120, a._given.timeout
 local quiet = a.quiet or (as_json and not require("km.sys").isatty(io.stderr))
 local printer = not quiet and progress.printer("kmrun eval", io.stderr) or nil
 if printer then progress.sink(function(ev) printer.event(ev, 0) end) end
-local torch_s -- seconds a worker of ours spent importing torch (a hint about kmrun serve)
-local on_progress = function(ev)
-  if ev.stage == "torch" and ev.state == "done" then torch_s = ev.seconds end
-  if printer then printer.event(ev) end
-end
+local on_progress = printer and function(ev) printer.event(ev) end
 
 if sanitize then -- before anything is loaded: without the tool there is nothing to do
-  local found, why = require("km.run.sanitize").find()
+  local found, why = require("km.serve.sanitize").find()
   if not found then io.stderr:write("kmrun eval --sanitize: ", why, "\n") return 2 end
 end
 
@@ -117,66 +113,27 @@ elseif t then cand, cerr = task.starter(t)
 else cerr = kbtask.name(pos[1]) .. " has no starter" end -- a problem file has none
 if not cand then io.stderr:write("kmrun eval: ", cerr, "\n") return 2 end
 
-local eval = require "km.run.eval"
+local eval = require "km.serve.pool"
 local v, why, hint
-if sanitize then -- the sanitized runs are slow: their own default timeout (km.run.sanitize)
+if sanitize then -- the sanitized runs are slow: their own default timeout (km.serve.sanitize)
   v, why = eval.sanitize(t or pos[1], cand, { gpu = gpu, timeout = timeout_given and timeout or nil })
   if not v then io.stderr:write("kmrun eval --sanitize: ", tostring(why), "\n") return 2 end
 else
   opts.timeout = timeout
-  -- a kmrun serve on this GPU judges it, where it would judge as a worker of ours would (km.run.serve)
-  local served, swhy
-  if not a.no_server then
-    local serve = require "km.run.serve"
-    local function ask() return serve.eval(gpu, t and t.dir or pos[1], cand, opts, { on_progress = on_progress, tick = printer and printer.tick }) end
-    served, swhy = ask()
-    if not served and not swhy and a.serve then -- none runs: one started for this and later evaluations
-      local pid, perr = serve.start(gpu)
-      if pid then
-        -- a process left running is told of even with --json (stderr; --quiet alone hides it)
-        if not a.quiet then
-          io.stderr:write(string.format("kmrun eval: started a kmrun serve on %s (pid %d; `kmrun serve --stop` stops it, "
-            .. "30 min without work does too)\n", serve.socket_path(gpu), pid))
-        end
-        served, swhy = ask()
-      else
-        swhy = "--serve: " .. tostring(perr)
-      end
-    end
-    if swhy and not quiet then io.stderr:write("kmrun eval: ", swhy, ": judging in a worker of its own\n") end
-    if served and not quiet and type(served.server) == "table" then
-      io.stderr:write(string.format("kmrun eval: judged by the kmrun serve on %s (pid %s, its evaluation %s)\n",
-        require("km.run.serve").socket_path(gpu), tostring(served.server.pid), tostring(served.server.evaluations)))
-    end
-  end
-  local pool
-  -- a problem file's model, or a task's reference.py for baselines: torch imported ahead
-  local torch_ahead = problem or require("km.task.baseline").needs_torch({ t }, a)
-  if served then v = served
-  else pool, why = eval.pool { gpus = { gpu }, timeout = timeout, on_progress = on_progress, torch_ahead = torch_ahead } end
-  if pool then
-    local job = pool:submit(t or pos[1], cand, opts)
-    while not job.verdict do -- polled often enough to tell a worker's slow stage within a second
-      pool:poll(200)
-      if printer then printer.tick() end
-    end
-    v = job.verdict
-    pool:close()
-    hint = not (quiet or a.no_server) and require("km.run.serve").hint(torch_s, swhy)
-  elseif not served then -- compile only, as strategies do without a GPU (km.run.ctx)
-    io.stderr:write("kmrun eval: no GPU: ", tostring(why), "\n")
-    if not t then
-      t, terr = load_task()
-      if not t then io.stderr:write("kmrun eval: ", terr, "\n") return 2 end
-    end
-    io.stderr:write("kmrun eval: checking that the candidate compiles (NVRTC, sm_90) without running it\n")
-    local check = require("km.run.ctx").compile_check
-    if eval.compiled(cand.source or "", require("km.judge").compile_opts("sm_90", cand.params or {})) == false then
-      v = progress.run("nvrtc", check, cand, "sm_90")
-    else
-      v = check(cand, "sm_90")
-    end
-  end
+  -- served, a worker of its own, or compile-only: the pool's choice (km.serve.pool.judge_one)
+  local how
+  v, how = eval.judge_one(t or pos[1], cand, opts, { gpu = gpu, timeout = timeout,
+    serve = a.no_server and "never" or a.serve and "start" or "ask",
+    torch_ahead = problem or require("km.task.baseline").needs_torch({ t }, a),
+    on_progress = on_progress, tick = printer and printer.tick, load_task = load_task,
+    -- a server left running is told of even with --json (stderr; --quiet alone hides it),
+    -- and no GPU always
+    say = function(line, kind)
+      if kind == "always" or not quiet or (kind == "started" and not a.quiet) then io.stderr:write("kmrun eval: ", line, "\n") end
+    end })
+  if not v then io.stderr:write("kmrun eval: ", tostring(how), "\n") return 2 end
+  if how.task then t = how.task end
+  if not quiet then hint = how.hint end
 end
 -- a spec the worker built: read back from the spec cache (no torch), for lint's word on it
 if not t and kbtask.cached(pos[1]) then t = load_task() end

@@ -58,7 +58,7 @@ end
 db:close()
 if #jobs == 0 then io.stderr:write("kmrun reverify: no final solutions in ", path, "\n") return 1 end
 
-local eval = require "km.run.eval"
+local eval = require "km.serve.pool"
 local pool, why = eval.pool { gpus = gpus }
 if not pool then -- nothing can be judged here: 3, as for every command that found no GPU
   io.stderr:write("kmrun reverify: no GPU: ", tostring(why), "\n")

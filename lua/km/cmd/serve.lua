@@ -1,8 +1,8 @@
 -- kmrun serve [--gpus I] [--idle S] [--timeout S] [--socket PATH] | --status | --stop
--- A resident GPU worker for `kmrun eval` (km.run.serve): torch imported once, tasks set up once.
+-- A resident GPU worker for `kmrun eval` (km.serve.resident): torch imported once, tasks set up once.
 -- kmrun serve --listen HOST:PORT | unix:PATH --tasks DIR [...]: the judge as an HTTP/JSON
--- service for trainers (km.service.server, docs/service.md).
-local serve = require "km.run.serve"
+-- service for trainers (km.serve.server, docs/service.md).
+local serve = require "km.serve.resident"
 local A = require "km.args"
 
 local SPEC = A.spec {
@@ -52,7 +52,7 @@ so in every verdict. TCP needs --token-file; unix:PATH makes a socket of mode 06
 local a, code = A.parse(SPEC, arg)
 if not a then return code end
 if a.listen then
-  local server = require "km.service.server"
+  local server = require "km.serve.server"
   local ok, why, rcode = server.run { listen = a.listen, tasks = a.tasks, token_file = a.token_file,
     gpus = a._given.gpus and a.gpus or nil, compile_only = a.compile_only, timeout = a.timeout, quota = a.quota,
     max_body = a.max_request_mb << 20, request_timeout = a.request_timeout,
@@ -101,7 +101,7 @@ if a.status or a.stop then
   return 0
 end
 
-local ok, why, rcode = serve.run { gpu = gpu, socket = path, idle = a.idle, timeout = a.timeout }
+local ok, why, rcode = serve.run { new_pool = require("km.serve.pool").pool, gpu = gpu, socket = path, idle = a.idle, timeout = a.timeout }
 if ok then return 0 end
 io.stderr:write("kmrun serve: ", tostring(why), "\n")
 return rcode == "NO_GPU" and 3 or 2

@@ -17,6 +17,7 @@
 local task_mod = require "km.task"
 local prompt = require "km.run.prompt"
 local model = require "km.run.model"
+local pool_mod = require "km.serve.pool" -- judging reached through the pool (its compile-only check)
 local wall = require("km.timing").wall
 
 local fmt = string.format
@@ -173,33 +174,9 @@ function M.new(t, env)
   return ctx
 end
 
--- What a candidate gets where there is no GPU (ctx.eval without workers, kmrun eval):
--- kernel.cu compiled by NVRTC for `arch` (default sm_90), launch.lua loaded in the sandbox
--- and the kernels it calls looked up in the source, nothing run. -> a verdict:
--- compile_error, launch_error (it calls a kernel the source does not define, as the judge
--- would find on a GPU), or compiled (exit status 3).
-function M.compile_check(cand, arch)
-  local nvrtc = require "km.nvrtc"
-  local src = cand.source or ""
-  local prog, log_text = nvrtc.compile(src, { arch = arch or "sm_90", defines = cand.params, name = "kernel.cu" })
-  if not prog then
-    return { status = "compile_error", feedback = require("km.feedback").compile(tostring(log_text), src, "kernel.cu"),
-      compile_log = log_text }
-  end
-  local fn, err = require("km.sandbox").load(cand.launch or "", "launch.lua")
-  if not fn then return { status = "compile_error", feedback = "launch.lua does not load: " .. tostring(err) } end
-  local missing = require("km.sandbox").undefined_kernels(cand.launch, prog.kernels)
-  if #missing > 0 then
-    local defined = {}
-    for name in pairs(prog.kernels or {}) do defined[#defined + 1] = name end
-    table.sort(defined)
-    return { status = "launch_error", compile_log = prog.log, kernels = prog.kernels,
-      feedback = fmt("launch.lua calls k.%s, which kernel.cu does not define (its kernels: %s); found without " ..
-        "running it (no GPU).", table.concat(missing, ", k."), #defined > 0 and table.concat(defined, ", ") or "none") }
-  end
-  return { status = "compiled", feedback = "kernel.cu compiles and launch.lua loads (not run: no GPU).",
-    compile_log = prog.log, kernels = prog.kernels }
-end
+-- The compile-only verdict (km.serve.compile, through the pool's module): what ctx.compile and
+-- ctx.eval without workers give.
+M.compile_check = pool_mod.compile_check
 
 -- The episode summary kept in the store (episodes.summary); docs/store.md lists it and
 -- `kmrun report` reads it.

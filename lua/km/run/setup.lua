@@ -322,7 +322,7 @@ end
 function M.run(args, out, tasks)
   local db, derr, dcode = require("km.run.leases").open_store(out, args.store ~= nil)
   if not db then return nil, derr, dcode end
-  local eval = require "km.run.eval"
+  local eval = require "km.serve.pool"
   local pool, why = eval.pool { gpus = args.gpus, timeout = args.timeout, worker_stderr = args.worker_stderr or "inherit",
     torch_ahead = require("km.task.baseline").needs_torch(tasks, args),
     precompile = require("km.task.precompile").entries(tasks, args) }

@@ -86,7 +86,7 @@ function M.shape_symbols(spec, held)
 end
 
 -- The spec cache's folder: KM_SPEC_DIR, else $XDG_CACHE_HOME/kmrun/specs, else
--- ~/.cache/kmrun/specs (nil: none). km.run.eval passes it to its workers as KM_SPEC_DIR.
+-- ~/.cache/kmrun/specs (nil: none). km.serve.pool passes it to its workers as KM_SPEC_DIR.
 function M.spec_dir() return require("km.jsoncache").dir("specs", "KM_SPEC_DIR") end
 
 -- The problem file and precision a key names (M.key's inverse): "a.py#fp16" -> "a.py",

@@ -51,7 +51,7 @@ end
 -- Every call into the bridge has a deadline (km.python's limit): a problem's calls its
 -- kb.load timeout, others KM_PY_TIMEOUT (seconds) or DEFAULT_TIMEOUT. At least FLOOR[fn]:
 -- importing torch can take a minute on a cold file system, and torch.compile's autotuning
--- has km.run.eval's BASELINE_TIMEOUT. A call past it returns nil, "path: get_inputs() did not
+-- has km.serve.pool's BASELINE_TIMEOUT. A call past it returns nil, "path: get_inputs() did not
 -- return within 60 s", "TIMEOUT" (Ctrl-C during one: "INTERRUPTED").
 M.DEFAULT_TIMEOUT = 60
 local FLOOR = { torch_info = 120, warm_meta = 120, compile = 1800, precompile = 1800 }

@@ -3,7 +3,7 @@
 -- With empty caches, a run's torch.compile baselines spend most of their time compiling
 -- (dynamo's trace, inductor's code, Triton's compiler): work on the CPU while the GPU waits.
 -- A pool whose tasks will want a torch.compile baseline starts one precompiler process (M.start;
--- km.run.eval does, for kmrun STRATEGY and kmrun sweep). It loads each task's PyTorch model on the
+-- km.serve.pool does, for kmrun STRATEGY and kmrun sweep). It loads each task's PyTorch model on the
 -- meta device and compiles it into inductor's caches (kb_bridge.precompile: parameters and
 -- inputs get memory and no values, the compiled graph never runs, and a compile that would
 -- run work on the GPU is abandoned), in the tasks' order, while the workers judge. The judge

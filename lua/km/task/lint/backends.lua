@@ -67,51 +67,24 @@ local function gpu_backend(judge, device)
   local B = { where = "cuda", device = device }
   local tile = gpu_tiler()
   function B.open(t)
-    local st, err = judge:task_state(t)
-    if not st then return nil, err end
-    return { t = t, st = st }
+    local ok, err = judge:open(t)
+    if not ok then return nil, err end
+    return { t = t }
   end
   -- rows (sample_estimate's): the reference's inputs tiled from a prefix of their rows
   function B.run(s, sym, seed, rows)
-    local ok, res, why = pcall(function()
-      local cand, ref_in, dims = judge:trial_io(s.t, sym, seed)
-      judge.pool:put_all(cand)
-      judge:pristine(s.t, sym, ref_in, seed)
-      if rows then
-        local okt, terr = pcall(tile_rows, ref_in, rows, tile)
-        if not okt then judge.pool:put_all(ref_in) error(terr, 0) end
-      end
-      local ref_io, rs, rmsg = judge:run_reference(s.st, ref_in, dims, sym)
-      if not ref_io then judge.pool:put_all(ref_in) return nil, tostring(rs) .. ": " .. tostring(rmsg) end
-      local outs = {}
-      for _, o in ipairs(s.t.outputs) do outs[o.name] = ref_io[o.name] end
-      return { ins = ref_in, outs = outs }
-    end)
+    local ok, res, why = pcall(judge.reference, judge, s.t, sym, seed, rows and function(ins) tile_rows(ins, rows, tile) end)
     if not ok then return nil, tostring(res) end
     return res, why
   end
-  function B.release(_, r)
-    judge.pool:put_all(r.ins)
-    for _, b in pairs(r.outs) do judge.pool:put(b) end
-  end
+  function B.release(_, r) judge:release(r) end
   function B.compare(a, b, tol) return compare.allclose(a, b, { atol = tol.atol, rtol = tol.rtol }) end
   function B.zeros(like) return buffer.new(like:dtype(), like:shape()):zero() end
   function B.const(like, v) return buffer.new(like:dtype(), like:shape()):fill(v) end
   function B.sample(b, n) return b:to_table(n) end
   function B.free(b) b:free() end
-  function B.time(s, sym)
-    local res, st, msg = judge:time_run(s.st, s.st.ref, sym, { mode = "cold", max_ms = 500 }, false)
-    if not res then return nil, tostring(st) .. ": " .. tostring(msg) end
-    judge._floor = judge._floor or require("km.timing").floor()
-    return res.median, judge._floor and judge._floor.median
-  end
-  function B.close(s)
-    if s.st.prob then s.st.prob:release { empty_cache = true } end
-    judge.tasks[s.t.dir] = nil
-    judge.pool:drop(true)
-    local alive, msg = require("km.cuda").synchronize()
-    if not alive then return "the GPU context was lost (" .. tostring(msg) .. ")" end
-  end
+  function B.time(s, sym) return judge:time_reference(s.t, sym) end
+  function B.close(s) return judge:forget(s.t.dir) end
   return B
 end
 

@@ -1,6 +1,6 @@
--- km.service.catalog — the tasks a service judges, by id (GET /v1/tasks; a request's `task`).
+-- km.serve.catalog — the tasks a service judges, by id (GET /v1/tasks; a request's `task`).
 --
---   local catalog = require "km.service.catalog"
+--   local catalog = require "km.serve.catalog"
 --   local cat = catalog.new { "tasks/", "kb/level1" }   -- folders of tasks, task folders, problem files
 --   local e, why = cat:get("l1_relu", "fp16")  -- { id, key, kind, task (loaded, or nil), flag, fingerprint }
 --   cat:list()                                 -- GET /v1/tasks's entries, in id order
@@ -57,7 +57,7 @@ function M.new(roots)
       end
       if e.id and not self.by_id[e.id] then
         if e.task then e.flag, e.linted = lint_flag(e.task) end
-        e.fingerprint = require("km.run.serve").task_fingerprint(abs)
+        e.fingerprint = require("km.serve.resident").task_fingerprint(abs)
         self.by_id[e.id] = e
         self.ids[#self.ids + 1] = e.id
       elseif e.id then

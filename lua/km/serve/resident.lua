@@ -1,11 +1,11 @@
--- km.run.serve — a resident GPU worker for `kmrun eval`. `kmrun serve` keeps a km.run.eval pool on
+-- km.serve.resident — a resident GPU worker for `kmrun eval`. `kmrun serve` keeps a km.serve.pool pool on
 -- one GPU: its worker imports torch once, sets each task up once (spec, reference, kept
 -- reference results, baselines read) and judges the candidates that `kmrun eval` processes
 -- send it over a Unix socket, one at a time. A fresh `kmrun eval` then pays for the
 -- candidate, not for importing torch (seconds on every call).
 --
---   local serve = require "km.run.serve"
---   serve.run { gpu = 0, idle = 1800 }                -- kmrun serve: until stopped or idle
+--   local serve = require "km.serve.resident"
+--   serve.run { new_pool = require("km.serve.pool").pool, gpu = 0, idle = 1800 } -- until stopped or idle
 --   local v, why = serve.eval(0, task, cand, opts, { on_progress = f, tick = g }) -- nil, nil: none there
 --
 -- Nothing of the judge changes: the worker, its checks and its verdicts are the pool's, as
@@ -308,9 +308,10 @@ local function shut_down(sv, sig)
   sv.say(fmt("kmrun serve: stopped after %d evaluation%s", sv.served, sv.served == 1 and "" or "s"))
 end
 
--- The server: a km.run.eval pool on GPU o.gpu, its worker importing torch as it starts. o:
+-- The server: a km.serve.pool pool on GPU o.gpu, its worker importing torch as it starts. o:
+-- new_pool (km.serve.pool.pool: passed in, since the pool asks servers of this module),
 -- gpu, socket (path), idle (seconds, 0: never), timeout (a candidate's seconds), say(line)
--- for its log (default stderr), wrap and worker_stderr (km.run.eval.pool's). Returns true when
+-- for its log (default stderr), wrap and worker_stderr (km.serve.pool.pool's). Returns true when
 -- stopped (a signal, a stop request, idle), or nil, why, CODE (EXISTS: a server answers
 -- there; NO_GPU).
 function M.run(o)
@@ -325,7 +326,7 @@ function M.run(o)
   os.remove(path) -- a socket nobody answers on: a server that died
   local sv = { gpu = gpu, path = path, idle = idle, say = say, identity = M.identity(),
     queue = {}, seen = {}, restarts = 0 }
-  local pool, perr, pcode = require("km.run.eval").pool { gpus = { gpu }, timeout = o.timeout or 120, torch_ahead = true,
+  local pool, perr, pcode = o.new_pool { gpus = { gpu }, timeout = o.timeout or 120, torch_ahead = true,
     wrap = o.wrap, worker_stderr = o.worker_stderr,
     on_progress = function(ev) if sv.current then send(sv.current, { progress = ev }) end end }
   if not pool then return nil, perr, pcode or "NO_GPU" end

@@ -1,13 +1,13 @@
--- km.run.sanitize — judge a candidate under NVIDIA's compute-sanitizer: memcheck, then racecheck.
+-- km.serve.sanitize — judge a candidate under NVIDIA's compute-sanitizer: memcheck, then racecheck.
 --
---   local eval = require "km.run.eval"
+--   local eval = require "km.serve.pool"
 --   local v, why, code = eval.sanitize(task, cand, { gpu = 0, timeout = 600 })
 --   -- v.status: "out_of_bounds" (memcheck: an invalid global/shared/local access),
 --   --           "race" (racecheck: a shared-memory hazard), else the usual verdict
 --   -- v.sanitizer = { memcheck = { findings, candidate_findings, summary, text }, racecheck = ... }
 --   -- nil, why, "NO_SANITIZER" | "NO_GPU" when it cannot run
 --
--- Each tool runs in its own GPU worker (km.run.eval's pool with `wrap`, the argv prefix), timing
+-- Each tool runs in its own GPU worker (km.serve.pool's pool with `wrap`, the argv prefix), timing
 -- off, one seed. The worker sees KM_SANITIZE=<tool>: its buffers then have no guard zones
 -- (memcheck knows only allocation bounds: a guard zone would hide a read past the end) and
 -- kernels carry line info. Findings come from the sanitizer's log file, never its exit code:
@@ -187,7 +187,7 @@ local function read_all(path)
   return s
 end
 
--- Judges under each tool (eval: the km.run.eval module). opts: gpu (0), timeout (600 s per
+-- Judges under each tool (eval: the km.serve.pool module). opts: gpu (0), timeout (600 s per
 -- tool), tools (M.TOOLS), sanitizer (a path), seeds (1), env (more worker environment).
 function M.run(eval, task, cand, opts)
   opts = opts or {}

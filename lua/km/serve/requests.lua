@@ -1,7 +1,7 @@
--- km.service.requests — a POST /v1/evaluate (or /v1/jobs) body read into scheduler items,
+-- km.serve.requests — a POST /v1/evaluate (or /v1/jobs) body read into scheduler items,
 -- or the reason it is refused (docs/service.md, "API").
 --
---   local requests = require "km.service.requests"
+--   local requests = require "km.serve.requests"
 --   local items, opts, why = requests.parse(body_text, catalog)
 --   -- opts: { deadline_s, stream, reward (preset), fresh }; why: a message for a 400/413
 --
@@ -12,7 +12,7 @@
 -- carry its own `reward` and `fresh`; the batch's apply otherwise.
 local json = require "km.json"
 local prompt = require "km.run.prompt"
-local reward = require "km.service.reward"
+local reward = require "km.serve.reward"
 local verdict = require "km.verdict"
 
 local fmt = string.format

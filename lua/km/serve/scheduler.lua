@@ -1,23 +1,23 @@
--- km.service.scheduler — a service's batches: each candidate judged once, verdicts cached by
+-- km.serve.scheduler — a service's batches: each candidate judged once, verdicts cached by
 -- content, deadlines kept, and every verdict told who is at fault and what it earns.
 --
---   local scheduler = require "km.service.scheduler"
+--   local scheduler = require "km.serve.scheduler"
 --   local s = scheduler.new { backend = b, metrics = m, identity = code }
 --   local batch = s:add(items, { deadline_s = 60, on_verdict = function(i, v) ... end })
 --   s:step(ms)            -- polls the backend, hands out verdicts, ends batches at their deadline
 --   batch.done, batch.verdicts
 --   s:drop(batch)         -- its client left: its candidates no other batch waits for are let go
 --
--- An item: { entry (km.service.catalog's), cand = { source, launch, params, name } | nil,
--- format_ok, format_why (a completion whose blocks did not extract), preset (km.service.reward's),
+-- An item: { entry (km.serve.catalog's), cand = { source, launch, params, name } | nil,
+-- format_ok, format_why (a completion whose blocks did not extract), preset (km.serve.reward's),
 -- fresh (skip the cache) }. The content id of an item (M.content_id) covers the judge's
--- protocol (this kmrun's code and caches: km.run.serve.identity), the task (its key and the
+-- protocol (this kmrun's code and caches: km.serve.resident.identity), the task (its key and the
 -- fingerprint of its files) and the candidate; items of one id in flight at once (in one batch
 -- or several) share one judging, and a verdict whose cause is the candidate is cached by it.
 -- Infrastructure verdicts are never cached: the next asking judges again.
 local json = require "km.json"
 local hash = require "km.hash"
-local reward = require "km.service.reward"
+local reward = require "km.serve.reward"
 local wall = require("km.timing").wall
 
 local ipairs, pairs, type, tostring, next = ipairs, pairs, type, tostring, next
@@ -34,7 +34,7 @@ function M.content_id(identity, entry, cand, opts)
     params = cand.params or {}, opts = opts or {} }, { nan = "null" }))
 end
 
--- scheduler.new { backend, metrics (km.service.metrics, optional), identity (the judge's
+-- scheduler.new { backend, metrics (km.serve.metrics, optional), identity (the judge's
 -- code and caches, a string), cache_size }
 function M.new(o)
   return setmetatable({ backend = o.backend, metrics = o.metrics, identity = o.identity or "",

@@ -1,6 +1,6 @@
--- km.run.eval — judge candidates in isolated GPU worker processes.
+-- km.serve.pool — judge candidates in isolated GPU worker processes.
 --
---   local eval = require "km.run.eval"
+--   local eval = require "km.serve.pool"
 --   local pool = assert(eval.pool { gpus = { 0 }, timeout = 60 })
 --   local verdict = pool:eval(task, candidate, { seeds = 3 })
 --   local verdicts = pool:eval_many { { task, cand1 }, { task, cand2 }, ... }
@@ -24,6 +24,7 @@ local nvrtc = require "km.nvrtc"
 local judge = require "km.judge" -- compile_opts only; loading it touches no CUDA
 local timing = require "km.timing" -- wall() only
 local verdict = require "km.verdict"
+local compile = require "km.serve.compile"
 
 local fmt = string.format
 local pcall, ipairs, pairs, type = pcall, ipairs, pairs, type
@@ -32,12 +33,16 @@ local M = {}
 local Pool = {}
 Pool.__index = Pool
 
+-- Compiling on the CPUs (km.serve.compile), exported here: the agent loop reaches judging
+-- through this module alone.
+M.warm, M.compilers, M.compiled, M.compile_check = compile.warm, compile.compilers, compile.compiled, compile.compile_check
+
 -- wrap: an argv prefix the worker runs under (compute-sanitizer and its options), or nil.
 local function worker_argv(wrap)
   local argv = {}
   for _, a in ipairs(wrap or {}) do argv[#argv + 1] = a end
   argv[#argv + 1] = package.km_exe
-  argv[#argv + 1] = package.km_libdir .. "/km/run/worker.lua"
+  argv[#argv + 1] = package.km_libdir .. "/km/serve/worker.lua"
   return argv
 end
 
@@ -59,9 +64,9 @@ end
 -- Starts the worker of a slot; returns true or nil, why.
 function Pool:_start(slot)
   local env = self:_env(slot.gpu)
-  if self.opts.torch_ahead then env.KM_TORCH_AHEAD = "1" end -- km.run.worker: torch imported from the start
+  if self.opts.torch_ahead then env.KM_TORCH_AHEAD = "1" end -- km.serve.worker: torch imported from the start
   -- a tool the worker runs under (compute-sanitizer, a profiler) reports at the process's
-  -- normal exit: km.run.worker skips its quick exit
+  -- normal exit: km.serve.worker skips its quick exit
   if self.opts.wrap then env.KM_WORKER_EXIT = "normal" end
   if self.precompiler then env.KM_PRECOMPILE_DIR = self.precompiler.dir end -- km.task.precompile's claims
   local w0 = timing.wall()
@@ -229,119 +234,6 @@ function Pool:_about_job(slot, job, res)
   return false
 end
 
--- M.warm(cands, arch, { cache_dir =, threads = }): compiles candidates ({ source, params })
--- here, on `threads` CPUs (all by default), exactly as the judge will for a GPU of `arch`
--- (judge.compile_opts), into cache_dir (default: this process's cache). A candidate that
--- fails to compile, or whose params NVRTC options cannot express, is skipped: its worker
--- gives the verdict. Returns how many compiled (or were already cached) and how many failed.
-function M.warm(cands, arch, opts)
-  opts = opts or {}
-  if type(arch) ~= "string" then return 0, 0 end -- no default arch: that would load CUDA
-  local list = {}
-  for _, c in ipairs(cands) do
-    if type(c) == "table" and type(c.source) == "string" and c.source ~= "" then
-      local o = judge.compile_opts(arch, c.params or {})
-      if pcall(nvrtc.key, c.source, o) then list[#list + 1] = { c.source, o } end
-    end
-  end
-  if #list == 0 then return 0, 0 end
-  local swap = opts.cache_dir ~= nil and opts.cache_dir ~= nvrtc.cache_dir()
-  local old
-  if swap then old = nvrtc.set_cache_dir(opts.cache_dir) end
-  local ok, rs = pcall(nvrtc.compile_many, list, { threads = opts.threads })
-  if swap then nvrtc.set_cache_dir(old) end
-  if not ok then return 0, #list end
-  local good = 0
-  for _, r in ipairs(rs) do if not r.error then good = good + 1 end end
-  return good, #list - good
-end
-
--- Compile processes (km.run.compiler): requests go out without waiting; each compiles into
--- the shared disk cache. M.compilers(n, cache_dir) -> { submit(source, opts [, on_done]),
--- drain(ms), outstanding(), busy(), close() }. on_done(answer) is called from drain with
--- { ok, cached, ms, error } (ok false, error "compile process died" when its process died);
--- busy() lists the processes with requests out (for proc.select).
-function M.compilers(n, cache_dir)
-  local procs, out, sent = {}, {}, 0
-  local waiting = {} -- request id -> { i = process index, on_done }
-  local c = { done = 0, failed = 0 }
-  local function answered(id, r)
-    local w = waiting[id]
-    waiting[id] = nil
-    if w and w.on_done then w.on_done(r) end
-  end
-  local function start(i)
-    local p = proc.spawn({ package.km_exe, package.km_libdir .. "/km/run/compiler.lua" },
-      { env = cache_dir and { KM_CACHE_DIR = cache_dir } or nil, clean_env = true, stderr = "null" })
-    procs[i], out[i] = p or nil, 0
-    return p
-  end
-  function c.submit(source, opts, on_done)
-    local best -- the least busy process; another is started while every one is busy, up to n
-    for i = 1, n do
-      if procs[i] and (not best or out[i] < out[best]) then best = i end
-    end
-    if not best or out[best] > 0 then
-      for i = 1, n do
-        if not procs[i] then
-          if start(i) then best = i end
-          break
-        end
-      end
-    end
-    sent = sent + 1
-    if procs[best] and procs[best]:send(json.encode { id = sent, source = source, opts = opts }) then
-      out[best] = out[best] + 1
-      waiting[sent] = { i = best, on_done = on_done }
-    elseif on_done then
-      on_done { ok = false, error = "no compile process" }
-    end
-  end
-  -- Collects answers for up to `ms`; returns how many requests are still out.
-  function c.drain(ms)
-    local deadline = timing.wall() + (ms or 0) / 1e3
-    repeat
-      local busy = {}
-      for i = 1, n do if procs[i] and out[i] > 0 then busy[#busy + 1] = procs[i] end end
-      if #busy == 0 then return 0 end
-      local p = proc.select(busy, math.max(0, (deadline - timing.wall()) * 1e3))
-      if not p then break end
-      for i = 1, n do
-        if procs[i] == p then
-          local msg = p:recv(0)
-          if msg then
-            out[i] = out[i] - 1
-            local r = json.decode(msg) or {}
-            if r.ok then c.done = c.done + 1 else c.failed = c.failed + 1 end
-            answered(r.id, r)
-          else
-            procs[i], out[i] = nil, 0 -- it died: the next submit starts another
-            p:close()
-            for id, w in pairs(waiting) do
-              if w.i == i then answered(id, { ok = false, error = "compile process died" }) end
-            end
-          end
-        end
-      end
-    until timing.wall() >= deadline
-    return c.outstanding()
-  end
-  function c.outstanding()
-    local k = 0
-    for i = 1, n do k = k + (out[i] or 0) end
-    return k
-  end
-  function c.busy()
-    local list = {}
-    for i = 1, n do if procs[i] and out[i] > 0 then list[#list + 1] = procs[i] end end
-    return list
-  end
-  function c.close()
-    for i = 1, n do if procs[i] then procs[i]:close() end procs[i] = nil end
-  end
-  return c
-end
-
 -- Sends the queued jobs not warmed yet to the compile processes (without waiting), with
 -- the CUDA reference of each task they are for (once per task), and collects what they
 -- finished. Called once every idle worker has its job, so these jobs all wait for a busy
@@ -393,21 +285,9 @@ end
 function Pool:_compilers()
   if not self.compilers then
     local ncpu = require("km.sys").cpu_count()
-    self.compilers = M.compilers(self.opts.compilers or math.max(1, math.min(8, ncpu - #self.slots)), self.cache_dir)
+    self.compilers = compile.compilers(self.opts.compilers or math.max(1, math.min(8, ncpu - #self.slots)), self.cache_dir)
   end
   return self.compilers
-end
-
--- true when the NVRTC cache in `dir` (default: this process's) holds source compiled with
--- opts (judge.compile_opts'), false when not, nil when NVRTC cannot key it (bad options).
--- An entry that is there but damaged reads as a miss where it is used, and is compiled again.
-function M.compiled(source, opts, dir)
-  dir = dir or nvrtc.cache_dir()
-  local ok, key = pcall(nvrtc.key, source, opts)
-  if not ok or not dir then return nil end
-  local f = io.open(fmt("%s/%s/%s", dir, key:sub(1, 2), key), "rb")
-  if f then f:close() end
-  return f ~= nil
 end
 
 -- A worker's first job of a task whose reference is a PyTorch model waits seconds for its
@@ -420,7 +300,7 @@ function Pool:_ahead(slot, job)
   local c = job.cand
   if not job.torch or slot.ready[job.task] or type(c) ~= "table" or type(c.source) ~= "string" or c.source == "" then return end
   local o = judge.compile_opts(self.device.arch, c.params or {})
-  if M.compiled(c.source, o, self.cache_dir) ~= false then return end
+  if compile.compiled(c.source, o, self.cache_dir) ~= false then return end
   job.warmed = true
   local t0 = timing.wall()
   self.ahead = (self.ahead or 0) + 1
@@ -538,7 +418,7 @@ function Pool:eval_many(jobs, on_verdict)
 end
 
 -- Ends every worker; the pool stays usable: the next job starts a fresh one (what a worker
--- set up, a task's loaded state among it, is gone: km.run.serve after a task changed on disk).
+-- set up, a task's loaded state among it, is gone: km.serve.resident after a task changed on disk).
 function Pool:restart()
   for _, s in ipairs(self.slots) do
     if s.proc then
@@ -555,7 +435,7 @@ function Pool:close()
   self:restart()
 end
 
--- km.run.eval(task, candidate, opts): through a pool made on first use.
+-- km.serve.pool(task, candidate, opts): through a pool made on first use.
 local default
 function M.eval(task, cand, opts)
   if not default then
@@ -566,11 +446,80 @@ function M.eval(task, cand, opts)
   return default:eval(task, cand, opts)
 end
 
--- km.run.eval.sanitize(task, candidate, { gpu, timeout, tools, sanitizer }): the candidate under
--- compute-sanitizer memcheck, then racecheck, each in its own worker (km.run.sanitize).
+-- A `kmrun serve` on o.gpu judges it when one runs and would judge as a worker of this
+-- process would (km.serve.resident); o.serve "start" starts one where none runs, "never"
+-- asks none. -> verdict | nil, and why none was used (nil: none runs), and the pid started.
+local function served(task, cand, opts, o)
+  if o.serve == "never" then return nil end
+  local res = require "km.serve.resident"
+  local function ask() return res.eval(o.gpu, task, cand, opts, { on_progress = o.on_progress, tick = o.tick }) end
+  local v, why = ask()
+  if v or why or o.serve ~= "start" then return v, why end
+  local pid, perr = res.start(o.gpu)
+  if not pid then return nil, "--serve: " .. tostring(perr) end
+  o.say(fmt("started a kmrun serve on %s (pid %d; `kmrun serve --stop` stops it, 30 min without work does too)",
+    res.socket_path(o.gpu), pid), "started")
+  return ask()
+end
+
+-- One candidate judged as `kmrun eval` judges it, by the first of: a `kmrun serve` on the
+-- GPU (above), a worker of this process's own on o.gpu, the compile-only check (no GPU: a
+-- verdict `compiled`, `compile_error` or `launch_error`, nothing run). o: gpu, serve ("ask",
+-- "start", "never"), timeout, torch_ahead, on_progress(ev), tick() (while waiting),
+-- say(line, kind) (what it did, for a person: kind "started" for a server left running,
+-- "always" for what a verdict of no GPU must come with),
+-- load_task() -> task | nil, why (a task not loaded yet, needed by the compile-only check).
+-- -> verdict, how ({ by = "server" | "worker" | "compile_only", served_why, hint (a line about
+-- kmrun serve, for a person), task (loaded for the compile-only check) }) | nil, why
+function M.judge_one(task, cand, opts, o)
+  local say = o.say or function() end
+  o.say = say
+  local v, swhy = served(task, cand, opts, o)
+  if swhy then say(swhy .. ": judging in a worker of its own") end
+  if v then
+    if type(v.server) == "table" then
+      say(fmt("judged by the kmrun serve on %s (pid %s, its evaluation %s)", require("km.serve.resident").socket_path(o.gpu),
+        tostring(v.server.pid), tostring(v.server.evaluations)))
+    end
+    return v, { by = "server" }
+  end
+  local torch_s -- seconds our worker spent importing torch: a hint about kmrun serve
+  local function on_progress(ev, ...)
+    if ev.stage == "torch" and ev.state == "done" then torch_s = ev.seconds end
+    if o.on_progress then o.on_progress(ev, ...) end
+  end
+  local pool, why = M.pool { gpus = { o.gpu }, timeout = o.timeout, on_progress = on_progress, torch_ahead = o.torch_ahead }
+  if pool then
+    local job = pool:submit(task, cand, opts)
+    while not job.verdict do -- polled often enough to tell a worker's slow stage within a second
+      pool:poll(200)
+      if o.tick then o.tick() end
+    end
+    pool:close()
+    return job.verdict, { by = "worker", served_why = swhy,
+      hint = o.serve ~= "never" and require("km.serve.resident").hint(torch_s, swhy) or nil }
+  end
+  say("no GPU: " .. tostring(why), "always")
+  local t = type(task) == "table" and task or nil
+  if not t then
+    local err
+    t, err = o.load_task()
+    if not t then return nil, err end
+  end
+  say("checking that the candidate compiles (NVRTC, sm_90) without running it", "always")
+  if compile.compiled(cand.source or "", judge.compile_opts("sm_90", cand.params or {})) == false then
+    v = require("km.progress").run("nvrtc", compile.compile_check, cand, "sm_90")
+  else
+    v = compile.compile_check(cand, "sm_90")
+  end
+  return v, { by = "compile_only", task = t }
+end
+
+-- km.serve.pool.sanitize(task, candidate, { gpu, timeout, tools, sanitizer }): the candidate under
+-- compute-sanitizer memcheck, then racecheck, each in its own worker (km.serve.sanitize).
 -- -> verdict (status out_of_bounds | race | the usual one; .sanitizer), or nil, why, code
 function M.sanitize(task, cand, opts)
-  return require("km.run.sanitize").run(M, task, cand, opts)
+  return require("km.serve.sanitize").run(M, task, cand, opts)
 end
 
 setmetatable(M, { __call = function(_, ...) return M.eval(...) end })

@@ -1,15 +1,15 @@
--- km.service.backend — where a service's candidates are judged, and who is at fault.
+-- km.serve.backend — where a service's candidates are judged, and who is at fault.
 --
---   local backend = require "km.service.backend"
---   local b = backend.new { gpus = { 0, 1 }, timeout = 120 }  -- a km.run.eval pool; without a
+--   local backend = require "km.serve.backend"
+--   local b = backend.new { gpus = { 0, 1 }, timeout = 120 }  -- a km.serve.pool pool; without a
 --                                                              -- GPU, compile-only workers
---   local j = b:submit(entry, cand)         -- entry: km.service.catalog's
+--   local j = b:submit(entry, cand)         -- entry: km.serve.catalog's
 --   for _, j in ipairs(b:poll(50)) do ... j.verdict, j.cause, j.cause_detail end
 --   b:cancel(j); b:pending(); b:busy(); b:close()
 --
--- With a GPU the jobs go to the km.run.eval pool that `kmrun eval` and a sweep use (the same
+-- With a GPU the jobs go to the km.serve.pool pool that `kmrun eval` and a sweep use (the same
 -- worker, checks and verdicts); `kind` is "gpu". Without one (or compile_only) they go to
--- compile-only workers (km.service.checker: the verdict `kmrun eval` gives without a GPU);
+-- compile-only workers (km.serve.checker: the verdict `kmrun eval` gives without a GPU);
 -- `kind` is "compile_only" and `why` says why.
 --
 -- Who is at fault (M.classify): a verdict of status `error` (the judge or the task failed: a
@@ -57,7 +57,7 @@ end
 function Checkers:_send(i, job)
   local p = self.procs[i]
   if not p then
-    local np, why = proc.spawn({ package.km_exe, package.km_libdir .. "/km/service/checker.lua" },
+    local np, why = proc.spawn({ package.km_exe, package.km_libdir .. "/km/serve/checker.lua" },
       { clean_env = true, stderr = "null" })
     if not np then return nil, why end
     self.procs[i], p = np, np
@@ -146,14 +146,14 @@ end
 -- backend.new(o): o.gpus (nil: every GPU), o.timeout (a candidate's seconds), o.opts (the
 -- judge's options; default: `kmrun eval`'s), o.compile_only (no GPU wanted), o.checkers (how
 -- many compile-only workers; default the CPUs), o.torch_ahead, o.wrap, o.worker_stderr
--- (km.run.eval.pool's). -> backend (never fails: without a GPU it is compile-only)
+-- (km.serve.pool.pool's). -> backend (never fails: without a GPU it is compile-only)
 function M.new(o)
   o = o or {}
   local self = setmetatable({ opts = o.opts or M.judge_opts(), tracked = {}, busy_s = {}, sampled = wall(),
     started = wall() }, Backend)
   local pool, why
   if not o.compile_only then
-    pool, why = require("km.run.eval").pool { gpus = o.gpus, timeout = o.timeout or 120, torch_ahead = o.torch_ahead,
+    pool, why = require("km.serve.pool").pool { gpus = o.gpus, timeout = o.timeout or 120, torch_ahead = o.torch_ahead,
       wrap = o.wrap, worker_stderr = o.worker_stderr or "null",
       on_progress = function(ev, job) self:_progress(ev, job) end }
   end

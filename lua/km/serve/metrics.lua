@@ -1,7 +1,7 @@
--- km.service.metrics — a service's counters and latencies in Prometheus's text format
+-- km.serve.metrics — a service's counters and latencies in Prometheus's text format
 -- (GET /metrics).
 --
---   local metrics = require "km.service.metrics"
+--   local metrics = require "km.serve.metrics"
 --   local m = metrics.new()
 --   m:inc("kmrun_verdicts_total", { status = "correct", cause = "candidate" })
 --   m:observe("judge", 0.8)             -- a latency sample (seconds) of a stage

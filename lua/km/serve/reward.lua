@@ -1,6 +1,6 @@
--- km.service.reward — a verdict's reward and its parts (docs/service.md, "Rewards").
+-- km.serve.reward — a verdict's reward and its parts (docs/service.md, "Rewards").
 --
---   local reward = require "km.service.reward"
+--   local reward = require "km.serve.reward"
 --   local preset, why = reward.preset { preset = "fast_p", p = 1.0 }   -- or "fast_p"
 --   local r, parts = reward.of(verdict, preset)   -- r: number, or nil where the cause is infra
 --

@@ -1,7 +1,7 @@
--- km.run.compiler — a compile process: NVRTC requests in, cache entries out. km.run.eval starts a
+-- km.serve.compiler — a compile process: NVRTC requests in, cache entries out. km.serve.pool starts a
 -- few of these so candidates waiting for a busy GPU are compiled ahead, in parallel, into
 -- the disk cache the GPU workers read (NVRTC does not scale across threads of one process:
--- bench/RESULTS.md). Started as `kmrun <libdir>/km/run/compiler.lua`, frames over stdio.
+-- bench/RESULTS.md). Started as `kmrun <libdir>/km/serve/compiler.lua`, frames over stdio.
 local proc = require "km.proc"
 local json = require "km.json"
 local nvrtc = require "km.nvrtc"

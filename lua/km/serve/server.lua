@@ -1,12 +1,12 @@
--- km.service.server — `kmrun serve --listen`: the judge as an HTTP/JSON service (docs/service.md).
+-- km.serve.server — `kmrun serve --listen`: the judge as an HTTP/JSON service (docs/service.md).
 --
---   local server = require "km.service.server"
+--   local server = require "km.serve.server"
 --   server.run { listen = "127.0.0.1:8470", token_file = "~/.kmrun-token", tasks = { "tasks/" } }
 --
 -- Transport is km.http (libmicrohttpd, a thread per connection); everything else runs here,
 -- on one Lua thread, in one loop: take the requests that came in, answer what needs no
--- GPU at once, hand batches to the scheduler (km.service.scheduler: dedup, cache, deadlines,
--- causes, rewards), poll the backend (km.service.backend: the GPU pool, or compile-only
+-- GPU at once, hand batches to the scheduler (km.serve.scheduler: dedup, cache, deadlines,
+-- causes, rewards), poll the backend (km.serve.backend: the GPU pool, or compile-only
 -- workers), and answer a batch when it is done, or write each verdict as it comes (stream).
 --
 -- Routes: POST /v1/evaluate, POST /v1/jobs, GET|DELETE /v1/jobs/ID, GET /v1/tasks,
@@ -17,11 +17,11 @@ local json = require "km.json"
 local sys = require "km.sys"
 local hash = require "km.hash"
 local wall = require("km.timing").wall
-local catalog_mod = require "km.service.catalog"
-local backend_mod = require "km.service.backend"
-local scheduler_mod = require "km.service.scheduler"
-local metrics_mod = require "km.service.metrics"
-local requests = require "km.service.requests"
+local catalog_mod = require "km.serve.catalog"
+local backend_mod = require "km.serve.backend"
+local scheduler_mod = require "km.serve.scheduler"
+local metrics_mod = require "km.serve.metrics"
+local requests = require "km.serve.requests"
 
 local fmt = string.format
 local ipairs, pairs, type, tostring, tonumber, math = ipairs, pairs, type, tostring, tonumber, math
@@ -294,7 +294,7 @@ function M.run(o)
   local metrics = metrics_mod.new()
   local sv = { http = parts.http, catalog = parts.catalog, backend = backend, metrics = metrics, say = say,
     scheduler = scheduler_mod.new { backend = backend, metrics = metrics,
-      identity = encode(require("km.run.serve").identity()) },
+      identity = encode(require("km.serve.resident").identity()) },
     quota = o.quota or M.QUOTA, max_queue = o.max_queue or M.MAX_QUEUE, outstanding = {}, waiting = {},
     streams = {}, jobs = {}, t0 = wall(), since = os.date("!%Y-%m-%dT%H:%M:%SZ") }
   local w = parts.where

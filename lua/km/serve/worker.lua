@@ -1,5 +1,5 @@
--- km.run.worker — a GPU worker: owns one CUDA context, judges candidates on request.
--- Started by km.run.eval as `kmrun <libdir>/km/run/worker.lua` with KM_DEVICE set; speaks JSON
+-- km.serve.worker — a GPU worker: owns one CUDA context, judges candidates on request.
+-- Started by km.serve.pool as `kmrun <libdir>/km/serve/worker.lua` with KM_DEVICE set; speaks JSON
 -- frames over its stdin/stdout (km.proc). A verdict whose context was lost (a kernel
 -- faulted) is sent, then the worker exits so the driver starts a fresh one.
 --
@@ -44,7 +44,7 @@ local function note_printed(verdict, text, lines, bytes)
   end
 end
 
--- Under compute-sanitizer (km.run.sanitize sets KM_SANITIZE to the tool): buffers get no guard
+-- Under compute-sanitizer (km.serve.sanitize sets KM_SANITIZE to the tool): buffers get no guard
 -- zones, since memcheck knows only allocation bounds and a guard zone would hide a read past
 -- the end inside the allocation; kernels carry line info, so findings name kernel.cu lines.
 if os.getenv("KM_SANITIZE") then
@@ -88,7 +88,7 @@ end
 -- kmrun eval. -> the task table (the judge then loads nothing), key as it is (a task
 -- folder, or one set up already), or nil, why
 local function set_up(judge, key, hold)
-  if type(key) ~= "string" or judge.tasks[key] or not require("km.task.kbtask").is_problem(key) then return key end
+  if type(key) ~= "string" or judge:has_task(key) or not require("km.task.kbtask").is_problem(key) then return key end
   hold("task")
   local ok, t, err = pcall(function()
     require("km.task.kernelbench").available() -- torch first: a stage of its own (km.progress)
