@@ -98,6 +98,8 @@ end
 --       its own (a task's PyTorch model or baselines will need it; km.task.kernelbench.import_ahead),
 --       precompile = entries (km.task.precompile.entries): torch.compile baselines a process of
 --       their own compiles ahead into inductor's caches while the workers judge,
+--       affinity = false: jobs go in queue order (by default a task's jobs go to the workers
+--       that hold it: "dispatch" below), balance, affinity_wait, affinity_age: its tunables,
 --       on_progress = function(ev, job, gpu): a worker's km.progress stage events as they
 --       come (its set-up: torch's import, the spec, the reference, baselines) and the pool's
 --       own (stage "nvrtc": a candidate compiled ahead) }
@@ -255,7 +257,7 @@ function Pool:_warm()
       job.warmed = true
       local c = job.cand
       if type(c) == "table" and type(c.source) == "string" and c.source ~= "" and not verdict.oversized(c.source, c.launch) then
-        job.compiling = true
+        job.compiling = timing.wall() -- when its compile ahead began (nil once it ended)
         self.compilers.submit(c.source, judge.compile_opts(self.device.arch, c.params or {}), function() job.compiling = nil end)
         sent = sent + 1
       end
@@ -266,20 +268,6 @@ function Pool:_warm()
   self.compilers.drain(0)
   st.jobs, st.failed = st.jobs + (self.compilers.done - done0), st.failed + (self.compilers.failed - failed0)
   return 0
-end
-
--- A job about to go to a worker whose compile ahead is still under way: the worker would
--- compile it again from the start, so it goes when that compile ends, which is never later
--- (but at most AWAIT_COMPILE_S from now: a compile process that hangs does not hold the
--- queue). Jobs that follow each other within a compile's time (an offline replay's tuning
--- steps: 50-150 ms) were compiled twice, the worker's copy on the GPU's critical path.
-local AWAIT_COMPILE_S = 2
-function Pool:_await_compile(job)
-  if not (job and job.compiling and self.compilers) then return end
-  local deadline = timing.wall() + AWAIT_COMPILE_S
-  while job.compiling and timing.wall() < deadline do
-    if self.compilers.drain(5) == 0 then break end -- nothing out: its answer came (or never will)
-  end
 end
 
 function Pool:_compilers()
@@ -316,16 +304,91 @@ end
 function Pool:submit(task, cand, opts)
   self.queue = self.queue or {}
   local job = job_of(task, cand, opts)
+  job.queued_at = timing.wall()
   self.queue[#self.queue + 1] = job
   return job
+end
+
+----------------------------------------------------------------------------------------
+-- dispatch: which queued job an idle worker takes
+--
+-- A worker that has set a task up (its reference built or its model loaded, its kept
+-- reference results and baselines read) judges that task's next candidate with none of that
+-- cost, so an idle worker takes, in order: (1) a job of a task it holds; (2) a job of a task
+-- no worker holds (its set-up is due somewhere); (3) a job of a task that others hold but that
+-- dominates the queue (more than BALANCE waiting jobs per worker holding it: it is spread);
+-- (4) after AFFINITY_WAIT_S idle, any job (the workers holding it are slow to come free). A
+-- job that has waited AGE_S goes first to whichever worker is idle, and a pool of one worker
+-- takes jobs in order: affinity saves nothing there. A job whose compile ahead is under way
+-- waits for it (the worker would compile it again from the start) at most AWAIT_COMPILE_S
+-- since that compile began, while other jobs go around it: a slow compile holds up no GPU.
+M.BALANCE = 2 -- waiting jobs per holding worker past which a task is spread (opts.balance)
+M.AFFINITY_WAIT_S = 0.5 -- (opts.affinity_wait)
+M.AGE_S = 10 -- (opts.affinity_age)
+M.PICK_WINDOW = 256 -- queued jobs looked at per pick
+local AWAIT_COMPILE_S = 2
+local IDLE_POLL_MS = 20 -- how often a pool with an idle worker and waiting jobs looks again
+
+local function holds(s, task) return (s.ready and s.ready[task]) or (s.job ~= nil and s.job.task == task) end
+
+local function held_by_compile(job, now)
+  return job.compiling ~= nil and now - job.compiling < AWAIT_COMPILE_S
+end
+
+-- Per task of the first `window` queued jobs: how many wait, and how many workers hold it.
+function Pool:_task_counts(window)
+  local waiting, holders = {}, {}
+  for i = 1, window do
+    local tk = self.queue[i].task
+    waiting[tk] = (waiting[tk] or 0) + 1
+  end
+  for tk in pairs(waiting) do
+    local n = 0
+    for _, o in ipairs(self.slots) do if holds(o, tk) then n = n + 1 end end
+    holders[tk] = n
+  end
+  return waiting, holders
+end
+
+-- The queue index of the job idle slot s takes next, or nil: it waits a moment (a compile
+-- ahead, or the workers that hold the waiting jobs' tasks).
+function Pool:_pick(s)
+  local q, now = self.queue, timing.wall()
+  local window = math.min(#q, self.opts.pick_window or M.PICK_WINDOW)
+  local single = #self.slots == 1 or self.opts.affinity == false
+  local age = self.opts.affinity_age or M.AGE_S
+  local waiting, holders
+  if not single then waiting, holders = self:_task_counts(window) end
+  local balance = self.opts.balance or M.BALANCE
+  local new, spill, any
+  for i = 1, window do
+    local job = q[i]
+    if not held_by_compile(job, now) then
+      if single or now - job.queued_at >= age then return i end
+      local tk = job.task
+      if s.ready and s.ready[tk] then return i end
+      if not new and holders[tk] == 0 then new = i end
+      if not spill and waiting[tk] > holders[tk] * balance then spill = i end
+      any = any or i
+    end
+  end
+  if new or spill then return new or spill end
+  local idle_s = s.idle_since and now - s.idle_since or 0
+  if any and idle_s >= (self.opts.affinity_wait or M.AFFINITY_WAIT_S) then return any end
+  return nil
 end
 
 -- Sends queued jobs to the slot while it is idle (a job too large for a frame is judged
 -- here; one whose worker cannot start finishes with status "error"): into `done`.
 local function dispatch(self, s, done)
   while not s.job and #self.queue > 0 do
-    self:_await_compile(self.queue[1])
-    local job = table.remove(self.queue, 1)
+    local i = self:_pick(s)
+    if not i then
+      s.idle_since = s.idle_since or timing.wall()
+      return
+    end
+    s.idle_since = nil
+    local job = table.remove(self.queue, i)
     local big = verdict.oversized(job.cand.source, job.cand.launch)
     local ok, why = true, nil
     if big then -- judged here: a frame that large is over km.proc's limit, and no worker needs it
@@ -340,6 +403,15 @@ local function dispatch(self, s, done)
       done[#done + 1] = job
     end
   end
+  if not s.job then s.idle_since = nil end
+end
+
+-- Whether a worker is idle while jobs wait (for a compile ahead, or for the workers that hold
+-- their tasks): then the pool looks again within IDLE_POLL_MS.
+function Pool:_idle_waiting()
+  if #self.queue == 0 then return false end
+  for _, s in ipairs(self.slots) do if not s.job and s.idle_since then return true end end
+  return false
 end
 
 -- Sends queued jobs to idle workers, compiles ahead the ones still waiting (Pool:_warm),
@@ -352,14 +424,21 @@ end
 function Pool:poll(ms)
   local done = {}
   self.queue = self.queue or {}
+  if self.compilers then self.compilers.drain(0) end -- compiles that ended free their jobs
   for _, s in ipairs(self.slots) do dispatch(self, s, done) end
   local warm_ms = #self.queue > 0 and self:_warm() or 0
   local ready = {}
   for _, s in ipairs(self.slots) do if s.job then ready[#ready + 1] = s.proc end end
-  -- a compile ahead of a worker's set-up is waited for too: its end is told as it comes
-  local ahead = (self.ahead or 0) > 0 and self.compilers
-  if ahead and #ready > 0 then for _, p in ipairs(ahead.busy()) do ready[#ready + 1] = p end end
-  if #ready > 0 and #done == 0 then proc.select(ready, math.max(0, (ms or 0) - warm_ms)) end
+  local idle = self:_idle_waiting()
+  -- a compile ahead of a worker's set-up, or one a waiting job needs, is waited for too
+  local ahead = ((self.ahead or 0) > 0 or idle) and self.compilers
+  if ahead then for _, p in ipairs(ahead.busy()) do ready[#ready + 1] = p end end
+  local wait_ms = math.max(0, (ms or 0) - warm_ms)
+  if idle then wait_ms = math.min(wait_ms, IDLE_POLL_MS) end
+  if #done == 0 then
+    if #ready > 0 then proc.select(ready, wait_ms)
+    elseif idle and wait_ms > 0 then require("km.sys").sleep(wait_ms / 1e3) end
+  end
   if ahead then ahead.drain(0) end
   for _, s in ipairs(self.slots) do
     if s.job then
