@@ -73,7 +73,8 @@ def mode_batch(a, client):
         agree = sum(1 for c, v in zip(cands, verdicts) if v and (v.get("status") == "correct") == (c["expect"] == "correct"))
         batches.append({"seconds": secs, "n": len(cands), "new": new, "agree_with_expect": agree,
                         "verdict_latency_p50": pct(lat, 0.5), "verdict_latency_p99": pct(lat, 0.99),
-                        "by_cause": by_cause(verdicts)})
+                        "by_cause": by_cause(verdicts),
+                        "statuses": [v.get("status") if v else None for v in verdicts]})
         print(f"batch {i + 1}/{a.repeat}: {len(cands)} candidates in {secs:.2f} s; {by_cause(verdicts)}", flush=True)
     secs = [b["seconds"] for b in batches]
     total_new = sum(b["new"] for b in batches)

@@ -29,7 +29,7 @@ local FILES = {
   ["kb_relu"] = "candidate", ["kb_linear"] = "candidate", ["RESULTS.md"] = "doc", ["history"] = "doc",
   ["kb_level1.lua"] = "gpu_lua", ["cold_eval.lua"] = "gpu_lua", ["gpu_session.sh"] = "gpu_sh", ["ab_tree.sh"] = "cpu_sh",
   ["service_bench.sh"] = "gpu_sh", ["service_bench.py"] = "python", ["service_cands.lua"] = "cpu_lua",
-  ["service_pool.lua"] = "gpu_lua",
+  ["service_pool.lua"] = "gpu_lua", ["scaling.sh"] = "gpu_sh", ["scaling.lua"] = "cpu_lua",
 }
 -- the arguments a GPU script needs to get as far as its GPU check
 local GPU_ARGS = {
@@ -44,7 +44,8 @@ local GPU_ARGS = {
 local ARGS_PARSER = { ["core.lua"] = 1, ["eval.lua"] = 1, ["baselines_table.lua"] = 1, ["eager_timing.lua"] = 1,
   ["kernelbench_refs.lua"] = 1, ["pytorch_cost.lua"] = 1, ["smollm2_summary.lua"] = 1, ["headline.lua"] = 1,
   ["eval_stages.lua"] = 1, ["gate_ab.lua"] = 1, ["measure_profile.lua"] = 1, ["precompile_gpu_work.lua"] = 1,
-  ["placement.lua"] = 1, ["verdicts_diff.lua"] = 1, ["kb_level1.lua"] = 1, ["cold_eval.lua"] = 1, ["service_cands.lua"] = 1, ["service_pool.lua"] = 1 }
+  ["placement.lua"] = 1, ["verdicts_diff.lua"] = 1, ["kb_level1.lua"] = 1, ["cold_eval.lua"] = 1, ["service_cands.lua"] = 1, ["service_pool.lua"] = 1,
+  ["scaling.lua"] = 1 }
 
 t.test("every file in bench/ has a smoke test here", function()
   local p = io.popen("ls -1 '" .. ROOT .. "/bench'")
@@ -464,6 +465,65 @@ t.test("service_bench: candidates from templates, and the whole run small and co
   local summary = testing.read(dir .. "/out/summary.md") or ""
   t.ok(summary:find("fault: 32 sent, 32 answered, 0 missing, 0 infra events charged to a candidate", 1, true), summary .. out)
   t.ok(summary:find("batch: 32 candidates", 1, true) and summary:find("soak: 48 evaluations", 1, true), summary)
+  os.execute("rm -rf '" .. dir .. "'")
+end)
+
+t.test("scaling.lua: the limiting stage read from a pool's counters", function()
+  local M = assert(loadfile(ROOT .. "/bench/scaling.lua"))("bench.scaling")
+  local function st(o)
+    local s = { workers = 4, wall_s = 10, busy_s = 0, gpu_s = 0, idle_driver_s = 0, idle_compile_s = 0, idle_dispatch_s = 0,
+      outside_s = 0, outside_cpu_s = 0, driver_cpu_s = 1 }
+    for k, v in pairs(o) do s[k] = v end
+    return s
+  end
+  t.ok(M.limit(st { busy_s = 38, gpu_s = 37.6 }):find("^none: GPUs 94%% busy"), M.limit(st { busy_s = 38, gpu_s = 37.6 }))
+  t.ok(M.limit(st { gpu_s = 20, busy_s = 20, driver_cpu_s = 9 }):find("^driver CPU"))
+  t.ok(M.limit(st { gpu_s = 20, busy_s = 20, outside_s = 5, outside_cpu_s = 1 }):find("^store"))
+  t.ok(M.limit(st { gpu_s = 20, busy_s = 20, idle_compile_s = 15, idle_dispatch_s = 5 }):find("^compile"))
+  t.ok(M.limit(st { gpu_s = 20, busy_s = 30, idle_dispatch_s = 5 }):find("^dispatch"), "the round trip counts as dispatch")
+  t.ok(M.limit(st { gpu_s = 20, busy_s = 20, idle_driver_s = 20 }):find("^supply"))
+end)
+
+t.test("scaling.lua sim: stand-in workers scale throughput; the table has a row per count and its limiting stage", function()
+  local dir = testing.tmpdir()
+  local out, rc = kmrun("scaling.lua", "sim '" .. dir .. "/sim.md' --workers 1,2 --jobs 80 --tasks 4 --gpu-ms 20 --store")
+  t.eq(rc, 0, out)
+  local rows = {}
+  for n, per_s, eff, limit in out:gmatch("\n| (%d) | (%d+) | %d+ | (%d+)%% | %d+%% | %d+ | ([^|\n]+) |") do
+    rows[#rows + 1] = { n = tonumber(n), per_s = tonumber(per_s), eff = tonumber(eff), limit = limit }
+  end
+  t.eq(#rows, 2, out)
+  if #rows == 2 then
+    t.ok(rows[2].per_s > 1.4 * rows[1].per_s, "2 workers judge faster than 1: " .. out)
+    t.ok(rows[1].eff > 50 and rows[2].eff > 50, out)
+    t.ok(rows[2].limit:match("^%a"), out)
+  end
+  t.ok((testing.read(dir .. "/sim.md") or ""):find("| workers | evaluations/s", 1, true), "the table is written to OUT.md")
+  os.execute("rm -rf '" .. dir .. "'")
+end)
+
+t.test("scaling.lua table: a scaling.sh folder read back (per GPU-hour, efficiency, statuses unlike 1 GPU's)", function()
+  local dir = testing.tmpdir()
+  local json = require "km.json"
+  local stats = { workers = 1, wall_s = 10, busy_s = 9.5, gpu_s = 9.4, idle_driver_s = 0.5, idle_compile_s = 0,
+    idle_dispatch_s = 0, outside_s = 1, outside_cpu_s = 0.5, driver_cpu_s = 1 }
+  for _, n in ipairs { 1, 2 } do
+    os.execute("mkdir -p '" .. dir .. "/service-" .. n .. "'")
+    local statuses = { "correct", "mismatch", "compile_error", "correct" }
+    if n == 2 then statuses[2] = "correct" end
+    testing.write(dir .. "/service-" .. n .. "/batch.json", json.encode { evaluations_per_gpu_hour = n == 1 and 3600 or 3420,
+      batch_latency_p50 = 1, batches = { { seconds = n == 1 and 4 or 2.1, n = 4, new = 4, statuses = statuses } } })
+    stats.workers = n
+    testing.write(dir .. "/service-" .. n .. "/pool-stats.json", json.encode(stats))
+  end
+  testing.write(dir .. "/host.json", json.encode { gpus = "2 x test", date = "today" })
+  local out, rc = kmrun("scaling.lua", "table '" .. dir .. "' '" .. dir .. "/scaling.md'")
+  t.eq(rc, 0, out)
+  t.ok(out:find("| service batch | 1 | 4 | 4.0 | 3600 | 100% | 0 of 4 | none: GPUs 94% busy |", 1, true), out)
+  t.ok(out:find("| service batch | 2 | 4 | 2.1 | 3420 | 95% | 1 of 4 |", 1, true), out)
+  t.ok((testing.read(dir .. "/scaling.md") or ""):find("GPUs: 2 x test", 1, true))
+  local _, rc2 = kmrun("scaling.lua", "table '" .. dir .. "/none'")
+  t.eq(rc2, 2)
   os.execute("rm -rf '" .. dir .. "'")
 end)
 

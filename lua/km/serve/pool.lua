@@ -107,7 +107,7 @@ end
 function M.pool(opts)
   opts = opts or {}
   local self = setmetatable({ opts = opts, slots = {}, starts = 0, next_id = 0,
-    warm_stats = { jobs = 0, failed = 0, ms = 0 } }, Pool)
+    warm_stats = { jobs = 0, failed = 0, ms = 0 }, counters = M.new_stats() }, Pool)
   -- One cache folder for the driver's warm-up and every worker: opts.env's KM_CACHE_DIR,
   -- else this process's (set_cache_dir or the environment), which _start passes on.
   local env_dir = opts.env and opts.env.KM_CACHE_DIR
@@ -179,7 +179,10 @@ function Pool:_send(slot, job)
   local ok, err = slot.proc:send(json.encode { op = "eval", id = job.id, task = job.task, candidate = job.cand, opts = job.opts or {} })
   if not ok then return nil, err end
   slot.job = job
-  slot.sent_at, slot.hold_s = os.time(), nil
+  slot.sent_at, slot.hold_s, slot.sent_wall = os.time(), nil, timing.wall()
+  local st = self.counters
+  st.sent = st.sent + 1
+  if not slot.ready[job.task] then st.setups = st.setups + 1 end
   return true
 end
 
@@ -206,7 +209,9 @@ function Pool:_collect(slot, ms)
   until not self:_about_job(slot, job, res)
   slot.job = nil
   slot.ready[job.task] = true
+  self.counters.busy_s = self.counters.busy_s + (timing.wall() - slot.sent_wall)
   local v = res and res.verdict or { status = "error", feedback = "bad answer from the worker: " .. tostring(msg):sub(1, 200) }
+  if type(v) == "table" and type(v.eval_seconds) == "number" then self.counters.gpu_s = self.counters.gpu_s + v.eval_seconds end
   if slot.start_s then -- the worker's start (driver, context, greeting) went before this verdict
     if type(v) == "table" then v.worker_start_seconds = slot.start_s end
     slot.start_s = nil
@@ -350,8 +355,8 @@ function Pool:_task_counts(window)
   return waiting, holders
 end
 
--- The queue index of the job idle slot s takes next, or nil: it waits a moment (a compile
--- ahead, or the workers that hold the waiting jobs' tasks).
+-- The queue index of the job idle slot s takes next, or nil and why it waits a moment:
+-- "compile" (a compile ahead), "dispatch" (the workers that hold the waiting jobs' tasks).
 function Pool:_pick(s)
   local q, now = self.queue, timing.wall()
   local window = math.min(#q, self.opts.pick_window or M.PICK_WINDOW)
@@ -360,10 +365,11 @@ function Pool:_pick(s)
   local waiting, holders
   if not single then waiting, holders = self:_task_counts(window) end
   local balance = self.opts.balance or M.BALANCE
-  local new, spill, any
+  local new, spill, any, held
   for i = 1, window do
     local job = q[i]
-    if not held_by_compile(job, now) then
+    if held_by_compile(job, now) then held = true
+    else
       if single or now - job.queued_at >= age then return i end
       local tk = job.task
       if s.ready and s.ready[tk] then return i end
@@ -375,14 +381,15 @@ function Pool:_pick(s)
   if new or spill then return new or spill end
   local idle_s = s.idle_since and now - s.idle_since or 0
   if any and idle_s >= (self.opts.affinity_wait or M.AFFINITY_WAIT_S) then return any end
-  return nil
+  return nil, (held and not any) and "compile" or "dispatch"
 end
 
 -- Sends queued jobs to the slot while it is idle (a job too large for a frame is judged
 -- here; one whose worker cannot start finishes with status "error"): into `done`.
 local function dispatch(self, s, done)
   while not s.job and #self.queue > 0 do
-    local i = self:_pick(s)
+    local i, why = self:_pick(s)
+    s.idle_why = why
     if not i then
       s.idle_since = s.idle_since or timing.wall()
       return
@@ -424,6 +431,7 @@ end
 function Pool:poll(ms)
   local done = {}
   self.queue = self.queue or {}
+  self:_account(true)
   if self.compilers then self.compilers.drain(0) end -- compiles that ended free their jobs
   for _, s in ipairs(self.slots) do dispatch(self, s, done) end
   local warm_ms = #self.queue > 0 and self:_warm() or 0
@@ -451,7 +459,51 @@ function Pool:poll(ms)
       end
     end
   end
+  self:_account(false)
   return done
+end
+
+----------------------------------------------------------------------------------------
+-- where the workers' time goes (bench/scaling.sh reads it: KM_POOL_STATS)
+
+-- A pool's counters: jobs sent, set-ups (a job of a task its worker had not judged), worker
+-- seconds busy (sent to verdict read), the workers' own seconds on them (the verdicts'
+-- eval_seconds: the rest of busy is transport and verdicts waiting to be read) and idle by why: "driver" (nothing queued: the caller had
+-- no job to give), "compile" (queued jobs wait for their compile ahead), "dispatch" (they wait
+-- for the workers that hold their tasks); the caller's seconds outside poll, wall and CPU.
+function M.new_stats()
+  return { t0 = timing.wall(), cpu0 = os.clock(), sent = 0, setups = 0, busy_s = 0, gpu_s = 0,
+    idle = { driver = 0, compile = 0, dispatch = 0 }, outside_s = 0, outside_cpu_s = 0 }
+end
+
+-- Adds the time since the last call to each idle worker's cause; entering: the time since
+-- poll last returned was the caller's.
+function Pool:_account(entering)
+  local st, now, cpu = self.counters, timing.wall(), os.clock()
+  local dt = now - (st.last or now)
+  if entering and st.last then
+    st.outside_s, st.outside_cpu_s = st.outside_s + dt, st.outside_cpu_s + (cpu - st.last_cpu)
+  end
+  st.last, st.last_cpu = now, cpu
+  for _, s in ipairs(self.slots) do
+    if not s.job then
+      local why = #(self.queue or {}) == 0 and "driver" or s.idle_why or "dispatch"
+      st.idle[why] = st.idle[why] + dt
+    end
+  end
+end
+
+-- The counters start again from now (a bench's measured part, after the workers' start).
+function Pool:reset_stats() self.counters = M.new_stats() end
+
+-- -> { workers, wall_s, sent, setups, busy_s, gpu_s, idle_driver_s, idle_compile_s, idle_dispatch_s,
+-- outside_s, outside_cpu_s, driver_cpu_s, warmed, warm_failed }
+function Pool:stats()
+  local st = self.counters
+  return { workers = #self.slots, wall_s = timing.wall() - st.t0, sent = st.sent, setups = st.setups, busy_s = st.busy_s, gpu_s = st.gpu_s,
+    idle_driver_s = st.idle.driver, idle_compile_s = st.idle.compile, idle_dispatch_s = st.idle.dispatch,
+    outside_s = st.outside_s, outside_cpu_s = st.outside_cpu_s, driver_cpu_s = os.clock() - st.cpu0,
+    warmed = self.warm_stats.jobs, warm_failed = self.warm_stats.failed }
 end
 
 -- Takes a job that waits for a worker out of the queue (a service's deadline passed, or its
@@ -509,6 +561,12 @@ function Pool:restart()
 end
 
 function Pool:close()
+  local path = os.getenv("KM_POOL_STATS") -- a bench's: the counters above, as JSON
+  if path and path ~= "" and not self.closed then
+    local f = io.open(path, "w")
+    if f then f:write(json.encode(self:stats()), "\n") f:close() end
+  end
+  self.closed = true
   if self.compilers then self.compilers.close(); self.compilers = nil end
   if self.precompiler then require("km.task.precompile").stop(self.precompiler); self.precompiler = nil end
   self:restart()
