@@ -263,15 +263,16 @@ function Pool:_warm()
       local c = job.cand
       if type(c) == "table" and type(c.source) == "string" and c.source ~= "" and not verdict.oversized(c.source, c.launch) then
         job.compiling = timing.wall() -- when its compile ahead began (nil once it ended)
-        self.compilers.submit(c.source, judge.compile_opts(self.device.arch, c.params or {}), function() job.compiling = nil end)
+        self.compilers.submit(c.source, judge.compile_opts(self.device.arch, c.params or {}), function(r)
+          job.compiling = nil
+          local st = self.warm_stats
+          if r.ok then st.jobs = st.jobs + 1 else st.failed = st.failed + 1 end
+        end)
         sent = sent + 1
       end
     end
   end
-  local st = self.warm_stats
-  local done0, failed0 = self.compilers.done, self.compilers.failed
-  self.compilers.drain(0)
-  st.jobs, st.failed = st.jobs + (self.compilers.done - done0), st.failed + (self.compilers.failed - failed0)
+  self.compilers.drain(0) -- what ended: counted in warm_stats by each job's on_done
   return 0
 end
 
