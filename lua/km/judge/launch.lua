@@ -162,7 +162,7 @@ function M.free_scratch(run)
   run.state.last_sym = nil
 end
 
--- The NVRTC options a source is judged with. km.run.eval compiles queued candidates in the
+-- The NVRTC options a source is judged with. km.serve.pool compiles queued candidates in the
 -- driver with these same options to warm the shared cache, so this is the one place
 -- that says them: the two cannot drift apart (a drift would only cost cache misses).
 function M.compile_opts(arch, params, label)
