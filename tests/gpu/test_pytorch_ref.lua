@@ -167,9 +167,15 @@ t.test("a problem file's timed refresh runs no Python: its plan's laws and the m
   local l = plan.laws.x
   local law = { dist = "normal", mean = 0, std = 1, seed = 1020 * 7919 + l.index }
   t.eq(io.x:random_check(law), 0, "the inputs are the law's for the last seed")
+  -- a timed call's parameters are the model's perturbed (docs/security.md, state carried
+  -- across timed calls); a verified trial's are the model's own, byte for byte
   local w = plan.params.fc_weight
   local d = buffer.digest { { io.fc_weight:ptr(), io.fc_weight:nbytes() }, { w.ptr, w.nbytes } }
-  t.eq(d[1], d[2], "the weight buffer holds the model's weight")
+  t.ok(d[1] ~= d[2], "a timed call's weight buffer is the model's weight perturbed")
+  J:fill_inputs(lt, sym, io, 1021, false)
+  d = buffer.digest { { io.fc_weight:ptr(), io.fc_weight:nbytes() }, { w.ptr, w.nbytes } }
+  t.eq(d[1], d[2], "a verified trial's weight buffer holds the model's weight")
+  J:fill_inputs(lt, sym, io, 1020, true)
   -- values of torch.randn's law
   local xs = io.x:to_table(4096)
   local s1, s2 = 0, 0

@@ -590,7 +590,10 @@ end
 local function served(task, cand, opts, o)
   if o.serve == "never" then return nil end
   local res = require "km.serve.resident"
-  local function ask() return res.eval(o.gpu, task, cand, opts, { on_progress = o.on_progress, tick = o.tick }) end
+  -- the server is sent the task's path: it loads the task itself, and tells a task changed
+  -- on disk by that path's fingerprint
+  local where = type(task) == "table" and task.dir or task
+  local function ask() return res.eval(o.gpu, where, cand, opts, { on_progress = o.on_progress, tick = o.tick }) end
   local v, why = ask()
   if v or why or o.serve ~= "start" then return v, why end
   local pid, perr = res.start(o.gpu)
