@@ -147,24 +147,44 @@ $(BUILD)/bench/launch_capi: bench/launch_capi.c include/kmrun.h $(BUILD)/lib/lib
 
 # make install PREFIX=/opt/kmrun: header, libraries, kmrun.pc, the program, the Lua library,
 # strategies and guidance (tools/install.sh: a plain script, so a built tree installs where
-# no compiler or Lua is).
+# no compiler or Lua is). DESTDIR stages it, as packagers do: the files go under
+# $(DESTDIR)$(PREFIX), and what they say of where they live (kmrun.pc) is $(PREFIX).
 PREFIX ?= /usr/local
+DESTDIR ?=
 install: all
-	sh tools/install.sh $(BUILD) $(PREFIX)
+	DESTDIR='$(DESTDIR)' sh tools/install.sh $(BUILD) $(PREFIX)
 
 $(BUILD)/tests/%: tests/c/%.c tests/c/test.h $(CORE_OBJS) | $(BUILD)/tests
 	$(CC) $(CFLAGS) -Itests/c $(LDFLAGS) -Wl,-rpath,'$$ORIGIN/../lib' -o $@ $< $(CORE_OBJS) $(LDLIBS)
 
-# Installs the Debian packages the build needs (a no-op when they are present).
-DEB_PKGS := gcc make pkg-config lua5.4 liblua5.4-dev luajit libcjson-dev libsqlite3-dev libcurl4-openssl-dev libmicrohttpd-dev perl slurm-wlm munge python3
+# The Debian packages: DEB_BUILD to build and run kmrun (`make`, `make demo`), DEB_TEST as well
+# for every test (luajit and lua5.4 for the embedding tests, Slurm and munge for sweep
+# sharding). `make deps` installs the missing ones with apt-get (through sudo when not root;
+# a no-op when all are there). `make test` and `make demo` install nothing: they check
+# (need_pkgs) and, where something is missing, name it and the command that installs it, then
+# stop before building anything.
+DEB_BUILD := gcc make pkg-config lua5.4 liblua5.4-dev libcjson-dev libsqlite3-dev libcurl4-openssl-dev libmicrohttpd-dev python3
+DEB_TEST  := luajit perl slurm-wlm munge
+DEB_PKGS  := $(DEB_BUILD) $(DEB_TEST)
+DEB_MISSING = $(shell command -v dpkg-query >/dev/null 2>&1 && for p in $(1); do \
+  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done)
+NO_CUDA = echo "$(1): no CUDA toolkit at $(CUDA_HOME) (nvrtc.h): install one (README, \"What they do not install\") or set CUDA_HOME" >&2; exit 1
+# $(call need_pkgs,PACKAGES,TARGET): a recipe line that stops TARGET when PACKAGES are missing.
+need_pkgs = @missing="$(strip $(call DEB_MISSING,$(1)))"; \
+  if [ -n "$$missing" ]; then \
+    echo "$(2): missing Debian packages: $$missing" >&2; \
+    echo "$(2): run \`make deps\` (it runs: $$( [ $$(id -u) = 0 ] || echo 'sudo ')apt-get install $$missing), then \`make $(2)\` again" >&2; \
+    exit 1; \
+  fi; \
+  test -f $(CUDA_HOME)/include/nvrtc.h || { $(call NO_CUDA,$(2)); }
 deps:
-	@missing=""; for p in $(DEB_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	@missing="$(strip $(call DEB_MISSING,$(DEB_PKGS)))"; \
 	if [ -n "$$missing" ]; then \
-	  echo "deps: installing$$missing"; \
+	  echo "deps: installing $$missing"; \
 	  SUDO=$$( [ $$(id -u) = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
 	fi
-	@test -f $(CUDA_HOME)/include/nvrtc.h || { echo "deps: no CUDA toolkit at $(CUDA_HOME) (set CUDA_HOME)"; exit 1; }
+	@test -f $(CUDA_HOME)/include/nvrtc.h || { $(call NO_CUDA,deps); }
 
 # A stand-in libcuda.so.1 for the loader's failure paths (tests/lua/test_cuda_loader.lua).
 $(BUILD)/tests/fake_libcuda.so: tests/c/fake_libcuda.c | $(BUILD)/tests
@@ -186,7 +206,8 @@ SLOW_TESTS := tests/lua/test_slurm.lua tests/lua/test_llm.lua tests/lua/test_ser
 CPU_TESTS = $(filter $(SLOW_TESTS),$(wildcard tests/lua/test_*.lua)) $(CTESTS) \
   $(filter-out $(SLOW_TESTS),$(wildcard tests/lua/test_*.lua))
 
-test: deps
+test:
+	$(call need_pkgs,$(DEB_PKGS),test)
 	@$(MAKE) --no-print-directory all $(CTESTS) $(BUILD)/tests/fake_libcuda.so $(BUILD)/tests/fake_libnvml.so
 	@status=0; \
 	echo "KMRUN=$(BUILD)/kmrun prove -j$(TEST_JOBS) -f --exec tests/exec <CPU tests: tests/c, tests/lua>"; \
@@ -237,7 +258,8 @@ $(BUILD)/raw_bench: bench/raw_bench.c
 # torch.compile baselines in its default mode: max-autotune (the default elsewhere) would
 # spend minutes per task on a first run. Only the program is built (the library, benches
 # and examples of `make all` are not used here: most of a first demo's build time).
-demo: deps
+demo:
+	$(call need_pkgs,$(DEB_BUILD),demo)
 	@$(MAKE) --no-print-directory $(BUILD)/kmrun
 	$(BUILD)/kmrun strategies/repair_then_tune.lua tasks/ --compile-mode default || test $$? -eq 3
 

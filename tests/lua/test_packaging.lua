@@ -1,0 +1,92 @@
+-- Packaging conventions (issue 43, item 6): `make test` and `make demo` install nothing (a
+-- missing Debian package is named, with the command that installs it, and the target stops
+-- before building), and `make install DESTDIR=STAGE PREFIX=P` writes every file under
+-- STAGE/P and nothing outside STAGE, with kmrun.pc naming P.
+--
+-- The package check is run against a PATH whose apt-get and sudo only record that they were
+-- called: the targets must not call them.
+local t = require "km.tap"
+local testing = require "km.testing"
+local sys = require "km.sys"
+
+local ROOT, KMRUN, BUILD = testing.paths()
+if not os.execute("command -v make >/dev/null 2>&1") then t.skip_all("no make") end
+local dir = testing.tmpdir()
+
+-- make, run apart from any make that runs this test (no jobserver, no inherited flags)
+local function make(args, env)
+  return testing.run(string.format("env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL %s make --no-print-directory -C %s %s",
+    env or "", ROOT, args))
+end
+
+-- apt-get and sudo that write a line to a log and fail
+local fake = dir .. "/fakebin"
+assert(sys.mkdir(fake))
+local called = dir .. "/called.log"
+for _, name in ipairs { "apt-get", "sudo" } do
+  testing.write(fake .. "/" .. name, string.format("#!/bin/sh\necho \"%s $*\" >> %s\nexit 1\n", name, called))
+  os.execute("chmod +x " .. fake .. "/" .. name)
+end
+local FAKE_PATH = "PATH=" .. fake .. ":$PATH"
+
+for _, target in ipairs { "test", "demo" } do
+  t.test("make " .. target .. " with a package missing: names it and `make deps`, installs nothing, builds nothing", function()
+    os.remove(called)
+    local pkgs = target == "test" and "DEB_PKGS" or "DEB_BUILD"
+    local out, err, rc = make(string.format("%s %s='gcc kmrun-no-such-package' BUILD=%s/build-%s", target, pkgs, dir, target), FAKE_PATH)
+    t.ok(rc ~= 0, "stops: rc " .. tostring(rc))
+    t.ok(err:find("missing Debian packages: kmrun-no-such-package", 1, true), err)
+    t.ok(err:find("make deps", 1, true) and err:find("apt-get install kmrun-no-such-package", 1, true), err)
+    t.ok(not err:find("gcc", 1, true), "an installed package is not named: " .. err)
+    t.eq(testing.read(called), nil, "apt-get and sudo were not called")
+    t.ok(not io.open(dir .. "/build-" .. target), "nothing was built: " .. out:sub(-300))
+  end)
+end
+
+t.test("make test and make demo with every package there go on (the check passes on this host)", function()
+  local out, err, rc = make("-n test")
+  t.eq(rc, 0, err)
+  t.ok(out:find("prove", 1, true), "make -n test goes on to the tests")
+end)
+
+t.test("make install DESTDIR=STAGE PREFIX=P: files under STAGE/P, none outside, kmrun.pc says P", function()
+  local stage = dir .. "/stage"
+  local prefix = "/opt/kmrun-destdir-test-" .. sys.pid()
+  t.ok(not io.open(prefix), prefix .. " is not there before")
+  local out, err, rc = make(string.format("install BUILD=%s DESTDIR=%s PREFIX=%s", BUILD, stage, prefix))
+  t.eq(rc, 0, out .. err)
+  local outside = io.open(prefix)
+  if outside then outside:close() os.execute("rm -rf " .. prefix) end
+  t.ok(not outside, "nothing written to " .. prefix)
+  -- every file staged lies under STAGE/PREFIX
+  local listed = testing.sh("cd " .. stage .. " && find . -type f")
+  local n, stray = 0, {}
+  for f in listed:gmatch("[^\n]+") do
+    n = n + 1
+    if f:sub(1, #prefix + 2) ~= "." .. prefix .. "/" then stray[#stray + 1] = f end
+  end
+  t.ok(n > 20, n .. " files staged")
+  t.eq(#stray, 0, "outside STAGE/PREFIX: " .. table.concat(stray, " "))
+  local root = stage .. prefix
+  for _, f in ipairs { "bin/kmrun", "include/kmrun.h", "lib/libkmrun.so", "lib/libkmrun.a", "lib/kmrun/libcjson.so.1",
+                       "lib/lua/5.4/km.so", "lib/pkgconfig/kmrun.pc", "share/kmrun/lua/km/task.lua",
+                       "share/kmrun/strategies/repair.lua" } do
+    t.ok(io.open(root .. "/" .. f), "staged " .. f)
+  end
+  local pc = testing.read(root .. "/lib/pkgconfig/kmrun.pc") or ""
+  t.ok(pc:find("prefix=" .. prefix .. "\n", 1, true), "kmrun.pc names the prefix: " .. pc:sub(1, 80))
+  t.ok(not pc:find(stage, 1, true), "kmrun.pc does not name the stage")
+  -- the staged program runs where it lies (it finds its Lua library beside it)
+  local o, e, c = testing.run(root .. "/bin/kmrun -e 'print(require(\"km.json\").encode({ 1 }))'")
+  t.eq(c, 0, e)
+  t.eq(o, "[1]\n")
+end)
+
+t.test("with DESTDIR, a relative PREFIX is refused", function()
+  local _, err, rc = testing.run(string.format("cd %s && DESTDIR=%s/stage2 sh %s/tools/install.sh %s usr", dir, dir, ROOT, BUILD))
+  t.eq(rc, 2)
+  t.ok(err:find("PREFIX must be absolute", 1, true), err)
+end)
+
+os.execute("rm -rf " .. dir)
+t.done()
