@@ -648,10 +648,13 @@ static lua_Integer span(lua_Integer first, lua_Integer last) {
   return n > (lua_Unsigned)LUA_MAXINTEGER || n == 0 ? LUA_MAXINTEGER : (lua_Integer)n;
 }
 
+/* n elements and the call itself, saturating: span() may already be LUA_MAXINTEGER */
+static lua_Integer and_call(lua_Integer n) { return n < LUA_MAXINTEGER ? n + 1 : LUA_MAXINTEGER; }
+
 static int t_insert(lua_State *L) {
   if (lua_gettop(L) == 3) {
     lua_Integer e = len_of(L, 1, TAB_R | TAB_W);
-    charge(L, span(luaL_checkinteger(L, 2), e) + 1);
+    charge(L, and_call(span(luaL_checkinteger(L, 2), e)));
   }
   return o_insert(L);
 }
@@ -659,13 +662,13 @@ static int t_insert(lua_State *L) {
 static int t_remove(lua_State *L) {
   lua_Integer size = len_of(L, 1, TAB_R | TAB_W);
   lua_Integer pos = luaL_optinteger(L, 2, size);
-  charge(L, span(pos, size) + 1);
+  charge(L, and_call(span(pos, size)));
   return o_remove(L);
 }
 
 static int t_move(lua_State *L) {
   lua_Integer f = luaL_checkinteger(L, 2), e = luaL_checkinteger(L, 3);
-  charge(L, span(f, e) + 1);
+  charge(L, and_call(span(f, e)));
   return o_move(L);
 }
 
@@ -677,7 +680,7 @@ static int t_concat(lua_State *L) {
   lua_Integer i = luaL_optinteger(L, 3, 1);
   last = luaL_optinteger(L, 4, last);
   lua_Integer n = span(i, last);
-  charge(L, n + 1);
+  charge(L, and_call(n));
   /* the bytes it will copy: every element's length and the separators (saturating) */
   lua_Unsigned bytes = 0;
   const lua_Unsigned most = (lua_Unsigned)LUA_MAXINTEGER / 4;
