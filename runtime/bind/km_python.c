@@ -87,6 +87,7 @@
 
 #include "km.h"
 #include "km_cuda.h"
+#include "km_signal.h"
 
 extern char **environ;
 
@@ -657,13 +658,16 @@ static const int STOP_SIGNALS[2] = {SIGINT, SIGTERM};
 static struct sigaction kept[2];
 static int kept_on[2];
 static volatile sig_atomic_t caught; /* the signal that arrived during the call */
+static struct timespec caught_at;    /* when (the handler's own) */
 
 static void on_stop_signal(int sig) {
-  if (caught) { /* a second one: end now */
-    signal(sig, SIG_DFL);
+  if (caught) {
+    if (km_signal_ms_since(&caught_at) < KM_SIGNAL_REPEAT_MS) return; /* the same one, twice */
+    signal(sig, SIG_DFL); /* a second one: end now */
     raise(sig);
     return;
   }
+  clock_gettime(CLOCK_MONOTONIC, &caught_at);
   caught = sig;
   stop_why = sig;
   trip();

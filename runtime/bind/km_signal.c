@@ -8,12 +8,16 @@
  * A run (km.run.sweep) stops starting work when the flag is set, marks what was in flight as
  * interrupted in the store and returns; no Lua error is raised, so no traceback is printed.
  * A second signal while the flag is set restores the default action and re-raises it: a
- * second Ctrl-C ends the process at once, as users expect.
+ * second Ctrl-C ends the process at once, as users expect. A signal within
+ * KM_SIGNAL_REPEAT_MS of the first is the same Ctrl-C, not a second one: `timeout -s INT`
+ * sends its signal to the process and to its process group, and a terminal's Ctrl-C reaches
+ * kmrun and its shell wrapper alike, so one request often arrives twice within microseconds.
  *
  * Ownership: the saved handlers are process-global (signals are); catch() nests by count,
  * and only the outermost release() restores them. */
 #include <signal.h>
 #include <string.h>
+#include <time.h>
 
 #include <lua.h>
 #include <lauxlib.h>
@@ -25,14 +29,23 @@ volatile sig_atomic_t km_signal_caught = 0;
 
 static struct sigaction saved_int, saved_term;
 static int depth = 0;
+static struct timespec first_at; /* when the caught signal came (written by the handler only) */
+
+long km_signal_ms_since(const struct timespec *t) {
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return (long)(now.tv_sec - t->tv_sec) * 1000 + (now.tv_nsec - t->tv_nsec) / 1000000;
+}
 
 static void on_signal(int sig) {
   if (km_signal_caught) {
+    if (km_signal_ms_since(&first_at) < KM_SIGNAL_REPEAT_MS) return; /* the same request, delivered twice */
     /* The second one: the default action (terminate), now. */
     signal(sig, SIG_DFL);
     raise(sig);
     return;
   }
+  clock_gettime(CLOCK_MONOTONIC, &first_at);
   km_signal_caught = sig;
 }
 
@@ -100,5 +113,7 @@ int luaopen_km_signal(lua_State *L) {
                                  {"caught", l_caught}, {"clear", l_clear},
                                  {"exit_status", l_exit_status}, {NULL, NULL}};
   luaL_newlib(L, fns);
+  lua_pushinteger(L, KM_SIGNAL_REPEAT_MS);
+  lua_setfield(L, -2, "REPEAT_MS");
   return 1;
 }

@@ -7,7 +7,15 @@
 #define KM_SIGNAL_H
 
 #include <signal.h>
+#include <time.h>
 
 extern volatile sig_atomic_t km_signal_caught;
+
+/* A signal this soon after the caught one is the same interrupt, delivered twice (a process
+ * and its group both signalled); only a later one forces the default action. */
+#define KM_SIGNAL_REPEAT_MS 500
+
+/* Milliseconds from *t (CLOCK_MONOTONIC) to now; async-signal-safe, for handlers. */
+long km_signal_ms_since(const struct timespec *t);
 
 #endif
