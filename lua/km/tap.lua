@@ -4,6 +4,7 @@
 --   t.test("adds", function() t.eq(1 + 1, 2) end)
 --   t.skip("needs a GPU", "no CUDA device")
 --   t.note("cold compile 41 ms")       -- a remark, on stdout; t.diag(...) says what failed, on stderr
+--   t.at_done(function() ... end)      -- clean-up run by done() (and skip_all), before it exits
 --   t.done()
 --
 -- Each test runs in a pcall; a full GC runs after it, so a __gc that misbehaves shows up
@@ -14,6 +15,7 @@ local M = {}
 
 local fmt, tostring, type, pcall, select = string.format, tostring, type, pcall, select
 local n, failed, current = 0, 0, nil
+local cleanups = {} -- at_done's functions, run last-registered first
 
 local function repr(v)
   if type(v) == "string" then return fmt("%q", v) end
@@ -95,10 +97,25 @@ function M.skip(name, reason)
   io.stdout:write(fmt("ok %d - %s # SKIP %s\n", n, name, reason))
 end
 
+-- fn runs when the file ends through done() or skip_all() (os.exit runs no __gc); an error
+-- in it is a diagnostic, not a failure.
+function M.at_done(fn)
+  cleanups[#cleanups + 1] = fn
+end
+
+local function clean_up()
+  for i = #cleanups, 1, -1 do
+    local okc, err = pcall(cleanups[i])
+    if not okc then M.diag("clean-up: " .. tostring(err)) end
+  end
+  cleanups = {}
+end
+
 -- Skips every remaining test in a file: prints "1..0 # SKIP reason" when nothing ran yet.
 function M.skip_all(reason)
   if n == 0 then
     io.stdout:write("1..0 # SKIP ", reason, "\n")
+    clean_up()
     os.exit(0)
   end
   M.done()
@@ -107,6 +124,7 @@ end
 function M.done()
   io.stdout:write(fmt("1..%d\n", n))
   io.stdout:flush()
+  clean_up()
   os.exit(failed == 0 and 0 or 1)
 end
 

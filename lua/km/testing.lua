@@ -12,10 +12,20 @@ local sys = require "km.sys"
 -- cannot be read), a file written whole.
 M.read = read_all
 
+-- A fresh folder in the test's own temp area: kmrun's os.tmpname names it in TMPDIR, which
+-- tests/exec sets to a folder of the test's (removed after it); the folder is removed when
+-- the test file ends (km.tap's done), so a test run by hand leaves nothing either.
+local made = {}
 function M.tmpdir()
   local d = os.tmpname()
   os.remove(d)
-  assert(sys.mkdir(d))
+  assert(sys.mkdir(d, 448))
+  if #made == 0 then
+    require("km.tap").at_done(function()
+      for i = #made, 1, -1 do sys.rmtree(made[i]) end
+    end)
+  end
+  made[#made + 1] = d
   return d
 end
 

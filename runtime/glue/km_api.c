@@ -2,7 +2,7 @@
  * modules into package.preload, the public names of Lua modules (a searcher), package.path
  * from KM_PATH and the library's folder, and where the library and the kmrun program are.
  * Used by the kmrun program (kmrun.c), the C API's km_run_script (kmrun_api.c) and
- * `require "km"` (km_lua_module.c). */
+ * `require "km"` (km_lua_module.c); the first two also get an os.tmpname that honours TMPDIR. */
 #define _GNU_SOURCE /* dladdr */
 #include <dlfcn.h>
 #include <limits.h>
@@ -171,3 +171,26 @@ void km_api_find_paths(char *libdir, size_t nl, char *exe, size_t ne) {
   }
 }
 
+
+/* os.tmpname(): an empty file made by mkstemp in $TMPDIR (else /tmp), as Lua's own does in
+ * /tmp alone; a test run (tests/exec) or a user who sets TMPDIR keeps the system's temp
+ * folder clean. */
+static int os_tmpname(lua_State *L) {
+  const char *dir = getenv("TMPDIR");
+  if (!dir || !*dir) dir = "/tmp";
+  char buf[PATH_MAX];
+  int n = snprintf(buf, sizeof buf, "%s%slua_XXXXXX", dir, dir[strlen(dir) - 1] == '/' ? "" : "/");
+  int fd = n > 0 && (size_t)n < sizeof buf ? mkstemp(buf) : -1;
+  if (fd == -1) return luaL_error(L, "unable to generate a unique filename in %s", dir);
+  close(fd);
+  lua_pushstring(L, buf);
+  return 1;
+}
+
+void km_api_tmpname(lua_State *L) {
+  if (lua_getglobal(L, "os") == LUA_TTABLE) {
+    lua_pushcfunction(L, os_tmpname);
+    lua_setfield(L, -2, "tmpname");
+  }
+  lua_pop(L, 1);
+}

@@ -26,5 +26,8 @@ void km_api_preload(lua_State *L, lua_CFunction open_km);
 /* Adds KM_PATH's folders (':'-separated), then libdir when it is not "", to a package.path
  * being built in b: "D/?.lua;D/?/init.lua" each, ';' between. */
 void km_api_add_path(luaL_Buffer *b, const char *libdir);
+/* os.tmpname that honours TMPDIR (Lua's own always names a file in /tmp), for the states
+ * kmrun opens itself (the program and km_run_script; not a stock lua5.4's). */
+void km_api_tmpname(lua_State *L);
 #endif
 #endif

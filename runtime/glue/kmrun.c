@@ -521,6 +521,7 @@ int main(int argc, char **argv) {
   }
   luaL_openlibs(L);
   km_api_preload(L, luaopen_km); /* km.* and km itself (require "km": as from a stock lua5.4 with km.so) */
+  km_api_tmpname(L);
   lua_pushboolean(L, 1);
   lua_setfield(L, LUA_REGISTRYINDEX, "LUA_NOENV");
   char libdir[PATH_MAX];

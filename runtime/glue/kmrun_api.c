@@ -837,6 +837,7 @@ km_status km_run_script(const char *path, int argc, const char *const *argv, int
   if (!L) return fail(KMRUN_ENOMEM, NULL, "km_run_script: cannot create a Lua state");
   luaL_openlibs(L);
   km_api_preload(L, luaopen_km);
+  km_api_tmpname(L);
   /* package.path: KM_PATH's folders, then the library; km_libdir and km_exe for workers */
   lua_getglobal(L, "package");
   luaL_Buffer b;
