@@ -9,30 +9,27 @@
  *
  * Providers are rows of km_llm_providers[] (km_llm_core.c): this file reads a client's row
  * (its variables, URLs, headers, flags, body and parse functions) and names no provider.
- * Requests (OpenAI chat completions, Anthropic Messages) go over libcurl's multi interface:
- * every HTTP attempt of a client (all n of a call, all entries of chat_many, every request
- * started and not yet polled, their retries) runs in one event loop, so N candidates cost
- * the time of the slowest, not the sum. chat is start plus "turn the loop until it is done".
- * The JSON both ways and the retry policy are pure C in km_llm_core.c; this file translates
- * Lua tables and moves bytes.
+ * Requests (OpenAI chat completions, Anthropic Messages) go through the client's transfer
+ * engine (km_llm_xfer_core.c: libcurl's multi interface, plain C): every HTTP attempt of a
+ * client (all n of a call, all entries of chat_many, every request started and not yet
+ * polled, their retries) runs in one event loop, so N candidates cost the time of the
+ * slowest, not the sum. chat is start plus "turn the loop until it is done". The JSON both
+ * ways and the retry policy are pure C in km_llm_core.c; this file translates Lua tables,
+ * keeps the requests and the budget, and replays recorded replies.
  *
- * Ownership: a km.llm.Client owns its curl multi handle, its header list and copies of its
- * configuration strings (the API key among them; it is wiped when freed and never handed
+ * Ownership: a km.llm.Client owns its transfer engine (the curl multi handle and the header
+ * list) and copies of its configuration strings (the API key among them; it is wiped when freed and never handed
  * back to Lua). Everything one request allocates (easy handles, request and response bodies,
  * parsed replies) is owned by its km.llm.Request userdata, so a raise while it is built
  * frees it; the client pins its requests until poll or chat hands them back (which frees
  * that memory at once) and aborts them when it is closed or collected. Transfers stay open
- * between Lua calls, but curl only runs inside this file's loop, never while Lua does. */
-#define _GNU_SOURCE /* explicit_bzero, strcasecmp */
+ * between Lua calls, but curl only runs inside the engine's turns (km_llm_xfer_step and
+ * _drive, called from start, poll and chat), never while Lua does. */
+#define _GNU_SOURCE /* explicit_bzero */
 #include <math.h>
-#include <stdarg.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
-#include <time.h>
-#include <unistd.h>
 
 #include <curl/curl.h>
 #include <lua.h>
@@ -41,14 +38,13 @@
 #include "km.h"
 #include "km_json.h"
 #include "km_llm_core.h"
+#include "km_llm_xfer_core.h"
 #include "km_scrub_core.h"
 #include "km_signal.h"
 
 #define KM_LLM_MT "km.llm.Client"
 #define REQUEST_MT "km.llm.Request"
 
-#define BACKOFF_CAP 60.0          /* seconds: the longest wait between two attempts */
-#define MAX_BODY (64u << 20)      /* a reply larger than this is refused, not buffered */
 #define MAX_N 128                 /* choices per call */
 
 /* uservalues of a client */
@@ -60,45 +56,21 @@ typedef struct {
   int open;
   km_llm_api api;              /* the provider's row */
   const km_llm_provider *p;    /* &km_llm_providers[api] */
-  char *base_url, *url, *api_key, *model, *version; /* malloc'd; NULL if none */
-  double timeout, connect_timeout, backoff_base;
-  int max_retries;
+  char *base_url, *api_key, *model, *version; /* malloc'd; NULL if none */
+  km_llm_xfer x;               /* the transfer engine: URL, headers, limits, the multi handle
+                                  that keeps connections alive between calls (none: replay
+                                  and offline clients) */
   km_llm_budget budget;
   km_llm_spent spent;          /* requests, tokens, dollars: what the budget is held to */
-  long long prompt_tokens, completion_tokens, failures, attempts;
+  long long prompt_tokens, completion_tokens, failures;
   lua_Integer replay_next;     /* 1-based index of the next recorded reply */
-  CURLM *multi;                /* keeps connections alive between calls */
-  struct curl_slist *headers;  /* the same for every request of this client */
-  uint64_t rng;
   request *head, *tail;        /* started requests not yet handed back, in start order */
   lua_Integer next_id;         /* the last request id given out */
   size_t n_pending;            /* length of that list */
 } client;
 
 static void request_release(request *r);
-
-static double mono(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-/* Unix seconds: what a reply's started_at / ended_at say (durations use mono()). */
-static double wall(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-/* Uniform in [0, 1) for backoff jitter: xorshift64*, seeded per client. Not for secrets. */
-static double rand01(client *c) {
-  uint64_t x = c->rng;
-  x ^= x >> 12;
-  x ^= x << 25;
-  x ^= x >> 27;
-  c->rng = x;
-  return (double)((x * 0x2545F4914F6CDD1DULL) >> 11) / 9007199254740992.0;
-}
+static void job_done(km_llm_job *j);
 
 static void free_str(char **s, int wipe) {
   if (*s && wipe) explicit_bzero(*s, strlen(*s));
@@ -123,16 +95,8 @@ static int client_release(lua_State *L) {
     lua_pushnil(L); /* the handles stay valid for whoever holds them, as finished shells */
     lua_setiuservalue(L, 1, UV_INFLIGHT);
   }
-  if (c->multi) curl_multi_cleanup(c->multi);
-  c->multi = NULL;
-  if (c->headers) {
-    /* The header list holds the key; wipe its copies before they go back to malloc. */
-    for (struct curl_slist *h = c->headers; h; h = h->next) explicit_bzero(h->data, strlen(h->data));
-    curl_slist_free_all(c->headers);
-  }
-  c->headers = NULL;
+  km_llm_xfer_close(&c->x); /* the multi handle, the URL, the (wiped) headers */
   free_str(&c->base_url, 0);
-  free_str(&c->url, 0);
   free_str(&c->api_key, 1);
   free_str(&c->model, 0);
   free_str(&c->version, 0);
@@ -211,22 +175,11 @@ static const char *push_url(lua_State *L, km_llm_api api, const char *base, cons
   return lua_tostring(L, -1);
 }
 
-/* Appends "name: prefix value". The line may hold the key: it is wiped before it is freed,
- * and freed before anything can raise. */
+/* Appends "name: prefix value" to the engine's headers (the line may hold the key: the
+ * engine wipes its copies). */
 static void add_header(lua_State *L, client *c, const char *name, const char *prefix,
                        const char *value) {
-  size_t n = strlen(name) + strlen(prefix) + strlen(value) + 3;
-  char *line = malloc(n);
-  if (!line) {
-    luaL_error(L, "km.llm: out of memory");
-    return;
-  }
-  snprintf(line, n, "%s: %s%s", name, prefix, value);
-  struct curl_slist *h = curl_slist_append(c->headers, line);
-  explicit_bzero(line, n);
-  free(line);
-  if (!h) luaL_error(L, "km.llm: out of memory");
-  c->headers = h;
+  if (km_llm_xfer_header(&c->x, name, prefix, value)) luaL_error(L, "km.llm: out of memory");
 }
 
 static double positive(lua_State *L, int cfg, const char *field, double def, int allow_zero) {
@@ -286,25 +239,29 @@ static void push_replies(lua_State *L, int cfg) {
   luaL_argcheck(L, lua_istable(L, 3), cfg, "replies must be a list of reply tables");
 }
 
-/* An HTTP provider's side of a new client: its URL, key, headers and curl multi handle. */
+/* An HTTP provider's side of a new client: its URL, key, headers and transfer engine (the
+ * engine's limits are already set). */
 static void open_http(lua_State *L, client *c, const char *base, const char *key, const char *version) {
   const km_llm_provider *pv = c->p;
   c->base_url = xstrdup(L, base);
   c->api_key = xstrdup(L, key);
-  c->url = xstrdup(L, push_url(L, c->api, base, pv->path, 1));
-  lua_pop(L, 1);
   c->version = xstrdup(L, version);
+  km_llm_xfer limits = c->x;
+  if (km_llm_xfer_open(&c->x, c->api, push_url(L, c->api, base, pv->path, 1)))
+    luaL_error(L, "km.llm: cannot create a curl multi handle");
+  lua_pop(L, 1);
+  c->x.timeout = limits.timeout, c->x.connect_timeout = limits.connect_timeout;
+  c->x.backoff_base = limits.backoff_base, c->x.max_retries = limits.max_retries;
+  c->x.has_key = key != NULL;
+  c->x.stop = &km_signal_caught;
+  c->x.on_done = job_done;
   add_header(L, c, "Content-Type", "", "application/json");
   add_header(L, c, "Accept", "", "application/json");
   /* "Expect:" with no value: otherwise curl waits up to a second for "100 Continue"
    * before sending a large body, and plain HTTP/1.0 servers never send one. */
-  struct curl_slist *h = curl_slist_append(c->headers, "Expect:");
-  if (!h) luaL_error(L, "km.llm: out of memory");
-  c->headers = h;
+  add_header(L, c, "Expect", "", "");
   if (pv->version_header && version) add_header(L, c, pv->version_header, "", version);
   if (key && pv->auth_header) add_header(L, c, pv->auth_header, pv->auth_prefix, key);
-  c->multi = curl_multi_init();
-  if (!c->multi) luaL_error(L, "km.llm: cannot create a curl multi handle");
 }
 
 static int l_new(lua_State *L) {
@@ -346,14 +303,13 @@ static int l_new(lua_State *L) {
   c->open = 1;
   c->api = api;
   c->p = pv;
-  c->timeout = timeout;
-  c->connect_timeout = connect_timeout;
-  c->backoff_base = backoff;
-  c->max_retries = (int)retries;
+  km_llm_xfer_open(&c->x, api, NULL); /* no URL: allocates nothing */
+  c->x.timeout = timeout;
+  c->x.connect_timeout = connect_timeout;
+  c->x.backoff_base = backoff;
+  c->x.max_retries = (int)retries;
   c->budget = budget;
   c->replay_next = 1;
-  c->rng = ((uint64_t)time(NULL) << 20) ^ (uint64_t)getpid() ^ (uint64_t)(uintptr_t)c;
-  if (!c->rng) c->rng = 88172645463325252ULL;
   c->model = xstrdup(L, model);
   if (pv->body) open_http(L, c, base, key, version); /* a provider that talks HTTP */
   return 1;
@@ -581,31 +537,12 @@ static void read_params(anchor *a, int opts, client *c, km_llm_params *p) {
 
 /* ---- requests and their transfers ---- */
 
-enum { J_WAIT, J_RUN, J_DONE };
-
-/* One HTTP exchange and its retries. A request has one, or n for Anthropic with n > 1. */
-typedef struct {
-  request *owner;
-  CURL *easy;                 /* set up once, reused by every attempt */
-  char *body;                 /* request JSON (km_llm_free) */
-  char *resp;                 /* response bytes */
-  size_t resp_n, resp_cap;
-  int too_large;
-  char retry_after[64];
-  char errbuf[CURL_ERROR_SIZE];
-  int state, attempts;
-  double next_at, started, finished;  /* mono() */
-  double wall_started, wall_finished; /* wall(): Unix seconds */
-  int ok;
-  char code[32];
-  char server_code[64];       /* the server's error.code on an HTTP error, or "" */
-  char msg[640];
-  km_llm_response r;
-} job;
+typedef km_llm_job job; /* one HTTP exchange and its retries; a request has one, or n for
+                           Anthropic with n > 1 (km_llm_xfer_core.h) */
 
 /* A started request lives in the memory of a km.llm.Request userdata, so a raise while
  * start builds it leaves the rest to its __gc. From start until poll or chat hands its
- * outcome back, it is linked into its client's list (which the transfer loop walks) and
+ * outcome back, it is linked into its client's list (its jobs into the engine's) and
  * pinned by the client's inflight table. An outcome decided at start (a budget refusal, a
  * replayed reply, OFFLINE) waits in the userdata's user value as { reply = } or
  * { error =, code = }. */
@@ -614,7 +551,7 @@ struct request {
   request *prev, *next;
   lua_Integer id;             /* key in the client's inflight table */
   job *jobs;                  /* malloc'd; freed by request_release */
-  size_t n_jobs, left;        /* left: jobs not yet J_DONE (0: finished) */
+  size_t n_jobs, left;        /* left: jobs not yet DONE (0: finished) */
   int ready;                  /* the outcome is in the user value */
   /* a finished network request's usage, added to the client's when it is handed back */
   long long in, out;
@@ -622,18 +559,9 @@ struct request {
   int failed;
 };
 
-static void job_release(client *c, job *j) {
-  if (j->easy) {
-    /* Only an attempt in flight is in the multi handle: close and __gc abort it here. */
-    if (j->state == J_RUN && c && c->multi) curl_multi_remove_handle(c->multi, j->easy);
-    curl_easy_cleanup(j->easy);
-  }
-  j->easy = NULL;
-  km_llm_free(j->body);
-  j->body = NULL;
-  free(j->resp);
-  j->resp = NULL;
-  km_llm_response_free(&j->r);
+/* The engine's on_done: one job of the request fewer to wait for. */
+static void job_done(job *j) {
+  ((request *)j->owner)->left--;
 }
 
 /* Unlinks the request from its client and frees what it owns. Idempotent: poll, chat,
@@ -641,7 +569,7 @@ static void job_release(client *c, job *j) {
  * has a live client: the client pins it, and releasing the client releases it first. */
 static void request_release(request *r) {
   client *c = r->c;
-  for (size_t i = 0; r->jobs && i < r->n_jobs; i++) job_release(c, &r->jobs[i]);
+  for (size_t i = 0; r->jobs && i < r->n_jobs; i++) km_llm_job_free(c ? &c->x : NULL, &r->jobs[i]);
   free(r->jobs);
   r->jobs = NULL;
   r->n_jobs = r->left = 0;
@@ -668,267 +596,34 @@ static int request_tostring(lua_State *L) {
   return 1;
 }
 
-static size_t on_body(char *data, size_t size, size_t nmemb, void *ud) {
-  job *j = ud;
-  size_t n = size * nmemb;
-  if (j->resp_n + n > MAX_BODY) {
-    j->too_large = 1;
-    return 0; /* curl ends the transfer with CURLE_WRITE_ERROR */
-  }
-  if (j->resp_n + n + 1 > j->resp_cap) {
-    size_t cap = j->resp_cap ? j->resp_cap : 4096;
-    while (cap < j->resp_n + n + 1) cap *= 2;
-    char *p = realloc(j->resp, cap);
-    if (!p) return 0;
-    j->resp = p;
-    j->resp_cap = cap;
-  }
-  memcpy(j->resp + j->resp_n, data, n);
-  j->resp_n += n;
-  j->resp[j->resp_n] = '\0';
-  return n;
-}
-
-/* Only Retry-After is kept; a status line starts a new response (after a 100 Continue). */
-static size_t on_header(char *data, size_t size, size_t nmemb, void *ud) {
-  job *j = ud;
-  size_t n = size * nmemb;
-  if (n >= 5 && !memcmp(data, "HTTP/", 5)) j->retry_after[0] = '\0';
-  if (n > 12 && !strncasecmp(data, "Retry-After:", 12)) {
-    size_t k = n - 12 < sizeof j->retry_after - 1 ? n - 12 : sizeof j->retry_after - 1;
-    memcpy(j->retry_after, data + 12, k);
-    j->retry_after[k] = '\0';
-  }
-  return n;
-}
-
-static int setup_easy(client *c, job *j) {
-  CURL *e = j->easy = curl_easy_init();
-  if (!e) return -1;
-  int bad = 0;
-#define SET(opt, val) bad |= curl_easy_setopt(e, opt, val) != CURLE_OK
-  SET(CURLOPT_URL, c->url);
-  SET(CURLOPT_POST, 1L);
-  SET(CURLOPT_POSTFIELDS, j->body);
-  SET(CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)strlen(j->body));
-  SET(CURLOPT_HTTPHEADER, c->headers);
-  SET(CURLOPT_WRITEFUNCTION, on_body);
-  SET(CURLOPT_WRITEDATA, j);
-  SET(CURLOPT_HEADERFUNCTION, on_header);
-  SET(CURLOPT_HEADERDATA, j);
-  SET(CURLOPT_ERRORBUFFER, j->errbuf);
-  SET(CURLOPT_PRIVATE, j);
-  SET(CURLOPT_TIMEOUT_MS, (long)ceil(c->timeout * 1000));
-  SET(CURLOPT_CONNECTTIMEOUT_MS, (long)ceil(c->connect_timeout * 1000));
-  SET(CURLOPT_USERAGENT, "kmrun/" KM_VERSION);
-  SET(CURLOPT_ACCEPT_ENCODING, "");
-  /* Long generations sit silent for minutes; keepalives stop NATs dropping the socket. */
-  SET(CURLOPT_TCP_KEEPALIVE, 1L);
-#if LIBCURL_VERSION_NUM >= 0x075500
-  SET(CURLOPT_PROTOCOLS_STR, "http,https");
-#endif
-#undef SET
-  return bad ? -1 : 0;
-}
-
-static km_llm_net net_of(CURLcode rc, job *j) {
-  switch (rc) {
-  case CURLE_OK: return KM_LLM_NET_OK;
-  case CURLE_OPERATION_TIMEDOUT: {
-    curl_off_t connected = 0;
-    curl_easy_getinfo(j->easy, CURLINFO_CONNECT_TIME_T, &connected);
-    return connected ? KM_LLM_NET_TIMEOUT : KM_LLM_NET_CONNECT_TIMEOUT;
-  }
-  case CURLE_COULDNT_CONNECT:
-  case CURLE_COULDNT_RESOLVE_HOST:
-  case CURLE_COULDNT_RESOLVE_PROXY: return KM_LLM_NET_REFUSED;
-  case CURLE_WRITE_ERROR: return j->too_large ? KM_LLM_NET_TOO_LARGE : KM_LLM_NET_OTHER;
-  case CURLE_SEND_ERROR:
-  case CURLE_RECV_ERROR:
-  case CURLE_GOT_NOTHING:
-  case CURLE_PARTIAL_FILE:
-  case CURLE_HTTP2:
-  case CURLE_HTTP2_STREAM:
-  case CURLE_SSL_CONNECT_ERROR: return KM_LLM_NET_RESET;
-  default: return KM_LLM_NET_OTHER;
-  }
-}
-
-static void fail_job(job *j, const char *code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void fail_job(job *j, const char *code, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vsnprintf(j->msg, sizeof j->msg, fmt, ap);
-  va_end(ap);
-  if (j->attempts > 1 && n >= 0 && (size_t)n < sizeof j->msg)
-    snprintf(j->msg + n, sizeof j->msg - (size_t)n, " (gave up after %d attempts)", j->attempts);
-  snprintf(j->code, sizeof j->code, "%s", code);
-  j->ok = 0;
-  j->state = J_DONE;
-}
-
-static const char *curl_text(job *j, CURLcode rc) {
-  return j->errbuf[0] ? j->errbuf : curl_easy_strerror(rc);
-}
-
-/* Decides what an attempt that just ended means: done, failed, or retry later. */
-static void attempt_done(client *c, job *j, CURLcode rc, double now) {
-  long status = 0;
-  curl_easy_getinfo(j->easy, CURLINFO_RESPONSE_CODE, &status);
-  km_llm_net net = net_of(rc, j);
-  km_llm_api api = c->api;
-  j->finished = now;
-  j->wall_finished = wall();
-  if (net == KM_LLM_NET_OK && status >= 200 && status <= 299) {
-    char why[256];
-    int prc = km_llm_parse_response(api, j->resp ? j->resp : "", j->resp_n, &j->r, why, sizeof why);
-    if (prc == KM_OK) {
-      j->ok = 1;
-      j->state = J_DONE;
-    } else {
-      fail_job(j, "BAD_RESPONSE", "bad response from %s: %s", c->url, why);
-    }
-    return;
-  }
-  if (km_llm_retryable(net, status) && j->attempts <= c->max_retries) {
-    double ra = -1;
-    if (net == KM_LLM_NET_OK && j->retry_after[0])
-      ra = km_llm_parse_retry_after(j->retry_after, (double)time(NULL));
-    j->next_at = now + km_llm_retry_delay(j->attempts, c->backoff_base, BACKOFF_CAP, ra, rand01(c));
-    j->state = J_WAIT;
-    return;
-  }
-  switch (net) {
-  case KM_LLM_NET_OK: {
-    char line[sizeof j->msg];
-    km_llm_http_error(api, status, j->resp, j->resp_n, c->api_key != NULL, line, sizeof line);
-    char code[32];
-    snprintf(code, sizeof code, "HTTP_%ld", status);
-    km_llm_error_code(j->resp, j->resp_n, j->server_code, sizeof j->server_code);
-    fail_job(j, code, "%s", line);
-    break;
-  }
-  case KM_LLM_NET_TIMEOUT:
-    fail_job(j, "TIMEOUT", "request to %s timed out after %g s", c->url, c->timeout);
-    break;
-  case KM_LLM_NET_CONNECT_TIMEOUT:
-    fail_job(j, "CONNECT", "cannot connect to %s: no connection within %g s", c->url,
-             c->connect_timeout);
-    break;
-  case KM_LLM_NET_REFUSED:
-    fail_job(j, "CONNECT", "cannot connect to %s: %s", c->url, curl_text(j, rc));
-    break;
-  case KM_LLM_NET_RESET:
-    fail_job(j, "CONNECT", "connection to %s broke: %s", c->url, curl_text(j, rc));
-    break;
-  case KM_LLM_NET_TOO_LARGE:
-    fail_job(j, "BAD_RESPONSE", "bad response from %s: larger than %u MiB", c->url, MAX_BODY >> 20);
-    break;
-  case KM_LLM_NET_OTHER:
-    fail_job(j, "CONNECT", "request to %s failed: %s", c->url, curl_text(j, rc));
-    break;
-  }
-}
-
-static void start_attempt(client *c, job *j, double now) {
-  j->resp_n = 0;
-  j->too_large = 0;
-  j->server_code[0] = '\0';
-  j->retry_after[0] = '\0';
-  j->errbuf[0] = '\0';
-  j->attempts++;
-  if (!j->started) {
-    j->started = now;
-    j->wall_started = wall();
-  }
-  CURLMcode mc = curl_multi_add_handle(c->multi, j->easy);
-  if (mc != CURLM_OK) {
-    j->finished = now;
-    j->wall_finished = wall();
-    fail_job(j, "CONNECT", "request to %s failed: %s", c->url, curl_multi_strerror(mc));
-    return;
-  }
-  j->state = J_RUN;
-}
-
-/* ---- the transfer loop ----
+/* ---- turning the engine ----
  *
- * Every request of a client shares its multi handle, so they all move whenever any call
- * drives the loop: start, poll, chat. Curl's callbacks only write into job buffers, and
- * curl runs only inside step(), so Lua code can run between steps with transfers open.
- * A request waiting for its retry time is simply not in the multi handle until then. */
+ * Every request of a client shares its engine, so they all move whenever any call drives
+ * it: start, poll, chat. Lua code runs between turns with transfers open. */
 
-/* One turn, never waiting: starts the attempts that are due, lets curl move bytes, and
- * settles the attempts that ended. */
-static void step(client *c) {
-  if (!c->multi) return;
-  double now = mono();
-  for (request *r = c->head; r; r = r->next)
-    for (size_t i = 0; i < r->n_jobs; i++) {
-      job *j = &r->jobs[i];
-      if (j->state != J_WAIT || j->next_at > now) continue;
-      start_attempt(c, j, now);
-      if (j->state == J_DONE) r->left--;
-    }
-  int running = 0;
-  curl_multi_perform(c->multi, &running);
-  CURLMsg *m;
-  int queued;
-  while ((m = curl_multi_info_read(c->multi, &queued))) {
-    if (m->msg != CURLMSG_DONE) continue;
-    CURL *e = m->easy_handle;
-    CURLcode rc = m->data.result; /* m dies with the removal below */
-    job *j = NULL;
-    curl_easy_getinfo(e, CURLINFO_PRIVATE, (char **)&j);
-    curl_multi_remove_handle(c->multi, e);
-    c->attempts++;
-    attempt_done(c, j, rc, mono());
-    if (j->state == J_DONE) j->owner->left--;
-  }
-}
-
-/* Ends what is left of a request that a signal cut short: its attempts leave the multi
- * handle and it fails with INTERRUPTED (chat and chat_many return at once on Ctrl-C). */
-static void interrupt_request(client *c, request *r) {
-  for (size_t i = 0; i < r->n_jobs; i++) {
-    job *j = &r->jobs[i];
-    if (j->state == J_DONE) continue;
-    if (j->state == J_RUN && c->multi) curl_multi_remove_handle(c->multi, j->easy);
-    if (!j->finished) {
-      j->finished = mono();
-      j->wall_finished = wall();
-    }
-    fail_job(j, "INTERRUPTED", "interrupted (%s) before %s answered",
-             km_signal_caught == SIGTERM ? "SIGTERM" : "SIGINT", c->url);
-  }
-  r->left = 0;
-}
-
-static int any_finished(const client *c) {
+static int any_finished(void *ud) {
+  const client *c = ud;
+  if (!c->head) return 1;
   for (const request *r = c->head; r; r = r->next)
     if (!r->left) return 1;
   return 0;
 }
 
-/* Turns the loop until `want` has finished (want NULL: until any request has, or none is
- * left) or the deadline (mono() seconds) passes, sleeping in curl_multi_poll until a socket
- * is ready, a retry is due or the deadline comes, at most 1 s at a time. */
-static void drive(client *c, double deadline, const request *want) {
-  for (;;) {
-    step(c);
-    if (want ? !want->left : !c->head || any_finished(c)) return;
-    if (!c->multi) return; /* replay and offline requests finish when they start */
-    if (km_signal_caught) return; /* SIGINT/SIGTERM under km.signal.catch(): Lua decides */
-    double now = mono(), wake = deadline;
-    if (now >= deadline) return;
-    for (const request *r = c->head; r; r = r->next)
-      for (size_t i = 0; i < r->n_jobs; i++)
-        if (r->jobs[i].state == J_WAIT && r->jobs[i].next_at < wake) wake = r->jobs[i].next_at;
-    double wait = wake - now;
-    int ms = wait <= 0 ? 0 : wait >= 1.0 ? 1000 : (int)ceil(wait * 1000);
-    curl_multi_poll(c->multi, NULL, 0, ms, NULL);
-  }
+static int request_finished(void *ud) { return !((const request *)ud)->left; }
+
+/* Turns the engine until `want` has finished (want NULL: until any request has, or none is
+ * left), the deadline (km_llm_mono() seconds) passes, or SIGINT/SIGTERM arrives under
+ * km.signal.catch() (then Lua decides). */
+static void drive(client *c, double deadline, request *want) {
+  if (want) km_llm_xfer_drive(&c->x, deadline, request_finished, want);
+  else km_llm_xfer_drive(&c->x, deadline, any_finished, c);
+}
+
+/* Ends what is left of a request that a signal cut short: it fails with INTERRUPTED (chat
+ * and chat_many return at once on Ctrl-C). */
+static void interrupt_request(client *c, request *r) {
+  const char *why = km_signal_caught == SIGTERM ? "SIGTERM" : "SIGINT";
+  for (size_t i = 0; i < r->n_jobs; i++) km_llm_xfer_interrupt(&c->x, &r->jobs[i], why);
 }
 
 /* ---- replies to Lua ---- */
@@ -1322,11 +1017,10 @@ static request *prepare(lua_State *L, client *c, const km_llm_message *msgs, siz
   for (size_t k = 0; k < per; k++) {
     job *j = &r->jobs[k];
     j->owner = r;
-    char err[256];
-    if (km_llm_build_request(c->api, msgs, n_msgs, p, &j->body, err, sizeof err))
+    char err[256], *body = NULL;
+    if (km_llm_build_request(c->api, msgs, n_msgs, p, &body, err, sizeof err))
       luaL_error(L, "km.llm: %s", err);
-    if (setup_easy(c, j)) luaL_error(L, "km.llm: cannot set up a curl handle");
-    j->state = J_WAIT;
+    if (km_llm_job_init(&c->x, j, body)) luaL_error(L, "km.llm: cannot set up a curl handle");
   }
   return r;
 }
@@ -1348,6 +1042,7 @@ static void enlist(lua_State *L, client *c, request *r) {
   else c->head = r;
   c->tail = r;
   c->n_pending++;
+  for (size_t i = 0; i < r->n_jobs; i++) km_llm_xfer_add(&c->x, &r->jobs[i]);
 }
 
 /* Pushes a finished request's outcome: a reply, or nil, message, code. */
@@ -1401,7 +1096,7 @@ static int l_start(lua_State *L) {
   read_messages(&a, 2, &msgs, &n, 0);
   request *r = prepare(L, c, msgs, n, &p, 0); /* [.., handle] */
   enlist(L, c, r);
-  step(c); /* on the wire now, not at the next poll */
+  km_llm_xfer_step(&c->x); /* on the wire now, not at the next poll */
   return 1;
 }
 
@@ -1414,7 +1109,7 @@ static int l_poll(lua_State *L) {
   if (!lua_isnoneornil(L, 2)) {
     lua_Number ms = luaL_checknumber(L, 2);
     luaL_argcheck(L, ms >= 0, 2, "timeout must be a non-negative number of milliseconds");
-    deadline = mono() + ms / 1e3;
+    deadline = km_llm_mono() + ms / 1e3;
   }
   lua_settop(L, 1);
   lua_newtable(L); /* [self, results] */
@@ -1555,35 +1250,21 @@ static int l_models(lua_State *L) {
   r->n_jobs = 1;
   job *j = &r->jobs[0];
   j->owner = r;
-  CURL *e = j->easy = curl_easy_init();
-  if (!e) return luaL_error(L, "km.llm: cannot set up a curl handle");
-  double limit = c->timeout < 30 ? c->timeout : 30;
-  int bad = 0;
-  bad |= curl_easy_setopt(e, CURLOPT_URL, lua_tostring(L, 2)) != CURLE_OK;
-  bad |= curl_easy_setopt(e, CURLOPT_HTTPGET, 1L) != CURLE_OK;
-  bad |= curl_easy_setopt(e, CURLOPT_HTTPHEADER, c->headers) != CURLE_OK;
-  bad |= curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body) != CURLE_OK;
-  bad |= curl_easy_setopt(e, CURLOPT_WRITEDATA, j) != CURLE_OK;
-  bad |= curl_easy_setopt(e, CURLOPT_ERRORBUFFER, j->errbuf) != CURLE_OK;
-  bad |= curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)ceil(limit * 1000)) != CURLE_OK;
-  bad |= curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)ceil(c->connect_timeout * 1000)) != CURLE_OK;
-  bad |= curl_easy_setopt(e, CURLOPT_USERAGENT, "kmrun/" KM_VERSION) != CURLE_OK;
-  if (bad) return luaL_error(L, "km.llm: cannot set up a curl handle");
-  CURLcode rc = curl_easy_perform(e);
-  long status = 0;
-  curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
   const char *url_s = lua_tostring(L, 2);
-  if (rc != CURLE_OK) {
-    char msg[CURL_ERROR_SIZE + 300];
-    snprintf(msg, sizeof msg, "cannot get %s: %s", url_s, curl_text(j, rc));
+  int rc = km_llm_xfer_get(&c->x, url_s, c->x.timeout < 30 ? c->x.timeout : 30, j);
+  if (rc == KM_ENOMEM) return luaL_error(L, "km.llm: cannot set up a curl handle");
+  if (rc != KM_OK) {
+    char msg[sizeof j->msg], code[sizeof j->code];
+    snprintf(msg, sizeof msg, "%s", j->msg);
+    snprintf(code, sizeof code, "%s", j->code);
     request_release(r);
-    return km_fail(L, rc == CURLE_OPERATION_TIMEDOUT ? "TIMEOUT" : "CONNECT", "%s", msg);
+    return km_fail(L, code, "%s", msg);
   }
-  if (status < 200 || status > 299) {
+  if (j->status < 200 || j->status > 299) {
     char line[sizeof j->msg], code[32];
-    km_llm_http_error(c->api, status, j->resp, j->resp_n, c->api_key != NULL, line, sizeof line);
+    km_llm_http_error(c->api, j->status, j->resp, j->resp_n, c->api_key != NULL, line, sizeof line);
     km_llm_scrub(line, strlen(line), c->api_key);
-    snprintf(code, sizeof code, "HTTP_%ld", status);
+    snprintf(code, sizeof code, "HTTP_%ld", j->status);
     request_release(r);
     return km_fail(L, code, "%s", line);
   }
@@ -1608,7 +1289,7 @@ static int l_usage(lua_State *L) {
   set_int(L, "total_tokens", c->prompt_tokens + c->completion_tokens);
   set_num(L, "dollars", c->spent.dollars);
   set_int(L, "failures", c->failures);
-  set_int(L, "attempts", c->attempts);
+  set_int(L, "attempts", c->x.attempts);
   return 1;
 }
 
@@ -1618,14 +1299,14 @@ static int l_config(lua_State *L) {
   lua_createtable(L, 0, 12);
   set_str(L, "provider", c->p->name);
   set_str(L, "base_url", c->base_url);
-  set_str(L, "url", c->url);
+  set_str(L, "url", c->x.url);
   set_str(L, "model", c->model);
   lua_pushboolean(L, c->api_key != NULL);
   lua_setfield(L, -2, "has_key");
-  set_num(L, "timeout", c->timeout);
-  set_num(L, "connect_timeout", c->connect_timeout);
-  set_int(L, "max_retries", c->max_retries);
-  set_num(L, "backoff_base", c->backoff_base);
+  set_num(L, "timeout", c->x.timeout);
+  set_num(L, "connect_timeout", c->x.connect_timeout);
+  set_int(L, "max_retries", c->x.max_retries);
+  set_num(L, "backoff_base", c->x.backoff_base);
   if (c->p->version_field) set_str(L, c->p->version_field, c->version);
   lua_createtable(L, 0, 3);
   if (c->budget.requests >= 0) set_int(L, "requests", c->budget.requests);
@@ -1702,7 +1383,7 @@ static int l_providers(lua_State *L) {
 
 /* Monotonic seconds: for strategies that time their own steps. */
 static int l_now(lua_State *L) {
-  lua_pushnumber(L, mono());
+  lua_pushnumber(L, km_llm_mono());
   return 1;
 }
 
