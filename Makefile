@@ -198,12 +198,17 @@ TESTS := $(CTESTS) $(wildcard tests/lua/test_*.lua) $(wildcard tests/gpu/test_*.
 # The CPU tests run TEST_JOBS files at a time (most of their time is spent waiting: on child
 # processes, servers and timeouts), the longest first so that none is left alone at the end;
 # then the GPU tests one at a time, alone on the GPU (their timings must not share it). Each
-# file gets empty caches of its own (tests/exec).
+# file gets empty caches of its own (tests/exec). SLOW_TESTS is in the order they start,
+# longest first as measured with PyTorch (KM_PYTHON, as .ci/run runs them: torch.compile on
+# the CPU with empty caches, several processes each importing torch); without PyTorch the
+# torch-backed ones skip most of their tests and the order costs nothing.
 TEST_JOBS ?= 3
-SLOW_TESTS := tests/lua/test_slurm.lua tests/lua/test_llm.lua tests/lua/test_serve.lua tests/lua/test_task.lua \
-  tests/lua/test_first_hour.lua tests/lua/test_model_limits.lua tests/lua/test_pool_hold.lua \
-  tests/lua/test_service.lua tests/lua/test_python_client.lua
-CPU_TESTS = $(filter $(SLOW_TESTS),$(wildcard tests/lua/test_*.lua)) $(CTESTS) \
+SLOW_TESTS := tests/lua/test_precompile.lua tests/lua/test_baseline.lua tests/lua/test_eval_progress.lua \
+  tests/lua/test_first_hour.lua tests/lua/test_lint_timed.lua tests/lua/test_bench_smoke.lua \
+  tests/lua/test_slurm.lua tests/lua/test_llm.lua tests/lua/test_serve.lua tests/lua/test_service.lua \
+  tests/lua/test_python_client.lua tests/lua/test_task.lua tests/lua/test_problem_files_run.lua \
+  tests/lua/test_model_limits.lua tests/lua/test_pool_hold.lua
+CPU_TESTS = $(filter $(wildcard tests/lua/test_*.lua),$(SLOW_TESTS)) $(CTESTS) \
   $(filter-out $(SLOW_TESTS),$(wildcard tests/lua/test_*.lua))
 
 test:

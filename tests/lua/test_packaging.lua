@@ -49,6 +49,18 @@ t.test("make test and make demo with every package there go on (the check passes
   t.ok(out:find("prove", 1, true), "make -n test goes on to the tests")
 end)
 
+t.test("make test starts the longest files first: the torch-backed ones (issue 43)", function()
+  local out, err, rc = make("-n test")
+  t.eq(rc, 0, err)
+  local line = out:match("\n[^\n]*prove %-j%d+ [^\n]*test_[^\n]*") or ""
+  local files = {}
+  for f in line:gmatch("tests/[%w_/]+%.lua") do files[#files + 1] = f:match("[^/]+$") end
+  t.eq(table.concat(files, " ", 1, math.min(3, #files)), "test_precompile.lua test_baseline.lua test_eval_progress.lua", line:sub(1, 300))
+  local seen = {}
+  for _, f in ipairs(files) do t.ok(not seen[f], f .. " listed once") seen[f] = true end
+  t.ok(#files >= 60, #files .. " Lua test files")
+end)
+
 t.test("make install DESTDIR=STAGE PREFIX=P: files under STAGE/P, none outside, kmrun.pc says P", function()
   local stage = dir .. "/stage"
   local prefix = "/opt/kmrun-destdir-test-" .. sys.pid()
