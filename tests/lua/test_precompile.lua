@@ -223,6 +223,9 @@ print(require("km.json").encode(r))
   local res2 = json.decode(out2:match("{.*}") or "null")
   t.ok(res2, out2 .. err2)
   t.eq(res2.fx_misses, 1)
+  -- a compile for the CPU says nothing on stderr: no torch log line (W/I/E + date), such as
+  -- cpp_extension's "No CUDA runtime is found" on a host with a toolkit and no GPU
+  t.ok(not ("\n" .. err2):find("\n[WIE]%d%d%d%d ") and not err2:find("No CUDA runtime", 1, true), err2)
 end)
 
 torch_test("torch.compile's outputs are checked against eager's: a compiled graph that computes otherwise is refused", function()
