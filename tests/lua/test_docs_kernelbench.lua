@@ -20,6 +20,25 @@ t.test("the section is there, with a problem file, kernel.cu and launch.lua", fu
   t.ok(section:find("`s` for a problem file holds only its scalar inputs", 1, true), "says what s holds")
 end)
 
+-- README's "KernelBench in five minutes": where the problems come from, the torch venv and
+-- KM_PYTHON, the worked 19_ReLU with the candidate shown (the same two files as above, so the
+-- test below judges README's too), then a strategy over a folder of problem files.
+t.test("README's KernelBench in five minutes: clone, venv and KM_PYTHON, the worked 19_ReLU, a strategy", function()
+  local readme = assert(testing.read(ROOT .. "/README.md"))
+  local five = readme:match("\n## KernelBench in five minutes\n(.-)\n## ") or ""
+  t.ok(five ~= "", "README has the section")
+  t.ok(five:find("git clone --depth 1 https://github.com/ScalingIntelligence/KernelBench kb", 1, true), "where the problems come from")
+  t.ok(five:find("python3 -m venv ", 1, true) and five:find("pip install torch", 1, true), "a torch venv")
+  t.ok(five:find("export KM_PYTHON=", 1, true), "KM_PYTHON")
+  t.ok(five:find("build/kmrun eval kb/KernelBench/level1/19_ReLU.py relu/", 1, true), "the worked eval")
+  t.eq(five:match("```cuda\n(.-)```"), (section or ""):match("```cuda\n(.-)```"), "README's kernel.cu is docs/tasks.md's")
+  t.eq(five:match("```lua\n(.-)```"), (section or ""):match("```lua\n(.-)```"), "README's launch.lua is docs/tasks.md's")
+  local strategy = five:match("build/kmrun (%S+) kb/KernelBench/level1/ ")
+  t.ok(strategy and io.open(ROOT .. "/strategies/" .. strategy .. ".lua"), "a strategy over the folder: " .. tostring(strategy))
+  local _, _, rc = testing.run(KMRUN .. " " .. strategy .. " --help")
+  t.eq(rc, 0, "the strategy answers --help")
+end)
+
 local okk, why = require("km.task.kernelbench").available()
 local with_torch = okk and t.test or function(name) t.skip(name, "PyTorch not available (KM_PYTHON): " .. tostring(why)) end
 with_torch("kmrun eval judges it: compiled without a GPU (exit 3), correct with one (exit 0)", function()
