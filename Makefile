@@ -43,7 +43,7 @@ OBJS     := $(SRCS:runtime/%.c=$(BUILD)/obj/%.o)
 CORE_OBJS:= $(filter %_core.o,$(OBJS))
 CTESTS   := $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(wildcard tests/c/test_*.c))
 
-.PHONY: all deps test test-cpu test-gpu check-gpu clean bench demo valgrind model-deps test-model lib install
+.PHONY: all deps test test-c test-cpu test-gpu check-gpu clean bench demo valgrind model-deps test-model lib install
 all: $(BUILD)/kmrun lib
 
 # Modules are found by their luaopen_km_* symbol: adding runtime/bind/km_x.c is enough.
@@ -138,12 +138,14 @@ $(BUILD)/lib/lua/km.so: $(PIC_OBJS) $(BUILD)/km_lua.map $(BUNDLED) | $(BUILD)/li
 # The example host, against the build tree (tests/lua/test_embed.lua builds it again
 # against an installed copy through pkg-config).
 $(BUILD)/examples/embed: examples/embed.c include/kmrun.h $(BUILD)/lib/libkmrun.so | $(BUILD)/examples
-	$(CC) -std=c99 -O2 -Wall -Wextra -pedantic -Iinclude -o $@ $< -L$(BUILD)/lib -lkmrun -Wl,-rpath,'$$ORIGIN/../lib'
+	$(CC) -std=c99 -O2 -Wall -Wextra -pedantic -Iinclude -o $@ $< -L$(BUILD)/lib -lkmrun -Wl,-rpath,'$$ORIGIN/../lib' \
+	  $(if $(SANITIZE),-fsanitize=$(SANITIZE))
 
 # Launch overhead through the C API (bench/launch_overhead.sh runs it beside raw_bench, the
 # Lua 5.4 binding and LuaJIT's FFI).
 $(BUILD)/bench/launch_capi: bench/launch_capi.c include/kmrun.h $(BUILD)/lib/libkmrun.so | $(BUILD)/bench
-	$(CC) -std=c99 -O2 -Wall -Wextra -Iinclude -o $@ $< -L$(BUILD)/lib -lkmrun -Wl,-rpath,'$$ORIGIN/../lib'
+	$(CC) -std=c99 -O2 -Wall -Wextra -Iinclude -o $@ $< -L$(BUILD)/lib -lkmrun -Wl,-rpath,'$$ORIGIN/../lib' \
+	  $(if $(SANITIZE),-fsanitize=$(SANITIZE))
 
 # make install PREFIX=/opt/kmrun: header, libraries, kmrun.pc, the program, the Lua library,
 # strategies and guidance (tools/install.sh: a plain script, so a built tree installs where
@@ -211,15 +213,26 @@ SLOW_TESTS := tests/lua/test_precompile.lua tests/lua/test_baseline.lua tests/lu
 CPU_TESTS = $(filter $(wildcard tests/lua/test_*.lua),$(SLOW_TESTS)) $(CTESTS) \
   $(filter-out $(SLOW_TESTS),$(wildcard tests/lua/test_*.lua))
 
+# Under SANITIZE=: undefined behaviour ends the test that hit it (UBSan only prints by default).
+SAN_ENV := $(if $(SANITIZE),UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 )
+
 test:
 	$(call need_pkgs,$(DEB_PKGS),test)
 	@$(MAKE) --no-print-directory all $(CTESTS) $(BUILD)/tests/fake_libcuda.so $(BUILD)/tests/fake_libnvml.so
 	@status=0; \
-	echo "KMRUN=$(BUILD)/kmrun prove -j$(TEST_JOBS) -f --exec tests/exec <CPU tests: tests/c, tests/lua>"; \
-	KMRUN=$(BUILD)/kmrun prove -j$(TEST_JOBS) -f --exec tests/exec $(CPU_TESTS) || status=1; \
-	echo "KMRUN=$(BUILD)/kmrun prove -f --exec tests/exec <GPU tests: tests/gpu>"; \
-	KMRUN=$(BUILD)/kmrun prove -f --exec tests/exec $(wildcard tests/gpu/test_*.lua) || status=1; \
+	echo "$(SAN_ENV)KMRUN=$(BUILD)/kmrun prove -j$(TEST_JOBS) -f --exec tests/exec <CPU tests: tests/c, tests/lua>"; \
+	$(SAN_ENV)KMRUN=$(BUILD)/kmrun prove -j$(TEST_JOBS) -f --exec tests/exec $(CPU_TESTS) || status=1; \
+	echo "$(SAN_ENV)KMRUN=$(BUILD)/kmrun prove -f --exec tests/exec <GPU tests: tests/gpu>"; \
+	$(SAN_ENV)KMRUN=$(BUILD)/kmrun prove -f --exec tests/exec $(wildcard tests/gpu/test_*.lua) || status=1; \
 	exit $$status
+
+# The C unit tests alone (tests/c: the plain-C cores; quick to build, as they link only the
+# *_core objects). CI runs them under the sanitizers:
+#   make SANITIZE=address,undefined BUILD=build-asan test-c
+test-c:
+	$(call need_pkgs,$(DEB_BUILD),test-c)
+	@$(MAKE) --no-print-directory $(CTESTS)
+	$(SAN_ENV)prove -f --exec tests/exec $(CTESTS)
 
 # A real model server for tests/model/ (make test-model): llama-cpp-python's OpenAI-compatible
 # server (built from source by pip: no wheel for this platform; see bench/RESULTS.md for how

@@ -72,12 +72,42 @@ function M.build_and_root()
   return build, root
 end
 
+-- A sanitizer build (make SANITIZE=address,undefined): BUILD's libraries link the sanitizer
+-- runtimes. sanitizer_cflags(BUILD) is what a program the test compiles against them needs
+-- ("-fsanitize=... " or ""); foreign_env(BUILD) is what a host that was not built with them
+-- (luajit, a stock lua5.4) needs in its environment to load them: the ASan runtime preloaded
+-- (it must come first in the process) and no leak report at exit (what the host itself
+-- leaves is not kmrun's; kmrun and the C tests are checked for leaks).
+local sanitizers = {}
+local function linked_sanitizers(build)
+  if not sanitizers[build] then
+    local out = M.sh("ldd " .. build .. "/lib/libkmrun.so 2>/dev/null")
+    sanitizers[build] = { asan = out:match("libasan[^\n]-=>%s*(/%S+)"), ubsan = out:find("libubsan", 1, true) ~= nil }
+  end
+  return sanitizers[build]
+end
+
+function M.sanitizer_cflags(build)
+  local s, kinds = linked_sanitizers(build), {}
+  if s.asan then kinds[#kinds + 1] = "address" end
+  if s.ubsan then kinds[#kinds + 1] = "undefined" end
+  return #kinds > 0 and ("-fsanitize=" .. table.concat(kinds, ",") .. " ") or ""
+end
+
+function M.foreign_env(build)
+  local asan = linked_sanitizers(build).asan
+  return asan and ("LD_PRELOAD=" .. asan .. " ASAN_OPTIONS=detect_leaks=0 ") or ""
+end
+
 -- A command that runs the interpreter `name` (lua5.4, luajit): the one on PATH, or the copy
--- `make` carries in BUILD/carry for GPU hosts without one; nil when neither is there.
+-- `make` carries in BUILD/carry for GPU hosts without one; nil when neither is there. With
+-- foreign_env's variables, so it can load BUILD's libraries in a sanitizer build too.
 function M.interpreter(name, build)
-  if select(2, M.sh("command -v " .. name .. " >/dev/null")) == 0 then return name end
+  if select(2, M.sh("command -v " .. name .. " >/dev/null")) == 0 then return M.foreign_env(build) .. name end
   local carried = build .. "/carry/" .. name
-  if select(2, M.sh("test -x " .. carried)) == 0 then return "LD_LIBRARY_PATH=" .. build .. "/carry " .. carried end
+  if select(2, M.sh("test -x " .. carried)) == 0 then
+    return M.foreign_env(build) .. "LD_LIBRARY_PATH=" .. build .. "/carry " .. carried
+  end
 end
 
 -- A task's reference.py at its shape set si, as a problem file: the file itself for the

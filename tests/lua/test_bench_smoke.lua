@@ -146,7 +146,7 @@ t.test("launch_ffi.lua under LuaJIT: --help, and exit 3 without a GPU", function
     if not luajit and io.open(c) then luajit = c end
   end
   if not luajit then return t.diag("no luajit here (make copies one into BUILD/carry where the host has it)") end
-  local env = ("LUA_PATH='%s/lua/?.lua;;' KMRUN_LIB='%s/lib/libkmrun.so' "):format(ROOT, BUILD)
+  local env = ("LUA_PATH='%s/lua/?.lua;;' KMRUN_LIB='%s/lib/libkmrun.so' "):format(ROOT, BUILD) .. testing.foreign_env(BUILD)
   local out, rc = sh(env .. luajit .. " bench/launch_ffi.lua --help")
   t.eq(rc, 0, out)
   out, rc = sh(NO_GPU .. env .. luajit .. " bench/launch_ffi.lua 10")

@@ -13,11 +13,10 @@ local function sh(cmd) return testing.sh("(" .. cmd .. ")") end
 local function have(prog) return select(2, sh("command -v " .. prog .. " >/dev/null")) == 0 end
 local function interpreter(name) return testing.interpreter(name, BUILD) end
 
--- A SANITIZE= build's libraries need the sanitizer runtime loaded first, which lua5.4,
--- luajit and the example host are not built with.
-if (sh("ldd " .. BUILD .. "/lib/libkmrun.so 2>/dev/null")):find("libasan", 1, true) then
-  t.skip_all("a sanitizer build: its libraries cannot load into uninstrumented hosts")
-end
+-- A SANITIZE= build's libraries need the sanitizer runtime loaded first: the example host
+-- is built here with the same -fsanitize (SAN), lua5.4 and luajit get it preloaded
+-- (testing.interpreter).
+local SAN = testing.sanitizer_cflags(BUILD)
 
 local tmp = testing.tmpdir()
 
@@ -140,7 +139,7 @@ end)
 if have("cc") and have("pkg-config") then
   t.test("examples/embed.c builds against the installed library through pkg-config kmrun", function()
     local env = "PKG_CONFIG_PATH=" .. prefix .. "/lib/pkgconfig "
-    local out, rc = sh(env .. "cc -std=c99 -Wall -Wextra -pedantic -Werror " .. ROOT .. "/examples/embed.c -o " ..
+    local out, rc = sh(env .. "cc " .. SAN .. "-std=c99 -Wall -Wextra -pedantic -Werror " .. ROOT .. "/examples/embed.c -o " ..
                        tmp .. "/embed $(" .. env .. "pkg-config --cflags --libs kmrun)")
     t.eq(rc, 0, out)
     out, rc = sh("cd / && " .. tmp .. "/embed")
@@ -155,7 +154,7 @@ if have("cc") and have("pkg-config") then
   if dev_rc ~= 0 then t.skip("... and statically (pkg-config --static, libkmrun.a)", "this host cannot link -lcjson -lsqlite3 -lcurl (no -dev packages)") else
   t.test("... and statically (pkg-config --static, libkmrun.a)", function()
     local env = "PKG_CONFIG_PATH=" .. prefix .. "/lib/pkgconfig "
-    local out, rc = sh(env .. "cc -std=c99 " .. ROOT .. "/examples/embed.c -o " .. tmp .. "/embed_static " ..
+    local out, rc = sh(env .. "cc " .. SAN .. "-std=c99 " .. ROOT .. "/examples/embed.c -o " .. tmp .. "/embed_static " ..
                        "$(" .. env .. "pkg-config --cflags kmrun) " .. prefix .. "/lib/libkmrun.a " ..
                        "$(" .. env .. "pkg-config --static --libs-only-other --libs-only-L kmrun | sed 's/-Wl,-rpath,[^ ]*//') " ..
                        "-Wl,-rpath," .. prefix .. "/lib/kmrun -l:liblua5.4.so.0 -lnvrtc -lcjson -l:libmicrohttpd.so.12 -lsqlite3 -lcurl -ldl -lm -lpthread")

@@ -61,6 +61,19 @@ t.test("make test starts the longest files first: the torch-backed ones (issue 4
   t.ok(#files >= 60, #files .. " Lua test files")
 end)
 
+t.test("the sanitizer build: UBSan halts the test that hits undefined behaviour; CI runs the C tests under it", function()
+  local out, err, rc = make(string.format("-n SANITIZE=address,undefined BUILD=%s/san test-c", dir))
+  t.eq(rc, 0, err)
+  t.ok(out:find("-fsanitize=address,undefined", 1, true), "the C tests are built with the sanitizers")
+  t.ok(out:find("UBSAN_OPTIONS=halt_on_error=1", 1, true) and out:find("prove -f --exec tests/exec " .. dir .. "/san/tests/test_", 1, true),
+    out:sub(-400))
+  out = make(string.format("-n SANITIZE=address,undefined BUILD=%s/san test", dir))
+  t.ok(out:find("UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 KMRUN=" .. dir .. "/san/kmrun prove", 1, true), "make test too")
+  local ci = testing.read(ROOT .. "/.ci/run") or ""
+  t.ok(ci:find("\nmake --no-print-directory SANITIZE=address,undefined BUILD=build-asan test-c\n", 1, true), ".ci/run runs them")
+  t.ok(ci:find("\nmake --no-print-directory deps\n", 1, true), ".ci/run installs the packages itself (make deps)")
+end)
+
 t.test("make install DESTDIR=STAGE PREFIX=P: files under STAGE/P, none outside, kmrun.pc says P", function()
   local stage = dir .. "/stage"
   local prefix = "/opt/kmrun-destdir-test-" .. sys.pid()
