@@ -205,11 +205,13 @@ TESTS := $(CTESTS) $(wildcard tests/lua/test_*.lua) $(wildcard tests/gpu/test_*.
 # the CPU with empty caches, several processes each importing torch); without PyTorch the
 # torch-backed ones skip most of their tests and the order costs nothing.
 TEST_JOBS ?= 3
-SLOW_TESTS := tests/lua/test_precompile.lua tests/lua/test_baseline.lua tests/lua/test_eval_progress.lua \
-  tests/lua/test_first_hour.lua tests/lua/test_lint_timed.lua tests/lua/test_bench_smoke.lua \
-  tests/lua/test_slurm.lua tests/lua/test_llm.lua tests/lua/test_serve.lua tests/lua/test_service.lua \
-  tests/lua/test_python_client.lua tests/lua/test_task.lua tests/lua/test_problem_files_run.lua \
-  tests/lua/test_model_limits.lua tests/lua/test_pool_hold.lua
+SLOW_TESTS := tests/lua/test_precompile.lua tests/lua/test_lint_estimate.lua tests/lua/test_py_deadline.lua \
+  tests/lua/test_first_hour.lua tests/lua/test_baseline.lua tests/lua/test_eval_progress.lua \
+  tests/lua/test_bench_smoke.lua tests/lua/test_slurm.lua tests/lua/test_lint_timed.lua \
+  tests/lua/test_task_pytorch.lua tests/lua/test_service.lua tests/lua/test_store_leases.lua \
+  tests/lua/test_problem_files_run.lua tests/lua/test_llm.lua tests/lua/test_serve.lua \
+  tests/lua/test_docs_kernelbench.lua tests/lua/test_task.lua tests/lua/test_http.lua \
+  tests/lua/test_model_limits.lua tests/lua/test_pool_hold.lua tests/lua/test_python_client.lua
 CPU_TESTS = $(filter $(wildcard tests/lua/test_*.lua),$(SLOW_TESTS)) $(CTESTS) \
   $(filter-out $(SLOW_TESTS),$(wildcard tests/lua/test_*.lua))
 
