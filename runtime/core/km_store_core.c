@@ -166,10 +166,11 @@ static void clear_error(km_store *s) {
   s->errcode[0] = '\0';
 }
 
-static int fail(km_store *s, int status, const char *code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
+/* fail: records a failure (km_store_errmsg/errcode) and returns status. The store's other
+ * files call it as km_store_set_error. */
+#define fail km_store_set_error
 
-static int fail(km_store *s, int status, const char *code, const char *fmt, ...) {
+int km_store_set_error(km_store *s, int status, const char *code, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(s->errmsg, sizeof s->errmsg, fmt, ap);
@@ -196,14 +197,6 @@ const char *km_store_path(const km_store *s) { return s->path; }
 
 sqlite3 *km_store_sqlite(km_store *s) { return s->db; }
 
-int km_store_set_error(km_store *s, int status, const char *code, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(s->errmsg, sizeof s->errmsg, fmt, ap);
-  va_end(ap);
-  snprintf(s->errcode, sizeof s->errcode, "%s", code);
-  return status;
-}
 
 int km_store_sqlite_error(km_store *s, int rc, const char *what) {
   return fail_sqlite(s, rc, what);
