@@ -123,6 +123,10 @@ if not judge then
 end
 local cuda = require "km.cuda"
 ch:send(json.encode { ok = true, device = judge.device, device_count = cuda.device_count() })
+-- task states kept while the device has room; the least recently used go first (km.serve.room)
+local room = require("km.serve.room").new {
+  free = function() local ok, f, total = pcall(cuda.mem_info) if ok then return f, total end end,
+  forget = function(key) judge:forget(key) end }
 
 while true do
   local msg = ch:recv()
@@ -138,6 +142,8 @@ while true do
     local close_stage
     judge.on_hold, close_stage = holds(hold)
     local w0 = wall()
+    local key = req.task -- a task's folder or problem file: the judge's key for its state
+    if type(key) == "string" then pcall(room.make, room, key) end
     local t, terr = set_up(judge, req.task, hold)
     local setup_s = t ~= req.task and wall() - w0 or 0
     local cap = capture.start() -- device printf goes to stdout: caught here, not on the terminal
@@ -155,6 +161,7 @@ while true do
     verdict_mod.after_context_check(verdict, cuda.synchronize())
     if cap then note_printed(verdict, cap:stop(PRINTF_TEXT)) end -- after the sync: printf is flushed
     progress.sink(nil)
+    if type(key) == "string" and judge:has_task(key) then room:used(key) end
     ch:send(json.encode({ id = req.id, verdict = verdict }, { nan = "null" }))
     if verdict.context_lost then return finish(4) end
   elseif req.op == "ping" then
