@@ -21,7 +21,9 @@
 # STEPS="batch pool fault soak" (the default) picks steps, so a long run can be split across
 # commands (each writes its own JSON in OUT_DIR; summary.md says what is there); N, REPEAT,
 # FAULT_TOTAL, SOAK_TOTAL override the sizes; SERVE_GPUS=0,1 serves on those GPUs only (default
-# every one: bench/scaling.sh sets it).
+# every one: bench/scaling.sh sets it); SERVE_ARGS adds options to `kmrun serve`, e.g.
+# "--compile-mode default" (each task's torch.compile baseline, measured by the first batch, in
+# seconds where max-autotune takes minutes).
 # Exit status: 0, 3 where there is no GPU (without --cpu-smoke), 1 a step failed.
 set -uo pipefail
 case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
@@ -50,7 +52,7 @@ start_server() { # start_server LOG [args...]: a server on 127.0.0.1:$PORT; sets
   local log=$1; shift
   rm -f "$OUT/port"
   "$KMRUN" serve --listen "127.0.0.1:$PORT" --port-file "$OUT/port" --token-file "$TOKEN" --tasks tasks \
-    --timeout "$TIMEOUT" --quota 100000 ${SERVE_GPUS:+--gpus "$SERVE_GPUS"} "${EXTRA[@]}" "$@" 2>> "$OUT/$log" &
+    --timeout "$TIMEOUT" --quota 100000 ${SERVE_GPUS:+--gpus "$SERVE_GPUS"} ${SERVE_ARGS:-} "${EXTRA[@]}" "$@" 2>> "$OUT/$log" &
   SPID=$!
   for _ in $(seq 600); do [ -s "$OUT/port" ] && break; kill -0 $SPID 2>/dev/null || break; sleep 0.1; done
   [ -s "$OUT/port" ] || { echo "service_bench: the server did not start (see $OUT/$log)" >&2; exit 1; }

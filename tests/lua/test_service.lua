@@ -28,7 +28,7 @@ os.execute("chmod 600 '" .. DIR .. "/token'")
 local PORT_FILE = DIR .. "/port"
 local pid = assert(sys.spawn({ KMRUN, "serve", "--listen", "127.0.0.1:0", "--port-file", PORT_FILE, "--token-file",
   DIR .. "/token", "--tasks", ROOT .. "/tasks", "--tasks", ROOT .. "/tests/tasks", "--quota", "64",
-  "--request-timeout", "3" },
+  "--request-timeout", "3", "--baselines", "eager", "--compile-mode", "default" },
   { stdout = "null", stderr_file = DIR .. "/server.log" }))
 local port
 for _ = 1, 400 do
@@ -76,6 +76,11 @@ t.test("TCP without a token file, or with one others can read: it refuses to sta
   t.eq(rc, 2, out) t.ok(err:find("readable by no one else", 1, true), err)
   out, err, rc = testing.run(KMRUN .. " serve --tasks " .. ROOT .. "/tasks")
   t.eq(rc, 2, out) t.ok(err:find("only with --listen", 1, true), err)
+  -- the baselines are the service's choice, as kmrun eval's: with --listen only
+  out, err, rc = testing.run(KMRUN .. " serve --compile-mode default")
+  t.eq(rc, 2, out) t.ok(err:find("--compile-mode: only with --listen", 1, true), err)
+  out, err, rc = testing.run(KMRUN .. " serve --listen 127.0.0.1:0 --compile-mode fastest --token-file " .. DIR .. "/token")
+  t.eq(rc, 2, out) t.ok(err:find("--compile-mode", 1, true), err)
 end)
 
 t.test("GET /v1/health: compile-only here, and says why", function()

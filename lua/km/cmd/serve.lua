@@ -44,6 +44,8 @@ so in every verdict. TCP needs --token-file; unix:PATH makes a socket of mode 06
     { "port-file", "FILE", "--listen: write the port it listens on to FILE once it does" },
     { "request-timeout", "S", "--listen: seconds a client has to send one whole request (a client\n" ..
         "sending a byte a second is cut off)", type = "seconds", default = 30 },
+    -- --listen: the PyTorch baselines every verdict is divided by (kmrun eval's options)
+    table.unpack(require("km.task.baseline").OPTIONS),
   },
   footer = "exit status: 0 stopped (or --status/--stop found a server), 1 none found, 2 usage or\n" ..
     "start error (another server answers on the socket), 3 no GPU",
@@ -55,7 +57,7 @@ if a.listen then
   local server = require "km.serve.server"
   local ok, why, rcode = server.run { listen = a.listen, tasks = a.tasks, token_file = a.token_file,
     gpus = a._given.gpus and a.gpus or nil, compile_only = a.compile_only, timeout = a.timeout, quota = a.quota,
-    max_body = a.max_request_mb << 20, request_timeout = a.request_timeout,
+    max_body = a.max_request_mb << 20, request_timeout = a.request_timeout, baseline_args = a,
     ready = function(info)
       if a.port_file then
         local f = assert(io.open(a.port_file .. ".tmp", "w"))
@@ -68,7 +70,7 @@ if a.listen then
   io.stderr:write("kmrun serve: ", tostring(why), "\n")
   return 2
 end
-for _, o in ipairs { "tasks", "token_file", "compile_only", "port_file", "request_timeout" } do
+for _, o in ipairs { "tasks", "token_file", "compile_only", "port_file", "request_timeout", "baselines", "compile_mode" } do
   if a._given[o] then return A.fail(SPEC, "--" .. o:gsub("_", "-") .. ": only with --listen") end
 end
 local gpu = a.gpus[1]

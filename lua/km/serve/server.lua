@@ -274,7 +274,8 @@ local function open(o)
 end
 
 -- The service: o.listen, o.token_file, o.tasks (roots), o.gpus, o.compile_only, o.timeout,
--- o.quota, o.max_queue, o.max_body, o.io_timeout, o.request_timeout, o.say, o.ready(info)
+-- o.quota, o.max_queue, o.max_body, o.io_timeout, o.request_timeout, o.baseline_args (parsed
+-- --baselines / --compile-mode), o.say, o.ready(info)
 -- (called once listening: { port, unix, kind }). -> true | nil, why, CODE
 function M.run(o)
   local say = o.say or function(line) io.stderr:write(line, "\n") end
@@ -288,9 +289,16 @@ function M.run(o)
     torch = torch or e.kind == "problem"
     loaded[#loaded + 1] = e.task
   end
-  torch = torch or require("km.task.baseline").needs_torch(loaded, {})
+  -- o.baseline_args: --baselines, --compile-mode as kmrun eval reads them (default: its defaults)
+  local baseline = require "km.task.baseline"
+  torch = torch or baseline.needs_torch(loaded, o.baseline_args or {})
+  local judge_opts
+  if o.baseline_args then
+    judge_opts = baseline.judge_opts(o.baseline_args, { seeds = 3, energy = true })
+    judge_opts.timeout = o.timeout or 120
+  end
   local backend = backend_mod.new { gpus = o.gpus, timeout = o.timeout, compile_only = o.compile_only,
-    torch_ahead = torch, wrap = o.wrap }
+    torch_ahead = torch, wrap = o.wrap, opts = judge_opts }
   local metrics = metrics_mod.new()
   local sv = { http = parts.http, catalog = parts.catalog, backend = backend, metrics = metrics, say = say,
     scheduler = scheduler_mod.new { backend = backend, metrics = metrics,
