@@ -247,6 +247,8 @@ real.new = function()
   cuda.synchronize = function() return true end -- no context to check
   local task_mod, kb = require "km.task", require "km.task.kernelbench"
   local J = { device = { name = "stand-in", arch = "sm_90" }, tasks = {} }
+  function J:has_task(key) return self.tasks[key] ~= nil end
+  function J:forget(key) self.tasks[key] = nil end
   function J:task_state(tk)
     if type(tk) == "string" then
       if self.tasks[tk] then return self.tasks[tk] end
