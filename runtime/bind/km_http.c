@@ -587,15 +587,28 @@ static void set_headers(lua_State *L, int idx, km_req *r) {
 }
 
 /* The request id at 2, locked (h->mu held on success). -> r | NULL (pushed the GONE triple) */
-static km_req *lock_req(lua_State *L, km_http *h, int *nret) {
+/* The request whose id is argument 2, or NULL; h->mu is locked either way. */
+static km_req *req_locked(lua_State *L, km_http *h) {
   uint64_t id = (uint64_t)luaL_checkinteger(L, 2);
   pthread_mutex_lock(&h->mu);
-  km_req *r = req_find(h, id);
+  return req_find(h, id);
+}
+
+static km_req *lock_req(lua_State *L, km_http *h, int *nret) {
+  km_req *r = req_locked(L, h);
   if (r && !r->gone) return r;
   if (r) { r->lua_done = 1; req_release(h, r); }
   pthread_mutex_unlock(&h->mu);
-  *nret = km_fail(L, "GONE", "request %I: the client is gone", (lua_Integer)id);
+  *nret = km_fail(L, "GONE", "request %I: the client is gone", lua_tointeger(L, 2));
   return NULL;
+}
+
+/* The end of an answer made under h->mu: its connection woken, the lock let go, true. */
+static int answered(lua_State *L, km_http *h) {
+  pthread_cond_broadcast(&h->answered);
+  pthread_mutex_unlock(&h->mu);
+  lua_pushboolean(L, 1);
+  return 1;
 }
 
 static int l_respond(lua_State *L) {
@@ -615,10 +628,7 @@ static int l_respond(lua_State *L) {
   r->status = status;
   r->state = RQ_ANSWERED;
   r->lua_done = 1;
-  pthread_cond_broadcast(&h->answered);
-  pthread_mutex_unlock(&h->mu);
-  lua_pushboolean(L, 1);
-  return 1;
+  return answered(L, h);
 }
 
 static int l_stream(lua_State *L) {
@@ -632,10 +642,7 @@ static int l_stream(lua_State *L) {
   r->status = status;
   r->streaming = 1;
   r->state = RQ_ANSWERED;
-  pthread_cond_broadcast(&h->answered);
-  pthread_mutex_unlock(&h->mu);
-  lua_pushboolean(L, 1);
-  return 1;
+  return answered(L, h);
 }
 
 static int l_write(lua_State *L) {
@@ -657,9 +664,7 @@ static int l_write(lua_State *L) {
 
 static int l_finish(lua_State *L) {
   km_http *h = http_check(L);
-  uint64_t id = (uint64_t)luaL_checkinteger(L, 2);
-  pthread_mutex_lock(&h->mu);
-  km_req *r = req_find(h, id);
+  km_req *r = req_locked(L, h);
   if (r) {
     r->ended = 1;
     r->lua_done = 1;
@@ -673,9 +678,7 @@ static int l_finish(lua_State *L) {
 
 static int l_alive(lua_State *L) {
   km_http *h = http_check(L);
-  uint64_t id = (uint64_t)luaL_checkinteger(L, 2);
-  pthread_mutex_lock(&h->mu);
-  km_req *r = req_find(h, id);
+  km_req *r = req_locked(L, h);
   int alive = r && !r->gone;
   pthread_mutex_unlock(&h->mu);
   lua_pushboolean(L, alive);

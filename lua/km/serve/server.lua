@@ -203,34 +203,36 @@ local function drop(sv, batch)
   sv.scheduler:drop(batch)
 end
 
+-- The request w (waiting or streamed) whose client left: its batch dropped, the request let go.
+local function gone(sv, w)
+  drop(sv, w.batch)
+  sv.http:finish(w.rid)
+  return false
+end
+
+-- The items of list for which still(item) is true, in order.
+local function kept(list, still)
+  local out = {}
+  for _, x in ipairs(list) do if still(x) then out[#out + 1] = x end end
+  return out
+end
+
 -- Non-streamed batches done are answered; streams done are ended; a client gone has its
 -- batch dropped; finished jobs nobody fetched go after JOB_TTL.
 local function settle(sv)
-  local keep = {}
-  for _, w in ipairs(sv.waiting) do
+  sv.waiting = kept(sv.waiting, function(w)
     if w.batch.done then
       local ok = sv.http:respond(w.rid, 200, encode { verdicts = w.batch.verdicts } .. "\n", JSON_HDR)
       sv.metrics:inc("kmrun_http_requests_total", { code = ok and 200 or "gone" })
-    elseif not sv.http:alive(w.rid) then
-      drop(sv, w.batch)
-      sv.http:finish(w.rid)
-    else
-      keep[#keep + 1] = w
+      return false
     end
-  end
-  sv.waiting = keep
-  local skeep = {}
-  for _, s in ipairs(sv.streams) do
-    if s.gone or not sv.http:alive(s.rid) then
-      drop(sv, s.batch)
-      sv.http:finish(s.rid)
-    elseif s.batch.done then
-      sv.http:finish(s.rid)
-    else
-      skeep[#skeep + 1] = s
-    end
-  end
-  sv.streams = skeep
+    return sv.http:alive(w.rid) or gone(sv, w)
+  end)
+  sv.streams = kept(sv.streams, function(s)
+    if s.gone or not sv.http:alive(s.rid) then return gone(sv, s) end
+    if s.batch.done then sv.http:finish(s.rid); return false end
+    return true
+  end)
   for id, job in pairs(sv.jobs) do
     if job.batch.done and wall() - job.t > M.JOB_TTL then sv.jobs[id] = nil end
   end
