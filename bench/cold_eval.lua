@@ -10,6 +10,7 @@
 -- Exit status: 0, 2 on usage errors, 3 where there is no GPU (the reason on stderr).
 local A = require "km.args"
 local EXIT = require("km.run.runner").EXIT
+local B = dofile((arg[0]:match("^(.*/)") or "") .. "lib.lua")
 
 local SPEC = A.spec {
   name = "bench/cold_eval.lua", synopsis = "[OUT.md] [options]",
@@ -69,9 +70,5 @@ for _, w in ipairs(walls) do wsum = wsum + w end
 local row = ("| cold: a new candidate on a warm task | %d/%d correct | %d | wall per candidate median %.3f s, mean %.3f s | the worker's seconds per candidate %.3f | NVRTC median %.1f ms | %.0f new candidates per GPU-hour |")
   :format(correct, n, n, median(walls), n > 0 and wsum / n or 0, n > 0 and busy / n or 0, median(compile_ms), wsum > 0 and n / wsum * 3600 or 0)
 print(row)
-if args.out then
-  local f = assert(io.open(args.out, "w"))
-  f:write(row, "\n")
-  f:close()
-end
+B.write_out(args.out, row)
 return EXIT.OK

@@ -10,6 +10,7 @@ local nvrtc, cuda = require "km.nvrtc", require "km.cuda"
 local buffer, timing = require "km.buffer", require "km.timing"
 local A = require "km.args"
 local EXIT = require("km.run.runner").EXIT
+local B = dofile((arg[0]:match("^(.*/)") or "") .. "lib.lua")
 
 local SPEC = A.spec {
   name = "bench/core.lua", synopsis = "[OUT.md]",
@@ -22,15 +23,9 @@ if not a then return code end
 local ok, why = cuda.available()
 if not ok then io.stderr:write("bench/core.lua: no GPU: ", tostring(why), "\n") return EXIT.NO_GPU end
 
-local out_path = a.out
 local RAW = (arg[0]:match("^(.*)/bench/") or ".") .. "/build/raw_bench"
 local dev = cuda.device()
-local lines = {}
-local function say(fmt, ...)
-  local s = string.format(fmt, ...)
-  print(s)
-  lines[#lines + 1] = s
-end
+local say, save = B.report(a.out)
 local function wall()
   local p = io.popen("date +%s.%N"); local v = tonumber(p:read("l")); p:close(); return v
 end
@@ -257,8 +252,4 @@ do
   f32:free(); bf16:free()
 end
 
-if out_path then
-  local o = assert(io.open(out_path, "w"))
-  o:write(table.concat(lines, "\n"), "\n")
-  o:close()
-end
+save()

@@ -8,6 +8,7 @@ local eval = require "km.serve.pool"
 local json = require "km.json"
 local A = require "km.args"
 local EXIT = require("km.run.runner").EXIT
+local B = dofile((arg[0]:match("^(.*/)") or "") .. "lib.lua")
 
 local SPEC = A.spec {
   name = "bench/eval.lua", synopsis = "[OUT.md] [options]",
@@ -21,8 +22,7 @@ local out_path, use_torch = args.out, not args.no_torch
 local okg, why = require("km.cuda").available()
 if not okg then io.stderr:write("bench/eval.lua: no GPU: ", tostring(why), "\n") return EXIT.NO_GPU end
 local ROOT = arg[0]:match("^(.*)/bench/") or "."
-local lines = {}
-local function say(f, ...) local s = string.format(f, ...) print(s) lines[#lines + 1] = s end
+local say, save = B.report(out_path)
 local function wall() local p = io.popen("date +%s.%N"); local v = tonumber(p:read("l")); p:close(); return v end
 
 -- a fresh compile cache for the cold pass, shared with the workers through the environment
@@ -97,6 +97,4 @@ if use_torch then
   if kb then say("") say("Ratio of whole-evaluation time, KernelBench-style / kmrun cold: %.0fx; / kmrun cached: %.0fx.", kb_wall / (s1 - s0), kb_wall / (s2 - s1)) end
 end
 pool:close()
-if out_path then
-  local o = assert(io.open(out_path, "w")); o:write(table.concat(lines, "\n"), "\n"); o:close()
-end
+save()

@@ -10,6 +10,7 @@
 -- Exit status: 0, 2 on usage errors, 3 where there is no GPU (the reason on stderr).
 local A = require "km.args"
 local EXIT = require("km.run.runner").EXIT
+local B = dofile((arg[0]:match("^(.*/)") or "") .. "lib.lua")
 
 local SPEC = A.spec {
   name = "bench/headline.lua", synopsis = "[OUT.md] [options]",
@@ -29,8 +30,7 @@ local ROOT = arg[0]:match("^(.*)/bench/") or "."
 local KMRUN = arg[-1]
 local TASKS = args.tasks or (ROOT .. "/tasks")
 local MODE = args.compile_mode or "default"
-local lines = {}
-local function say(f, ...) local s = string.format(f, ...) print(s) lines[#lines + 1] = s end
+local say, save = B.report(args.out)
 local function wall() local p = io.popen("date +%s.%N"); local v = tonumber(p:read("l")); p:close(); return v end
 local dev = require("km.cuda").device()
 
@@ -116,8 +116,7 @@ local function verdict_facts(path)
   return f
 end
 
-local tmp = os.tmpname(); os.remove(tmp)
-assert(os.execute("mkdir -p " .. tmp .. "/cache " .. tmp .. "/tmp"))
+local tmp = B.scratch()
 say("# make demo's command, empty then warm caches")
 say("")
 say("GPU: %s (%s), driver %s, NVRTC %s, date %s", dev.name, dev.arch, dev.driver_version, require("km.nvrtc").version(),
@@ -198,9 +197,5 @@ end
 say("")
 say("Stage columns are seconds summed over the verdicts; kernel s is the candidates' own timed GPU time (n x mean per")
 say("timed evaluation); measure / kernel is the harness overhead of the measure stage. Logs: %s", tmp)
-if args.out then
-  local f = assert(io.open(args.out, "w"))
-  f:write(table.concat(lines, "\n"), "\n")
-  f:close()
-end
+save()
 return EXIT.OK

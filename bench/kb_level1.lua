@@ -15,6 +15,7 @@
 -- Exit status: 0, 2 on usage errors, 3 where there is no GPU (the reason on stderr).
 local A = require "km.args"
 local EXIT = require("km.run.runner").EXIT
+local B = dofile((arg[0]:match("^(.*/)") or "") .. "lib.lua")
 
 local SPEC = A.spec {
   name = "bench/kb_level1.lua", synopsis = "KB_DIR [OUT.md] [options]",
@@ -160,8 +161,7 @@ if args.pass then run_pass(args.pass, assert(args.out, "--pass needs OUT")) retu
 ----------------------------------------------------------------------------------------
 -- the two passes and their table
 
-local lines = {}
-local function say(f, ...) local s = string.format(f, ...) print(s) lines[#lines + 1] = s end
+local say, save = B.report(args.out)
 
 local function read_records(path)
   local recs, wall = {}, nil
@@ -208,8 +208,7 @@ local function memory_rows(recs)
   return rows
 end
 
-local tmp = os.tmpname(); os.remove(tmp)
-assert(os.execute("mkdir -p " .. tmp .. "/cache " .. tmp .. "/tmp"))
+local tmp = B.scratch()
 local dev = require("km.cuda").device()
 say("# KernelBench level 1 as a whole (%s), empty then warm caches", L1)
 say("")
@@ -241,9 +240,5 @@ say("| --- | --- | --- |")
 for _, row in ipairs(memory_rows(recs_of.warm or {})) do say("%s", row) end
 say("")
 say("Logs and records: %s", tmp)
-if args.out then
-  local f = assert(io.open(args.out, "w"))
-  f:write(table.concat(lines, "\n"), "\n")
-  f:close()
-end
+save()
 return EXIT.OK

@@ -14,6 +14,7 @@
 -- there is no GPU (the reason on stderr).
 local A = require "km.args"
 local EXIT = require("km.run.runner").EXIT
+local B = dofile((arg[0]:match("^(.*/)") or "") .. "lib.lua")
 local json = require "km.json"
 local sys = require "km.sys"
 
@@ -95,8 +96,7 @@ for line in p:lines() do
 end
 p:close()
 
-local lines = {}
-local function say(fmt_, ...) local s = string.format(fmt_, ...) print(s) lines[#lines + 1] = s end
+local say, save = B.report(a.out)
 local n = { ok = 0, refused = 0, other = 0, gpu = 0, seconds = 0 }
 local refused, other, gpu = {}, {}, {}
 local function short(path) return path:match("[^/]+/[^/]+$") or path end
@@ -127,11 +127,7 @@ if #rows < #files then
   say("Only %d of %d problems reported; the probe's stderr ends: %s", #rows, #files, e and e:read("a"):sub(-1500) or "?")
   if e then e:close() end
 end
-if a.out then
-  local o = assert(io.open(a.out, "w"))
-  o:write(table.concat(lines, "\n"), "\n")
-  o:close()
-end
+save()
 sys.rmtree(tmp)
 if n.gpu > 0 or #rows < #files then return 1 end
 return EXIT.OK

@@ -144,21 +144,17 @@ end
 ----------------------------------------------------------------------------------------
 -- table (a bench/scaling.sh run)
 
-local function read_json(path)
+-- conv of what path holds (read as `how`), nil where there is no such file
+local function read_as(path, how, conv)
   local f = io.open(path, "rb")
   if not f then return nil end
-  local v = json.decode(f:read("a"))
+  local v = conv(f:read(how))
   f:close()
   return v
 end
 
-local function read_number(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local v = tonumber(f:read("l"))
-  f:close()
-  return v
-end
+local function read_json(path) return read_as(path, "a", json.decode) end
+local function read_number(path) return read_as(path, "l", tonumber) end
 
 -- The headline's evaluations in a store (the judged ones that recorded their stages, as
 -- bench/headline.lua counts them) and their statuses by candidate.

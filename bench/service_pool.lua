@@ -8,6 +8,7 @@
 local A = require "km.args"
 local json = require "km.json"
 local wall = require("km.timing").wall
+local B = dofile((arg[0]:match("^(.*/)") or "") .. "lib.lua")
 
 local SPEC = A.spec {
   name = "bench/service_pool.lua", synopsis = "CANDS.json [OUT.json] [options]",
@@ -55,9 +56,5 @@ local res = { seconds = secs, n = #jobs, gpus = #pool.slots, statuses = statuses
 pool:close()
 local line = json.encode(res)
 print(line)
-if a.out then
-  local f = assert(io.open(a.out, "w"))
-  f:write(line, "\n")
-  f:close()
-end
+B.write_out(a.out, line)
 return 0

@@ -30,6 +30,7 @@ local FILES = {
   ["kb_level1.lua"] = "gpu_lua", ["cold_eval.lua"] = "gpu_lua", ["gpu_session.sh"] = "gpu_sh", ["ab_tree.sh"] = "cpu_sh",
   ["service_bench.sh"] = "gpu_sh", ["service_bench.py"] = "python", ["service_cands.lua"] = "cpu_lua",
   ["service_pool.lua"] = "gpu_lua", ["scaling.sh"] = "gpu_sh", ["scaling.lua"] = "cpu_lua",
+  ["lib.lua"] = "lib",
 }
 -- the arguments a GPU script needs to get as far as its GPU check
 local GPU_ARGS = {
@@ -77,6 +78,22 @@ t.test("Lua scripts parse, answer --help and refuse an unknown option", function
       end
     end
   end
+end)
+
+t.test("lib.lua, what the scripts share: a report printed and written to its file, a scratch folder", function()
+  local B = assert(loadfile(ROOT .. "/bench/lib.lua"))()
+  local dir = testing.tmpdir()
+  local say, save = B.report(dir .. "/out.md")
+  say("# %s %d", "a", 1) -- printed too: TAP comments
+  say("# b")
+  save()
+  local f = assert(io.open(dir .. "/out.md"))
+  t.eq(f:read("a"), "# a 1\n# b\n")
+  f:close()
+  B.write_out(nil, "nothing") -- no file named: nothing written
+  local tmp = B.scratch()
+  t.ok(io.open(tmp .. "/cache/") and io.open(tmp .. "/tmp/"), tmp)
+  os.execute("rm -rf '" .. dir .. "' '" .. tmp .. "'")
 end)
 
 t.test("Lua scripts that need a GPU say so and exit 3", function()
