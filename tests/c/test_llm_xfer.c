@@ -99,13 +99,28 @@ static void drop(km_llm_xfer *x, km_llm_job *j) {
   free(j);
 }
 
+/* A job asking `text` (ask's), run to its end; NULL where it could not be made. *secs (where
+ * secs is not NULL): the seconds it took. */
+static km_llm_job *ask_and_run(km_llm_xfer *x, const char *text, double *secs) {
+  km_llm_job *j = ask(x, text);
+  if (!j) return NULL;
+  double s = run_all(x);
+  if (secs) *secs = s;
+  return j;
+}
+
+/* A one-job test's end: its job freed, its engine closed. */
+static void finish(km_llm_xfer *x, km_llm_job *j) {
+  drop(x, j);
+  km_llm_xfer_close(x);
+}
+
 TEST(a_reply) {
   km_llm_xfer x;
   open_engine(&x, url);
   done_count = 0;
-  km_llm_job *j = ask(&x, "[[reply:hello from the fake]]");
+  km_llm_job *j = ask_and_run(&x, "[[reply:hello from the fake]]", NULL);
   ASSERT(j);
-  run_all(&x);
   ASSERT_EQ_INT(j->state, KM_LLM_JOB_DONE);
   ASSERT_EQ_INT(j->ok, 1);
   ASSERT_EQ_INT(j->status, 200);
@@ -123,42 +138,37 @@ TEST(a_reply) {
 TEST(retries_a_server_error_then_succeeds) {
   km_llm_xfer x;
   open_engine(&x, url);
-  km_llm_job *j = ask(&x, "[[fault:500x2:t=xfer-retry]] [[reply:third time]]");
+  km_llm_job *j = ask_and_run(&x, "[[fault:500x2:t=xfer-retry]] [[reply:third time]]", NULL);
   ASSERT(j);
-  run_all(&x);
   ASSERT_EQ_INT(j->ok, 1);
   ASSERT_EQ_INT(j->attempts, 3);
   ASSERT_EQ_STR(j->r.choices[0].content, "third time");
-  drop(&x, j);
-  km_llm_xfer_close(&x);
+  finish(&x, j);
 }
 
 TEST(gives_up_after_max_retries) {
   km_llm_xfer x;
   open_engine(&x, url);
   x.max_retries = 1;
-  km_llm_job *j = ask(&x, "[[fault:503x5:t=xfer-give-up]]");
+  km_llm_job *j = ask_and_run(&x, "[[fault:503x5:t=xfer-give-up]]", NULL);
   ASSERT(j);
-  run_all(&x);
   ASSERT_EQ_INT(j->ok, 0);
   ASSERT_EQ_STR(j->code, "HTTP_503");
   ASSERT_EQ_INT(j->attempts, 2);
   ASSERT(strstr(j->msg, "gave up after 2 attempts"));
-  drop(&x, j);
-  km_llm_xfer_close(&x);
+  finish(&x, j);
 }
 
 TEST(waits_as_retry_after_says) {
   km_llm_xfer x;
   open_engine(&x, url);
-  km_llm_job *j = ask(&x, "[[fault:429:retry-after=1:t=xfer-ra]] [[reply:after waiting]]");
+  double secs;
+  km_llm_job *j = ask_and_run(&x, "[[fault:429:retry-after=1:t=xfer-ra]] [[reply:after waiting]]", &secs);
   ASSERT(j);
-  double secs = run_all(&x);
   ASSERT_EQ_INT(j->ok, 1);
   ASSERT_EQ_INT(j->attempts, 2);
   ASSERT(secs >= 0.9); /* the backoff alone would be at most 10 ms */
-  drop(&x, j);
-  km_llm_xfer_close(&x);
+  finish(&x, j);
 }
 
 TEST(requests_run_at_once) {
@@ -178,37 +188,31 @@ TEST(a_silent_server_times_out) {
   open_engine(&x, url);
   x.timeout = 0.5;
   x.max_retries = 0;
-  km_llm_job *j = ask(&x, "[[fault:hang:s=5]]");
+  km_llm_job *j = ask_and_run(&x, "[[fault:hang:s=5]]", NULL);
   ASSERT(j);
-  run_all(&x);
   ASSERT_EQ_STR(j->code, "TIMEOUT");
   ASSERT(strstr(j->msg, "timed out after 0.5 s"));
-  drop(&x, j);
-  km_llm_xfer_close(&x);
+  finish(&x, j);
 }
 
 TEST(a_refused_connection) {
   km_llm_xfer x;
   open_engine(&x, "http://127.0.0.1:1/v1/chat/completions");
   x.max_retries = 0;
-  km_llm_job *j = ask(&x, "hello");
+  km_llm_job *j = ask_and_run(&x, "hello", NULL);
   ASSERT(j);
-  run_all(&x);
   ASSERT_EQ_STR(j->code, "CONNECT");
   ASSERT(strstr(j->msg, "cannot connect to http://127.0.0.1:1/"));
-  drop(&x, j);
-  km_llm_xfer_close(&x);
+  finish(&x, j);
 }
 
 TEST(a_reply_that_is_not_json) {
   km_llm_xfer x;
   open_engine(&x, url);
-  km_llm_job *j = ask(&x, "[[fault:invalid]]");
+  km_llm_job *j = ask_and_run(&x, "[[fault:invalid]]", NULL);
   ASSERT(j);
-  run_all(&x);
   ASSERT_EQ_STR(j->code, "BAD_RESPONSE");
-  drop(&x, j);
-  km_llm_xfer_close(&x);
+  finish(&x, j);
 }
 
 TEST(the_stop_flag_and_interrupt) {
@@ -233,8 +237,7 @@ TEST(the_stop_flag_and_interrupt) {
   ASSERT_EQ_INT(done_count, 1);
   km_llm_xfer_interrupt(&x, j, "SIGINT"); /* a done job stays as it was */
   ASSERT_EQ_INT(done_count, 1);
-  drop(&x, j);
-  km_llm_xfer_close(&x);
+  finish(&x, j);
 }
 
 TEST(a_job_freed_in_flight) {
