@@ -31,12 +31,8 @@ extern "C" __global__ void own_param(const __grid_constant__ Params p, unsigned 
 ]]
 
 -- km_checksum on the host (Lua integers wrap at 64 bits, as the kernel's do)
-local function splitmix64(x)
-  x = x + 0x9E3779B97F4A7C15
-  x = (x ~ (x >> 30)) * 0xBF58476D1CE4E5B9
-  x = (x ~ (x >> 27)) * 0x94D049BB133111EB
-  return x ~ (x >> 31)
-end
+local here = (arg and arg[0] or ""):match("^(.*)/[^/]*$") or "."
+local splitmix64 = dofile(here .. "/../lua/seed_attack.lua").splitmix64 -- km_random's and km_checksum's mix
 local function host_digest(words, key) -- whole words only (no tail bytes)
   local acc = 0
   for i, w in ipairs(words) do acc = acc + splitmix64(w ~ splitmix64((i - 1) ~ key)) end

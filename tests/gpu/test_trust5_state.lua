@@ -16,12 +16,8 @@ local buffer = require "km.buffer"
 ----------------------------------------------------------------------------------------
 -- the perturbation
 
-local function splitmix64(x)
-  x = x + 0x9E3779B97F4A7C15
-  x = (x ~ (x >> 30)) * 0xBF58476D1CE4E5B9
-  x = (x ~ (x >> 27)) * 0x94D049BB133111EB
-  return x ~ (x >> 31)
-end
+local here = (arg and arg[0] or ""):match("^(.*)/[^/]*$") or "."
+local splitmix64 = dofile(here .. "/../lua/seed_attack.lua").splitmix64 -- km_random's and km_checksum's mix
 local function factor(key, i) return 0.5 + ((splitmix64(key + i) >> 40) & 0xFFFFFF) / 16777216.0 end
 local function f32(x) return (string.unpack("<f", string.pack("<f", x))) end
 local function same(a, b)

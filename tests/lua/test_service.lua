@@ -65,6 +65,17 @@ local function starter(name)
   return { kernel_cu = testing.read(dir .. "/kernel.cu"), launch_lua = testing.read(dir .. "/launch.lua") }
 end
 
+-- n requests for task's starter, each a candidate of its own (a comment naming tag, i and the time)
+local function distinct(task, n, tag)
+  local reqs = {}
+  for i = 1, n do
+    local c = starter(task)
+    c.kernel_cu = c.kernel_cu .. "\n// " .. tag .. " " .. i .. " " .. os.time() .. "\n"
+    reqs[i] = { task = task, candidate = c }
+  end
+  return reqs
+end
+
 local BAD_CU = 'extern "C" __global__ void relu(float *y) { y[0] = undeclared; }'
 
 t.test("TCP without a token file, or with one others can read: it refuses to start", function()
@@ -161,12 +172,7 @@ t.test("identical candidates judged once; then cached; fresh: true judges again"
 end)
 
 t.test("stream: one JSON line per request, in completion order, indices all there", function()
-  local reqs = {}
-  for i = 1, 5 do
-    local c = starter("l1_relu")
-    c.kernel_cu = c.kernel_cu .. "\n// stream " .. i .. " " .. os.time() .. "\n"
-    reqs[i] = { task = "l1_relu", candidate = c }
-  end
+  local reqs = distinct("l1_relu", 5, "stream")
   local r = call("POST", "/v1/evaluate", { stream = true, requests = reqs })
   t.eq(r.status, 200, r.body)
   t.eq(r.headers["content-type"], "application/x-ndjson")
@@ -220,12 +226,7 @@ t.test("a flagged task: the verdict carries the flag and reason, and no preset r
 end)
 
 t.test("deadline_s: what was not judged in time comes back not_judged, cause infra, reward null", function()
-  local reqs = {}
-  for i = 1, 40 do
-    local c = starter("l1_softmax")
-    c.kernel_cu = c.kernel_cu .. "\n// deadline " .. i .. " " .. os.time() .. "\n"
-    reqs[i] = { task = "l1_softmax", candidate = c }
-  end
+  local reqs = distinct("l1_softmax", 40, "deadline")
   local r = call("POST", "/v1/evaluate", { deadline_s = 0.05, requests = reqs })
   t.eq(r.status, 200, r.body)
   local late = 0
@@ -266,12 +267,7 @@ t.test("a client sending one byte a second is cut off; one that hangs up mid-str
   testing.write(slow_out .. ".body", json.encode { requests = { { task = "l1_relu", candidate = starter("l1_relu") } } })
   local slow = assert(sys.spawn({ "python3", PROBE, slow_out, ADDR, "POST", "/v1/evaluate", "--token", TOKEN,
     "--body", slow_out .. ".body", "--mode", "slow" }, { stdout = "null", stderr = "null" }))
-  local reqs = {}
-  for i = 1, 12 do
-    local c = starter("l1_relu")
-    c.kernel_cu = c.kernel_cu .. "\n// drop " .. i .. " " .. os.time() .. "\n"
-    reqs[i] = { task = "l1_relu", candidate = c }
-  end
+  local reqs = distinct("l1_relu", 12, "drop")
   local d = call("POST", "/v1/evaluate", { stream = true, requests = reqs }, { mode = "stream-drop" })
   t.ok(d.body:find("compiled", 1, true), "it read a line before hanging up")
   local ok = call("POST", "/v1/evaluate", { requests = { { task = "l1_relu", candidate = starter("l1_relu") } } })
