@@ -276,6 +276,30 @@ while true do
   return path
 end
 
+-- The port a server started as pid writes in port_file, read every step_s seconds, at most
+-- tries times; nil where the server exits first or never writes it.
+function M.wait_port(port_file, pid, tries, step_s)
+  for _ = 1, tries do
+    local port = tonumber(read_all(port_file) or "")
+    if port then return port end
+    if sys.wait(pid) ~= false then return nil end -- already gone
+    sys.sleep(step_s)
+  end
+  return nil
+end
+
+-- `kmrun serve --listen 127.0.0.1:0` started for a test: o.token (the token file's text)
+-- written to dir/token (mode 600), its port file dir/port, its stderr dir/server.log, and o.args
+-- (a list) after those; its port read every o.step_s seconds (default 0.05), at most o.tries
+-- times (default 400). -> port (nil where it did not start), pid
+function M.serve_listen(kmrun, dir, o)
+  M.write(dir .. "/token", o.token)
+  M.sh("chmod 600 '" .. dir .. "/token'")
+  local argv = { kmrun, "serve", "--listen", "127.0.0.1:0", "--port-file", dir .. "/port", "--token-file", dir .. "/token" }
+  for _, a in ipairs(o.args or {}) do argv[#argv + 1] = a end
+  local pid = assert(sys.spawn(argv, { stdout = "null", stderr_file = dir .. "/server.log" }))
+  return M.wait_port(dir .. "/port", pid, o.tries or 400, o.step_s or 0.05), pid
+end
 
 -- Starts the fake server (an OpenAI-compatible /v1/chat/completions); returns { base =
 -- "http://127.0.0.1:PORT/v1", dir = a fresh folder the server's files are in, removed by
@@ -299,12 +323,7 @@ function M.fake_llm_server(root, opts)
     sys.rmtree(dir)
     return nil, code == "NOT_FOUND" and "python3 not found" or why
   end
-  local port
-  for _ = 1, 200 do
-    port = tonumber(read_all(port_file) or "")
-    if port or sys.wait(pid) ~= false then break end -- up, or already gone
-    sys.sleep(0.05)
-  end
+  local port = M.wait_port(port_file, pid, 200, 0.05)
   local function stop()
     if sys.wait(pid) == false then
       sys.kill(pid, "TERM")

@@ -41,16 +41,8 @@ end
 local want = {}
 for _, name in ipairs(ORDER) do want[name] = eval_json(name) end
 
-testing.write(DIR .. "/token", "gpu-test-token-0123456789\n")
-os.execute("chmod 600 '" .. DIR .. "/token'")
-local pid = assert(sys.spawn({ KMRUN, "serve", "--listen", "127.0.0.1:0", "--port-file", DIR .. "/port", "--token-file",
-  DIR .. "/token", "--tasks", TASK, "--gpus", GPU }, { stdout = "null", stderr_file = DIR .. "/server.log" }))
-local port
-for _ = 1, 1200 do
-  port = tonumber(testing.read(DIR .. "/port") or "")
-  if port or sys.wait(pid) ~= false then break end
-  sys.sleep(0.1)
-end
+local port, pid = testing.serve_listen(KMRUN, DIR, { token = "gpu-test-token-0123456789\n",
+  args = { "--tasks", TASK, "--gpus", GPU }, tries = 1200, step_s = 0.1 })
 t.ok(port, "the server started: " .. tostring(testing.read(DIR .. "/server.log")))
 
 local function evaluate(body)

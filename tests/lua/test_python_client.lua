@@ -11,16 +11,8 @@ local ROOT, KMRUN = testing.paths()
 local DIR = testing.tmpdir()
 if not os.execute("command -v python3 >/dev/null 2>&1") then t.skip_all("no python3") end
 
-testing.write(DIR .. "/token", "trainer py-client-token-0123456789\n")
-os.execute("chmod 600 '" .. DIR .. "/token'")
-local pid = assert(sys.spawn({ KMRUN, "serve", "--listen", "127.0.0.1:0", "--port-file", DIR .. "/port",
-  "--token-file", DIR .. "/token", "--tasks", ROOT .. "/tasks" }, { stdout = "null", stderr_file = DIR .. "/server.log" }))
-local port
-for _ = 1, 400 do
-  port = tonumber(testing.read(DIR .. "/port") or "")
-  if port or sys.wait(pid) ~= false then break end
-  sys.sleep(0.05)
-end
+local port, pid = testing.serve_listen(KMRUN, DIR, { token = "trainer py-client-token-0123456789\n",
+  args = { "--tasks", ROOT .. "/tasks" } })
 if not port then t.skip_all("the server did not start: " .. tostring(testing.read(DIR .. "/server.log"))) end
 local ENV = string.format("KMRUN_URL=http://127.0.0.1:%d KMRUN_TOKEN_FILE='%s' KMRUN_TREE='%s' PYTHONPATH='%s/python' ",
   port, DIR .. "/token", ROOT, ROOT)

@@ -23,19 +23,9 @@ local lint = require "km.task.lint"
 local flagged = assert(require("km.task").load(ROOT .. "/tests/tasks/t_global_max"))
 assert(lint.put(flagged, { where = "cpu", flags = { { reason = "trivial_constant", detail = "a constant passes at shape 1" } } }))
 
-testing.write(DIR .. "/token", "trainer " .. TOKEN .. "\n")
-os.execute("chmod 600 '" .. DIR .. "/token'")
-local PORT_FILE = DIR .. "/port"
-local pid = assert(sys.spawn({ KMRUN, "serve", "--listen", "127.0.0.1:0", "--port-file", PORT_FILE, "--token-file",
-  DIR .. "/token", "--tasks", ROOT .. "/tasks", "--tasks", ROOT .. "/tests/tasks", "--quota", "64",
-  "--request-timeout", "3", "--baselines", "eager", "--compile-mode", "default" },
-  { stdout = "null", stderr_file = DIR .. "/server.log" }))
-local port
-for _ = 1, 400 do
-  port = tonumber(testing.read(PORT_FILE) or "")
-  if port or sys.wait(pid) ~= false then break end
-  sys.sleep(0.05)
-end
+local port, pid = testing.serve_listen(KMRUN, DIR, { token = "trainer " .. TOKEN .. "\n",
+  args = { "--tasks", ROOT .. "/tasks", "--tasks", ROOT .. "/tests/tasks", "--quota", "64", "--request-timeout", "3",
+    "--baselines", "eager", "--compile-mode", "default" } })
 if not port then
   t.skip_all("the server did not start: " .. tostring(testing.read(DIR .. "/server.log")))
 end
