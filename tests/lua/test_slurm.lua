@@ -133,22 +133,27 @@ local function wait_array(id)
   return states
 end
 
+-- The job script `text` written to dir/name and submitted. -> ok, sbatch's output (the job's id)
+local function submit(name, text)
+  local job = dir .. "/" .. name
+  local jf = assert(io.open(job, "w"))
+  jf:write(text)
+  jf:close()
+  return sh("cd " .. dir .. " && SLURM_CONF=" .. conf .. " sbatch --parsable " .. job)
+end
+
 t.test("a job array of sweep shards, merged, holds every episode once", function()
   -- three small tasks; no GPU needed: the sweep checks compiles where there is none
   for _, name in ipairs { "l1_relu" } do sh("cp -r " .. ROOT .. "/tasks/" .. name .. " " .. dir .. "/tasks/") end
   sh("cp -r " .. ROOT .. "/tests/tasks/t_rowsum " .. dir .. "/tasks/")
-  local job = dir .. "/job.sh"
-  local jf = assert(io.open(job, "w"))
-  jf:write(([[#!/bin/bash
+  local ok, out = submit("job.sh", ([[#!/bin/bash
 #SBATCH --array=1-3
 #SBATCH --output=DIR/slurm-%a.out
 cd DIR
 KMRUN sweep --strategies ROOT/strategies/implement.lua,ROOT/strategies/repair.lua --tasks DIR/tasks --repeat 2 \
   --shard $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT --store DIR/shard-$SLURM_ARRAY_TASK_ID.sqlite --provider offline
 exit 0
-]]):gsub("DIR", dir):gsub("ROOT", ROOT):gsub("KMRUN", KMRUN), "")
-  jf:close()
-  local ok, out = sh("cd " .. dir .. " && SLURM_CONF=" .. conf .. " sbatch --parsable " .. job)
+]]):gsub("DIR", dir):gsub("ROOT", ROOT):gsub("KMRUN", KMRUN))
   t.ok(ok, out)
   local states = wait_array(out:match("^(%d+)"))
   t.eq(#states, 3, "three array tasks")
@@ -183,17 +188,13 @@ t.test("shards of a job array and a sweep beside them on one store run each epis
   qf:close()
   local cmd = ("KMRUN sweep --strategies QUICK --tasks DIR/tasks --repeat 40 --store DIR/one.sqlite --provider offline --quiet")
     :gsub("DIR", dir):gsub("QUICK", quick):gsub("KMRUN", KMRUN)
-  local job = dir .. "/job1.sh"
-  local jf = assert(io.open(job, "w"))
-  jf:write(([[#!/bin/bash
+  local ok, out = submit("job1.sh", ([[#!/bin/bash
 #SBATCH --array=1-2
 #SBATCH --output=DIR/one-%a.out
 cd DIR
 CMD --shard $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT
 exit 0
-]]):gsub("DIR", dir):gsub("CMD", cmd), "")
-  jf:close()
-  local ok, out = sh("cd " .. dir .. " && SLURM_CONF=" .. conf .. " sbatch --parsable " .. job)
+]]):gsub("DIR", dir):gsub("CMD", cmd))
   t.ok(ok, out)
   local _, sout = sh(cmd)
   local states = wait_array(out:match("^(%d+)"))
