@@ -29,10 +29,7 @@ local ORDER = { "starter", "skip", "compile", "wild" }
 
 local function eval_json(name)
   local c = CANDS[name]
-  local d = DIR .. "/" .. name
-  sys.mkdir(d)
-  testing.write(d .. "/kernel.cu", c.kernel_cu)
-  testing.write(d .. "/launch.lua", c.launch_lua)
+  local d = testing.candidate_dir(DIR .. "/" .. name, { source = c.kernel_cu, launch = c.launch_lua })
   local out = testing.run(fmt("%s eval %s %s --gpu %s --json --quiet", KMRUN, TASK, d, GPU))
   return json.decode(out) or {}
 end

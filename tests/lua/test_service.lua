@@ -110,10 +110,7 @@ t.test("POST /v1/evaluate: verdicts in request order, equal to kmrun eval --json
   end
   t.eq(v[1].reward_components.compiled, 1) t.eq(v[2].reward_components.compiled, 0)
   -- the same candidate through kmrun eval --json, on this CPU
-  local cdir = DIR .. "/cand"
-  sys.mkdir(cdir)
-  testing.write(cdir .. "/kernel.cu", BAD_CU)
-  testing.write(cdir .. "/launch.lua", relu.launch_lua)
+  local cdir = testing.candidate_dir(DIR .. "/cand", { source = BAD_CU, launch = relu.launch_lua })
   local out = testing.run(KMRUN .. " eval " .. ROOT .. "/tasks/l1_relu " .. cdir .. " --json --quiet")
   local e = assert(json.decode(out), out)
   local fields = 0
