@@ -586,7 +586,6 @@ static void set_headers(lua_State *L, int idx, km_req *r) {
   }
 }
 
-/* The request id at 2, locked (h->mu held on success). -> r | NULL (pushed the GONE triple) */
 /* The request whose id is argument 2, or NULL; h->mu is locked either way. */
 static km_req *req_locked(lua_State *L, km_http *h) {
   uint64_t id = (uint64_t)luaL_checkinteger(L, 2);
@@ -594,6 +593,7 @@ static km_req *req_locked(lua_State *L, km_http *h) {
   return req_find(h, id);
 }
 
+/* The request id at 2, locked (h->mu held on success). -> r | NULL (pushed the GONE triple) */
 static km_req *lock_req(lua_State *L, km_http *h, int *nret) {
   km_req *r = req_locked(L, h);
   if (r && !r->gone) return r;
