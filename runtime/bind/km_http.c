@@ -567,23 +567,41 @@ static int l_poll(lua_State *L) {
   return 1;
 }
 
-/* The headers table at idx as "name\0value\0"... into r->out_hdrs (h->mu not held: r waits). */
-static void set_headers(lua_State *L, int idx, km_req *r) {
-  size_t cap = 0;
-  free(r->out_hdrs);
-  r->out_hdrs = NULL;
-  r->out_hdrs_len = 0;
+/* Checks the headers table at idx (none, or string names to string values with no newline).
+ * Raises on a bad one: called before h->mu is taken, so no error leaves it locked. */
+static void check_headers(lua_State *L, int idx) {
   if (lua_isnoneornil(L, idx)) return;
   luaL_checktype(L, idx, LUA_TTABLE);
   lua_pushnil(L);
   while (lua_next(L, idx)) {
+    if (lua_type(L, -2) != LUA_TSTRING || lua_type(L, -1) != LUA_TSTRING)
+      luaL_error(L, "a header's name and value must be strings");
     size_t kl, vl;
-    const char *k = luaL_checklstring(L, -2, &kl), *v = luaL_checklstring(L, -1, &vl);
+    const char *k = lua_tolstring(L, -2, &kl), *v = lua_tolstring(L, -1, &vl);
     if (memchr(k, '\n', kl) || memchr(v, '\n', vl) || memchr(v, '\r', vl)) luaL_error(L, "a header with a newline");
-    if (append(&r->out_hdrs, &r->out_hdrs_len, &cap, k, kl + 1) || append(&r->out_hdrs, &r->out_hdrs_len, &cap, v, vl + 1))
-      luaL_error(L, "out of memory");
     lua_pop(L, 1);
   }
+}
+
+/* The headers table at idx (checked by check_headers) as "name\0value\0"... into r->out_hdrs.
+ * Raises nothing: it runs under h->mu. -> 0, or -1 out of memory */
+static int set_headers(lua_State *L, int idx, km_req *r) {
+  size_t cap = 0;
+  free(r->out_hdrs);
+  r->out_hdrs = NULL;
+  r->out_hdrs_len = 0;
+  if (lua_isnoneornil(L, idx)) return 0;
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    size_t kl, vl;
+    const char *k = lua_tolstring(L, -2, &kl), *v = lua_tolstring(L, -1, &vl);
+    lua_pop(L, 1);
+    if (append(&r->out_hdrs, &r->out_hdrs_len, &cap, k, kl + 1) || append(&r->out_hdrs, &r->out_hdrs_len, &cap, v, vl + 1)) {
+      lua_pop(L, 1);
+      return -1;
+    }
+  }
+  return 0;
 }
 
 /* The request whose id is argument 2, or NULL; h->mu is locked either way. */
@@ -603,6 +621,12 @@ static km_req *lock_req(lua_State *L, km_http *h, int *nret) {
   return NULL;
 }
 
+/* A request answered already: the lock let go, then the misuse raised. */
+static int not_taken(lua_State *L, km_http *h) {
+  pthread_mutex_unlock(&h->mu);
+  return luaL_argerror(L, 2, "answered already");
+}
+
 /* The end of an answer made under h->mu: its connection woken, the lock let go, true. */
 static int answered(lua_State *L, km_http *h) {
   pthread_cond_broadcast(&h->answered);
@@ -616,16 +640,17 @@ static int l_respond(lua_State *L) {
   int status = (int)luaL_checkinteger(L, 3);
   size_t n;
   const char *body = luaL_optlstring(L, 4, "", &n);
+  check_headers(L, 5);
   int nret = 0;
   km_req *r = lock_req(L, h, &nret);
   if (!r) return nret;
-  luaL_argcheck(L, r->state == RQ_TAKEN, 2, "answered already");
+  if (r->state != RQ_TAKEN) return not_taken(L, h);
   free(r->out);
   r->out = malloc(n ? n : 1);
   if (r->out) memcpy(r->out, body, n);
   r->out_len = r->out ? n : 0;
-  set_headers(L, 5, r);
-  r->status = status;
+  if (set_headers(L, 5, r)) r->out_len = 0, r->status = 500;
+  else r->status = status;
   r->state = RQ_ANSWERED;
   r->lua_done = 1;
   return answered(L, h);
@@ -634,12 +659,12 @@ static int l_respond(lua_State *L) {
 static int l_stream(lua_State *L) {
   km_http *h = http_check(L);
   int status = (int)luaL_checkinteger(L, 3);
+  check_headers(L, 4);
   int nret = 0;
   km_req *r = lock_req(L, h, &nret);
   if (!r) return nret;
-  luaL_argcheck(L, r->state == RQ_TAKEN, 2, "answered already");
-  set_headers(L, 4, r);
-  r->status = status;
+  if (r->state != RQ_TAKEN) return not_taken(L, h);
+  r->status = set_headers(L, 4, r) ? 500 : status;
   r->streaming = 1;
   r->state = RQ_ANSWERED;
   return answered(L, h);

@@ -192,5 +192,28 @@ t.test("close wakes a request that waits for its answer; misuse raises", functio
   srv:close()
 end)
 
+t.test("misuse raises without leaving the server locked: a second answer, a bad header", function()
+  local srv = assert(http.listen { host = "127.0.0.1", port = 0, tokens = { { "alice", TOKEN } } })
+  local addr = "127.0.0.1:" .. srv:port()
+  local errors = {}
+  local res = serve_until(srv, { probe(addr, "GET", "/a", { token = TOKEN }) }, function(r)
+    -- a header value that is not a string, then one with a newline: raised before anything is held
+    errors[#errors + 1] = select(2, pcall(srv.respond, srv, r.id, 200, "x", { ["X-N"] = 1 }))
+    errors[#errors + 1] = select(2, pcall(srv.respond, srv, r.id, 200, "x", { ["X-N"] = "a\nb" }))
+    srv:respond(r.id, 200, "first")
+    -- a second answer: refused (raised while the request is held, GONE once it is released)
+    local ok, a, b = pcall(srv.respond, srv, r.id, 200, "second")
+    errors[#errors + 1] = ok and tostring(b) or tostring(a)
+  end)
+  t.eq(res[1].status, 200) t.eq(res[1].body, "first")
+  t.ok(tostring(errors[1]):find("must be strings", 1, true), tostring(errors[1]))
+  t.ok(tostring(errors[2]):find("newline", 1, true), tostring(errors[2]))
+  t.ok(errors[3]:find("answered already", 1, true) or errors[3]:find("gone", 1, true), errors[3])
+  -- the server still answers: no lock was left held by the errors above
+  res = serve_until(srv, { probe(addr, "GET", "/b", { token = TOKEN }) }, echo(srv), 10)
+  t.eq(res[1] and res[1].status, 200, "answered after the misuse")
+  srv:close()
+end)
+
 sys.rmtree(DIR)
 t.done()
