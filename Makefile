@@ -278,8 +278,10 @@ $(BUILD)/raw_bench: bench/raw_bench.c
 # torch.compile baselines in its default mode: max-autotune (the default elsewhere) would
 # spend minutes per task on a first run. Only the program is built (the library, benches
 # and examples of `make all` are not used here: most of a first demo's build time).
+# The main job sets up what it needs first: the build's Debian packages (make deps, limited to
+# DEB_BUILD), then the program. make test installs nothing (need_pkgs: it names what is missing).
 demo:
-	$(call need_pkgs,$(DEB_BUILD),demo)
+	@$(MAKE) --no-print-directory deps DEB_PKGS="$(DEB_BUILD)"
 	@$(MAKE) --no-print-directory $(BUILD)/kmrun
 	$(BUILD)/kmrun strategies/repair_then_tune.lua tasks/ --compile-mode default || test $$? -eq 3
 
