@@ -198,7 +198,8 @@ int km_lease_claim(km_store *s, const char *key, int64_t run_id, int64_t seen_ep
   return rc;
 }
 
-/* Runs an UPDATE/DELETE on (key, run_id, [x]) that must touch one row of this run's. */
+/* Runs an UPDATE/DELETE on ?1 key, ?2 run_id and, where it has one, ?3 x, that must touch one
+ * row of this run's. */
 static int own_row(km_store *s, const char *sql, const char *key, int64_t run_id, int64_t x,
                    const char *what) {
   km_store_begin_call(s);
@@ -206,7 +207,7 @@ static int own_row(km_store *s, const char *sql, const char *key, int64_t run_id
   sqlite3_stmt *st = prepare(s, sql, key, what);
   if (!st) return KM_STORE_ESQLITE;
   sqlite3_bind_int64(st, 2, run_id);
-  sqlite3_bind_int64(st, 3, x);
+  if (sqlite3_bind_parameter_count(st) >= 3) sqlite3_bind_int64(st, 3, x);
   int rc = run_once(s, st, what);
   if (rc) return rc;
   if (sqlite3_changes(km_store_sqlite(s)) == 0)
@@ -222,7 +223,7 @@ int km_lease_bind(km_store *s, const char *key, int64_t run_id, int64_t episode_
 
 int km_lease_drop(km_store *s, const char *key, int64_t run_id) {
   return own_row(s, "DELETE FROM leases WHERE key = ?1 AND run_id = ?2 AND state = 'live' "
-                    "AND episode_id IS NULL AND ?3 = ?3", key, run_id, 0, "dropping a lease");
+                    "AND episode_id IS NULL", key, run_id, 0, "dropping a lease");
 }
 
 int km_lease_renew(km_store *s, int64_t run_id, double ttl, int *n) {

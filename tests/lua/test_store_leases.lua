@@ -86,6 +86,18 @@ t.test("claim: one holder at a time; finished work is not done again", function(
   db:close()
 end)
 
+t.test("a claim whose episode fails to begin is given back", function()
+  local db = assert(store.open(dir .. "/begin.sqlite"))
+  local run = db:begin_run { name = "a" }
+  local L = require("km.run.leases").new(db, run)
+  local item = { key = "s|t|m|1", seen = 0 }
+  t.eq(L:claim(item), true)
+  t.raises(function() L:start(item, function() error("no episode", 0) end) end, "no episode")
+  t.eq(db:lease(item.key), false, "the claim was dropped")
+  t.eq(L:claim(item), true, "and can be taken again")
+  db:close()
+end)
+
 t.test("a lease whose holder is gone is taken over, and its episode abandoned", function()
   local path = dir .. "/gone.sqlite"
   local db = assert(store.open(path))

@@ -47,11 +47,15 @@ function Leases:claim(item)
 end
 
 -- Starts the episode of a claimed item (begin() -> the episode, whose .record is its id) and
--- names it in the lease.
+-- names it in the lease; a begin() that raises gives the claim back first.
 function Leases:start(item, begin)
-  local ep = begin()
-  local ok, err = self.db:bind_lease(item.key, self.run_id, ep.record)
-  if not ok then io.stderr:write("kmrun: ", tostring(err), "\n") end
+  local ok, ep = pcall(begin)
+  if not ok then
+    self.db:drop_lease(item.key, self.run_id)
+    error(ep, 0)
+  end
+  local bound, err = self.db:bind_lease(item.key, self.run_id, ep.record)
+  if not bound then io.stderr:write("kmrun: ", tostring(err), "\n") end
   return ep
 end
 
