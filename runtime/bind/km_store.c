@@ -504,13 +504,9 @@ static void add_raw_or_null(luaL_Buffer *b, const char *v, size_t n) {
     luaL_addstring(b, "null");
     return;
   }
-  for (size_t at = 0;;) {
-    size_t bad = at + km_utf8_check(v + at, n - at);
-    luaL_addlstring(b, v + at, bad - at);
-    if (bad >= n) break;
-    luaL_addstring(b, KM_UTF8_REPLACEMENT_ESC);
-    at = bad + 1;
-  }
+  size_t len = km_utf8_repaired_len(v, n);
+  km_utf8_repair(luaL_prepbuffsize(b, len), v, n);
+  luaL_addsize(b, len);
 }
 
 /* Appends the episode as one line of JSON, keys in the order json.encode sorts them, so a

@@ -68,21 +68,12 @@ static void sb_adds(sbuf *b, const char *s) { sb_add(b, s, strlen(s)); }
  * raw bytes; it can stand only inside a JSON string) becomes \ufffd, as km.json writes it.
  * *text is cJSON_malloc'd and replaced by a cJSON_malloc'd copy; KM_ENOMEM leaves it freed. */
 static int utf8_text(char **text) {
-  size_t n = strlen(*text), bad = km_utf8_check(*text, n), extra = 0;
-  if (bad == n) return KM_OK;
-  for (size_t at = bad; at < n; at += km_utf8_check(*text + at, n - at)) extra += 5, at++;
-  char *out = cJSON_malloc(n + extra + 1), *d = out;
+  size_t n = strlen(*text), len = km_utf8_repaired_len(*text, n);
+  if (len == n) return KM_OK;
+  char *out = cJSON_malloc(len + 1);
   if (out) {
-    for (size_t at = 0;;) {
-      size_t stop = at + km_utf8_check(*text + at, n - at);
-      memcpy(d, *text + at, stop - at);
-      d += stop - at;
-      if (stop >= n) break;
-      memcpy(d, KM_UTF8_REPLACEMENT_ESC, 6);
-      d += 6;
-      at = stop + 1;
-    }
-    *d = '\0';
+    km_utf8_repair(out, *text, n);
+    out[len] = '\0';
   }
   cJSON_free(*text);
   *text = out;

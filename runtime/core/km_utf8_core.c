@@ -1,4 +1,6 @@
 /* km_utf8_core.c — UTF-8 validity, byte by byte (km_utf8_core.h). */
+#include <string.h>
+
 #include "km_utf8_core.h"
 
 size_t km_utf8_seq(const unsigned char *s, size_t n) {
@@ -32,4 +34,23 @@ size_t km_utf8_check(const char *s, size_t n) {
     i += k;
   }
   return n;
+}
+
+size_t km_utf8_repaired_len(const char *s, size_t n) {
+  size_t len = n;
+  for (size_t at = km_utf8_check(s, n); at < n; at += 1 + km_utf8_check(s + at + 1, n - at - 1))
+    len += sizeof KM_UTF8_REPLACEMENT_ESC - 2; /* one byte becomes the 6 of the escape */
+  return len;
+}
+
+void km_utf8_repair(char *dst, const char *s, size_t n) {
+  for (size_t at = 0;;) {
+    size_t stop = at + km_utf8_check(s + at, n - at);
+    memcpy(dst, s + at, stop - at);
+    dst += stop - at;
+    if (stop >= n) return;
+    memcpy(dst, KM_UTF8_REPLACEMENT_ESC, sizeof KM_UTF8_REPLACEMENT_ESC - 1);
+    dst += sizeof KM_UTF8_REPLACEMENT_ESC - 1;
+    at = stop + 1;
+  }
 }

@@ -18,4 +18,10 @@ size_t km_utf8_check(const char *s, size_t n);
 /* What replaces each invalid byte in JSON text kmrun writes: U+FFFD as a JSON escape. */
 #define KM_UTF8_REPLACEMENT_ESC "\\ufffd"
 
+/* The length of s with every invalid byte replaced by KM_UTF8_REPLACEMENT_ESC (n when s is
+ * valid UTF-8), and that text written to dst (room for km_utf8_repaired_len bytes; no NUL
+ * added). For JSON text whose invalid bytes can stand only inside strings. */
+size_t km_utf8_repaired_len(const char *s, size_t n);
+void km_utf8_repair(char *dst, const char *s, size_t n);
+
 #endif

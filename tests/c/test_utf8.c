@@ -37,9 +37,22 @@ TEST(sequence_lengths) {
   ASSERT_EQ_INT(strlen(KM_UTF8_REPLACEMENT_ESC), 6);
 }
 
+/* Every invalid byte becomes \ufffd, valid runs stay as they are; the length is told first. */
+TEST(repair_replaces_each_bad_byte) {
+  const char valid[] = "caf\xc3\xa9";
+  ASSERT_EQ_INT((int)km_utf8_repaired_len(valid, 5), 5);
+  const char bad[] = "\xff" "a\xe9\xc3\xa9\x80";
+  size_t n = sizeof bad - 1, len = km_utf8_repaired_len(bad, n);
+  ASSERT_EQ_INT((int)len, 3 * 6 + 1 + 2);
+  char out[64] = {0};
+  km_utf8_repair(out, bad, n);
+  ASSERT_EQ_STR(out, "\\ufffd" "a\\ufffd\xc3\xa9\\ufffd");
+}
+
 int main(void) {
   RUN(valid_text_passes);
   RUN(first_bad_byte_is_found);
   RUN(sequence_lengths);
+  RUN(repair_replaces_each_bad_byte);
   return DONE();
 }
