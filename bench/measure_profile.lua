@@ -163,6 +163,19 @@ for _, name in ipairs { "truth_enqueue", "truth_read", "seal_enqueue", "seal_rea
   Judge[name] = timed(cand_key(name), Judge[name])
 end
 compare.enqueue = timed(cand_key("compare.enqueue"), compare.enqueue)
+-- the evaluation's other stages and verify's pieces (outside timings: verify's trials)
+Judge.verify = timed(function() return "verify stage: Judge:verify" end, Judge.verify)
+Judge.task_state = timed(function() return "task stage: Judge:task_state" end, Judge.task_state)
+for _, name in ipairs { "trial_io", "trial_reference", "try_fast_reference", "exact_agrees", "seal_truth", "ledger" } do
+  Judge[name] = timed(cand_key(name), Judge[name])
+end
+do
+  local launch_mod, evidence_mod = require "km.judge.launch", require "km.judge.evidence"
+  launch_mod.prepare = timed(function() return "prepare stage: launch.prepare" end, launch_mod.prepare)
+  evidence_mod.compare_outputs = timed(cand_key("evidence.compare_outputs"), evidence_mod.compare_outputs)
+  local kb = require "km.task.kernelbench"
+  kb.empty_cache = timed(cand_key("kernelbench.empty_cache"), kb.empty_cache)
+end
 compare.result = timed(cand_key("compare.result"), compare.result)
 local sandbox = require "km.sandbox"
 sandbox.call = timed(cand_key("launch code (sandbox.call)"), sandbox.call)
@@ -363,6 +376,7 @@ local function ab_print()
     nr > 0 and fmt("%.4f", math.exp(lr / nr)) or "n/a"))
 end
 local rows, rc, m_all, k_all, v_all, started = {}, 0, 0, 0, 0, false
+local stage_sum, evals_counted = {}, 0 -- the counted evaluations' stage seconds, summed
 print(fmt("# bench/measure_profile.lua: %s, %s", J.device.name, os.date("!%Y-%m-%d %H:%M UTC")))
 print("| task | measure s per eval | kernel s per eval | measure / kernel | samples per eval | extra samples per eval | warm-up calls per eval | checked calls per eval | verify s per eval |")
 print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
@@ -388,6 +402,9 @@ for _, dir in ipairs(dirs) do
     local ct = v.timing and v.timing.candidate or {}
     m, k = m + ((v.stage_seconds or {}).measure or 0), k + (v.kernel_seconds or 0)
     vs = vs + ((v.stage_seconds or {}).verify or 0)
+    for sname, sec in pairs(v.stage_seconds or {}) do stage_sum[sname] = (stage_sum[sname] or 0) + sec end
+    stage_sum["(whole evaluation)"] = (stage_sum["(whole evaluation)"] or 0) + (v.eval_seconds or 0)
+    evals_counted = evals_counted + 1
     n, c = n + (ct.n or 0), c + (ct.checked_calls or 0)
     x, wu = x + (ct.n_extra or 0), wu + (ct.warmup_calls or 0)
   end
@@ -399,6 +416,15 @@ end
 print(fmt("| all | %.4f | %.4f | %.2fx | | | | | %.4f |", m_all / (#dirs * a.evals), k_all / (#dirs * a.evals), k_all > 0 and m_all / k_all or 0,
   v_all / (#dirs * a.evals)))
 if sides then ab_print() end
+print()
+print(fmt("| stage (%d counted evaluations) | seconds | ms per evaluation |", evals_counted))
+print("| --- | --- | --- |")
+local snames = {}
+for sname in pairs(stage_sum) do snames[#snames + 1] = sname end
+table.sort(snames, function(x, y) return stage_sum[x] > stage_sum[y] end)
+for _, sname in ipairs(snames) do
+  print(fmt("| %s | %.4f | %.2f |", sname, stage_sum[sname], 1e3 * stage_sum[sname] / math.max(1, evals_counted)))
+end
 print()
 print("| counted evaluations' part | seconds | calls |")
 print("| --- | --- | --- |")
