@@ -335,6 +335,31 @@ static int migrate_v1(km_store *s) {
   return exec_sql(s, meta, "migrating the store from schema version 1");
 }
 
+/* WAL mode on: journal_mode -> buf. Changing the mode takes the file's exclusive lock, and
+ * SQLite answers SQLITE_BUSY there without calling the busy handler while another process
+ * opens the same new file (three runs creating one store at once): tried again every 10 ms
+ * for up to the busy timeout (5 s). A file already in WAL mode needs no change. */
+static int use_wal(km_store *s, char *buf, size_t n) {
+  int rc = query_text(s, "PRAGMA journal_mode", buf, n);
+  if (rc || !strcmp(buf, "wal")) return rc;
+  for (int waited_ms = 0;; waited_ms += 10) {
+    sqlite3_stmt *st = NULL;
+    if ((rc = sqlite3_prepare_v2(s->db, "PRAGMA journal_mode = WAL", -1, &st, NULL)) != SQLITE_OK)
+      return fail_sqlite(s, rc, "PRAGMA journal_mode = WAL");
+    rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+      const char *v = (const char *)sqlite3_column_text(st, 0);
+      snprintf(buf, n, "%s", v ? v : "");
+      sqlite3_finalize(st);
+      return KM_OK;
+    }
+    sqlite3_finalize(st);
+    if ((rc & 0xff) != SQLITE_BUSY || waited_ms >= 5000)
+      return fail_sqlite(s, rc, "PRAGMA journal_mode = WAL");
+    sqlite3_sleep(10);
+  }
+}
+
 static int set_up(km_store *s, int flags) {
   int readonly = flags & KM_STORE_READONLY;
   int rc;
@@ -356,7 +381,7 @@ static int set_up(km_store *s, int flags) {
                   KM_STORE_SCHEMA_VERSION, version);
   } else {
     int in_memory = !strcmp(s->path, ":memory:") || !*s->path;
-    if ((rc = query_text(s, "PRAGMA journal_mode = WAL", buf, sizeof buf))) return rc;
+    if ((rc = use_wal(s, buf, sizeof buf))) return rc;
     if (!in_memory && strcmp(buf, "wal") != 0)
       return fail(s, KM_EIO, "WAL_UNAVAILABLE",
                   "%s: cannot use WAL mode (journal_mode is '%s'); is it on a network file system?",

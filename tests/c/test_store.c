@@ -1,6 +1,7 @@
 /* test_store.c — the pure C store core on real SQLite files in a temporary folder. */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <sqlite3.h>
@@ -447,6 +448,44 @@ TEST(leases) {
   km_store_close(s);
 }
 
+/* Processes opening one new file at the same moment (a pipe's close starts them all) all
+ * get a store: the switch to WAL mode answers SQLITE_BUSY without the busy handler while
+ * another process creates the file, and the open tries it again. 16 rounds of 8. */
+TEST(many_open_one_new_file) {
+  enum { ROUNDS = 16, PROCS = 8 };
+  for (int round = 0; round < ROUNDS; round++) {
+    const char *p = fresh();
+    int go[2];
+    ASSERT(pipe(go) == 0);
+    pid_t kids[PROCS];
+    for (int i = 0; i < PROCS; i++) {
+      kids[i] = fork();
+      if (kids[i] == 0) {
+        char c;
+        close(go[1]);
+        if (read(go[0], &c, 1) < 0) _exit(3);
+        km_store *s = NULL;
+        int rc = km_store_open(p, 0, &s);
+        if (rc) fprintf(stdout, "# round %d process %d: %s\n", round, i, km_store_errmsg(s));
+        fflush(stdout);
+        km_store_close(s);
+        _exit(rc ? 1 : 0);
+      }
+      ASSERT(kids[i] > 0);
+    }
+    close(go[0]);
+    close(go[1]);
+    int failed = 0;
+    for (int i = 0; i < PROCS; i++) {
+      int status = 0;
+      waitpid(kids[i], &status, 0);
+      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) failed++;
+    }
+    ASSERT_EQ_INT(failed, 0);
+    ASSERT_EQ_STR(peek(p, "PRAGMA journal_mode"), "wal");
+  }
+}
+
 int main(void) {
   if (!mkdtemp(dir)) {
     perror("mkdtemp");
@@ -464,6 +503,7 @@ int main(void) {
   RUN(migrates_version_1);
   RUN(uuids_are_distinct_v4);
   RUN(leases);
+  RUN(many_open_one_new_file);
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   if (system(cmd) != 0) printf("# could not remove %s\n", dir);
