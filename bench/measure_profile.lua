@@ -163,16 +163,14 @@ for _, name in ipairs { "truth_enqueue", "truth_read", "seal_enqueue", "seal_rea
   Judge[name] = timed(cand_key(name), Judge[name])
 end
 compare.enqueue = timed(cand_key("compare.enqueue"), compare.enqueue)
--- the evaluation's other stages and verify's pieces (outside timings: verify's trials)
+-- the evaluation's other stages and verify's pieces (outside timings: verify's trials; the
+-- prepare stage is in the stage table)
 Judge.verify = timed(function() return "verify stage: Judge:verify" end, Judge.verify)
 Judge.task_state = timed(function() return "task stage: Judge:task_state" end, Judge.task_state)
 for _, name in ipairs { "trial_io", "trial_reference", "try_fast_reference", "exact_agrees", "seal_truth", "ledger" } do
   Judge[name] = timed(cand_key(name), Judge[name])
 end
 do
-  local launch_mod, evidence_mod = require "km.judge.launch", require "km.judge.evidence"
-  launch_mod.prepare = timed(function() return "prepare stage: launch.prepare" end, launch_mod.prepare)
-  evidence_mod.compare_outputs = timed(cand_key("evidence.compare_outputs"), evidence_mod.compare_outputs)
   local kb = require "km.task.kernelbench"
   kb.empty_cache = timed(cand_key("kernelbench.empty_cache"), kb.empty_cache)
 end
