@@ -2,6 +2,7 @@
  *
  *   timing.time(fn_or_graph, { mode = "cold"|"warm"|"graph", warmup = 3, warmup_ms = 1,
  *                              min_samples = 20, max_samples = 300, target = 0.002, early_samples = 0, ci_target = 0,
+ *                              noise = "iqr"|"gini",
  *                              min_ms = 0, max_ms = 2000, rep = 1, flush_bytes = 2*L2,
  *                              samples = false, energy = false, gate = true, before = fn(phase),
  *                              after = fn(phase), warmed = 0, serial = false, gc = "defer"|"stop" })
@@ -29,8 +30,9 @@
  *                        "defer"), then the n objects they kept released: a test hook
  *   timing.gate_page_address() -> the page's device address: a test hook (tests/gpu/
  *                        test_gate_tamper.lua plays an attacker who learned it), not an API
- *   timing.rel_noise({ ms, ... }) -> the median's relative standard error the stop rule
- *                        compares with its target (no GPU needed)
+ *   timing.rel_noise({ ms, ... } [, noise]) -> the median's relative standard error the stop
+ *                        rule compares with its target, by the statistic `noise` ("iqr", the
+ *                        default, or "gini"; no GPU needed)
  *   timing.median({ ms, ... }) -> the median a timing reports of these samples (no GPU needed)
  *   timing.stop_at({ ms, ... }, opts) -> n, stop: where the stop rule of opts stops on these
  *                        samples taken in order (nil where it has not stopped by their end);
@@ -51,9 +53,11 @@
  * target * n / min_samples (an early stop, the answer settled); with ci_target > 0, a noise
  * stop also needs the median's order-statistic interval (>= 90% coverage) within +-ci_target
  * of it (km_stats_median_ci); or at max_samples; or after
- * max_ms of wall time (at >= 3 samples). `stop` says which, stop_target the bound the last
- * sample was held to, and ci_low, ci_high the median's 95% interval (median x (1 -+ 1.96 x
- * rel_noise); absent under 3 samples). serial = true: the after hook waits for each sample
+ * max_ms of wall time (at >= 3 samples). The error is the statistic `noise` names: "iqr"
+ * (km_stats_rel_noise, from the interquartile range) or "gini" (km_stats_gini_noise, from the
+ * trimmed Gini mean difference, inflated for the samples' count). `stop` says which, stop_target
+ * the bound the last sample was held to, rel_noise that error at the stop, and ci_low, ci_high
+ * the median's 95% interval (median x (1 -+ 1.96 x rel_noise); absent under 3 samples). serial = true: the after hook waits for each sample
  * (the judge's checks), so none is queued ahead (n is the same; n_extra is 0). Samples are queued ahead of the one being read, as many as the measured time per
  * sample needs to keep the GPU busy and never more than the rule may still need; those queued
  * past the stop (n_extra) run but are not counted. `protocol` records all of this (with
@@ -244,6 +248,9 @@ static void read_protocol(lua_State *L, int idx, km_timing_protocol *p) {
   p->stop.max_ms = km_optfield_num(L, idx, "max_ms", p->stop.max_ms);
   p->stop.early_samples = (int)km_optfield_int(L, idx, "early_samples", p->stop.early_samples);
   p->stop.max_ci = km_optfield_num(L, idx, "ci_target", p->stop.max_ci);
+  const char *noise = km_optfield_str(L, idx, "noise", km_noise_name(p->stop.noise_stat));
+  p->stop.noise_stat = km_noise_stat(noise);
+  if (p->stop.noise_stat < 0) luaL_error(L, "timing: unknown noise '%s' (\"iqr\" or \"gini\")", noise);
   if (km_stop_rule_valid(&p->stop) || p->rep < 1 || p->warmup < 0 || p->flush_bytes < 0)
     luaL_error(L, "timing: need 1 <= min_samples <= max_samples, 0 <= early_samples <= min_samples, target >= 0, ci_target >= 0, "
                   "min_ms >= 0, max_ms > 0, rep >= 1, warmup >= 0, flush_bytes >= 0");
@@ -257,7 +264,7 @@ static void push_key(lua_State *L, const km_timing_protocol *p) {
 
 /* [.., protocol]: every field of p, its version and key */
 static void push_protocol(lua_State *L, const km_timing_protocol *p) {
-  lua_createtable(L, 0, 14);
+  lua_createtable(L, 0, 16);
   lua_pushinteger(L, KM_TIMING_PROTOCOL_VERSION); lua_setfield(L, -2, "version");
   push_key(L, p); lua_setfield(L, -2, "key");
   lua_pushstring(L, p->mode); lua_setfield(L, -2, "mode");
@@ -269,6 +276,7 @@ static void push_protocol(lua_State *L, const km_timing_protocol *p) {
   lua_pushinteger(L, p->stop.early_samples); lua_setfield(L, -2, "early_samples");
   lua_pushnumber(L, p->stop.max_noise); lua_setfield(L, -2, "target");
   lua_pushnumber(L, p->stop.max_ci); lua_setfield(L, -2, "ci_target");
+  lua_pushstring(L, km_noise_name(p->stop.noise_stat)); lua_setfield(L, -2, "noise");
   lua_pushnumber(L, p->stop.min_ms); lua_setfield(L, -2, "min_ms");
   lua_pushnumber(L, p->stop.max_ms); lua_setfield(L, -2, "max_ms");
   if (!strcmp(p->mode, "cold")) { lua_pushinteger(L, p->flush_bytes); lua_setfield(L, -2, "flush_bytes"); }
@@ -530,8 +538,13 @@ static int sorted_samples(lua_State *L, const char *who, double **out) {
 
 static int l_rel_noise(lua_State *L) {
   double *v;
+  km_stop_rule r;
+  km_stop_rule_default(&r);
+  r.noise_stat = km_noise_stat(luaL_optstring(L, 2, "iqr"));
+  luaL_argcheck(L, r.noise_stat >= 0, 2, "\"iqr\" or \"gini\" expected");
+  lua_settop(L, 1);
   int n = sorted_samples(L, "rel_noise", &v);
-  lua_pushnumber(L, km_stats_rel_noise(v, n));
+  lua_pushnumber(L, km_stop_noise(&r, v, n));
   return 1;
 }
 

@@ -18,6 +18,7 @@ void km_stop_rule_default(km_stop_rule *r) {
   r->max_ms = 2000;
   r->early_samples = 0;
   r->max_ci = 0;
+  r->noise_stat = KM_NOISE_IQR;
 }
 
 int km_stop_rule_valid(const km_stop_rule *r) {
@@ -25,6 +26,7 @@ int km_stop_rule_valid(const km_stop_rule *r) {
   if (!(r->max_noise >= 0) || !(r->min_ms >= 0) || !(r->max_ms > 0)) return -1; /* NaN fails too */
   if (r->early_samples < 0 || r->early_samples > r->min_samples) return -1;
   if (!(r->max_ci >= 0)) return -1;
+  if (!km_noise_name(r->noise_stat)) return -1;
   return 0;
 }
 
@@ -35,6 +37,24 @@ const char *km_stop_name(km_stop s) {
   case KM_STOP_MAX_TIME: return "max_time";
   default: return NULL;
   }
+}
+
+const char *km_noise_name(int stat) {
+  switch (stat) {
+  case KM_NOISE_IQR: return "iqr";
+  case KM_NOISE_GINI: return "gini";
+  default: return NULL;
+  }
+}
+
+int km_noise_stat(const char *name) {
+  for (int i = KM_NOISE_IQR; name && i <= KM_NOISE_GINI; i++)
+    if (!strcmp(name, km_noise_name(i))) return i;
+  return -1;
+}
+
+double km_stop_noise(const km_stop_rule *r, const double *sorted, int n) {
+  return r->noise_stat == KM_NOISE_GINI ? km_stats_gini_noise(sorted, n) : km_stats_rel_noise(sorted, n);
 }
 
 void km_sampler_init(km_sampler *s, const km_stop_rule *r, double *samples, double *sorted) {
@@ -61,7 +81,7 @@ km_stop km_sampler_add(km_sampler *s, double ms, double elapsed_ms, int hold) {
   s->sorted[i] = ms;
   s->n++;
   s->sum_ms += ms;
-  s->noise = km_stats_rel_noise(s->sorted, s->n);
+  s->noise = km_stop_noise(&s->rule, s->sorted, s->n);
   const km_stop_rule *r = &s->rule;
   int timeout_n = r->min_samples < 3 ? r->min_samples : 3;
   if (!hold && s->sum_ms >= r->min_ms && s->noise <= km_stop_target(r, s->n) &&
@@ -176,7 +196,9 @@ int km_timing_protocol_key(const km_timing_protocol *p, char *buf, size_t cap) {
     size_t used = strlen(early);
     snprintf(early + used, sizeof early - used, ",ci<=%s", ci);
   }
-  return snprintf(buf, cap, "km.timing/%d mode=%s rep=%d warmup=%d,%sms stop=noise<=%s,n=%d..%d%s,min_ms=%s,max_ms=%s%s energy=%d gate=%d",
-                  KM_TIMING_PROTOCOL_VERSION, mode, p->rep, p->warmup, wms, noise, p->stop.min_samples,
+  /* the IQR's rule keeps the word it always had: keys of timings taken under it stay valid */
+  const char *stat = p->stop.noise_stat == KM_NOISE_GINI ? "gini" : "noise";
+  return snprintf(buf, cap, "km.timing/%d mode=%s rep=%d warmup=%d,%sms stop=%s<=%s,n=%d..%d%s,min_ms=%s,max_ms=%s%s energy=%d gate=%d",
+                  KM_TIMING_PROTOCOL_VERSION, mode, p->rep, p->warmup, wms, stat, noise, p->stop.min_samples,
                   p->stop.max_samples, early, minms, maxms, flush, p->energy ? 1 : 0, p->gate ? 1 : 0);
 }

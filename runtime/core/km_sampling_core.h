@@ -7,7 +7,8 @@
  *
  * The stop rule is nvbench's noise criterion applied to the median: sampling stops at the
  * first sample count n with n >= min_samples, the samples' summed time >= min_ms and the
- * median's relative standard error (km_stats_rel_noise) <= max_noise; or at max_samples; or
+ * median's relative standard error (the rule's noise statistic, km_stop_noise) <= max_noise;
+ * or at max_samples; or
  * once max_ms of wall time have passed and at least min(min_samples, 3) samples are in.
  * With early_samples (e) below min_samples (m), it stops sooner where the answer is settled:
  * at the first n in e..m-1 whose noise is <= max_noise * n / m (at n = 5 of m = 10, half the
@@ -16,7 +17,13 @@
  * km_stats_median_ci) to lie within +-max_ci of the median: at 5 samples that is all five
  * within 2 x max_ci, and it takes no estimate of the spread, so a few samples that happen to
  * agree (the IQR of 5 to 9 samples is small by chance far more often than the spread is) do
- * not stop a noisy timing (tests/lua/test_stop_rule.lua simulates it). */
+ * not stop a noisy timing (tests/lua/test_stop_rule.lua simulates it).
+ *
+ * The noise statistic: KM_NOISE_IQR (km_stats_rel_noise, from the interquartile range: the
+ * default, nvbench's) or KM_NOISE_GINI (km_stats_gini_noise: from the trimmed Gini mean
+ * difference, inflated by 1 + 1/sqrt(n) so an estimate small by chance seldom stops a
+ * timing). The judge's rule is the latter from 5 samples, with neither the early stop nor
+ * the interval (km.judge.checks says why, and what it costs). */
 #ifndef KM_SAMPLING_CORE_H
 #define KM_SAMPLING_CORE_H
 
@@ -36,14 +43,24 @@ typedef struct km_stop_rule {
   int early_samples;            /* an earlier noise stop from here, at a tighter target; 0: none */
   double max_ci;                /* a noise stop also needs the median's order-statistic interval
                                    (km_stats_median_ci) within +-max_ci of it; 0: not asked */
+  int noise_stat;               /* the statistic max_noise bounds: KM_NOISE_IQR, KM_NOISE_GINI */
 } km_stop_rule;
+
+enum { KM_NOISE_IQR = 0, KM_NOISE_GINI = 1 };
+/* "iqr", "gini", or NULL for another value. */
+const char *km_noise_name(int stat);
+/* The statistic of that name, or -1. */
+int km_noise_stat(const char *name);
+/* The noise the rule reads at n sorted samples: km_stats_rel_noise or km_stats_gini_noise. */
+double km_stop_noise(const km_stop_rule *r, const double *sorted, int n);
 
 typedef enum { KM_SAMPLE_ON = 0, KM_STOP_NOISE, KM_STOP_MAX_SAMPLES, KM_STOP_MAX_TIME } km_stop;
 
 /* The defaults above. */
 void km_stop_rule_default(km_stop_rule *r);
 /* 0 when the rule can be used (1 <= min_samples <= max_samples, max_noise >= 0,
- * min_ms >= 0, max_ms > 0, 0 <= early_samples <= min_samples, max_ci >= 0), else -1. */
+ * min_ms >= 0, max_ms > 0, 0 <= early_samples <= min_samples, max_ci >= 0, a known
+ * noise_stat), else -1. */
 int km_stop_rule_valid(const km_stop_rule *r);
 /* The noise a stop at n samples needs (max_noise, or the early stop's tighter bound), or -1
  * where no noise stop can come at n. */
@@ -56,7 +73,7 @@ typedef struct km_sampler {
   double *samples; /* in the order taken */
   double *sorted;  /* the same, ascending */
   int n;
-  double sum_ms, noise; /* noise: after the last add (infinity below 3 samples) */
+  double sum_ms, noise; /* noise: the rule's statistic after the last add (infinity below 3) */
   km_stop stop;
 } km_sampler;
 
@@ -119,7 +136,8 @@ void km_timing_protocol_default(km_timing_protocol *p);
 /* Writes the protocol's key, a string naming every field that decides a timing (numbers in
  * their shortest exact form), e.g. "km.timing/3 mode=cold rep=1 warmup=3,1ms
  * stop=noise<=0.002,n=20..300,min_ms=0,max_ms=2000 flush=2xL2 energy=0 gate=1"; an early
- * stop adds ",early=E" after the sample counts (a rule without one keeps its key). Returns
+ * stop adds ",early=E" after the sample counts, an interval ",ci<=C" (a rule without them
+ * keeps its key), and the Gini statistic names itself: "stop=gini<=0.0022,...". Returns
  * the length it needs, as snprintf does (-1 on a NULL protocol). */
 int km_timing_protocol_key(const km_timing_protocol *p, char *buf, size_t cap);
 

@@ -28,7 +28,7 @@ static int first_sufficient(double amp, int min_n, int max_n, double target) {
 }
 
 static km_stop_rule rule(int min_n, int max_n, double noise, double min_ms, double max_ms) {
-  km_stop_rule r = {min_n, max_n, noise, min_ms, max_ms, 0, 0};
+  km_stop_rule r = {min_n, max_n, noise, min_ms, max_ms, 0, 0, KM_NOISE_IQR};
   return r;
 }
 
@@ -40,6 +40,7 @@ TEST(defaults_and_validation) {
   ASSERT_NEAR(r.max_noise, 0.002, 0);
   ASSERT_NEAR(r.min_ms, 0, 0);
   ASSERT_NEAR(r.max_ms, 2000, 0);
+  ASSERT_EQ_INT(r.noise_stat, KM_NOISE_IQR);
   ASSERT_EQ_INT(km_stop_rule_valid(&r), 0);
   km_stop_rule bad = rule(0, 10, 0.01, 0, 10);
   ASSERT_EQ_INT(km_stop_rule_valid(&bad), -1);
@@ -266,7 +267,7 @@ TEST(simulated_loop_overshoot) {
 }
 
 TEST(protocol_key) {
-  km_timing_protocol p = {"cold", 1, 3, 1, 0, 0, 1, {20, 300, 0.002, 0, 2000, 0, 0}};
+  km_timing_protocol p = {"cold", 1, 3, 1, 0, 0, 1, {20, 300, 0.002, 0, 2000, 0, 0, KM_NOISE_IQR}};
   char k[256];
   int len = km_timing_protocol_key(&p, k, sizeof k);
   ASSERT_EQ_STR(k, "km.timing/3 mode=cold rep=1 warmup=3,1ms stop=noise<=0.002,n=20..300,min_ms=0,max_ms=2000 "
@@ -292,12 +293,13 @@ TEST(protocol_key) {
   q = p; q.stop.max_noise = 0.1 + 0.2; /* shortest exact form: 17 digits here */
   km_timing_protocol_key(&q, k2, sizeof k2);
   ASSERT(strstr(k2, "noise<=0.30000000000000004,") != NULL);
-  km_timing_protocol variants[8];
-  for (int i = 0; i < 8; i++) variants[i] = p;
+  km_timing_protocol variants[9];
+  for (int i = 0; i < 9; i++) variants[i] = p;
   variants[0].rep = 2; variants[1].warmup = 4; variants[2].warmup_ms = 6; variants[3].energy = 1;
   variants[4].stop.min_samples = 10; variants[5].stop.min_ms = 1; variants[6].gate = 0;
   variants[7].stop.early_samples = 5;
-  for (int i = 0; i < 8; i++) {
+  variants[8].stop.noise_stat = KM_NOISE_GINI;
+  for (int i = 0; i < 9; i++) {
     km_timing_protocol_key(&variants[i], k2, sizeof k2);
     ASSERT(strcmp(k, k2) != 0);
   }
@@ -410,8 +412,78 @@ TEST(the_median_interval_from_order_statistics) {
   ASSERT(km_stop_rule_valid(&r) != 0);
 }
 
+/* The Gini rule: a noise stop at exactly the first n >= min_samples whose
+ * km_stats_gini_noise is <= the target (computed the slow way), the statistic the sampler
+ * keeps; its key names it; an unknown statistic is refused. */
+TEST(the_gini_rule_stops_at_the_first_sufficient_count) {
+  km_stop_rule r = rule(5, 300, 0.0022, 0, 1e9);
+  r.noise_stat = KM_NOISE_GINI;
+  ASSERT_EQ_INT(km_stop_rule_valid(&r), 0);
+  ASSERT_EQ_STR(km_noise_name(KM_NOISE_GINI), "gini");
+  ASSERT_EQ_STR(km_noise_name(KM_NOISE_IQR), "iqr");
+  ASSERT(km_noise_name(2) == NULL);
+  ASSERT_EQ_INT(km_noise_stat("gini"), KM_NOISE_GINI);
+  ASSERT_EQ_INT(km_noise_stat("mad"), -1);
+  ASSERT_EQ_INT(km_noise_stat(NULL), -1);
+  double amps[] = {0.001, 0.004, 0.008, 0.015, 0.03};
+  int last = 0;
+  for (int k = 0; k < 5; k++) {
+    int want = -1;
+    double c[MAXN];
+    for (int n = 5; n <= 300 && want < 0; n++) {
+      for (int i = 0; i < n; i++) c[i] = series(i, amps[k]);
+      qsort(c, (size_t)n, sizeof(double), km_stats_cmp_double);
+      if (km_stats_gini_noise(c, n) <= 0.0022) want = n;
+    }
+    ASSERT(want >= 5);
+    ASSERT(want >= last); /* more spread, more samples */
+    last = want;
+    double a[MAXN], b[MAXN];
+    km_sampler s;
+    km_sampler_init(&s, &r, a, b);
+    for (int i = 0; s.stop == KM_SAMPLE_ON; i++) km_sampler_add(&s, series(i, amps[k]), 0, 0);
+    ASSERT_EQ_INT(s.stop, KM_STOP_NOISE);
+    ASSERT_EQ_INT(s.n, want);
+    ASSERT_NEAR(s.noise, km_stats_gini_noise(s.sorted, s.n), 0);
+  }
+  ASSERT(last > 20); /* +-3% samples take many */
+  /* five equal samples stop at five; a sixth far one does not stop what five would not */
+  double a[MAXN], b[MAXN];
+  km_sampler s;
+  km_sampler_init(&s, &r, a, b);
+  for (int i = 0; i < 5; i++) km_sampler_add(&s, 1.0, 0, 0);
+  ASSERT_EQ_INT(s.stop, KM_STOP_NOISE);
+  ASSERT_EQ_INT(s.n, 5);
+  /* four agreeing samples and one 2% away: the IQR's error is 0, the Gini's is not */
+  double xs[] = {1, 1, 1.02, 1, 1};
+  km_sampler_init(&s, &r, a, b);
+  for (int i = 0; i < 5; i++) km_sampler_add(&s, xs[i], 0, 0);
+  ASSERT_EQ_INT(s.stop, KM_SAMPLE_ON);
+  km_stop_rule iqr = rule(5, 300, 0.0022, 0, 1e9);
+  km_sampler_init(&s, &iqr, a, b);
+  for (int i = 0; i < 5; i++) km_sampler_add(&s, xs[i], 0, 0);
+  ASSERT_EQ_INT(s.stop, KM_STOP_NOISE);
+  km_stop_rule bad = r;
+  bad.noise_stat = 2;
+  ASSERT_EQ_INT(km_stop_rule_valid(&bad), -1);
+  bad.noise_stat = -1;
+  ASSERT_EQ_INT(km_stop_rule_valid(&bad), -1);
+  /* the key */
+  km_timing_protocol p;
+  km_timing_protocol_default(&p);
+  p.stop = r;
+  char k[256];
+  km_timing_protocol_key(&p, k, sizeof k);
+  ASSERT(strstr(k, " stop=gini<=0.0022,n=5..300,min_ms=0,") != NULL);
+  p.stop.noise_stat = KM_NOISE_IQR;
+  char k2[256];
+  km_timing_protocol_key(&p, k2, sizeof k2);
+  ASSERT(strstr(k2, " stop=noise<=0.0022,n=5..300,min_ms=0,") != NULL);
+}
+
 int main(void) {
   RUN(defaults_and_validation);
+  RUN(the_gini_rule_stops_at_the_first_sufficient_count);
   RUN(the_median_interval_from_order_statistics);
   RUN(an_early_stop_needs_a_tighter_noise);
   RUN(plan_with_an_early_stop_and_serial_work);
