@@ -73,7 +73,8 @@ end
 
 -- The names km.judge exports from its parts (name -> the part that owns it).
 local EXPORTS = {
-  random = "checks", CHECK_FIRST = "checks", CHECK_EVERY = "checks", CHECK_LINES = "checks", TARGET = "checks", CI_TARGET = "checks",
+  random = "checks", CHECK_FIRST = "checks", CHECK_EVERY = "checks", CHECK_LINES = "checks", TARGET = "checks", CI_TARGET = "checks", STOP_RULE = "checks", STOP_RULES = "checks",
+  NOISE = "checks", MIN_SAMPLES = "checks", EARLY_SAMPLES = "checks",
   check_first = "checks", check_picker = "checks", escape = "checks", cheat_gain = "checks", lines_shift = "checks",
   check_opts = "checks",
   alloc = "pool",

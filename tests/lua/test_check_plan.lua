@@ -57,13 +57,14 @@ end)
 -- with probability 1 - 1/check_every), the timing stopping by the noise rule at n (the last
 -- call past 10 checked where the draw left it: it is honest). The largest gain a cheat
 -- escapes with at all, and with a chance over 1 in 1000.
-local function worst(first, every)
+local function worst(first, every, window)
+  window = window or 10
   local w, w3 = 0, 0
-  for n = 10, 40 do
-    for k1 = 0, 10 do
-      for k2 = 0, math.max(0, n - 11) do
-        local p = judge.escape(10, k1, first) * (1 - 1 / every) ^ k2
-        if n == 10 and k2 > 0 then p = 0 end
+  for n = window, 40 do
+    for k1 = 0, window do
+      for k2 = 0, math.max(0, n - window - 1) do
+        local p = judge.escape(window, k1, first) * (1 - 1 / every) ^ k2
+        if n == window and k2 > 0 then p = 0 end
         if p > 0 then
           local g = judge.cheat_gain(n, k1 + k2)
           if g > w then w = g end
@@ -79,11 +80,12 @@ end
 -- device and runs the reference) and cheats on every call of the first min_samples left once
 -- it has counted all `first` checks: it escapes whenever the draw put them early, and gains
 -- what cheating on the calls after the last check gives. Played against the picker.
-local function informed(first, n)
+local function informed(first, n, window)
+  window = window or 10
   local worst_gain, escaped = 0, 0
   for _ = 1, n do
-    local pick, seen, caught, cheated = judge.check_picker(10, first, 1, false), 0, false, 0
-    for k = 1, 10 do
+    local pick, seen, caught, cheated = judge.check_picker(window, first, 1, false), 0, false, 0
+    for k = 1, window do
       local cheat = seen == first -- all checks counted: the rest look safe
       if pick(k) then
         seen = seen + 1
@@ -94,7 +96,7 @@ local function informed(first, n)
     end
     if not caught and cheated > 0 then
       escaped = escaped + 1
-      local g = judge.cheat_gain(10, cheated)
+      local g = judge.cheat_gain(window, cheated)
       if g > worst_gain then worst_gain = g end
     end
   end
@@ -103,12 +105,12 @@ end
 
 t.test("the default rule checks every timed call: no cheat escapes, informed or not", function()
   local _, first, every = judge.check_opts {}
-  t.eq(first, 10)
+  t.eq(first, judge.MIN_SAMPLES)
   t.eq(every, 1)
-  t.eq(worst(first, every), 0, "no cheated call goes unchecked")
-  local g, p = informed(first, 2000)
+  t.eq(worst(first, every, first), 0, "no cheated call goes unchecked")
+  local g, p = informed(first, 2000, first)
   t.eq(g, 0)
-  t.eq(p, 0, "a kernel counting the checks never sees all of them behind it before the 10th call")
+  t.eq(p, 0, "a kernel counting the checks never sees all of them behind it before the last call of the window")
 end)
 
 t.test("3 of 10: a blind cheat escapes with at most 2.2%; one that counts the checks escapes often, with the same bound", function()
@@ -193,7 +195,7 @@ end)
 t.test("check_opts: the defaults, and each bad option raised before anything runs", function()
   local each, first, every, shift = judge.check_opts {}
   t.eq(each, false)
-  t.eq(first, 10)
+  t.eq(first, judge.MIN_SAMPLES)
   t.eq(every, 1)
   t.eq(shift, 4)
   each, first, every, shift = judge.check_opts { check_draw = "each", check_lines = 1, min_samples = 20 }
@@ -201,12 +203,13 @@ t.test("check_opts: the defaults, and each bad option raised before anything run
   t.eq(first, 20)
   t.eq(every, 2, "each: later calls 1 in 2")
   t.eq(shift, 0)
-  _, first, every = judge.check_opts { check_first = 10, check_every = 4 }
+  _, first, every = judge.check_opts { check_first = 10, check_every = 4, min_samples = 10 }
   t.eq(first, 10)
   t.eq(every, 4)
   t.raises(function() judge.check_opts { check_draw = "some" } end, "check_draw")
   t.raises(function() judge.check_opts { check_every = 0 } end, "check_every")
-  t.raises(function() judge.check_opts { check_first = 11 } end, "check_first")
+  t.raises(function() judge.check_opts { check_first = 11, min_samples = 10 } end, "check_first")
+  t.raises(function() judge.check_opts { check_first = judge.MIN_SAMPLES + 1 } end, "check_first")
   t.raises(function() judge.check_opts { check_lines = 10 } end, "check_lines")
   -- Judge:eval raises on them before it looks at the task
   local j = setmetatable({}, judge.Judge)

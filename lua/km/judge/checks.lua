@@ -8,10 +8,13 @@
 --   CHECK_FIRST  1        the fraction of the first min_samples timed calls checked
 --   CHECK_EVERY  1        later timed calls are checked 1 in CHECK_EVERY
 --   CHECK_LINES  16       a check reads one 128-byte output line in CHECK_LINES
---   MIN_SAMPLES  10       the stop rule's sample count for its noise target (the judge's timings)
---   EARLY_SAMPLES 5       an early stop from here, at target x n / MIN_SAMPLES (the answer settled)
---   TARGET       0.005    the stop rule's noise target: the median's relative standard error
---   CI_TARGET    0.0025   a noise stop also needs the median's order-statistic interval within +-this
+--   STOP_RULE    "gini"   the stop rule of the judge's timings (KM_STOP_RULE; below), which sets:
+--   NOISE        "gini"   its statistic: the median's relative standard error, estimated so
+--   MIN_SAMPLES  5        the least sample count of a noise stop (the interval rule: 10)
+--   EARLY_SAMPLES 5       an earlier stop from here, at TARGET x n / MIN_SAMPLES (interval rule)
+--   TARGET       0.0022   the bound on that error (the interval rule: 0.005)
+--   CI_TARGET    0        a noise stop also needs the median's order-statistic interval within
+--                         +-this (0: not asked; the interval rule: 0.0025)
 local sys = require "km.sys"
 
 local fmt = string.format
@@ -30,34 +33,48 @@ local M = {}
 function M.random(n) return sys.random(n) end
 local rng = M.random
 
--- The stop rule of the judge's timings (km.judge.timed's time_opts), which the bounds below
--- are computed for: the median known to TARGET (one relative standard error: nvbench's
--- default max-noise; km.timing's own is 0.2%) at MIN_SAMPLES samples or more (nvbench's
--- minimum; km.timing's own default is 20), or, settled sooner, at EARLY_SAMPLES to
--- MIN_SAMPLES - 1 samples to TARGET x n / MIN_SAMPLES (half of it at 5): a sequential rule
--- on the statistic every timing reports (rel_noise; the verdict's ci_low, ci_high are the
--- median's 95% interval from it). Every timed call costs a refresh, a flush and, checked, a
--- reference run and full input proofs; a quiet kernel stops at 5 to 7 calls, where the plain
--- rule took 10, and every noise stop also needs CI_TARGET (below). A speedup of two medians known
--- to TARGET is within about 0.7%. EARLY_SAMPLES = MIN_SAMPLES (opts.early_samples) turns
--- the early stop off; the escape bounds below are for stops at MIN_SAMPLES or later.
-M.MIN_SAMPLES = 10
-M.EARLY_SAMPLES = math.tointeger(tonumber(os.getenv("KM_EARLY_SAMPLES") or "")) or 5 -- KM_EARLY_SAMPLES: side-by-side runs
-M.TARGET = 0.005
--- A noise stop, early or not, also needs the median's distribution-free interval (two order
--- statistics of at least 90% coverage: at 5 samples their range, at 10 the 2nd and 9th)
--- within +-CI_TARGET of it (km.timing's ci_target). The IQR's estimate of the error is what
--- TARGET bounds, and from 5 to 9 samples it is small by chance far more often than the
--- spread is: stopped on it alone, 10 timings of a kernel whose calls vary by 0.8% spread
--- 1.7% (p95) at 7 calls a timing, as 10 judged l1_softmax on an H200 did (1.95%). The
--- interval needs no estimate of the spread; at 0.25% the medians of 10 timings of one
--- kernel are within 1% of each other (issue 44's bound) in all but 1 to 3% of such sets for calls
--- varying by 0.2% to 2% (0.3%: 3 to 6%), at the calls that variation costs: a quiet kernel
--- (0.2%) about 7 calls a timing, one varying by 0.5% about 21, by 0.8% about 47, by 2% about
--- 250 (or max_ms). tests/lua/test_stop_rule.lua simulates it. Variation between evaluations
--- (clocks, placement) is outside any stop rule and adds to the spread.
--- KM_CI_TARGET in a worker's environment: another target (side-by-side runs; 0: none).
-M.CI_TARGET = tonumber(os.getenv("KM_CI_TARGET") or "") or 0.0025
+-- The stop rule of the judge's timings (km.judge.timed's time_opts; km.timing's options). A
+-- timed call costs a fresh-input fill, an L2 flush, the candidate's call, its check (the
+-- reference, every input proven in full, a compare) and a host wait, so the rule takes the
+-- fewest calls that keep issue 44's bound: the medians of 10 timings of one kernel within 1%
+-- of each other. The range of 10 normal medians is 4.47 standard errors or less 95 times in
+-- 100, so each median must be known to about 0.22% (one relative standard error).
+--
+-- "gini" (the default): a noise stop at the first n >= 5 whose median's relative standard
+-- error, estimated from the trimmed Gini mean difference and inflated by 1 + 1/sqrt(n)
+-- (km.timing's noise = "gini"; km_stats_gini_noise), is <= TARGET (0.22%); else max_samples
+-- (300) or max_ms. The inflation is about one standard error of that estimate: a spread
+-- underestimated by chance (5 to 9 samples) seldom stops a noisy timing, and a quiet kernel
+-- still stops at 5. Simulated on the timing core's own sampler (tests/lua/test_stop_rule.lua:
+-- normal call-to-call variation cv, and with 5% of calls late by 3 to 10 x cv), a timing
+-- takes about 5 calls at cv 0.1 to 0.2%, 7 to 8 at 0.3%, 13 to 15 at 0.5%, 28 to 33 at 0.8%,
+-- 58 to 68 at 1.2%, 150 to 175 at 2% (the interval rule below: 5 to 6, 7 to 10, 20 to 21,
+-- 42 to 47, 91 to 101, 230 to 250), the 95th percentile of 10 medians' spread 0.93% at most
+-- over cv 0.1% to 2%, and the median's 95% interval (ci_low, ci_high: median x (1 -+ 1.96 x
+-- that inflated error)) holds the true median in 96 to 98% of timings. Variation between
+-- evaluations (clocks, placement) is outside any stop rule and adds to the spread.
+--
+-- "interval" (KM_STOP_RULE=interval in a worker's environment: side-by-side runs): from 5
+-- to 9 calls the IQR's error (rel_noise) <= TARGET x n / 10 (0.5% x n / 10), from 10 on <=
+-- 0.5%, and every noise stop also needs the median's distribution-free interval (two order
+-- statistics of >= 90% coverage) within +-0.25% of it. Its key says ",early=5,ci<=0.0025".
+-- KM_EARLY_SAMPLES and KM_CI_TARGET override those two of the chosen rule.
+--
+-- A rule's name, statistic, counts and targets make the protocol key (stop=gini<=0.0022,
+-- n=5..300 against stop=noise<=0.005,n=10..300,early=5,ci<=0.0025), so a cached timing is
+-- compared only with one taken under the same rule.
+M.STOP_RULES = {
+  gini = { noise = "gini", min_samples = 5, early_samples = 5, target = 0.0021, ci_target = 0 },
+  interval = { noise = "iqr", min_samples = 10, early_samples = 5, target = 0.005, ci_target = 0.0025 },
+}
+M.STOP_RULE = os.getenv("KM_STOP_RULE") or "gini"
+local rule = M.STOP_RULES[M.STOP_RULE]
+if not rule then error(fmt("KM_STOP_RULE: \"gini\" or \"interval\" expected, got %q", M.STOP_RULE), 0) end
+M.NOISE = rule.noise
+M.MIN_SAMPLES = rule.min_samples
+M.EARLY_SAMPLES = math.tointeger(tonumber(os.getenv("KM_EARLY_SAMPLES") or "")) or rule.early_samples
+M.TARGET = rule.target
+M.CI_TARGET = tonumber(os.getenv("KM_CI_TARGET") or "") or rule.ci_target
 
 -- How a timing's calls are checked (km.judge.timed). By default every timed call is: a
 -- check waits for the device and runs the reference, so a kernel that reads %globaltimer
@@ -68,10 +85,12 @@ M.CI_TARGET = tonumber(os.getenv("KM_CI_TARGET") or "") or 0.0025
 -- check_first = m < min_samples checks a uniform draw of m of the first min_samples calls
 -- and every later call 1 in check_every: a kernel that cannot tell which calls are checked
 -- and cheats on k of n escapes with probability C(n-k, m) / C(n, m) (M.escape), and its
--- gain on the median is bounded by the stop rule (M.cheat_gain: fast on k = 5, 6, 7 of 10
--- calls, at most 0.84%, 1.7%, 2.2%); one that counts the checks by their gaps escapes
--- whenever the draw's m checks came early, with the same bound on its gain. Such a rule is
--- for side-by-side runs, not for verdicts a dataset keeps (docs/security.md).
+-- gain on the median is bounded by the stop rule (M.cheat_gain; under the interval rule,
+-- whose window is 10 calls: fast on k = 5, 6, 7 of 10 calls, at most 0.84%, 1.7%, 2.2%); one
+-- that counts the checks by their gaps escapes whenever the draw's m checks came early, with
+-- the same bound on its gain. Such a rule is for side-by-side runs, not for verdicts a
+-- dataset keeps (docs/security.md); min_samples = 10 in the options gives it that window
+-- under the default rule too.
 M.CHECK_FIRST = 1
 M.CHECK_EVERY = 1
 function M.check_first(m, min_samples)
@@ -107,17 +126,19 @@ function M.escape(n, k, m)
 end
 
 -- The largest relative gain on its median a kernel can have from being fast on k of the n
--- samples of a timing that stopped by the noise rule at n (target: the median's relative
--- standard error, M.TARGET): its fast calls all at one time f (lower quartiles
--- only raise the spread), the others at the honest time, f as low as the rule still allows
--- (a bisection on timing.rel_noise, the rule's own statistic). 1 where the rule allows any f
--- (the interquartile range lies among the fast calls: k >= 8 of 10), the median the one a
+-- samples of a timing that stopped by the noise rule at n (target: the bound on the median's
+-- relative standard error by the statistic `noise`; the interval rule's, 0.005 and "iqr", by
+-- default): its fast calls all at one time f (lower quartiles only raise the spread), the
+-- others at the honest time, f as low as the rule still allows (a bisection on
+-- timing.rel_noise, the rule's own statistic). 1 where the rule allows any f (under "iqr",
+-- the interquartile range lies among the fast calls: k >= 8 of 10), the median the one a
 -- timing reports (timing.median). km.timing is required here, when asked, not when the
 -- module loads.
-function M.cheat_gain(n, k, target)
-  target = target or M.TARGET
+function M.cheat_gain(n, k, target, noise)
+  target = target or M.STOP_RULES.interval.target
+  noise = noise or M.STOP_RULES.interval.noise
   local timing = require "km.timing"
-  local rel_noise = timing.rel_noise
+  local function rel_noise(s) return timing.rel_noise(s, noise) end
   local function samples(f)
     local s = {}
     for i = 1, n do s[i] = i <= k and f or 1 end

@@ -10,14 +10,16 @@
 --   option      default            meaning
 --   mode        "cold"             timing mode (km.timing's MODES)
 --   max_ms      2000               timing cap per side
---   min_samples checks.MIN_SAMPLES the stop rule's sample count for its target (10)
---   early_samples checks.EARLY_SAMPLES an early stop from here, settled (5; = min_samples: none)
---   target      checks.TARGET      the stop rule's noise target (0.5%)
+--   noise       checks.NOISE       the stop rule's statistic ("gini"; the interval rule: "iqr")
+--   min_samples checks.MIN_SAMPLES the stop rule's least sample count (5; the interval rule: 10)
+--   early_samples checks.EARLY_SAMPLES an early stop from here (5; = min_samples: none)
+--   target      checks.TARGET      the bound on the median's relative error (0.22%; 0.5%)
+--   ci_target   checks.CI_TARGET   the order-statistic interval's bound (0: none; 0.25%)
 --   warmup      M.WARMUP (1)       warm-up calls before the samples
 --   warmup_ms   M.WARMUP_MS (0)    their least wall time
 --   timing_gc   km.timing's        km.timing's gc ("defer"; "stop"): not part of the protocol
--- mode, min_samples, early_samples, target and the warm-up options make the protocol key, so
--- cached timings are kept apart.
+-- mode, noise, min_samples, early_samples, target, ci_target and the warm-up options make the
+-- protocol key, so cached timings are kept apart (checks.STOP_RULE picks the rule).
 --
 -- Every timed call of a candidate launches the same work (km.judge.same_work: its launch
 -- list, compared with the first call's at that shape; `varying_work` otherwise), and a
@@ -60,7 +62,8 @@ function M.time_opts(opts)
   local min_samples = opts.min_samples or checks.MIN_SAMPLES
   return { mode = opts.mode or "cold", max_ms = opts.max_ms or 2000, min_samples = min_samples,
     early_samples = math.min(opts.early_samples or checks.EARLY_SAMPLES, min_samples),
-    target = opts.target or checks.TARGET, ci_target = opts.ci_target or checks.CI_TARGET, warmup = opts.warmup or M.WARMUP, warmup_ms = opts.warmup_ms or M.WARMUP_MS,
+    target = opts.target or checks.TARGET, ci_target = opts.ci_target or checks.CI_TARGET,
+    noise = opts.noise or checks.NOISE, warmup = opts.warmup or M.WARMUP, warmup_ms = opts.warmup_ms or M.WARMUP_MS,
     gc = opts.timing_gc }
 end
 local time_opts = M.time_opts
