@@ -137,7 +137,7 @@ void km_timing_protocol_default(km_timing_protocol *p);
  * their shortest exact form), e.g. "km.timing/3 mode=cold rep=1 warmup=3,1ms
  * stop=noise<=0.002,n=20..300,min_ms=0,max_ms=2000 flush=2xL2 energy=0 gate=1"; an early
  * stop adds ",early=E" after the sample counts, an interval ",ci<=C" (a rule without them
- * keeps its key), and the Gini statistic names itself: "stop=gini<=0.0022,...". Returns
+ * keeps its key), and the Gini statistic names itself: "stop=gini<=0.0021,...". Returns
  * the length it needs, as snprintf does (-1 on a NULL protocol). */
 int km_timing_protocol_key(const km_timing_protocol *p, char *buf, size_t cap);
 

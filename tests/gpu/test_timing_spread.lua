@@ -1,9 +1,12 @@
--- GPU: timing quality under the judge's stop rule (km.judge.checks: a stop from 5 calls where
--- the median's error and its order-statistic interval are small enough). The same correct kernel judged 10 times on one GPU,
+-- GPU: timing quality under the judge's stop rule (km.judge.checks: by default the gini rule,
+-- a stop from 5 calls where the median's error, from the trimmed Gini mean difference and
+-- inflated for the count, is <= 0.21%; KM_STOP_RULE=interval: the rule it replaced). The
+-- same correct kernel judged 10 times on one GPU,
 -- each a full evaluation (verify, every timed call checked): the spread of its speedups
 -- (max / min - 1; the baseline it is divided by is timed once and kept, so the spread is the
 -- candidate's medians') is at most 1% for kernels of 10 us or more and 3% for 2 us or more.
--- Prints each task's medians, calls and spread (bench/RESULTS.md quotes them).
+-- Prints each task's medians, calls and spread (bench/RESULTS.md quotes them); each verdict's
+-- 95% interval holds its median and its calls are 5 or more.
 local t = require "km.tap"
 t.require_gpu()
 local judge_mod = require "km.judge"

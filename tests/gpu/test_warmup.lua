@@ -67,13 +67,14 @@ end)
 
 -- Which timed calls are checked (Judge:time_run, km.judge's check_picker): by default every
 -- one, in place, and none after the timing; check_first = m checks exactly m of the first
--- min_samples (a timing that stops there: a noise target of 50% makes every one here, with
--- early_samples = min_samples so that it does not stop earlier) and,
+-- min_samples (here 10, the interval rule's window; a timing that stops there: a noise
+-- target of 50% makes every one here, with early_samples = min_samples so that it does not
+-- stop earlier) and,
 -- in one that runs on, every later call (check_every = 1). check_draw = "each": the 10th
 -- always, the others 1 in 2.
 t.test("every timed call is checked in place by default; check_first = 3 checks exactly 3 of 10", function()
   for _ = 1, 2 do
-    local v = j:eval(rowsum, STARTER, with { early_samples = 10, ci_target = 0, target = 0.5 })
+    local v = j:eval(rowsum, STARTER, with { min_samples = 10, early_samples = 10, ci_target = 0, target = 0.5 })
     t.eq(v.status, "correct", v.feedback)
     local c = v.timing.candidate
     t.eq(c.n, 10, "the rule stops at min_samples")
@@ -82,17 +83,17 @@ t.test("every timed call is checked in place by default; check_first = 3 checks 
     t.eq(c.check_lines, 16, "one output line in 16 of a large buffer")
   end
   for _ = 1, 3 do
-    local v = j:eval(rowsum, STARTER, with { early_samples = 10, ci_target = 0, target = 0.5, check_first = 3 })
+    local v = j:eval(rowsum, STARTER, with { min_samples = 10, early_samples = 10, ci_target = 0, target = 0.5, check_first = 3 })
     t.eq(v.status, "correct", v.feedback)
     t.eq(v.timing.candidate.checked_calls, 3, "3 of the 10")
     t.eq(v.timing.candidate.last_checked_after, nil, "no check after the timing")
   end
-  local v = j:eval(rowsum, STARTER, with { early_samples = 10, ci_target = 0, target = 0.5, check_lines = 1 })
+  local v = j:eval(rowsum, STARTER, with { min_samples = 10, early_samples = 10, ci_target = 0, target = 0.5, check_lines = 1 })
   t.eq(v.timing.candidate.check_lines, nil, "check_lines = 1: every line")
   -- a timing that does not stop at 10 (a noise target no timing meets, stopped by max_ms):
   -- 3 of the first 10 and every call after them, each in place
   for _ = 1, 2 do
-    local e = j:eval(rowsum, STARTER, with { target = 1e-9, max_ms = 40, check_first = 3 })
+    local e = j:eval(rowsum, STARTER, with { min_samples = 10, target = 1e-9, max_ms = 40, check_first = 3 })
     t.eq(e.status, "correct", e.feedback)
     local c = e.timing.candidate
     t.ok(c.n > 10, "ran past min_samples: " .. tostring(c.n))
@@ -101,7 +102,7 @@ t.test("every timed call is checked in place by default; check_first = 3 checks 
   end
   local counts = {}
   for _ = 1, 6 do
-    local e = j:eval(rowsum, STARTER, with { early_samples = 10, ci_target = 0, target = 0.5, check_draw = "each" })
+    local e = j:eval(rowsum, STARTER, with { min_samples = 10, early_samples = 10, ci_target = 0, target = 0.5, check_draw = "each" })
     t.eq(e.status, "correct", e.feedback)
     t.eq(e.timing.candidate.last_checked_after, nil, "each: the 10th checked in place")
     counts[#counts + 1] = e.timing.candidate.checked_calls

@@ -102,7 +102,8 @@ end)
 
 -- The before and after table (docs/eval.md, checks.lua): calls a timing takes and the 95th
 -- percentile of 10 medians' spread, per cv, without and with late calls. Ceilings: the gini
--- rule's simulated count and about 15% more.
+-- rule's simulated count and about 15% more. STOP_RULE_ROUNDS=N in the environment: N sets of
+-- 10 at every cv (docs/eval.md's table: 2000), for a finer table.
 local CASES = {
   { cv = 0.001, rounds = 400, ceil = { 5.5, 6.1 } },
   { cv = 0.002, rounds = 400, ceil = { 6.1, 7.5 } },
@@ -116,10 +117,11 @@ local CASES = {
 t.test("the gini rule: 10 timings within 1% (p95) at cv 0.1% to 2%, at fewer calls than the interval rule", function()
   math.randomseed(44)
   t.diag("cv     | late | gini: calls  p95 spread  interval held | interval rule: calls  p95 spread")
+  local rounds = math.tointeger(tonumber(os.getenv("STOP_RULE_ROUNDS") or ""))
   for _, c in ipairs(CASES) do
     for i, p_out in ipairs { 0, 0.05 } do
-      local calls, p95, held = spread(OPTS, c.cv, p_out, c.rounds)
-      local calls_old, p95_old = spread(OLD, c.cv, p_out, c.rounds)
+      local calls, p95, held = spread(OPTS, c.cv, p_out, rounds or c.rounds)
+      local calls_old, p95_old = spread(OLD, c.cv, p_out, rounds or c.rounds)
       t.diag(("%.1f%%   | %s   | %6.1f  %.3f%%  %s | %6.1f  %.3f%%"):format(100 * c.cv, p_out > 0 and "5%" or "no",
         calls, 100 * p95, p_out == 0 and ("%.1f%%"):format(100 * held) or "  -  ", calls_old, 100 * p95_old))
       local what = ("cv %.1f%%%s"):format(100 * c.cv, p_out > 0 and ", 5% late" or "")
