@@ -43,6 +43,10 @@ t.test("cheat_gain: the stop rule bounds what k fast calls of 10 gain, up to k =
   t.ok(judge.cheat_gain(10, 8) > 0.99, "k = 8: the range lies among the fast calls, any gain")
   -- a looser target lets more through; more samples narrow what a given share gains
   t.ok(judge.cheat_gain(10, 6, 0.01) > judge.cheat_gain(10, 6))
+  -- the gini rule's statistic reads every pair of the middle 8: fast calls move it sooner
+  close(judge.cheat_gain(10, 5, 0.0021, "gini"), 0.0029, 0.0001, "gini, k = 5")
+  close(judge.cheat_gain(10, 7, 0.0021, "gini"), 0.0077, 0.0001, "gini, k = 7")
+  close(judge.cheat_gain(10, 8, 0.0021, "gini"), 0.0131, 0.0001, "gini, k = 8: not any gain")
   t.ok(timing.rel_noise { 1, 1, 1 } == 0 and timing.rel_noise { 1, 2 } == math.huge)
   -- the median cheat_gain reads is the one a timing reports (sorted here, interpolated)
   t.eq(timing.median { 3, 1, 2 }, 2)
