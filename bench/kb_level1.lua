@@ -9,8 +9,11 @@
 -- repeat evaluations, a problem's first aside), the stage split (problem load = task,
 -- prepare, baselines, verify, measure), statuses, and per problem the device memory held
 -- after its evaluations (NVML, the whole device) next to the problem's own input and output
--- bytes at its timed shape.
--- Usage: kmrun bench/kb_level1.lua KB_DIR [OUT.md] [--evals N] [--max-s S] [--first N]
+-- bytes at its timed shape. --mode says how the jobs reach the pool: serial (one evaluation
+-- at a time, each candidate compiled by the worker), batch (a chunk of 8 problems' jobs at
+-- once: the pool compiles the waiting ones on the CPUs while the worker judges, as a sweep
+-- or the service does), both (serial, then batch, each from empty caches: side by side).
+-- Usage: kmrun bench/kb_level1.lua KB_DIR [OUT.md] [--evals N] [--max-s S] [--first N] [--mode M]
 --   KB_DIR: a KernelBench checkout's KernelBench/ folder (level1 inside) or level1 itself
 -- Exit status: 0, 2 on usage errors, 3 where there is no GPU (the reason on stderr).
 local A = require "km.args"
@@ -25,6 +28,8 @@ local SPEC = A.spec {
   options = { { "evals", "N", "candidates judged per problem in a row (default 2)", type = "int" },
     { "max-s", "S", "a pass starts no problem after S seconds (default 150)", type = "seconds" },
     { "first", "N", "only the first N problems", type = "int" },
+    { "mode", "M", "serial: one evaluation at a time (pool:eval); batch: a chunk of problems' jobs submitted at once, so the pool compiles the waiting ones on the CPUs while the worker judges (km.serve.pool); both: each, side by side (default batch)",
+      choices = { "serial", "batch", "both" } },
     { "dry-run", nil, "no GPU: compile every problem's candidates (NVRTC, sm_90) and load their launch code" },
     { "pass", "NAME", "internal: judge one pass here and write its records to OUT.md" } },
 }
@@ -128,27 +133,48 @@ local function device_used(uuid)
   return (nvml.memory(uuid or 0))
 end
 
-local function run_pass(pass, out)
+-- Problems a batch-mode chunk submits at once (their EVALS jobs each): the pass checks its
+-- --max-s between chunks.
+local CHUNK = 8
+
+-- One pass: `pass` names its candidates (new to NVRTC's cache in each pass), `mode` how
+-- they are submitted (serial, batch); one JSON record an evaluation into `out`.
+local function run_pass(pass, mode, out)
   local eval = require "km.serve.pool"
   local kbtask = require "km.task.kbtask"
   local pool = assert(eval.pool { gpus = { 0 }, timeout = 600 })
   local f = assert(io.open(out, "w"))
   local t0 = timing.wall()
-  for _, file in ipairs(problems()) do
-    if timing.wall() - t0 > MAX_S then break end
+  local function record(file, i, kind, v, wall)
     local key = kbtask.key(file, "fp32")
-    local mem = 0
-    for i = 1, EVALS do
-      local cand, kind = candidate(file, i, pass)
-      local w0 = timing.wall()
-      local v = pool:eval(key, cand, { compile_mode = "off", energy = false, seeds = i == 1 and 3 or 1 })
-      local used = device_used(pool.device and pool.device.uuid)
-      mem = math.max(mem, used or 0)
-      f:write(json.encode { problem = file:match("([^/]+)%.py$"), i = i, kind = kind, status = v.status,
-        wall = timing.wall() - w0, eval_seconds = v.eval_seconds, stages = v.stage_seconds, kernel = v.kernel_seconds,
-        speedup = v.speedup, feedback = v.status ~= "correct" and kind == "eager" and tostring(v.feedback):sub(1, 300) or nil,
-        device_used = used, footprint = i == EVALS and footprint(key) or nil }, "\n")
-      f:flush()
+    f:write(json.encode { problem = file:match("([^/]+)%.py$"), i = i, kind = kind, status = v.status,
+      wall = wall, eval_seconds = v.eval_seconds, stages = v.stage_seconds, kernel = v.kernel_seconds,
+      speedup = v.speedup, feedback = v.status ~= "correct" and kind == "eager" and tostring(v.feedback):sub(1, 300) or nil,
+      device_used = device_used(pool.device and pool.device.uuid), footprint = i == EVALS and footprint(key) or nil }, "\n")
+    f:flush()
+  end
+  local function opts_of(i) return { compile_mode = "off", energy = false, seeds = i == 1 and 3 or 1 } end
+  local files = problems()
+  local at = 1
+  while at <= #files and timing.wall() - t0 <= MAX_S do
+    local chunk = mode == "serial" and { files[at] } or { table.unpack(files, at, math.min(#files, at + CHUNK - 1)) }
+    at = at + #chunk
+    local jobs, meta = {}, {}
+    for _, file in ipairs(chunk) do
+      for i = 1, EVALS do
+        local cand, kind = candidate(file, i, pass)
+        jobs[#jobs + 1] = { kbtask.key(file, "fp32"), cand, opts_of(i) }
+        meta[#jobs] = { file, i, kind }
+      end
+    end
+    if mode == "serial" then
+      for j, job in ipairs(jobs) do
+        local w0 = timing.wall()
+        local v = pool:eval(job[1], job[2], job[3])
+        record(meta[j][1], meta[j][2], meta[j][3], v, timing.wall() - w0)
+      end
+    else
+      for j, v in ipairs(pool:eval_many(jobs)) do record(meta[j][1], meta[j][2], meta[j][3], v, nil) end
     end
   end
   f:write(json.encode { pass_wall = timing.wall() - t0 }, "\n")
@@ -156,7 +182,11 @@ local function run_pass(pass, out)
   pool:close()
 end
 
-if args.pass then run_pass(args.pass, assert(args.out, "--pass needs OUT")) return EXIT.OK end
+if args.pass then
+  local pass, mode = args.pass:match("^([^:]+):?(.*)$")
+  run_pass(pass, mode ~= "" and mode or "batch", assert(args.out, "--pass needs OUT"))
+  return EXIT.OK
+end
 
 ----------------------------------------------------------------------------------------
 -- the two passes and their table
@@ -218,14 +248,19 @@ say("")
 say("| pass | problems | evaluations | wall s | evaluations per GPU-hour (wall) | repeat evaluations per GPU-hour (judge busy) | problem load (task) | prepare | baselines | verify | measure | kind and status |")
 say("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 local recs_of = {}
-for _, pass in ipairs { "empty", "warm" } do
-  local out = tmp .. "/" .. pass .. ".jsonl"
-  local cmd = ("XDG_CACHE_HOME=%s/cache TMPDIR=%s/tmp KM_CACHE_DIR= KM_BASELINE_DIR= KM_SPEC_DIR= %s %s/bench/kb_level1.lua '%s' %s --pass %s --evals %d --max-s %d%s > %s/%s.log 2>&1")
-    :format(tmp, tmp, KMRUN, ROOT, KB, out, pass, EVALS, MAX_S, args.first and (" --first " .. args.first) or "", tmp, pass)
-  os.execute(cmd)
-  local recs, wall = read_records(out)
-  recs_of[pass] = recs
-  summarize(pass, recs, wall)
+local modes = (args.mode or "batch") == "both" and { "serial", "batch" } or { args.mode or "batch" }
+for _, mode in ipairs(modes) do
+  -- each mode's empty pass starts from empty caches of its own
+  local cache = ("%s/cache-%s"):format(tmp, mode)
+  for _, pass in ipairs { "empty", "warm" } do
+    local out = ("%s/%s-%s.jsonl"):format(tmp, mode, pass)
+    local cmd = ("XDG_CACHE_HOME=%s TMPDIR=%s/tmp KM_CACHE_DIR= KM_BASELINE_DIR= KM_SPEC_DIR= %s %s/bench/kb_level1.lua '%s' %s --pass %s:%s --evals %d --max-s %d%s > %s/%s-%s.log 2>&1")
+      :format(cache, tmp, KMRUN, ROOT, KB, out, pass, mode, EVALS, MAX_S, args.first and (" --first " .. args.first) or "", tmp, mode, pass)
+    os.execute(cmd)
+    local recs, wall = read_records(out)
+    recs_of[pass] = recs
+    summarize(mode .. ", " .. pass, recs, wall)
+  end
 end
 say("")
 say("Problems whose eager-equivalent candidate was not correct (warm pass):")
