@@ -150,7 +150,9 @@ local function run_pass(pass, mode, out)
     f:write(json.encode { problem = file:match("([^/]+)%.py$"), i = i, kind = kind, status = v.status,
       wall = wall, eval_seconds = v.eval_seconds, stages = v.stage_seconds, kernel = v.kernel_seconds,
       speedup = v.speedup, feedback = v.status ~= "correct" and kind == "eager" and tostring(v.feedback):sub(1, 300) or nil,
-      device_used = device_used(pool.device and pool.device.uuid), footprint = i == EVALS and footprint(key) or nil }, "\n")
+      device_used = device_used(pool.device and pool.device.uuid), footprint = i == EVALS and footprint(key) or nil,
+      judge_peak = type(v.device_memory) == "table" and v.device_memory.judge_peak_bytes or nil,
+      torch_peak = type(v.device_memory) == "table" and v.device_memory.torch_peak_bytes or nil }, "\n")
     f:flush()
   end
   local function opts_of(i) return { compile_mode = "off", energy = false, seeds = i == 1 and 3 or 1 } end
@@ -228,11 +230,18 @@ local function summarize(pass, recs, wall)
     f(st.task), f(st.prepare), f(st.baselines), f(st.verify), f(st.measure), table.concat(ks, ", "))
 end
 
+-- Per problem: its footprint, the device memory held after its evaluations, and the peaks of
+-- its evaluations (the verdicts' device_memory: the judge's buffers, torch's allocator).
 local function memory_rows(recs)
-  local rows = {}
+  local rows, peak = {}, {}
+  local function gib(x) return x and ("%.2f"):format(x / 2^30) or "-" end
   for _, r in ipairs(recs) do
+    local p = peak[r.problem] or {}
+    peak[r.problem] = p
+    if r.judge_peak then p.judge = math.max(p.judge or 0, r.judge_peak) end
+    if r.torch_peak then p.torch = math.max(p.torch or 0, r.torch_peak) end
     if r.footprint then
-      rows[#rows + 1] = ("| %s | %.2f | %s |"):format(r.problem, r.footprint / 2^30, r.device_used and ("%.2f"):format(r.device_used / 2^30) or "-")
+      rows[#rows + 1] = ("| %s | %s | %s | %s | %s |"):format(r.problem, gib(r.footprint), gib(r.device_used), gib(p.judge), gib(p.torch))
     end
   end
   return rows
@@ -268,10 +277,10 @@ for _, r in ipairs(recs_of.warm or {}) do
   if r.kind == "eager" and r.status ~= "correct" and r.i == 1 then say("- %s: %s %s", r.problem, r.status, tostring(r.feedback)) end
 end
 say("")
-say("Device memory held after a problem's evaluations (NVML, the whole device: the worker's pool, torch's cached blocks, the context), next to the problem's own input and output bytes at its timed shape (warm pass):")
+say("Device memory held after a problem's evaluations (NVML, the whole device: the worker's pool, torch's cached blocks, the context), and its evaluations' peaks (each verdict's device_memory: the judge's own buffers, idle pool included, and torch's allocator), next to the problem's own input and output bytes at its timed shape (warm pass):")
 say("")
-say("| problem | inputs + outputs GiB | device used GiB |")
-say("| --- | --- | --- |")
+say("| problem | inputs + outputs GiB | device used GiB | judge's peak GiB | torch's peak GiB |")
+say("| --- | --- | --- | --- | --- |")
 for _, row in ipairs(memory_rows(recs_of.warm or {})) do say("%s", row) end
 say("")
 say("Logs and records: %s", tmp)

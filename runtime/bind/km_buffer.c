@@ -620,13 +620,22 @@ static int l_digest(lua_State *L) {
   return 1;
 }
 
-/* buffer.live() -> count, bytes: device buffers allocated in this process now */
+/* buffer.live() -> count, bytes, peak: device buffers allocated in this process now, and
+ * the most bytes live at once since buffer.reset_peak() */
 static int l_live(lua_State *L) {
   long long n, bytes;
   km_devbuf_live(&n, &bytes);
   lua_pushinteger(L, (lua_Integer)n);
   lua_pushinteger(L, (lua_Integer)bytes);
-  return 2;
+  lua_pushinteger(L, (lua_Integer)km_devbuf_peak());
+  return 3;
+}
+
+/* buffer.reset_peak(): the peak from now (the bytes live now) */
+static int l_reset_peak(lua_State *L) {
+  (void)L;
+  km_devbuf_reset_peak();
+  return 0;
 }
 
 /* b:check_guards() -> true | false, "message naming the side and the first bad offset" */
@@ -985,7 +994,7 @@ int luaopen_km_buffer(lua_State *L) {
   km_newclass(L, KM_LEDGER_MT, ledger_methods, ledger_gc);
   static const luaL_Reg fns[] = {{"new", l_new}, {"load", l_load}, {"view", l_view}, {"unwrap", l_unwrap},
                                  {"revoke_views", l_revoke_views}, {"digest", l_digest}, {"copy_in", l_copy_in},
-                                 {"guards_intact", l_guards_intact}, {"reset_guards", l_reset_guards}, {"live", l_live}, {"ledger", l_ledger}, {NULL, NULL}};
+                                 {"guards_intact", l_guards_intact}, {"reset_guards", l_reset_guards}, {"live", l_live}, {"reset_peak", l_reset_peak}, {"ledger", l_ledger}, {NULL, NULL}};
   luaL_newlib(L, fns);
   lua_pushinteger(L, DEFAULT_GUARD);
   lua_setfield(L, -2, "DEFAULT_GUARD");

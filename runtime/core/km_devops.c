@@ -40,8 +40,16 @@ int km_devbuf_init(km_devbuf *b, km_dtype dt, const int64_t *shape, int ndim, si
 }
 
 /* Live buffers in this process (km_devbuf_live): the test that every evaluation gives back
- * what its candidate obtained counts them. */
-static _Atomic long long live_count, live_bytes;
+ * what its candidate obtained counts them; and the most bytes live at once since the last
+ * km_devbuf_reset_peak (an evaluation's peak of the judge's own device memory). */
+static _Atomic long long live_count, live_bytes, peak_bytes;
+
+/* peak_bytes raised to at least `now` (a compare-and-swap loop: allocations may race). */
+static void raise_peak(long long now) {
+  long long seen = peak_bytes;
+  while (now > seen && !atomic_compare_exchange_weak(&peak_bytes, &seen, now)) {
+  }
+}
 
 CUresult km_devbuf_alloc(km_devbuf *b) {
   CUdeviceptr base;
@@ -50,7 +58,7 @@ CUresult km_devbuf_alloc(km_devbuf *b) {
   b->base = base;
   b->ptr = base + b->guard;
   live_count++;
-  live_bytes += (long long)b->alloc;
+  raise_peak(live_bytes += (long long)b->alloc);
   return km_devbuf_reset_guards(b);
 }
 
@@ -67,6 +75,10 @@ void km_devbuf_live(long long *count, long long *bytes) {
   *count = live_count;
   *bytes = live_bytes;
 }
+
+long long km_devbuf_peak(void) { return peak_bytes; }
+
+void km_devbuf_reset_peak(void) { peak_bytes = live_bytes; }
 
 CUresult km_devbuf_reset_guards(km_devbuf *b) {
   if (!b->guard) return CUDA_SUCCESS;

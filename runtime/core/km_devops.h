@@ -39,6 +39,10 @@ CUresult km_devbuf_alloc(km_devbuf *b);
 void km_devbuf_free(km_devbuf *b);
 /* How many km_devbufs are allocated in this process now, and their bytes (guards included). */
 void km_devbuf_live(long long *count, long long *bytes);
+/* The most bytes of device buffers live at once since the last km_devbuf_reset_peak (which
+ * sets it to the bytes live now). */
+long long km_devbuf_peak(void);
+void km_devbuf_reset_peak(void);
 /* Refills both guard zones. */
 CUresult km_devbuf_reset_guards(km_devbuf *b);
 /* Writes an element-sized bit pattern into every element. */

@@ -38,4 +38,27 @@ t.test("an allocation larger than the device still fails, with the driver's word
   t.ok(tostring(err):find("OUT_OF_MEMORY", 1, true), tostring(err))
 end)
 
+-- Every verdict says the evaluation's own device memory at its peak: the judge's buffers
+-- (the trials' inputs and outputs, the reference's) and torch's allocator (the problem's
+-- model ran as the reference). 4096 x 2048 f32: 32 MiB in, 32 MiB out.
+t.test("a verdict carries the evaluation's peak device memory: the judge's and torch's", function()
+  local dir = testing.tmpdir()
+  local relu = testing.problem(dir, "19_ReLU", { sizes = "batch_size = 4096\ndim = 2048" })
+  local tk = assert(require("km.task.kbtask").load(relu))
+  local J = assert(judge.new())
+  local io_bytes = 2 * 4096 * 2048 * 4
+  local v = J:eval(tk, testing.relu_candidate(), { compile_mode = "off", energy = false, seeds = 1 })
+  t.eq(v.status, "correct", tostring(v.feedback))
+  local m = v.device_memory or {}
+  t.ok((m.judge_peak_bytes or 0) >= io_bytes, ("judge peak %s >= %d"):format(tostring(m.judge_peak_bytes), io_bytes))
+  t.ok((m.torch_peak_bytes or 0) >= 4096 * 2048 * 4, "torch's peak holds the reference's output: " .. tostring(m.torch_peak_bytes))
+  -- a second evaluation counts from what is held after the first, not from zero: its peak
+  -- is at least the idle pool the first left, and no more than the device
+  local v2 = J:eval(tk, testing.relu_candidate(), { compile_mode = "off", energy = false, seeds = 1 })
+  local _, total = cuda.mem_info()
+  t.ok(v2.device_memory.judge_peak_bytes >= io_bytes and v2.device_memory.judge_peak_bytes < total,
+    "the second evaluation's peak: " .. tostring(v2.device_memory.judge_peak_bytes))
+  J:forget(tk.dir or relu)
+end)
+
 t.done()

@@ -25,6 +25,7 @@ local verdict = require "km.verdict"
 local feedback = require "km.feedback"
 local launch = require "km.judge.launch"
 local checks = require "km.judge.checks"
+local buffer = require "km.buffer"
 
 local fmt = string.format
 local type, pcall, require = type, pcall, require
@@ -55,6 +56,18 @@ local function stage(ev, name)
   ev.mark = now
 end
 
+-- The evaluation's device memory at its peak, since the last evaluation ended: the judge's
+-- own buffers (km.buffer's, its pool's idle ones and the candidate's scratch included) and
+-- torch's allocator (a PyTorch reference's tensors, where torch is loaded); both peaks start
+-- again from what is held now. -> { judge_peak_bytes, torch_peak_bytes }
+local function device_peaks()
+  local _, _, peak = buffer.live()
+  buffer.reset_peak()
+  local kb = package.loaded["km.task.kernelbench"]
+  local ok, torch_peak = pcall(function() return kb and kb.peak_memory(true) or 0 end)
+  return { judge_peak_bytes = peak, torch_peak_bytes = ok and torch_peak or nil }
+end
+
 -- The end of every evaluation: the truth checked (a change made by the last call, or by the
 -- energy pass, is the candidate's too), every scratch buffer it obtained freed, and the
 -- verdict finished. -> the verdict
@@ -69,6 +82,7 @@ local function finish(self, ev, st, v, status, text, extra)
   verdict.finish(v, status, text, extra)
   v.eval_cpu_s = os.clock() - ev.cpu0
   v.eval_seconds = wall() - ev.wall0
+  v.device_memory = device_peaks()
   v.stage_seconds = ev.stages
   v.exact_reference = ev.exact -- compares decided by a float64 run where eager's missed (Judge:exact_agrees)
   return v

@@ -1051,6 +1051,18 @@ def empty_cache():
 
 
 @_api
+def peak_memory(reset=False):
+    """The most bytes torch's allocator held in tensors since its last reset (0 where CUDA is
+    not initialized); reset: the count starts again from what is allocated now."""
+    if torch is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return 0
+    peak = int(torch.cuda.max_memory_allocated())
+    if reset:
+        torch.cuda.reset_peak_memory_stats()
+    return peak
+
+
+@_api
 def forward(i, bufs, stream=0, empty_cache=False, params=False):
     """The model on the inputs in bufs; each output written into bufs[out name]. Inputs
     that are numbers are the last get_inputs()'s. empty_cache: hand torch's cached blocks

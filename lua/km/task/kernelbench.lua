@@ -155,6 +155,13 @@ function M.empty_cache()
   return call("empty_cache") or true
 end
 
+-- The most bytes torch's allocator held in tensors since the last reset (reset = true: start
+-- again from now), where torch is loaded; else 0.
+function M.peak_memory(reset)
+  if not (state and state.ok) then return 0 end
+  return tonumber(call("peak_memory", reset == true)) or 0
+end
+
 -- Problem files that failed to load because PyTorch is not available all fail alike: one
 -- line for them instead of one each. errors: a list of "PATH: why" strings (task.list's);
 -- returns the others, and the line (nil when none failed so). Asks km.task.kernelbench whether
