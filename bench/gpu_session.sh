@@ -6,11 +6,18 @@
 #      here by bench/ab_tree.sh: main before this branch, built) then this tree, each with
 #      empty then warm caches, this tree's table with the cold row (new candidates on warm
 #      tasks); headline_ab.log and ab/*.md  (cap HEADLINE_S, default 270 s)
-#   2. the GPU tests of the change: tests/gpu/test_timing_spread.lua (one kernel judged 10
-#      times: the speedups' spread), tests/gpu/test_same_work.lua; gpu_tests.log (cap 90 s)
-#   3. KernelBench level 1 as a whole (bench/kb_level1.lua, KB_DIR default kb/KernelBench,
-#      a pass starts no problem after KB_PASS_S, default 50 s; at most 200 s); kb_level1.md
-#   4. tests/gpu/test_sampled_proofs.lua with what is left of 530 s; sampled_proofs.log
+#   2. the stop rule alone: this tree's headline under KM_STOP_RULE=interval (the rule before
+#      the gini one), no cold row, beside the A/B's own pass of this tree; interval.md (cap
+#      STOP_S, default 80 s)
+#   3. the GPU tests of the change: tests/gpu/test_timing_spread.lua (one kernel judged 10
+#      times: the speedups' spread), tests/gpu/test_same_work.lua, tests/gpu/test_judge_memory.lua
+#      (the verdicts' peak device memory); gpu_tests.log (cap 110 s)
+#   4. KernelBench level 1 as a whole (bench/kb_level1.lua --mode both: one evaluation at a
+#      time, then a batch of problems at once, KB_DIR default kb/KernelBench; each of the four
+#      passes starts no problem after KB_PASS_S, default 25 s; at most 200 s); kb_level1.md
+#   5. bench/measure_profile.lua --evals 4 (where verify's and measure's time goes) with what is
+#      left (at least 40 s); profile.md
+#   6. tests/gpu/test_sampled_proofs.lua with what is left of 530 s; sampled_proofs.log
 # Exit status 2 on usage errors, 3 where there is no GPU, else 0 (each part's own status is
 # in its log and in summary.txt).
 set -u
@@ -31,16 +38,25 @@ part() { echo "$1: exit $2, $(( SECONDS - START )) s into the session" | tee -a 
   | tee "$OUT/summary.txt"
 OUT_DIR="$OUT/ab" timeout "${HEADLINE_S:-270}" bash bench/headline_ab.sh "$AB" > "$OUT/headline_ab.log" 2>&1
 part "headline A/B" $?
-KMRUN="$B" timeout 90 prove -v --exec tests/exec tests/gpu/test_timing_spread.lua tests/gpu/test_same_work.lua \
-  > "$OUT/gpu_tests.log" 2>&1
-part "GPU tests (spread, same work)" $?
-T=$(( $(left) - 10 )); [ "$T" -gt 200 ] && T=200
-if [ "$T" -ge 60 ]; then
-  timeout "$T" "$B" bench/kb_level1.lua "$KB" "$OUT/kb_level1.md" --max-s $(( (T - 30) / 2 < ${KB_PASS_S:-50} ? (T - 30) / 2 : ${KB_PASS_S:-50} )) \
-    > "$OUT/kb_level1.log" 2>&1
+KM_STOP_RULE=interval timeout "${STOP_S:-80}" "$B" bench/headline.lua "$OUT/interval.md" --cold 0 > "$OUT/interval.log" 2>&1
+part "headline, KM_STOP_RULE=interval" $?
+KMRUN="$B" timeout 110 prove -v --exec tests/exec tests/gpu/test_timing_spread.lua tests/gpu/test_same_work.lua \
+  tests/gpu/test_judge_memory.lua > "$OUT/gpu_tests.log" 2>&1
+part "GPU tests (spread, same work, judge memory)" $?
+T=$(( $(left) - 60 )); [ "$T" -gt 200 ] && T=200
+if [ "$T" -ge 80 ]; then
+  P=$(( (T - 40) / 4 )); [ "$P" -gt "${KB_PASS_S:-25}" ] && P=${KB_PASS_S:-25}
+  timeout "$T" "$B" bench/kb_level1.lua "$KB" "$OUT/kb_level1.md" --mode both --max-s "$P" > "$OUT/kb_level1.log" 2>&1
   part "KernelBench level 1" $?
 else
   part "KernelBench level 1 (not run: $T s left)" 0
+fi
+T=$(( $(left) - 40 )); [ "$T" -gt 90 ] && T=90
+if [ "$T" -ge 40 ]; then
+  timeout "$T" "$B" bench/measure_profile.lua --evals 4 > "$OUT/profile.md" 2>&1
+  part "measure_profile" $?
+else
+  part "measure_profile (not run: $T s left)" 0
 fi
 T=$(left)
 if [ "$T" -ge 40 ]; then
