@@ -343,19 +343,8 @@ static int use_wal(km_store *s, char *buf, size_t n) {
   int rc = query_text(s, "PRAGMA journal_mode", buf, n);
   if (rc || !strcmp(buf, "wal")) return rc;
   for (int waited_ms = 0;; waited_ms += 10) {
-    sqlite3_stmt *st = NULL;
-    if ((rc = sqlite3_prepare_v2(s->db, "PRAGMA journal_mode = WAL", -1, &st, NULL)) != SQLITE_OK)
-      return fail_sqlite(s, rc, "PRAGMA journal_mode = WAL");
-    rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
-      const char *v = (const char *)sqlite3_column_text(st, 0);
-      snprintf(buf, n, "%s", v ? v : "");
-      sqlite3_finalize(st);
-      return KM_OK;
-    }
-    sqlite3_finalize(st);
-    if ((rc & 0xff) != SQLITE_BUSY || waited_ms >= 5000)
-      return fail_sqlite(s, rc, "PRAGMA journal_mode = WAL");
+    rc = query_text(s, "PRAGMA journal_mode = WAL", buf, n);
+    if (!rc || (s->rc & 0xff) != SQLITE_BUSY || waited_ms >= 5000) return rc;
     sqlite3_sleep(10);
   }
 }

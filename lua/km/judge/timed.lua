@@ -13,7 +13,7 @@
 --   noise       checks.NOISE       the stop rule's statistic ("gini"; the interval rule: "iqr")
 --   min_samples checks.MIN_SAMPLES the stop rule's least sample count (5; the interval rule: 10)
 --   early_samples checks.EARLY_SAMPLES an early stop from here (5; = min_samples: none)
---   target      checks.TARGET      the bound on the median's relative error (0.22%; 0.5%)
+--   target      checks.TARGET      the bound on the median's relative error (0.21%; 0.5%)
 --   ci_target   checks.CI_TARGET   the order-statistic interval's bound (0: none; 0.25%)
 --   warmup      M.WARMUP (1)       warm-up calls before the samples
 --   warmup_ms   M.WARMUP_MS (0)    their least wall time
