@@ -42,7 +42,7 @@ t.test("the first candidate runs the reference on every trial and keeps the fixe
   local j = counted()
   local v = j:eval(rowsum, GOOD, { timing = false })
   t.eq(v.status, "correct", v.feedback)
-  t.eq(j.ref_runs, TRIALS)
+  t.eq(j.ref_runs, TRIALS + 1, "every trial and the task's set-up run (Judge:set_up_task)")
   local st = j.tasks[rowsum.dir]
   local n = 0
   for _ in pairs(st.ref_outs) do n = n + 1 end

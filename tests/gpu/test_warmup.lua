@@ -32,7 +32,9 @@ t.test("verify's last trial is the timed shape's, and the timing makes no warm-u
   t.eq(v.status, "correct", v.feedback)
   local last = v.checks[#v.checks]
   t.eq(last.shape, 1, "the last trial's shape")
-  t.eq(last.seed, 3, "the last trial's seed")
+  -- the timed shape's one trial (verify trimmed): the precision trial (f32 outputs), on seed 2
+  t.eq(last.seed, 2, "the last trial's seed")
+  t.ok(last.precision ~= nil, "the precision trial")
   t.eq(v.timing.candidate.warmup_calls, 0)
   t.ok(v.timing.candidate.n >= 10, v.timing.candidate.n)
   t.ok(v.speedup and v.speedup > 0, "a speedup over the reference's timing: " .. tostring(v.speedup))

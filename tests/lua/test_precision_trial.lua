@@ -19,10 +19,13 @@ t.test("the precision trial is the timed shape's second seed, or one more trial 
   t.eq(order_text(verify.trial_order(2, 1, true)), "1,1 1,2p 2,1")
   t.eq(order_text(verify.trial_order(2, 2, true)), "1,1 1,3p 2,1 2,2 1,2")
   t.eq(order_text(verify.trial_order(2, 3, false)), "1,1 1,2 2,1 2,2 2,3 1,3")
-  -- trimmed (a timed candidate): the timed shape's precision trial, then its fresh seed, last
-  t.eq(order_text(verify.trial_order(2, 3, true, true)), "2,1 2,2 2,3 1,2p 1,3")
-  t.eq(order_text(verify.trial_order(2, 1, true, true)), "2,1 1,2p 1,1")
+  -- trimmed (a timed candidate): one trial at the timed shape, last: the precision trial where
+  -- there is one, else the fresh seed
+  t.eq(order_text(verify.trial_order(2, 3, true, true)), "2,1 2,2 2,3 1,2p")
+  t.eq(order_text(verify.trial_order(2, 1, true, true)), "2,1 1,2p")
   t.eq(order_text(verify.trial_order(2, 3, false, true)), "2,1 2,2 2,3 1,3")
+  t.eq(order_text(verify.trial_order(1, 1, true, true)), "1,2p")
+  t.eq(order_text(verify.trial_order(1, 1, false, true)), "1,1")
 end)
 
 t.test("precision laws: zero-mean at the law's own scale; integer laws as they are", function()

@@ -168,8 +168,8 @@ end
 -- fraction w of wrong lines scattered over n lines escapes a check with probability about
 -- exp(-w * n / check_lines). Work a kernel skips shows as wrong lines (stale outputs of the
 -- previous call, or poison), so what escapes is work of a few lines: a few lines' worth of
--- time. Verify's trials read everything; check_lines = 1 makes the timed calls' checks do
--- so too.
+-- time. Verify's trials and a timing's first check read everything; check_lines = 1 makes
+-- every timed call's check do so.
 M.CHECK_LINES = 16
 function M.lines_shift(n) -- check_lines -> its log2; raises
   n = n or M.CHECK_LINES

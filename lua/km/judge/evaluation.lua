@@ -2,9 +2,10 @@
 --
 -- Owns: the evaluation record (M.new below names its fields), made by Judge:eval, held as
 -- self.evaluation while it runs and dropped when its verdict is returned. Four stages:
--- task (load, reference state), prepare (compile, load, sandbox the launch code), verify
--- (km.judge.verify), measure (km.judge.measure), with the PyTorch baselines before any of
--- the candidate's code runs.
+-- task (load, reference state, the reference's set-up run: Judge:set_up_task), prepare
+-- (compile, load, sandbox the launch code), verify (km.judge.verify), measure
+-- (km.judge.measure), with the PyTorch baselines and the set-up run before any of the
+-- candidate's code runs.
 --
 --   option        default             meaning
 --   seeds         3                   seeds per shape set in verify (the last one fresh)
@@ -49,10 +50,10 @@ function M.new()
   }
 end
 
--- Ends the current stage: its seconds recorded under `name`.
+-- Ends the current stage: its seconds recorded under `name` (added where it ran before).
 local function stage(ev, name)
   local now = wall()
-  ev.stages[name] = now - ev.mark
+  ev.stages[name] = (ev.stages[name] or 0) + now - ev.mark
   ev.mark = now
 end
 
@@ -103,6 +104,10 @@ local function prepare_and_verify(self, ev, st, v, cand, opts)
   -- is put back before the baselines are timed: they would fail on it
   timing.gate_check()
   if opts.timing ~= false then self:baselines(st, copy(t.shapes[1]), opts) stage(ev, "baselines") end
+  -- the task's reference checked at the timed shape (once; counted as the task stage)
+  local set_status, set_text, set_extra = self:set_up_task(st, opts)
+  stage(ev, "task")
+  if set_status then return set_status, set_text, set_extra end
   -- the candidate's code runs from here: a write to the gate's page found later is its
   ev.gate_mark = timing.gate_check()
   local s, text, extra = self:verify(st, run, v, opts)

@@ -10,6 +10,7 @@ local cuda = require "km.cuda"
 local task_mod = require "km.task"
 local timing = require "km.timing"
 local launch = require "km.judge.launch"
+local verdict = require "km.verdict"
 
 local fmt = string.format
 local pairs, ipairs, type, tostring, pcall = pairs, ipairs, type, tostring, pcall
@@ -32,7 +33,7 @@ function M.task_state(t)
     truth = nil,         -- the model's state sealed: { ranges, names, digests } (km.judge.integrity)
     truth_dirty = nil,   -- trusted code ran on the model since its seal: seal again before candidate code
     plans = nil,         -- shape key -> input plan, or false (km.judge.inputs)
-    checked = nil,       -- the reference's outputs were found not degenerate (verify)
+    checked = nil,       -- the reference's outputs were found not degenerate (Judge:set_up_task)
     ref_outs = nil,      -- verify trial key -> { output name -> bytes }: kept reference results
     ref_bytes = nil,     -- the bytes of ref_outs (counted in self.ref_kept)
     fast_ref = nil,      -- nil: not tried; false: none; else the PyTorch run timed checks use
@@ -188,15 +189,16 @@ end
 -- reference is a naive CUDA kernel and which also has a PyTorch model (reference.py, loaded
 -- for the baselines, at the timed shape's sizes) re-verifies timed calls against PyTorch
 -- eager (cuBLAS, cuDNN) once eager agreed with the CUDA reference, within the task's
--- tolerance, on the timed shape's first trial of this worker (st.fast_ref; false when it did
--- not or cannot), unless the CUDA reference was timed faster (Judge:check_reference).
--- Verify's fixed trials always use the task's own reference (kept results make a slow one
--- cheap); its fresh trial at the timed shape is the timed checks' case — inputs from the
--- private generator, which no kept result covers — and uses st.fast_ref too.
+-- tolerance, on the task's set-up run in this worker (Judge:set_up_task: the timed shape,
+-- ordinary inputs; st.fast_ref, false when it did not or cannot), unless the CUDA reference
+-- was timed faster (Judge:check_reference). Verify's fixed trials always use the task's own
+-- reference (kept results make a slow one cheap); a fresh trial at the timed shape (a task
+-- without a precision trial) is the timed checks' case — inputs from the private
+-- generator, which no kept result covers — and uses st.fast_ref too.
 function Judge:try_fast_reference(st, ref_in, ref_io, dims, sym)
   if st.fast_ref ~= nil or st.prob or not st.wants_torch then return end
   -- torch still importing (started ahead, km.task.kernelbench.import_ahead): this candidate's
-  -- checks use the task's own reference, and the next candidate's verify asks again
+  -- checks use the task's own reference, and the next evaluation's set-up asks again
   if not require("km.task.kernelbench").ready() then return end
   st.fast_ref = false
   if not self:torch_model(st) then return end
@@ -300,6 +302,61 @@ function M.degenerate(ref_out, spec)
   return why
 end
 
+-- The task's reference once at its timed shape, on the inputs of `seed` (no candidate
+-- involved); raises where a problem's inputs cannot be made.
+-- -> ref_in, ref_io, dims (the caller hands them back: put_once) | nil, status, msg
+local function reference_once(self, st, seed)
+  local t = st.task
+  local sym = t.shapes[1]
+  local ref_in, dims = {}, {}
+  for _, list in ipairs { t.inputs, t.outputs } do
+    for _, spec in ipairs(list) do dims[spec.name] = task_mod.shape_of(spec, sym) end
+  end
+  for _, spec in ipairs(t.inputs) do ref_in[spec.name] = self.pool:get(spec.dtype, dims[spec.name]) end
+  self:pristine(t, sym, ref_in, seed)
+  local ref_io, status, msg = self:run_reference(st, ref_in, dims, sym, nil, st.prob ~= nil)
+  if not ref_io then
+    if status ~= "crashed" then self.pool:put_all(ref_in, true) end
+    return nil, status, msg
+  end
+  return ref_in, ref_io, dims
+end
+local function put_once(self, st, ref_in, ref_io)
+  self.pool:put_all(ref_in, true)
+  for _, o in ipairs(st.task.outputs) do self.pool:put(ref_io[o.name]) end
+end
+
+-- A task's set-up in an evaluation, before any of the candidate's code runs: the reference
+-- at the timed shape on ordinary inputs of a fixed seed, its outputs found not degenerate
+-- (once a task: st.checked) and, in a timed evaluation, PyTorch eager tried against them as
+-- the timed checks' reference (Judge:try_fast_reference; asked again while torch is still
+-- importing). Verify then runs no trial at the timed shape for either (km.judge.verify).
+-- -> nil | status, text, extra (the task rejected, or its reference failed)
+function Judge:set_up_task(st, opts)
+  local fast = opts.timing ~= false and st.fast_ref == nil and not st.prob and st.wants_torch
+  if st.checked and not fast then return end
+  local t = st.task
+  local okr, ref_in, ref_io, dims = pcall(reference_once, self, st, (opts.seed_base or 1000) + 99)
+  if not okr or not ref_in then
+    local why = okr and (tostring(ref_io) .. ": " .. tostring(dims)) or tostring(ref_in)
+    if okr and ref_io == "crashed" then self.pool:drop(false) return verdict.ERROR, "the task's reference crashed: " .. why, { context_lost = true } end
+    return verdict.ERROR, "the task's reference failed at its timed shape: " .. why
+  end
+  if not st.checked then
+    for _, spec in ipairs(t.outputs) do
+      local why = M.degenerate(ref_io[spec.name], spec)
+      if why then
+        put_once(self, st, ref_in, ref_io)
+        return verdict.ERROR, fmt("task rejected: the reference output '%s' is degenerate at the timed shape %s (%s)", spec.name,
+          t.heldout and t.heldout.shape == 1 and "(held out)" or task_mod.fmt_shape(t.shapes[1]), why)
+      end
+    end
+    st.checked = true
+  end
+  if fast then self:try_fast_reference(st, ref_in, ref_io, dims, t.shapes[1]) end
+  put_once(self, st, ref_in, ref_io)
+end
+
 -- A task's reference run once on its first shape set (inputs from `seed`), its buffers
 -- handed back and, for a PyTorch model, the model released: does the reference run here?
 -- (kmrun tasks check, bench/kernelbench_refs.lua). -> nil | why it does not, and true when
@@ -308,13 +365,9 @@ function Judge:try_reference(t, seed)
   local ok, why = pcall(function()
     local st, serr = self:task_state(t)
     if not st then return serr end
-    local sym = t.shapes[1]
-    local cand, ref_in, dims = self:trial_io(t, sym, seed or 1)
-    self:pristine(t, sym, ref_in, seed or 1)
-    local ref_io, status, msg = self:run_reference(st, ref_in, dims, sym)
-    self.pool:put_all(cand, true); self.pool:put_all(ref_in, true)
-    if ref_io then for _, o in ipairs(t.outputs) do self.pool:put(ref_io[o.name]) end end
-    return not ref_io and (tostring(status) .. ": " .. tostring(msg)) or nil
+    local ref_in, ref_io, msg = reference_once(self, st, seed or 1)
+    if not ref_in then return tostring(ref_io) .. ": " .. tostring(msg) end
+    put_once(self, st, ref_in, ref_io)
   end)
   if not ok then why = tostring(why) end
   local st = self.tasks[t.dir]

@@ -2,14 +2,13 @@
 -- reference, so no reference result exists while candidate code runs.
 --
 -- Owns: one trial's record while it runs (its shape, seed, buffers and where a failure
--- is told); on a task state, st.checked (the reference's outputs found not degenerate).
+-- is told).
 local task_mod = require "km.task"
 local compare = require "km.compare"
 local verdict = require "km.verdict"
 local feedback = require "km.feedback"
 local launch = require "km.judge.launch"
 local evidence = require "km.judge.evidence"
-local reference = require "km.judge.reference"
 local checks = require "km.judge.checks"
 
 local fmt, concat = string.format, table.concat
@@ -24,17 +23,18 @@ M.methods = Judge
 -- trial comes last: the candidate's call just before its timing is at the timed shape, so
 -- that call is the timing's warm-up (its module loaded, its scratch of the timed shape
 -- allocated; km.judge.timed) and no warm-up call of its own is needed. trim (the candidate
--- is timed, opts.verify_trim ~= false): the timed shape gets that one trial only, on its
--- fresh seed: every timed call after it is checked on inputs of the private generator, with
--- every input proven in full and the outputs read one line in check_lines, so the fixed
--- seeds at that shape add nothing but their cost (a trial there is a candidate call, a
--- reference run and a full compare of the largest buffers). Untimed, every seed is run there,
--- the timed shape first where there is one seed (a kernel wrong everywhere is told about the
--- shape the model was asked for).
--- precise: one trial at the timed shape is the precision trial (M.PRECISION_L2). Untrimmed:
--- its second seed where there are three or more, else one more trial (seed nseeds + 1) after
--- its first. Trimmed: that trial just before the last (so the last, ordinary, is the one the
--- degenerate-reference check and the timing's warm-up see).
+-- is timed, opts.verify_trim ~= false): the timed shape gets one trial only. Every timed
+-- call after it is checked on inputs of the private generator, with every input proven in
+-- full, the first check reading every output line and the later ones one line in
+-- check_lines; the reference's own outputs there were found not degenerate, and eager tried
+-- against it, by the task's set-up (Judge:set_up_task), before any candidate code ran. So more
+-- trials at that shape add nothing but their cost (a trial there is a candidate call, a
+-- reference run and a full compare of the largest buffers). That one trial is the precision
+-- trial where there is one (below), else an ordinary one on the fresh seed. Untimed, every
+-- seed is run there, the timed shape first where there is one seed (a kernel wrong
+-- everywhere is told about the shape the model was asked for).
+-- precise: one trial at the timed shape is the precision trial (M.PRECISION_L2): its second
+-- seed where there are three or more, else one more seed (nseeds + 1) after the first.
 -- -> { { shape index, seed, precise } ... }
 function M.trial_order(nshapes, nseeds, precise, trim)
   local order = {}
@@ -46,8 +46,8 @@ function M.trial_order(nshapes, nseeds, precise, trim)
       if precise and not trim and si == 1 and seed == 1 and nseeds < 3 then order[#order + 1] = { 1, nseeds + 1, true } end
     end
   end
-  if precise and trim then order[#order + 1] = { 1, nseeds >= 3 and 2 or nseeds + 1, true } end
-  if nseeds > 1 or trim then order[#order + 1] = { 1, nseeds } end
+  if precise and trim then order[#order + 1] = { 1, nseeds >= 3 and 2 or nseeds + 1, true }
+  elseif nseeds > 1 or trim then order[#order + 1] = { 1, nseeds } end
   return order
 end
 local trial_order = M.trial_order
@@ -200,20 +200,6 @@ local function run_trial(self, st, run, v, opts, tr)
   local ref_status, ref_text, ref_extra = reference_run(self, st, tr, ref_src)
   if ref_status then return ref_status, ref_text, ref_extra end
   local fast = ref_text
-  -- at the timed shape (the others may be a single element), on ordinary inputs
-  if not st.checked and tr.si == 1 and not tr.precise then
-    for _, spec in ipairs(t.outputs) do
-      local why = reference.degenerate(tr.ref_io[spec.name], spec)
-      if why then
-        return trial_done(self, t, tr, verdict.ERROR,
-          fmt("task rejected: the reference output '%s' is degenerate at %s (%s)", spec.name, tr.where, why))
-      end
-    end
-    st.checked = true
-  end
-  if tr.si == 1 and opts.timing ~= false then -- the first trial at the timed shape (once a task)
-    self:try_fast_reference(st, ref_src, tr.ref_io, tr.dims, tr.sym)
-  end
   local n0 = #v.checks
   local mismatch, mismatch_text, output = evidence.compare_outputs(t, setmetatable(outs, { __index = tr.cand }), tr.ref_io,
     tr.hidden and {} or tr.dims, { where = tr.where, later = tr.later,
