@@ -1,5 +1,6 @@
 /* km_stats_core.c — sample statistics for timing (km_stats_core.h). */
 #include <math.h>
+#include <stdatomic.h>
 
 #include "km_stats_core.h"
 
@@ -69,7 +70,7 @@ static double gini(const double *s, int m) {
 
 int km_stats_gini_trim(int n) { return n / 10; }
 
-double km_stats_gini_unbias(int n) {
+static double gini_unbias_at(int n) {
   int g = km_stats_gini_trim(n), m = n - 2 * g;
   if (m < 2) return NAN;
   if (g == 0) return 0.886226925452758; /* E|X - Y| = 2 sigma / sqrt(pi) for every n */
@@ -82,6 +83,20 @@ double km_stats_gini_unbias(int n) {
     w += 2 * (2.0 * i - m + 1) * x;
   }
   return 1 / (2 * w / ((double)m * (m - 1)));
+}
+
+/* A timing asks at every sample (n = 5, 6, ... up to its cap) and each answer costs about n/2
+ * normal quantiles: kept per n below UNBIAS_KEPT (0: not computed yet; any thread may store
+ * the same value). */
+#define UNBIAS_KEPT 1024
+static _Atomic double unbias_kept[UNBIAS_KEPT];
+double km_stats_gini_unbias(int n) {
+  if (n < 0 || n >= UNBIAS_KEPT) return gini_unbias_at(n);
+  double v = atomic_load_explicit(&unbias_kept[n], memory_order_relaxed);
+  if (v != 0) return v;
+  v = gini_unbias_at(n);
+  atomic_store_explicit(&unbias_kept[n], v, memory_order_relaxed);
+  return v;
 }
 
 double km_stats_gini_sigma(const double *sorted, int n) {
