@@ -44,6 +44,12 @@ function M.is_fatal(code) return code ~= nil and FATAL[code] == true end
 -- The status a failed launch or synchronisation gets, from its error code.
 function M.launch_status(code) return M.is_fatal(code) and "crashed" or "launch_error" end
 
+-- Whether an error says the device ran out of memory (torch's or the driver's words).
+function M.out_of_memory(text)
+  local l = tostring(text):lower()
+  return l:find("out of memory", 1, true) ~= nil or l:find("out_of_memory", 1, true) ~= nil
+end
+
 -- What a candidate may weigh: a CUDA source and a launch script over these are judged
 -- compile_error before anything is sent or compiled (a 300 MB source once made the pool
 -- raise: its frame was over km.proc's limit).

@@ -61,4 +61,33 @@ t.test("a verdict carries the evaluation's peak device memory: the judge's and t
   J:forget(tk.dir or relu)
 end)
 
+-- The other way round: a PyTorch reference whose forward needs more than is free while the
+-- judge's pool holds idle buffers of other shapes (a KernelBench level run in one worker:
+-- 27_SELU_'s reference at 12 GiB ran out of memory so). The forward runs once more after the
+-- idle buffers and torch's cached blocks went back to the driver (km.judge.launch).
+t.test("a PyTorch reference that finds no room gets the judge's idle buffers back, then runs", function()
+  local pool_mod = require "km.judge.pool"
+  local limit = pool_mod.LIMIT
+  pool_mod.LIMIT = 1 << 62
+  local J = assert(judge.new())
+  local free0 = cuda.mem_info()
+  local held, got = {}, 0
+  while got + (1 << 30) <= free0 * 0.6 do
+    held[#held + 1] = J.pool:get("u8", { 1 << 30 })
+    got = got + (1 << 30)
+  end
+  for _, b in ipairs(held) do J.pool:put(b, true) end
+  cuda.synchronize()
+  local need = cuda.mem_info() + got // 2 -- fits only once the idle buffers are gone
+  local prob = testing.problem(testing.tmpdir(), "needs_room", { sizes = "batch_size = 16\ndim = 1024",
+    body = ("tmp = torch.empty(%d, dtype=torch.uint8, device=x.device)\ntmp.fill_(0)"):format(need),
+    returns = "torch.relu(x) + tmp[0].float()" })
+  local tk = assert(require("km.task.kbtask").load(prob))
+  local v = J:eval(tk, testing.relu_candidate(), { timing = false, seeds = 1, compile_mode = "off", energy = false })
+  pool_mod.LIMIT = limit
+  t.eq(v.status, "correct", tostring(v.feedback))
+  t.ok(J.pool.bytes < got, ("the idle buffers went back to the driver: %d of %d bytes idle"):format(J.pool.bytes, got))
+  J:forget(tk.dir or prob)
+end)
+
 t.done()

@@ -81,7 +81,7 @@ end)
 -- The precision trial is told apart from the ordinary law by its inputs (negative values
 -- where torch.rand draws none): a timed candidate's one trial at the timed shape is that
 -- trial (km.judge.verify), so a kernel can be exact there and wrong on ordinary inputs. Here
--- it writes one element wrong (at an index drawn from the clock) on every call whose first 16
+-- it writes one element wrong (at an index drawn from the call's inputs) on every call whose first 16
 -- inputs are all non-negative, at the timed shape. The output is 16 MiB, so a sampled check (one line in 16)
 -- misses that line 15 times in 16: the timing's first check reads every line and finds it.
 local SCALE = testing.problem(DIR, "rand_scale", { init = false, forward = "x", returns = "x * 2",
@@ -89,13 +89,16 @@ local SCALE = testing.problem(DIR, "rand_scale", { init = false, forward = "x", 
 local ORDINARY_WRONG = { name = "wrong on the ordinary law only", source = [[
 extern "C" __global__ void scale(const float *x, float *y, long long n) {
   long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-  if (i < n) y[i] = 2.f * x[i];
-  if (i == 0 && n == (1ll << 22)) { // the timed shape only (a held-out shape is judged in full)
+  if (i >= n) return;
+  float v = 2.f * x[i];
+  // the timed shape only (a held-out shape is judged in full): the element drawn from this
+  // call's inputs is written wrong, by the thread that owns it, where the inputs look ordinary
+  if (n == (1ll << 22) && i == (long long)((__float_as_uint(x[16]) * 2654435761ull) % (unsigned long long)n)) {
     bool ordinary = true;
     for (int q = 0; q < 16; q++) ordinary = ordinary && x[q] >= 0.f;
-    unsigned long long c; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(c));
-    if (ordinary) y[(long long)((c * 0x9E3779B97F4A7C15ull) >> 24) % n] = -1.f;
+    if (ordinary) v = -1.f;
   }
+  y[i] = v;
 }]], launch = [[return function(k, io, s)
   local n = io.x:numel()
   k.scale{ grid = k.cdiv(n, 256), block = 256 }(io.x, io.out, n)

@@ -286,11 +286,13 @@ function Judge:exact_agrees_timed(st, outs, sym, ref_in, dims, seed)
   return self:exact_agrees(st, outs, ref_in, dims)
 end
 
--- Rejects a reference whose output cannot tell right from wrong.
-function M.degenerate(ref_out, spec)
+-- Rejects a reference whose output cannot tell right from wrong. pool (optional): where the
+-- buffer compared against comes from (km.judge.pool: out of memory, idle buffers and torch's
+-- cached blocks are handed back and the allocation tried again).
+function M.degenerate(ref_out, spec, pool)
   local n = ref_out:numel()
   if n == 0 then return nil end
-  local zero = buffer.new(spec.dtype, n):zero()
+  local zero = (pool and pool:get(spec.dtype, ref_out:shape()) or buffer.new(spec.dtype, n)):zero()
   local why
   if compare.allclose(ref_out, zero, { atol = 1e-6, rtol = 0 }).ok then why = "every element is within 1e-6 of zero" end
   if not why and n > 1 then
@@ -298,7 +300,7 @@ function M.degenerate(ref_out, spec)
     zero:fill(first)
     if compare.allclose(ref_out, zero, { atol = 0, rtol = 0 }).ok then why = "every element equals " .. tostring(first) end
   end
-  zero:free()
+  if pool then pool:put(zero, true) else zero:free() end
   return why
 end
 
@@ -344,7 +346,7 @@ function Judge:set_up_task(st, opts)
   end
   if not st.checked then
     for _, spec in ipairs(t.outputs) do
-      local why = M.degenerate(ref_io[spec.name], spec)
+      local why = M.degenerate(ref_io[spec.name], spec, self.pool)
       if why then
         put_once(self, st, ref_in, ref_io)
         return verdict.ERROR, fmt("task rejected: the reference output '%s' is degenerate at the timed shape %s (%s)", spec.name,

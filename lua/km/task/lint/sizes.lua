@@ -7,11 +7,8 @@ local task_mod = require "km.task"
 
 local ipairs, tostring = ipairs, tostring
 
--- An error that says the device ran out of memory (torch's or the driver's words).
-local function out_of_memory(text)
-  local l = tostring(text):lower()
-  return l:find("out of memory", 1, true) ~= nil or l:find("out_of_memory", 1, true) ~= nil
-end
+-- An error that says the device ran out of memory (km.verdict's reading).
+local out_of_memory = require("km.verdict").out_of_memory
 
 local function numel_of(spec, sym) return task_mod.numel(task_mod.shape_of(spec, sym)) end
 local function bytes_of(t, sym)
