@@ -257,21 +257,26 @@ local function returned(outputs, ret, io)
   return outs
 end
 
+-- Trusted PyTorch work (a model's load, snapshot or forward) -> f()'s results. Out of
+-- memory, f runs once more after the judge's idle buffers and torch's cached blocks went
+-- back to the driver: at the largest problems the pool's idle buffers of earlier shapes can
+-- hold what the model's weights or intermediates need (km.judge.pool does the same for the
+-- judge's own allocations).
+function M.with_room(self, f)
+  local a, b = f()
+  if a or not verdict.out_of_memory(b) then return a, b end
+  self.pool:drop(true)
+  require("km.task.kernelbench").empty_cache()
+  return f()
+end
+
 -- A PyTorch reference (trusted) run on the real buffers: the model, its truth checked first.
--- Out of memory, it runs once more after the judge's idle buffers and torch's cached blocks
--- went back to the driver (the largest problems: the pool's idle buffers of earlier shapes
--- can hold what the model's intermediates need).
 local function call_torch(self, run, io, keep_cache)
   local st = self.tasks[run.task_dir]
   local moved, moved_text = self:truth_check(st)
   if moved then return false, moved, moved_text end
   local fopts = { empty_cache = not keep_cache, params = run.params }
-  local ok, err = run.torch:forward(io, fopts)
-  if not ok and verdict.out_of_memory(err) then
-    self.pool:drop(true)
-    require("km.task.kernelbench").empty_cache()
-    ok, err = run.torch:forward(io, fopts)
-  end
+  local ok, err = M.with_room(self, function() return run.torch:forward(io, fopts) end)
   if st then st.truth_dirty = true end -- its buffers (running statistics) may have moved
   if not ok then return false, "launch_error", err end
   return true, {}

@@ -51,7 +51,10 @@ local function load_problem(self, st, t)
   -- worker, on its context and stream, exchanging buffers without copies (km.task.kernelbench)
   -- the first load imports torch (seconds): one-time set-up, not the candidate's time
   if self.on_hold then self.on_hold("torch") end
-  local prob, err = require("km.task.kernelbench").load(t.reference.pytorch, { precision = t.reference.precision, device = "cuda" })
+  local kb = require "km.task.kernelbench"
+  local prob, err = launch.with_room(self, function()
+    return kb.load(t.reference.pytorch, { precision = t.reference.precision, device = "cuda" })
+  end)
   if not prob then
     if self.on_hold then self.on_hold(nil) end
     return nil, "the task's PyTorch reference does not load: " .. tostring(err)
@@ -59,7 +62,7 @@ local function load_problem(self, st, t)
   st.prob = prob
   -- the reference's own state, copied to the host before any candidate code runs (this
   -- builds the held-out model too: set-up, still under the hold)
-  local snap, serr = prob:snapshot()
+  local snap, serr = launch.with_room(self, function() return prob:snapshot() end)
   if self.on_hold then self.on_hold(nil) end
   if not snap then return nil, "the task's PyTorch reference cannot be snapshotted: " .. tostring(serr) end
   st.truth_dirty = true
