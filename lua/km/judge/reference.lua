@@ -5,7 +5,6 @@
 -- (self.ref_kept: bytes held, their cap, the task states holding them, least recently used
 -- first).
 local compare = require "km.compare"
-local buffer = require "km.buffer"
 local cuda = require "km.cuda"
 local task_mod = require "km.task"
 local timing = require "km.timing"
@@ -289,13 +288,13 @@ function Judge:exact_agrees_timed(st, outs, sym, ref_in, dims, seed)
   return self:exact_agrees(st, outs, ref_in, dims)
 end
 
--- Rejects a reference whose output cannot tell right from wrong. pool (optional): where the
--- buffer compared against comes from (km.judge.pool: out of memory, idle buffers and torch's
--- cached blocks are handed back and the allocation tried again).
+-- Rejects a reference whose output cannot tell right from wrong. The buffer compared against
+-- comes from `pool` (km.judge.pool: out of memory, idle buffers and torch's cached blocks are
+-- handed back and the allocation tried again).
 function M.degenerate(ref_out, spec, pool)
   local n = ref_out:numel()
   if n == 0 then return nil end
-  local zero = (pool and pool:get(spec.dtype, ref_out:shape()) or buffer.new(spec.dtype, n)):zero()
+  local zero = pool:get(spec.dtype, ref_out:shape()):zero()
   local why
   if compare.allclose(ref_out, zero, { atol = 1e-6, rtol = 0 }).ok then why = "every element is within 1e-6 of zero" end
   if not why and n > 1 then
@@ -303,7 +302,7 @@ function M.degenerate(ref_out, spec, pool)
     zero:fill(first)
     if compare.allclose(ref_out, zero, { atol = 0, rtol = 0 }).ok then why = "every element equals " .. tostring(first) end
   end
-  if pool then pool:put(zero, true) else zero:free() end
+  pool:put(zero, true)
   return why
 end
 
@@ -338,7 +337,9 @@ end
 -- importing). Verify then runs no trial at the timed shape for either (km.judge.verify).
 -- -> nil | status, text, extra (the task rejected, or its reference failed)
 function Judge:set_up_task(st, opts)
+  -- (while torch still imports, try_fast_reference would only return: no run for it)
   local fast = opts.timing ~= false and st.fast_ref == nil and not st.prob and st.wants_torch
+    and require("km.task.kernelbench").ready()
   if st.checked and not fast then return end
   local t = st.task
   local okr, ref_in, ref_io, dims = pcall(reference_once, self, st, (opts.seed_base or 1000) + 99)
