@@ -167,7 +167,7 @@ compare.enqueue = timed(cand_key("compare.enqueue"), compare.enqueue)
 -- prepare stage is in the stage table)
 Judge.verify = timed(function() return "verify stage: Judge:verify" end, Judge.verify)
 Judge.task_state = timed(function() return "task stage: Judge:task_state" end, Judge.task_state)
-for _, name in ipairs { "trial_io", "trial_reference", "try_fast_reference", "exact_agrees", "seal_truth", "ledger" } do
+for _, name in ipairs { "trial_io", "trial_reference", "try_fast_reference", "try_fast_at", "exact_agrees", "seal_truth", "ledger" } do
   Judge[name] = timed(cand_key(name), Judge[name])
 end
 do

@@ -22,7 +22,8 @@
 -- The judge is laid out in lua/km/judge/, one file per concern (docs/architecture.md says
 -- which file a change goes to); each adds its methods to the one method table, M.Judge:
 --   evaluation  Judge:eval, the per-evaluation record, the options table
---   reference   the task state, reference runs, kept reference results, the fast reference
+--   reference   the task state, reference runs, kept reference results, the set-up run
+--   fast        PyTorch eager in place of a naive CUDA reference, where found right and faster
 --   launch      prepare, the `k` table, views, what launch code returns, call_launch
 --   pool        the buffer pool
 --   inputs      a trial's buffers, input laws and plans, fill_inputs
@@ -44,6 +45,7 @@ local ipairs, pairs, pcall, tostring = ipairs, pairs, pcall, tostring
 local PARTS = {
   evaluation = require "km.judge.evaluation",
   reference = require "km.judge.reference",
+  fast = require "km.judge.fast",
   launch = require "km.judge.launch",
   pool = require "km.judge.pool",
   inputs = require "km.judge.inputs",
@@ -79,7 +81,7 @@ local EXPORTS = {
   check_opts = "checks",
   alloc = "pool",
   compile_opts = "launch", returnable = "launch",
-  REFERENCE_CACHE_BYTES = "reference", HOST_COPY_BPS = "reference",
+  REFERENCE_CACHE_BYTES = "reference", HOST_COPY_BPS = "reference", FAST_AT_MIN_S = "fast",
   WARMUP = "timed", WARMUP_MS = "timed", time_opts = "timed",
   speedups = "measure",
 }

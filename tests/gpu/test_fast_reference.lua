@@ -1,10 +1,11 @@
--- GPU + torch: the fastest reference known to be right (Judge:try_fast_reference). A task
--- with a naive CUDA reference and a PyTorch model (reference.py) has its timed calls' checks
--- and a fresh trial at the timed shape (an untimed evaluation's) judged by PyTorch eager once
--- eager agreed with the CUDA reference there, on the task's set-up run (the timed checks:
--- unless the CUDA reference was timed faster); never where it did not; the fixed trials and
--- the other shapes always by the task's own reference; and a kernel wrong on inputs it never
--- saw is caught by eager as by the CUDA reference.
+-- GPU + torch: the fastest reference known to be right (Judge:try_fast_reference,
+-- Judge:try_fast_at). A task with a naive CUDA reference and a PyTorch model (reference.py)
+-- has its timed calls' checks and a fresh trial at the timed shape (an untimed evaluation's)
+-- judged by PyTorch eager once eager agreed with the CUDA reference there, on the task's
+-- set-up run (the timed checks: unless the CUDA reference was timed faster); the fresh trials
+-- of another shape once eager agreed there on that shape's first fresh trial and ran faster;
+-- never where it did not; the fixed trials always by the task's own reference; and a kernel
+-- wrong on inputs it never saw is caught by eager as by the CUDA reference.
 local t = require "km.tap"
 local testing = require "km.testing"
 testing.require_torch(t, { gpu = true, cuda = true })
@@ -14,11 +15,19 @@ local judge_mod = require "km.judge"
 local ROOT = testing.paths()
 local OPTS = { energy = false, compile_mode = "off" }
 
--- tests/tasks/t_rowsum (a row sum, first shape 4096 x 4096) with a reference.py whose
--- forward is x.sum(dim=1) followed by `tail`
-local function rowsum_with(tail)
+-- tests/tasks/t_rowsum (a row sum, first shape 4096 x 4096; then 3 x 1000, 1 x 1, 7 x 257)
+-- with a reference.py whose forward is x.sum(dim=1) followed by `tail`, and `head` (CUDA)
+-- at the start of the CUDA reference's kernel
+local function rowsum_with(tail, head)
   local dir = testing.tmpdir() .. "/t_rowsum"
   assert(os.execute(("cp -r '%s' '%s'"):format(ROOT .. "/tests/tasks/t_rowsum", dir)))
+  if head then
+    local f = assert(io.open(dir .. "/reference.cu"))
+    local cu, k = f:read("a"):gsub("int r = blockIdx.x", head .. "\n  int r = blockIdx.x", 1)
+    f:close()
+    assert(k == 1, "t_rowsum's reference kernel")
+    testing.write(dir .. "/reference.cu", cu)
+  end
   local f = assert(io.open(dir .. "/task.lua"))
   local src, n = f:read("a"):gsub('launch = "reference.lua" }', 'launch = "reference.lua", pytorch = "reference.py" }')
   f:close()
@@ -54,6 +63,11 @@ local RIGHT, WRONG = rowsum_with(""), rowsum_with(" + 1")
 -- eager right but slow on the GPU (a 40M-cycle spin, ~20 ms, before the sum; not on the meta
 -- device the spec is built on): slower than the naive CUDA reference
 local SLOW = rowsum_with(" + (torch.cuda._sleep(40000000) or 0) if x.is_cuda else x.sum(dim=1)")
+-- the CUDA reference slow at the second shape set (3 x 1000: an 8M-cycle spin, ~4 ms, first),
+-- eager right there; and eager wrong at that shape set only
+local SPIN = "if (rows == 3) { long long t0 = clock64(); while (clock64() - t0 < 8000000LL) { } }"
+local SLOW_AT2 = rowsum_with("", SPIN)
+local WRONG_AT2 = rowsum_with(" + (1 if x.shape[0] == 3 else 0)", SPIN)
 local STARTER = assert(task.starter(RIGHT))
 local LAST = "if (threadIdx.x == 0) y[r] = part[0];"
 local function cand(name, extra)
@@ -76,16 +90,19 @@ local function counted()
   return j
 end
 
-local function fast_rows(v)
-  local n = 0
+-- Verify's rows judged by eager: only fresh trials, at the timed shape or at a shape where
+-- eager was found right and faster (st.fast_at) -> how many at the timed shape, at others
+local function fast_rows(v, st)
+  local n, others = 0, 0
   for _, c in ipairs(v.checks) do
     if c.reference then
-      n = n + 1
       t.eq(c.reference, "pytorch_eager")
-      t.ok(c.shape == 1 and c.fresh, ("shape %s seed %s fresh %s"):format(c.shape, c.seed, tostring(c.fresh)))
+      t.ok(c.fresh and (c.shape == 1 or (st and st.fast_at[c.shape])),
+        ("shape %s seed %s fresh %s"):format(c.shape, c.seed, tostring(c.fresh)))
+      if c.shape == 1 then n = n + 1 else others = others + 1 end
     end
   end
-  return n
+  return n, others
 end
 
 t.test("eager agreed at the timed shape (the task's set-up run): it judges the timed checks; verify's trials not", function()
@@ -97,15 +114,19 @@ t.test("eager agreed at the timed shape (the task's set-up run): it judges the t
   t.eq(j:check_reference(st, RIGHT.shapes[1]), st.fast_ref, "the timed checks' reference")
   -- a timed evaluation's one trial at the timed shape is the precision trial (f32 outputs),
   -- on a fixed seed: the task's own reference judges it
-  t.eq(fast_rows(v), 0, "no verified trial judged by eager")
+  t.eq(fast_rows(v, st), 0, "no trial at the timed shape judged by eager")
   j.runs = { cuda = 0, torch = 0 }
   v = j:eval(RIGHT, GOOD, OPTS)
   t.eq(v.status, "correct", v.feedback)
-  t.eq(fast_rows(v), 0)
-  -- the CUDA reference ran for the fresh trials of the other shapes and the fixed trials
-  -- whose results were not kept
-  t.ok(j.runs.cuda >= #RIGHT.shapes - 1 and j.runs.cuda <= 2 * #RIGHT.shapes + #RIGHT.shapes - 1, j.runs.cuda)
-  t.eq(j.runs.torch, 0, "no set-up run once the task is set up; the timed checks run eager bound (Problem:bind)")
+  local at1, others = fast_rows(v, st)
+  t.eq(at1, 0)
+  local eager_at = 0
+  for si = 2, #RIGHT.shapes do if st.fast_at[si] then eager_at = eager_at + 1 end end
+  t.eq(others, eager_at, "each shape with eager found faster: its fresh trial judged by eager")
+  -- the CUDA reference ran for the fresh trials of the other shapes where eager is not the
+  -- faster and the fixed trials whose results were not kept
+  t.ok(j.runs.cuda >= #RIGHT.shapes - 1 - eager_at and j.runs.cuda <= 2 * #RIGHT.shapes + #RIGHT.shapes - 1, j.runs.cuda)
+  t.eq(j.runs.torch, eager_at, "no set-up run once the task is set up; eager at the shapes found faster; the timed checks run eager bound (Problem:bind)")
   t.note(("second evaluation: CUDA reference %d runs, PyTorch eager %d (checked timed calls: %s)"):format(j.runs.cuda,
     j.runs.torch, tostring(v.timing.candidate.checked_calls)))
 end)
@@ -135,11 +156,46 @@ t.test("eager disagreed with the CUDA reference: every trial is judged by the ta
   local j = counted()
   local v = j:eval(WRONG, GOOD, OPTS)
   t.eq(v.status, "correct", v.feedback)
-  t.eq(j.tasks[WRONG.dir].fast_ref, false)
-  t.eq(fast_rows(v), 0)
+  local st = j.tasks[WRONG.dir]
+  t.eq(st.fast_ref, false)
+  for si = 2, #WRONG.shapes do t.eq(st.fast_at[si], false, "shape " .. si) end
+  t.eq(select(2, fast_rows(v, st)), 0)
   v = j:eval(WRONG, GOOD, OPTS)
   t.eq(v.status, "correct", v.feedback)
-  t.eq(fast_rows(v), 0)
+  local at1, others = fast_rows(v, st)
+  t.eq(at1 + others, 0)
+end)
+
+t.test("another shape whose CUDA reference is slow: eager judges its fresh trials where it agreed there, never where not", function()
+  local j = counted()
+  local v = j:eval(SLOW_AT2, GOOD, OPTS)
+  t.eq(v.status, "correct", v.feedback)
+  local st = j.tasks[SLOW_AT2.dir]
+  t.ok(st.fast_at[2], "eager right and faster at 3 x 1000")
+  local at1, others = fast_rows(v, st)
+  t.eq(at1 + others, 0, "the first evaluation's trials: the CUDA reference (eager tried beside it)")
+  j.runs = { cuda = 0, torch = 0 }
+  v = j:eval(SLOW_AT2, GOOD, OPTS)
+  t.eq(v.status, "correct", v.feedback)
+  local n2 = 0
+  for _, c in ipairs(v.checks) do
+    if c.shape == 2 and c.fresh then n2 = n2 + 1 t.eq(c.reference, "pytorch_eager", "shape 2's fresh trial") end
+  end
+  t.eq(n2, 1)
+  -- a kernel wrong at that shape only, on inputs it never saw: eager catches it there
+  local ROW0_AT2 = cand("row 0 off by 0.01 at 3 x 1000", "(r == 0 && gridDim.x == 3 ? 0.01f : 0.f)")
+  local bad = j:eval(SLOW_AT2, ROW0_AT2, { energy = false, compile_mode = "off", seeds = 1, timing = false })
+  t.eq(bad.status, "mismatch", bad.feedback)
+  t.eq(bad.failed_at and bad.failed_at.shape, 2)
+  t.eq(bad.checks[#bad.checks].reference, "pytorch_eager")
+  -- eager wrong at that shape: found on the first fresh trial there, never used
+  local w = counted()
+  t.eq(w:eval(WRONG_AT2, GOOD, OPTS).status, "correct")
+  local wst = w.tasks[WRONG_AT2.dir]
+  t.eq(wst.fast_at[2], false, "eager disagreed at 3 x 1000")
+  v = w:eval(WRONG_AT2, GOOD, OPTS)
+  t.eq(v.status, "correct", v.feedback)
+  for _, c in ipairs(v.checks) do if c.shape == 2 then t.eq(c.reference, nil, "shape 2: the CUDA reference") end end
 end)
 
 t.test("a kernel wrong on the fresh trial is caught by eager there", function()

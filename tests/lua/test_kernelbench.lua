@@ -104,6 +104,30 @@ t.test("a ReLU problem: spec, seeded inputs, forward into the given memory", fun
   t.raises(function() p:spec(1) end, "released")
 end)
 
+t.test("sizes: the problem at other module-level sizes (a task's reference.py at another shape set)", function()
+  local p = assert(kb.load(RELU, { sizes = { batch_size = 3, dim = 5 } }))
+  local s = assert(p:spec(1))
+  t.eq(shape_of(s.inputs[1]), "3x5")
+  t.eq(shape_of(s.outputs[1]), "3x5")
+  local io = buffers(s)
+  assert(p:make_inputs(2, io))
+  t.eq(p:forward(io), true)
+  local want = {}
+  for i, v in ipairs(io.x:to_table()) do want[i] = math.max(v, 0) end
+  t.ok(compare.allclose(io.out:to_table(), want, { atol = 0, rtol = 0 }).ok, "out = relu(x) at 3x5")
+  -- the problem at its own sizes is another problem: buffers of the other sizes are refused
+  local own = assert(kb.load(RELU))
+  t.eq(shape_of(assert(own:spec(1)).inputs[1]), "16x33")
+  local ok, err = own:forward(io)
+  t.ok(not ok and tostring(err):find("shape", 1, true), tostring(err))
+  own:release(); p:release()
+  -- bad sizes: the caller's error, raised before anything loads
+  t.raises(function() kb.load(RELU, { sizes = { dim = 1.5 } }) end, "integers")
+  t.raises(function() kb.load(RELU, { sizes = "dim=3" }) end, "a table")
+  local bad, why = kb.load(RELU, { sizes = { ["not a name"] = 3 } })
+  t.ok(not bad and tostring(why):find("sizes", 1, true), tostring(why))
+end)
+
 t.test("bind: checked once, then each run is the model (and the copy, unless run(false))", function()
   local p = assert(kb.load(TUPLE))
   local s = assert(p:spec(1))

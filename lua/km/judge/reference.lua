@@ -35,9 +35,10 @@ function M.task_state(t)
     checked = nil,       -- the reference's outputs were found not degenerate (Judge:set_up_task)
     ref_outs = nil,      -- verify trial key -> { output name -> bytes }: kept reference results
     ref_bytes = nil,     -- the bytes of ref_outs (counted in self.ref_kept)
-    fast_ref = nil,      -- nil: not tried; false: none; else the PyTorch run timed checks use
+    fast_ref = nil,      -- nil: not tried; false: none; else the PyTorch run timed checks use (km.judge.fast)
+    fast_at = {},        -- shape index (2, 3, ...) -> the PyTorch run its fresh trials use, or false (km.judge.fast)
     wants_torch = nil,   -- the task's PyTorch model is in use here (baselines): a fast reference may load it
-    torch_model = nil,   -- the task's reference.py loaded (a second model), or false (it does not load)
+    torch_model = nil,   -- the task's reference.py loaded (a second model), or false (it does not load; km.judge.fast)
     torch_why = nil,     -- why torch_model is false
     baselines = nil,     -- shape key -> { eager, compile, errors } (km.judge.baselines)
   }
@@ -171,7 +172,8 @@ local function keep_result(kept, st, io, key, bytes)
   touch(kept.order, st)
 end
 
--- -> io (inputs and outputs), kept (true: copied from host memory) | nil, status, msg
+-- -> io (inputs and outputs), kept (true: copied from host memory), the run's wall seconds
+-- (to the GPU's finish; where it ran) | nil, status, msg
 function Judge:trial_reference(st, ref_src, dims, sym, key)
   local kept = self.ref_kept
   local hit = key and not st.prob and st.ref_outs and st.ref_outs[key]
@@ -179,77 +181,13 @@ function Judge:trial_reference(st, ref_src, dims, sym, key)
   local w0 = wall()
   local io, status, msg = self:run_reference(st, ref_src, dims, sym, nil, st.prob ~= nil)
   local took = wall() - w0
-  if not io or not key or st.prob or kept.cap <= 0 then return io, status, msg end
+  if not io then return nil, status, msg end
+  if not key or st.prob or kept.cap <= 0 then return io, nil, nil, false, took end
   local bytes = 0
   for _, spec in ipairs(st.task.outputs) do bytes = bytes + io[spec.name]:nbytes() end
-  if bytes > kept.cap or took * M.HOST_COPY_BPS < 2 * bytes then return io end
+  if bytes > kept.cap or took * M.HOST_COPY_BPS < 2 * bytes then return io, nil, nil, false, took end
   keep_result(kept, st, io, key, bytes)
-  return io
-end
-
--- Checks of timed calls use the fastest reference known to be right: a task whose
--- reference is a naive CUDA kernel and which also has a PyTorch model (reference.py, loaded
--- for the baselines, at the timed shape's sizes) re-verifies timed calls against PyTorch
--- eager (cuBLAS, cuDNN) once eager agreed with the CUDA reference, within the task's
--- tolerance, on the task's set-up run in this worker (Judge:set_up_task: the timed shape,
--- ordinary inputs; st.fast_ref, false when it did not or cannot), unless the CUDA reference
--- was timed faster (Judge:check_reference). Verify's fixed trials always use the task's own
--- reference (kept results make a slow one cheap); a fresh trial at the timed shape (a task
--- without a precision trial) is the timed checks' case — inputs from the private
--- generator, which no kept result covers — and uses st.fast_ref too.
-function Judge:try_fast_reference(st, ref_in, ref_io, dims, sym)
-  if st.fast_ref ~= nil or st.prob or not st.wants_torch then return end
-  -- torch still importing (started ahead, km.task.kernelbench.import_ahead): this candidate's
-  -- checks use the task's own reference, and the next evaluation's set-up asks again
-  if not require("km.task.kernelbench").ready() then return end
-  st.fast_ref = false
-  if not self:torch_model(st) then return end
-  -- only a model that keeps nothing on the GPU between calls (our tasks' reference.py take
-  -- their weights as inputs): a model with state would be a truth to seal (st.prob's is)
-  local held = st.torch_model:truth()
-  if not held or #held > 0 then return end
-  local run = { torch = st.torch_model, task_dir = st.task.dir, state = fresh_state() }
-  local fast_io = self:run_reference(st, ref_in, dims, sym, run)
-  if not fast_io then return end
-  local agree = true
-  for _, spec in ipairs(st.task.outputs) do
-    local tol = st.task.tolerance[spec.dtype]
-    if agree and not compare.allclose(fast_io[spec.name], ref_io[spec.name], { atol = tol.atol, rtol = tol.rtol }).ok then agree = false end
-    self.pool:put(fast_io[spec.name])
-  end
-  if agree then st.fast_ref = run end
-end
-
--- The timed checks' reference at shape sym: eager (st.fast_ref) where it agreed with the
--- task's CUDA reference, unless the CUDA reference was timed faster at that shape (both by
--- the judge's protocol: st.times and the eager baseline; l1_maxpool2d's CUDA reference takes
--- half eager's time). -> st.fast_ref | nil (the task's own reference)
-function Judge:check_reference(st, sym)
-  if not st.fast_ref then return nil end
-  local tk = task_mod.fmt_shape(sym)
-  local ref_t, bl = st.times[tk], st.baselines and st.baselines[tk]
-  local eager = bl and bl.eager
-  if ref_t and eager and ref_t.median and eager.median and ref_t.median < eager.median then return nil end
-  return st.fast_ref
-end
-
--- The task's PyTorch model: st.prob, or its reference.py loaded now. -> problem | nil, why
-function Judge:torch_model(st)
-  if st.prob then return st.prob end
-  local t = st.task
-  if st.torch_model ~= nil then return st.torch_model or nil, st.torch_why end
-  local kb = require "km.task.kernelbench"
-  local names = { inputs = {}, outputs = {} }
-  for i, spec in ipairs(t.inputs) do names.inputs[i] = spec.name end
-  for i, spec in ipairs(t.outputs) do names.outputs[i] = spec.name end
-  local prob, err = kb.load(t.reference.pytorch_file, { device = self.torch_device or "cuda", names = names })
-  if prob then
-    -- names (and the inputs' shapes forward checks buffers against) are fixed by a first spec
-    local okspec, serr = prob:spec()
-    if not okspec then prob:release() prob, err = nil, serr end
-  end
-  st.torch_model, st.torch_why = prob or false, err and tostring(err)
-  return prob, st.torch_why
+  return io, nil, nil, false, took
 end
 
 -- When eager's own error exceeds the tolerance (docs/eval.md). A problem file's reference

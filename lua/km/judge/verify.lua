@@ -154,12 +154,18 @@ local function reference_run(self, st, tr, ref_src)
     tr.precise and "precise" or "" }, "|") or nil
   -- the fastest reference known right here; its results left in torch's cached blocks are
   -- for a seed of the private generator, which no later call gets (as the timed checks')
-  local fast = tr.fresh and tr.si == 1 and st.fast_ref or nil
+  -- (the timed shape's, or another shape's once eager was found right and faster there:
+  -- Judge:try_fast_at, on that shape's first fresh trial)
+  local fast = tr.fresh and (tr.si == 1 and st.fast_ref or tr.si > 1 and st.fast_at[tr.si]) or nil
   local ref_io, status, text
   if fast then
     ref_io, status, text = self:run_reference(st, ref_src, tr.dims, tr.sym, fast, true)
   else
-    ref_io, status, text = self:trial_reference(st, ref_src, tr.dims, tr.sym, key)
+    local _, took
+    ref_io, status, text, _, took = self:trial_reference(st, ref_src, tr.dims, tr.sym, key)
+    if ref_io and tr.fresh and tr.si > 1 and st.fast_at[tr.si] == nil then
+      self:try_fast_at(st, tr.si, ref_src, ref_io, tr.dims, tr.sym, took)
+    end
   end
   tr.ref_io = ref_io
   if ref_io then return nil, fast ~= nil end

@@ -473,7 +473,7 @@ class Problem:
             raise ProblemError("%s: syntax error at line %s: %s" % (self.path, e.lineno, e.msg),
                                "SYNTAX_ERROR")
         modname = "kmrun_kb_%d_%s%s" % (_next_id[0] + 1, "".join(c if c.isalnum() else "_" for c in self.name),
-                                        "_heldout" if self.overrides else "")
+                                        "_sized" if self.overrides else "")
         mod = types.ModuleType(modname)
         mod.__file__ = self.path
         sys.modules[modname] = mod  # dataclasses, pickling and typing look modules up here
@@ -489,7 +489,7 @@ class Problem:
             exec(code, mod.__dict__)
         except BaseException as e:
             raise self._fail("importing it", e, "IMPORT_ERROR")
-        if self.overrides:  # the held-out sizes: read by get_inputs()/get_init_inputs() when called
+        if self.overrides:  # other sizes (held-out, a shape set): read by get_inputs()/get_init_inputs() when called
             mod.__dict__.update(self.overrides)
         missing = [n for n in ("Model", "get_inputs", "get_init_inputs") if n not in mod.__dict__]
         if missing:
@@ -974,7 +974,9 @@ def _problem(i, memory=False):
 # ---- what kernelbench.lua calls ----
 
 @_api
-def load(path, precision="fp32", device="cpu", seed=42, tf32=False, names=None):
+def load(path, precision="fp32", device="cpu", seed=42, tf32=False, names=None, sizes=None):
+    """sizes: {name: int}, module-level integers set after the file ran (a task's
+    reference.py at another of its shape sets: its shape symbols)."""
     t = _torch()
     if precision not in _PRECISIONS:
         raise ProblemError("precision %r: expected fp32, fp16 or bf16" % (precision,))
@@ -987,8 +989,11 @@ def load(path, precision="fp32", device="cpu", seed=42, tf32=False, names=None):
                            % (path, device, t.__version__), "NO_CUDA")
     if names is not None and not isinstance(names, dict):
         raise ProblemError("names: expected {inputs = {...}, outputs = {...}}")
+    if sizes is not None and not (isinstance(sizes, dict) and sizes and all(
+            isinstance(k, str) and k.isidentifier() and type(v) is int for k, v in sizes.items())):
+        raise ProblemError("sizes: expected {name = integer, ...}, got %r" % (sizes,))
     with _named_warnings(os.path.abspath(path)):
-        p = Problem(os.path.abspath(path), precision, device, seed, tf32, names)
+        p = Problem(os.path.abspath(path), precision, device, seed, tf32, names, overrides=sizes or None)
     i = _new_id()
     _problems[i] = p
     return {"id": i, "name": p.name, "path": p.path, "init_args": p.init_args,

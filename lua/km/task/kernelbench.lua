@@ -400,8 +400,10 @@ end
 -- set), else the CPU: nothing here initializes CUDA unless asked (the driver process never
 -- does); seed (default 42, KernelBench's: seeds the weights); tf32 (default false);
 -- names = { inputs = {...}, outputs = {...} }: a task's own names for forward's inputs and
--- outputs, by position (a task's reference.py), instead of the naming rule's; timeout:
--- seconds each call on the problem may take, loading it included (default kb.timeout()).
+-- outputs, by position (a task's reference.py), instead of the naming rule's; sizes = { name =
+-- integer, ... }: module-level integers set after the file ran (a task's reference.py at
+-- another shape set: its shape symbols); timeout: seconds each call on the problem may take,
+-- loading it included (default kb.timeout()).
 function M.load(path, opts)
   if type(path) ~= "string" then error("kb.load: a path expected", 2) end
   opts = opts or {}
@@ -428,8 +430,20 @@ function M.load(path, opts)
     local okw, werr, wcode = call("warm_meta")
     if not okw and (wcode == "TIMEOUT" or wcode == "INTERRUPTED") then return nil, path .. ": " .. tostring(werr), wcode end
   end
+  local sizes = json.null
+  if opts.sizes ~= nil then
+    if type(opts.sizes) ~= "table" then error("kb.load: sizes must be a table of integers, got " .. type(opts.sizes), 2) end
+    sizes = {}
+    for k, v in pairs(opts.sizes) do
+      if type(k) ~= "string" or math.type(v) ~= "integer" then
+        error(("kb.load: sizes must map names to integers, got %s = %s"):format(tostring(k), tostring(v)), 2)
+      end
+      sizes[k] = v
+    end
+    sizes = json.object(sizes)
+  end
   local lim = { timeout = timeout, label = path, path = path }
-  local r, err, ecode = call_within(lim, "load", path, precision, device, seed, opts.tf32 or false, names)
+  local r, err, ecode = call_within(lim, "load", path, precision, device, seed, opts.tf32 or false, names, sizes)
   if not r then return nil, err, ecode end
   limits[r.id] = lim
   return setmetatable({ id = r.id, name = r.name, path = r.path, precision = precision,
