@@ -128,7 +128,7 @@ local kept = {}
 for _, pass in ipairs { "empty", "warm" } do
   local st = tmp .. "/" .. pass .. ".sqlite"
   -- TMPDIR: torch's caches too (inductor's, and Triton's inside it) start empty
-  local cmd = ("XDG_CACHE_HOME=%s/cache TMPDIR=%s/tmp KM_CACHE_DIR= KM_BASELINE_DIR= %s %s/strategies/repair_then_tune.lua %s --compile-mode %s --store %s > %s/%s.log 2>&1")
+  local cmd = ("XDG_CACHE_HOME=%s/cache TMPDIR=%s/tmp KM_CACHE_DIR= KM_BASELINE_DIR= KM_SETUP_DIR= %s %s/strategies/repair_then_tune.lua %s --compile-mode %s --store %s > %s/%s.log 2>&1")
     :format(tmp, tmp, KMRUN, ROOT, TASKS, MODE, st, tmp, pass)
   local t0, since = wall(), os.date("!%Y-%m-%dT%H:%M:%SZ")
   os.execute(cmd)
@@ -146,7 +146,7 @@ end
 -- the first evaluation of new candidates on warm tasks, on the warm pass's caches
 if (args.cold or 2) > 0 then
   local row = tmp .. "/cold.md"
-  os.execute(("XDG_CACHE_HOME=%s/cache TMPDIR=%s/tmp KM_CACHE_DIR= KM_BASELINE_DIR= %s %s/bench/cold_eval.lua %s --tasks %s --new %d --compile-mode %s > %s/cold.log 2>&1")
+  os.execute(("XDG_CACHE_HOME=%s/cache TMPDIR=%s/tmp KM_CACHE_DIR= KM_BASELINE_DIR= KM_SETUP_DIR= %s %s/bench/cold_eval.lua %s --tasks %s --new %d --compile-mode %s > %s/cold.log 2>&1")
     :format(tmp, tmp, KMRUN, ROOT, row, TASKS, args.cold or 2, MODE, tmp))
   local h = io.open(row)
   say("%s", h and h:read("l") or ("| cold: a new candidate on a warm task | failed: see " .. tmp .. "/cold.log |"))

@@ -263,7 +263,7 @@ for _, mode in ipairs(modes) do
   local cache = ("%s/cache-%s"):format(tmp, mode)
   for _, pass in ipairs { "empty", "warm" } do
     local out = ("%s/%s-%s.jsonl"):format(tmp, mode, pass)
-    local cmd = ("XDG_CACHE_HOME=%s TMPDIR=%s/tmp KM_CACHE_DIR= KM_BASELINE_DIR= KM_SPEC_DIR= %s %s/bench/kb_level1.lua '%s' %s --pass %s:%s --evals %d --max-s %d%s > %s/%s-%s.log 2>&1")
+    local cmd = ("XDG_CACHE_HOME=%s TMPDIR=%s/tmp KM_CACHE_DIR= KM_BASELINE_DIR= KM_SPEC_DIR= KM_SETUP_DIR= %s %s/bench/kb_level1.lua '%s' %s --pass %s:%s --evals %d --max-s %d%s > %s/%s-%s.log 2>&1")
       :format(cache, tmp, KMRUN, ROOT, KB, out, pass, mode, EVALS, MAX_S, args.first and (" --first " .. args.first) or "", tmp, mode, pass)
     os.execute(cmd)
     local recs, wall = read_records(out)

@@ -41,7 +41,7 @@ for n in $NS; do [ "$n" -le "$GPUS" ] && [ "$n" -gt "$MAXN" ] && MAXN=$n; done
 
 # make demo's command with this run's caches (as bench/headline.lua's passes)
 headline() { # headline N STORE LOG
-  XDG_CACHE_HOME="$OUT/cache" TMPDIR="$OUT/tmp" KM_CACHE_DIR= KM_BASELINE_DIR= \
+  XDG_CACHE_HOME="$OUT/cache" TMPDIR="$OUT/tmp" KM_CACHE_DIR= KM_BASELINE_DIR= KM_SETUP_DIR= \
     "$KMRUN" strategies/repair_then_tune.lua tasks --gpus "$(list "$1")" --compile-mode default --store "$2" > "$3" 2>&1
 }
 

@@ -73,8 +73,9 @@ environment: KM_PATH (Lua module folders searched before the library, ':'-separa
   KM_CPATH (C modules), KM_STRATEGIES (strategy folders), LUA_PATH, LUA_CPATH, LUA_INIT
   (as lua reads them: LUA_INIT runs before scripts, -e and the prompt, not before commands)
 caches: $XDG_CACHE_HOME/kmrun/ (else ~/.cache/kmrun/): nvrtc/ (compiled kernels), specs/
-  (problem files' specs), baselines/ (PyTorch timings), lint/ (kmrun tasks lint's results);
-  KM_CACHE_DIR, KM_SPEC_DIR, KM_BASELINE_DIR, KM_LINT_DIR move one each. Each only saves
+  (problem files' specs), baselines/ (PyTorch timings), lint/ (kmrun tasks lint's results),
+  setup/ (what a task's set-up found); KM_CACHE_DIR, KM_SPEC_DIR, KM_BASELINE_DIR,
+  KM_LINT_DIR, KM_SETUP_DIR move one each. Each only saves
   time: delete a folder (rm -rf ~/.cache/kmrun/lint) or all of them to clear it.
 `kmrun help COMMAND` (or kmrun COMMAND --help) shows a command's options.
 ]]

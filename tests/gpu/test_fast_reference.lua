@@ -209,4 +209,36 @@ t.test("a kernel wrong on the fresh trial is caught by eager there", function()
   t.eq(v.checks[#v.checks].reference, "pytorch_eager")
 end)
 
+t.test("a later worker finds the set-up record: nothing of the set-up runs again, eager where it was found", function()
+  local j = counted()
+  t.eq(j:eval(SLOW_AT2, GOOD, OPTS).status, "correct")
+  j:eval(SLOW_AT2, GOOD, OPTS) -- every shape's fresh trial decided (the first evaluation's)
+  local st = j.tasks[SLOW_AT2.dir]
+  t.ok(st.setup and st.setup.rec.checked == true, "the record says the reference is not degenerate")
+  t.eq(st.setup.rec.eager, st.fast_ref and true or false)
+  t.eq(st.setup.rec.eager_at and st.setup.rec.eager_at["2"], true)
+  -- a new worker's judge (same caches): its set-up runs no reference at all
+  local k = counted()
+  local during = 0
+  local set_up = k.set_up_task
+  k.set_up_task = function(self, ...)
+    local before = self.runs.cuda + self.runs.torch
+    local r = table.pack(set_up(self, ...))
+    during = during + self.runs.cuda + self.runs.torch - before
+    return table.unpack(r, 1, r.n)
+  end
+  local v = k:eval(SLOW_AT2, GOOD, OPTS)
+  t.eq(v.status, "correct", v.feedback)
+  t.eq(during, 0, "no reference run in the set-up")
+  local kst = k.tasks[SLOW_AT2.dir]
+  t.eq(kst.checked, true)
+  t.eq(kst.fast_ref and true or false, st.fast_ref and true or false, "the timed checks' reference as found before")
+  t.ok(kst.fast_at[2], "eager at 3 x 1000 from the record")
+  local n2 = 0
+  for _, c in ipairs(v.checks) do
+    if c.shape == 2 and c.fresh then n2 = n2 + 1 t.eq(c.reference, "pytorch_eager", "the new worker's first fresh trial there") end
+  end
+  t.eq(n2, 1)
+end)
+
 t.done()

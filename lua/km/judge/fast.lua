@@ -79,6 +79,13 @@ function Judge:try_fast_reference(st, ref_in, ref_io, dims, sym)
   st.fast_ref = eager_agrees(self, st, self:torch_model(st), ref_in, ref_io, dims, sym, 1) or false
 end
 
+-- The timed shape's eager as the task's set-up record says it was found (agreed: true) in
+-- an earlier worker (Judge:setup_record): the model loaded, nothing run.
+function Judge:fast_kept(st, agreed)
+  st.fast_ref = false
+  if agreed then st.fast_ref = eager_agrees(self, st, self:torch_model(st), nil, nil, nil, nil, 0) or false end
+end
+
 -- The timed checks' reference at shape sym: eager (st.fast_ref) where it agreed with the
 -- task's CUDA reference, unless the CUDA reference was timed faster at that shape (both by
 -- the judge's protocol: st.times and the eager baseline; l1_maxpool2d's CUDA reference takes
@@ -106,18 +113,47 @@ end
 -- reference took at least M.FAST_AT_MIN_S there: loading the model at another shape set
 -- costs milliseconds, which a faster reference must win back in a few evaluations.
 -- -> nil (st.fast_at[si] set)
+-- What was found is kept in the task's set-up record (eager_at), so a later worker loads the
+-- model where eager was the one and runs nothing (Judge:fast_at).
 M.FAST_AT_MIN_S = 0.001
-function Judge:try_fast_at(st, si, ref_src, ref_io, dims, sym, cuda_s)
-  if st.fast_at[si] ~= nil or st.prob or not st.wants_torch then return end
-  if not require("km.task.kernelbench").ready() then return end
-  st.fast_at[si] = false
-  if cuda_s < M.FAST_AT_MIN_S then return end
+local function sizes_at(t, si)
   local sizes = {}
-  for k, v in pairs(st.task.shapes[si]) do if math.type(v) == "integer" then sizes[k] = v end end
-  local model = load_model(self, st.task, sizes)
-  local run, eager_s = eager_agrees(self, st, model, ref_src, ref_io, dims, sym, 2)
-  if run and eager_s < cuda_s then st.fast_at[si] = run
-  elseif model then model:release() end
+  for k, v in pairs(t.shapes[si]) do if math.type(v) == "integer" then sizes[k] = v end end
+  return sizes
+end
+local function fast_may(st)
+  return not st.prob and st.wants_torch and require("km.task.kernelbench").ready()
+end
+local function keep_at(self, st, si)
+  local rec = st.setup and st.setup.rec
+  if not rec then return end
+  rec.eager_at = type(rec.eager_at) == "table" and rec.eager_at or {}
+  rec.eager_at[tostring(si)] = st.fast_at[si] and true or false
+  self:setup_keep(st)
+end
+function Judge:try_fast_at(st, si, ref_src, ref_io, dims, sym, cuda_s)
+  if st.fast_at[si] ~= nil or not fast_may(st) then return end
+  st.fast_at[si] = false
+  if cuda_s >= M.FAST_AT_MIN_S then
+    local model = load_model(self, st.task, sizes_at(st.task, si))
+    local run, eager_s = eager_agrees(self, st, model, ref_src, ref_io, dims, sym, 2)
+    if run and eager_s < cuda_s then st.fast_at[si] = run
+    elseif model then model:release() end
+  end
+  keep_at(self, st, si)
+end
+
+-- The fresh trials' reference at shape set si > 1: st.fast_at[si] where decided in this
+-- worker, else as the task's set-up record says (the model loaded, nothing run), else nil
+-- (the task's own; Judge:try_fast_at decides on this trial). -> the eager run | false | nil
+function Judge:fast_at(st, si)
+  local f = st.fast_at[si]
+  if f ~= nil then return f end
+  local rec = st.setup and st.setup.rec
+  local kept = type(rec) == "table" and type(rec.eager_at) == "table" and rec.eager_at[tostring(si)]
+  if type(kept) ~= "boolean" or not fast_may(st) then return nil end
+  st.fast_at[si] = kept and eager_agrees(self, st, load_model(self, st.task, sizes_at(st.task, si)), nil, nil, nil, nil, 0) or false
+  return st.fast_at[si]
 end
 
 -- The task's PyTorch model: st.prob, or its reference.py loaded now. -> problem | nil, why

@@ -33,6 +33,7 @@ function M.task_state(t)
     truth_dirty = nil,   -- trusted code ran on the model since its seal: seal again before candidate code
     plans = nil,         -- shape key -> input plan, or false (km.judge.inputs)
     checked = nil,       -- the reference's outputs were found not degenerate (Judge:set_up_task)
+    setup = nil,         -- the task's set-up record: { key, dir, rec } (Judge:setup_record)
     ref_outs = nil,      -- verify trial key -> { output name -> bytes }: kept reference results
     ref_bytes = nil,     -- the bytes of ref_outs (counted in self.ref_kept)
     fast_ref = nil,      -- nil: not tried; false: none; else the PyTorch run timed checks use (km.judge.fast)
@@ -268,19 +269,55 @@ local function put_once(self, st, ref_in, ref_io)
   for _, o in ipairs(st.task.outputs) do self.pool:put(ref_io[o.name]) end
 end
 
+-- What a task's set-up found is kept on disk (km.jsoncache's "setup" records: KM_SETUP_DIR,
+-- else $XDG_CACHE_HOME/kmrun/setup), per task content (task.lua, the reference's and
+-- reference.py's texts), GPU, NVRTC and torch versions and seed, as the baselines' timings
+-- are: `checked` (the reference's outputs are not degenerate), `eager` (eager agreed at the
+-- timed shape: km.judge.fast) and `eager_at` (shape index -> eager found right and faster
+-- there: Judge:try_fast_at). A worker that finds them runs none of that again: its set-up
+-- loads the PyTorch model where eager is to be used and runs nothing. st.setup = { key, rec }.
+M.SETUP_VERSION = 1
+local SETUP_FIELDS = { "task", "source", "device", "nvrtc", "torch", "seed" }
+function Judge:setup_record(st, seed)
+  if st.setup then return st.setup.rec end
+  local t, jc = st.task, require "km.jsoncache"
+  local ref = t.reference
+  local torch = (st.prob or st.wants_torch) and require("km.task.kernelbench").version() or ""
+  local okk, key = pcall(jc.key, "setup", M.SETUP_VERSION, {
+    task = t.dir and not ref.pytorch and task_mod.read_file(t.dir .. "/task.lua") or "",
+    source = table.concat({ ref.source_text or "", ref.launch_text or "", ref.pytorch_text or "" }, "\0"),
+    device = tostring(self.device and (self.device.uuid or self.device.name)), nvrtc = tostring(self.device and self.device.nvrtc),
+    torch = tostring(torch or ""), seed = tostring(seed) }, SETUP_FIELDS)
+  local dir = jc.dir("setup", "KM_SETUP_DIR")
+  local rec = okk and dir and jc.get(dir, key) or nil
+  st.setup = { key = okk and dir and key or nil, dir = dir, rec = type(rec) == "table" and rec or {} }
+  return st.setup.rec
+end
+-- The record written again after a part of it changed (nothing where there is no folder).
+function Judge:setup_keep(st)
+  local s = st.setup
+  if s and s.key then require("km.jsoncache").put(s.dir, s.key, s.rec) end
+end
+
 -- A task's set-up in an evaluation, before any of the candidate's code runs: the reference
 -- at the timed shape on ordinary inputs of a fixed seed, its outputs found not degenerate
 -- (once a task: st.checked) and, in a timed evaluation, PyTorch eager tried against them as
 -- the timed checks' reference (Judge:try_fast_reference; asked again while torch is still
 -- importing). Verify then runs no trial at the timed shape for either (km.judge.verify).
+-- What the task's set-up record says (above) is not run again.
 -- -> nil | status, text, extra (the task rejected, or its reference failed)
 function Judge:set_up_task(st, opts)
   -- (while torch still imports, try_fast_reference would only return: no run for it)
   local fast = opts.timing ~= false and st.fast_ref == nil and not st.prob and st.wants_torch
     and require("km.task.kernelbench").ready()
   if st.checked and not fast then return end
+  local seed = (opts.seed_base or 1000) + 99
+  local rec = self:setup_record(st, seed)
+  if rec.checked == true then st.checked = true end
+  if fast and type(rec.eager) == "boolean" then self:fast_kept(st, rec.eager) fast = false end
+  if st.checked and not fast then return end
   local t = st.task
-  local okr, ref_in, ref_io, dims = pcall(reference_once, self, st, (opts.seed_base or 1000) + 99)
+  local okr, ref_in, ref_io, dims = pcall(reference_once, self, st, seed)
   if not okr or not ref_in then
     local why = okr and (tostring(ref_io) .. ": " .. tostring(dims)) or tostring(ref_in)
     if okr and ref_io == "crashed" then self.pool:drop(false) return verdict.ERROR, "the task's reference crashed: " .. why, { context_lost = true } end
@@ -295,10 +332,14 @@ function Judge:set_up_task(st, opts)
           t.heldout and t.heldout.shape == 1 and "(held out)" or task_mod.fmt_shape(t.shapes[1]), why)
       end
     end
-    st.checked = true
+    st.checked, rec.checked = true, true
   end
-  if fast then self:try_fast_reference(st, ref_in, ref_io, dims, t.shapes[1]) end
+  if fast then
+    self:try_fast_reference(st, ref_in, ref_io, dims, t.shapes[1])
+    if st.fast_ref ~= nil then rec.eager = st.fast_ref and true or false end
+  end
   put_once(self, st, ref_in, ref_io)
+  self:setup_keep(st)
 end
 
 -- A task's reference run once on its first shape set (inputs from `seed`), its buffers

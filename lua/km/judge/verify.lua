@@ -156,7 +156,7 @@ local function reference_run(self, st, tr, ref_src)
   -- for a seed of the private generator, which no later call gets (as the timed checks')
   -- (the timed shape's, or another shape's once eager was found right and faster there:
   -- Judge:try_fast_at, on that shape's first fresh trial)
-  local fast = tr.fresh and (tr.si == 1 and st.fast_ref or tr.si > 1 and st.fast_at[tr.si]) or nil
+  local fast = tr.fresh and (tr.si == 1 and st.fast_ref or tr.si > 1 and self:fast_at(st, tr.si)) or nil
   local ref_io, status, text
   if fast then
     ref_io, status, text = self:run_reference(st, ref_src, tr.dims, tr.sym, fast, true)

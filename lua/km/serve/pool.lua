@@ -53,7 +53,8 @@ function Pool:_env(gpu)
   -- the workers' cache is the driver's (a set_cache_dir here included), unless opts.env says
   -- and its PyTorch baselines' folder too (XDG_CACHE_HOME does not reach a worker)
   local env = { KM_DEVICE = tostring(gpu), KM_CACHE_DIR = self.cache_dir, KM_BASELINE_DIR = require("km.task.baseline").dir(),
-    KM_SPEC_DIR = require("km.task.kbtask").spec_dir() } -- the specs a worker builds are the driver's to read
+    KM_SPEC_DIR = require("km.task.kbtask").spec_dir(), -- the specs a worker builds are the driver's to read
+    KM_SETUP_DIR = require("km.jsoncache").dir("setup", "KM_SETUP_DIR") } -- tasks' set-up records (km.judge.reference)
   -- a PyTorch call's own deadline (km.python's watchdog) comes after the pool's: a candidate
   -- that hangs the GPU is the pool's timeout, as without PyTorch
   env.KM_PY_TIMEOUT = os.getenv("KM_PY_TIMEOUT") or tostring(2 * (self.opts.timeout or 120) + 60)
