@@ -100,11 +100,15 @@ local function verdict_facts(path)
           f.medians[key] = f.medians[key] or {}
           table.insert(f.medians[key], c.median)
         end
-        local b = f.by_task[e.task] or { task = e.task, n = 0, evals = 0, measure = 0 }
+        local b = f.by_task[e.task] or { task = e.task, n = 0, evals = 0, measure = 0, verify = 0, set_up = 0, eval = 0, noise = 0, timed = 0 }
         f.by_task[e.task] = b
         b.evals = b.evals + 1
         b.n = b.n + (c and tonumber(c.n) or 0)
-        b.measure = b.measure + (v.stage_seconds and tonumber(v.stage_seconds.measure) or 0)
+        local ss = v.stage_seconds or {}
+        b.measure = b.measure + (tonumber(ss.measure) or 0)
+        b.verify, b.set_up = b.verify + (tonumber(ss.verify) or 0), b.set_up + (tonumber(ss.task) or 0)
+        b.eval = b.eval + (tonumber(v.eval_seconds) or 0)
+        if c and tonumber(c.rel_noise) then b.noise, b.timed = b.noise + c.rel_noise, b.timed + 1 end
       end
     end
   end
@@ -169,6 +173,21 @@ for _, pass in ipairs { "empty", "warm" } do
   end
   say("%s pass: %d candidate(s) compiled by the worker (%.1f s of NVRTC); most measure seconds: %s", pass, f.misses,
     f.miss_ms / 1000, table.concat(top, "; "))
+  -- the tasks that took the judges longest: their stages and their timings' calls and noise
+  if pass == "warm" then
+    say("")
+    say("| warm pass: task (the 8 longest) | evaluations | judge s | task s | verify s | measure s | samples per timed eval | mean rel. noise |")
+    say("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    local byeval = {}
+    for _, b in ipairs(f.top) do byeval[#byeval + 1] = b end
+    table.sort(byeval, function(x, y) return x.eval > y.eval end)
+    for i = 1, math.min(8, #byeval) do
+      local b = byeval[i]
+      say("| %s | %d | %.2f | %.2f | %.2f | %.2f | %.1f | %s |", b.task, b.evals, b.eval, b.set_up, b.verify, b.measure,
+        b.timed > 0 and b.n / b.timed or 0, b.timed > 0 and ("%.2f%%"):format(100 * b.noise / b.timed) or "-")
+    end
+    say("")
+  end
   -- km.timing's gate: timings where one opened by its timeout went on ungated (docs/timing.md)
   say("%s pass: gates opened by their timeout in %d kept timing(s) and %d candidate timing(s)", pass, k.ungated, f.ungated)
 end
