@@ -4,8 +4,10 @@
 -- judged by PyTorch eager once eager agreed with the CUDA reference there, on the task's
 -- set-up run (the timed checks: unless the CUDA reference was timed faster); the fresh trials
 -- of another shape once eager agreed there on that shape's first fresh trial and ran faster;
--- never where it did not; the fixed trials always by the task's own reference; and a kernel
--- wrong on inputs it never saw is caught by eager as by the CUDA reference.
+-- the precision trial once eager passed it at the set-up (Judge:try_fast_precise); never
+-- where it did not; the other fixed trials always by the task's own reference; a later
+-- worker takes all of this from the task's set-up record; and a kernel wrong on inputs it
+-- never saw is caught by eager as by the CUDA reference.
 local t = require "km.tap"
 local testing = require "km.testing"
 testing.require_torch(t, { gpu = true, cuda = true })
@@ -90,43 +92,52 @@ local function counted()
   return j
 end
 
--- Verify's rows judged by eager: only fresh trials, at the timed shape or at a shape where
--- eager was found right and faster (st.fast_at) -> how many at the timed shape, at others
+-- Verify's rows judged by eager: fresh trials, at the timed shape or at a shape where eager
+-- was found right and faster (st.fast_at), and the precision trial where eager passed it at
+-- the set-up (st.fast_precise) -> how many fresh at the timed shape, at others, precision
 local function fast_rows(v, st)
-  local n, others = 0, 0
+  local n, others, precise = 0, 0, 0
   for _, c in ipairs(v.checks) do
     if c.reference then
       t.eq(c.reference, "pytorch_eager")
-      t.ok(c.fresh and (c.shape == 1 or (st and st.fast_at[c.shape])),
-        ("shape %s seed %s fresh %s"):format(c.shape, c.seed, tostring(c.fresh)))
-      if c.shape == 1 then n = n + 1 else others = others + 1 end
+      if c.precision then
+        t.ok(c.shape == 1 and st and st.fast_precise, "the precision trial: eager passed it at the set-up")
+        precise = precise + 1
+      else
+        t.ok(c.fresh and (c.shape == 1 or (st and st.fast_at[c.shape])),
+          ("shape %s seed %s fresh %s"):format(c.shape, c.seed, tostring(c.fresh)))
+        if c.shape == 1 then n = n + 1 else others = others + 1 end
+      end
     end
   end
-  return n, others
+  return n, others, precise
 end
 
-t.test("eager agreed at the timed shape (the task's set-up run): it judges the timed checks; verify's trials not", function()
+t.test("eager agreed at the timed shape (the task's set-up run): it judges the timed checks and the precision trial", function()
   local j = counted()
   local v = j:eval(RIGHT, GOOD, OPTS)
   t.eq(v.status, "correct", v.feedback)
   local st = j.tasks[RIGHT.dir]
   t.ok(st.fast_ref, "eager agreed on the set-up run")
   t.eq(j:check_reference(st, RIGHT.shapes[1]), st.fast_ref, "the timed checks' reference")
-  -- a timed evaluation's one trial at the timed shape is the precision trial (f32 outputs),
-  -- on a fixed seed: the task's own reference judges it
-  t.eq(fast_rows(v, st), 0, "no trial at the timed shape judged by eager")
+  -- a timed evaluation's one trial at the timed shape is the precision trial (f32 outputs), on
+  -- a fixed seed: eager judges it, having passed it at the task's set-up
+  t.eq(st.fast_precise, true, "eager passed the precision trial against the CUDA reference")
+  t.eq(st.setup.rec.eager_precise, true, "and the set-up record says so")
+  t.eq(select(3, fast_rows(v, st)), 1, "the precision trial judged by eager")
   j.runs = { cuda = 0, torch = 0 }
   v = j:eval(RIGHT, GOOD, OPTS)
   t.eq(v.status, "correct", v.feedback)
-  local at1, others = fast_rows(v, st)
+  local at1, others, precise = fast_rows(v, st)
   t.eq(at1, 0)
+  t.eq(precise, 1)
   local eager_at = 0
   for si = 2, #RIGHT.shapes do if st.fast_at[si] then eager_at = eager_at + 1 end end
   t.eq(others, eager_at, "each shape with eager found faster: its fresh trial judged by eager")
   -- the CUDA reference ran for the fresh trials of the other shapes where eager is not the
   -- faster and the fixed trials whose results were not kept
   t.ok(j.runs.cuda >= #RIGHT.shapes - 1 - eager_at and j.runs.cuda <= 2 * #RIGHT.shapes + #RIGHT.shapes - 1, j.runs.cuda)
-  t.eq(j.runs.torch, eager_at, "no set-up run once the task is set up; eager at the shapes found faster; the timed checks run eager bound (Problem:bind)")
+  t.eq(j.runs.torch, eager_at + 1, "no set-up run once the task is set up; eager at the shapes found faster and the precision trial; the timed checks run eager bound (Problem:bind)")
   t.note(("second evaluation: CUDA reference %d runs, PyTorch eager %d (checked timed calls: %s)"):format(j.runs.cuda,
     j.runs.torch, tostring(v.timing.candidate.checked_calls)))
 end)
@@ -145,7 +156,7 @@ t.test("eager agreed but the CUDA reference was timed faster: the timed checks r
   t.ok(checked >= 1)
   -- the fresh trials of the other shapes, the fixed trials not kept, and every timed check
   t.ok(j.runs.cuda >= checked + #SLOW.shapes - 1, ("CUDA reference %d runs for %d checked calls"):format(j.runs.cuda, checked))
-  t.eq(j.runs.torch, 0, "eager: none (the timed shape's one trial is the precision trial, on the task's reference)")
+  t.eq(j.runs.torch, 0, "eager: none (the timed shape's one trial is the precision trial, on the CUDA reference, timed faster)")
   -- where eager is the faster (RIGHT: torch's sum against the naive kernel), the checks stay with it
   local r = counted()
   t.eq(r:eval(RIGHT, GOOD, OPTS).status, "correct")
@@ -158,12 +169,13 @@ t.test("eager disagreed with the CUDA reference: every trial is judged by the ta
   t.eq(v.status, "correct", v.feedback)
   local st = j.tasks[WRONG.dir]
   t.eq(st.fast_ref, false)
+  t.eq(st.fast_precise, false)
   for si = 2, #WRONG.shapes do t.eq(st.fast_at[si], false, "shape " .. si) end
   t.eq(select(2, fast_rows(v, st)), 0)
   v = j:eval(WRONG, GOOD, OPTS)
   t.eq(v.status, "correct", v.feedback)
-  local at1, others = fast_rows(v, st)
-  t.eq(at1 + others, 0)
+  local at1, others, precise = fast_rows(v, st)
+  t.eq(at1 + others + precise, 0)
 end)
 
 t.test("another shape whose CUDA reference is slow: eager judges its fresh trials where it agreed there, never where not", function()

@@ -38,6 +38,7 @@ function M.task_state(t)
     ref_bytes = nil,     -- the bytes of ref_outs (counted in self.ref_kept)
     fast_ref = nil,      -- nil: not tried; false: none; else the PyTorch run timed checks use (km.judge.fast)
     fast_at = {},        -- shape index (2, 3, ...) -> the PyTorch run its fresh trials use, or false (km.judge.fast)
+    fast_precise = nil,  -- true: fast_ref judges verify's precision trial too (km.judge.fast)
     wants_torch = nil,   -- the task's PyTorch model is in use here (baselines): a fast reference may load it
     torch_model = nil,   -- the task's reference.py loaded (a second model), or false (it does not load; km.judge.fast)
     torch_why = nil,     -- why torch_model is false
@@ -245,10 +246,11 @@ function M.degenerate(ref_out, spec, pool)
   return why
 end
 
--- The task's reference once at its timed shape, on the inputs of `seed` (no candidate
+-- The task's reference once at its timed shape, on the inputs of `seed` (precise: drawn by
+-- their laws' precision laws, as verify's precision trial draws them) (no candidate
 -- involved); raises where a problem's inputs cannot be made.
 -- -> ref_in, ref_io, dims (the caller hands them back: put_once) | nil, status, msg
-local function reference_once(self, st, seed)
+local function reference_once(self, st, seed, precise)
   local t = st.task
   local sym = t.shapes[1]
   local ref_in, dims = {}, {}
@@ -256,7 +258,7 @@ local function reference_once(self, st, seed)
     for _, spec in ipairs(list) do dims[spec.name] = task_mod.shape_of(spec, sym) end
   end
   for _, spec in ipairs(t.inputs) do ref_in[spec.name] = self.pool:get(spec.dtype, dims[spec.name]) end
-  self:pristine(t, sym, ref_in, seed)
+  if precise then self:fill_inputs(t, sym, ref_in, seed, false, true) else self:pristine(t, sym, ref_in, seed) end
   local ref_io, status, msg = self:run_reference(st, ref_in, dims, sym, nil, st.prob ~= nil)
   if not ref_io then
     if status ~= "crashed" then self.pool:put_all(ref_in, true) end
@@ -299,6 +301,22 @@ function Judge:setup_keep(st)
   if s and s.key then require("km.jsoncache").put(s.dir, s.key, s.rec) end
 end
 
+-- Eager tried on the precision trial's inputs (Judge:try_fast_precise): the CUDA reference
+-- once more at the timed shape, on inputs of `seed` drawn by the precision laws; found
+-- (st.fast_precise) and kept in the set-up record (eager_precise). Where the reference fails
+-- there, eager is not tried: verify's precision trial meets that failure as it would have.
+local function set_up_precise(self, st, seed)
+  st.fast_precise = false
+  if self:fast_precise_wanted(st) then
+    local okr, ref_in, ref_io, dims = pcall(reference_once, self, st, seed, true)
+    if okr and ref_in then
+      self:try_fast_precise(st, ref_in, ref_io, dims, st.task.shapes[1])
+      put_once(self, st, ref_in, ref_io)
+    end
+  end
+  st.setup.rec.eager_precise = st.fast_precise
+end
+
 -- A task's set-up in an evaluation, before any of the candidate's code runs: the reference
 -- at the timed shape on ordinary inputs of a fixed seed, its outputs found not degenerate
 -- (once a task: st.checked) and, in a timed evaluation, PyTorch eager tried against them as
@@ -314,7 +332,11 @@ function Judge:set_up_task(st, opts)
   local seed = (opts.seed_base or 1000) + 99
   local rec = self:setup_record(st, seed)
   if rec.checked == true then st.checked = true end
-  if fast and type(rec.eager) == "boolean" then self:fast_kept(st, rec.eager) fast = false end
+  if fast and type(rec.eager) == "boolean" then
+    self:fast_kept(st, rec.eager)
+    st.fast_precise = st.fast_ref and rec.eager_precise == true or false
+    fast = false
+  end
   if st.checked and not fast then return end
   local t = st.task
   local okr, ref_in, ref_io, dims = pcall(reference_once, self, st, seed)
@@ -339,6 +361,7 @@ function Judge:set_up_task(st, opts)
     if st.fast_ref ~= nil then rec.eager = st.fast_ref and true or false end
   end
   put_once(self, st, ref_in, ref_io)
+  if fast and st.fast_ref then set_up_precise(self, st, seed + 1) end
   self:setup_keep(st)
 end
 
