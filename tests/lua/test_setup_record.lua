@@ -65,4 +65,26 @@ print((next(rec) and "kept-in-memory" or "empty") .. " " .. (st.setup.key == nil
   t.ok(out:find("kept-in-memory no-key", 1, true), out)
 end)
 
+t.test("fast_at: a shape the record says nothing of is undecided (its first fresh trial decides), not refused", function()
+  local w = worker("GPU-1", "13.0")
+  -- a PyTorch model in use, torch imported (no torch needed here: nothing is loaded below)
+  local kb = require "km.task.kernelbench"
+  local ready = kb.ready
+  kb.ready = function() return true end
+  local st = { task = { shapes = { {}, { n = 3 } } }, fast_at = {}, setup = { rec = {} }, wants_torch = true }
+  t.eq(w:fast_at(st, 2), nil, "no eager_at in the record")
+  t.eq(st.fast_at[2], nil)
+  st.setup.rec.eager_at = { ["3"] = true }
+  t.eq(w:fast_at(st, 2), nil, "another shape's entry only")
+  t.eq(st.fast_at[2], nil)
+  -- the record's word, where eager may be used here: taken (false: nothing loaded)
+  st.setup.rec.eager_at["2"] = false
+  t.eq(w:fast_at(st, 2), false)
+  t.eq(st.fast_at[2], false)
+  -- where eager may not be used here (no PyTorch model in use): undecided
+  local other = { task = st.task, fast_at = {}, setup = { rec = { eager_at = { ["2"] = false } } } }
+  t.eq(w:fast_at(other, 2), nil)
+  kb.ready = ready
+end)
+
 t.done()

@@ -181,7 +181,8 @@ function Judge:fast_at(st, si)
   local f = st.fast_at[si]
   if f ~= nil then return f end
   local rec = st.setup and st.setup.rec
-  local kept = type(rec) == "table" and type(rec.eager_at) == "table" and rec.eager_at[tostring(si)]
+  local at = type(rec) == "table" and type(rec.eager_at) == "table" and rec.eager_at or nil
+  local kept = at and at[tostring(si)]
   if type(kept) ~= "boolean" or not fast_may(st) then return nil end
   st.fast_at[si] = kept and eager_agrees(self, st, load_model(self, st.task, sizes_at(st.task, si)), nil, nil, nil, nil, 0) or false
   return st.fast_at[si]

@@ -361,7 +361,7 @@ function Judge:set_up_task(st, opts)
     if st.fast_ref ~= nil then rec.eager = st.fast_ref and true or false end
   end
   put_once(self, st, ref_in, ref_io)
-  if fast and st.fast_ref then set_up_precise(self, st, seed + 1) end
+  if fast then set_up_precise(self, st, seed + 1) end
   self:setup_keep(st)
 end
 
