@@ -226,6 +226,26 @@ static void push_modes(lua_State *L) {
 }
 
 /* Reads them from the options table at idx (absent: the defaults); raises on misuse. */
+/* opts.alt = { noise, min_samples, early_samples, target, ci_target }: the stop rule's second
+ * noise test (km_stop_alt); absent or nil: none. */
+static void read_alt(lua_State *L, int idx, km_stop_rule *r) {
+  memset(&r->alt, 0, sizeof r->alt);
+  if (!lua_istable(L, idx)) return;
+  lua_getfield(L, idx, "alt");
+  if (lua_isnil(L, -1)) { lua_pop(L, 1); return; }
+  if (!lua_istable(L, -1)) luaL_error(L, "timing: alt must be a table of a second noise test");
+  int t = lua_gettop(L);
+  r->alt.on = 1;
+  r->alt.min_samples = (int)km_optfield_int(L, t, "min_samples", 10);
+  r->alt.early_samples = (int)km_optfield_int(L, t, "early_samples", 0);
+  r->alt.max_noise = km_optfield_num(L, t, "target", 0.005);
+  r->alt.max_ci = km_optfield_num(L, t, "ci_target", 0);
+  const char *noise = km_optfield_str(L, t, "noise", "iqr");
+  r->alt.noise_stat = km_noise_stat(noise);
+  if (r->alt.noise_stat < 0) luaL_error(L, "timing: alt: unknown noise '%s' (\"iqr\" or \"gini\")", noise);
+  lua_pop(L, 1);
+}
+
 static void read_protocol(lua_State *L, int idx, km_timing_protocol *p) {
   if (!lua_isnoneornil(L, idx)) luaL_checktype(L, idx, LUA_TTABLE);
   km_timing_protocol_default(p);
@@ -251,9 +271,19 @@ static void read_protocol(lua_State *L, int idx, km_timing_protocol *p) {
   const char *noise = km_optfield_str(L, idx, "noise", km_noise_name(p->stop.noise_stat));
   p->stop.noise_stat = km_noise_stat(noise);
   if (p->stop.noise_stat < 0) luaL_error(L, "timing: unknown noise '%s' (\"iqr\" or \"gini\")", noise);
+  read_alt(L, idx, &p->stop);
   if (km_stop_rule_valid(&p->stop) || p->rep < 1 || p->warmup < 0 || p->flush_bytes < 0)
     luaL_error(L, "timing: need 1 <= min_samples <= max_samples, 0 <= early_samples <= min_samples, target >= 0, ci_target >= 0, "
                   "min_ms >= 0, max_ms > 0, rep >= 1, warmup >= 0, flush_bytes >= 0");
+}
+
+static void push_alt(lua_State *L, const km_stop_alt *a) {
+  lua_createtable(L, 0, 5);
+  lua_pushstring(L, km_noise_name(a->noise_stat)); lua_setfield(L, -2, "noise");
+  lua_pushinteger(L, a->min_samples); lua_setfield(L, -2, "min_samples");
+  lua_pushinteger(L, a->early_samples); lua_setfield(L, -2, "early_samples");
+  lua_pushnumber(L, a->max_noise); lua_setfield(L, -2, "target");
+  lua_pushnumber(L, a->max_ci); lua_setfield(L, -2, "ci_target");
 }
 
 static void push_key(lua_State *L, const km_timing_protocol *p) {
@@ -282,6 +312,7 @@ static void push_protocol(lua_State *L, const km_timing_protocol *p) {
   if (!strcmp(p->mode, "cold")) { lua_pushinteger(L, p->flush_bytes); lua_setfield(L, -2, "flush_bytes"); }
   lua_pushboolean(L, p->energy); lua_setfield(L, -2, "energy");
   lua_pushboolean(L, p->gate); lua_setfield(L, -2, "gate");
+  if (p->stop.alt.on) { push_alt(L, &p->stop.alt); lua_setfield(L, -2, "alt"); }
 }
 
 /* timing.protocol_key(opts) -> the key of the protocol these options give (no GPU needed) */

@@ -19,6 +19,7 @@ void km_stop_rule_default(km_stop_rule *r) {
   r->early_samples = 0;
   r->max_ci = 0;
   r->noise_stat = KM_NOISE_IQR;
+  memset(&r->alt, 0, sizeof r->alt);
 }
 
 int km_stop_rule_valid(const km_stop_rule *r) {
@@ -27,6 +28,10 @@ int km_stop_rule_valid(const km_stop_rule *r) {
   if (r->early_samples < 0 || r->early_samples > r->min_samples) return -1;
   if (!(r->max_ci >= 0)) return -1;
   if (!km_noise_name(r->noise_stat)) return -1;
+  if (r->alt.on && (r->alt.min_samples < 1 || r->alt.min_samples > r->max_samples || !(r->alt.max_noise >= 0) ||
+                    r->alt.early_samples < 0 || r->alt.early_samples > r->alt.min_samples || !(r->alt.max_ci >= 0) ||
+                    !km_noise_name(r->alt.noise_stat)))
+    return -1;
   return 0;
 }
 
@@ -73,6 +78,18 @@ double km_stop_target(const km_stop_rule *r, int n) {
   return -1;
 }
 
+/* Whether the rule's alt (km_stop_alt) holds at n sorted samples. */
+static int alt_holds(const km_stop_rule *r, const double *sorted, int n) {
+  const km_stop_alt *a = &r->alt;
+  if (!a->on) return 0;
+  km_stop_rule as = *r;
+  as.min_samples = a->min_samples, as.early_samples = a->early_samples, as.max_noise = a->max_noise;
+  as.max_ci = a->max_ci, as.noise_stat = a->noise_stat;
+  double target = km_stop_target(&as, n);
+  return target >= 0 && km_stop_noise(&as, sorted, n) <= target &&
+         (as.max_ci <= 0 || km_stats_median_ci(sorted, n) <= as.max_ci);
+}
+
 km_stop km_sampler_add(km_sampler *s, double ms, double elapsed_ms, int hold) {
   if (s->stop != KM_SAMPLE_ON || s->n >= s->rule.max_samples) return s->stop;
   s->samples[s->n] = ms;
@@ -84,8 +101,9 @@ km_stop km_sampler_add(km_sampler *s, double ms, double elapsed_ms, int hold) {
   s->noise = km_stop_noise(&s->rule, s->sorted, s->n);
   const km_stop_rule *r = &s->rule;
   int timeout_n = r->min_samples < 3 ? r->min_samples : 3;
-  if (!hold && s->sum_ms >= r->min_ms && s->noise <= km_stop_target(r, s->n) &&
-      (r->max_ci <= 0 || km_stats_median_ci(s->sorted, s->n) <= r->max_ci))
+  if (!hold && s->sum_ms >= r->min_ms &&
+      ((s->noise <= km_stop_target(r, s->n) && (r->max_ci <= 0 || km_stats_median_ci(s->sorted, s->n) <= r->max_ci)) ||
+       alt_holds(r, s->sorted, s->n)))
     s->stop = KM_STOP_NOISE;
   else if (s->n >= r->max_samples)
     s->stop = KM_STOP_MAX_SAMPLES;
@@ -198,7 +216,16 @@ int km_timing_protocol_key(const km_timing_protocol *p, char *buf, size_t cap) {
   }
   /* the IQR's rule keeps the word it always had: keys of timings taken under it stay valid */
   const char *stat = p->stop.noise_stat == KM_NOISE_GINI ? "gini" : "noise";
-  return snprintf(buf, cap, "km.timing/%d mode=%s rep=%d warmup=%d,%sms stop=%s<=%s,n=%d..%d%s,min_ms=%s,max_ms=%s%s energy=%d gate=%d",
+  char alt[96] = "";
+  const km_stop_alt *a = &p->stop.alt;
+  if (a->on) {
+    char an[32], aci[32];
+    fmt_num(an, sizeof an, a->max_noise);
+    fmt_num(aci, sizeof aci, a->max_ci);
+    snprintf(alt, sizeof alt, "|%s<=%s,n>=%d,early=%d,ci<=%s", a->noise_stat == KM_NOISE_GINI ? "gini" : "noise", an,
+             a->min_samples, a->early_samples, aci);
+  }
+  return snprintf(buf, cap, "km.timing/%d mode=%s rep=%d warmup=%d,%sms stop=%s<=%s,n=%d..%d%s%s,min_ms=%s,max_ms=%s%s energy=%d gate=%d",
                   KM_TIMING_PROTOCOL_VERSION, mode, p->rep, p->warmup, wms, stat, noise, p->stop.min_samples,
-                  p->stop.max_samples, early, minms, maxms, flush, p->energy ? 1 : 0, p->gate ? 1 : 0);
+                  p->stop.max_samples, early, alt, minms, maxms, flush, p->energy ? 1 : 0, p->gate ? 1 : 0);
 }

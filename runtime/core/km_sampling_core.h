@@ -35,6 +35,20 @@
  * on the GPU until the host has enqueued all of it; `gate` in the key). */
 #define KM_TIMING_PROTOCOL_VERSION 3
 
+/* A second noise test (the rule's `alt`): a noise stop also comes where this one holds at n
+ * samples, by its own statistic, least count, early stop and interval, as km_stop_rule's
+ * own fields read (max_noise, min_samples, early_samples, max_ci, noise_stat). The judge's
+ * gini rule takes the interval rule as its alt: the gini statistic reads every pair of the
+ * middle samples, and a kernel whose calls keep a tight core with a minority of late ones
+ * (softmax and layernorm at 200 us: 40 to 180 calls) is settled by the interquartile range
+ * at 10 (tests/lua/test_stop_rule.lua simulates both). */
+typedef struct km_stop_alt {
+  int on;                       /* 0: none */
+  int min_samples, early_samples;
+  double max_noise, max_ci;
+  int noise_stat;
+} km_stop_alt;
+
 typedef struct km_stop_rule {
   int min_samples, max_samples; /* 20, 300 */
   double max_noise;             /* relative standard error of the median; 0.002 */
@@ -44,6 +58,7 @@ typedef struct km_stop_rule {
   double max_ci;                /* a noise stop also needs the median's order-statistic interval
                                    (km_stats_median_ci) within +-max_ci of it; 0: not asked */
   int noise_stat;               /* the statistic max_noise bounds: KM_NOISE_IQR, KM_NOISE_GINI */
+  km_stop_alt alt;              /* a second noise test either of which stops (above); alt.on 0: none */
 } km_stop_rule;
 
 enum { KM_NOISE_IQR = 0, KM_NOISE_GINI = 1 };

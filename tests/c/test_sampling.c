@@ -28,7 +28,7 @@ static int first_sufficient(double amp, int min_n, int max_n, double target) {
 }
 
 static km_stop_rule rule(int min_n, int max_n, double noise, double min_ms, double max_ms) {
-  km_stop_rule r = {min_n, max_n, noise, min_ms, max_ms, 0, 0, KM_NOISE_IQR};
+  km_stop_rule r = {min_n, max_n, noise, min_ms, max_ms, 0, 0, KM_NOISE_IQR, {0, 0, 0, 0, 0, 0}};
   return r;
 }
 
@@ -267,7 +267,7 @@ TEST(simulated_loop_overshoot) {
 }
 
 TEST(protocol_key) {
-  km_timing_protocol p = {"cold", 1, 3, 1, 0, 0, 1, {20, 300, 0.002, 0, 2000, 0, 0, KM_NOISE_IQR}};
+  km_timing_protocol p = {"cold", 1, 3, 1, 0, 0, 1, {20, 300, 0.002, 0, 2000, 0, 0, KM_NOISE_IQR, {0, 0, 0, 0, 0, 0}}};
   char k[256];
   int len = km_timing_protocol_key(&p, k, sizeof k);
   ASSERT_EQ_STR(k, "km.timing/3 mode=cold rep=1 warmup=3,1ms stop=noise<=0.002,n=20..300,min_ms=0,max_ms=2000 "
@@ -481,9 +481,54 @@ TEST(the_gini_rule_stops_at_the_first_sufficient_count) {
   ASSERT(strstr(k2, " stop=noise<=0.0022,n=5..300,min_ms=0,") != NULL);
 }
 
+/* A second noise test (km_stop_alt): either stops. Ten calls with a tight core and three 2%
+ * late: the Gini error is far over 0.21%, the IQR's error and the median's order-statistic
+ * interval are small, so the alt stops at 10 where the rule alone does not; an alt that is
+ * off, or asks for an interval these calls do not give, stops nothing; a bad alt is refused;
+ * the key names it. */
+TEST(an_alt_noise_test_stops_where_the_rule_alone_would_not) {
+  km_stop_rule r = rule(5, 300, 0.0021, 0, 1e9);
+  r.noise_stat = KM_NOISE_GINI;
+  double xs[] = {1.0000, 1.0200, 1.0005, 0.9995, 1.0210, 1.0002, 0.9998, 1.0190, 1.0001, 0.9999, 1.0003};
+  double a[MAXN], b[MAXN];
+  km_sampler s;
+  km_sampler_init(&s, &r, a, b);
+  for (int i = 0; i < 10; i++) km_sampler_add(&s, xs[i], 0, 0);
+  ASSERT_EQ_INT(s.stop, KM_SAMPLE_ON); /* the Gini rule alone: not at 10 */
+  km_stop_rule both = r;
+  both.alt.on = 1, both.alt.noise_stat = KM_NOISE_IQR, both.alt.min_samples = 10, both.alt.early_samples = 0;
+  both.alt.max_noise = 0.004, both.alt.max_ci = 0.002;
+  ASSERT_EQ_INT(km_stop_rule_valid(&both), 0);
+  km_sampler_init(&s, &both, a, b);
+  for (int i = 0; i < 9; i++) km_sampler_add(&s, xs[i], 0, 0);
+  ASSERT_EQ_INT(s.stop, KM_SAMPLE_ON); /* under the alt's least count */
+  km_sampler_add(&s, xs[9], 0, 0);
+  ASSERT_EQ_INT(s.stop, KM_STOP_NOISE);
+  ASSERT_EQ_INT(s.n, 10);
+  km_stop_rule narrow = both;
+  narrow.alt.max_ci = 0.0001; /* the core's own spread is wider */
+  km_sampler_init(&s, &narrow, a, b);
+  for (int i = 0; i < 10; i++) km_sampler_add(&s, xs[i], 0, 0);
+  ASSERT_EQ_INT(s.stop, KM_SAMPLE_ON);
+  km_stop_rule bad = both;
+  bad.alt.min_samples = 0;
+  ASSERT_EQ_INT(km_stop_rule_valid(&bad), -1);
+  bad = both, bad.alt.noise_stat = 7;
+  ASSERT_EQ_INT(km_stop_rule_valid(&bad), -1);
+  bad = both, bad.alt.early_samples = 11;
+  ASSERT_EQ_INT(km_stop_rule_valid(&bad), -1);
+  km_timing_protocol p;
+  km_timing_protocol_default(&p);
+  p.stop = both;
+  char k[256];
+  km_timing_protocol_key(&p, k, sizeof k);
+  ASSERT(strstr(k, " stop=gini<=0.0021,n=5..300|noise<=0.004,n>=10,early=0,ci<=0.002,min_ms=0,") != NULL);
+}
+
 int main(void) {
   RUN(defaults_and_validation);
   RUN(the_gini_rule_stops_at_the_first_sufficient_count);
+  RUN(an_alt_noise_test_stops_where_the_rule_alone_would_not);
   RUN(the_median_interval_from_order_statistics);
   RUN(an_early_stop_needs_a_tighter_noise);
   RUN(plan_with_an_early_stop_and_serial_work);

@@ -13,8 +13,9 @@
 --   noise       checks.NOISE       the stop rule's statistic ("gini"; the interval rule: "iqr")
 --   min_samples checks.MIN_SAMPLES the stop rule's least sample count (5; the interval rule: 10)
 --   early_samples checks.EARLY_SAMPLES an early stop from here (5; = min_samples: none)
---   target      checks.TARGET      the bound on the median's relative error (0.21%; 0.5%)
+--   target      checks.TARGET      the bound on the median's relative error (0.2%; 0.5%)
 --   ci_target   checks.CI_TARGET   the order-statistic interval's bound (0: none; 0.25%)
+--   stop_alt    checks.ALT         a second noise test either of which stops (false: none)
 --   warmup      M.WARMUP (1)       warm-up calls before the samples
 --   warmup_ms   M.WARMUP_MS (0)    their least wall time
 --   timing_gc   km.timing's        km.timing's gc ("defer"; "stop"): not part of the protocol
@@ -60,7 +61,9 @@ M.WARMUP_MS = 0
 -- every cached timing's key, so a number is divided only by one timed the same way.
 function M.time_opts(opts)
   local min_samples = opts.min_samples or checks.MIN_SAMPLES
-  return { mode = opts.mode or "cold", max_ms = opts.max_ms or 2000, min_samples = min_samples,
+  local alt = opts.stop_alt
+  if alt == nil then alt = checks.ALT end
+  return { mode = opts.mode or "cold", max_ms = opts.max_ms or 2000, min_samples = min_samples, alt = alt or nil,
     early_samples = math.min(opts.early_samples or checks.EARLY_SAMPLES, min_samples),
     target = opts.target or checks.TARGET, ci_target = opts.ci_target or checks.CI_TARGET,
     noise = opts.noise or checks.NOISE, warmup = opts.warmup or M.WARMUP, warmup_ms = opts.warmup_ms or M.WARMUP_MS,
