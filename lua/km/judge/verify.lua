@@ -142,6 +142,15 @@ local function candidate_call(self, t, run, tr, budget)
   return nil, trial_done(self, t, tr, status, feedback.launch(status, text, tr.where))
 end
 
+-- Another shape set's eager run as Judge:fast_at finds it; a failure there (the model's load)
+-- leaves the task's own reference for that shape.
+local function fast_at(self, st, si)
+  local ok, run = pcall(self.fast_at, self, st, si)
+  if ok then return run end
+  st.fast_at[si] = false
+  return false
+end
+
 -- The reference on the proven inputs (ref_src) -> nil (tr.ref_io set), whether it was
 -- PyTorch eager | status, text, extra (the trial ended)
 local function reference_run(self, st, tr, ref_src)
@@ -156,7 +165,7 @@ local function reference_run(self, st, tr, ref_src)
   -- for a seed of the private generator, which no later call gets (as the timed checks')
   -- (the timed shape's, or another shape's once eager was found right and faster there:
   -- Judge:try_fast_at, on that shape's first fresh trial)
-  local fast = tr.fresh and (tr.si == 1 and st.fast_ref or tr.si > 1 and self:fast_at(st, tr.si)) or nil
+  local fast = tr.fresh and (tr.si == 1 and st.fast_ref or tr.si > 1 and fast_at(self, st, tr.si)) or nil
   -- the precision trial: eager where it passed that trial itself at the task's set-up, as
   -- the timed checks choose (not where the CUDA reference was timed faster there)
   if tr.precise and tr.si == 1 and st.fast_precise then fast = self:check_reference(st, tr.sym) end
@@ -167,7 +176,8 @@ local function reference_run(self, st, tr, ref_src)
     local _, took
     ref_io, status, text, _, took = self:trial_reference(st, ref_src, tr.dims, tr.sym, key)
     if ref_io and tr.fresh and tr.si > 1 and st.fast_at[tr.si] == nil then
-      self:try_fast_at(st, tr.si, ref_src, ref_io, tr.dims, tr.sym, took)
+      -- a failure in trying eager (its load, its run) leaves the task's own reference
+      if not pcall(self.try_fast_at, self, st, tr.si, ref_src, ref_io, tr.dims, tr.sym, took) then st.fast_at[tr.si] = false end
     end
   end
   tr.ref_io = ref_io
