@@ -415,6 +415,16 @@ TEST(the_median_interval_from_order_statistics) {
 /* The Gini rule: a noise stop at exactly the first n >= min_samples whose
  * km_stats_gini_noise is <= the target (computed the slow way), the statistic the sampler
  * keeps; its key names it; an unknown statistic is refused. */
+/* Whether the default protocol with stop rule r has `want` in its key. */
+static int key_has(const km_stop_rule *r, const char *want) {
+  km_timing_protocol p;
+  km_timing_protocol_default(&p);
+  p.stop = *r;
+  char k[256];
+  km_timing_protocol_key(&p, k, sizeof k);
+  return strstr(k, want) != NULL;
+}
+
 TEST(the_gini_rule_stops_at_the_first_sufficient_count) {
   km_stop_rule r = rule(5, 300, 0.0022, 0, 1e9);
   r.noise_stat = KM_NOISE_GINI;
@@ -469,16 +479,10 @@ TEST(the_gini_rule_stops_at_the_first_sufficient_count) {
   bad.noise_stat = -1;
   ASSERT_EQ_INT(km_stop_rule_valid(&bad), -1);
   /* the key */
-  km_timing_protocol p;
-  km_timing_protocol_default(&p);
-  p.stop = r;
-  char k[256];
-  km_timing_protocol_key(&p, k, sizeof k);
-  ASSERT(strstr(k, " stop=gini<=0.0022,n=5..300,min_ms=0,") != NULL);
-  p.stop.noise_stat = KM_NOISE_IQR;
-  char k2[256];
-  km_timing_protocol_key(&p, k2, sizeof k2);
-  ASSERT(strstr(k2, " stop=noise<=0.0022,n=5..300,min_ms=0,") != NULL);
+  ASSERT(key_has(&r, " stop=gini<=0.0022,n=5..300,min_ms=0,"));
+  km_stop_rule iqr_key = r;
+  iqr_key.noise_stat = KM_NOISE_IQR;
+  ASSERT(key_has(&iqr_key, " stop=noise<=0.0022,n=5..300,min_ms=0,"));
 }
 
 /* A second noise test (km_stop_alt): either stops. Calls with a tight core (+-0.03%) and every
@@ -521,12 +525,7 @@ TEST(an_alt_noise_test_stops_where_the_rule_alone_would_not) {
   ASSERT_EQ_INT(km_stop_rule_valid(&bad), -1);
   bad = both, bad.alt.early_samples = 11;
   ASSERT_EQ_INT(km_stop_rule_valid(&bad), -1);
-  km_timing_protocol p;
-  km_timing_protocol_default(&p);
-  p.stop = both;
-  char k[256];
-  km_timing_protocol_key(&p, k, sizeof k);
-  ASSERT(strstr(k, " stop=gini<=0.0021,n=5..300|noise<=0.004,n>=10,early=0,ci<=0.002,min_ms=0,") != NULL);
+  ASSERT(key_has(&both, " stop=gini<=0.0021,n=5..300|noise<=0.004,n>=10,early=0,ci<=0.002,min_ms=0,"));
 }
 
 int main(void) {

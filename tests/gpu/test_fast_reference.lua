@@ -92,6 +92,15 @@ local function counted()
   return j
 end
 
+-- A judge's first evaluation of task (a good candidate, correct) -> the judge, the verdict,
+-- the task's state there
+local function first_eval(task)
+  local j = counted()
+  local v = j:eval(task, GOOD, OPTS)
+  t.eq(v.status, "correct", v.feedback)
+  return j, v, j.tasks[task.dir]
+end
+
 -- Verify's rows judged by eager: fresh trials, at the timed shape or at a shape where eager
 -- was found right and faster (st.fast_at), and the precision trial where eager passed it at
 -- the set-up (st.fast_precise) -> how many fresh at the timed shape, at others, precision
@@ -114,10 +123,7 @@ local function fast_rows(v, st)
 end
 
 t.test("eager agreed at the timed shape (the task's set-up run): it judges the timed checks and the precision trial", function()
-  local j = counted()
-  local v = j:eval(RIGHT, GOOD, OPTS)
-  t.eq(v.status, "correct", v.feedback)
-  local st = j.tasks[RIGHT.dir]
+  local j, v, st = first_eval(RIGHT)
   t.ok(st.fast_ref, "eager agreed on the set-up run")
   t.eq(j:check_reference(st, RIGHT.shapes[1]), st.fast_ref, "the timed checks' reference")
   -- a timed evaluation's one trial at the timed shape is the precision trial (f32 outputs), on
@@ -143,10 +149,7 @@ t.test("eager agreed at the timed shape (the task's set-up run): it judges the t
 end)
 
 t.test("eager agreed but the CUDA reference was timed faster: the timed checks run the CUDA reference", function()
-  local j = counted()
-  local v = j:eval(SLOW, GOOD, OPTS)
-  t.eq(v.status, "correct", v.feedback)
-  local st = j.tasks[SLOW.dir]
+  local j, v, st = first_eval(SLOW)
   t.ok(st.fast_ref, "eager agreed on the set-up run")
   t.eq(j:check_reference(st, SLOW.shapes[1]), nil, "the CUDA reference, timed faster at the timed shape")
   j.runs = { cuda = 0, torch = 0 }
@@ -164,10 +167,7 @@ t.test("eager agreed but the CUDA reference was timed faster: the timed checks r
 end)
 
 t.test("eager disagreed with the CUDA reference: every trial is judged by the task's reference", function()
-  local j = counted()
-  local v = j:eval(WRONG, GOOD, OPTS)
-  t.eq(v.status, "correct", v.feedback)
-  local st = j.tasks[WRONG.dir]
+  local j, v, st = first_eval(WRONG)
   t.eq(st.fast_ref, false)
   t.eq(st.fast_precise, false)
   for si = 2, #WRONG.shapes do t.eq(st.fast_at[si], false, "shape " .. si) end
@@ -179,10 +179,7 @@ t.test("eager disagreed with the CUDA reference: every trial is judged by the ta
 end)
 
 t.test("another shape whose CUDA reference is slow: eager judges its fresh trials where it agreed there, never where not", function()
-  local j = counted()
-  local v = j:eval(SLOW_AT2, GOOD, OPTS)
-  t.eq(v.status, "correct", v.feedback)
-  local st = j.tasks[SLOW_AT2.dir]
+  local j, v, st = first_eval(SLOW_AT2)
   t.ok(st.fast_at[2], "eager right and faster at 3 x 1000")
   local at1, others = fast_rows(v, st)
   t.eq(at1 + others, 0, "the first evaluation's trials: the CUDA reference (eager tried beside it)")
