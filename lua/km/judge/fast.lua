@@ -66,10 +66,11 @@ end
 -- eager (cuBLAS, cuDNN) once eager agreed with the CUDA reference, within the task's
 -- tolerance, on the task's set-up run in this worker (Judge:set_up_task: the timed shape,
 -- ordinary inputs; st.fast_ref, false when it did not or cannot), unless the CUDA reference
--- was timed faster (Judge:check_reference). Verify's fixed trials always use the task's own
--- reference (kept results make a slow one cheap); a fresh trial at the timed shape (a task
--- without a precision trial) is the timed checks' case — inputs from the private
--- generator, which no kept result covers — and uses st.fast_ref too.
+-- was timed faster (Judge:check_reference). Verify's fixed trials use the task's own
+-- reference (kept results make a slow one cheap), but for the precision trial where eager
+-- passed it (Judge:try_fast_precise, below); a fresh trial at the timed shape (a task without
+-- a precision trial) is the timed checks' case — inputs from the private generator, which
+-- no kept result covers — and uses st.fast_ref too.
 function Judge:try_fast_reference(st, ref_in, ref_io, dims, sym)
   if st.fast_ref ~= nil or st.prob or not st.wants_torch then return end
   -- torch still importing (started ahead, km.task.kernelbench.import_ahead): this candidate's
