@@ -139,9 +139,9 @@ t.test("the gini rule (either test stopping): 10 timings within 1% (p95) at cv 0
   end
 end)
 
--- A tight core with a minority of late calls (the headline's softmax and layernorm variants:
--- 40 to 180 calls under the gini statistic alone, which reads every pair of the middle
--- samples, and 10 under the interval rule): the judge's rule stops where either would.
+-- A tight core with a minority of late calls (the headline's slower softmax and layernorm
+-- variants: 70 to 280 calls under the gini statistic alone, which reads every pair of the
+-- middle samples, and 10 to 40 under the interval rule): the judge's rule stops where either would.
 t.test("a tight core with 30% of calls late: the rule takes the interval rule's calls, not gini's alone, within 1%", function()
   math.randomseed(7)
   local function bimodal_spread(opts, rounds)
