@@ -60,6 +60,15 @@ local function eager_agrees(self, st, model, ref_in, ref_io, dims, sym, times)
   return run, took
 end
 
+-- Whether eager may stand in for the task's reference here: a task with a CUDA reference
+-- (not a problem file, whose model is the reference), its PyTorch model in use (the
+-- baselines), and torch imported (while an import started ahead still runs,
+-- km.task.kernelbench.import_ahead, the task's own reference serves and a later evaluation
+-- asks again).
+function Judge:fast_may(st)
+  return not st.prob and st.wants_torch and require("km.task.kernelbench").ready() or false
+end
+
 -- Checks of timed calls use the fastest reference known to be right: a task whose
 -- reference is a naive CUDA kernel and which also has a PyTorch model (reference.py, loaded
 -- for the baselines, at the timed shape's sizes) re-verifies timed calls against PyTorch
@@ -72,11 +81,8 @@ end
 -- a precision trial) is the timed checks' case — inputs from the private generator, which
 -- no kept result covers — and uses st.fast_ref too.
 function Judge:try_fast_reference(st, ref_in, ref_io, dims, sym)
-  if st.fast_ref ~= nil or st.prob or not st.wants_torch then return end
-  -- torch still importing (started ahead, km.task.kernelbench.import_ahead): this candidate's
-  -- checks use the task's own reference, and the next evaluation's set-up asks again
-  if not require("km.task.kernelbench").ready() then return end
-  st.fast_ref = false
+  if st.fast_ref ~= nil or not self:fast_may(st) then return end
+  st.fast_ref = false -- (so where the try raises, it is not tried again)
   st.fast_ref = eager_agrees(self, st, self:torch_model(st), ref_in, ref_io, dims, sym, 1) or false
 end
 
@@ -153,9 +159,6 @@ local function sizes_at(t, si)
   for k, v in pairs(t.shapes[si]) do if math.type(v) == "integer" then sizes[k] = v end end
   return sizes
 end
-local function fast_may(st)
-  return not st.prob and st.wants_torch and require("km.task.kernelbench").ready()
-end
 local function keep_at(self, st, si)
   local rec = st.setup and st.setup.rec
   if not rec then return end
@@ -164,7 +167,7 @@ local function keep_at(self, st, si)
   self:setup_keep(st)
 end
 function Judge:try_fast_at(st, si, ref_src, ref_io, dims, sym, cuda_s)
-  if st.fast_at[si] ~= nil or not fast_may(st) then return end
+  if st.fast_at[si] ~= nil or not self:fast_may(st) then return end
   st.fast_at[si] = false
   if cuda_s >= M.FAST_AT_MIN_S then
     local model = load_model(self, st.task, sizes_at(st.task, si))
@@ -184,7 +187,7 @@ function Judge:fast_at(st, si)
   local rec = st.setup and st.setup.rec
   local at = type(rec) == "table" and type(rec.eager_at) == "table" and rec.eager_at or nil
   local kept = at and at[tostring(si)]
-  if type(kept) ~= "boolean" or not fast_may(st) then return nil end
+  if type(kept) ~= "boolean" or not self:fast_may(st) then return nil end
   st.fast_at[si] = kept and eager_agrees(self, st, load_model(self, st.task, sizes_at(st.task, si)), nil, nil, nil, nil, 0) or false
   return st.fast_at[si]
 end

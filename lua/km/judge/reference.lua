@@ -326,8 +326,7 @@ end
 -- -> nil | status, text, extra (the task rejected, or its reference failed)
 function Judge:set_up_task(st, opts)
   -- (while torch still imports, try_fast_reference would only return: no run for it)
-  local fast = opts.timing ~= false and st.fast_ref == nil and not st.prob and st.wants_torch
-    and require("km.task.kernelbench").ready()
+  local fast = opts.timing ~= false and st.fast_ref == nil and self:fast_may(st)
   if st.checked and not fast then return end
   local seed = (opts.seed_base or 1000) + 99
   local rec = self:setup_record(st, seed)
