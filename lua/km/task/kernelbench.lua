@@ -120,11 +120,15 @@ end
 -- Starts torch's import on a thread of its own (python.background), so that a GPU worker
 -- goes on with CUDA work while it runs; whatever then needs torch (M.available, a model's
 -- load) waits for that import to end (Python's import lock) instead of starting another.
--- -> true | nil, why
+-- torch's version (M.version: what keys the baselines kept on disk) is read first, on this
+-- thread: asked while the import runs, it would wait for the interpreter's lock, which the
+-- import holds while it loads torch's libraries (a warm worker's first evaluation waited
+-- about 0.3 s for it in its baselines stage). -> true | nil, why
 function M.import_ahead()
   if state then return true end -- imported already, or known not to be importable
   local ok, why, code = load_bridge()
   if not ok then return nil, why, code end
+  pcall(M.version) -- (where it fails, the import ahead says why: M.available)
   return python.background(("import sys\nsys.modules[%q]._torch()\n"):format(BRIDGE), "kmrun: torch imported ahead")
 end
 
