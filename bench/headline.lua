@@ -81,7 +81,7 @@ end
 -- took the most samples (samples, evaluations, measure seconds).
 local function verdict_facts(path)
   local db = assert(require("km.store").open(path))
-  local f = { misses = 0, miss_ms = 0, by_task = {}, ungated = 0, eval_seconds = 0, medians = {} }
+  local f = { misses = 0, miss_ms = 0, by_task = {}, ungated = 0, eval_seconds = 0, worker_seconds = 0, medians = {} }
   for _, e in ipairs(assert(db:episodes {})) do
     local ep = db:episode(e.id)
     for _, stp in ipairs(ep and ep.steps or {}) do
@@ -91,6 +91,9 @@ local function verdict_facts(path)
         local c = v.timing and v.timing.candidate
         if c and (tonumber(c.gate_timeouts) or 0) > 0 then f.ungated = f.ungated + 1 end
         f.eval_seconds = f.eval_seconds + (tonumber(v.eval_seconds) or 0)
+        f.worker_seconds = f.worker_seconds + (tonumber(v.worker_seconds) or tonumber(v.eval_seconds) or 0)
+        local at = tonumber(stp.started_at) -- when the driver logged it
+        if at then f.first_at, f.last_at = math.min(f.first_at or at, at), math.max(f.last_at or at, at) end
         -- each candidate's timed medians, by task, name and parameters (passes compared below)
         if c and tonumber(c.median) and v.status == "correct" then
           local ps = {}
@@ -166,6 +169,11 @@ for _, pass in ipairs { "empty", "warm" } do
     pass, k.records, k.samples, #stops > 0 and table.concat(stops, ", ") or "-", k.compiled, k.compile_seconds)
   say("%s pass: %d of them compiled ahead by the precompiler (the judge waited %.1f s for it); inductor's graph cache %d hit(s), %d miss(es); the judges were busy %.1f s of %.1f s",
     pass, k.precompiled, k.waited, k.cache_hits, k.cache_misses, k.facts.eval_seconds, k.wall)
+  -- where the rest went: the workers outside evaluations (worker_seconds), the verdicts'
+  -- spread in the store, and the process's start and end around them
+  local span = (k.facts.last_at or 0) - (k.facts.first_at or 0)
+  say("%s pass: the workers' own seconds %.1f (%.2f outside evaluations); first to last verdict %.1f s; before and after them %.1f s",
+    pass, k.facts.worker_seconds, k.facts.worker_seconds - k.facts.eval_seconds, span, k.wall - span)
   local f, top = k.facts, {}
   for i = 1, math.min(6, #f.top) do
     local b = f.top[i]

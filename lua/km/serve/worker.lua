@@ -131,6 +131,7 @@ local room = require("km.serve.room").new {
 while true do
   local msg = ch:recv()
   if not msg then break end
+  local r0 = wall() -- the request read: worker_seconds counts from here
   local req, err = json.decode(msg)
   if not req then
     ch:send(json.encode { error = "bad request: " .. tostring(err) })
@@ -162,6 +163,9 @@ while true do
     if cap then note_printed(verdict, cap:stop(PRINTF_TEXT)) end -- after the sync: printf is flushed
     progress.sink(nil)
     if type(key) == "string" and judge:has_task(key) then room:used(key) end
+    -- the worker's own seconds on the job, its request decoded to its verdict sent: beyond
+    -- eval_seconds, a problem file's set-up, the context check and the printf capture
+    verdict.worker_seconds = wall() - r0
     ch:send(json.encode({ id = req.id, verdict = verdict }, { nan = "null" }))
     if verdict.context_lost then return finish(4) end
   elseif req.op == "ping" then
