@@ -226,7 +226,7 @@ static void push_modes(lua_State *L) {
 }
 
 /* Reads them from the options table at idx (absent: the defaults); raises on misuse. */
-/* opts.alt = { noise, min_samples, early_samples, target, ci_target }: the stop rule's second
+/* opts.alt = { noise, min_samples, early_samples, target, ci_target, min_median_ms }: the stop rule's second
  * noise test (km_stop_alt); absent or nil: none. */
 static void read_alt(lua_State *L, int idx, km_stop_rule *r) {
   memset(&r->alt, 0, sizeof r->alt);
@@ -240,6 +240,7 @@ static void read_alt(lua_State *L, int idx, km_stop_rule *r) {
   r->alt.early_samples = (int)km_optfield_int(L, t, "early_samples", 0);
   r->alt.max_noise = km_optfield_num(L, t, "target", 0.005);
   r->alt.max_ci = km_optfield_num(L, t, "ci_target", 0);
+  r->alt.min_median_ms = km_optfield_num(L, t, "min_median_ms", 0);
   const char *noise = km_optfield_str(L, t, "noise", "iqr");
   r->alt.noise_stat = km_noise_stat(noise);
   if (r->alt.noise_stat < 0) luaL_error(L, "timing: alt: unknown noise '%s' (\"iqr\" or \"gini\")", noise);
@@ -284,6 +285,7 @@ static void push_alt(lua_State *L, const km_stop_alt *a) {
   lua_pushinteger(L, a->early_samples); lua_setfield(L, -2, "early_samples");
   lua_pushnumber(L, a->max_noise); lua_setfield(L, -2, "target");
   lua_pushnumber(L, a->max_ci); lua_setfield(L, -2, "ci_target");
+  if (a->min_median_ms > 0) { lua_pushnumber(L, a->min_median_ms); lua_setfield(L, -2, "min_median_ms"); }
 }
 
 static void push_key(lua_State *L, const km_timing_protocol *p) {

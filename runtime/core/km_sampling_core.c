@@ -30,6 +30,7 @@ int km_stop_rule_valid(const km_stop_rule *r) {
   if (!km_noise_name(r->noise_stat)) return -1;
   if (r->alt.on && (r->alt.min_samples < 1 || r->alt.min_samples > r->max_samples || !(r->alt.max_noise >= 0) ||
                     r->alt.early_samples < 0 || r->alt.early_samples > r->alt.min_samples || !(r->alt.max_ci >= 0) ||
+                    !(r->alt.min_median_ms >= 0) ||
                     !km_noise_name(r->alt.noise_stat)))
     return -1;
   return 0;
@@ -82,6 +83,9 @@ double km_stop_target(const km_stop_rule *r, int n) {
 static int alt_holds(const km_stop_rule *r, const double *sorted, int n) {
   const km_stop_alt *a = &r->alt;
   if (!a->on) return 0;
+  int first = r->early_samples > 0 && r->early_samples < r->min_samples ? r->early_samples : r->min_samples;
+  if (n < first) return 0;
+  if (a->min_median_ms > 0 && km_stats_quantile(sorted, n, 0.5) < a->min_median_ms) return 0;
   km_stop_rule as = *r;
   as.min_samples = a->min_samples, as.early_samples = a->early_samples, as.max_noise = a->max_noise;
   as.max_ci = a->max_ci, as.noise_stat = a->noise_stat;
@@ -216,14 +220,19 @@ int km_timing_protocol_key(const km_timing_protocol *p, char *buf, size_t cap) {
   }
   /* the IQR's rule keeps the word it always had: keys of timings taken under it stay valid */
   const char *stat = p->stop.noise_stat == KM_NOISE_GINI ? "gini" : "noise";
-  char alt[96] = "";
+  char alt[128] = "";
   const km_stop_alt *a = &p->stop.alt;
   if (a->on) {
-    char an[32], aci[32];
+    char an[32], aci[32], amed[48] = "";
     fmt_num(an, sizeof an, a->max_noise);
     fmt_num(aci, sizeof aci, a->max_ci);
-    snprintf(alt, sizeof alt, "|%s<=%s,n>=%d,early=%d,ci<=%s", a->noise_stat == KM_NOISE_GINI ? "gini" : "noise", an,
-             a->min_samples, a->early_samples, aci);
+    if (a->min_median_ms > 0) {
+      char m[32];
+      fmt_num(m, sizeof m, a->min_median_ms);
+      snprintf(amed, sizeof amed, ",median>=%sms", m);
+    }
+    snprintf(alt, sizeof alt, "|%s<=%s,n>=%d,early=%d,ci<=%s%s", a->noise_stat == KM_NOISE_GINI ? "gini" : "noise", an,
+             a->min_samples, a->early_samples, aci, amed);
   }
   return snprintf(buf, cap, "km.timing/%d mode=%s rep=%d warmup=%d,%sms stop=%s<=%s,n=%d..%d%s%s,min_ms=%s,max_ms=%s%s energy=%d gate=%d",
                   KM_TIMING_PROTOCOL_VERSION, mode, p->rep, p->warmup, wms, stat, noise, p->stop.min_samples,

@@ -37,7 +37,9 @@
 
 /* A second noise test (the rule's `alt`): a noise stop also comes where this one holds at n
  * samples, by its own statistic, least count, early stop and interval, as km_stop_rule's
- * own fields read (max_noise, min_samples, early_samples, max_ci, noise_stat). The judge's
+ * own fields read (max_noise, min_samples, early_samples, max_ci, noise_stat), never before
+ * the rule's own first stop count (its early_samples, else min_samples: a caller's least count
+ * holds for both tests), and only where the median is at least min_median_ms. The judge's
  * gini rule takes the interval rule as its alt: the gini statistic reads every pair of the
  * middle samples, and a kernel whose calls keep a tight core with a minority of late ones
  * (softmax and layernorm at 200 us: 40 to 180 calls) is settled by the interquartile range
@@ -47,6 +49,7 @@ typedef struct km_stop_alt {
   int min_samples, early_samples;
   double max_noise, max_ci;
   int noise_stat;
+  double min_median_ms;         /* it stops nothing while the median is below this; 0: any median */
 } km_stop_alt;
 
 typedef struct km_stop_rule {

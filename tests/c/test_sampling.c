@@ -28,7 +28,7 @@ static int first_sufficient(double amp, int min_n, int max_n, double target) {
 }
 
 static km_stop_rule rule(int min_n, int max_n, double noise, double min_ms, double max_ms) {
-  km_stop_rule r = {min_n, max_n, noise, min_ms, max_ms, 0, 0, KM_NOISE_IQR, {0, 0, 0, 0, 0, 0}};
+  km_stop_rule r = {min_n, max_n, noise, min_ms, max_ms, 0, 0, KM_NOISE_IQR, {0, 0, 0, 0, 0, 0, 0}};
   return r;
 }
 
@@ -267,7 +267,7 @@ TEST(simulated_loop_overshoot) {
 }
 
 TEST(protocol_key) {
-  km_timing_protocol p = {"cold", 1, 3, 1, 0, 0, 1, {20, 300, 0.002, 0, 2000, 0, 0, KM_NOISE_IQR, {0, 0, 0, 0, 0, 0}}};
+  km_timing_protocol p = {"cold", 1, 3, 1, 0, 0, 1, {20, 300, 0.002, 0, 2000, 0, 0, KM_NOISE_IQR, {0, 0, 0, 0, 0, 0, 0}}};
   char k[256];
   int len = km_timing_protocol_key(&p, k, sizeof k);
   ASSERT_EQ_STR(k, "km.timing/3 mode=cold rep=1 warmup=3,1ms stop=noise<=0.002,n=20..300,min_ms=0,max_ms=2000 "
@@ -526,12 +526,40 @@ TEST(an_alt_noise_test_stops_where_the_rule_alone_would_not) {
   bad = both, bad.alt.early_samples = 11;
   ASSERT_EQ_INT(km_stop_rule_valid(&bad), -1);
   ASSERT(key_has(&both, " stop=gini<=0.0021,n=5..300|noise<=0.004,n>=10,early=0,ci<=0.002,min_ms=0,"));
+  bad = both, bad.alt.min_median_ms = -1;
+  ASSERT_EQ_INT(km_stop_rule_valid(&bad), -1);
+}
+
+/* The alt stops nothing before the rule's own first count (a caller's least count holds for
+ * both tests), nor where the median is below its min_median_ms (these calls' median: ~1). */
+TEST(an_alt_keeps_the_rules_least_count_and_its_least_median) {
+  km_stop_rule r = rule(5, 300, 0.0021, 0, 1e9);
+  r.noise_stat = KM_NOISE_GINI;
+  r.alt.on = 1, r.alt.noise_stat = KM_NOISE_IQR, r.alt.min_samples = 10, r.alt.early_samples = 5;
+  r.alt.max_noise = 0.004, r.alt.max_ci = 0.002;
+  int either = stop_n(&r);
+  ASSERT(either >= 10 && either <= 30);
+  km_stop_rule late = r;
+  late.min_samples = either + 5, late.early_samples = 0; /* a caller's least count above it */
+  ASSERT(stop_n(&late) >= either + 5);
+  km_stop_rule early = r;
+  early.min_samples = either + 5, early.early_samples = either + 2;
+  ASSERT(stop_n(&early) >= either + 2);
+  km_stop_rule below = r;
+  below.alt.min_median_ms = 1.5; /* the median is under it: the alt stops nothing */
+  r.alt.on = 0;
+  ASSERT_EQ_INT(stop_n(&below), stop_n(&r));
+  km_stop_rule above = below;
+  above.alt.min_median_ms = 0.5;
+  ASSERT_EQ_INT(stop_n(&above), either);
+  ASSERT(key_has(&above, "|noise<=0.004,n>=10,early=5,ci<=0.002,median>=0.5ms,min_ms=0,"));
 }
 
 int main(void) {
   RUN(defaults_and_validation);
   RUN(the_gini_rule_stops_at_the_first_sufficient_count);
   RUN(an_alt_noise_test_stops_where_the_rule_alone_would_not);
+  RUN(an_alt_keeps_the_rules_least_count_and_its_least_median);
   RUN(the_median_interval_from_order_statistics);
   RUN(an_early_stop_needs_a_tighter_noise);
   RUN(plan_with_an_early_stop_and_serial_work);

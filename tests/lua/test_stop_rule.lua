@@ -75,7 +75,7 @@ t.test("the judge's protocol is the gini rule from 5 calls, and its key says so"
   t.eq(OPTS.ci_target, 0)
   local key = timing.protocol_key(OPTS)
   -- with the interval rule as its second test (either stops)
-  t.ok(key:find(" stop=gini<=0.002,n=5..300|noise<=0.005,n>=10,early=5,ci<=0.0025,min_ms=0,", 1, true), key)
+  t.ok(key:find(" stop=gini<=0.002,n=5..300|noise<=0.005,n>=10,early=5,ci<=0.0025,median>=0.1ms,min_ms=0,", 1, true), key)
   t.ok(timing.protocol_key(GINI_ONLY):find(" stop=gini<=0.0021,n=5..300,min_ms=0,", 1, true), timing.protocol_key(GINI_ONLY))
   -- the interval rule keeps the key its cached timings were stored under
   t.ok(timing.protocol_key(OLD):find(" stop=noise<=0.005,n=10..300,early=5,ci<=0.0025,min_ms=0,", 1, true),

@@ -179,7 +179,7 @@ end
 t.test("the judge's timings: n >= 5, the Gini error <= 0.2% or the interval test, its own key", function()
   local judge = require "km.judge"
   local k = timing.protocol_key(judge.time_opts {})
-  t.ok(k:find("stop=gini<=0.002,n=5..300|noise<=0.005,n>=10,early=5,ci<=0.0025,min_ms=", 1, true), k)
+  t.ok(k:find("stop=gini<=0.002,n=5..300|noise<=0.005,n>=10,early=5,ci<=0.0025,median>=0.1ms,min_ms=", 1, true), k)
   -- one warm-up call and no least warm-up time (the kernel has just run in verify)
   t.ok(k:find(" warmup=1,0ms ", 1, true), k)
   t.ok(timing.protocol_key(judge.time_opts { warmup = 3, warmup_ms = 1 }):find(" warmup=3,1ms ", 1, true))
