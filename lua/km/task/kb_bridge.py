@@ -1061,7 +1061,12 @@ def peak_memory(reset=False):
     not initialized); reset: the count starts again from what is allocated now."""
     if torch is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
         return 0
-    peak = int(torch.cuda.max_memory_allocated())
+    # the allocator's nested statistics as torch's C++ makes them: max_memory_allocated()
+    # flattens and sorts every one of them in Python first (about 0.4 ms an evaluation)
+    try:
+        peak = int(torch.cuda.memory_stats_as_nested_dict()["allocated_bytes"]["all"]["peak"])
+    except (KeyError, TypeError, AttributeError):
+        peak = int(torch.cuda.max_memory_allocated())
     if reset:
         torch.cuda.reset_peak_memory_stats()
     return peak
