@@ -1,6 +1,8 @@
 /* km_nvml.c — `require "km.nvml"`: NVML loaded at run time (plain C: runtime/core/km_nvml_lib.c).
  *
  *   nvml.available()          -> true | nil, why
+ *   nvml.load_ahead()         -> true | false: NVML loaded and initialised on a thread of its
+ *                                own while the caller goes on (the first use then waits for it)
  *   nvml.energy_mj(dev)       -> millijoules since the driver loaded | nil, why, code
  *   nvml.memory(dev)          -> used, total (bytes) | nil, why, code
  *   nvml.sm_clock(dev)        -> MHz | nil, why, code
@@ -52,6 +54,11 @@ static int l_available(lua_State *L) {
   const char *why = km_nvml_load();
   if (why) { lua_pushnil(L); lua_pushstring(L, why); return 2; }
   lua_pushboolean(L, 1);
+  return 1;
+}
+
+static int l_load_ahead(lua_State *L) {
+  lua_pushboolean(L, km_nvml_load_ahead() == 0);
   return 1;
 }
 
@@ -153,7 +160,7 @@ static int l_window_stop(lua_State *L) {
 int luaopen_km_nvml(lua_State *L) {
   static const luaL_Reg wm[] = {{"poll", l_window_poll}, {"stop", l_window_stop}, {NULL, NULL}};
   km_newclass(L, KM_EWIN_MT, wm, NULL);
-  static const luaL_Reg fns[] = {{"available", l_available}, {"energy_mj", l_energy_mj}, {"memory", l_memory},
+  static const luaL_Reg fns[] = {{"available", l_available}, {"load_ahead", l_load_ahead}, {"energy_mj", l_energy_mj}, {"memory", l_memory},
                                  {"sm_clock", l_sm_clock}, {"clocks", l_clocks}, {"window", l_window}, {NULL, NULL}};
   luaL_newlib(L, fns);
   return 1;

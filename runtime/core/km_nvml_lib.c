@@ -81,6 +81,19 @@ const char *km_nvml_load(void) {
   return load_why;
 }
 
+static void *load_thread(void *arg) {
+  (void)arg;
+  km_nvml_load();
+  return NULL;
+}
+
+int km_nvml_load_ahead(void) {
+  pthread_t th;
+  if (pthread_create(&th, NULL, load_thread, NULL)) return -1;
+  pthread_detach(th);
+  return 0;
+}
+
 static int nv_fail(nvmlReturn_t r, const char **why) {
   if (why) *why = nv.error_string(r);
   return KM_EIO;

@@ -16,6 +16,11 @@ typedef struct km_nvml_dev_s *km_nvml_dev; /* NVML's nvmlDevice_t, opaque */
 /* Loads and initialises NVML once. NULL when usable, else why not (a static string). */
 const char *km_nvml_load(void);
 
+/* Starts km_nvml_load on a thread of its own and returns at once (nvmlInit takes a while: a
+ * GPU worker starts it as it starts); a later km_nvml_load waits for it to end. 0, or -1
+ * where no thread could be started (km_nvml_load then loads on first use, as without it). */
+int km_nvml_load_ahead(void);
+
 /* A device by UUID (when uuid is not NULL) or by NVML index. 0, or a negative status with
  * *why set to NVML's message. */
 int km_nvml_device(const char *uuid, unsigned index, km_nvml_dev *out, const char **why);

@@ -8,7 +8,8 @@
  *   ok        everything answers (default)
  *   noinit    nvmlInit_v2 fails with NVML_ERROR_DRIVER_NOT_LOADED
  *   noenergy  the energy counter is not supported (pre-Volta)
- *   frozen    the energy counter never moves */
+ *   frozen    the energy counter never moves
+ * and FAKE_NVML_INIT_MS, how long nvmlInit_v2 takes (default 0). */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -34,7 +35,14 @@ static double now_ms(void) {
   return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-nvmlReturn_t nvmlInit_v2(void) { return strcmp(mode(), "noinit") ? SUCCESS : DRIVER_NOT_LOADED; }
+nvmlReturn_t nvmlInit_v2(void) {
+  double ms = env_num("FAKE_NVML_INIT_MS", 0);
+  if (ms > 0) {
+    struct timespec ts = {(time_t)(ms / 1000), (long)((ms - 1000 * (time_t)(ms / 1000)) * 1e6)};
+    nanosleep(&ts, NULL);
+  }
+  return strcmp(mode(), "noinit") ? SUCCESS : DRIVER_NOT_LOADED;
+}
 nvmlReturn_t nvmlShutdown(void) { return SUCCESS; }
 const char *nvmlErrorString(nvmlReturn_t r) {
   switch (r) {

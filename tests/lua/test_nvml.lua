@@ -30,6 +30,25 @@ t.test("on this machine: true, or nil and why", function()
   t.ok(out:find("^true") or out:find("^nil\tno NVML: .*libnvidia%-ml%.so%.1"), out)
 end)
 
+-- A GPU worker starts NVML on a thread of its own (nvml.load_ahead): it returns at once, and
+-- the first use waits for that one initialisation, not a second.
+t.test("load_ahead returns at once; the first use waits for that initialisation", function()
+  if not io.open(FAKE) then return t.note("no " .. FAKE .. " (make test builds it)") end
+  local out = run("KM_NVML_LIB=" .. FAKE .. " FAKE_NVML_INIT_MS=300", [[
+local n, wall = require "km.nvml", require("km.timing").wall
+local t0 = wall()
+print("ahead", n.load_ahead(), string.format("%.3f", wall() - t0))
+print("available", n.available(), string.format("%.3f", wall() - t0))
+local t1 = wall()
+print("again", n.available(), string.format("%.3f", wall() - t1))]])
+  local a = tonumber(out:match("ahead	true	(%S+)"))
+  local b = tonumber(out:match("available	true	(%S+)"))
+  local c = tonumber(out:match("again	true	(%S+)"))
+  t.ok(a and a < 0.1, "load_ahead did not wait for nvmlInit: " .. out)
+  t.ok(b and b >= 0.25 and b < 0.9, "the first use waited for the one initialisation: " .. out)
+  t.ok(c and c < 0.05, "then none: " .. out)
+end)
+
 t.test("a library without nvmlInit_v2, and nvmlInit failing, say so", function()
   local out = run("KM_NVML_LIB=" .. KMRUN:gsub("/kmrun$", "/lib/libcjson.so.1"), [[print(require("km.nvml").available())]])
   t.ok(out:find("lacks nvmlInit_v2", 1, true), out)

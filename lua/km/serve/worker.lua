@@ -111,9 +111,12 @@ local function finish(code)
 end
 
 local ch = proc.stdio_channel()
--- torch's import (seconds) on a thread of its own from the start, when the pool says a task
--- will need it (KM_TORCH_AHEAD=1): the CUDA context comes up meanwhile, and the judge asks
--- for torch only where it must wait (a problem file's model, a baseline to measure)
+-- NVML (the clocks every timing records) initialised on a thread of its own from the start:
+-- its nvmlInit otherwise falls in the first evaluation's first timing. Then torch's import
+-- (seconds), on a thread of its own too, when the pool says a task will need it
+-- (KM_TORCH_AHEAD=1): the CUDA context comes up meanwhile, and the judge asks for torch only
+-- where it must wait (a problem file's model, a baseline to measure)
+pcall(function() require("km.nvml").load_ahead() end)
 if os.getenv("KM_TORCH_AHEAD") == "1" then pcall(require("km.task.kernelbench").import_ahead) end
 require("km.sandbox").harden_strings() -- launch code runs here
 local judge, why = judge_mod.new()
