@@ -99,6 +99,7 @@ end
 --       its own (a task's PyTorch model or baselines will need it; km.task.kernelbench.import_ahead),
 --       precompile = entries (km.task.precompile.entries): torch.compile baselines a process of
 --       their own compiles ahead into inductor's caches while the workers judge,
+--       queue_ahead = true: a busy worker is sent its next job too (KM_QUEUE_AHEAD=1; below),
 --       affinity = false: jobs go in queue order (by default a task's jobs go to the workers
 --       that hold it: "dispatch" below), balance, affinity_wait, affinity_age: its tunables,
 --       on_progress = function(ev, job, gpu): a worker's km.progress stage events as they
@@ -170,7 +171,9 @@ function Pool:_progress(ev, job, slot)
   if f then f(ev, job, slot and slot.gpu) end
 end
 
-function Pool:_send(slot, job)
+-- The job's request written to the slot's worker (started first where it is not running).
+-- -> true | nil, why
+function Pool:_write(slot, job)
   if not slot.proc then
     local ok, why = self:_start(slot)
     if not ok then return nil, why end
@@ -179,11 +182,22 @@ function Pool:_send(slot, job)
   job.id = self.next_id
   local ok, err = slot.proc:send(json.encode { op = "eval", id = job.id, task = job.task, candidate = job.cand, opts = job.opts or {} })
   if not ok then return nil, err end
-  slot.job = job
-  slot.sent_at, slot.hold_s, slot.sent_wall = os.time(), nil, timing.wall()
   local st = self.counters
   st.sent = st.sent + 1
   if not slot.ready[job.task] then st.setups = st.setups + 1 end
+  return true
+end
+
+-- The job becomes the slot's current one: its time (timeout, busy) starts now.
+local function begin(slot, job)
+  slot.job = job
+  slot.sent_at, slot.hold_s, slot.sent_wall = os.time(), nil, timing.wall()
+end
+
+function Pool:_send(slot, job)
+  local ok, why = self:_write(slot, job)
+  if not ok then return nil, why end
+  begin(slot, job)
   return true
 end
 
@@ -200,10 +214,14 @@ function Pool:_collect(slot, ms)
         if os.time() - slot.sent_at < (slot.hold_s or timeout_s) then return nil end
         timeout_s = slot.hold_s or timeout_s
         slot.job = nil
-        return lost(slot, "timeout", job, timeout_s)
+        local v = lost(slot, "timeout", job, timeout_s)
+        self:_promote(slot)
+        return v
       end
       slot.job = nil
-      return lost(slot, "dead", job, timeout_s)
+      local v = lost(slot, "dead", job, timeout_s)
+      self:_promote(slot)
+      return v
     end
     res = json.decode(msg)
     ms = 0
@@ -221,6 +239,7 @@ function Pool:_collect(slot, ms)
     slot.proc:wait(10000)
     slot.proc = nil
   end
+  self:_promote(slot)
   return v
 end
 
@@ -415,6 +434,44 @@ local function dispatch(self, s, done)
   if not s.job then s.idle_since = nil end
 end
 
+----------------------------------------------------------------------------------------
+-- queueing ahead (opts.queue_ahead; KM_QUEUE_AHEAD=1): a worker judging a job is sent its
+-- next one too, which waits in the pipe, so that the worker reads it the moment it has sent
+-- its verdict, instead of waiting for this process to read that verdict and answer. Only a
+-- job this worker would take anyway (a pool of one worker: the next in order; else one of a
+-- task it holds), never one whose compile ahead is under way. The queued job's time starts
+-- when its predecessor's verdict is read (Pool:_promote); where that worker is lost (crash,
+-- timeout, context lost) or restarted, the queued job goes back to the front of the queue
+-- and a fresh worker judges it. A queued job cannot be cancelled (a worker has it).
+function Pool:_queue_ahead()
+  local q = self.opts.queue_ahead
+  if q == nil then return os.getenv("KM_QUEUE_AHEAD") == "1" end
+  return q == true
+end
+
+function Pool:_queue_next(s)
+  if not (s.job and s.proc) or s.queued or #(self.queue or {}) == 0 or not self:_queue_ahead() then return end
+  local single, now = #self.slots == 1 or self.opts.affinity == false, timing.wall()
+  for i = 1, math.min(#self.queue, self.opts.pick_window or M.PICK_WINDOW) do
+    local job = self.queue[i]
+    if not held_by_compile(job, now) and not verdict.oversized(job.cand.source, job.cand.launch)
+      and (single or (s.ready and s.ready[job.task]) or s.job.task == job.task) then
+      table.remove(self.queue, i)
+      if self:_write(s, job) then s.queued = job else table.insert(self.queue, i, job) end
+      return
+    end
+  end
+end
+
+-- After the slot's job ended: its queued job becomes the current one where the worker lives,
+-- else goes back to the front of the queue.
+function Pool:_promote(slot)
+  local q = slot.queued
+  if not q then return end
+  slot.queued = nil
+  if slot.proc then begin(slot, q) else table.insert(self.queue, 1, q) end
+end
+
 -- Whether a worker is idle while jobs wait (for a compile ahead, or for the workers that hold
 -- their tasks): then the pool looks again within IDLE_POLL_MS.
 function Pool:_idle_waiting()
@@ -435,7 +492,7 @@ function Pool:poll(ms)
   self.queue = self.queue or {}
   self:_account(true)
   if self.compilers then self.compilers.drain(0) end -- compiles that ended free their jobs
-  for _, s in ipairs(self.slots) do dispatch(self, s, done) end
+  for _, s in ipairs(self.slots) do dispatch(self, s, done) self:_queue_next(s) end
   local warm_ms = #self.queue > 0 and self:_warm() or 0
   local ready = {}
   for _, s in ipairs(self.slots) do if s.job then ready[#ready + 1] = s.proc end end
@@ -458,6 +515,7 @@ function Pool:poll(ms)
         job.verdict = v
         done[#done + 1] = job
         if self.opts.dispatch_ahead ~= false and os.getenv("KM_DISPATCH_AHEAD") ~= "0" then dispatch(self, s, done) end
+        self:_queue_next(s)
       end
     end
   end
@@ -520,7 +578,7 @@ end
 -- Jobs submitted or running.
 function Pool:pending()
   local n = #(self.queue or {})
-  for _, s in ipairs(self.slots) do if s.job then n = n + 1 end end
+  for _, s in ipairs(self.slots) do n = n + (s.job and 1 or 0) + (s.queued and 1 or 0) end
   return n
 end
 
@@ -554,6 +612,7 @@ end
 -- set up, a task's loaded state among it, is gone: km.serve.resident after a task changed on disk).
 function Pool:restart()
   for _, s in ipairs(self.slots) do
+    if s.queued then table.insert(self.queue, 1, s.queued) s.queued = nil end -- judged by the fresh worker
     if s.proc then
       s.proc:send(json.encode { op = "quit" })
       if not s.proc:wait(5000) then s.proc:kill(); s.proc:wait(5000) end
