@@ -79,12 +79,17 @@ double km_stop_target(const km_stop_rule *r, int n) {
   return -1;
 }
 
+/* The least count at which the rule stops on noise: early_samples where it is below
+ * min_samples, else min_samples. */
+static int first_stop(const km_stop_rule *r) {
+  return r->early_samples > 0 && r->early_samples < r->min_samples ? r->early_samples : r->min_samples;
+}
+
 /* Whether the rule's alt (km_stop_alt) holds at n sorted samples. */
 static int alt_holds(const km_stop_rule *r, const double *sorted, int n) {
   const km_stop_alt *a = &r->alt;
   if (!a->on) return 0;
-  int first = r->early_samples > 0 && r->early_samples < r->min_samples ? r->early_samples : r->min_samples;
-  if (n < first) return 0;
+  if (n < first_stop(r)) return 0;
   if (a->min_median_ms > 0 && km_stats_quantile(sorted, n, 0.5) < a->min_median_ms) return 0;
   km_stop_rule as = *r;
   as.min_samples = a->min_samples, as.early_samples = a->early_samples, as.max_noise = a->max_noise;
@@ -133,7 +138,7 @@ int km_sampler_plan(const km_sampler *s, int queued, const km_pace *p) {
   if (lead > max_lead) lead = max_lead;
   if (p->serial) lead = 1; /* each sample waited for as it is enqueued: nothing runs ahead */
   int deciding = p->serial ? 1 : 2; /* past the first ask: one to run while the host decides */
-  int first = r->early_samples > 0 && r->early_samples < r->min_samples ? r->early_samples : r->min_samples;
+  int first = first_stop(r);
   /* the most the rule may need */
   int may = r->max_samples;
   if (!p->hold) {
