@@ -214,14 +214,10 @@ function Pool:_collect(slot, ms)
         if os.time() - slot.sent_at < (slot.hold_s or timeout_s) then return nil end
         timeout_s = slot.hold_s or timeout_s
         slot.job = nil
-        local v = lost(slot, "timeout", job, timeout_s)
-        self:_promote(slot)
-        return v
+        return lost(slot, "timeout", job, timeout_s)
       end
       slot.job = nil
-      local v = lost(slot, "dead", job, timeout_s)
-      self:_promote(slot)
-      return v
+      return lost(slot, "dead", job, timeout_s)
     end
     res = json.decode(msg)
     ms = 0
@@ -239,7 +235,6 @@ function Pool:_collect(slot, ms)
     slot.proc:wait(10000)
     slot.proc = nil
   end
-  self:_promote(slot)
   return v
 end
 
@@ -455,7 +450,7 @@ function Pool:_queue_next(s)
   for i = 1, math.min(#self.queue, self.opts.pick_window or M.PICK_WINDOW) do
     local job = self.queue[i]
     if not held_by_compile(job, now) and not verdict.oversized(job.cand.source, job.cand.launch)
-      and (single or (s.ready and s.ready[job.task]) or s.job.task == job.task) then
+      and (single or holds(s, job.task)) then
       table.remove(self.queue, i)
       if self:_write(s, job) then s.queued = job else table.insert(self.queue, i, job) end
       return
@@ -512,6 +507,7 @@ function Pool:poll(ms)
       local job = s.job
       local v = self:_collect(s, 0)
       if v then
+        self:_promote(s) -- its queued job, if any, is the current one now (or back in the queue)
         job.verdict = v
         done[#done + 1] = job
         if self.opts.dispatch_ahead ~= false and os.getenv("KM_DISPATCH_AHEAD") ~= "0" then dispatch(self, s, done) end
