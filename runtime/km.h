@@ -43,7 +43,8 @@ int km_gc_defer_end(lua_State *L);
 int km_gc_finalize(lua_State *L);
 
 /* A sample of lines for a check (km_compare_core.h's km_lines) from the table at idx,
- * { key = integer, shift = 0..20 }; raises an argument error for `arg` otherwise. */
+ * { key = integer, shift = 0..20[, bytes = line bytes] }; raises an argument error for `arg`
+ * otherwise. */
 struct km_lines;
 void km_check_lines(lua_State *L, int idx, int arg, struct km_lines *out);
 

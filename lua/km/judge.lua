@@ -31,6 +31,7 @@
 --   evidence    the ledger, guards and inputs proven, the output compares
 --   verify      the verify stage
 --   checks      the check rule of timed calls (pure)
+--   rows        a timed call's check on a sample of a task's rows (task.check_rows)
 --   timed       Judge:time_run and the timing protocol
 --   measure     the measure stage: speedups, occupancy, energy, the roofline
 --   baselines   PyTorch baselines and cached timings
@@ -53,6 +54,7 @@ local PARTS = {
   evidence = require "km.judge.evidence",
   verify = require "km.judge.verify",
   checks = require "km.judge.checks",
+  rows = require "km.judge.rows",
   timed = require "km.judge.timed",
   measure = require "km.judge.measure",
   baselines = require "km.judge.baselines",
@@ -78,7 +80,7 @@ local EXPORTS = {
   random = "checks", CHECK_FIRST = "checks", CHECK_EVERY = "checks", CHECK_LINES = "checks", TARGET = "checks", CI_TARGET = "checks", STOP_RULE = "checks", STOP_RULES = "checks",
   NOISE = "checks", MIN_SAMPLES = "checks", EARLY_SAMPLES = "checks",
   check_first = "checks", check_picker = "checks", escape = "checks", cheat_gain = "checks", lines_shift = "checks",
-  check_opts = "checks",
+  check_opts = "checks", ROWS_MIN = "rows",
   alloc = "pool",
   compile_opts = "launch", returnable = "launch",
   REFERENCE_CACHE_BYTES = "reference", HOST_COPY_BPS = "reference", FAST_AT_MIN_S = "fast",

@@ -205,6 +205,37 @@ local function check_shapes(file, t)
   end
 end
 
+-- t.check_rows (optional): a shape symbol whose index is independent work (a row of a
+-- softmax, an element of an activation, an image of a batch): the first dimension of every
+-- output and of at least one input, and of no other dimension anywhere, bound by every
+-- shape set. A timed call's check may then run the reference on a sample of those rows
+-- (km.judge.rows); the reference must compute a row from that row of the inputs alone.
+local function check_rows_decl(file, t)
+  local r = t.check_rows
+  if r == nil then return end
+  if type(r) ~= "string" or not r:match("^[%a_][%w_]*$") then fail(file, "check_rows", "must be a shape symbol") end
+  for i, sym in ipairs(t.shapes) do
+    if math.type(sym[r]) ~= "integer" then fail(file, "check_rows", fmt("'%s' is not bound by shapes[%d]", r, i)) end
+  end
+  local split_inputs = 0
+  for _, field in ipairs { "inputs", "outputs" } do
+    for j, io in ipairs(t[field]) do
+      for d, e in ipairs(io.shape) do
+        local uses = type(e) == "string" and (" " .. e .. " "):find("[^%w_]" .. r .. "[^%w_]") ~= nil
+        if uses and (d > 1 or e ~= r) then
+          fail(file, fmt("%s[%d].shape", field, j), fmt("uses check_rows' '%s' other than as its first dimension", r))
+        end
+      end
+      local split = io.shape[1] == r
+      if field == "outputs" and not split then
+        fail(file, fmt("outputs[%d].shape", j), fmt("must begin with check_rows' '%s': every output is split by row", r))
+      end
+      if field == "inputs" and split then split_inputs = split_inputs + 1 end
+    end
+  end
+  if split_inputs == 0 then fail(file, "check_rows", fmt("no input begins with '%s'", r)) end
+end
+
 -- t.starter: its folder holds kernel.cu and launch.lua; its defaults are declared values.
 local function check_starter(file, dir, st)
   if type(st) ~= "table" or type(st.dir) ~= "string" then fail(file, "starter", "must be { dir = 'starter', ... }") end
@@ -252,6 +283,7 @@ function M.load(dir)
     check_texts(file, dir, t)
     check_reference(file, dir, t)
     check_shapes(file, t)
+    check_rows_decl(file, t)
     if t.starter ~= nil then check_starter(file, dir, t.starter) end
     t.dir = dir
     return t

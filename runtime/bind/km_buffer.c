@@ -555,6 +555,38 @@ static int b_checksum(lua_State *L) {
   return 1;
 }
 
+/* buffer.lines_copy(full, compact, lines, "gather" | "scatter") -> compact: the lines a
+ * sample { key, shift, bytes } draws from `full` (km_lines; bytes: a task's rows), into
+ * `compact` in order, or from it back into full's lines; enqueued on kmrun's stream. compact
+ * must hold buffer.lines_drawn(full:nbytes(), lines) bytes. */
+static int l_lines_copy(lua_State *L) {
+  km_buffer *full = buffer_check(L, 1), *compact = buffer_check(L, 2);
+  km_lines l;
+  km_check_lines(L, 3, 3, &l);
+  static const char *const dirs[] = {"gather", "scatter", NULL};
+  int scatter = luaL_checkoption(L, 4, NULL, dirs);
+  uint64_t need = km_lines_drawn_bytes(&l, full->bytes);
+  if (compact->bytes < need)
+    return luaL_error(L, "lines_copy: %llu bytes drawn into a buffer of %llu", (unsigned long long)need,
+                      (unsigned long long)compact->bytes);
+  km_cuda_check(L);
+  km_cuda_util(L, "km_lines_copy");
+  check(L, km_devlines_copy(full->ptr, compact->ptr, full->bytes, &l, scatter, km_cuda_stream()), "lines_copy");
+  lua_settop(L, 2);
+  return 1;
+}
+
+/* buffer.lines_drawn(nbytes, lines) -> bytes: how many bytes the sample draws from a buffer
+ * of nbytes (the compact copy's length; host arithmetic, no GPU). */
+static int l_lines_drawn(lua_State *L) {
+  lua_Integer nb = luaL_checkinteger(L, 1);
+  luaL_argcheck(L, nb >= 0, 1, "a byte count expected");
+  km_lines l;
+  km_check_lines(L, 2, 2, &l);
+  lua_pushinteger(L, (lua_Integer)km_lines_drawn_bytes(&l, (uint64_t)nb));
+  return 1;
+}
+
 /* buffer.copy_in(b, ptr, nbytes[, key]) -> b: the raw device range [ptr, ptr + nbytes) into
  * b, on kmrun's stream; nbytes must be b's size. Memory kmrun does not own, such as a
  * PyTorch model's parameters: km.judge hands them to a timed call this way, without Python.
@@ -994,6 +1026,7 @@ int luaopen_km_buffer(lua_State *L) {
   km_newclass(L, KM_LEDGER_MT, ledger_methods, ledger_gc);
   static const luaL_Reg fns[] = {{"new", l_new}, {"load", l_load}, {"view", l_view}, {"unwrap", l_unwrap},
                                  {"revoke_views", l_revoke_views}, {"digest", l_digest}, {"copy_in", l_copy_in},
+                                 {"lines_copy", l_lines_copy}, {"lines_drawn", l_lines_drawn},
                                  {"guards_intact", l_guards_intact}, {"reset_guards", l_reset_guards}, {"live", l_live}, {"reset_peak", l_reset_peak}, {"ledger", l_ledger}, {NULL, NULL}};
   luaL_newlib(L, fns);
   lua_pushinteger(L, DEFAULT_GUARD);

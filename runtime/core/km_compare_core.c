@@ -75,3 +75,27 @@ unsigned km_lines_shift(uint64_t bytes, unsigned want) {
   while (s > 0 && (lines >> s) < KM_LINES_MIN) s--;
   return s;
 }
+
+unsigned km_lines_used_shift(const km_lines *l, uint64_t bytes) {
+  return l->bytes ? l->shift : km_lines_shift(bytes, l->shift);
+}
+
+static uint64_t splitmix64(uint64_t x) { /* km_util.cu's */
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+uint64_t km_lines_drawn_bytes(const km_lines *l, uint64_t bytes) {
+  uint64_t lb = l->bytes ? l->bytes : 128;
+  unsigned s = km_lines_used_shift(l, bytes);
+  uint64_t nlines = (bytes + lb - 1) / lb;
+  if (!nlines) return 0;
+  uint64_t blocks = s ? ((nlines + (1ull << s) - 1) >> s) : nlines, last_blk = blocks - 1;
+  /* the last block's line, as unit_at draws it */
+  uint64_t line = s ? (last_blk << s) + (splitmix64(l->key ^ last_blk) & ((1ull << s) - 1)) : last_blk;
+  if (line >= nlines) line = last_blk << s;
+  uint64_t tail = bytes - (nlines - 1) * lb; /* the last line's length */
+  return (blocks - 1) * lb + (line == nlines - 1 ? tail : lb);
+}

@@ -28,11 +28,23 @@ typedef struct {
 
 /* A check of a sample of a buffer's 128-byte lines (a timed call's, km.judge's check_lines):
  * one line in each block of 2^shift lines, at an offset drawn from key (km_util.cu's struct
- * lines); shift 0 reads every line. */
+ * lines); shift 0 reads every line. bytes > 0: lines of that many bytes (a task's rows,
+ * km.judge.rows), the shift then taken as given (the caller keeps its own least count, the
+ * same for every buffer of those rows); 0: 128-byte lines, the shift lowered for a small
+ * buffer (km_lines_shift). */
 typedef struct km_lines {
   uint64_t key;
   unsigned shift;
+  uint64_t bytes;
 } km_lines;
+
+/* The shift a sample `l` of a buffer of `bytes` is read with (above). */
+unsigned km_lines_used_shift(const km_lines *l, uint64_t bytes);
+
+/* How many bytes the lines `l` draws from a buffer of `bytes` hold (km_util.cu's
+ * km_lines_copy: its compact copy's length): every line drawn is l->bytes long (128 where 0),
+ * except the buffer's short last line where it is drawn. The draw is the device's (unit_at). */
+uint64_t km_lines_drawn_bytes(const km_lines *l, uint64_t bytes);
 
 /* A sampled check still reads at least this many lines of a buffer (512 KiB), every line of
  * a smaller one. */

@@ -228,11 +228,23 @@ CUresult km_devbuf_random_check_at(const km_devbuf *b, int dist, double a, doubl
   CUresult r = km_cuda_util_get("km_random_check", &fn);
   if (r != CUDA_SUCCESS) return r;
   int dt = (int)b->dtype;
-  uint64_t n = (uint64_t)b->numel, skey = smp ? smp->key : 0;
-  unsigned shift = smp ? km_lines_shift(b->bytes, smp->shift) : 0;
+  uint64_t n = (uint64_t)b->numel, skey = smp ? smp->key : 0, lbytes = smp ? smp->bytes : 0;
+  unsigned shift = smp ? km_lines_used_shift(smp, b->bytes) : 0;
   CUdeviceptr p = b->ptr;
-  void *args[] = {&p, &dt, &n, &seed, &dist, &a, &c, &acc, &skey, &shift};
+  void *args[] = {&p, &dt, &n, &seed, &dist, &a, &c, &acc, &skey, &shift, &lbytes};
   return km_cuda_util_launch(fn, (n >> shift) / 4 + 1, s, args);
+}
+
+CUresult km_devlines_copy(CUdeviceptr full, CUdeviceptr compact, uint64_t bytes, const km_lines *l, int scatter,
+                          CUstream s) {
+  if (!bytes) return CUDA_SUCCESS;
+  CUfunction fn;
+  CUresult r = km_cuda_util_get("km_lines_copy", &fn);
+  if (r != CUDA_SUCCESS) return r;
+  uint64_t lbytes = l->bytes ? l->bytes : 128, key = l->key;
+  unsigned shift = km_lines_used_shift(l, bytes);
+  void *args[] = {&full, &compact, &bytes, &lbytes, &key, &shift, &scatter};
+  return km_cuda_util_launch(fn, ((bytes >> shift) + 15) / 16 + 1, s, args);
 }
 
 CUresult km_devbuf_perturb_at(const km_devbuf *b, CUdeviceptr src, uint64_t key, CUstream s, CUdeviceptr acc) {
@@ -400,9 +412,9 @@ CUresult km_devcompare_at(km_dtype dt, CUdeviceptr pa, CUdeviceptr pb, uint64_t 
   int dti = (int)dt, eqnan = tol->equal_nan;
   double atol = tol->atol, rtol = tol->rtol;
   unsigned long long poison = poison_on ? km_poison_pattern(dt) : 0;
-  uint64_t skey = smp ? smp->key : 0;
-  unsigned shift = smp ? km_lines_shift(n * km_dtype_size(dt), smp->shift) : 0;
-  void *args[] = {&pa, &pb, &dti, &n, &atol, &rtol, &eqnan, &dres, &poison_on, &poison, &skey, &shift};
+  uint64_t skey = smp ? smp->key : 0, lbytes = smp ? smp->bytes : 0;
+  unsigned shift = smp ? km_lines_used_shift(smp, n * km_dtype_size(dt)) : 0;
+  void *args[] = {&pa, &pb, &dti, &n, &atol, &rtol, &eqnan, &dres, &poison_on, &poison, &skey, &shift, &lbytes};
   /* the slots are zero already (the caller's: a ledger's begin, acc_zeroed), which reads as
    * an empty result: no memset of its own (each was a few microseconds of the GPU's timeline) */
   if (n) r = km_cuda_util_launch(fn, (n >> shift) + 1, s, args);

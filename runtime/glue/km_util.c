@@ -30,10 +30,14 @@ void km_check_lines(lua_State *L, int idx, int arg, struct km_lines *out) {
   lua_Integer key = lua_tointegerx(L, -1, &okk);
   lua_getfield(L, idx, "shift");
   lua_Integer shift = lua_tointegerx(L, -1, &oks);
-  lua_pop(L, 2);
-  luaL_argcheck(L, okk && oks && shift >= 0 && shift <= 20, arg, "lines: { key = integer, shift = 0..20 } expected");
+  int okb = 1;
+  lua_Integer bytes = lua_getfield(L, idx, "bytes") == LUA_TNIL ? 0 : lua_tointegerx(L, -1, &okb);
+  lua_pop(L, 3);
+  luaL_argcheck(L, okk && oks && shift >= 0 && shift <= 20 && okb && bytes >= 0 && bytes <= ((lua_Integer)1 << 40), arg,
+                "lines: { key = integer, shift = 0..20[, bytes = line bytes] } expected");
   out->key = (uint64_t)key;
   out->shift = (unsigned)shift;
+  out->bytes = (uint64_t)bytes;
 }
 
 /* ---- finalizers deferred while a timing runs ----

@@ -193,7 +193,9 @@ __device__ __forceinline__ unsigned long long float_bits(int dtype, float v) {
 // from (key, block) after the call ran; s = 0 reads every line. A run of 2^(s+1) - 1 lines
 // holds a whole block, so a read line, whatever the key; wrong lines scattered over a
 // buffer's L lines, a fraction w of them, escape one check with probability about
-// exp(-w * L / 2^s). Lines count from the buffer's start.
+// exp(-w * L / 2^s). Lines count from the buffer's start. A "line" may be longer than 128
+// bytes (lbytes: a task's rows, km.judge.rows): then the same draw picks the same rows of
+// every buffer whose lines hold the same rows, whatever their row sizes. lbytes 0: 128.
 // A thread walks units (upl to a line: an element, or a vector of them); unit_at maps its
 // t-th visit to a unit of the buffer (a short last block's line: its first).
 struct lines { uint64_t key; unsigned shift, upl; uint64_t units; };
@@ -218,7 +220,7 @@ __device__ __forceinline__ uint64_t units_visited(const lines &l) {
 // second copy drawn for comparison (km.judge's check of a timed call's inputs).
 extern "C" __global__ void km_random_check(const void *in, int dtype, uint64_t n, uint64_t seed, int dist,
                                            double a, double b, unsigned long long *bad, uint64_t skey,
-                                           unsigned sshift) {
+                                           unsigned sshift, uint64_t lbytes) {
   uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
   uint64_t key = splitmix64(seed ^ 0x6A09E667F3BCC909ull);
   uint64_t tid = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -227,9 +229,12 @@ extern "C" __global__ void km_random_check(const void *in, int dtype, uint64_t n
     const float fa = (float)a, fb = (float)b, span = (float)(b - a);
     const uint32_t k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32) | 1u;
     // four elements to a vector load where aligned, as km_random stores them
+    // (lines of lbytes, a task's rows: element by element, so that the lines are the ones
+    // km_lines_copy draws, however the buffer's length falls)
     unsigned align = dtype == F32 ? 16 : 8;
-    uint64_t groups = ((uintptr_t)in % align) ? 0 : n / 4, done = groups * 4;
-    lines l = {skey, sshift, 128 / align, groups};
+    uint64_t groups = ((uintptr_t)in % align || lbytes) ? 0 : n / 4, done = groups * 4;
+    if (!lbytes) lbytes = 128;
+    lines l = {skey, sshift, (unsigned)(lbytes / align), groups};
     uint64_t visits = units_visited(l);
     for (uint64_t t = tid; t < visits; t += stride) {
       uint64_t g = unit_at(l, t);
@@ -247,15 +252,19 @@ extern "C" __global__ void km_random_check(const void *in, int dtype, uint64_t n
                 ((x.y & 0xFFFFu) != float_bits(dtype, w.x)) + ((x.y >> 16) != float_bits(dtype, w.y));
       }
     }
-    // the tail, or an unaligned buffer (read whole: the judge's buffers are aligned)
-    for (uint64_t i = done + 2 * tid; i < n; i += 2 * stride) {
+    // the tail (read whole), or an unaligned buffer or one whose lines are not whole vectors
+    // (sampled by the same lines, element by element)
+    lines lt = {skey, done ? 0u : sshift, (unsigned)(lbytes / elem_size(dtype)), n - done};
+    uint64_t tvisits = units_visited(lt);
+    for (uint64_t t = tid; t < tvisits; t += stride) {
+      uint64_t i = done + unit_at(lt, t);
+      if (i >= n) continue;
       uint64_t j = i / 2;
       f2 v = pair_values((uint32_t)j, pair_key(k0, j), k1, dist, fa, fb, span);
-      miss += raw_bits(in, dtype, i) != float_bits(dtype, v.x);
-      if (i + 1 < n) miss += raw_bits(in, dtype, i + 1) != float_bits(dtype, v.y);
+      miss += raw_bits(in, dtype, i) != float_bits(dtype, (i & 1) ? v.y : v.x);
     }
   } else {
-    lines l = {skey, sshift, 128u / elem_size(dtype), n};
+    lines l = {skey, sshift, (unsigned)((lbytes ? lbytes : 128) / elem_size(dtype)), n};
     uint64_t visits = units_visited(l);
     for (uint64_t t = tid; t < visits; t += stride) {
       uint64_t i = unit_at(l, t);
@@ -459,11 +468,13 @@ __device__ __forceinline__ void cmp_elem(cmp_acc &s, double a, double b, bool ok
 // the lines (struct lines, the same lines of both buffers), drawn from skey.
 extern "C" __global__ void km_compare(const void *got, const void *want, int dtype, uint64_t n,
                                       double atol, double rtol, int equal_nan, cmp_out *out,
-                                      int poison_on, unsigned long long poison, uint64_t skey, unsigned sshift) {
+                                      int poison_on, unsigned long long poison, uint64_t skey, unsigned sshift,
+                                      uint64_t lbytes) {
   uint64_t stride = (uint64_t)gridDim.x * blockDim.x, tid = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
   cmp_acc s = {0, 0, 0, ~0ull, 0, 0, 0.0, 0.0, 1.0, false};
   uint64_t done = 0;
-  if (dtype == F32 && ((uintptr_t)got % 16) == 0 && ((uintptr_t)want % 16) == 0) {
+  // lines of lbytes (a task's rows): element by element, as km_random_check
+  if (dtype == F32 && ((uintptr_t)got % 16) == 0 && ((uintptr_t)want % 16) == 0 && !lbytes) {
     uint64_t groups = n / 4;
     lines l = {skey, sshift, 8, groups};
     uint64_t visits = units_visited(l);
@@ -482,7 +493,7 @@ extern "C" __global__ void km_compare(const void *got, const void *want, int dty
     done = groups * 4;
   }
   // the tail, or every element (sampled by the same lines where this is the whole buffer)
-  lines l = {skey, done ? 0u : sshift, 128u / elem_size(dtype), n - done};
+  lines l = {skey, done ? 0u : sshift, (unsigned)((lbytes ? lbytes : 128) / elem_size(dtype)), n - done};
   uint64_t visits = units_visited(l);
   for (uint64_t t = tid; t < visits; t += stride) {
     uint64_t i = done + unit_at(l, t);
@@ -518,6 +529,34 @@ extern "C" __global__ void km_compare(const void *got, const void *want, int dty
     if (s.first != ~0ull) atomicMax(&out->first_inv, ~s.first);
     atomicMax(&out->max_abs_bits, (unsigned long long)__double_as_longlong(s.max_abs));
     atomicMax(&out->max_rel_bits, (unsigned long long)__double_as_longlong(max_rel));
+  }
+}
+
+// The lines a check reads (struct lines: lbytes bytes a line, one in 2^sshift drawn from
+// skey) between a buffer of `bytes` and a compact one holding them in order: scatter = 0
+// copies them out of `full` into `compact`, 1 back. A short last line is copied short, so
+// the compact buffer is that many bytes shorter. 16 bytes a step where lines, length and
+// both buffers allow it, else 4, else 1.
+extern "C" __global__ void km_lines_copy(uint8_t *full, uint8_t *compact, uint64_t bytes, uint64_t lbytes,
+                                         uint64_t skey, unsigned sshift, int scatter) {
+  uint64_t stride = (uint64_t)gridDim.x * blockDim.x, tid = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  uintptr_t both = (uintptr_t)full | (uintptr_t)compact;
+  unsigned w = (lbytes % 16 == 0 && bytes % 16 == 0 && both % 16 == 0) ? 16
+             : (lbytes % 4 == 0 && bytes % 4 == 0 && both % 4 == 0) ? 4 : 1;
+  lines l = {skey, sshift, (unsigned)(lbytes / w), bytes / w};
+  uint64_t visits = units_visited(l);
+  for (uint64_t t = tid; t < visits; t += stride) {
+    uint64_t u = unit_at(l, t);
+    if (u >= bytes / w) continue;
+    uint64_t at = u * w, c = t * w; // the compact copy: the visits in order
+    if (w == 16) {
+      uint4 *f = (uint4 *)(full + at), *k = (uint4 *)(compact + c);
+      if (scatter) *f = *k; else *k = *f;
+    } else if (w == 4) {
+      unsigned *f = (unsigned *)(full + at), *k = (unsigned *)(compact + c);
+      if (scatter) *f = *k; else *k = *f;
+    } else if (scatter) full[at] = compact[c];
+    else compact[c] = full[at];
   }
 }
 

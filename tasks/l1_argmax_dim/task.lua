@@ -4,6 +4,7 @@ return {
   math = "idx[r] = min { j : x[r, j] = max_k x[r, k] }",
   reference = { source = "reference.cu", launch = "reference.lua", pytorch = "reference.py" },
   inputs = { { name = "x", dtype = "f32", shape = { "rows", "cols" }, init = { "normal", 0, 1 } } },
+  check_rows = "rows", -- row i of every output needs only row i of the inputs that begin with "rows"
   outputs = { { name = "idx", dtype = "i64", shape = { "rows" } } },
   shapes = {
     { rows = 65536, cols = 4096 },

@@ -8,6 +8,7 @@ return {
     { name = "weight", dtype = "f32", shape = { "cols" }, init = { "uniform", 0.5, 1.5 } },
     { name = "bias", dtype = "f32", shape = { "cols" }, init = { "uniform", -0.5, 0.5 } },
   },
+  check_rows = "rows", -- row i of every output needs only row i of the inputs that begin with "rows"
   outputs = { { name = "y", dtype = "f32", shape = { "rows", "cols" } } },
   shapes = {
     { rows = 65536, cols = 1024 },

@@ -4,6 +4,7 @@ return {
   math = "y[r, j] = x[r, j] - m_r - log(sum_k exp(x[r, k] - m_r)),  m_r = max_k x[r, k]",
   reference = { source = "reference.cu", launch = "reference.lua", pytorch = "reference.py" },
   inputs = { { name = "x", dtype = "f32", shape = { "rows", "cols" }, init = { "uniform", -5, 5 } } },
+  check_rows = "rows", -- row i of every output needs only row i of the inputs that begin with "rows"
   outputs = { { name = "y", dtype = "f32", shape = { "rows", "cols" } } },
   shapes = {
     { rows = 32768, cols = 2048 },

@@ -4,6 +4,7 @@ return {
   math = "y[r] = max_j x[r, j]",
   reference = { source = "reference.cu", launch = "reference.lua", pytorch = "reference.py" },
   inputs = { { name = "x", dtype = "f32", shape = { "rows", "cols" }, init = { "normal", 0, 1 } } },
+  check_rows = "rows", -- row i of every output needs only row i of the inputs that begin with "rows"
   outputs = { { name = "y", dtype = "f32", shape = { "rows" } } },
   shapes = {
     { rows = 32768, cols = 8192 },

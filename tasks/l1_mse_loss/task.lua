@@ -7,6 +7,7 @@ return {
     { name = "pred", dtype = "f32", shape = { "rows", "cols" }, init = { "normal", 0, 1 } },
     { name = "target", dtype = "f32", shape = { "rows", "cols" }, init = { "uniform", -1, 1 } },
   },
+  check_rows = "rows", -- row i of every output needs only row i of the inputs that begin with "rows"
   outputs = { { name = "loss", dtype = "f32", shape = { "rows" } } },
   shapes = {
     { rows = 16384, cols = 16384 },

@@ -7,6 +7,7 @@ return {
     { name = "x", dtype = "f32", shape = { "rows", "cols" }, init = { "normal", 0, 1 } },
     { name = "weight", dtype = "f32", shape = { "cols" }, init = { "uniform", 0.5, 1.5 } },
   },
+  check_rows = "rows", -- row i of every output needs only row i of the inputs that begin with "rows"
   outputs = { { name = "y", dtype = "f32", shape = { "rows", "cols" } } },
   shapes = {
     { rows = 32768, cols = 4096 },

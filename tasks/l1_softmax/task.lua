@@ -4,6 +4,7 @@ return {
   math = "y[r, j] = exp(x[r, j] - max_k x[r, k]) / sum_k exp(x[r, k] - max_k x[r, k])",
   reference = { source = "reference.cu", launch = "reference.lua", pytorch = "reference.py" },
   inputs = { { name = "x", dtype = "f32", shape = { "rows", "cols" }, init = { "uniform", -5, 5 } } },
+  check_rows = "rows", -- row i of every output needs only row i of the inputs that begin with "rows"
   outputs = { { name = "y", dtype = "f32", shape = { "rows", "cols" } } },
   shapes = {
     { rows = 65536, cols = 1024 },

@@ -8,6 +8,7 @@ return {
     { name = "weight", dtype = "f32", shape = { "f", "c", 3, 3 }, init = { "uniform", "-1.5/math.sqrt(c)", "1.5/math.sqrt(c)" } },
     { name = "bias", dtype = "f32", shape = { "f" }, init = { "uniform", -1, 1 } },
   },
+  check_rows = "n", -- row i of every output needs only row i of the inputs that begin with "n"
   outputs = { { name = "y", dtype = "f32", shape = { "n", "f", "h - 2", "w - 2" } } },
   shapes = {
     { n = 32, c = 3, f = 64, h = 256, w = 256 },

@@ -7,6 +7,7 @@ return {
     { name = "x", dtype = "f32", shape = { "n", "c", "h", "w" }, init = { "uniform", -1, 1 } },
     { name = "weight", dtype = "f32", shape = { "f", "c", 3, 3 }, init = { "uniform", "-1/math.sqrt(c)", "1/math.sqrt(c)" } },
   },
+  check_rows = "n", -- row i of every output needs only row i of the inputs that begin with "n"
   outputs = { { name = "y", dtype = "f32", shape = { "n", "f", "h", "w" } } },
   shapes = {
     { n = 16, c = 16, f = 32, h = 256, w = 256 },

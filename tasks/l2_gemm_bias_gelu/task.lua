@@ -8,6 +8,7 @@ return {
     { name = "w", dtype = "f32", shape = { "n", "k" }, init = { "uniform", "-3/math.sqrt(k)", "3/math.sqrt(k)" } },
     { name = "b", dtype = "f32", shape = { "n" }, init = { "uniform", -0.5, 0.5 } },
   },
+  check_rows = "m", -- row i of every output needs only row i of the inputs that begin with "m"
   outputs = { { name = "y", dtype = "f32", shape = { "m", "n" } } },
   shapes = {
     { m = 2048, n = 2048, k = 1024 },

@@ -8,6 +8,7 @@ return {
     { name = "w", dtype = "f32", shape = { "k", "n" }, init = { "uniform", "-1/math.sqrt(k)", "1/math.sqrt(k)" } },
     { name = "bias", dtype = "f32", shape = { "n" }, init = { "uniform", -0.25, 0.25 } },
   },
+  check_rows = "m", -- row i of every output needs only row i of the inputs that begin with "m"
   outputs = { { name = "y", dtype = "f32", shape = { "m", "n" } } },
   shapes = {
     { m = 2048, n = 2048, k = 2048 },

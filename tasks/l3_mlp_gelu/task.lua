@@ -10,6 +10,7 @@ return {
     { name = "w2", dtype = "f32", shape = { "h", "o" }, init = { "uniform", "-1.7/math.sqrt(h)", "1.7/math.sqrt(h)" } },
     { name = "b2", dtype = "f32", shape = { "o" }, init = { "uniform", -0.5, 0.5 } },
   },
+  check_rows = "m", -- row i of every output needs only row i of the inputs that begin with "m"
   outputs = { { name = "y", dtype = "f32", shape = { "m", "o" } } },
   shapes = {
     { m = 1024, d = 1024, h = 4096, o = 1024 },

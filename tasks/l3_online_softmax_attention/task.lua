@@ -8,6 +8,7 @@ return {
     { name = "k", dtype = "f32", shape = { "b", "heads", "sk", "d" }, init = { "normal", 0, 1 } },
     { name = "v", dtype = "f32", shape = { "b", "heads", "sk", "d" }, init = { "normal", 0, 1 } },
   },
+  check_rows = "b", -- row i of every output needs only row i of the inputs that begin with "b"
   outputs = { { name = "out", dtype = "f32", shape = { "b", "heads", "sq", "d" } } },
   shapes = {
     { b = 2, heads = 8, sq = 1024, sk = 2048, d = 64 },

@@ -11,6 +11,7 @@ return {
     { name = "b_ih", dtype = "f32", shape = { "hsz" }, init = { "uniform", -0.3, 0.3 } },
     { name = "b_hh", dtype = "f32", shape = { "hsz" }, init = { "uniform", -0.3, 0.3 } },
   },
+  check_rows = "batch", -- row i of every output needs only row i of the inputs that begin with "batch"
   outputs = { { name = "h_new", dtype = "f32", shape = { "batch", "hsz" } } },
   shapes = {
     { batch = 2048, isz = 1024, hsz = 1024 },

@@ -12,6 +12,7 @@ return {
     { name = "w2", dtype = "f32", shape = { "f", "d" }, init = { "uniform", "-1/math.sqrt(f)", "1/math.sqrt(f)" } },
     { name = "b2", dtype = "f32", shape = { "d" }, init = { "uniform", -0.2, 0.2 } },
   },
+  check_rows = "m", -- row i of every output needs only row i of the inputs that begin with "m"
   outputs = { { name = "y", dtype = "f32", shape = { "m", "d" } } },
   shapes = {
     { m = 2048, d = 512, f = 2048 },

@@ -113,6 +113,47 @@ TEST(lines_shift) {
   ASSERT_EQ_INT(km_lines_shift(1ull << 60, 99), 40);          /* capped */
 }
 
+/* km_lines_drawn_bytes against km_util.cu's walk, byte by byte (struct lines with one byte a
+ * unit: unit_at over units_visited, the units past the buffer's end not copied): for rows
+ * of several lengths, buffers that end in a short line or not, every shift, many keys. */
+static uint64_t mix(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+static uint64_t walk_bytes(uint64_t key, unsigned shift, uint64_t upl, uint64_t units) {
+  uint64_t nlines = (units + upl - 1) / upl, visits = shift ? ((nlines + (1ull << shift) - 1) >> shift) * upl : units;
+  uint64_t got = 0;
+  for (uint64_t t = 0; t < visits; t++) {
+    uint64_t u = t;
+    if (shift) {
+      uint64_t blk = t / upl, line = (blk << shift) + (mix(key ^ blk) & ((1ull << shift) - 1));
+      if (line >= nlines) line = blk << shift;
+      u = line * upl + t % upl;
+    }
+    if (u < units) got++;
+  }
+  return got;
+}
+TEST(lines_drawn_bytes) {
+  const uint64_t lbs[] = {128, 12, 4096, 4};
+  const uint64_t sizes[] = {0, 1, 12 * 1000, 12 * 1001 + 5, 4096 * 33 + 100, 128 * 77, 4 * 1000003};
+  for (size_t i = 0; i < sizeof lbs / sizeof *lbs; i++)
+    for (size_t j = 0; j < sizeof sizes / sizeof *sizes; j++)
+      for (unsigned s = 0; s <= 5; s++)
+        for (uint64_t key = 1; key < 40; key += 3) {
+          km_lines l = {key * 0x9E3779B97F4A7C15ull, s, lbs[i]};
+          ASSERT_EQ_INT(km_lines_drawn_bytes(&l, sizes[j]), walk_bytes(l.key, s, lbs[i], sizes[j]));
+        }
+  km_lines whole = {7, 0, 96};
+  ASSERT_EQ_INT(km_lines_drawn_bytes(&whole, 1000), 1000); /* shift 0: every line */
+  km_lines as_given = {7, 4, 256};                         /* rows: the shift is not lowered */
+  ASSERT_EQ_INT(km_lines_used_shift(&as_given, 256 * 64), 4);
+  km_lines lowered = {7, 4, 0};                            /* 128-byte lines: it is */
+  ASSERT_EQ_INT(km_lines_used_shift(&lowered, 256 * 64), 0);
+}
+
 int main(void) {
   RUN(dtype_names);
   RUN(half_roundtrip);
@@ -123,5 +164,6 @@ int main(void) {
   RUN(host_compare_i64_exact);
   RUN(host_compare_bad_args);
   RUN(lines_shift);
+  RUN(lines_drawn_bytes);
   return DONE();
 }

@@ -20,6 +20,8 @@
 --   check_every   1                   later timed calls re-verified 1 in check_every
 --   check_lines   checks.CHECK_LINES  a check reads one output line in check_lines (16)
 --   check_draw    "subset"            "each": every call 1 in check_every (side-by-side runs)
+--   check_rows    true                a task's declared rows: checks read a sample of them
+--                                     (km.judge.rows; false: the ordinary check, every row)
 -- and the timing options (km.judge.timed) and the baselines' (km.judge.baselines).
 local timing = require "km.timing"
 local verdict = require "km.verdict"

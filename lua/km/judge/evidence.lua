@@ -27,7 +27,9 @@ M.methods = Judge
 -- the ledger was read. precise: the inputs were drawn by the precision laws (verify).
 -- pkey: a timed call's parameter key (inputs.param_key): a plan's perturbed parameters are
 -- proven to be the source's so perturbed, every element (L:perturb_check).
-function M.enqueue(ledger, t, cand, ref_in, scratch, plan, seed, precise, pkey)
+-- rows: name -> lines (km.judge.rows: a check whose reference reads only those rows of the
+-- inputs named): those inputs proven on those rows, every element of them.
+function M.enqueue(ledger, t, cand, ref_in, scratch, plan, seed, precise, pkey, rows)
   local list, label = {}, {}
   local function add(b, what) list[#list + 1] = b; label[#list] = what end
   for name, b in pairs(cand) do add(b, fmt("buffer '%s'", name)) end
@@ -40,7 +42,7 @@ function M.enqueue(ledger, t, cand, ref_in, scratch, plan, seed, precise, pkey)
       slot = ledger:digest { { b:ptr(), b:nbytes() }, { r:ptr(), r:nbytes() } }
     elseif plan.laws[spec.name] then
       local l = plan.laws[spec.name]
-      slot, count = ledger:random_check(b, seeded(l.law, seed, l.index, precise)), true
+      slot, count = ledger:random_check(b, seeded(l.law, seed, l.index, precise), rows and rows[spec.name]), true
     elseif pkey and plan.params[spec.name].perturb then
       slot, count = ledger:perturb_check(b, plan.params[spec.name].ptr, pkey), true
     else

@@ -275,7 +275,7 @@ local function call_torch(self, run, io, keep_cache)
   local st = self.tasks[run.task_dir]
   local moved, moved_text = self:truth_check(st)
   if moved then return false, moved, moved_text end
-  local fopts = { empty_cache = not keep_cache, params = run.params }
+  local fopts = { empty_cache = not keep_cache, params = run.params, rows = run.rows }
   local ok, err = M.with_room(self, function() return run.torch:forward(io, fopts) end)
   if st then st.truth_dirty = true end -- its buffers (running statistics) may have moved
   if not ok then return false, "launch_error", err end

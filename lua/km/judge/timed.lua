@@ -35,6 +35,7 @@ local inputs = require "km.judge.inputs"
 local evidence = require "km.judge.evidence"
 local integrity = require "km.judge.integrity"
 local checks = require "km.judge.checks"
+local rows = require "km.judge.rows"
 local same_work = require "km.judge.same_work"
 
 local fmt = string.format
@@ -74,7 +75,7 @@ local time_opts = M.time_opts
 local SUMMARY_FIELDS = { "median", "mean", "p25", "p75", "min", "n", "n_extra", "warmup_calls", "stop", "rel_noise",
   "stop_target", "ci_low", "ci_high", "calls", "launches", "gpu_clocks", "mode",
   "sm_clock_mhz", "clock_moved", "sm_clock_start_mhz", "sm_clock_min_mhz", "sm_clock_max_mhz", "energy_j",
-  "energy_unavailable", "checked_calls", "last_checked_after", "check_lines", "cached" }
+  "energy_unavailable", "checked_calls", "row_checks", "last_checked_after", "check_lines", "cached" }
 -- The protocol key of a timing: a fresh result holds km.timing's protocol table, a summary
 -- or a record read from disk the key alone.
 function M.protocol_of(r) return r and (type(r.protocol) == "table" and r.protocol.key or r.protocol) end
@@ -118,11 +119,14 @@ local function new_timing(self, st, run, sym, opts, check)
     fast = nil,               -- the checks' reference (Judge:check_reference; nil: the task's own)
     launch_ref = nil,         -- the launch list every call must repeat (km.judge.same_work)
     gpu_clocks = nil,         -- the clock state read during the first check (km.nvml.clocks)
+    rows = nil,               -- the checks' rows (km.judge.rows' plan), or nil: every row
+    row_checks = 0,           -- checks made on a sample of those rows
   }
   tm.cur_seed = tm.seed
   -- refresh() draws every call's inputs; a PyTorch model bound below may run once on them
   -- (Problem:bind, to learn its outputs): those are drawn first
   tm.cand, tm.ref_in, tm.dims = self:trial_io(t, sym, tm.seed, not run.torch)
+  if check and not st.prob and opts.check_rows ~= false then tm.rows = rows.plan(t, sym, tm.dims, shift) end
   return tm
 end
 
@@ -216,17 +220,27 @@ local function check_enqueue(self, tm, batch, judged)
   -- the sample of lines is drawn now, after the call was enqueued; the timing's first check
   -- reads every line (verify's one trial at the timed shape may be the precision trial,
   -- whose inputs are not the ordinary law's: km.judge.verify)
-  local lines = tm.shift > 0 and tm.checked > 1 and { key = rng(1 << 62), shift = tm.shift } or nil
-  batch.evidence = evidence.enqueue(ledger, t, tm.cand, tm.ref_in, scratch, plan, tm.cur_seed, nil, inputs.param_key(tm.cur_seed))
-  batch.ref_io, batch.ref_status, batch.ref_text, batch.kept =
-    check_reference_run(self, tm, plan and inputs_of(t, tm.cand) or tm.ref_in, plan)
+  local sampled = tm.shift > 0 and tm.checked > 1
+  local lines = sampled and { key = rng(1 << 62), shift = tm.shift } or nil
+  -- a task's rows (km.judge.rows): those drawn proven, the reference on them alone
+  batch.rows = sampled and plan and tm.rows and rows.draw(tm.rows, t, tm.sym, lines.key) or nil
+  batch.evidence = evidence.enqueue(ledger, t, tm.cand, tm.ref_in, scratch, plan, tm.cur_seed, nil,
+    inputs.param_key(tm.cur_seed), batch.rows and batch.rows.lines)
+  if batch.rows then
+    tm.row_checks = tm.row_checks + 1
+    batch.compact = {}
+    batch.ref_io, batch.ref_status, batch.ref_text = self:rows_reference(tm, batch.rows, batch.compact)
+  else
+    batch.ref_io, batch.ref_status, batch.ref_text, batch.kept =
+      check_reference_run(self, tm, plan and inputs_of(t, tm.cand) or tm.ref_in, plan)
+  end
   batch.seal = self:seal_enqueue(st, ledger) -- the truth after the reference ran: sealed with the batch
   if not batch.ref_io then return end
   batch.slots = {}
   for _, spec in ipairs(t.outputs) do
     local tol = t.tolerance[spec.dtype]
     batch.slots[spec.name] = compare.enqueue(judged[spec.name], batch.ref_io[spec.name],
-      { atol = tol.atol, rtol = tol.rtol, poison = true, lines = lines }, ledger)
+      { atol = tol.atol, rtol = tol.rtol, poison = true, lines = batch.rows and batch.rows.lines[spec.name] or lines }, ledger)
   end
 end
 
@@ -236,6 +250,8 @@ local function put_back(self, tm, batch)
   if batch.ref_io and not batch.kept then
     for _, spec in ipairs(tm.t.outputs) do self.pool:put(batch.ref_io[spec.name], true) end
   end
+  for _, b in ipairs(batch.compact or {}) do self.pool:put(b, true) end
+  batch.compact = nil
 end
 
 -- Whether the next call's inputs may be drawn behind the batch: not where the launch code
@@ -271,6 +287,10 @@ local function check_read(self, tm, batch, judged, enqueued, enqueue_error, wher
     result_of = function(name, a, b, o) return compare.result(a, b, o, ledger, batch.slots[name]) end })
   put_back(self, tm, batch)
   if mismatch == "mismatch" and self:exact_agrees_timed(st, judged, tm.sym, tm.ref_in, tm.dims, tm.cur_seed) then return end
+  if mismatch and batch.rows and self:rows_confirm(tm, judged) then
+    return { verdict.ERROR, fmt("the task's check_rows ('%s') does not hold: its reference on a sample of rows "
+      .. "disagrees with its reference on every row, which the candidate's outputs match (%s)", t.check_rows, mismatch_text) }
+  end
   if mismatch then return { mismatch, mismatch_text } end
 end
 
@@ -464,6 +484,7 @@ function Judge:time_run(st, run, sym, opts, check)
   if not res then return timing_failure(self, tm, err, code) end
   res.checked_calls = check and tm.checked or nil
   res.check_lines = check and tm.shift > 0 and (1 << tm.shift) or nil
+  res.row_checks = check and tm.rows and tm.row_checks or nil
   res.calls = tm.calls -- every call the timing made: warm-up and timed, counted or not
   if check then
     res.launches = tm.launch_ref and same_work.text(tm.launch_ref) or nil

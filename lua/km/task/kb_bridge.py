@@ -320,9 +320,11 @@ def _numel(shape):
     return n
 
 
-def _buffer_for(bufs, name, want, device, what):
+def _buffer_for(bufs, name, want, device, what, rows=False):
     """The view of bufs[name] as a tensor of want's shape and dtype, after checking that the
-    buffer holds exactly that many elements of that dtype."""
+    buffer holds exactly that many elements of that dtype. rows: a buffer of want's shape but
+    for its first dimension is taken at its own shape (the judge's sample of a task's rows,
+    km.judge.rows)."""
     desc = bufs.get(name)
     if desc is None:
         raise ProblemError("no buffer for %s %s" % (what, name), "MISSING_BUFFER")
@@ -330,6 +332,9 @@ def _buffer_for(bufs, name, want, device, what):
     if desc["dtype"] != kd:
         raise ProblemError("%s %s: the buffer is %s, the problem's tensor is %s (%s)"
                            % (what, name, desc["dtype"], kd, _tname(want.dtype)), "WRONG_BUFFER")
+    shape = tuple(int(d) for d in desc["shape"])
+    if rows and len(shape) == len(want.shape) and len(shape) > 0 and shape[1:] == tuple(want.shape[1:]):
+        return _view(desc, device, "%s %s" % (what, name))
     if _numel(desc["shape"]) != want.numel():
         raise ProblemError("%s %s: the buffer has shape %s, the problem's tensor has shape %s"
                            % (what, name, list(desc["shape"]), list(want.shape)), "WRONG_BUFFER")
@@ -1073,14 +1078,15 @@ def peak_memory(reset=False):
 
 
 @_api
-def forward(i, bufs, stream=0, empty_cache=False, params=False):
+def forward(i, bufs, stream=0, empty_cache=False, params=False, rows=False):
     """The model on the inputs in bufs; each output written into bufs[out name]. Inputs
     that are numbers are the last get_inputs()'s. empty_cache: hand torch's cached blocks
     (which still hold the outputs' values) back to the driver afterwards. params: compute
-    with bufs' floating nn.Parameters, not the model's own (_aliased)."""
+    with bufs' floating nn.Parameters, not the model's own (_aliased). rows: inputs may have
+    another first dimension (_buffer_for)."""
     p = _variant(_problem(i, memory=True), bufs)
     with _stream_ctx(p, stream):
-        args = _args(p, bufs)
+        args = _args(p, bufs, rows)
         outs, _ = p._forward(args, _aliased(p, bufs) if params else None)
         if len(outs) != len(p.names["outputs"]):
             raise ProblemError("%s: forward gave %d outputs, earlier %d"
@@ -1185,14 +1191,14 @@ def forward_exact(i, bufs, stream=0):
     return True
 
 
-def _args(p, bufs):
+def _args(p, bufs, rows=False):
     """The model's arguments: views of bufs' inputs, and the last get_inputs()'s numbers."""
     args = []
     for k, name in enumerate(p.names["inputs"]):
         if k in p.scalars:
             args.append(p.scalars[k])
         else:
-            args.append(_buffer_for(bufs, name, p.input_meta[k], p.device, "input"))
+            args.append(_buffer_for(bufs, name, p.input_meta[k], p.device, "input", rows))
     return args
 
 

@@ -258,10 +258,12 @@ end
 -- them) go back to the driver, out of reach of kernels that run next. opts.params: the model
 -- computes with io's floating nn.Parameters (buffers named as spec's params of kind
 -- "parameter"), not its own (km.judge's timed checks, whose parameters are perturbed).
+-- opts.rows: inputs whose buffers differ from the spec in their first dimension only are
+-- taken at their own shape (km.judge.rows: the reference on a sample of a task's rows).
 function Problem:forward(io, opts)
   local id = check(self)
   return call("forward", id, describe(io, 2), stream_of(opts), opts and opts.empty_cache or false,
-    opts and opts.params or false)
+    opts and opts.params or false, opts and opts.rows or false)
 end
 
 -- The model in float64 on io's inputs and on the state in io's parameter buffers (each
