@@ -71,16 +71,25 @@ end
 
 -- A draw of the plan's rows from key -> { lines = name -> km.buffer's lines table, rows = the
 -- rows drawn, sym = the shape with that many rows, dims = name -> dims there }
+-- (The shape and dims at a count of rows are kept on the plan: a draw has one of two counts,
+-- with or without the short last line.)
 function M.draw(p, t, sym, key)
-  local d = { lines = {}, sym = {}, dims = {} }
+  local d = { lines = {} }
   local name
   for n, lb in pairs(p.split) do d.lines[n] = { key = key, shift = p.shift, bytes = lb }; name = name or n end
   d.rows = buffer.lines_drawn(p.rows * p.row_bytes[name], d.lines[name]) // p.row_bytes[name]
-  for k, v in pairs(sym) do d.sym[k] = v end
-  d.sym[p.symbol] = d.rows
-  for _, field in ipairs { "inputs", "outputs" } do
-    for _, spec in ipairs(t[field]) do d.dims[spec.name] = task_mod.shape_of(spec, d.sym) end
+  p.at = p.at or {}
+  local at = p.at[d.rows]
+  if not at then
+    at = { sym = {}, dims = {} }
+    for k, v in pairs(sym) do at.sym[k] = v end
+    at.sym[p.symbol] = d.rows
+    for _, field in ipairs { "inputs", "outputs" } do
+      for _, spec in ipairs(t[field]) do at.dims[spec.name] = task_mod.shape_of(spec, at.sym) end
+    end
+    p.at[d.rows] = at
   end
+  d.sym, d.dims = at.sym, at.dims
   return d
 end
 
