@@ -8,6 +8,7 @@
 -- matches the task's math computed here in plain Lua, within the task's tolerance. A shape
 -- set other than the first is the file with its shape symbols set after it. The numeric
 -- check against the CUDA reference, at every shape set, is tests/gpu/test_task_pytorch.lua.
+-- Where a task declares check_rows, reference.py on a few rows alone gives those rows.
 local t = require "km.tap"
 local testing = require "km.testing"
 local task = require "km.task"
@@ -485,6 +486,50 @@ t.test("every task's PyTorch math is written here", function()
   for _, tk in ipairs(tasks) do t.ok(MATH[tk.name], tk.name) end
 end)
 
+-- A task's check_rows (km.judge.rows): reference.py on a few of the rows alone (the first,
+-- one in the middle, the last; Problem:forward's rows option, the shape the judge's sampled
+-- checks run it at) gives those rows of its outputs on every row, within the tolerance.
+local rows_checked = {}
+local function rows_agree(tk, prob, io, I, outs, sym, where)
+  local r = tk.check_rows
+  local n = sym[r]
+  local pick = n >= 3 and { 1, (n + 1) // 2, n } or { n }
+  local sub = {}
+  for k, v in pairs(sym) do sub[k] = v end
+  sub[r] = #pick
+  local cio = {}
+  local function rows_of_table(all, dims, from_rows)
+    local per = task.numel(dims) // n
+    local out = {}
+    for _, row in ipairs(from_rows) do
+      for j = 1, per do out[#out + 1] = all[(row - 1) * per + j] end
+    end
+    return out
+  end
+  for _, d in ipairs(tk.inputs) do
+    if d.shape[1] == r then
+      local b = assert(kb.host_buffer(d.dtype, task.shape_of(d, sub)))
+      b:from_table(rows_of_table(I[d.name], task.shape_of(d, sym), pick))
+      cio[d.name] = b
+    else
+      cio[d.name] = io[d.name]
+    end
+  end
+  for i, d in ipairs(tk.outputs) do cio[outs[i]] = assert(kb.host_buffer(d.dtype, task.shape_of(d, sub))) end
+  assert(prob:forward(cio, { rows = true }))
+  for i, d in ipairs(tk.outputs) do
+    local tol = tk.tolerance[d.dtype]
+    local want = rows_of_table(io[outs[i]]:to_table(), task.shape_of(d, sym), pick)
+    local got = cio[outs[i]]:to_table()
+    local rr = compare.allclose(got, want, { atol = tol.atol, rtol = tol.rtol })
+    t.ok(rr.ok and #got == #want, fmt("%s: check_rows '%s': rows %s of %s alone: %d of %d mismatch", where, r,
+      table.concat(pick, ","), d.name, rr.mismatches or -1, #want))
+    cio[outs[i]]:free()
+  end
+  for _, d in ipairs(tk.inputs) do if d.shape[1] == r then cio[d.name]:free() end end
+  rows_checked[tk.name] = true
+end
+
 local checked = {} -- task name -> forward runs compared with MATH
 for _, tk in ipairs(tasks) do
   if ONLY and tk.name ~= ONLY then goto next_task end
@@ -520,6 +565,7 @@ for _, tk in ipairs(tasks) do
               tostring(r.first and r.first.index), tostring(r.first and r.first.got), tostring(r.first and r.first.want)))
             lines[#lines + 1] = fmt("%d: max abs %.2g rel %.2g", si, r.max_abs, r.max_rel)
           end
+          if tk.check_rows then rows_agree(tk, prob, io, I, outs, sym, where) end
           for _, b in pairs(io) do b:free() end
           checked[tk.name] = (checked[tk.name] or 0) + 1
         end
@@ -531,9 +577,12 @@ for _, tk in ipairs(tasks) do
   ::next_task::
 end
 
-t.test("values were checked at a small shape set of every task", function()
+t.test("values were checked at a small shape set of every task, and rows where a task declares them", function()
   for _, tk in ipairs(tasks) do
-    if not ONLY or tk.name == ONLY then t.ok(checked[tk.name], tk.name .. ": no shape set small enough") end
+    if not ONLY or tk.name == ONLY then
+      t.ok(checked[tk.name], tk.name .. ": no shape set small enough")
+      if tk.check_rows then t.ok(rows_checked[tk.name], tk.name .. ": check_rows not tried") end
+    end
   end
 end)
 
