@@ -161,27 +161,19 @@ t.test("a kernel that skips 1 row in 64 on timed calls is caught", function()
   end
 end)
 
-local COLMEAN_SRC = [[
-extern "C" __global__ void colmean(const float *x, float *y, int rows, int cols) {
-  int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= cols) return;
-  double acc = 0;
-  for (int r = 0; r < rows; r++) acc += x[(size_t)r * cols + c];
-  float mean = (float)(acc / rows);
-  for (int r = 0; r < rows; r++) y[(size_t)r * cols + c] = x[(size_t)r * cols + c] - mean;
-}]]
+-- the honest candidate: the task's own reference, as a candidate
 local COLMEAN_LAUNCH = [[
 return function(k, io, s)
-  k.colmean{ grid = k.cdiv(s.cols, 128), block = 128 }(io.x, io.y, s.rows, s.cols)
+  k.colmean_ref{ grid = k.cdiv(s.cols, 128), block = 128 }(io.x, io.y, s.rows, s.cols)
 end]]
 
 t.test("false rows: an error naming check_rows, not a verdict against the honest candidate", function()
   local tk = assert(task.load(ROOT .. "/tests/tasks/t_rows_colmean"))
-  local v = judge(tk, { source = COLMEAN_SRC, launch = COLMEAN_LAUNCH }, "colmean")
+  local v = judge(tk, { source = tk.reference.source_text, launch = COLMEAN_LAUNCH }, "colmean")
   t.eq(v.status, "error", v.feedback)
   t.ok(tostring(v.feedback):find("check_rows ('rows') does not hold", 1, true), v.feedback)
   -- with the rows' checks off, the same candidate is correct
-  local off = pool:eval(tk, { name = "colmean", source = COLMEAN_SRC, launch = COLMEAN_LAUNCH, params = {} },
+  local off = pool:eval(tk, { name = "colmean", source = tk.reference.source_text, launch = COLMEAN_LAUNCH, params = {} },
     { seeds = SEEDS, timing = true, check_rows = false })
   t.eq(off.status, "correct", off.feedback)
   t.eq(sampled_checks(off), 0)
