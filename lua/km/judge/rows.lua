@@ -15,11 +15,13 @@
 -- What it promises: every input the reference reads is proven; each checked call's sampled
 -- rows are compared in full. A kernel wrong on a fraction w of the lines escapes one check
 -- with probability about (1 - w)^L (L the lines read, at least ROWS_MIN = 512): wrong on 1%
--- of them on the three calls that move a median of five, about 3e-7. A mismatch is
+-- of them on the three calls that move a median of five, about 2e-7. A mismatch is
 -- confirmed against the reference on every row (Judge:rows_confirm): a task whose reference
 -- is not row by row, as declared, gives an error, not a verdict against the candidate.
 --
--- Pure but for the buffers: the plan is arithmetic on the task's shapes; the draw, the
+-- Owns, on a timing (km.judge.timed's record): tm.rows (the plan, and the shapes at a count
+-- of rows on it) and tm.rows_run (the PyTorch reference taking the rows' shape). The plan and
+-- the draw are arithmetic on the task's shapes (tests/lua/test_check_rows.lua, no GPU); the
 -- copies and the compact buffers go through km.buffer and the judge's pool.
 local buffer = require "km.buffer"
 local compare = require "km.compare"
