@@ -62,12 +62,11 @@ CUresult km_devbuf_random_check(const km_devbuf *b, int dist, double a, double c
  * factor in [0.5, 1.5) drawn from (key, element index); floating dtypes only, any other
  * copied. src may be b's own memory. Enqueued on s, no wait. With acc not 0: counts into
  * the slot at acc the elements of b that differ (bitwise) from that instead, writing nothing. */
+CUresult km_devbuf_perturb_at(const km_devbuf *b, CUdeviceptr src, uint64_t key, CUstream s, CUdeviceptr acc);
 /* km_util.cu's km_lines_copy: the lines `l` draws from a buffer of `bytes` at `full`, to
  * `compact` in order (scatter 0), or back (scatter 1); compact holds km_lines_drawn_bytes. */
 CUresult km_devlines_copy(CUdeviceptr full, CUdeviceptr compact, uint64_t bytes, const km_lines *l, int scatter,
                           CUstream s);
-
-CUresult km_devbuf_perturb_at(const km_devbuf *b, CUdeviceptr src, uint64_t key, CUstream s, CUdeviceptr acc);
 /* Buffers of at least this many bytes are poisoned sparsely by km_devbuf_poison_sparse. */
 #define KM_SPARSE_POISON_MIN (64 * 1024)
 /* The poison pattern in one 128-byte line of every 4 KiB block, the line drawn from
