@@ -1,7 +1,7 @@
 -- GPU: a timed call's check on a sample of a task's rows (task.check_rows, km.judge.rows).
---   * honest starters of tasks of every kind of row (an element, a softmax row, a batch
---     image, rows with weights read whole, mixed dtypes, a short last line) are correct, and
---     every check after the first read a sample of rows;
+--   * honest starters of tasks of every kind of row (an element, a softmax row, a batch's
+--     matrix, rows with weights read whole, mixed dtypes, a short last line) are correct, and
+--     every check after the first read a sample of rows; a task with too few rows, none;
 --   * a kernel that skips 1 row in 64 once verify is over is caught, every time;
 --   * a task whose declared rows are false (each output row needs every input row) gives an
 --     error naming check_rows, not a verdict against an honest candidate.
@@ -103,13 +103,18 @@ end)
 
 t.test("honest starters: correct, every check after the first on a sample of rows", function()
   for _, name in ipairs { "l1_relu", "l1_softmax", "l1_cross_entropy", "l1_layernorm", "l2_gemm_bias_relu",
-    "l1_maxpool2d", "l2_masked_softmax", "l1_matvec" } do
+    "l2_bmm_relu", "l2_masked_softmax", "l1_matvec" } do
     local tk = assert(task.load(ROOT .. "/tasks/" .. name))
     local v = judge(tk, starter(tk))
     t.eq(v.status, "correct", name .. ": " .. tostring(v.feedback))
     local rows, checked = sampled_checks(v)
     t.ok(checked >= 2 and rows == checked - 1, ("%s: %d of %d checks on rows"):format(name, rows, checked))
   end
+  -- 32 images of 51 MB: too few lines of rows to sample (km.judge.rows.ROWS_MIN), every check reads all
+  local tk = assert(task.load(ROOT .. "/tasks/l1_maxpool2d"))
+  local v = judge(tk, starter(tk))
+  t.eq(v.status, "correct", v.feedback)
+  t.eq(sampled_checks(v), 0, "l1_maxpool2d: no check on a sample of rows")
 end)
 
 t.test("a short last line of rows: 1000003 elements, 32 to a line", function()
