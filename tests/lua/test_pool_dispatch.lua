@@ -71,6 +71,12 @@ local function count(set) local n = 0 for _ in pairs(set) do n = n + 1 end retur
 t.test("a task's candidates go to the workers that hold it: few set-ups where queue order sets every task up everywhere", function()
   local params = { SETUP = 0.3, GPU_S = 0.03 }
   local fifo = pool_of(4, { affinity = false })
+  -- every worker started first (one job each of another task, long enough that none frees
+  -- before the four are sent): queue order's count is then of four running workers, not of
+  -- how many had started while the CPU was busy
+  local warm = {}
+  for i = 1, 4 do warm[i] = { task("warm"), { name = "w" .. i, params = { SETUP = 0, GPU_S = 0.5 } } } end
+  fifo:eval_many(warm)
   local _, fifo_setups = judge_all(fifo, interleaved(3, 8, params))
   fifo:close()
   local pool = pool_of(4)
