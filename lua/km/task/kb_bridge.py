@@ -333,13 +333,12 @@ def _buffer_for(bufs, name, want, device, what, rows=False):
         raise ProblemError("%s %s: the buffer is %s, the problem's tensor is %s (%s)"
                            % (what, name, desc["dtype"], kd, _tname(want.dtype)), "WRONG_BUFFER")
     shape = tuple(int(d) for d in desc["shape"])
-    if rows and len(shape) == len(want.shape) and len(shape) > 0 and shape[1:] == tuple(want.shape[1:]):
-        return _view(desc, device, "%s %s" % (what, name))
-    if _numel(desc["shape"]) != want.numel():
+    own = rows and len(shape) == len(want.shape) and len(shape) > 0 and shape[1:] == tuple(want.shape[1:])
+    if not own and _numel(desc["shape"]) != want.numel():
         raise ProblemError("%s %s: the buffer has shape %s, the problem's tensor has shape %s"
                            % (what, name, list(desc["shape"]), list(want.shape)), "WRONG_BUFFER")
     v = _view(desc, device, "%s %s" % (what, name))
-    if tuple(v.shape) != tuple(want.shape):
+    if not own and tuple(v.shape) != tuple(want.shape):
         v = v.view(tuple(want.shape))
     if want.dtype == torch.bool:
         v = v.view(torch.bool)
