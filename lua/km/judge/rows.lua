@@ -24,7 +24,7 @@
 -- the draw are arithmetic on the task's shapes (tests/lua/test_check_rows.lua, no GPU); the
 -- copies and the compact buffers go through km.buffer and the judge's pool.
 local buffer = require "km.buffer"
-local compare = require "km.compare"
+local evidence = require "km.judge.evidence"
 local task_mod = require "km.task"
 local DTYPE_BYTES = require("km.task.shape").DTYPE_BYTES
 
@@ -36,12 +36,6 @@ M.methods = Judge
 
 M.ROWS_MIN = 512   -- the least lines of rows a sampled check reads
 M.LINE_BYTES = 128 -- a line holds enough rows for this many bytes of the widest row
-
-local function numel(d)
-  local n = 1
-  for _, x in ipairs(d) do n = n * x end
-  return n
-end
 
 -- The row plan of task t at shape sym (dims: name -> dims), for a check that reads one line
 -- in 2^shift: { symbol, rows, per_line, shift, split = { name -> line bytes }, dims } | nil
@@ -55,7 +49,7 @@ function M.plan(t, sym, dims, shift)
   for _, field in ipairs { "inputs", "outputs" } do
     for _, spec in ipairs(t[field]) do
       if spec.shape[1] == r then
-        local b = numel(dims[spec.name]) // rows * DTYPE_BYTES[spec.dtype]
+        local b = task_mod.numel(dims[spec.name]) // rows * DTYPE_BYTES[spec.dtype]
         if b == 0 then return nil end
         row_bytes[spec.name] = b
         widest = math.max(widest, b)
@@ -145,15 +139,9 @@ function Judge:rows_confirm(tm, judged)
   self:fill_inputs(t, tm.sym, tm.ref_in, tm.cur_seed, true)
   local io = self:run_reference(tm.st, tm.ref_in, tm.dims, tm.sym, tm.fast or tm.st.ref)
   if not io then return false end
-  local agree = true
-  for _, spec in ipairs(t.outputs) do
-    local tol = t.tolerance[spec.dtype]
-    if agree then
-      agree = compare.allclose(judged[spec.name], io[spec.name], { atol = tol.atol, rtol = tol.rtol, poison = true }).ok
-    end
-    self.pool:put(io[spec.name])
-  end
-  return agree
+  local mismatch = evidence.compare_outputs(t, judged, io, tm.dims, { where = "", later = "timed" })
+  for _, spec in ipairs(t.outputs) do self.pool:put(io[spec.name]) end
+  return mismatch == nil
 end
 
 return M
