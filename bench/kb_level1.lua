@@ -10,9 +10,11 @@
 -- prepare, baselines, verify, measure), statuses, and per problem the device memory held
 -- after its evaluations (NVML, the whole device) next to the problem's own input and output
 -- bytes at its timed shape. --mode says how the jobs reach the pool: serial (one evaluation
--- at a time, each candidate compiled by the worker), batch (a chunk of 8 problems' jobs at
--- once: the pool compiles the waiting ones on the CPUs while the worker judges, as a sweep
--- or the service does), both (serial, then batch, each from empty caches: side by side).
+-- at a time, each candidate compiled by the worker), batch (problems' jobs kept submitted
+-- WINDOW jobs ahead of the verdicts: the pool compiles the waiting ones on the CPUs while the
+-- worker judges, as a sweep or the service does), both (serial, then batch, each from empty
+-- caches: side by side). Each pass also says where the worker's wall time went (the pool's
+-- counters: judging, and idle because nothing was queued or the queued jobs' compiles ran).
 -- Usage: kmrun bench/kb_level1.lua KB_DIR [OUT.md] [--evals N] [--max-s S] [--first N] [--mode M]
 --   KB_DIR: a KernelBench checkout's KernelBench/ folder (level1 inside) or level1 itself
 -- Exit status: 0, 2 on usage errors, 3 where there is no GPU (the reason on stderr).
@@ -28,7 +30,7 @@ local SPEC = A.spec {
   options = { { "evals", "N", "candidates judged per problem in a row (default 2)", type = "int" },
     { "max-s", "S", "a pass starts no problem after S seconds (default 150)", type = "seconds" },
     { "first", "N", "only the first N problems", type = "int" },
-    { "mode", "M", "serial: one evaluation at a time (pool:eval); batch: a chunk of problems' jobs submitted at once, so the pool compiles the waiting ones on the CPUs while the worker judges (km.serve.pool); both: each, side by side (default batch)",
+    { "mode", "M", "serial: one evaluation at a time (pool:eval); batch: problems' jobs kept submitted ahead of the verdicts, so the pool compiles the waiting ones on the CPUs while the worker judges (km.serve.pool); both: each, side by side (default batch)",
       choices = { "serial", "batch", "both" } },
     { "dry-run", nil, "no GPU: compile every problem's candidates (NVRTC, sm_90) and load their launch code" },
     { "pass", "NAME", "internal: judge one pass here and write its records to OUT.md" } },
@@ -133,9 +135,9 @@ local function device_used(uuid)
   return (nvml.memory(uuid or 0))
 end
 
--- Problems a batch-mode chunk submits at once (their EVALS jobs each): the pass checks its
--- --max-s between chunks.
-local CHUNK = 8
+-- Batch mode keeps this many jobs submitted and not yet judged: a problem's jobs are submitted
+-- whenever fewer wait, until --max-s has passed.
+local WINDOW = 16
 
 -- One pass: `pass` names its candidates (new to NVRTC's cache in each pass), `mode` how
 -- they are submitted (serial, batch); one JSON record an evaluation into `out`.
@@ -157,29 +159,28 @@ local function run_pass(pass, mode, out)
   end
   local function opts_of(i) return { compile_mode = "off", energy = false, seeds = i == 1 and 3 or 1 } end
   local files = problems()
-  local at = 1
-  while at <= #files and timing.wall() - t0 <= MAX_S do
-    local chunk = mode == "serial" and { files[at] } or { table.unpack(files, at, math.min(#files, at + CHUNK - 1)) }
-    at = at + #chunk
-    local jobs, meta = {}, {}
-    for _, file in ipairs(chunk) do
-      for i = 1, EVALS do
-        local cand, kind = candidate(file, i, pass)
-        jobs[#jobs + 1] = { kbtask.key(file, "fp32"), cand, opts_of(i) }
-        meta[#jobs] = { file, i, kind }
-      end
-    end
-    if mode == "serial" then
-      for j, job in ipairs(jobs) do
-        local w0 = timing.wall()
-        local v = pool:eval(job[1], job[2], job[3])
-        record(meta[j][1], meta[j][2], meta[j][3], v, timing.wall() - w0)
-      end
-    else
-      for j, v in ipairs(pool:eval_many(jobs)) do record(meta[j][1], meta[j][2], meta[j][3], v, nil) end
-    end
+  local at, i_next, live, pending = 1, 1, {}, 0
+  -- the next job submitted (a problem's EVALS in a row) -> false once every problem's are, or
+  -- --max-s has passed before a problem's first
+  local function submit_next()
+    if at > #files or (i_next == 1 and timing.wall() - t0 > MAX_S) then return false end
+    local file, i = files[at], i_next
+    if i == EVALS then at, i_next = at + 1, 1 else i_next = i + 1 end
+    local cand, kind = candidate(file, i, pass)
+    local job = pool:submit(kbtask.key(file, "fp32"), cand, opts_of(i))
+    live[job], pending = { file, i, kind, timing.wall() }, pending + 1
+    return true
   end
-  f:write(json.encode { pass_wall = timing.wall() - t0 }, "\n")
+  local ahead = mode == "serial" and 1 or WINDOW -- serial: the next submitted once a verdict is in
+  repeat
+    while pending < ahead and submit_next() do end
+    for _, job in ipairs(pool:poll(1000)) do
+      local m = live[job]
+      live[job], pending = nil, pending - 1
+      record(m[1], m[2], m[3], job.verdict, mode == "serial" and timing.wall() - m[4] or nil)
+    end
+  until pending == 0 and not submit_next()
+  f:write(json.encode { pass_wall = timing.wall() - t0, pool = pool:stats() }, "\n")
   f:close()
   pool:close()
 end
@@ -196,15 +197,24 @@ end
 local say, save = B.report(args.out)
 
 local function read_records(path)
-  local recs, wall = {}, nil
+  local recs, wall, pst = {}, nil, nil
   local h = io.open(path)
   if not h then return recs, nil end
   for l in h:lines() do
     local r = json.decode(l)
-    if type(r) == "table" and r.pass_wall then wall = r.pass_wall elseif type(r) == "table" then recs[#recs + 1] = r end
+    if type(r) == "table" and r.pass_wall then wall, pst = r.pass_wall, r.pool elseif type(r) == "table" then recs[#recs + 1] = r end
   end
   h:close()
-  return recs, wall
+  return recs, wall, pst
+end
+
+-- Where the worker's wall time went in a pass (the pool's counters, km.serve.pool's stats)
+local function pool_line(pass, p)
+  if type(p) ~= "table" then return ("%s: the pool's counters not recorded"):format(pass) end
+  local function f(x) return ("%.1f"):format(tonumber(x) or 0) end
+  return ("%s: %s s from the pool's start: the worker busy %s s (the evaluations' own %s s), idle %s s with nothing queued (the worker's start among it), %s s waiting for compiles ahead, %s s for dispatch; %s job(s) sent, %s set-up(s), %s compiled ahead")
+    :format(pass, f(p.wall_s), f(p.busy_s), f(p.gpu_s), f(p.idle_driver_s), f(p.idle_compile_s), f(p.idle_dispatch_s),
+      tostring(p.sent), tostring(p.setups), tostring(p.warmed))
 end
 
 local STAGES = { "task", "prepare", "baselines", "verify", "measure" }
@@ -256,7 +266,7 @@ say("GPU: %s (%s), driver %s, date %s; %d candidate(s) a problem, a pass starts 
 say("")
 say("| pass | problems | evaluations | wall s | evaluations per GPU-hour (wall) | repeat evaluations per GPU-hour (judge busy) | problem load (task) | prepare | baselines | verify | measure | kind and status |")
 say("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-local recs_of = {}
+local recs_of, pool_lines = {}, {}
 local modes = (args.mode or "batch") == "both" and { "serial", "batch" } or { args.mode or "batch" }
 for _, mode in ipairs(modes) do
   -- each mode's empty pass starts from empty caches of its own
@@ -266,11 +276,14 @@ for _, mode in ipairs(modes) do
     local cmd = ("XDG_CACHE_HOME=%s TMPDIR=%s/tmp KM_CACHE_DIR= KM_BASELINE_DIR= KM_SPEC_DIR= KM_SETUP_DIR= %s %s/bench/kb_level1.lua '%s' %s --pass %s:%s --evals %d --max-s %d%s > %s/%s-%s.log 2>&1")
       :format(cache, tmp, KMRUN, ROOT, KB, out, pass, mode, EVALS, MAX_S, args.first and (" --first " .. args.first) or "", tmp, mode, pass)
     os.execute(cmd)
-    local recs, wall = read_records(out)
+    local recs, wall, pst = read_records(out)
     recs_of[pass] = recs
     summarize(mode .. ", " .. pass, recs, wall)
+    pool_lines[#pool_lines + 1] = pool_line(mode .. ", " .. pass, pst)
   end
 end
+say("")
+for _, l in ipairs(pool_lines) do say("%s", l) end
 say("")
 say("Problems whose eager-equivalent candidate was not correct (warm pass):")
 for _, r in ipairs(recs_of.warm or {}) do
