@@ -42,6 +42,11 @@ return function(f, opts)
     return { ins = ins, outs = outs }
   end
   function B.release() end
+  function B.tile(x, keep) -- keep: bytes (4 a value)
+    local k, v = keep // 4, {}
+    for i = 1, #x.v do v[i] = x.v[(i - 1) % k + 1] end
+    return { dtype = x.dtype, v = v }
+  end
   function B.compare(a, b, tol)
     local r = { ok = #a.v == #b.v, mismatches = 0, max_abs = 0, nan = 0, inf = 0 }
     for k = 1, math.min(#a.v, #b.v) do

@@ -115,6 +115,48 @@ t.test("outputs with a row per input row are never estimated: elementwise, per-r
   end
 end)
 
+-- check_rows (km.judge.rows): y = x minus its column means declared row by row is flagged at
+-- every shape it was tried at; the same task row by row (x minus its row means) is not; the
+-- rows tried are the first quarter, repeated, of the inputs with the symbol, not the scale
+t.test("a false check_rows is flagged rows_false at every shape; a true one is not", function()
+  local XS = { name = "x", dtype = "f32", shape = { "n", "d" }, init = { "uniform", 0, 1 } }
+  local function centred(by_column)
+    return function(ins, sym)
+      local y, x = {}, ins.x
+      for r = 1, sym.n do for c = 1, sym.d do
+        local m = 0
+        if by_column then for r2 = 1, sym.n do m = m + x[(r2 - 1) * sym.d + c] end m = m / sym.n
+        else for c2 = 1, sym.d do m = m + x[(r - 1) * sym.d + c2] end m = m / sym.d end
+        y[(r - 1) * sym.d + c] = ins.scale[1] * (x[(r - 1) * sym.d + c] - m)
+      end end
+      return { y = y }
+    end
+  end
+  local Y = { { name = "y", dtype = "f32", shape = { "n", "d" } } }
+  local shapes = { { n = 64, d = 4 }, { n = 5, d = 3 }, { n = 1, d = 3 } }
+  local bad = task { name = "colmean", inputs = { XS, SCALE }, outputs = Y, shapes = shapes, tolerance = { atol = 1e-5, rtol = 1e-5 } }
+  bad.check_rows = "n"
+  local B = fake_backend(centred(true))
+  local res = lint.run(bad, { backend = B })
+  t.eq(json.encode(reasons(res).rows_false or {}), "[1,2]", json.encode(res.flags))
+  t.ok(res.flags[1].detail:find("check_rows 'n': the reference on the first 16 of 64 rows, repeated", 1, true), res.flags[1].detail)
+  t.eq(#B.sampled, 2, "tried where there are 2 rows or more")
+  t.ok(B.sampled[1].rows.names.x and not B.sampled[1].rows.names.scale, json.encode(B.sampled[1].rows))
+  t.eq(B.sampled[2].rows.keep, 1, "5 rows: the first one")
+  local good = task { name = "rowmean", inputs = { XS, SCALE }, outputs = Y, shapes = shapes, tolerance = { atol = 1e-5, rtol = 1e-5 } }
+  good.check_rows = "n"
+  B = fake_backend(centred(false))
+  res = lint.run(good, { backend = B })
+  t.eq(#res.flags, 0, json.encode(res.flags))
+  t.eq(#B.sampled, 2, "tried, and held")
+  -- without the declaration nothing is tried
+  good.check_rows = nil
+  B = fake_backend(centred(true))
+  res = lint.run(good, { backend = B })
+  t.eq(#B.sampled, 0, json.encode(B.sampled))
+  t.eq(lint.REASON.rows_false.short, "rows not independent")
+end)
+
 t.test("an estimate that holds only at a shape other than the timed one is a note", function()
   local tk = task { name = "late", inputs = { X, SCALE }, outputs = LOSS, shapes = { { n = 100, d = 8 }, { n = 65536, d = 8 } } }
   local res = lint.run(tk, { backend = fake_backend(scaled_square(false)) })
@@ -230,6 +272,30 @@ t.test("the task folder t_scaled_mse on the CPU (its reference.py): the sample e
     t.eq(json.encode(r.at.closed_form or {}), "[1]", text)
     t.eq(#r.res.flags, 2, "nothing else: " .. text)
   end
+end)
+
+-- A task folder whose check_rows is false (tests/tasks/t_rows_colmean, with a reference.py
+-- written here: its CUDA reference runs only on a GPU) is flagged rows_false at both shapes;
+-- l1_softmax, whose rows hold, is not.
+t.test("check_rows on the CPU: t_rows_colmean's false rows flagged, l1_softmax's not", function()
+  local dir = DIR .. "/t_rows_colmean"
+  os.execute(string.format("cp -r %s/tests/tasks/t_rows_colmean %s", ROOT, dir))
+  local f = assert(io.open(dir .. "/task.lua"))
+  local text = f:read("a"):gsub('launch = "reference.lua" }', 'launch = "reference.lua", pytorch = "reference.py" }')
+  f:close()
+  f = assert(io.open(dir .. "/task.lua", "w")) f:write(text) f:close()
+  f = assert(io.open(dir .. "/reference.py", "w"))
+  f:write("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n\n" ..
+    "    def forward(self, x):\n        return x - x.mean(dim=0, keepdim=True)\n\n\nrows = 16384\ncols = 256\n\n\n" ..
+    "def get_inputs():\n    return [torch.rand(rows, cols)]\n\n\ndef get_init_inputs():\n    return []\n")
+  f:close()
+  local by, rc, out = lint_json(dir)
+  t.eq(rc, 1, out)
+  local r = by["t_rows_colmean@own"]
+  t.ok(r and json.encode(r.at.rows_false or {}) == "[1,2]", out)
+  by, rc, out = lint_json(ROOT .. "/tasks/l1_softmax")
+  r = by["l1_softmax@own"]
+  t.ok(r and r.at.rows_false == nil, out)
 end)
 
 t.test("the text table prints the reason", function()

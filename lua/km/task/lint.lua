@@ -18,7 +18,9 @@
 -- An output without a row per input row is also estimated from a sample of the inputs' rows
 -- (sample_estimate), at every size. An output under MIN_ELEMENTS at the timed shape
 -- is run there on CLOSED_FORM_SEEDS and flagged closed_form where a constant would pass a
--- trial with a probability above CLOSED_FORM_P. The trivial candidates, the sample
+-- trial with a probability above CLOSED_FORM_P. A task that declares check_rows has its
+-- reference run on the first rows // ROWS_RATIO of them, repeated, at every shape set, and is
+-- flagged rows_false where its outputs are not those rows' outputs repeated. The trivial candidates, the sample
 -- estimate and the closed form flag where they hold at the timed shape, whose speed a verdict
 -- reports (AT_TIMED). With a GPU the
 -- judge's own path runs the reference (km.judge: inputs made on the GPU) and times it on the
@@ -35,7 +37,8 @@
 --             public names)
 --   backends  where the reference runs: the judge on the GPU, PyTorch on the CPU; M.backend
 --   rules     what flags: NaN/Inf, determinism, the trivial candidates, the sample estimate,
---             the closed form (M.erf, M.closed_form_p), and which flags stand (decide)
+--             the closed form (M.erf, M.closed_form_p), a declared check_rows, and which flags
+--             stand (decide)
 --   run       one lint's state (ls) and its stages over the shape sets; M.run
 --   keep      results kept (M.put, M.cached, M.transient, M.encodable, M.torch_version), what a
 --             run keeps of them (M.brief, M.annotate_summary, M.gate), the table and JSON

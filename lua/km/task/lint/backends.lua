@@ -78,6 +78,7 @@ local function gpu_backend(judge, device)
     return res, why
   end
   function B.release(_, r) judge:release(r) end
+  function B.tile(b, keep) tile(b, keep) return b end -- in place: every byte past keep, byte i mod keep
   function B.compare(a, b, tol) return compare.allclose(a, b, { atol = tol.atol, rtol = tol.rtol }) end
   function B.zeros(like) return buffer.new(like:dtype(), like:shape()):zero() end
   function B.const(like, v) return buffer.new(like:dtype(), like:shape()):fill(v) end
@@ -204,6 +205,11 @@ local function cpu_backend()
   function B.open(t) return cpu_open(kb, t) end
   function B.run(s, sym, seed, rows) return cpu_run(kb, python, tile, s, sym, seed, rows) end
   function B.release() end
+  function B.tile(v, keep) -- a new value: every byte past keep, byte i mod keep
+    local n = #v.bytes
+    if keep <= 0 or keep >= n then return v end
+    return { dtype = v.dtype, bytes = v.bytes:sub(1, keep):rep(n // keep + 1):sub(1, n) }
+  end
   function B.compare(a, b, tol)
     if #a.bytes ~= #b.bytes or a.dtype ~= b.dtype then return { ok = false } end
     return compare.allclose(a.bytes, b.bytes, { atol = tol.atol, rtol = tol.rtol, dtype = a.dtype })

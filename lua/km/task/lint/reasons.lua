@@ -10,11 +10,12 @@ local M = {}
 
 local ipairs, type = ipairs, type
 
-M.VERSION = 7          -- bump when what a result holds or how it is decided changes
+M.VERSION = 8          -- bump when what a result holds or how it is decided changes
                        -- (4: sample_estimate; outputs small at every shape judged)
                        -- (5: what the machine lacks is never a flag nor kept)
                        -- (6: trivial candidates decided at the timed shape; closed_form)
                        -- (7: closed_form also where seeds repeat one output)
+                       -- (8: rows_false, a task's declared check_rows tried)
 M.MIN_ELEMENTS = 64    -- trivial candidates are judged on outputs at least this large (or
                        -- under it at every shape set, or at the timed shape)
 M.BELOW_SHARE = 0.9    -- below_tolerance: at least this share of the output is within atol of 0
@@ -22,6 +23,7 @@ M.TOO_SHORT_MS = 0.01  -- too_short: the reference's median under this (and unde
 M.CPU_MAX_BYTES = 256 << 20 -- a shape whose buffers pass this is not run on the CPU
 M.SEEDS = { 101, 202 } -- the reference runs on the first twice, on the second once
 M.SAMPLE_RATIO = 64    -- sample_estimate: the reference on the first 1/SAMPLE_RATIO of the rows
+M.ROWS_RATIO = 4       -- rows_false: the reference on the first 1/ROWS_RATIO of the declared rows, repeated
 -- closed_form: an output under MIN_ELEMENTS at the timed shape runs on these K seeds (the
 -- first two are SEEDS', whose runs are reused: K - 2 more reference runs, at that shape only)
 M.CLOSED_FORM_SEEDS = { 101, 202, 303, 404, 505, 606, 707, 808 }
@@ -47,6 +49,8 @@ M.REASONS = {
   { key = "nondeterministic", short = "non-deterministic", text = "two runs of the reference on the same inputs disagree beyond the tolerance" },
   { key = "too_short", short = "too short", text = "the reference runs too briefly to time meaningfully (speedups there are noise)" },
   { key = "reference_error", short = "reference fails", text = "the reference does not run" },
+  { key = "rows_false", short = "rows not independent",
+    text = "the task declares check_rows, but an output row needs other rows than its own (the reference on the first 1/4 of the rows, repeated, does not give their rows repeated): the judge's checks on a sample of rows would fail honest kernels" },
 }
 M.REASON = {}
 for _, r in ipairs(M.REASONS) do M.REASON[r.key] = r end

@@ -170,6 +170,52 @@ local function sample_estimate(B, s, t, sym, si, full, flag, res, label)
 end
 
 ----------------------------------------------------------------------------------------
+-- rows_check: does the task's declared check_rows hold (km.judge.rows: a timed call's check
+-- runs the reference on a sample of the rows alone)? The reference runs on seed 1's inputs
+-- with every row of the inputs that begin with the rows' symbol past the first keep = rows //
+-- ROWS_RATIO (at least 1) replaced by a copy of row (i mod keep). Where the declaration holds,
+-- output row i is then seed 1's row (i mod keep): each output is compared, within the
+-- task's tolerance, with seed 1's output tiled the same way (B.tile, in place: `a` is not
+-- used after). Flagged rows_false where one differs (a column mean, a batch statistic, a
+-- softmax over the rows' axis). A parameter with the rows' symbol is not tiled by the
+-- backends: such a task is said unchecked. -> true when the check was made
+local function rows_check(B, s, t, sym, si, a, flag, res, label)
+  local r = t.check_rows
+  local rows = r and sym[r]
+  if not rows or rows < 2 then return false end
+  local names = {}
+  for _, spec in ipairs(t.inputs) do
+    if spec.shape[1] == r then
+      if spec.role == "parameter" then
+        res.unchecked[#res.unchecked + 1] = fmt("%s: check_rows ('%s'): the parameter %s has the rows", label, r, spec.name)
+        return false
+      end
+      names[spec.name] = true
+    end
+  end
+  local keep = math.max(1, rows // M.ROWS_RATIO)
+  local e, err, code = B.run(s, sym, M.SEEDS[1], { rows = rows, keep = keep, names = names })
+  if not e then
+    local list = (code == "SKIP" or out_of_memory(err)) and res.unchecked or res.notes
+    list[#list + 1] = fmt("%s: check_rows was not tried: %s", label, tostring(err))
+    return false
+  end
+  for _, o in ipairs(t.outputs) do
+    local n = numel_of(o, sym)
+    if n > 0 then
+      local want = B.tile(a.outs[o.name], n // rows * keep * task_mod.DTYPE_BYTES[o.dtype])
+      local c = B.compare(e.outs[o.name], want, t.tolerance[o.dtype])
+      if not c.ok then
+        flag("rows_false", si, o.name, fmt("check_rows '%s': the reference on the first %d of %d rows, repeated, gives other rows than its rows repeated: %s of %d elements differ (max |diff| %s)",
+          r, keep, rows, tostring(c.mismatches or "?"), n, g(c.max_abs or 0)))
+      end
+    end
+  end
+  B.release(s, e)
+  return true
+end
+
+----------------------------------------------------------------------------------------
 -- closed_form: does an output under MIN_ELEMENTS at the timed shape (a loss, a statistic)
 -- have a constant that passes part of the time? The reference runs there on the K seeds of
 -- CLOSED_FORM_SEEDS. For each element, with m and s the mean and standard deviation (K - 1
@@ -323,4 +369,4 @@ local function decide(flags, tried, judged, notes)
 end
 
 return { check_output = check_output, sample_estimate = sample_estimate, closed_form = closed_form,
-  decide = decide }
+  rows_check = rows_check, decide = decide }

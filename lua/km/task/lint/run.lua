@@ -10,7 +10,7 @@ local sizes = require "km.task.lint.sizes"
 local rules = require "km.task.lint.rules"
 local out_of_memory, numel_of = sizes.out_of_memory, sizes.numel_of
 local check_output, sample_estimate = rules.check_output, rules.sample_estimate
-local closed_form, decide = rules.closed_form, rules.decide
+local closed_form, rows_check, decide = rules.closed_form, rules.rows_check, rules.decide
 
 local fmt, concat = string.format, table.concat
 local ipairs, pairs, tostring = ipairs, pairs, tostring
@@ -69,7 +69,7 @@ local function open_failed(ls, why, code)
 end
 
 -- Lints shape set si: the reference on seed 1 twice and seed 2 once, each output checked,
--- then the sample estimate and (at the timed shape) the closed form.
+-- then the sample estimate, (at the timed shape) the closed form, and a declared check_rows.
 local function lint_shape(ls, si, sym)
   local B, s, t, res = ls.B, ls.s, ls.t, ls.res
   local label = (res.heldout == si) and fmt("shape %d (held-out)", si) or fmt("shape %d", si)
@@ -90,6 +90,7 @@ local function lint_shape(ls, si, sym)
   if b and sample_estimate(B, s, t, sym, si, { a, b }, ls.flag, res, label) then ls.estimated[si] = true end
   if b and si == 1 and closed_form(B, s, t, sym, { a, b }, ls.flag, res) then ls.closed[si] = true end
   if b then B.release(s, b) end
+  rows_check(B, s, t, sym, si, a, ls.flag, res, label) -- last: it tiles a's outputs in place
   B.release(s, a)
 end
 
