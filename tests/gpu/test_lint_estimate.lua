@@ -9,8 +9,9 @@
 -- inputs never. The closed form (km.task.lint's closed_form, on 8 seeds at the timed shape): the
 -- scalar MSE tasks/l1_mse_loss was until lint version 6 (one mean over 2^28 draws, its 4/3
 -- within the tolerance about 76% of the time), written here, flagged through the GPU backend;
--- tasks/l1_mse_loss as it is now (a loss per row) not. Skips without a GPU; the problem files
--- also without a CUDA torch (KM_PYTHON).
+-- tasks/l1_mse_loss as it is now (a loss per row) not. A declared check_rows: a false one
+-- flagged rows_false, a true one not. Skips without a GPU; the problem files also without a
+-- CUDA torch (KM_PYTHON).
 local t = require "km.tap"
 local testing = require "km.testing"
 t.require_gpu()
@@ -162,6 +163,21 @@ t.test("closed form on the GPU: the scalar MSE l1_mse_loss was is flagged at its
   t.eq(rc2, 0, out2)
   t.ok(now and now.where == "cuda", out2)
   t.eq(others(now, {}), "", out2)
+end)
+
+-- A declared check_rows tried through the GPU backend (the reference's outputs tiled in place
+-- by lint's own kernel): tests/tasks/t_rows_colmean (a column mean, rows declared falsely) is
+-- flagged rows_false at both its shapes; tasks/l1_softmax (its rows hold) is not.
+t.test("check_rows on the GPU: t_rows_colmean's false rows flagged, l1_softmax's not", function()
+  local by, rc, out = lint(ROOT .. "/tests/tasks/t_rows_colmean")
+  local res = by["t_rows_colmean@own"]
+  t.eq(rc, 1, out)
+  t.ok(res and res.where == "cuda", out)
+  t.eq(shapes_of(res, "rows_false"), "[1,2]", out)
+  local by2, _, out2 = lint(ROOT .. "/tasks/l1_softmax")
+  local sm = by2["l1_softmax@own"]
+  t.ok(sm and sm.where == "cuda", out2)
+  t.eq(shapes_of(sm, "rows_false"), "[]", out2)
 end)
 
 local okt, info = require("km.task.kernelbench").available()
