@@ -1,6 +1,7 @@
 -- GPU: the judge and torch share one device. A PyTorch reference's cached blocks stay with
 -- torch between calls (handing them back waits for the whole device), and go back to the
--- driver when kmrun's own allocation finds no room: the allocation is then tried again.
+-- driver when kmrun's own allocation finds no room: the allocation is then tried again. An
+-- evaluation leaves no live tensor of the reference's outputs behind.
 local t = require "km.tap"
 local testing = require "km.testing"
 local kb, _, cuda = testing.require_torch(t, { gpu = true })
@@ -52,6 +53,11 @@ t.test("a verdict carries the evaluation's peak device memory: the judge's and t
   local m = v.device_memory or {}
   t.ok((m.judge_peak_bytes or 0) >= io_bytes, ("judge peak %s >= %d"):format(tostring(m.judge_peak_bytes), io_bytes))
   t.ok((m.torch_peak_bytes or 0) >= 4096 * 2048 * 4, "torch's peak holds the reference's output: " .. tostring(m.torch_peak_bytes))
+  -- after it, torch holds none of it: the timing's checks kept the reference's outputs in
+  -- torch's memory for their compares, and its end unbinds them (a 12 GiB problem kept 6 GiB
+  -- so, for every problem a worker had judged, until get_inputs() found no room)
+  local allocated = tonumber(require("km.python").eval("__import__('torch').cuda.memory_allocated()"))
+  t.ok(allocated and allocated < 4096 * 2048 * 4, "torch's live tensors after the evaluation: " .. tostring(allocated))
   -- a second evaluation counts from what is held after the first, not from zero: its peak
   -- is at least the idle pool the first left, and no more than the device
   local v2 = J:eval(tk, testing.relu_candidate(), { compile_mode = "off", energy = false, seeds = 1 })

@@ -189,6 +189,17 @@ t.test("bind: run('keep') gives the outputs' addresses, kept until the next run;
   local x = io.x:to_table()
   t.near(io.out0:to_table()[4], x[4], 0, "out0 = x, copied")
   t.near(f32_at(kept.out1 + 3 * 4), x[4] * 2, 1e-6)
+  -- unbind: the kept outputs and the bound views go (a timing's end, km.judge.timed); a run
+  -- needs a bind again
+  local held = ("__import__('sys').modules['km_kb_bridge']._problems[%d].%s is None"):format(p.id, "%s")
+  t.eq(python.eval(held:format("kept")), false, "kept after run('keep')")
+  t.eq(p:unbind(), true)
+  t.eq(python.eval(held:format("kept")), true, "the kept outputs dropped")
+  t.eq(python.eval(held:format("bound")), true, "the binding dropped")
+  local rok, rerr = run("keep")
+  t.ok(not rok and tostring(rerr):find("before bind", 1, true), tostring(rerr))
+  run = assert(p:bind(io))
+  t.eq((run("keep")), true, "bound again")
   p:release()
 end)
 

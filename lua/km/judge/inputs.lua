@@ -178,7 +178,8 @@ function Judge:fill_inputs(t, sym, io, seed, timed, precise)
   for _, spec in ipairs(t.inputs) do
     if spec.role == "parameter" then params[spec.name] = io[spec.name] else ins[spec.name] = io[spec.name] end
   end
-  local ok, err = st.prob:make_inputs(seed, ins, { keep_cache = timed })
+  -- out of memory, once more after the judge's idle buffers and torch's cache went back
+  local ok, err = launch.with_room(self, function() return st.prob:make_inputs(seed, ins, { keep_cache = timed }) end)
   if ok and next(params) then
     -- parameters are handed out only from a truth proven unchanged since its seal (a change
     -- is restored first, and recorded against the candidate); a timed refresh: above

@@ -114,7 +114,7 @@ local function new_timing(self, st, run, sym, opts, check)
     cur_seed = nil,           -- the seed of the inputs the candidate's buffers hold
     drawn = nil,              -- the next call's seed, drawn ahead behind a check
     last_outs = {},           -- the outputs the last call returned
-    bound = nil,              -- a PyTorch reference bound for the checks: { run, io }
+    bound = nil,              -- a PyTorch reference bound for the checks: { run, io, model }
     ref_outs = nil,           -- its outputs' buffers
     fast = nil,               -- the checks' reference (Judge:check_reference; nil: the task's own)
     launch_ref = nil,         -- the launch list every call must repeat (km.judge.same_work)
@@ -131,8 +131,14 @@ local function new_timing(self, st, run, sym, opts, check)
 end
 
 -- The timing's buffers back to the pool (outputs of its calls are for seeds of the judge's
--- private generator: no poison).
+-- private generator: no poison), and the PyTorch reference it bound for its checks unbound:
+-- the last check's outputs, which torch keeps for the compare, would otherwise stay on the
+-- device after the timing (an output's size for every problem the worker holds).
 local function release(self, tm)
+  if tm.bound then
+    pcall(tm.bound.model.unbind, tm.bound.model)
+    tm.bound = nil
+  end
   self.pool:put_all(tm.cand, true); self.pool:put_all(tm.ref_in, true)
   if tm.ref_outs then self.pool:put_all(tm.ref_outs, true) end
 end
@@ -180,7 +186,7 @@ local function bound_reference(self, tm, which)
     end
     local bound, bind_error = which.torch:bind(io, { variant = "eager", params = true })
     if not bound then return nil, "launch_error", bind_error end
-    tm.bound = { run = bound, io = io }
+    tm.bound = { run = bound, io = io, model = which.torch }
   end
   local ok, kept = tm.bound.run("keep")
   tm.st.truth_dirty = true -- a forward may move the model's buffers (running statistics)

@@ -1582,6 +1582,18 @@ def run_bound(i, copy=True):
     return True
 
 
+@_api
+def unbind(i):
+    """Drops what bind() and run_bound() hold: the views of the bound buffers and the last
+    call's kept outputs go back to torch's cache (stream-ordered), so a problem that is not
+    being timed holds no device memory of its outputs."""
+    p = _problems.get(i)
+    if p is not None:
+        p.bound = None
+        p.kept = None
+    return True
+
+
 def _keep_outputs(p, args, views, y):
     """run_bound(copy="keep")'s outputs: kept where the judge can compare them in place."""
     inputs = set(a.untyped_storage().data_ptr() for a in args if isinstance(a, torch.Tensor))

@@ -308,6 +308,13 @@ end
 -- fails, opts.fallback (default "default"; false: none) is tried. -> { mode (used), asked,
 -- seconds, failed = { "mode: why", ... } } | nil, message, COMPILE_FAILED. Then
 -- bind(io, { variant = "compile" }) runs the compiled model.
+-- What bind and its run hold (the views of the bound buffers, the last run("keep")'s
+-- outputs) dropped: their memory goes back to torch's cache. A later bind binds again.
+function Problem:unbind()
+  local id = check(self)
+  return call("unbind", id)
+end
+
 function Problem:compile(io, opts)
   local id = check(self)
   opts = opts or {}
