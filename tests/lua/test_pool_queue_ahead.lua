@@ -4,7 +4,8 @@
 -- however long this process takes to come back; a queued job's timeout starts when it
 -- starts; a worker lost with a job queued behind its current one (it exits, or times out)
 -- leaves that job to a fresh worker, which judges it; a queued job is pending and cannot be
--- cancelled; without the option nothing is queued ahead.
+-- cancelled; without the option nothing is queued ahead. The pool's counters, one job at a
+-- time: the wait for a verdict is busy, not idle.
 local t = require "km.tap"
 local eval = require "km.serve.pool"
 local testing = require "km.testing"
@@ -118,6 +119,20 @@ t.test("KM_QUEUE_AHEAD=1 turns it on where the option is not given; nothing is q
   t.eq(#pool.queue, 1)
   while pool:pending() > 0 do pool:poll(100) end
   pool:close()
+end)
+
+-- One job at a time, as `kmrun eval` or a serial bench submits (the next once a verdict is
+-- in): the worker's 0.3 s on each job is busy, not idle with nothing queued.
+t.test("one job at a time: the pool's counters count the wait for a verdict as busy", function()
+  local pool = new_pool()
+  pool:eval(TASK, { name = "warm-up" }, { timeout = 2 })
+  pool:reset_stats()
+  for i = 1, 4 do pool:eval(TASK, { name = "s" .. i, sleep = 0.3 }, { timeout = 2 }) end
+  local st = pool:stats()
+  pool:close()
+  t.ok(st.busy_s >= 1.1, "busy " .. st.busy_s)
+  t.ok(st.idle_driver_s < 0.2, ("idle with nothing queued %.3f s of %.3f s (busy %.3f s)"):format(st.idle_driver_s, st.wall_s, st.busy_s))
+  t.ok(st.busy_s + st.idle_driver_s <= st.wall_s + 0.05, ("busy %.3f + idle %.3f within the wall %.3f"):format(st.busy_s, st.idle_driver_s, st.wall_s))
 end)
 
 os.execute("rm -rf " .. DIR)

@@ -502,6 +502,9 @@ function Pool:poll(ms)
     elseif idle and wait_ms > 0 then require("km.sys").sleep(wait_ms / 1e3) end
   end
   if ahead then ahead.drain(0) end
+  -- the wait is counted by what each worker was doing during it (a verdict read next would
+  -- leave its worker without a job: counted after, the wait would be idle)
+  self:_account(false)
   for _, s in ipairs(self.slots) do
     if s.job then
       local job = s.job
