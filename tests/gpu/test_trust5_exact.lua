@@ -6,7 +6,8 @@
 -- the model run in float64 on the same inputs (kb_bridge forward_exact) and the kernel is
 -- correct, in verify and on every timed call, the verdict counting the compares so decided
 -- (exact_reference). A kernel that is wrong (row 0 off by 1) is still a mismatch: the float64
--- run is a second opinion on eager's rounding, not a wider tolerance.
+-- run is a second opinion on eager's rounding, not a wider tolerance; it is not asked where an
+-- output element was never written.
 local t = require "km.tap"
 local testing = require "km.testing"
 testing.require_torch(t, { gpu = true })
@@ -51,6 +52,26 @@ end)
 t.test("a wrong kernel is still a mismatch (the float64 run does not widen the tolerance)", function()
   local v = judge:eval(lt, WRONG, { seeds = 3, timing = false })
   t.eq(v.status, "mismatch", v.feedback)
+end)
+
+-- A kernel that leaves row 0 unwritten: a mismatch, and the float64 run is not asked (no
+-- reference passes an element never written); the wrong kernel above asks it (counted here
+-- through the task's loaded model).
+local UNWRITTEN = { name = "float64 sums, row 0 unwritten", source = SOURCE:gsub("if %(r >= b%) return;", "if (r >= b || r == 0) return;"),
+  launch = launch("0.0") }
+t.test("an output element never written is a mismatch without the float64 run", function()
+  local st = judge.tasks[lt.dir]
+  t.ok(st and st.prob, "the task is loaded")
+  local calls, orig = 0, st.prob.forward_exact
+  st.prob.forward_exact = function(...) calls = calls + 1 return orig(...) end
+  local v = judge:eval(lt, UNWRITTEN, { seeds = 3, timing = false })
+  t.eq(v.status, "mismatch", v.feedback)
+  t.ok(tostring(v.feedback):find("never written", 1, true), v.feedback)
+  t.eq(calls, 0, "float64 runs for an unwritten output")
+  v = judge:eval(lt, WRONG, { seeds = 3, timing = false })
+  t.eq(v.status, "mismatch", v.feedback)
+  t.ok(calls >= 1, "float64 runs for a wrong value: " .. calls)
+  st.prob.forward_exact = nil
 end)
 
 t.done()
