@@ -53,9 +53,9 @@ t.test("a verdict carries the evaluation's peak device memory: the judge's and t
   local m = v.device_memory or {}
   t.ok((m.judge_peak_bytes or 0) >= io_bytes, ("judge peak %s >= %d"):format(tostring(m.judge_peak_bytes), io_bytes))
   t.ok((m.torch_peak_bytes or 0) >= 4096 * 2048 * 4, "torch's peak holds the reference's output: " .. tostring(m.torch_peak_bytes))
-  -- after it, torch holds none of it: the timing's checks kept the reference's outputs in
-  -- torch's memory for their compares, and its end unbinds them (a 12 GiB problem kept 6 GiB
-  -- so, for every problem a worker had judged, until get_inputs() found no room)
+  -- after it, torch holds none of it: the timing's checks keep the reference's outputs in
+  -- torch's memory for their compares, and the timing's end unbinds them (else each problem a
+  -- worker judged would hold an output's worth of device memory)
   local allocated = tonumber(require("km.python").eval("__import__('torch').cuda.memory_allocated()"))
   t.ok(allocated and allocated < 4096 * 2048 * 4, "torch's live tensors after the evaluation: " .. tostring(allocated))
   -- a second evaluation counts from what is held after the first, not from zero: its peak

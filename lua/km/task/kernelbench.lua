@@ -12,6 +12,7 @@
 --   prob:forward(io, { params = true })             -- the same on io's nn.Parameters, not its own
 --   prob:forward_exact(io)                          -- the model in float64 on io's inputs and state
 --   local run = prob:bind(io, { stream = s }); run() -- the same, checked once (for timing)
+--   prob:unbind()                                   -- what bind and its runs hold, dropped
 --   prob:snapshot(); prob:truth(); prob:restore()   -- the reference's own state (km.judge)
 --   prob:release()                                  -- also on __gc / __close
 --
@@ -303,11 +304,6 @@ function Problem:bind(io, opts)
   end
 end
 
--- torch.compile of the model, compiled now on io's inputs (inductor compiles on the first
--- call; two calls are made). opts.mode (default "max-autotune-no-cudagraphs"); where it
--- fails, opts.fallback (default "default"; false: none) is tried. -> { mode (used), asked,
--- seconds, failed = { "mode: why", ... } } | nil, message, COMPILE_FAILED. Then
--- bind(io, { variant = "compile" }) runs the compiled model.
 -- What bind and its run hold (the views of the bound buffers, the last run("keep")'s
 -- outputs) dropped: their memory goes back to torch's cache. A later bind binds again.
 function Problem:unbind()
@@ -315,6 +311,11 @@ function Problem:unbind()
   return call("unbind", id)
 end
 
+-- torch.compile of the model, compiled now on io's inputs (inductor compiles on the first
+-- call; two calls are made). opts.mode (default "max-autotune-no-cudagraphs"); where it
+-- fails, opts.fallback (default "default"; false: none) is tried. -> { mode (used), asked,
+-- seconds, failed = { "mode: why", ... } } | nil, message, COMPILE_FAILED. Then
+-- bind(io, { variant = "compile" }) runs the compiled model.
 function Problem:compile(io, opts)
   local id = check(self)
   opts = opts or {}
