@@ -74,4 +74,26 @@ t.test("an output element never written is a mismatch without the float64 run", 
   st.prob.forward_exact = nil
 end)
 
+-- The same on a timed call: every call verify makes writes row 0, the timed calls leave it
+-- unwritten; the timed check's mismatch asks no float64 run either.
+t.test("an output element never written on a timed call is a mismatch without the float64 run", function()
+  local opts = { seeds = 3, timing = true }
+  local n = require("km.judge.verify").trial_count(lt, opts)
+  local late = { name = "float64 sums, row 0 unwritten once timed", source = SOURCE:gsub("if %(r >= b%) return;", "if (r >= b || (r == 0 && off < 0.f)) return;"),
+    launch = ([[local calls = 0
+return function(k, io, s)
+  calls = calls + 1
+  local b, kk = io.x:shape()[1], io.x:shape()[2]
+  k.rows{ grid = k.cdiv(b, 128), block = 128 }(io.x, io.out, b, kk, calls > %d and -1.0 or 0.0)
+end]]):format(n) }
+  local st = judge.tasks[lt.dir]
+  local calls, orig = 0, st.prob.forward_exact
+  st.prob.forward_exact = function(...) calls = calls + 1 return orig(...) end
+  local v = judge:eval(lt, late, opts)
+  st.prob.forward_exact = nil
+  t.eq(v.status, "mismatch", v.feedback)
+  t.ok(tostring(v.feedback):find("never written", 1, true) and tostring(v.feedback):find("timed", 1, true), v.feedback)
+  t.eq(calls, 0, "float64 runs for an output unwritten on a timed call")
+end)
+
 t.done()

@@ -101,6 +101,14 @@ function Judge:proven_inputs(st, sym, cand, ref_in, scratch, where, seed, precis
   return plan and inputs_of(t, cand) or ref_in, plan
 end
 
+-- Whether a check record since index n0 of checks (compare_outputs' c.checks) found elements
+-- never written: no reference, float64 or other, passes those (the poison compare), so the
+-- float64 second opinion (Judge:exact_agrees) is not asked.
+function M.unwritten_since(checks, n0)
+  for i = (n0 or 0) + 1, #checks do if (checks[i].unwritten or 0) > 0 then return true end end
+  return false
+end
+
 -- Compares the outputs; -> nil, or status, text, failed output name.
 -- c: { where, later (feedback's "shape" | "seed" | "timed"), checks (a list the check rows
 -- are appended to, or nil), shape, seed, fresh, precise (the rows' fields), result_of (optional:

@@ -289,10 +289,12 @@ local function check_read(self, tm, batch, judged, enqueued, enqueue_error, wher
   if not batch.ref_io then
     return { verdict.ERROR, "the task's reference failed while re-verifying a timed call: " .. tostring(batch.ref_text) }
   end
+  local seen = {}
   local mismatch, mismatch_text = evidence.compare_outputs(t, judged, batch.ref_io, tm.dims, { where = where, later = "timed",
-    result_of = function(name, a, b, o) return compare.result(a, b, o, ledger, batch.slots[name]) end })
+    checks = seen, result_of = function(name, a, b, o) return compare.result(a, b, o, ledger, batch.slots[name]) end })
   put_back(self, tm, batch)
-  if mismatch == "mismatch" and self:exact_agrees_timed(st, judged, tm.sym, tm.ref_in, tm.dims, tm.cur_seed) then return end
+  if mismatch == "mismatch" and not evidence.unwritten_since(seen)
+    and self:exact_agrees_timed(st, judged, tm.sym, tm.ref_in, tm.dims, tm.cur_seed) then return end
   if mismatch and batch.rows and self:rows_confirm(tm, judged) then
     return { verdict.ERROR, fmt("the task's check_rows ('%s') does not hold: its reference on a sample of rows "
       .. "disagrees with its reference on every row, which the candidate's outputs match (%s)", t.check_rows, mismatch_text) }

@@ -206,13 +206,6 @@ local function precision_result(_, got, want, o)
   return r
 end
 
--- Whether a compare since check n0 found elements never written: no reference, float64 or
--- other, passes those (the poison compare), so the float64 second opinion is not asked.
-local function unwritten_since(checks, n0)
-  for i = n0 + 1, #checks do if (checks[i].unwritten or 0) > 0 then return true end end
-  return false
-end
-
 -- One trial -> nil | status, text, extra
 local function run_trial(self, st, run, v, opts, tr)
   local t = st.task
@@ -232,7 +225,7 @@ local function run_trial(self, st, run, v, opts, tr)
       checks = v.checks, shape = tr.si, seed = tr.seed, fresh = tr.fresh, precise = tr.precise,
       result_of = tr.precise and precision_result or nil })
   if fast then for i = n0 + 1, #v.checks do v.checks[i].reference = "pytorch_eager" end end
-  if mismatch == "mismatch" and not unwritten_since(v.checks, n0)
+  if mismatch == "mismatch" and not evidence.unwritten_since(v.checks, n0)
     and self:exact_agrees(st, setmetatable(outs, { __index = tr.cand }), ref_src, tr.dims) then
     for i = n0 + 1, #v.checks do v.checks[i].ok, v.checks[i].reference = true, "pytorch_float64" end
     mismatch = nil
