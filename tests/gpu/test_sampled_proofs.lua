@@ -25,15 +25,9 @@ local function judge(tk, name, src, launch, opts)
   opts.seeds = SEEDS
   return pool:eval(tk, { name = name, source = src, launch = launch, params = {} }, opts)
 end
--- launch code that counts its calls: `timed` is 0 in verify, then 1, 2, ... (a timing whose
--- first call is verify's last makes no warm-up call of its own). A timed evaluation's verify
--- runs every seed at the other shapes and, at the timed shape, the precision trial (every
--- output f32) and one ordinary trial (km.judge.verify's trim): verify.trial_count says how many.
-local function counting(tk, body)
-  local verify_calls = require("km.judge.verify").trial_count(tk, { seeds = SEEDS, timing = true })
-  return ("local calls = 0\nreturn function(k, io, s)\n  calls = calls + 1\n" ..
-    "  local timed = calls > %d and calls - %d or 0\n%s\nend"):format(verify_calls, verify_calls, body)
-end
+-- launch code that counts its calls: `timed` is 0 in verify, then 1, 2, ... (counting_launch.lua)
+local counting_launch = dofile(((arg and arg[0] or ""):match("^(.*)/[^/]*$") or ".") .. "/counting_launch.lua")
+local function counting(tk, body) return counting_launch(tk, { seeds = SEEDS, timing = true }, body) end
 local function all_checked(c) return c.checked_calls == c.n + (c.n_extra or 0) end
 
 ----------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ local t = require "km.tap"
 local testing = require "km.testing"
 testing.require_torch(t, { gpu = true })
 local task = require "km.task"
+local counting_launch = dofile(((arg and arg[0] or ""):match("^(.*)/[^/]*$") or ".") .. "/counting_launch.lua")
 
 local DIR = testing.tmpdir()
 local PROB = testing.problem(DIR, "offset_sum", { init = false, forward = "x",
@@ -78,14 +79,10 @@ end)
 -- unwritten; the timed check's mismatch asks no float64 run either.
 t.test("an output element never written on a timed call is a mismatch without the float64 run", function()
   local opts = { seeds = 3, timing = true }
-  local n = require("km.judge.verify").trial_count(lt, opts)
   local late = { name = "float64 sums, row 0 unwritten once timed", source = SOURCE:gsub("if %(r >= b%) return;", "if (r >= b || (r == 0 && off < 0.f)) return;"),
-    launch = ([[local calls = 0
-return function(k, io, s)
-  calls = calls + 1
+    launch = counting_launch(lt, opts, [[
   local b, kk = io.x:shape()[1], io.x:shape()[2]
-  k.rows{ grid = k.cdiv(b, 128), block = 128 }(io.x, io.out, b, kk, calls > %d and -1.0 or 0.0)
-end]]):format(n) }
+  k.rows{ grid = k.cdiv(b, 128), block = 128 }(io.x, io.out, b, kk, timed > 0 and -1.0 or 0.0)]]) }
   local st = judge.tasks[lt.dir]
   local calls, orig = 0, st.prob.forward_exact
   st.prob.forward_exact = function(...) calls = calls + 1 return orig(...) end
