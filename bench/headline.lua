@@ -6,7 +6,10 @@
 -- (kernel_seconds) and the measure stage over them (harness overhead). Then, on the warm
 -- caches, the first evaluation of new candidates on set-up tasks (bench/cold_eval.lua: wall
 -- and worker seconds per new candidate, compile included; --cold N a task, 0: none).
--- Usage: kmrun bench/headline.lua [OUT.md] [--tasks DIR] [--compile-mode M] [--cold N]
+-- --ab VAR=A,B: after those two passes, more warm passes on the same warm caches with the
+-- environment variable VAR set to A, then B, --ab-rounds times (default 2): a lever read
+-- by the driver or its workers (KM_QUEUE_AHEAD=0,1) measured side by side in one run.
+-- Usage: kmrun bench/headline.lua [OUT.md] [--tasks DIR] [--compile-mode M] [--cold N] [--ab VAR=A,B [--ab-rounds N]]
 -- Exit status: 0, 2 on usage errors, 3 where there is no GPU (the reason on stderr).
 local A = require "km.args"
 local EXIT = require("km.run.runner").EXIT
@@ -18,10 +21,22 @@ local SPEC = A.spec {
   positional = { { "out", "OUT.md", "also write the lines to this file" } },
   options = { { "tasks", "DIR", "the task folder (default tasks/)" },
     { "compile-mode", "MODE", "torch.compile's mode for baselines (default: default, as make demo)" },
-    { "cold", "N", "new candidates a task judged on the warm caches (bench/cold_eval.lua; default 2, 0: none)", type = "int" } },
+    { "cold", "N", "new candidates a task judged on the warm caches (bench/cold_eval.lua; default 2, 0: none)", type = "int" },
+    { "ab", "VAR=A,B", "more warm passes with the environment variable VAR set to A, then B (e.g. KM_QUEUE_AHEAD=0,1)" },
+    { "ab-rounds", "N", "how many A, B pairs --ab runs (default 2)", type = "int" } },
 }
 local args, code = A.parse(SPEC, arg)
 if not args then return code end
+local AB
+if args.ab then
+  local var, a, b = args.ab:match("^([%a_][%w_]*)=([^,]*),([^,]*)$")
+  if not var then io.stderr:write("bench/headline.lua: --ab wants VAR=A,B (e.g. KM_QUEUE_AHEAD=0,1), not ", args.ab, "\n") return EXIT.USAGE end
+  AB = { var = var, a, b }
+  for _, x in ipairs(AB) do
+    if not x:match("^[%w._/:-]*$") then io.stderr:write("bench/headline.lua: --ab: ", x, ": letters, digits and ._/:- only\n") return EXIT.USAGE end
+  end
+end
+if args.ab_rounds and not AB then io.stderr:write("bench/headline.lua: --ab-rounds needs --ab\n") return EXIT.USAGE end
 local okg, why = require("km.cuda").available()
 if not okg then io.stderr:write("bench/headline.lua: no GPU: ", tostring(why), "\n") return EXIT.NO_GPU end
 local report = require "km.report"
@@ -131,24 +146,46 @@ say("GPU: %s (%s), driver %s, NVRTC %s, date %s", dev.name, dev.arch, dev.driver
 say("")
 say("| pass | episodes correct | evaluations | wall s | evaluations per GPU-hour | task | prepare | baselines | verify | measure | energy | kernel s (timed) | samples per timed eval | measure / kernel |")
 say("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-local kept = {}
-for _, pass in ipairs { "empty", "warm" } do
-  local st = tmp .. "/" .. pass .. ".sqlite"
+-- One pass of make demo's command on the scratch caches (env: "VAR=value " or ""), its row
+-- said -> its store's path, wall seconds, since (UTC text)
+local function run_pass(label, file, env)
+  local st = tmp .. "/" .. file .. ".sqlite"
   -- TMPDIR: torch's caches too (inductor's, and Triton's inside it) start empty
-  local cmd = ("XDG_CACHE_HOME=%s/cache TMPDIR=%s/tmp KM_CACHE_DIR= KM_BASELINE_DIR= KM_SETUP_DIR= %s %s/strategies/repair_then_tune.lua %s --compile-mode %s --store %s > %s/%s.log 2>&1")
-    :format(tmp, tmp, KMRUN, ROOT, TASKS, MODE, st, tmp, pass)
+  local cmd = ("%sXDG_CACHE_HOME=%s/cache TMPDIR=%s/tmp KM_CACHE_DIR= KM_BASELINE_DIR= KM_SETUP_DIR= %s %s/strategies/repair_then_tune.lua %s --compile-mode %s --store %s > %s/%s.log 2>&1")
+    :format(env, tmp, tmp, KMRUN, ROOT, TASKS, MODE, st, tmp, file)
   local t0, since = wall(), os.date("!%Y-%m-%dT%H:%M:%SZ")
   os.execute(cmd)
   local secs = wall() - t0
   local s = summarize(st)
   local g = s.stages
   local function f(x) return x and ("%.1f"):format(x) or "-" end
-  say("| %s | %d/%d | %d | %.1f | %.0f | %s | %s | %s | %s | %s | %s | %.2f (%d) | %.1f | %s |", pass, s.correct, s.episodes, s.evals,
+  say("| %s | %d/%d | %d | %.1f | %.0f | %s | %s | %s | %s | %s | %s | %.2f (%d) | %.1f | %s |", label, s.correct, s.episodes, s.evals,
     secs, s.evals / secs * 3600, f(g.task), f(g.prepare), f(g.baselines), f(g.verify), f(g.measure), f(g.energy),
     s.kernel, s.timed, s.timed > 0 and s.samples / s.timed or 0, s.kernel > 0 and ("%.2fx"):format((g.measure or 0) / s.kernel) or "-")
+  return st, secs, since
+end
+local kept = {}
+for _, pass in ipairs { "empty", "warm" } do
+  local st, secs, since = run_pass(pass, pass, "")
   kept[pass] = kept_timings(tmp .. "/cache/kmrun/baselines", since)
   kept[pass].facts = verdict_facts(st)
   kept[pass].wall = secs
+end
+-- --ab: warm passes alternating the variable's two values, each row named by its value
+if AB then
+  local sums = { {}, {} }
+  for r = 1, args.ab_rounds or 2 do
+    for side = 1, 2 do
+      local st, secs = run_pass(("warm, %s=%s (%d)"):format(AB.var, AB[side], r), ("ab%d-%d"):format(side, r),
+        ("%s=%s "):format(AB.var, AB[side]))
+      local s = summarize(st)
+      sums[side][#sums[side] + 1] = s.evals / secs * 3600
+    end
+  end
+  local function mean(xs) local a = 0 for _, x in ipairs(xs) do a = a + x end return a / #xs end
+  say("")
+  say("--ab %s: warm evaluations per GPU-hour %s=%s %.0f, %s=%s %.0f (mean of %d passes each): %.3fx", AB.var, AB.var, AB[1],
+    mean(sums[1]), AB.var, AB[2], mean(sums[2]), #sums[1], mean(sums[2]) / mean(sums[1]))
 end
 -- the first evaluation of new candidates on warm tasks, on the warm pass's caches
 if (args.cold or 2) > 0 then
