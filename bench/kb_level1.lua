@@ -15,8 +15,10 @@
 -- worker judges, as a sweep or the service does), both (serial, then batch, each from empty
 -- caches: side by side). Each pass also says where the worker's wall time went (the pool's
 -- counters: judging, and idle because nothing was queued or the queued jobs' compiles ran).
--- Usage: kmrun bench/kb_level1.lua KB_DIR [OUT.md] [--evals N] [--max-s S] [--first N] [--mode M]
---   KB_DIR: a KernelBench checkout's KernelBench/ folder (level1 inside) or level1 itself
+-- --level N judges KB/levelN instead (every candidate there the wrong one but for the same
+-- elementwise names): its memory table for the largest problems of another level.
+-- Usage: kmrun bench/kb_level1.lua KB_DIR [OUT.md] [--evals N] [--max-s S] [--first N] [--mode M] [--level N]
+--   KB_DIR: a KernelBench checkout's KernelBench/ folder (level1 inside) or a levelN itself
 -- Exit status: 0, 2 on usage errors, 3 where there is no GPU (the reason on stderr).
 local A = require "km.args"
 local EXIT = require("km.run.runner").EXIT
@@ -30,6 +32,7 @@ local SPEC = A.spec {
   options = { { "evals", "N", "candidates judged per problem in a row (default 2)", type = "int" },
     { "max-s", "S", "a pass starts no problem after S seconds (default 150)", type = "seconds" },
     { "first", "N", "only the first N problems", type = "int" },
+    { "level", "N", "KB_DIR/levelN (default 1; a KB_DIR ending in levelN is that level)", type = "int" },
     { "mode", "M", "serial: one evaluation at a time (pool:eval); batch: problems' jobs kept submitted ahead of the verdicts, so the pool compiles the waiting ones on the CPUs while the worker judges (km.serve.pool); both: each, side by side (default batch)",
       choices = { "serial", "batch", "both" } },
     { "dry-run", nil, "no GPU: compile every problem's candidates (NVRTC, sm_90) and load their launch code" },
@@ -41,7 +44,9 @@ local json = require "km.json"
 local timing = require "km.timing"
 
 local KB = args.kb:gsub("/$", "")
-local L1 = KB:match("level1$") and KB or KB .. "/level1"
+if args.level and args.level < 1 then io.stderr:write("bench/kb_level1.lua: --level wants 1 or more\n") return EXIT.USAGE end
+local L1 = KB:match("level%d+$") and KB or ("%s/level%d"):format(KB, args.level or 1)
+local LEVEL = tonumber(L1:match("level(%d+)$"))
 local EVALS, MAX_S = args.evals or 2, args.max_s or 150
 local KMRUN, ROOT = arg[-1], arg[0]:match("^(.*)/bench/") or "."
 
@@ -259,7 +264,7 @@ end
 
 local tmp = B.scratch()
 local dev = require("km.cuda").device()
-say("# KernelBench level 1 as a whole (%s), empty then warm caches", L1)
+say("# KernelBench level %d as a whole (%s), empty then warm caches", LEVEL, L1)
 say("")
 say("GPU: %s (%s), driver %s, date %s; %d candidate(s) a problem, a pass starts no problem after %d s",
   dev.name, dev.arch, dev.driver_version, os.date("!%Y-%m-%d %H:%M UTC"), EVALS, MAX_S)
@@ -274,7 +279,7 @@ for _, mode in ipairs(modes) do
   for _, pass in ipairs { "empty", "warm" } do
     local out = ("%s/%s-%s.jsonl"):format(tmp, mode, pass)
     local cmd = ("XDG_CACHE_HOME=%s TMPDIR=%s/tmp KM_CACHE_DIR= KM_BASELINE_DIR= KM_SPEC_DIR= KM_SETUP_DIR= %s %s/bench/kb_level1.lua '%s' %s --pass %s:%s --evals %d --max-s %d%s > %s/%s-%s.log 2>&1")
-      :format(cache, tmp, KMRUN, ROOT, KB, out, pass, mode, EVALS, MAX_S, args.first and (" --first " .. args.first) or "", tmp, mode, pass)
+      :format(cache, tmp, KMRUN, ROOT, L1, out, pass, mode, EVALS, MAX_S, args.first and (" --first " .. args.first) or "", tmp, mode, pass)
     os.execute(cmd)
     local recs, wall, pst = read_records(out)
     recs_of[pass] = recs

@@ -229,6 +229,16 @@ t.test("kb_level1.lua --dry-run: every candidate compiles and its launch code lo
   local out, rc = kmrun("kb_level1.lua", "'" .. dir .. "' --dry-run", NO_GPU)
   t.eq(rc, 0, out)
   t.ok(out:find("6 problem(s): 5 eager-equivalent, 1 wrong; 0 do not compile or load", 1, true), out)
+  -- --level 2 reads KB/level2, and a KB_DIR ending in levelN is that level
+  os.execute("mkdir -p '" .. dir .. "/level2'")
+  testing.write(dir .. "/level2/1_Conv2D_ReLU_BiasAdd.py", "")
+  for _, a in ipairs { "'" .. dir .. "' --level 2", "'" .. dir .. "/level2'" } do
+    out, rc = kmrun("kb_level1.lua", a .. " --dry-run", NO_GPU)
+    t.eq(rc, 0, out)
+    t.ok(out:find("1 problem(s): 0 eager-equivalent, 1 wrong", 1, true), out)
+  end
+  out, rc = kmrun("kb_level1.lua", "'" .. dir .. "' --level 0 --dry-run", NO_GPU)
+  t.eq(rc, 2, out)
   os.execute("rm -rf '" .. dir .. "'")
 end)
 
