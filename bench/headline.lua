@@ -109,6 +109,8 @@ local function verdict_facts(path)
         f.worker_seconds = f.worker_seconds + (tonumber(v.worker_seconds) or tonumber(v.eval_seconds) or 0)
         local at = tonumber(stp.started_at) -- when the driver logged it
         if at then f.first_at, f.last_at = math.min(f.first_at or at, at), math.max(f.last_at or at, at) end
+        -- the first verdict: its worker's start (km.serve.pool) and its own seconds
+        if at and at == f.first_at then f.first_eval, f.first_start = tonumber(v.eval_seconds), tonumber(v.worker_start_seconds) end
         -- each candidate's timed medians, by task, name and parameters (passes compared below)
         if c and tonumber(c.median) and v.status == "correct" then
           local ps = {}
@@ -148,6 +150,7 @@ say("| pass | episodes correct | evaluations | wall s | evaluations per GPU-hour
 say("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 -- One pass of make demo's command on the scratch caches (env: "VAR=value " or ""), its row
 -- said -> its store's path, wall seconds, since (UTC text)
+local ends = {} -- a pass's file name -> { its command's start, its end } (wall clock)
 local function run_pass(label, file, env)
   local st = tmp .. "/" .. file .. ".sqlite"
   -- TMPDIR: torch's caches too (inductor's, and Triton's inside it) start empty
@@ -155,7 +158,9 @@ local function run_pass(label, file, env)
     :format(env, tmp, tmp, KMRUN, ROOT, TASKS, MODE, st, tmp, file)
   local t0, since = wall(), os.date("!%Y-%m-%dT%H:%M:%SZ")
   os.execute(cmd)
-  local secs = wall() - t0
+  local t1 = wall()
+  local secs = t1 - t0
+  ends[file] = { t0, t1 }
   local s = summarize(st)
   local g = s.stages
   local function f(x) return x and ("%.1f"):format(x) or "-" end
@@ -170,6 +175,7 @@ for _, pass in ipairs { "empty", "warm" } do
   kept[pass] = kept_timings(tmp .. "/cache/kmrun/baselines", since)
   kept[pass].facts = verdict_facts(st)
   kept[pass].wall = secs
+  kept[pass].ends = ends[pass]
 end
 -- --ab: warm passes alternating the variable's two values, each row named by its value
 if AB then
@@ -184,8 +190,9 @@ if AB then
   end
   local function mean(xs) local a = 0 for _, x in ipairs(xs) do a = a + x end return a / #xs end
   say("")
-  say("--ab %s: warm evaluations per GPU-hour %s=%s %.0f, %s=%s %.0f (mean of %d passes each): %.3fx", AB.var, AB.var, AB[1],
-    mean(sums[1]), AB.var, AB[2], mean(sums[2]), #sums[1], mean(sums[2]) / mean(sums[1]))
+  local ma, mb = mean(sums[1]), mean(sums[2])
+  say("--ab %s: warm evaluations per GPU-hour %s=%s %.0f, %s=%s %.0f (mean of %d passes each): %s", AB.var, AB.var, AB[1],
+    ma, AB.var, AB[2], mb, #sums[1], ma > 0 and ("%.3fx"):format(mb / ma) or "-")
 end
 -- the first evaluation of new candidates on warm tasks, on the warm pass's caches
 if (args.cold or 2) > 0 then
@@ -211,6 +218,14 @@ for _, pass in ipairs { "empty", "warm" } do
   local span = (k.facts.last_at or 0) - (k.facts.first_at or 0)
   say("%s pass: the workers' own seconds %.1f (%.2f outside evaluations); first to last verdict %.1f s; before and after them %.1f s",
     pass, k.facts.worker_seconds, k.facts.worker_seconds - k.facts.eval_seconds, span, k.wall - span)
+  -- before the first verdict: the driver's set-up, the worker's start, the first evaluation
+  if k.facts.first_at and k.ends then
+    local before = k.facts.first_at - k.ends[1]
+    local fs, fe = k.facts.first_start, k.facts.first_eval
+    say("%s pass: %.2f s to the first verdict (the worker's start %s s, the first evaluation %s s, the rest %s s: the driver's own set-up and the dispatch); %.2f s after the last (the run's end, the worker's exit)",
+      pass, before, fs and ("%.2f"):format(fs) or "-", fe and ("%.2f"):format(fe) or "-",
+      (fs and fe) and ("%.2f"):format(before - fs - fe) or "-", k.ends[2] - k.facts.last_at)
+  end
   local f, top = k.facts, {}
   for i = 1, math.min(6, #f.top) do
     local b = f.top[i]

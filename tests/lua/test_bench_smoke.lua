@@ -193,6 +193,20 @@ t.test("shell scripts parse, answer --help, and say no GPU with exit 3 (smollm2.
   out, rc = sh("bash bench/headline_ab.sh")
   t.eq(rc, 2, out)
   t.ok(out:find("usage: bench/headline_ab.sh TREE...", 1, true), out)
+  -- the headline's report on a CPU run (km.cuda stood in for: the passes judge nothing,
+  -- their rows, the --ab passes and the timeline lines still come out)
+  local dir = testing.tmpdir()
+  os.execute("mkdir -p '" .. dir .. "/tasks' && cp -r '" .. ROOT .. "/tasks/l1_relu' '" .. dir .. "/tasks/'")
+  testing.write(dir .. "/hl.lua", 'package.loaded["km.cuda"] = { available = function() return true end,\n' ..
+    '  device = function() return { name = "CPU stand-in", arch = "sm_90", driver_version = "0" } end }\n' ..
+    'arg[0] = "bench/headline.lua"\nreturn assert(loadfile("bench/headline.lua"))(table.unpack(arg))\n')
+  out, rc = sh(KMRUN .. " '" .. dir .. "/hl.lua' '" .. dir .. "/hl.md' --tasks '" .. dir .. "/tasks' --cold 0 --ab KM_QUEUE_AHEAD=0,1 --ab-rounds 1")
+  t.eq(rc, 0, out)
+  for _, want in ipairs { "| warm | ", "| warm, KM_QUEUE_AHEAD=1 (1) | ", "--ab KM_QUEUE_AHEAD: warm evaluations per GPU-hour",
+    "warm pass: %d.%d+ s to the first verdict", "s after the last" } do
+    t.ok(out:find(want, 1, not want:find("%", 1, true)), want .. ": " .. out)
+  end
+  os.execute("rm -rf '" .. dir .. "'")
   -- the headline's --ab is checked before the GPU is asked for
   out, rc = sh(KMRUN .. " bench/headline.lua --ab KM_QUEUE_AHEAD=1")
   t.eq(rc, 2, out)
