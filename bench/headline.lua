@@ -222,7 +222,7 @@ for _, pass in ipairs { "empty", "warm" } do
   if k.facts.first_at and k.ends then
     local before = k.facts.first_at - k.ends[1]
     local fs, fe = k.facts.first_start, k.facts.first_eval
-    say("%s pass: %.2f s to the first verdict (the worker's start %s s, the first evaluation %s s, the rest %s s: the driver's own set-up and the dispatch); %.2f s after the last (the run's end, the worker's exit)",
+    say("%s pass: %.2f s to the first verdict (the worker's start %s s, which the driver's set-up overlaps; the first evaluation %s s; the rest %s s: the driver's set-up beyond the worker's start, and the dispatch); %.2f s after the last (the run's end, the worker's exit)",
       pass, before, fs and ("%.2f"):format(fs) or "-", fe and ("%.2f"):format(fe) or "-",
       (fs and fe) and ("%.2f"):format(before - fs - fe) or "-", k.ends[2] - k.facts.last_at)
   end

@@ -77,8 +77,9 @@ if not tasks then return tcode end
 local models = args.models or { false }
 local shard = args.shard
 
-local env, why, scode = setup.run(args, store_path, tasks)
+local env, why, scode = setup.run(args, store_path, tasks, "kmrun sweep")
 if not env then io.stderr:write("kmrun sweep: ", why, "\n") return scode end
+tasks = env.tasks
 local db, pool = env.db, env.pool
 local res = sweep.run { strategies = strategies, tasks = tasks, models = models, repeats = args["repeat"],
   jobs = args.jobs, rerun = args.rerun, store = db, pool = pool, args = args, make_client = env.make_client,

@@ -155,8 +155,9 @@ function M.main(strategy, script, argv)
   local tasks, tcode, dropped = setup.tasks(args, { name = spec.name, prefix = "kmrun" })
   if not tasks then return tcode end
   local out = args.store or leases.default_store()
-  local env, why, scode = setup.run(args, out, tasks)
+  local env, why, scode = setup.run(args, out, tasks, "kmrun")
   if not env then io.stderr:write("kmrun: ", why, "\n") return scode end
+  tasks = env.tasks
   local sname = script:match("([^/]+)%.lua$") or script
   if not args.quiet then
     print(fmt("kmrun: %s on %d task(s), %s, model %s (%s); store %s", sname, #tasks,

@@ -238,12 +238,16 @@ function M.tasks(args, who)
   tasks, owhy = M.offline_tasks(tasks, args)
   if owhy then io.stderr:write(prefix, ": ", owhy, "\n") end
   if not tasks then return nil, 2 end
-  tasks = require("km.task.lint").gate(tasks, { skip = true, allow = args.allow_degenerate, who = prefix })
-  if #tasks == 0 then
-    io.stderr:write(prefix, ": every task was flagged by kmrun tasks lint (--allow-degenerate runs them)\n")
-    return nil, 2
-  end
   return tasks, nil, dropped
+end
+
+-- The tasks kmrun tasks lint flagged left out, unless --allow-degenerate (km.task.lint's
+-- gate: it reads the kept results, whose key asks Python for torch's version) -> tasks |
+-- nil, why when none is left.
+function M.gate(args, tasks, prefix)
+  tasks = require("km.task.lint").gate(tasks, { skip = true, allow = args.allow_degenerate, who = prefix })
+  if #tasks == 0 then return nil, "every task was flagged by kmrun tasks lint (--allow-degenerate runs them)" end
+  return tasks
 end
 
 ----------------------------------------------------------------------------------------
@@ -316,20 +320,27 @@ end
 ----------------------------------------------------------------------------------------
 -- the run: store, GPU workers, guidance, clients
 
--- Shared by `kmrun STRATEGY.lua` and `kmrun sweep`: the store, GPU workers, guidance and a
--- model-client factory for parsed args (tasks: the loaded tasks, whose needs the GPU
--- workers are started for). Returns env or nil, message, exit status.
-function M.run(args, out, tasks)
+-- Shared by `kmrun STRATEGY.lua` and `kmrun sweep`: the store, GPU workers, the lint's gate
+-- (M.gate), guidance and a model-client factory for parsed args (tasks: the loaded tasks,
+-- whose needs the GPU workers are started for). The first worker's process starts first and
+-- its CUDA context comes up while this process does the rest (the gate's Python, the
+-- model server's model list): its greeting is waited for last. Returns env (env.tasks: the
+-- tasks the gate kept) or nil, message, exit status.
+function M.run(args, out, tasks, prefix)
   local db, derr, dcode = require("km.run.leases").open_store(out, args.store ~= nil)
   if not db then return nil, derr, dcode end
   local eval = require "km.serve.pool"
   local pool, why = eval.pool { gpus = args.gpus, timeout = args.timeout, worker_stderr = args.worker_stderr or "inherit",
     torch_ahead = require("km.task.baseline").needs_torch(tasks, args),
-    precompile = require("km.task.precompile").entries(tasks, args) }
-  if not pool then
-    io.stderr:write("kmrun: no GPU: ", tostring(why), "\n",
-      "kmrun: checking that candidates compile (NVRTC, sm_90) without running them\n")
+    precompile = require("km.task.precompile").entries(tasks, args), greet_later = true }
+  local function fail(msg, code)
+    db:close()
+    if pool then pool:close() end
+    return nil, msg, code
   end
+  local gerr
+  tasks, gerr = M.gate(args, tasks, prefix or "kmrun")
+  if not tasks then return fail(gerr, 2) end
   local guidance
   do
     local okg, G = pcall(require, "km.run.guidance")
@@ -337,11 +348,7 @@ function M.run(args, out, tasks)
   end
   local function make_client(model, task_name) return M.setup_client(args, model, task_name) end
   local okc, probe, perr = pcall(make_client, nil)
-  if not okc or not probe then
-    db:close()
-    if pool then pool:close() end
-    return nil, "model client: " .. tostring(okc and perr or probe), 2
-  end
+  if not okc or not probe then return fail("model client: " .. tostring(okc and perr or probe), 2) end
   local cfg = probe:config()
   if cfg.provider == "offline" then
     io.stderr:write("kmrun: offline: no model configured (" .. SET_HINT .. ", or KM_MODEL); strategies use each task's starter\n")
@@ -357,7 +364,12 @@ function M.run(args, out, tasks)
         args.max_tokens or model.DEFAULT_MAX_TOKENS))
     end
   end
-  return { db = db, pool = pool, guidance = guidance, make_client = make_client, cfg = cfg }
+  if pool then pool, why = pool:ready() end
+  if not pool then
+    io.stderr:write("kmrun: no GPU: ", tostring(why), "\n",
+      "kmrun: checking that candidates compile (NVRTC, sm_90) without running them\n")
+  end
+  return { db = db, pool = pool, guidance = guidance, make_client = make_client, cfg = cfg, tasks = tasks }
 end
 
 ----------------------------------------------------------------------------------------

@@ -62,18 +62,26 @@ function Pool:_env(gpu)
   return env
 end
 
--- Starts the worker of a slot; returns true or nil, why.
-function Pool:_start(slot)
+-- Starts the worker of a slot: _spawn starts its process, _greet waits for its greeting (its
+-- CUDA context up) and fills the slot; _start does both. Each returns true or nil, why.
+function Pool:_spawn(slot)
   local env = self:_env(slot.gpu)
   if self.opts.torch_ahead then env.KM_TORCH_AHEAD = "1" end -- km.serve.worker: torch imported from the start
   -- a tool the worker runs under (compute-sanitizer, a profiler) reports at the process's
   -- normal exit: km.serve.worker skips its quick exit
   if self.opts.wrap then env.KM_WORKER_EXIT = "normal" end
   if self.precompiler then env.KM_PRECOMPILE_DIR = self.precompiler.dir end -- km.task.precompile's claims
-  local w0 = timing.wall()
+  slot.w0 = timing.wall()
   local p, err = proc.spawn(worker_argv(self.opts.wrap), { env = env, clean_env = true,
     stderr = self.opts.worker_stderr or "inherit" })
   if not p then return nil, err end
+  slot.spawned = p
+  return true
+end
+
+function Pool:_greet(slot)
+  local p, w0 = slot.spawned, slot.w0
+  slot.spawned, slot.w0 = nil, nil
   local hello, why = p:recv((self.opts.startup_timeout or 120) * 1000)
   if not hello then
     p:kill(); p:wait(5000)
@@ -91,6 +99,12 @@ function Pool:_start(slot)
   return true
 end
 
+function Pool:_start(slot)
+  local ok, why = self:_spawn(slot)
+  if not ok then return nil, why end
+  return self:_greet(slot)
+end
+
 -- pool{ gpus = {0, 1} | nil (every visible GPU), timeout = seconds per candidate,
 --       env = { NAME = value } for the workers, worker_stderr = "inherit" | "null",
 --       warm = jobs compiled ahead per poll (32) | false,
@@ -105,7 +119,10 @@ end
 --       on_progress = function(ev, job, gpu): a worker's km.progress stage events as they
 --       come (its set-up: torch's import, the spec, the reference, baselines) and the pool's
 --       own (stage "nvrtc": a candidate compiled ahead) }
--- -> pool, or nil, why, "NO_GPU"
+--       greet_later = true: the first worker's process is started, and its greeting (its
+--       CUDA context, a few tenths of a second) waited for in Pool:ready(), which the caller
+--       calls before any other method: what it does meanwhile overlaps the worker's start }
+-- -> pool, or nil, why, "NO_GPU" (with greet_later: a start that failed later, in ready())
 function M.pool(opts)
   opts = opts or {}
   local self = setmetatable({ opts = opts, slots = {}, starts = 0, next_id = 0,
@@ -120,9 +137,25 @@ function M.pool(opts)
   if opts.precompile and #opts.precompile > 0 then
     self.precompiler = require("km.task.precompile").start(opts.precompile, { env = self:_env(first.gpu) })
   end
-  local ok, why = self:_start(first)
+  local ok, why = self:_spawn(first)
   if not ok then self:close() return nil, why, "NO_GPU" end
+  self.ungreeted = first
+  if opts.greet_later then return self end
+  return self:ready()
+end
+
+-- The first worker's greeting waited for, and the other GPUs' workers started -> the pool,
+-- or nil, why, "NO_GPU" (the pool closed). Called once by M.pool, or by its caller with
+-- greet_later; again, it returns the pool.
+function Pool:ready()
+  if self.failed then return nil, self.failed, "NO_GPU" end
+  local first = self.ungreeted
+  if not first then return self end
+  self.ungreeted = nil
+  local ok, why = self:_greet(first)
+  if not ok then self.failed = why self:close() return nil, why, "NO_GPU" end
   self.slots[1] = first
+  local gpus = self.opts.gpus
   if not gpus then
     gpus = { first.gpu }
     for i = 1, (first.device_count or 1) - 1 do gpus[#gpus + 1] = i end
@@ -621,6 +654,11 @@ function Pool:restart()
 end
 
 function Pool:close()
+  if self.ungreeted and self.ungreeted.spawned then -- started, never greeted: not a slot yet
+    local p = self.ungreeted.spawned
+    p:kill(); p:wait(5000)
+    self.ungreeted = nil
+  end
   local path = os.getenv("KM_POOL_STATS") -- a bench's: the counters above, as JSON
   if path and path ~= "" and not self.closed then
     local f = io.open(path, "w")

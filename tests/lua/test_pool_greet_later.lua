@@ -1,0 +1,102 @@
+-- km.serve.pool's greet_later on the CPU, with a stand-in worker (run through the pool's
+-- `wrap`) that takes 0.6 s before its greeting, as a worker's CUDA context does: the pool
+-- comes back before the greeting, Pool:ready() waits for it, a pool closed before it kills
+-- the process, and a worker that never greets is a failure ready() repeats. And kmrun's
+-- set-up (km.run.setup.run) starts the worker before the lint's gate and waits for its
+-- greeting after it, so the two overlap.
+local t = require "km.tap"
+local eval = require "km.serve.pool"
+local testing = require "km.testing"
+local timing = require "km.timing"
+
+local _, KMRUN = testing.paths()
+local DIR = testing.tmpdir()
+local function standin(path, before)
+  testing.write(path, before .. [[
+
+local proc, json = require "km.proc", require "km.json"
+local ch = proc.stdio_channel()
+ch:send(json.encode { ok = true, device = { name = "stand-in", arch = "sm_90" }, device_count = 1 })
+while true do
+  local msg = ch:recv()
+  if not msg then break end
+  local req = json.decode(msg)
+  if req.op == "quit" then break end
+  ch:send(json.encode { id = req.id, verdict = { status = "correct", candidate = req.candidate.name } })
+end
+]])
+  return path
+end
+local SLOW = standin(DIR .. "/slow.lua", 'os.execute("sleep 0.6")')
+local MUTE = DIR .. "/mute.lua"
+testing.write(MUTE, 'io.stderr:write("no device here\\n") os.exit(3)\n')
+local TASK = { name = "t", dir = "/nonexistent/t" }
+local function opts(script, extra)
+  local o = { gpus = { 0 }, timeout = 5, wrap = { KMRUN, script }, warm = false, worker_stderr = "null", greet_later = true }
+  for k, v in pairs(extra or {}) do o[k] = v end
+  return o
+end
+
+t.test("greet_later: the pool comes back before the greeting; ready() waits for it", function()
+  local t0 = timing.wall()
+  local pool = assert(eval.pool(opts(SLOW)))
+  local back = timing.wall() - t0
+  t.ok(back < 0.4, "back before the worker's 0.6 s: " .. back)
+  t.eq(pool.device, nil, "no device before the greeting")
+  t.ok(pool:ready() == pool, "ready() returns the pool")
+  t.ok(timing.wall() - t0 >= 0.6, "ready() waited for the greeting")
+  t.eq(pool.device.name, "stand-in")
+  t.ok(pool:ready() == pool, "again: the same pool")
+  local v = pool:eval(TASK, { name = "quick" }, { timeout = 5 })
+  t.eq(v.status, "correct", v.feedback)
+  t.ok((v.worker_start_seconds or 0) >= 0.6, "the worker's start, from its spawn: " .. tostring(v.worker_start_seconds))
+  pool:close()
+end)
+
+t.test("a pool closed before its greeting kills the worker's process", function()
+  local pool = assert(eval.pool(opts(SLOW)))
+  local p = pool.ungreeted.spawned
+  pool:close()
+  local st = p:wait(2000)
+  t.ok(st, "the process is gone")
+  t.eq(pool.ungreeted, nil)
+end)
+
+t.test("a worker that never greets: ready() says why, and says it again", function()
+  local pool = assert(eval.pool(opts(MUTE)))
+  local ok, why, code = pool:ready()
+  t.eq(ok, nil)
+  t.eq(code, "NO_GPU")
+  t.ok(tostring(why):find("did not start", 1, true) or tostring(why):find("greeting", 1, true), tostring(why))
+  local ok2, why2 = pool:ready()
+  t.eq(ok2, nil)
+  t.eq(why2, why)
+end)
+
+t.test("kmrun's set-up starts the worker, runs the lint's gate, then waits for the greeting", function()
+  local setup, lint = require "km.run.setup", require "km.task.lint"
+  local runner = require "km.run.runner"
+  local events = {}
+  local real_pool, real_gate = eval.pool, lint.gate
+  eval.pool = function(o)
+    events[#events + 1] = "spawn"
+    t.eq(o.greet_later, true, "the set-up asks for greet_later")
+    local pool = real_pool(opts(SLOW, { torch_ahead = o.torch_ahead, precompile = o.precompile }))
+    local ready = pool.ready
+    pool.ready = function(self) events[#events + 1] = "ready" return ready(self) end
+    return pool
+  end
+  lint.gate = function(...) events[#events + 1] = "gate" return real_gate(...) end
+  local args = assert(runner.parse_args({ testing.paths() .. "/tasks/l1_relu", "--store", DIR .. "/s.sqlite", "--quiet" }))
+  local tasks = assert(setup.tasks(args, { name = "test", prefix = "test" }))
+  local env, why = setup.run(args, DIR .. "/s.sqlite", tasks, "test")
+  eval.pool, lint.gate = real_pool, real_gate
+  t.ok(env, tostring(why))
+  t.eq(table.concat(events, " "), "spawn gate ready")
+  t.eq(#env.tasks, 1, "the gate's tasks")
+  t.eq(env.pool.device.name, "stand-in")
+  env.pool:close()
+  env.db:close()
+end)
+
+t.done()
