@@ -324,7 +324,8 @@ end
 -- (M.gate), guidance and a model-client factory for parsed args (tasks: the loaded tasks,
 -- whose needs the GPU workers are started for). The first worker's process starts first and
 -- its CUDA context comes up while this process does the rest (the gate's Python, the
--- model server's model list): its greeting is waited for last. Returns env (env.tasks: the
+-- model server's model list): its greeting is waited for last (KM_GREET_LATER=0: at once, for
+-- side-by-side runs). Returns env (env.tasks: the
 -- tasks the gate kept) or nil, message, exit status.
 function M.run(args, out, tasks, prefix)
   local db, derr, dcode = require("km.run.leases").open_store(out, args.store ~= nil)
@@ -332,7 +333,7 @@ function M.run(args, out, tasks, prefix)
   local eval = require "km.serve.pool"
   local pool, why = eval.pool { gpus = args.gpus, timeout = args.timeout, worker_stderr = args.worker_stderr or "inherit",
     torch_ahead = require("km.task.baseline").needs_torch(tasks, args),
-    precompile = require("km.task.precompile").entries(tasks, args), greet_later = true }
+    precompile = require("km.task.precompile").entries(tasks, args), greet_later = os.getenv("KM_GREET_LATER") ~= "0" }
   local function fail(msg, code)
     db:close()
     if pool then pool:close() end
