@@ -323,10 +323,10 @@ end
 -- Shared by `kmrun STRATEGY.lua` and `kmrun sweep`: the store, GPU workers, the lint's gate
 -- (M.gate), guidance and a model-client factory for parsed args (tasks: the loaded tasks,
 -- whose needs the GPU workers are started for). The first worker's process starts first and
--- its CUDA context comes up while this process does the rest (the gate's Python, the
--- model server's model list): its greeting is waited for last (KM_GREET_LATER=0: at once, for
--- side-by-side runs). Returns env (env.tasks: the
--- tasks the gate kept) or nil, message, exit status.
+-- its CUDA context comes up while this process does the rest (the gate's Python, the model
+-- server's model list): its greeting is waited for last (KM_GREET_LATER=0: at once, for
+-- side-by-side runs). Returns env (env.tasks: the tasks the gate kept) or nil, message, exit
+-- status.
 function M.run(args, out, tasks, prefix)
   local db, derr, dcode = require("km.run.leases").open_store(out, args.store ~= nil)
   if not db then return nil, derr, dcode end
