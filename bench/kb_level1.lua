@@ -14,7 +14,9 @@
 -- WINDOW jobs ahead of the verdicts: the pool compiles the waiting ones on the CPUs while the
 -- worker judges, as a sweep or the service does), both (serial, then batch, each from empty
 -- caches: side by side). Each pass also says where the worker's wall time went (the pool's
--- counters: judging, and idle because nothing was queued or the queued jobs' compiles ran).
+-- counters: judging, and idle because nothing was queued or the queued jobs' compiles ran)
+-- and its one-time set-up as the worker told it (km.progress: torch's import, each problem's
+-- reference loaded on the GPU, specs built, baselines timed), the problem load's parts.
 -- --level N judges KB/levelN instead (every candidate there the wrong one but for the same
 -- elementwise names): its memory table for the largest problems of another level.
 -- Usage: kmrun bench/kb_level1.lua KB_DIR [OUT.md] [--evals N] [--max-s S] [--first N] [--mode M] [--level N]
@@ -149,7 +151,17 @@ local WINDOW = 16
 local function run_pass(pass, mode, out)
   local eval = require "km.serve.pool"
   local kbtask = require "km.task.kbtask"
-  local pool = assert(eval.pool { gpus = { 0 }, timeout = 600 })
+  -- the worker's one-time set-up as it tells it (km.progress: torch's import, a problem's
+  -- reference loaded on the GPU, a spec built, a baseline timed): stage -> { seconds, count }
+  local setup = {}
+  local function on_progress(ev)
+    if type(ev) == "table" and ev.state == "done" and tonumber(ev.seconds) and type(ev.stage) == "string" then
+      local e = setup[ev.stage] or { 0, 0 }
+      e[1], e[2] = e[1] + ev.seconds, e[2] + 1
+      setup[ev.stage] = e
+    end
+  end
+  local pool = assert(eval.pool { gpus = { 0 }, timeout = 600, on_progress = on_progress })
   local f = assert(io.open(out, "w"))
   local t0 = timing.wall()
   local function record(file, i, kind, v, wall)
@@ -185,7 +197,7 @@ local function run_pass(pass, mode, out)
       record(m[1], m[2], m[3], job.verdict, mode == "serial" and timing.wall() - m[4] or nil)
     end
   until pending == 0 and not submit_next()
-  f:write(json.encode { pass_wall = timing.wall() - t0, pool = pool:stats() }, "\n")
+  f:write(json.encode { pass_wall = timing.wall() - t0, pool = pool:stats(), setup = setup }, "\n")
   f:close()
   pool:close()
 end
@@ -207,10 +219,25 @@ local function read_records(path)
   if not h then return recs, nil end
   for l in h:lines() do
     local r = json.decode(l)
-    if type(r) == "table" and r.pass_wall then wall, pst = r.pass_wall, r.pool elseif type(r) == "table" then recs[#recs + 1] = r end
+    if type(r) == "table" and r.pass_wall then
+      wall, pst = r.pass_wall, r.pool
+      if type(pst) == "table" then pst.setup = r.setup end
+    elseif type(r) == "table" then recs[#recs + 1] = r end
   end
   h:close()
   return recs, wall, pst
+end
+
+-- The worker's set-up in a pass as it told it (km.progress stages: stage -> { seconds, count })
+local function setup_line(pass, p)
+  local setup = type(p) == "table" and type(p.setup) == "table" and p.setup or nil
+  if not setup then return ("%s: the worker's set-up not told"):format(pass) end
+  local parts = {}
+  for stage, e in pairs(setup) do
+    if type(e) == "table" then parts[#parts + 1] = ("%s %.1f s (%d)"):format(stage, tonumber(e[1]) or 0, tonumber(e[2]) or 0) end
+  end
+  table.sort(parts)
+  return ("%s: the worker's set-up as it told it (seconds, times): %s"):format(pass, #parts > 0 and table.concat(parts, ", ") or "none")
 end
 
 -- Where the worker's wall time went in a pass (the pool's counters, km.serve.pool's stats)
@@ -285,6 +312,7 @@ for _, mode in ipairs(modes) do
     recs_of[pass] = recs
     summarize(mode .. ", " .. pass, recs, wall)
     pool_lines[#pool_lines + 1] = pool_line(mode .. ", " .. pass, pst)
+    pool_lines[#pool_lines + 1] = setup_line(mode .. ", " .. pass, pst)
   end
 end
 say("")
