@@ -16,7 +16,8 @@ local function standin(path, before)
 
 local proc, json = require "km.proc", require "km.json"
 local ch = proc.stdio_channel()
-ch:send(json.encode { ok = true, device = { name = "stand-in", arch = "sm_90" }, device_count = 1 })
+ch:send(json.encode { ok = true, device = { name = "stand-in", arch = "sm_90" },
+  device_count = tonumber(os.getenv("KM_TEST_DEVICE_COUNT")) or 1 })
 while true do
   local msg = ch:recv()
   if not msg then break end
@@ -55,11 +56,27 @@ end)
 
 t.test("a pool closed before its greeting kills the worker's process", function()
   local pool = assert(eval.pool(opts(SLOW)))
-  local p = pool.ungreeted.spawned
+  local p = pool.ungreeted[1].spawned
   pool:close()
   local st = p:wait(2000)
   t.ok(st, "the process is gone")
   t.eq(pool.ungreeted, nil)
+end)
+
+t.test("several GPUs' workers start at once, named or found by the first's greeting", function()
+  for _, o in ipairs { { gpus = { 0, 1, 2 } }, { gpus = false, env = { KM_TEST_DEVICE_COUNT = "3" } } } do
+    local t0 = timing.wall()
+    local po = opts(SLOW, { env = o.env })
+    po.gpus = o.gpus or nil -- nil: every GPU the first worker's greeting counts
+    local pool = assert(eval.pool(po))
+    t.ok(pool:ready() == pool, "ready")
+    local took = timing.wall() - t0
+    t.eq(#pool.slots, 3, "three workers")
+    t.eq(pool.slots[3].gpu, 2)
+    -- each takes 0.6 s: one after the other 1.8 s; the first, then the other two at once, 1.2 s
+    t.ok(took < (o.gpus and 1.1 or 1.6), ("%s: %.2f s for three workers of 0.6 s"):format(o.gpus and "named" or "found", took))
+    pool:close()
+  end
 end)
 
 t.test("a worker that never greets: ready() says why, and says it again", function()

@@ -119,9 +119,9 @@ end
 --       on_progress = function(ev, job, gpu): a worker's km.progress stage events as they
 --       come (its set-up: torch's import, the spec, the reference, baselines) and the pool's
 --       own (stage "nvrtc": a candidate compiled ahead) }
---       greet_later = true: the first worker's process is started, and its greeting (its
+--       greet_later = true: the workers' processes are started, and their greetings (each
 --       CUDA context, a few tenths of a second) waited for in Pool:ready(), which the caller
---       calls before any other method: what it does meanwhile overlaps the worker's start }
+--       calls before any other method: what it does meanwhile overlaps the workers' start }
 -- -> pool, or nil, why, "NO_GPU" (with greet_later: a start that failed later, in ready())
 function M.pool(opts)
   opts = opts or {}
@@ -137,35 +137,47 @@ function M.pool(opts)
   if opts.precompile and #opts.precompile > 0 then
     self.precompiler = require("km.task.precompile").start(opts.precompile, { env = self:_env(first.gpu) })
   end
-  local ok, why = self:_spawn(first)
-  if not ok then self:close() return nil, why, "NO_GPU" end
-  self.ungreeted = first
+  -- every worker's process at once where the GPUs are named (each context comes up beside
+  -- the others'), else the first's, whose greeting says how many GPUs there are
+  self.ungreeted = {}
+  for i = 1, gpus and #gpus or 1 do
+    local slot = i == 1 and first or { gpu = gpus[i] }
+    local ok, why = self:_spawn(slot)
+    if not ok then self:close() return nil, why, "NO_GPU" end
+    self.ungreeted[i] = slot
+  end
   if opts.greet_later then return self end
   return self:ready()
 end
 
--- The first worker's greeting waited for, and the other GPUs' workers started -> the pool,
--- or nil, why, "NO_GPU" (the pool closed). Called once by M.pool, or by its caller with
--- greet_later; again, it returns the pool.
+-- The workers' greetings waited for (the first's, then, where the GPUs were not named, the
+-- other visible GPUs' workers started at once, and theirs) -> the pool, or nil, why,
+-- "NO_GPU" (the pool closed). Called once by M.pool, or by its caller with greet_later;
+-- again, it returns the pool (or the same failure).
 function Pool:ready()
   if self.failed then return nil, self.failed, "NO_GPU" end
-  local first = self.ungreeted
-  if not first then return self end
-  self.ungreeted = nil
+  local list = self.ungreeted
+  if not list then return self end
+  local function fail(why) self.failed = why self:close() return nil, why, "NO_GPU" end
+  local first = list[1]
   local ok, why = self:_greet(first)
-  if not ok then self.failed = why self:close() return nil, why, "NO_GPU" end
+  if not ok then return fail(why) end
+  list[1] = false
   self.slots[1] = first
-  local gpus = self.opts.gpus
-  if not gpus then
-    gpus = { first.gpu }
-    for i = 1, (first.device_count or 1) - 1 do gpus[#gpus + 1] = i end
+  if not self.opts.gpus then
+    for i = 1, (first.device_count or 1) - 1 do
+      local slot = { gpu = i }
+      list[#list + 1] = slot
+      ok, why = self:_spawn(slot)
+      if not ok then return fail(why) end
+    end
   end
-  for i = 2, #gpus do
-    local s = { gpu = gpus[i] }
-    local ok2, why2 = self:_start(s)
-    if not ok2 then self:close() return nil, why2, "NO_GPU" end
-    self.slots[i] = s
+  for i = 2, #list do
+    ok, why = self:_greet(list[i])
+    if not ok then return fail(why) end
+    self.slots[i], list[i] = list[i], false
   end
+  self.ungreeted = nil
   self.device = first.device
   return self
 end
@@ -654,11 +666,10 @@ function Pool:restart()
 end
 
 function Pool:close()
-  if self.ungreeted and self.ungreeted.spawned then -- started, never greeted: not a slot yet
-    local p = self.ungreeted.spawned
-    p:kill(); p:wait(5000)
-    self.ungreeted = nil
+  for _, slot in ipairs(self.ungreeted or {}) do -- started, never greeted: not slots yet
+    if slot and slot.spawned then slot.spawned:kill(); slot.spawned:wait(5000); slot.spawned = nil end
   end
+  self.ungreeted = nil
   local path = os.getenv("KM_POOL_STATS") -- a bench's: the counters above, as JSON
   if path and path ~= "" and not self.closed then
     local f = io.open(path, "w")
