@@ -654,11 +654,15 @@ end
 
 -- Ends every worker; the pool stays usable: the next job starts a fresh one (what a worker
 -- set up, a task's loaded state among it, is gone: km.serve.resident after a task changed on disk).
+-- Every worker is told to quit before any is waited for: their exits (each context's
+-- teardown) run at once.
 function Pool:restart()
   for _, s in ipairs(self.slots) do
     if s.queued then table.insert(self.queue, 1, s.queued) s.queued = nil end -- judged by the fresh worker
+    if s.proc then s.proc:send(json.encode { op = "quit" }) end
+  end
+  for _, s in ipairs(self.slots) do
     if s.proc then
-      s.proc:send(json.encode { op = "quit" })
       if not s.proc:wait(5000) then s.proc:kill(); s.proc:wait(5000) end
       s.proc = nil
     end

@@ -1,9 +1,10 @@
--- km.serve.pool's greet_later on the CPU, with a stand-in worker (run through the pool's
--- `wrap`) that takes 0.6 s before its greeting, as a worker's CUDA context does: the pool
--- comes back before the greeting, Pool:ready() waits for it, a pool closed before it kills
--- the process, and a worker that never greets is a failure ready() repeats. And kmrun's
--- set-up (km.run.setup.run) starts the worker before the lint's gate and waits for its
--- greeting after it, so the two overlap.
+-- km.serve.pool's start and end on the CPU, with stand-in workers (run through the pool's
+-- `wrap`) that take 0.6 s before their greeting, as a worker's CUDA context does: with
+-- greet_later the pool comes back before the greeting and Pool:ready() waits for it; a pool
+-- closed before it kills the process; a worker that never greets is a failure ready()
+-- repeats; several GPUs' workers start at once and end at once. And kmrun's set-up
+-- (km.run.setup.run) starts the worker before the lint's gate and waits for its greeting
+-- after it, so the two overlap.
 local t = require "km.tap"
 local eval = require "km.serve.pool"
 local testing = require "km.testing"
@@ -29,6 +30,10 @@ end
   return path
 end
 local SLOW = standin(DIR .. "/slow.lua", 'os.execute("sleep 0.6")')
+-- a worker whose exit takes 0.5 s (a context's teardown): the stand-in's loop ends on quit
+local SLOW_EXIT = DIR .. "/slow_exit.lua"
+testing.write(SLOW_EXIT, 'dofile(' .. string.format("%q", DIR .. "/quick.lua") .. ')\nos.execute("sleep 0.5")\n')
+standin(DIR .. "/quick.lua", "")
 local MUTE = DIR .. "/mute.lua"
 testing.write(MUTE, 'io.stderr:write("no device here\\n") os.exit(3)\n')
 local TASK = { name = "t", dir = "/nonexistent/t" }
@@ -77,6 +82,17 @@ t.test("several GPUs' workers start at once, named or found by the first's greet
     t.ok(took < (o.gpus and 1.1 or 1.6), ("%s: %.2f s for three workers of 0.6 s"):format(o.gpus and "named" or "found", took))
     pool:close()
   end
+end)
+
+t.test("several workers told to quit end at once", function()
+  local pool = assert(eval.pool(opts(SLOW_EXIT, { gpus = { 0, 1, 2 }, greet_later = false })))
+  t.eq(#pool.slots, 3)
+  local t0 = timing.wall()
+  pool:close()
+  local took = timing.wall() - t0
+  -- each exit takes 0.5 s: one after the other 1.5 s
+  t.ok(took >= 0.5 and took < 1.2, ("three exits of 0.5 s took %.2f s"):format(took))
+  for i = 1, 3 do t.eq(pool.slots[i].proc, nil, "worker " .. i .. " gone") end
 end)
 
 t.test("a worker that never greets: ready() says why, and says it again", function()
