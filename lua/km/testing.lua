@@ -260,13 +260,16 @@ return real
 end
 
 -- Writes a stand-in GPU worker to `path` (run it with eval.pool's wrap = { KMRUN, path }): it
--- says hello as a worker on an sm_90 device, then answers each request with `body`, Lua
--- source run with `ch` (the channel), `json` and `req` (the decoded request) in scope. -> path
-function M.standin_worker(path, body)
-  M.write(path, [[
+-- runs `before` (Lua source; none by default), says hello as a worker on an sm_90 device (of
+-- KM_TEST_DEVICE_COUNT devices in its environment, default 1), then answers each request
+-- with `body`, Lua source run with `ch` (the channel), `json` and `req` (the decoded
+-- request) in scope; a quit request ends its loop. -> path
+function M.standin_worker(path, body, before)
+  M.write(path, (before or "") .. "\n" .. [[
 local proc, json = require "km.proc", require "km.json"
 local ch = proc.stdio_channel()
-ch:send(json.encode { ok = true, device = { name = "stand-in", arch = "sm_90" }, device_count = 1 })
+ch:send(json.encode { ok = true, device = { name = "stand-in", arch = "sm_90" },
+  device_count = tonumber(os.getenv("KM_TEST_DEVICE_COUNT")) or 1 })
 while true do
   local msg = ch:recv()
   if not msg then break end

@@ -12,22 +12,10 @@ local timing = require "km.timing"
 
 local _, KMRUN = testing.paths()
 local DIR = testing.tmpdir()
+-- a stand-in worker that answers every request `correct`, after `before` (Lua source)
 local function standin(path, before)
-  testing.write(path, before .. [[
-
-local proc, json = require "km.proc", require "km.json"
-local ch = proc.stdio_channel()
-ch:send(json.encode { ok = true, device = { name = "stand-in", arch = "sm_90" },
-  device_count = tonumber(os.getenv("KM_TEST_DEVICE_COUNT")) or 1 })
-while true do
-  local msg = ch:recv()
-  if not msg then break end
-  local req = json.decode(msg)
-  if req.op == "quit" then break end
-  ch:send(json.encode { id = req.id, verdict = { status = "correct", candidate = req.candidate.name } })
-end
-]])
-  return path
+  return testing.standin_worker(path,
+    'ch:send(json.encode { id = req.id, verdict = { status = "correct", candidate = req.candidate.name } })', before)
 end
 local SLOW = standin(DIR .. "/slow.lua", 'os.execute("sleep 0.6")')
 -- a worker whose exit takes 0.5 s (a context's teardown): the stand-in's loop ends on quit

@@ -31,6 +31,14 @@ end
 
 local function g(x) return fmt("%.3g", x) end
 
+-- A backend run that failed (B.run's err, code), told as `what`: unchecked where the machine
+-- could not (SKIP, out of memory), else a note. -> false (the check was not made)
+local function not_run(res, err, code, what)
+  local list = (code == "SKIP" or out_of_memory(err)) and res.unchecked or res.notes
+  list[#list + 1] = fmt("%s: %s", what, tostring(err))
+  return false
+end
+
 ----------------------------------------------------------------------------------------
 -- one output at one shape: NaN/Inf, determinism, the trivial candidates
 
@@ -144,11 +152,7 @@ local function sample_estimate(B, s, t, sym, si, full, flag, res, label)
   local worst = {} -- output name -> the largest |estimate - full| at a seed where it passed
   for i, seed in ipairs(M.SEEDS) do
     local e, err, code = B.run(s, sym, seed, rows)
-    if not e then
-      local list = (code == "SKIP" or out_of_memory(err)) and res.unchecked or res.notes
-      list[#list + 1] = fmt("%s: the sample estimate did not run: %s", label, tostring(err))
-      return false
-    end
+    if not e then return not_run(res, err, code, label .. ": the sample estimate did not run") end
     for _, o in ipairs(outs) do
       local c = B.compare(e.outs[o.name], full[i].outs[o.name], t.tolerance[o.dtype])
       if c.ok and (i == 1 or worst[o.name]) then
@@ -195,11 +199,7 @@ local function rows_check(B, s, t, sym, si, a, flag, res, label)
   end
   local keep = math.max(1, rows // M.ROWS_RATIO)
   local e, err, code = B.run(s, sym, M.SEEDS[1], { rows = rows, keep = keep, names = names })
-  if not e then
-    local list = (code == "SKIP" or out_of_memory(err)) and res.unchecked or res.notes
-    list[#list + 1] = fmt("%s: check_rows was not tried: %s", label, tostring(err))
-    return false
-  end
+  if not e then return not_run(res, err, code, label .. ": check_rows was not tried") end
   for _, o in ipairs(t.outputs) do
     local n = numel_of(o, sym)
     if n > 0 then
@@ -319,11 +319,7 @@ local function closed_form(B, s, t, sym, full, flag, res)
     local r, err, code
     if seed == M.SEEDS[1] then r = full[1] elseif seed == M.SEEDS[2] then r = full[2]
     else r, err, code = B.run(s, sym, seed) end
-    if not r then
-      local list = (code == "SKIP" or out_of_memory(err)) and res.unchecked or res.notes
-      list[#list + 1] = fmt("shape 1: the closed-form check did not run (seed %d): %s", seed, tostring(err))
-      return false
-    end
+    if not r then return not_run(res, err, code, fmt("shape 1: the closed-form check did not run (seed %d)", seed)) end
     for _, o in ipairs(outs) do values[o.name][k] = B.sample(r.outs[o.name], M.MIN_ELEMENTS) end
     if r ~= full[1] and r ~= full[2] then B.release(s, r) end
   end
