@@ -128,6 +128,58 @@ t.test("sizes: the problem at other module-level sizes (a task's reference.py at
   t.ok(not bad and tostring(why):find("sizes", 1, true), tostring(why))
 end)
 
+-- a problem whose forward counts its runs (builtins: the held-out variant's module is another)
+local COUNTED = problem("counted_scale", { imports = "import builtins", args = "dim",
+  init = "self.w = nn.Parameter(torch.ones(dim))",
+  body = "builtins.km_forwards = getattr(builtins, 'km_forwards', 0) + 1", returns = "x * self.w",
+  sizes = "batch_size = 16\ndim = 40", inputs = "torch.rand(batch_size, dim)", init_inputs = "dim" })
+
+local function forwards() return python.eval("getattr(__import__('builtins'), 'km_forwards', 0)") end
+local HELD = "__import__('sys').modules['km_kb_bridge']._problems[%d]._heldout"
+
+t.test("spec: a spec made before (the driver's, on meta) is taken as it is: the model runs for no name or shape", function()
+  local meta = assert(kb.load(COUNTED, { device = "meta" }))
+  local spec = assert(meta:spec())
+  meta:release()
+  t.ok(spec.heldout and spec.heldout.spec, "the problem has a held-out shape")
+  local n0 = forwards()
+  local p = assert(kb.load(COUNTED, { spec = spec }))
+  t.eq(p.adopted, true)
+  assert(p:snapshot())
+  t.eq(forwards() - n0, 0, "loaded and snapshotted, its held-out variant built: no forward")
+  t.eq(python.eval(HELD:format(p.id) .. "[0]['rule']"), spec.heldout.rule)
+  -- without one, the names and the held-out shape come from two forwards (own and held-out sizes)
+  local q = assert(kb.load(COUNTED))
+  t.eq(q.adopted, false)
+  assert(q:snapshot())
+  t.eq(forwards() - n0, 2, "the old way: the problem and its held-out variant run")
+  -- both give the same spec, and the same outputs at either shape
+  local ps, qs = assert(p:spec(3)), assert(q:spec(3))
+  t.eq(names_of(ps.params), names_of(qs.params))
+  t.eq(shape_of(ps.heldout.spec.inputs[1]), shape_of(qs.heldout.spec.inputs[1]))
+  for _, sp in ipairs { ps, ps.heldout.spec } do
+    local a, b = buffers(sp), buffers(sp)
+    for _, d in ipairs(sp.params) do a[d.name] = nil b[d.name] = nil end
+    assert(p:make_inputs(5, a)); assert(q:make_inputs(5, b))
+    t.eq(p:forward(a), true); t.eq(q:forward(b), true)
+    t.ok(compare.allclose(a.out:to_table(), b.out:to_table(), { atol = 0, rtol = 0 }).ok, "the same outputs at " .. shape_of(sp.inputs[1]))
+  end
+  p:release(); q:release()
+  -- a spec that does not fit (another problem's, a parameter's shape changed) is not taken
+  local other = assert(kb.load(RELU, { device = "meta" }))
+  local rspec = assert(other:spec())
+  other:release()
+  rspec.name = "counted_scale"
+  local r = assert(kb.load(COUNTED, { spec = rspec }))
+  t.eq(r.adopted, false, "a spec with other parameters")
+  r:release()
+  spec.params[1].shape[1] = 41
+  r = assert(kb.load(COUNTED, { spec = spec }))
+  t.eq(r.adopted, false, "a parameter's shape changed")
+  r:release()
+  t.raises(function() kb.load(COUNTED, { spec = "x" }) end, "spec must be a table")
+end)
+
 t.test("bind: checked once, then each run is the model (and the copy, unless run(false))", function()
   local p = assert(kb.load(TUPLE))
   local s = assert(p:spec(1))

@@ -55,7 +55,7 @@ local function load_problem(self, st, t)
   if self.on_hold then self.on_hold("torch") end
   local kb = require "km.task.kernelbench"
   local prob, err = launch.with_room(self, function()
-    return kb.load(t.reference.pytorch, { precision = t.reference.precision, device = "cuda" })
+    return kb.load(t.reference.pytorch, { precision = t.reference.precision, device = "cuda", spec = t.reference.spec })
   end)
   if not prob then
     if self.on_hold then self.on_hold(nil) end

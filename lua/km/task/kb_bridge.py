@@ -737,6 +737,68 @@ class Problem:
         if self.names is None:
             self.spec(self.seed)
 
+    # -- a spec made before (km.task.kbtask's, on the meta device), taken as it is --
+    def adopt(self, spec, heldout=True):
+        """Takes the names and the shapes of the inputs and outputs from spec (the driver's,
+        made on the meta device and kept on disk: km.task.kbtask) instead of running
+        get_inputs() and forward for them: spec() on a GPU allocates and computes at the
+        problem's own sizes, and heldout() at the held-out sizes again (gigabytes at
+        KernelBench's largest problems). heldout: the held-out variant is built at spec's
+        held-out sizes, by its rule, and takes its spec too. Where the spec does not fit this
+        model (its parameters' names, shapes or dtypes, or the number of its inputs), or the
+        variant does not build here, nothing is taken, and names and the held-out shape are
+        derived on this device as without a spec. -> whether it was taken"""
+        if self.names is not None or self.names_given is not None or not isinstance(spec, dict):
+            return False
+        if spec.get("name", self.name) != self.name or spec.get("precision", self.precision) != self.precision:
+            return False
+        try:
+            ins, outs = list(spec.get("inputs") or []), list(spec.get("outputs") or [])
+            params = list(spec.get("params") or [])
+            state = self._state()
+            if not outs or len(params) != len(state):
+                return False
+            for d in params:
+                x = state.get(d.get("key"))
+                if x is None or list(x.shape) != list(d["shape"]) or _tname(x.dtype) != d["torch_dtype"]:
+                    return False
+            names = {"inputs": [d["name"] for d in ins], "outputs": [d["name"] for d in outs],
+                     "params": {d["key"]: d["name"] for d in params}}
+            in_meta = [None if "scalar" in d else
+                       torch.empty(tuple(d["shape"]), dtype=getattr(torch, d["torch_dtype"]), device="meta")
+                       for d in ins]
+            out_meta = [torch.empty(tuple(d["shape"]), dtype=getattr(torch, d["torch_dtype"]), device="meta")
+                        for d in outs]
+        except (KeyError, TypeError, ValueError, AttributeError, RuntimeError):
+            return False
+        held = None
+        if heldout and not self.overrides:
+            held = self._adopt_heldout(spec.get("heldout"))
+            if held is None:
+                return False
+        self.names, self.input_meta, self.output_meta = names, in_meta, out_meta
+        if held is not None:
+            self._heldout = held
+        return True
+
+    def _adopt_heldout(self, info):
+        """(info, variant) from a spec's held-out part, the variant built at its sizes and
+        given its spec; None where it does not build or take it."""
+        if not isinstance(info, dict):
+            return None
+        if "spec" not in info:
+            return (info, None) if "why" in info else None
+        try:
+            over = {k: int(v[1]) for k, v in info["sizes"].items()}
+            v = Problem(self.path, self.precision, str(self.device), self.seed, self.tf32,
+                        None, overrides=over)
+        except (ProblemError, KeyError, TypeError, ValueError, AttributeError, IndexError):
+            return None
+        if not v.adopt(info["spec"], heldout=False):
+            v.close()
+            return None
+        return info, v
+
     def close(self):
         """Drops this problem's module (and its held-out variant's)."""
         self.bound = self.compiled = self.alias = None
@@ -978,9 +1040,10 @@ def _problem(i, memory=False):
 # ---- what kernelbench.lua calls ----
 
 @_api
-def load(path, precision="fp32", device="cpu", seed=42, tf32=False, names=None, sizes=None):
+def load(path, precision="fp32", device="cpu", seed=42, tf32=False, names=None, sizes=None, spec=None):
     """sizes: {name: int}, module-level integers set after the file ran (a task's
-    reference.py at another of its shape sets: its shape symbols)."""
+    reference.py at another of its shape sets: its shape symbols). spec: the problem's spec
+    made before (Problem.adopt), which saves running the model for its names and shapes."""
     t = _torch()
     if precision not in _PRECISIONS:
         raise ProblemError("precision %r: expected fp32, fp16 or bf16" % (precision,))
@@ -998,9 +1061,10 @@ def load(path, precision="fp32", device="cpu", seed=42, tf32=False, names=None, 
         raise ProblemError("sizes: expected {name = integer, ...}, got %r" % (sizes,))
     with _named_warnings(os.path.abspath(path)):
         p = Problem(os.path.abspath(path), precision, device, seed, tf32, names, overrides=sizes or None)
+    adopted = spec is not None and p.adopt(spec)
     i = _new_id()
     _problems[i] = p
-    return {"id": i, "name": p.name, "path": p.path, "init_args": p.init_args,
+    return {"id": i, "name": p.name, "path": p.path, "init_args": p.init_args, "adopted": adopted,
             "device": str(p.device), "precision": precision,
             "tolerance": {"atol": _TOLERANCE[precision], "rtol": _TOLERANCE[precision]}}
 

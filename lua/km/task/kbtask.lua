@@ -203,6 +203,8 @@ function M.load(path, opts)
     flops = 0, pytorch = true,
   }
   t.reference.source_text = text
+  -- a GPU worker's load takes the names and shapes from it (km.task.kernelbench's spec option)
+  t.reference.spec = spec
   local held = type(spec.heldout) == "table" and type(spec.heldout.spec) == "table" and spec.heldout or nil
   local dims = M.shape_symbols(spec, held)
   t.scalars = {}

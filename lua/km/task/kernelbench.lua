@@ -417,7 +417,10 @@ end
 -- outputs, by position (a task's reference.py), instead of the naming rule's; sizes = { name =
 -- integer, ... }: module-level integers set after the file ran (a task's reference.py at
 -- another shape set: its shape symbols); timeout: seconds each call on the problem may take,
--- loading it included (default kb.timeout()).
+-- loading it included (default kb.timeout()); spec: the problem's spec made before (Problem:spec's
+-- table, km.task.kbtask's on the meta device), whose names and shapes the problem takes instead
+-- of running get_inputs() and forward for them, and whose held-out sizes build its held-out
+-- variant (problem.adopted: true where it fit; where not, they are found by running the model).
 function M.load(path, opts)
   if type(path) ~= "string" then error("kb.load: a path expected", 2) end
   opts = opts or {}
@@ -457,11 +460,13 @@ function M.load(path, opts)
     sizes = json.object(sizes)
   end
   local lim = { timeout = timeout, label = path, path = path }
-  local r, err, ecode = call_within(lim, "load", path, precision, device, seed, opts.tf32 or false, names, sizes)
+  if opts.spec ~= nil and type(opts.spec) ~= "table" then error("kb.load: spec must be a table, got " .. type(opts.spec), 2) end
+  local r, err, ecode = call_within(lim, "load", path, precision, device, seed, opts.tf32 or false, names, sizes,
+    opts.spec or json.null)
   if not r then return nil, err, ecode end
   limits[r.id] = lim
   return setmetatable({ id = r.id, name = r.name, path = r.path, precision = precision,
-    device = r.device, seed = seed, init_args = r.init_args, tolerance = r.tolerance }, Problem)
+    device = r.device, seed = seed, init_args = r.init_args, tolerance = r.tolerance, adopted = r.adopted }, Problem)
 end
 
 -- ---- host memory (CPU runs and tests): a buffer torch owns, shaped like km.Buffer ----
