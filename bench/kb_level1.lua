@@ -250,6 +250,7 @@ local function pool_line(pass, p)
 end
 
 local STAGES = { "task", "prepare", "baselines", "verify", "measure" }
+local SLOWEST = 25 -- problems in the table of the slowest
 local function summarize(pass, recs, wall)
   local st, statuses, busy_repeat, n_repeat, busy = {}, {}, 0, 0, 0
   local problems = {}
@@ -285,6 +286,29 @@ local function memory_rows(recs)
     if r.footprint then
       rows[#rows + 1] = ("| %s | %s | %s | %s | %s |"):format(r.problem, gib(r.footprint), gib(r.device_used), gib(p.judge), gib(p.torch))
     end
+  end
+  return rows
+end
+
+-- The problems that took the judge longest in a pass (their evaluations' own seconds, all
+-- summed), with their stage split: where a pass's time goes, problem by problem.
+local function slowest_rows(recs, n)
+  local by = {}
+  for _, r in ipairs(recs) do
+    local p = by[r.problem] or { problem = r.problem, total = 0, kind = r.kind }
+    by[r.problem] = p
+    p.total = p.total + (tonumber(r.eval_seconds) or 0)
+    for _, k in ipairs(STAGES) do p[k] = (p[k] or 0) + (type(r.stages) == "table" and tonumber(r.stages[k]) or 0) end
+  end
+  local list = {}
+  for _, p in pairs(by) do list[#list + 1] = p end
+  table.sort(list, function(a, b) return a.total > b.total end)
+  local rows = {}
+  for i = 1, math.min(n, #list) do
+    local p = list[i]
+    local cells = { p.problem, p.kind, ("%.3f"):format(p.total) }
+    for _, k in ipairs(STAGES) do cells[#cells + 1] = ("%.3f"):format(p[k]) end
+    rows[i] = "| " .. table.concat(cells, " | ") .. " |"
   end
   return rows
 end
@@ -328,6 +352,12 @@ say("")
 say("| problem | inputs + outputs GiB | device used GiB | judge's peak GiB | torch's peak GiB |")
 say("| --- | --- | --- | --- | --- |")
 for _, row in ipairs(memory_rows(recs_of.warm or {})) do say("%s", row) end
+say("")
+say("The %d problems that took the judge longest (warm pass; seconds, all their evaluations):", SLOWEST)
+say("")
+say("| problem | candidate | judge s | problem load (task) | prepare | baselines | verify | measure |")
+say("| --- | --- | --- | --- | --- | --- | --- | --- |")
+for _, row in ipairs(slowest_rows(recs_of.warm or {}, SLOWEST)) do say("%s", row) end
 say("")
 say("Logs and records: %s", tmp)
 save()
