@@ -11,8 +11,8 @@
 -- keyed digests (buffer.digest: the key is this process's secret, so a kernel cannot forge
 -- one) whenever trusted code has run and candidate code is next, and checked before every
 -- use (the reference run, the parameters handed out as pristine inputs) and at the end of
--- every evaluation. A change fails the candidate (inputs_modified) and the state is written
--- back from the host snapshot taken at load.
+-- every evaluation. A change fails the candidate (inputs_modified) and the model is built
+-- again from the code and seed it was loaded from (Problem:restore), as it was loaded.
 local buffer = require "km.buffer"
 local timing = require "km.timing"
 
@@ -60,7 +60,7 @@ function Judge:truth_moved(st)
   return moved_name(tr, function(i) return now[i] end)
 end
 
--- Writes the snapshot back and seals it again (after a candidate altered the truth).
+-- The model as it was loaded (built again), sealed again (after a candidate altered the truth).
 function Judge:restore_truth(st)
   assert(st.prob:restore())
   st.truth_dirty = true

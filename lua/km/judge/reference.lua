@@ -46,7 +46,7 @@ function M.task_state(t)
   }
 end
 
--- The PyTorch model of a problem file, loaded and snapshotted under the pool's hold.
+-- The PyTorch model of a problem file, loaded and readied for restore under the pool's hold.
 -- -> the reference run | nil, why
 local function load_problem(self, st, t)
   -- PyTorch eager is the reference and the baseline (KernelBench's): loaded in this
@@ -62,8 +62,8 @@ local function load_problem(self, st, t)
     return nil, "the task's PyTorch reference does not load: " .. tostring(err)
   end
   st.prob = prob
-  -- the reference's own state, copied to the host before any candidate code runs (this
-  -- builds the held-out model too: set-up, still under the hold)
+  -- restore readied before any candidate code runs (it builds the held-out model: set-up,
+  -- still under the hold); a restore builds the model again from its code and seed
   local snap, serr = launch.with_room(self, function() return prob:snapshot() end)
   if self.on_hold then self.on_hold(nil) end
   if not snap then return nil, "the task's PyTorch reference cannot be snapshotted: " .. tostring(serr) end

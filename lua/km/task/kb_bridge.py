@@ -482,13 +482,31 @@ class Problem:
         mod.__file__ = self.path
         sys.modules[modname] = mod  # dataclasses, pickling and typing look modules up here
         self.module = mod
+        self._code = code  # what rebuild() builds from: the file as it was read here
         try:
             self._build(code, mod)
         except BaseException:
             sys.modules.pop(modname, None)
             raise
 
+    def rebuild(self):
+        """The model built again from the code it was first built from (the file as it was
+        read then, whatever it holds now), under the problem's seed: the reference as it was
+        loaded (its parameters drawn again from the seed, its buffers, attributes and
+        module-level tensors made again), in new storages. What bind(), torch.compile and the
+        float64 alias held of the old one goes first; names and shapes stay."""
+        self.bound = self.kept = self.compiled = self.alias = None
+        self.model = None
+        name = self.module.__name__
+        mod = types.ModuleType(name)
+        mod.__file__ = self.path
+        sys.modules[name] = mod
+        self.module = mod
+        self._build(self._code, mod)
+
     def _build(self, code, mod):
+        # module-level tensors drawn at random come from the seed too: rebuild() makes them again
+        self._seed(self.seed, torch.manual_seed)
         try:
             exec(code, mod.__dict__)
         except BaseException as e:
@@ -2027,34 +2045,35 @@ def truth(i):
 
 @_api
 def snapshot(i):
-    """Host copies of the reference's truth, taken before any candidate code runs; restore()
-    writes them back. Returns how many storages and bytes were copied."""
+    """Readies restore(), before any candidate code runs: the held-out variant is built now
+    (a problem file's). Nothing is copied: restore() builds the model again from its code and
+    seed, which at KernelBench's largest problems takes less than copying gigabytes of weights
+    to the host at every load did. Returns how many storages and bytes the truth holds."""
     p = _problem(i, memory=True)
     if p.names_given is None:
         p.heldout()  # the model at the held-out sizes is built now, before any candidate code
-    p.snap = {}
-    total = 0
-    with torch.no_grad():
-        for name, st in p._truth_storages():
-            p.snap[name] = (st, st.cpu() if st.device.type != "cpu" else st.clone())
-            total += st.nbytes()
-    return {"storages": len(p.snap), "bytes": total}
+    p.snap = True
+    storages = p._truth_storages()
+    return {"storages": len(storages), "bytes": sum(st.nbytes() for _, st in storages)}
 
 
 @_api
 def restore(i):
-    """Writes the snapshot back into the reference's own storages (after a candidate altered
-    them), so the next candidate meets the model as it was loaded."""
+    """The reference as it was loaded, after a candidate altered its state: the model (and
+    its held-out variant) built again from the code and seed it was built from (Problem.rebuild),
+    so the next candidate meets the model as it was loaded. Returns how many storages the truth
+    holds then."""
     p = _problem(i, memory=True)
-    snap = getattr(p, "snap", None)
-    if snap is None:
+    if not getattr(p, "snap", None):
         raise ProblemError("restore before snapshot", "PROBLEM_ERROR")
-    with torch.no_grad():
-        for name, (st, host) in snap.items():
-            st.copy_(host)
-        if p.device.type == "cuda":
-            torch.cuda.synchronize(p.device)
-    return len(snap)
+    with _named_warnings(p.path):
+        p.rebuild()
+        variant = p._heldout[1] if p._heldout else None
+        if variant is not None:
+            variant.rebuild()
+    if p.device.type == "cuda":
+        torch.cuda.synchronize(p.device)
+    return len(p._truth_storages())
 
 
 @_api

@@ -374,8 +374,10 @@ function Problem:truth()
   return call("truth", check(self))
 end
 
--- Host copies of the truth (before any candidate code runs); restore() writes them back.
--- -> { storages, bytes } | nil, message, code
+-- Readies restore() before any candidate code runs (a problem file's held-out variant is
+-- built now); nothing is copied. restore() builds the model (and its held-out variant) again
+-- from the code and seed it was loaded from: the reference as loaded, in new storages.
+-- -> { storages, bytes } (the truth's) | nil, message, code
 function Problem:snapshot()
   return call("snapshot", check(self))
 end
