@@ -168,7 +168,7 @@ local function run_pass(pass, mode, out)
     local key = kbtask.key(file, "fp32")
     f:write(json.encode { problem = file:match("([^/]+)%.py$"), i = i, kind = kind, status = v.status,
       wall = wall, eval_seconds = v.eval_seconds, stages = v.stage_seconds, kernel = v.kernel_seconds,
-      speedup = v.speedup, feedback = v.status ~= "correct" and kind == "eager" and tostring(v.feedback):sub(1, 300) or nil,
+      speedup = v.speedup, feedback = (v.status ~= "correct" and kind == "eager" or v.status == "error") and tostring(v.feedback):sub(1, 300) or nil,
       device_used = device_used(pool.device and pool.device.uuid), footprint = i == EVALS and footprint(key) or nil,
       judge_peak = type(v.device_memory) == "table" and v.device_memory.judge_peak_bytes or nil,
       torch_peak = type(v.device_memory) == "table" and v.device_memory.torch_peak_bytes or nil }, "\n")
@@ -345,6 +345,11 @@ say("")
 say("Problems whose eager-equivalent candidate was not correct (warm pass):")
 for _, r in ipairs(recs_of.warm or {}) do
   if r.kind == "eager" and r.status ~= "correct" and r.i == 1 then say("- %s: %s %s", r.problem, r.status, tostring(r.feedback)) end
+end
+say("")
+say("Evaluations that ended in `error` (warm pass; the judge's or the reference's failure, not the candidate's):")
+for _, r in ipairs(recs_of.warm or {}) do
+  if r.status == "error" then say("- %s (%s, evaluation %d): %s", r.problem, r.kind, r.i, tostring(r.feedback)) end
 end
 say("")
 say("Device memory held after a problem's evaluations (NVML, the whole device: the worker's pool, torch's cached blocks, the context), and its evaluations' peaks (each verdict's device_memory: the judge's own buffers, idle pool included, and torch's allocator), next to the problem's own input and output bytes at its timed shape (warm pass):")
