@@ -2,7 +2,8 @@
 -- which trial it is, the laws it draws by, and the norm-wise bound it judges by — fp32 sums
 -- in another order stay under it, fp16/TF32/bf16 operands do not (the same arithmetic as
 -- bench/precision_law.c, at one K, in Lua floats rounded to fp32 with string.pack).
--- tests/gpu/test_trust5_precision.lua plays a tensor-core-style kernel on the GPU.
+-- tests/gpu/test_trust5_precision.lua plays a tensor-core-style kernel on the GPU. And the
+-- first trial's look at outputs never written (verify.unwritten_first), compare stood in for.
 local t = require "km.tap"
 local verify = require "km.judge.verify"
 local inputs = require "km.judge.inputs"
@@ -101,6 +102,40 @@ t.test("compare.rel_l2: NaN or infinity where the reference has none is infinite
   t.eq(compare.rel_l2(p("<f", 1), p("<f", 0), "f32"), math.huge)
   t.ok(math.abs(compare.rel_l2(p("<ff", 3, 4.5), p("<ff", 3, 4), "f32") - 0.1) < 1e-12)
   t.ok(not pcall(compare.rel_l2, p("<f", 1), p("<ff", 1, 2), "f32"), "different lengths raise")
+end)
+
+-- the first trial's look at the outputs alone (tests/gpu/test_unwritten_first.lua on a GPU):
+-- what it makes of the compare's poison count, with compare.allclose stood in for
+t.test("outputs never written: the first trial fails them without a reference, saying where", function()
+  local nan = 0 / 0
+  local task = { outputs = { { name = "out", dtype = "f32" } }, tolerance = { f32 = { atol = 1e-4, rtol = 1e-4 } } }
+  local tr = { si = 1, seed = 1, where = "shape 1 (n=1000), seed 1", dims = { out = { 1000 } } }
+  local real = compare.allclose
+  local seen
+  compare.allclose = function(a, b, o)
+    seen = { same = a == b, poison = o.poison }
+    return { n = 1000, unwritten = 100, mismatches = 103, nan = 0, inf = 0, first = { index = 0, got = nan, want = nan },
+      examples = { { index = 57, got = nan, want = nan }, { index = 0, got = nan, want = nan }, { index = 40, got = 2.5, want = 2.5 } } }
+  end
+  local v = { checks = {} }
+  local ok, status, text, output = pcall(verify.unwritten_first, task, { out = "B" }, tr, v)
+  compare.allclose = real
+  t.ok(ok, status)
+  t.eq(seen.same, true, "the output against itself"); t.eq(seen.poison, true)
+  t.eq(status, "mismatch"); t.eq(output, "out")
+  t.ok(text:find("100 of 1000 elements of 'out' were never written. At shape 1", 1, true), text)
+  local first, second = text:find("(flat 0)", 1, true), text:find("(flat 57)", 1, true)
+  t.ok(first and second and first < second, "the lowest first, once each: " .. text)
+  t.ok(not text:find("flat 40", 1, true), "a written element is no example")
+  t.ok(text:find("want not computed", 1, true), text)
+  t.eq(#v.checks, 1)
+  t.eq(v.checks[1].unwritten, 100); t.eq(v.checks[1].reference, "none"); t.eq(v.checks[1].ok, false)
+  -- every element written: nothing to say, the reference judges
+  compare.allclose = function() return { n = 1000, unwritten = 0, mismatches = 0, nan = 0, inf = 0, examples = {} } end
+  ok, status = pcall(verify.unwritten_first, task, { out = "B" }, tr, v)
+  compare.allclose = real
+  t.ok(ok and status == nil, tostring(status))
+  t.eq(#v.checks, 1)
 end)
 
 t.done()

@@ -206,6 +206,40 @@ local function precision_result(_, got, want, o)
   return r
 end
 
+-- The evaluation's first trial looks at the candidate's outputs alone before the reference
+-- runs: an element still holding the poison verify filled the outputs with (never written)
+-- fails the compare whatever the reference computes there (compare's poison count), so such a
+-- kernel is failed without the reference's run, at a problem file's largest shapes most of
+-- its failed trial. Its feedback is the compare's (how many elements were never written, the
+-- first ones' coordinates) without the reference's values. A correct kernel pays one read of
+-- its outputs an evaluation; later trials compare against the reference alone.
+-- -> nil | status, text, the output's name
+local function unwritten_first(t, outs, tr, v)
+  for _, spec in ipairs(t.outputs) do
+    local b = outs[spec.name]
+    local r = compare.allclose(b, b, { atol = 0, rtol = 0, poison = true })
+    if (r.unwritten or 0) > 0 then
+      -- the lowest failing element and the examples: the poison is a NaN of floating outputs
+      -- (a sentinel that equals itself of integer ones, which gives no example)
+      local ex, seen = {}, {}
+      for _, e in ipairs { r.first or false, table.unpack(r.examples or {}) } do
+        if e and e.got ~= e.got and not seen[e.index] then
+          seen[e.index] = true
+          ex[#ex + 1] = { index = e.index, got = e.got, want = "not computed (no reference run: elements were never written)" }
+        end
+      end
+      table.sort(ex, function(a, c) return a.index < c.index end)
+      v.checks[#v.checks + 1] = { shape = tr.si, seed = tr.seed, fresh = tr.fresh or nil, output = spec.name, ok = false,
+        mismatches = r.unwritten, n = r.n, unwritten = r.unwritten, first = ex[1], reference = "none" }
+      local status, text = feedback.mismatch(spec.name, { n = r.n, unwritten = r.unwritten, examples = ex },
+        t.tolerance[spec.dtype], tr.hidden and {} or tr.dims[spec.name] or {}, tr.where, tr.later)
+      return status, text, spec.name
+    end
+  end
+end
+
+M.unwritten_first = unwritten_first
+
 -- One trial -> nil | status, text, extra
 local function run_trial(self, st, run, v, opts, tr)
   local t = st.task
@@ -216,6 +250,13 @@ local function run_trial(self, st, run, v, opts, tr)
   local ref_src, failure, failure_text = self:proven_inputs(st, tr.sym, tr.cand, tr.ref_in, run.state.scratch, tr.where,
     tr.trial_seed, tr.precise)
   if not ref_src then return trial_done(self, t, tr, failure, failure_text) end
+  if tr.first and os.getenv("KM_UNWRITTEN_FIRST") ~= "0" then
+    local unwritten, unwritten_text, output = unwritten_first(t, setmetatable(outs, { __index = tr.cand }), tr, v)
+    if unwritten then
+      tr.failed_at.output = output
+      return trial_done(self, t, tr, unwritten, unwritten_text)
+    end
+  end
   local ref_status, ref_text, ref_extra = reference_run(self, st, tr, ref_src)
   if ref_status then return ref_status, ref_text, ref_extra end
   local fast = ref_text
@@ -256,8 +297,9 @@ function Judge:verify(st, run, v, opts)
   local t = st.task
   local nseeds = opts.seeds or 3
   local seen, others = {}, 0 -- shapes with a trial passed, and how many
-  for _, trial in ipairs(trial_order(#t.shapes, nseeds, wants_precision(t, opts), trimmed(opts))) do
+  for i, trial in ipairs(trial_order(#t.shapes, nseeds, wants_precision(t, opts), trimmed(opts))) do
     local tr = new_trial(self, t, trial[1], trial[2], nseeds, opts, trial[3])
+    tr.first = i == 1
     -- what passed before, for the hint of a mismatch: other shapes, else seeds at this one
     tr.later = others - (seen[tr.si] and 1 or 0) > 0 and "shape" or seen[tr.si] and "seed" or nil
     local status, text, extra = run_trial(self, st, run, v, opts, tr)
