@@ -2047,8 +2047,8 @@ def truth(i):
 def snapshot(i):
     """Readies restore(), before any candidate code runs: the held-out variant is built now
     (a problem file's). Nothing is copied: restore() builds the model again from its code and
-    seed, which at KernelBench's largest problems takes less than copying gigabytes of weights
-    to the host at every load did. Returns how many storages and bytes the truth holds."""
+    seed, only where a candidate altered it, where a host copy at every load takes seconds at
+    KernelBench's largest GEMM problems. Returns how many storages and bytes the truth holds."""
     p = _problem(i, memory=True)
     if p.names_given is None:
         p.heldout()  # the model at the held-out sizes is built now, before any candidate code
