@@ -54,6 +54,25 @@ t.test("snapshot, alter, restore: the model is as it was loaded", function()
   t.eq(p:forward(io), true)
 end)
 
+-- a problem file with a held-out shape: its variant (built by snapshot) is restored too
+local HELD = testing.problem(DIR, "held", { args = "dim", init = "self.w = nn.Parameter(torch.randn(dim))",
+  returns = "x * self.w", sizes = "batch_size = 16\ndim = 40", inputs = "torch.rand(batch_size, dim)", init_inputs = "dim" })
+
+t.test("restore builds the held-out variant again too", function()
+  local q = assert(kb.load(HELD, { device = "cpu" }))
+  local Q = ("km_kb_bridge._problems[%d]"):format(q.id)
+  assert(q:snapshot())
+  local V = Q .. "._heldout[1]"
+  t.eq(python.eval(V .. " is not None"), true, "the variant built by snapshot")
+  local w = python.eval(V .. ".model.w.sum().item()")
+  python.exec("with __import__('torch').no_grad():\n  " .. V .. ".model.w.zero_()")
+  local names = python.eval("','.join(sorted(k for k in " .. Q .. "._truth() if k.startswith('heldout:')))")
+  t.ok(names:find("heldout:state:w", 1, true), names)
+  assert(q:restore())
+  t.eq(python.eval(V .. ".model.w.sum().item()"), w, "the variant's parameter as loaded")
+  q:release()
+end)
+
 t.test("restore before snapshot is an error, not a crash", function()
   local q = assert(kb.load(PROB, { device = "cpu" }))
   local ok, err = q:restore()
