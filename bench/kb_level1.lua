@@ -251,11 +251,16 @@ end
 
 local STAGES = { "task", "prepare", "baselines", "verify", "measure" }
 local SLOWEST = 25 -- problems in the table of the slowest
+
+-- A record's stage seconds added into acc (stage -> seconds)
+local function add_stages(acc, r)
+  for _, k in ipairs(STAGES) do acc[k] = (acc[k] or 0) + (type(r.stages) == "table" and tonumber(r.stages[k]) or 0) end
+end
 local function summarize(pass, recs, wall)
   local st, statuses, busy_repeat, n_repeat, busy = {}, {}, 0, 0, 0
   local problems = {}
   for _, r in ipairs(recs) do
-    for _, k in ipairs(STAGES) do st[k] = (st[k] or 0) + (type(r.stages) == "table" and tonumber(r.stages[k]) or 0) end
+    add_stages(st, r)
     local key = r.kind .. " " .. tostring(r.status)
     statuses[key] = (statuses[key] or 0) + 1
     busy = busy + (tonumber(r.eval_seconds) or 0)
@@ -298,7 +303,7 @@ local function slowest_rows(recs, n)
     local p = by[r.problem] or { problem = r.problem, total = 0, kind = r.kind }
     by[r.problem] = p
     p.total = p.total + (tonumber(r.eval_seconds) or 0)
-    for _, k in ipairs(STAGES) do p[k] = (p[k] or 0) + (type(r.stages) == "table" and tonumber(r.stages[k]) or 0) end
+    add_stages(p, r)
   end
   local list = {}
   for _, p in pairs(by) do list[#list + 1] = p end
